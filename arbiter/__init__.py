@@ -1,0 +1,3 @@
+"""arbiter: share one GPU between protected programs and other GPU work."""
+
+__version__ = "0.1.0"

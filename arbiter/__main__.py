@@ -1,0 +1,3 @@
+from arbiter.cli.main import main
+
+main()

@@ -1,0 +1,44 @@
+"""``arbiter check``: every problem in the node config and every rule file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arbiter.cli.client import CliError
+from arbiter.config.errors import ConfigError, Problem
+from arbiter.config.loader import check_paths, find_config, parse_node_config, read_text, resolve_paths, rule_files
+from arbiter.config.models import NodeConfig
+from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+
+
+def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], list[str]]:
+    problems: list[Problem] = []
+    checked: list[str] = []
+    cfg = NodeConfig()
+    config_path = find_config(config)
+    if config_path is not None:
+        checked.append(str(config_path))
+        try:
+            cfg = resolve_paths(parse_node_config(read_text(config_path), str(config_path)), config_path)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    try:
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
+    except PluginLoadError as exc:
+        raise CliError(f"plugins could not be loaded: {exc}", 2) from None
+    where = str(config_path or "arbiter.yaml")
+    for block in cfg.reader_blocks():
+        info = host.kind("readers", block.kind)
+        if info is not None and info.cls.stand_in and not cfg.stand_in_gpu:  # type: ignore[attr-defined]
+            problems.append(
+                Problem(where, 0, 0, "readers", f"{block.kind} is a stand-in for a GPU reader", "set stand_in_gpu: true (demos and tests only) or remove it")
+            )
+    targets = paths or cfg.tenants_paths()
+    for target in targets:
+        if not target.exists():
+            problems.append(Problem(str(target), 0, 0, "", "no such file or directory"))
+    ruleset = check_paths(targets, host.options_model, host.kind_names)
+    checked.extend(str(p) for p in rule_files(targets))
+    for file_problems in ruleset.problems.values():
+        problems.extend(file_problems)
+    return problems, checked

@@ -1,0 +1,108 @@
+"""``arbiter job run``: register, wait to be admitted, then run the command under control."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from arbiter.cli.client import CliError, Client
+from arbiter.config.errors import ConfigError
+from arbiter.config.loader import parse_manifest, read_text
+from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
+from arbiter.transport import DaemonUnavailable, RequestRefused
+
+COOPERATIVE = ["cooperative_throttle", "cooperative_pause"]
+
+
+def build_manifest(cmd: list[str], name: str | None, manifest_path: str | None, cooperative: bool) -> dict[str, Any]:
+    if manifest_path:
+        try:
+            manifest = parse_manifest(read_text(Path(manifest_path)), manifest_path).model_dump(mode="json")
+        except ConfigError as exc:
+            raise CliError(f"the job manifest is not valid:\n{exc}", 2) from None
+        if name:
+            manifest["name"] = name
+    else:
+        base = Path(cmd[0]).name or "job"
+        manifest = {"name": name or "".join(c if c.isalnum() or c in "._-" else "-" for c in base), "gpu": {"use": "shared"}}
+    if cooperative:
+        manifest["capabilities"] = sorted(set(manifest.get("capabilities", [])) | set(COOPERATIVE))
+    return manifest
+
+
+def _say(message: str) -> None:
+    print(f"arbiter: {message}", file=sys.stderr, flush=True)
+
+
+def _call_retrying(client: Client, op: str, **args: Any) -> dict[str, Any]:
+    """Calls that must reach the daemon eventually: wait out a daemon restart."""
+    warned = False
+    while True:
+        try:
+            return client.call(op, **args)
+        except CliError as exc:
+            if not warned:
+                _say(f"{exc}; retrying")
+                warned = True
+            time.sleep(1.0)
+
+
+def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str | None, cooperative: bool) -> int:
+    if not cmd:
+        raise CliError("give the command after --, e.g. arbiter job run -- python batch.py", 2)
+    manifest = build_manifest(cmd, name, manifest_path, cooperative)
+    try:
+        job = client.call("job.register", manifest=manifest, cmd=cmd)["job"]
+    except RequestRefused as exc:
+        raise CliError(f"the daemon refused the job: {exc}", 2) from None
+    job_id = job["id"]
+    _say(f"job {job_id} registered")
+    shown = None
+    try:
+        while True:
+            answer = _call_retrying(client, "job.wait", id=job_id, timeout=2.0)
+            if answer["admitted"]:
+                break
+            if answer["state"] == "ended":
+                raise CliError(f"job {job_id} was removed before it started")
+            summary = "; ".join(f"{r['code']}: {r['message']}" for r in answer["reasons"])
+            if summary != shown:
+                _say(f"waiting: {summary or 'deciding'} (arbiter explain {job_id})")
+                shown = summary
+    except KeyboardInterrupt:
+        try:
+            client.call("job.stop", id=job_id)
+        except (CliError, RequestRefused):
+            pass
+        return 130
+    _say(f"job {job_id} admitted; starting {' '.join(cmd)}")
+
+    env = {**os.environ, CONTROL_ENV: job["control_path"], EVENTS_ENV: job["events_path"], "ARBITER_JOB_ID": job_id}
+    ignore_nudges()  # inherited by the command until it installs its own handler
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as exc:
+        client.call("job.exited", id=job_id, exit_code=127)
+        raise CliError(f"cannot start {cmd[0]}: {exc.strerror or exc}", 127) from None
+
+    def forward(signum: int, frame: Any) -> None:
+        proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    _call_retrying(client, "job.started", id=job_id, pid=proc.pid)
+    while True:
+        try:
+            code = proc.wait()
+            break
+        except KeyboardInterrupt:
+            continue  # the terminal sent it to the command too; wait for it to end
+    try:
+        client.call("job.exited", id=job_id, exit_code=code)
+    except (CliError, RequestRefused, DaemonUnavailable):
+        pass  # the daemon notices on its own that the job ended
+    return code if code >= 0 else 128 - code

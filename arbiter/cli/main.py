@@ -1,0 +1,271 @@
+"""The ``arbiter`` command.  Imports neither the HTTP server nor any plugin up front, so it
+starts fast; commands that need plugins (check, plugins, run, schema) load them when run."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from arbiter import __version__
+from arbiter.cli.client import CliError, Client, node_config
+
+app = typer.Typer(
+    name="arbiter",
+    help="Share one GPU between the programs you protect and other GPU work.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True)
+app.add_typer(job_app, name="job")
+
+ConfigOpt = Annotated[
+    Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
+    typer.Option("--config", "-c", help="node config (default: $ARBITER_CONFIG, ./arbiter.yaml, ~/.config, /etc)"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _fail(exc: CliError) -> typer.Exit:
+    print(f"arbiter: {exc}", file=sys.stderr)
+    return typer.Exit(exc.exit_code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"arbiter {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")] = False,
+) -> None:
+    pass
+
+
+@app.command()
+def run(config: ConfigOpt = None) -> None:
+    """Run the daemon in the foreground (a service manager runs it like this)."""
+    from arbiter.daemon.service import serve
+
+    try:
+        cfg, path = node_config(config)
+        raise typer.Exit(serve(cfg, path))
+    except CliError as exc:
+        raise _fail(exc) from None
+
+
+@app.command()
+def status(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """What runs, what is held and why; tenants and their GPU use."""
+    try:
+        s = Client(config).call("status")["status"]
+    except CliError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        _print_json(s)
+    else:
+        from arbiter.cli.render import print_status
+
+        print_status(_console(), s)
+
+
+@app.command()
+def explain(
+    subject: Annotated[Optional[str], typer.Argument(help="a job id, job name or tenant (rule id)")] = None,  # noqa: UP045
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Why is my job not running?  Every hold with its code and remedy."""
+    from arbiter.transport import RequestRefused
+
+    try:
+        e = Client(config).call("explain", subject=subject)["explain"]
+    except CliError as exc:
+        raise _fail(exc) from None
+    except RequestRefused as exc:
+        raise _fail(CliError(str(exc))) from None
+    if as_json:
+        _print_json(e)
+    else:
+        from arbiter.cli.render import print_explain
+
+        print_explain(_console(), e)
+
+
+@app.command()
+def timeline(
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    limit: Annotated[int, typer.Option(help="how many of the latest entries")] = 50,
+    subject: Annotated[Optional[str], typer.Option(help="only entries about this job or rule")] = None,  # noqa: UP045
+    code: Annotated[Optional[str], typer.Option(help="only entries with this code")] = None,  # noqa: UP045
+) -> None:
+    """What arbiter did and saw, latest last."""
+    try:
+        events = Client(config).call("timeline", limit=limit, subject=subject, code=code)["events"]
+    except CliError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        _print_json(events)
+    else:
+        from arbiter.cli.render import print_timeline
+
+        print_timeline(_console(), events)
+
+
+@app.command()
+def check(
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="rule files or directories (default: tenants_dirs)")] = None,  # noqa: UP045
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate the node config and rule files; exit non-zero on any problem."""
+    from arbiter.cli.checks import run_check
+
+    try:
+        problems, checked = run_check(config, paths or [])
+    except CliError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        _print_json({"checked": checked, "problems": [p.to_dict() for p in problems]})
+    else:
+        for p in problems:
+            print(str(p))
+        print(f"{len(checked)} file(s) checked, {len(problems)} problem(s)", file=sys.stderr)
+    raise typer.Exit(1 if problems else 0)
+
+
+@app.command()
+def schema(
+    what: Annotated[str, typer.Argument(help="node | rule | manifest | control | event | all")] = "all",
+) -> None:
+    """Print JSON Schema for arbiter's files and wire protocol."""
+    from arbiter.config.schemas import SCHEMAS, schema_for
+
+    if what != "all" and what not in SCHEMAS:
+        raise _fail(CliError(f"unknown schema {what!r}; choose one of: {', '.join(SCHEMAS)}, all", 2))
+    _print_json(schema_for(what))
+
+
+@app.command()
+def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """Every plugin, its distribution and the kinds it registered."""
+    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+
+    try:
+        cfg, _ = node_config(config)
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
+    except CliError as exc:
+        raise _fail(exc) from None
+    except PluginLoadError as exc:
+        raise _fail(CliError(str(exc), 2)) from None
+    listing = host.plugins()
+    if as_json:
+        _print_json(listing)
+        return
+    from rich.table import Table
+
+    table = Table(title="Plugins")
+    for col in ("plugin", "distribution", "kinds"):
+        table.add_column(col)
+    for p in listing:
+        table.add_row(p["name"], p["distribution"] or ("blocked" if p.get("blocked") else "(module)"), ", ".join(p["kinds"]))
+    _console().print(table)
+
+
+@app.command("resume-all")
+def resume_all(config: ConfigOpt = None) -> None:
+    """Resume everything a daemon recorded as paused (for a service manager's stop hook)."""
+    from arbiter.daemon.service import resume_recorded
+
+    try:
+        cfg, _ = node_config(config)
+        resumed, failures = resume_recorded(cfg)
+    except CliError as exc:
+        raise _fail(exc) from None
+    print(f"resumed {resumed} item(s)")
+    for failure in failures:
+        print(f"arbiter: could not resume: {failure}", file=sys.stderr)
+    raise typer.Exit(1 if failures else 0)
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option(help="keep the temporary state directory")] = False,
+) -> None:
+    """The whole story in about a minute on any machine (a CPU stands in for the GPU)."""
+    from arbiter.demo.story import run_demo
+
+    raise typer.Exit(run_demo(keep=keep))
+
+
+@job_app.command(
+    "run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def job_run(
+    cmd: Annotated[list[str], typer.Argument(help="the command, after --")],
+    config: ConfigOpt = None,
+    name: Annotated[Optional[str], typer.Option(help="the job name (the kind of work; trust is kept per name)")] = None,  # noqa: UP045
+    manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
+    cooperative: Annotated[bool, typer.Option(help="the job obeys its control document (cooperative_throttle and _pause)")] = False,
+) -> None:
+    """Register a job, wait until it is admitted, run it, exit with its exit code."""
+    from arbiter.cli.jobrun import run_job
+
+    try:
+        raise typer.Exit(run_job(Client(config), list(cmd), name, manifest, cooperative))
+    except CliError as exc:
+        raise _fail(exc) from None
+
+
+def _job_op(op: str, job_id: str, config: str | None) -> None:
+    from arbiter.transport import RequestRefused
+
+    try:
+        Client(config).call(op, id=job_id)
+    except CliError as exc:
+        raise _fail(exc) from None
+    except RequestRefused as exc:
+        raise _fail(CliError(str(exc), 3 if exc.code == "FORBIDDEN" else 1)) from None
+
+
+@job_app.command("stop")
+def job_stop(job_id: str, config: ConfigOpt = None) -> None:
+    """Stop a job: its control document says stop, then it is terminated after a grace period."""
+    _job_op("job.stop", job_id, config)
+
+
+@job_app.command("pause")
+def job_pause(job_id: str, config: ConfigOpt = None) -> None:
+    """Hold one of your jobs until you resume it."""
+    _job_op("job.pause", job_id, config)
+
+
+@job_app.command("resume")
+def job_resume(job_id: str, config: ConfigOpt = None) -> None:
+    """Lift your own hold on a job (arbiter's holds stay)."""
+    _job_op("job.resume", job_id, config)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Human output: rich tables for status, explain and the timeline."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+STATE_STYLE = {"run": "green", "held": "yellow", "paused": "yellow", "stopping": "red"}
+
+
+def _reasons(reasons: list[dict[str, Any]]) -> Text:
+    text = Text()
+    for i, r in enumerate(reasons):
+        if i:
+            text.append("\n")
+        text.append(r["code"], style="bold")
+        text.append(f" {r['message']}")
+        if r.get("remedy"):
+            text.append(f"\n  → {r['remedy']}", style="cyan")
+    return text
+
+
+def jobs_table(jobs: list[dict[str, Any]]) -> Table:
+    table = Table(title="Jobs", expand=True)
+    for col in ("job", "state", "duty", "gpu", "pids", "why"):
+        table.add_column(col, overflow="fold")
+    for j in jobs:
+        state = j["state"] + (f" ({j['via']})" if j.get("via") else "")
+        table.add_row(
+            j["id"],
+            Text(state, style=STATE_STYLE.get(j["state"], "")),
+            f"{j['duty']:.2f}",
+            j["use"],
+            " ".join(map(str, j["pids"][:6])) + (" …" if len(j["pids"]) > 6 else ""),
+            _reasons(j["reasons"]),
+        )
+    if not jobs:
+        table.add_row("(none)", "", "", "", "", "")
+    return table
+
+
+def rules_table(rules: list[dict[str, Any]]) -> Table:
+    table = Table(title="Tenants", expand=True)
+    for col in ("rule", "prio", "protected", "running", "GPU", "uses GPU", "phases", "holds"):
+        table.add_column(col, overflow="fold")
+    for r in rules:
+        share = "unreadable" if r["gpu_share"] is None else f"{100 * r['gpu_share']:.0f}%"
+        phases = ", ".join(p["phase"] + ("" if p["readable"] else " (unreadable)") for p in r["phases"]) or "-"
+        using = "yes" + (f" {r['using_for_s']:.0f}s" if r.get("using_for_s") else "") if r["using_gpu"] else "no"
+        table.add_row(
+            r["id"],
+            str(r["priority"]),
+            "yes" if r["protected"] else "no",
+            f"yes ({len(r['pids'])})" if r["running"] else "no",
+            share,
+            using,
+            phases,
+            ", ".join(h["code"] for h in r["holds"]) or "-",
+        )
+    return table
+
+
+def status_renderable(s: dict[str, Any]) -> Group:
+    head = Text()
+    head.append(f"arbiter {s['version']}", style="bold")
+    head.append(f"  gpu_jobs: {s['gpu_jobs']}  tick: {s['tick_s']:g}s  up {s['uptime_s']:.0f}s\n")
+    reader = s["reader"]
+    head.append(f"reader: {reader['name'] or 'none'}" + (f" ({reader['why']})" if reader["why"] else ""))
+    head.append(f"  processes: {s['processes']}  scan: {s['scan_ms']} ms")
+    fp = s["fast_path"]
+    if fp["count"]:
+        head.append(f"\nfast path: {fp['count']} phase changes, p50 {fp['p50_ms']} ms, p99 {fp['p99_ms']} ms")
+    parts: list[Any] = [head, rules_table(s["rules"]), jobs_table(s["jobs"])]
+    for notice in s["notices"]:
+        parts.append(Text(f"{notice['code']}: {notice['message']} → {notice['remedy']}", style="red"))
+    for file, problems in s.get("problems", {}).items():
+        parts.append(Text(f"{file}: {problems[0]}", style="red"))
+    if s["recorder"]["failures"]:
+        parts.append(Text(f"recording failed {s['recorder']['failures']}x: {s['recorder']['last_error']}", style="red"))
+    return Group(*parts)
+
+
+def print_status(console: Console, s: dict[str, Any]) -> None:
+    console.print(status_renderable(s))
+
+
+def print_explain(console: Console, e: dict[str, Any]) -> None:
+    items = e["items"]
+    jobs = [i for i in items if i["kind"] == "job"]
+    rules = [i for i in items if i["kind"] == "rule"]
+    for notice in e["notices"]:
+        console.print(Text(f"{notice['code']}: {notice['message']}\n  → {notice['remedy']}", style="red"))
+    if e["subject"] == "node" and not jobs:
+        console.print("No jobs are registered. Start one with `arbiter job run -- CMD`.")
+    for j in jobs:
+        title = Text(f"{j['id']} ", style="bold")
+        verb = {"run": "runs", "held": "waits (not started)", "paused": f"is paused ({j['via']})", "stopping": "is stopping"}
+        title.append(verb.get(j["state"], j["state"]), style=STATE_STYLE.get(j["state"], ""))
+        if j["state"] == "run":
+            title.append(f" at duty {j['duty']:.2f}")
+        console.print(title)
+        if j["reasons"]:
+            console.print(_reasons(j["reasons"]))
+        elif j["state"] == "run":
+            console.print("  nothing holds it")
+    for r in rules:
+        line = Text(f"tenant {r['id']}", style="bold")
+        line.append(f" ({'protected' if r['protected'] else 'not protected'}, priority {r['priority']}): ")
+        line.append("running" if r["running"] else "not running")
+        if r["running"]:
+            share = "unreadable" if r["gpu_share"] is None else f"{100 * r['gpu_share']:.0f}%"
+            line.append(f", GPU {share}" + (f" ({r['gpu_why']})" if r["gpu_why"] else ""))
+        if r["using_gpu"]:
+            line.append(", counts as using the GPU")
+        console.print(line)
+        for f in r["faults"]:
+            console.print(Text(f"  fault: {f}", style="red"))
+        if e["subject"] != "node" and r["holds"]:
+            console.print(_reasons(r["holds"]))
+
+
+def print_timeline(console: Console, events: list[dict[str, Any]]) -> None:
+    table = Table(title="Timeline", expand=True)
+    for col in ("time", "code", "subject", "message"):
+        table.add_column(col, overflow="fold")
+    for e in events:
+        stamp = time.strftime("%H:%M:%S", time.localtime(e["t"])) + f".{int(e['t'] * 1000) % 1000:03d}"
+        table.add_row(stamp, e["code"], e["subject"], e["message"])
+    console.print(table)

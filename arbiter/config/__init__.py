@@ -1,0 +1,1 @@
+"""Configuration: models (:mod:`.models`), loading with positions (:mod:`.loader`)."""

@@ -1,0 +1,1 @@
+"""The imperative shell: threads, plugins, SQLite, the socket (see :mod:`.core`)."""

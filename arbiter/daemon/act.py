@@ -1,0 +1,171 @@
+"""Applying actions through translators, and remembering what is paused.
+
+Every pause is written to the journal before it happens, so a daemon killed at any moment
+leaves a record from which the next start (or ``arbiter resume-all``) resumes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from arbiter.config.models import NodeConfig
+from arbiter.engine.types import Action
+from arbiter.plugin import ControlUpdate, JobTarget, PluginContext, ProcessRef, Translator
+from arbiter.pluginmanager import PluginFailed, PluginHost
+from arbiter.store import PausedEntry, PausedJournal
+
+ACTION_NEEDS = {"pause": "pause", "resume": "pause", "control": "control", "terminate": "terminate", "kill": "terminate"}
+#: called with (op, entry) after each change to the paused set, to persist it off this thread
+Persist = Callable[[str, PausedEntry], None]
+
+
+@dataclass
+class ActResult:
+    action: Action
+    ok: bool
+    detail: str = ""
+
+
+def make_translators(config: NodeConfig, host: PluginHost) -> dict[str, tuple[str, Translator]]:
+    """Per need (pause, control, terminate), the translator that serves it.
+
+    ``translators:`` in the node config names kinds in order; otherwise every installed
+    translator that declares the action, in name order.  The first that says it is
+    available here wins.
+    """
+    context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid())
+    chosen: dict[str, tuple[str, Translator]] = {}
+    made: dict[str, Translator] = {}
+    for need in ("pause", "control", "terminate"):
+        names = config.translators.get(need) or [
+            n for n in host.kind_names("translators") if need in host.kinds["translators"][n].cls.actions  # type: ignore[attr-defined]
+        ]
+        for name in names:
+            info = host.kind("translators", name)
+            if info is None or need not in info.cls.actions:  # type: ignore[attr-defined]
+                continue
+            try:
+                if name not in made:
+                    made[name] = host.call(f"translators/{name}", info.cls, info.cls.Options(), context)  # type: ignore[attr-defined]
+                ok, _why = host.call(f"translators/{name}", made[name].available)
+            except PluginFailed:
+                continue
+            if ok:
+                chosen[need] = (name, made[name])
+                break
+    return chosen
+
+
+class Actuator:
+    def __init__(self, host: PluginHost, translators: dict[str, tuple[str, Translator]], journal: PausedJournal, persist: Persist) -> None:
+        self.host = host
+        self.translators = translators
+        self.journal = journal
+        self.persist = persist
+        self.paused: dict[tuple[str, str, int], PausedEntry] = {}
+
+    def _translator(self, op: str) -> tuple[str, Translator]:
+        need = ACTION_NEEDS[op]
+        if need not in self.translators:
+            raise PluginFailed(f"translators ({need})", f"no installed translator can {need} here")
+        return self.translators[need]
+
+    def _note(self, op: str, entry: PausedEntry) -> None:
+        if op == "pause":
+            self.journal.append("pause", entry)
+            self.paused[entry.key] = entry
+        else:
+            self.paused.pop(entry.key, None)
+            self.journal.append("resume", entry)
+        self.persist(op, entry)
+
+    def tree_paused(self, job_id: str) -> list[PausedEntry]:
+        return [e for e in self.paused.values() if e.job_id == job_id and e.how == "tree"]
+
+    def apply(self, action: Action, target: JobTarget, seq: int) -> ActResult:
+        try:
+            if action.op == "pause":
+                self.pause_tree(target)
+            elif action.op == "resume":
+                self.resume_entries(self.tree_paused(action.job_id))
+            elif action.op == "control":
+                self.control(target, ControlUpdate(action.state or "run", action.duty, action.reason), seq)
+            elif action.op in ("terminate", "kill"):
+                name, translator = self._translator(action.op)
+                self.host.call(f"translators/{name}", getattr(translator, action.op), target)
+        except PluginFailed as exc:
+            return ActResult(action, False, str(exc))
+        return ActResult(action, True)
+
+    def pause_tree(self, target: JobTarget) -> None:
+        """Pause the processes of ``target`` not paused yet (new children too)."""
+        done = {e.pid for e in self.tree_paused(target.job_id)}
+        fresh = tuple(r for r in target.processes if r.pid not in done)
+        if not fresh:
+            return
+        name, translator = self._translator("pause")
+        entries = [PausedEntry(target.job_id, "tree", r.pid, r.start_time, name) for r in fresh]
+        for entry in entries:  # recorded before the pause: a crash in between must not leave it frozen
+            self.journal.append("pause", entry)
+        paused = self.host.call(f"translators/{name}", translator.pause, JobTarget(**{**target.__dict__, "processes": fresh}))
+        stopped = {r.pid for r in paused}
+        for entry in entries:
+            if entry.pid in stopped:
+                self.paused[entry.key] = entry
+                self.persist("pause", entry)
+            else:
+                self.journal.append("resume", entry)
+
+    def resume_entries(self, entries: Iterable[PausedEntry]) -> list[str]:
+        """Resume what was paused; returns what could not be (and why)."""
+        failures = []
+        tree = [e for e in entries if e.how == "tree"]
+        control = [e for e in entries if e.how == "control"]
+        if tree:
+            try:
+                name, translator = self._translator("pause")
+                self.host.call(f"translators/{name}", translator.resume, [ProcessRef(e.pid, e.start_time) for e in tree])
+                for e in tree:
+                    self._note("resume", e)
+            except PluginFailed as exc:
+                failures.append(str(exc))
+        for e in control:
+            try:
+                target = JobTarget(e.job_id, "", (ProcessRef(e.pid, e.start_time),), e.control_path, cooperative=True)
+                name, translator = self._translator("control")
+                seq = _next_seq(e.control_path)
+                self.host.call(f"translators/{name}", translator.control, target, ControlUpdate("run", 1.0, "arbiter resumed it"), seq)
+                self._note("resume", e)
+            except PluginFailed as exc:
+                failures.append(str(exc))
+        return failures
+
+    def control(self, target: JobTarget, update: ControlUpdate, seq: int) -> None:
+        name, translator = self._translator("control")
+        root = target.processes[0] if target.processes else ProcessRef(0, 0.0)
+        entry = PausedEntry(target.job_id, "control", root.pid, root.start_time, name, target.control_path)
+        if update.state == "paused":
+            self._note("pause", entry)
+        self.host.call(f"translators/{name}", translator.control, target, update, seq)
+        if update.state != "paused":
+            for e in [e for e in self.paused.values() if e.job_id == target.job_id and e.how == "control"]:
+                self._note("resume", e)
+
+    def forget_job(self, job_id: str) -> None:
+        """A job ended: nothing of it stays paused."""
+        for e in [e for e in self.paused.values() if e.job_id == job_id]:
+            self._note("resume", e)
+
+
+def _next_seq(control_path: str | None) -> int:
+    """A sequence number above the one in the document (resume-all runs without the registry)."""
+    if not control_path:
+        return 1
+    try:
+        with open(control_path) as fh:
+            return int(json.load(fh).get("seq", 0)) + 1
+    except (OSError, ValueError, AttributeError):
+        return 1_000_000

@@ -1,0 +1,407 @@
+"""The daemon: observe → decide → act → record, on the tick and on the fast path.
+
+Threads and what they may do:
+
+- ``tick``: process table, matching, readers, rule-file reloads (slow), then hands a
+  :class:`TickView` to the decision thread;
+- ``decide`` (the fast path): takes tick views, source changes and job changes from its
+  inbox, re-decides from the last view with only what changed, acts through translators and
+  hands timeline entries to the recorder.  Nothing slow runs here;
+- ``recorder``: SQLite commits and timeline observers;
+- the socket and HTTP servers answer from the last published snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import secrets
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from arbiter import __version__
+from arbiter.config.models import Manifest, NodeConfig
+from arbiter.daemon.act import Actuator, make_translators
+from arbiter.daemon.jobs import JobRegistry
+from arbiter.daemon.observe import Observer, TickView
+from arbiter.daemon.recorder import Recorder
+from arbiter.daemon.rules import RuleBook
+from arbiter.engine import codes
+from arbiter.engine.decide import decide
+from arbiter.engine.types import Decision, EngineState, Observation, PhaseObs, Policy
+from arbiter.plugin import JobTarget, ProcessRef, SourceState
+from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
+from arbiter.store import JobRecord, PausedJournal, Store
+from arbiter.transport import SocketServer
+
+log = logging.getLogger("arbiter.daemon")
+
+DAEMON_FILE = "daemon.json"
+SOCKET_FILE = "arbiter.sock"
+TOKEN_FILE = "token"
+LATENCY_WINDOW = 1000
+
+
+def platform_name() -> str:
+    return {"darwin": "darwin", "win32": "windows"}.get(sys.platform, "linux")
+
+
+@dataclass
+class Snapshot:
+    """What the last decision saw and said; replaced whole after every decision."""
+
+    decision: Decision | None = None
+    view: TickView | None = None
+    jobs: list[JobRecord] = field(default_factory=list)
+    phases: dict[str, list[PhaseObs]] = field(default_factory=dict)
+    decided_at: float = 0.0
+
+
+class Daemon:
+    def __init__(self, config: NodeConfig, config_path: Path | None = None, host: PluginHost | None = None) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.host = host or build_plugin_manager(config.plugins, config.disable_plugins, timeout_s=config.plugin_timeout_s)
+        self.state_dir = config.state_path()
+        self.uid = os.geteuid()
+        self.started_wall = time.time()
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._engine_state = EngineState()
+        self._policy = Policy()
+        self._view: TickView | None = None
+        self._phases: dict[str, list[PhaseObs]] = {}
+        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.snapshot = Snapshot()
+        self.http_url = ""
+        self._http: Any = None
+        self._socket: SocketServer | None = None
+
+    # --- start and stop -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o755)
+        self.store = Store(self.state_dir / "state.db")
+        self.recorder = Recorder(self.store, self._observe_event)
+        self.recorder.start()
+        journal_path = self.state_dir / "paused.journal"
+        translators = make_translators(self.config, self.host)
+        recovered = {**{e.key: e for e in self.store.paused()}, **PausedJournal.replay(journal_path)}
+        self.journal = PausedJournal(journal_path)
+        self.actuator = Actuator(self.host, translators, self.journal, self.recorder.paused)
+        if recovered:
+            # a previous daemon died holding these: never leave work frozen
+            self.actuator.paused.update(recovered)
+            failures = self.actuator.resume_entries(list(recovered.values()))
+            self.recorder.event(
+                codes.JOB_RESUMED, "node", f"resumed {len(recovered)} paused item(s) left by a previous daemon",
+                {"failures": failures},
+            )
+        self.store.clear_paused()
+        self.journal.truncate()
+
+        self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
+        self.jobs.load(self.store)
+        self.rulebook = RuleBook(self.config, self.host, self.store, self._on_source, self._record)
+        self.rulebook.load()
+        self._policy = self.rulebook.policy(self._base_policy())
+        self.observer = Observer(self.config, self.host)
+        token_path = self.state_dir / TOKEN_FILE
+        if not token_path.exists():
+            fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(32))
+        os.chmod(token_path, 0o600)
+        self.token = token_path.read_text().strip()
+
+        self._spawn("decide", self._decide_loop)
+        self._tick_once()  # the first decision waits for a full view
+        self._spawn("tick", self._tick_loop)
+        self._socket = SocketServer(self.state_dir / SOCKET_FILE, self.dispatch)
+        self._socket.start()
+        if self.config.http.enabled:
+            self._start_http()
+        self._write_daemon_file()
+        self._record(codes.DAEMON_STARTED, "node", f"arbiter {__version__} started (pid {os.getpid()})", {"config": str(self.config_path or "")})
+
+    def _spawn(self, name: str, target: Any) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _start_http(self) -> None:
+        from arbiter.http.server import HttpServer  # the CLI never pays for importing it
+
+        try:
+            self._http = HttpServer(self, self.config.http.host, self.config.http.port)
+            self.http_url = self._http.start()
+        except Exception as exc:  # a port in use must not stop protection
+            self._record(codes.PLUGIN_FAILED, "http", f"HTTP listener did not start: {exc}", {"listen": self.config.http.listen})
+            self._http = None
+
+    def _write_daemon_file(self) -> None:
+        info = {
+            "pid": os.getpid(),
+            "socket": str(self.state_dir / SOCKET_FILE),
+            "http": self.http_url,
+            "version": __version__,
+            "state_dir": str(self.state_dir),
+            "started": self.started_wall,
+        }
+        tmp = self.state_dir / f".{DAEMON_FILE}.tmp"
+        tmp.write_text(json.dumps(info))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.state_dir / DAEMON_FILE)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._inbox.put(("stop", None))
+
+    def request_reload(self) -> None:
+        self._inbox.put(("reload", None))
+
+    def notify_jobs(self) -> None:
+        """The registry changed: decide again now rather than at the next tick."""
+        self._inbox.put(("jobs", None))
+
+    def shutdown(self) -> None:
+        """Resume everything, write every job's control document back to run, and exit."""
+        self.request_stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self._socket:
+            self._socket.close()
+        if self._http:
+            self._http.stop()
+        failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
+        self._record(codes.DAEMON_STOPPED, "node", "arbiter stopped; paused work resumed", {"failures": failures})
+        self.rulebook.close()
+        self.observer.close()
+        self.recorder.close()
+        self.journal.truncate()
+        self.journal.close()
+        self.store.close()
+        self.host.close()
+        try:
+            (self.state_dir / DAEMON_FILE).unlink()
+        except FileNotFoundError:
+            pass
+
+    # --- recording ------------------------------------------------------------------------------
+
+    def _record(self, code: str, subject: str, message: str, data: dict[str, Any] | None = None) -> None:
+        self.recorder.event(code, subject, message, data)
+
+    def _observe_event(self, event: dict[str, Any]) -> None:
+        self.host.hook.arbiter_timeline_event(event=event)
+
+    def _persist_job(self, record: JobRecord) -> None:
+        snapshot = replace(record)
+        self.recorder.write(lambda db: Store.put_job(db, snapshot))
+
+    def _base_policy(self) -> Policy:
+        c = self.config
+        return Policy(gpu_jobs=c.gpu_jobs, busy_threshold=c.gpu_busy_threshold, release_after_s=c.gpu_release_after_s, stop_grace_s=c.stop_grace_s)
+
+    # --- the tick -------------------------------------------------------------------------------
+
+    def _tick_loop(self) -> None:
+        while not self._stop.wait(self.config.tick_s):
+            try:
+                self._tick_once()
+            except Exception as exc:  # the loop goes on whatever one tick met
+                log.exception("tick failed")
+                self._record(codes.PLUGIN_FAILED, "node", f"a tick failed: {type(exc).__name__}: {exc}")
+
+    def _tick_once(self) -> None:
+        if self.rulebook.changed():
+            self._reload_rules()
+        view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
+        self._reap(view)
+        self._inbox.put(("tick", view))
+
+    def _reload_rules(self) -> None:
+        self.rulebook.load()
+        self._inbox.put(("policy", self.rulebook.policy(self._base_policy())))
+
+    def _reap(self, view: TickView) -> None:
+        """Jobs whose launcher and processes are gone have ended."""
+        for record in self.jobs.active():
+            launcher_gone = record.launcher_pid not in view.alive
+            if record.root_pid is None and launcher_gone:
+                self.end_job(record, None, "its launcher went away before it started")
+            elif record.root_pid is not None and launcher_gone and not view.job_processes.get(record.id):
+                self.end_job(record, None, "its processes are gone")
+
+    def end_job(self, record: JobRecord, exit_code: int | None, why: str) -> None:
+        self.jobs.update(record.id, state="ended", ended=time.time(), exit_code=exit_code)
+        self._inbox.put(("ended", record.id))
+        self._record(codes.JOB_EXITED, record.id, f"job {record.name} ended: {why}", {"exit_code": exit_code})
+
+    # --- the decision thread (fast path) --------------------------------------------------------
+
+    def _on_source(self, rule_id: str, index: int, state: SourceState) -> None:
+        """Called from a source's own thread: hand over and return."""
+        self._inbox.put(("source", (rule_id, index, state)))
+
+    def _decide_loop(self) -> None:
+        while True:
+            item = self._inbox.get()
+            batch = [item]
+            while True:
+                try:
+                    batch.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            triggered_at: list[float] = []
+            immediate = False
+            for kind, payload in batch:
+                if kind == "stop":
+                    return
+                if kind == "tick":
+                    self._view = payload
+                elif kind == "policy":
+                    self._policy = payload
+                elif kind == "reload":
+                    self._spawn("reload", self._reload_rules)
+                elif kind == "ended":
+                    self.actuator.forget_job(payload)
+                elif kind == "source":
+                    rule_id, index, state = payload
+                    if self._apply_source(rule_id, index, state):
+                        triggered_at.append(state.changed_at)
+                        live = self.rulebook.live.get(rule_id)
+                        immediate = immediate or bool(live and live.rule.immediate)
+            if self._view is None:
+                continue
+            only_sources = all(kind == "source" for kind, _ in batch)
+            if only_sources and not immediate:
+                continue  # a rule that is not immediate waits for the tick
+            try:
+                self._decide_and_act("watch" if only_sources else "tick", triggered_at)
+            except Exception as exc:
+                log.exception("decision failed")
+                self._record(codes.PLUGIN_FAILED, "node", f"a decision failed: {type(exc).__name__}: {exc}")
+
+    def _apply_source(self, rule_id: str, index: int, state: SourceState) -> bool:
+        """Lay a source's new state over the last view; True when a phase changed."""
+        if index < 0:
+            return False  # progress counts matter to the governor, not to admission
+        phases = self._phases.setdefault(rule_id, [])
+        while len(phases) <= index:
+            phases.append(PhaseObs(readable=False, why="not read yet"))
+        new = PhaseObs(state.readable, state.phase, state.why, state.needs_helper, "watch", state.changed_at)
+        old = phases[index]
+        phases[index] = new
+        return (old.readable, old.phase) != (new.readable, new.phase)
+
+    def _refresh_phases(self) -> None:
+        """On the tick, read every phase source's current state (cheap: no I/O in state())."""
+        for rid, live in self.rulebook.live.items():
+            current = self._phases.setdefault(rid, [])
+            for i, source in enumerate(live.phases):
+                while len(current) <= i:
+                    current.append(PhaseObs(readable=False, why="not read yet"))
+                if source is None:
+                    current[i] = PhaseObs(readable=False, why="its source plugin failed")
+                    continue
+                try:
+                    st = source.state()
+                except Exception as exc:
+                    current[i] = PhaseObs(readable=False, why=f"{type(exc).__name__}: {exc}")
+                    continue
+                if (st.readable, st.phase) != (current[i].readable, current[i].phase):
+                    current[i] = PhaseObs(st.readable, st.phase, st.why, st.needs_helper, "tick", st.changed_at)
+
+    def _observation(self, view: TickView, now: float) -> Observation:
+        rules = {}
+        for rid, ro in view.rules.items():
+            faults = ro.faults + view.faults
+            rules[rid] = replace(ro, phases=tuple(self._phases.get(rid, ())), faults=faults)
+        return Observation(
+            now=now,
+            rules=rules,
+            jobs=self.jobs.observations(view.job_processes, now),
+            invalid_files=tuple(self.rulebook.invalid_files),
+            reader_ok=bool(view.reader),
+            reader_why=view.reader_why,
+        )
+
+    def _target(self, record: JobRecord, view: TickView) -> JobTarget:
+        refs = view.job_processes.get(record.id) or ()
+        if not refs and record.root_pid is not None and record.root_start is not None:
+            refs = (ProcessRef(record.root_pid, record.root_start),)
+        manifest = Manifest.model_validate(record.manifest)
+        cooperative = bool({"cooperative_pause", "cooperative_throttle"} & set(manifest.capabilities))
+        return JobTarget(record.id, record.name, tuple(refs), record.control_path, cooperative)
+
+    def _decide_and_act(self, seen_by: str, triggered_at: list[float]) -> None:
+        view = self._view
+        assert view is not None
+        if seen_by == "tick":
+            self._refresh_phases()
+        now = time.monotonic()
+        obs = self._observation(view, now)
+        decision = decide(obs, self._engine_state, self._policy, now)
+        records = {r.id: r for r in self.jobs.active()}
+        failures: list[tuple[str, str]] = []
+        for action in decision.actions:
+            record = records.get(action.job_id)
+            if record is None:
+                continue
+            seq = record.seq + 1
+            result = self.actuator.apply(action, self._target(record, view), seq)
+            if action.op == "control":
+                self.jobs.update(record.id, seq=seq)
+            if not result.ok:
+                failures.append((action.job_id, f"{action.op} failed: {result.detail}"))
+        for jid, verdict in decision.jobs.items():
+            if verdict.state == "paused" and verdict.via == "tree" and jid in records:
+                try:
+                    self.actuator.pause_tree(self._target(records[jid], view))  # children born since
+                except PluginFailed as exc:
+                    failures.append((jid, f"pause failed: {exc}"))
+        acted = time.monotonic()
+        latency_ms = [(acted - t) * 1000 for t in triggered_at if t > 0]
+        self._latencies.extend(latency_ms)
+        self._engine_state = decision.state
+        self.snapshot = Snapshot(decision, view, list(records.values()), {k: list(v) for k, v in self._phases.items()}, time.time())
+        with self.jobs.changed:
+            self.jobs.changed.notify_all()
+        # recording comes after the signals are sent
+        for event in decision.events:
+            data = dict(event.data)
+            if latency_ms and event.code.startswith("PROTECTION_PHASE"):
+                data["latency_ms"] = round(max(latency_ms), 3)
+            self._record(event.code, event.subject, event.message, data)
+        for job_id, message in failures:
+            self._record(codes.PLUGIN_FAILED, job_id, message)
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def dispatch(self, op: str, args: dict[str, Any], peer: tuple[int, int]) -> dict[str, Any]:
+        from arbiter.daemon.requests import handle
+
+        return handle(self, op, args, peer)
+
+    def latency_figures(self) -> dict[str, Any]:
+        values = sorted(self._latencies)
+        if not values:
+            return {"count": 0, "p50_ms": None, "p99_ms": None}
+
+        def pct(p: float) -> float:
+            return round(values[min(len(values) - 1, int(p * len(values)))], 3)
+
+        return {"count": len(values), "p50_ms": pct(0.50), "p99_ms": pct(0.99)}

@@ -1,0 +1,118 @@
+"""The job registry: jobs known to the daemon, shared by the socket threads and the
+decision thread behind one lock, persisted through the recorder."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from arbiter.config.models import Manifest
+from arbiter.engine.types import JobObs
+from arbiter.plugin import ProcessRef
+from arbiter.store import JobRecord, Store
+
+Persist = Callable[[JobRecord], None]
+
+
+def to_monotonic(wall: float | None, now_wall: float, now_mono: float) -> float | None:
+    return None if wall is None else now_mono - (now_wall - wall)
+
+
+class JobRegistry:
+    def __init__(self, jobs_dir: Path, persist: Persist, platform: str) -> None:
+        self.jobs_dir = jobs_dir
+        self.persist = persist
+        self.platform = platform
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)  # notified after every decision
+        self.records: dict[str, JobRecord] = {}
+
+    def load(self, store: Store) -> None:
+        with self.lock:
+            for record in store.jobs():
+                self.records[record.id] = record
+
+    def register(
+        self, owner_uid: int, manifest: Manifest, cmd: list[str], launcher_pid: int, launcher_start: float
+    ) -> JobRecord:
+        job_id = f"{manifest.name}-{secrets.token_hex(3)}"
+        directory = self.jobs_dir / job_id
+        directory.mkdir(parents=True, mode=0o755)
+        events = directory / "events.jsonl"
+        events.touch(mode=0o644)
+        if os.geteuid() == 0 and owner_uid != 0:
+            os.chown(events, owner_uid, -1)  # the job writes its events as its owner
+        record = JobRecord(
+            id=job_id,
+            owner_uid=owner_uid,
+            name=manifest.name,
+            manifest=manifest.model_dump(mode="json"),
+            cmd=cmd,
+            launcher_pid=launcher_pid,
+            launcher_start=launcher_start,
+            control_path=str(directory / "control.json"),
+            events_path=str(events),
+            submitted=time.time(),
+        )
+        with self.lock:
+            self.records[job_id] = record
+        self.persist(record)
+        return record
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self.lock:
+            return self.records.get(job_id)
+
+    def find(self, key: str) -> list[JobRecord]:
+        """Jobs by id, or by name (several runs may share one)."""
+        with self.lock:
+            if key in self.records:
+                return [self.records[key]]
+            return [r for r in self.records.values() if r.name == key]
+
+    def active(self) -> list[JobRecord]:
+        with self.lock:
+            return [r for r in self.records.values() if r.state != "ended"]
+
+    def update(self, job_id: str, **fields: Any) -> JobRecord | None:
+        with self.lock:
+            record = self.records.get(job_id)
+            if record is None:
+                return None
+            for key, value in fields.items():
+                setattr(record, key, value)
+            if record.state == "ended":
+                self.records.pop(job_id)
+        self.persist(record)
+        return record
+
+    def observations(self, processes: Mapping[str, tuple[ProcessRef, ...]], now_mono: float) -> dict[str, JobObs]:
+        now_wall = time.time()
+        out = {}
+        with self.lock:
+            records = list(self.records.values())
+        for r in records:
+            manifest = Manifest.model_validate(r.manifest)
+            gpu = manifest.gpu_for(self.platform)
+            pids = tuple(ref.pid for ref in processes.get(r.id, ()))
+            if not pids and r.root_pid is not None:
+                pids = (r.root_pid,)  # started since the last scan
+            out[r.id] = JobObs(
+                job_id=r.id,
+                name=r.name,
+                owner_uid=r.owner_uid,
+                use=gpu.use,
+                capabilities=frozenset(manifest.capabilities),
+                max_duty=gpu.max_duty,
+                started=r.root_pid is not None,
+                pids=pids,
+                submitted_at=to_monotonic(r.submitted, now_wall, now_mono) or 0.0,
+                user_hold=r.user_hold,
+                stop_requested_at=to_monotonic(r.stop_requested, now_wall, now_mono),
+            )
+        return out

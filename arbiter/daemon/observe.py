@@ -1,0 +1,194 @@
+"""The slow half of observing, run on the tick: processes, who they belong to, GPU time."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from arbiter.config.models import KindBlock, NodeConfig
+from arbiter.daemon.rules import RuleBook
+from arbiter.engine.types import RuleObs
+from arbiter.engine.usage import BusyCounters, busy_share
+from arbiter.plugin import GpuReading, PluginContext, ProcessInfo, ProcessRef, Reader
+from arbiter.pluginmanager import PluginFailed, PluginHost
+from arbiter.store import JobRecord
+
+
+@dataclass(frozen=True)
+class TickView:
+    """What one tick saw, before sources' phases are laid over it."""
+
+    now: float
+    rules: Mapping[str, RuleObs]
+    job_processes: Mapping[str, tuple[ProcessRef, ...]]  # job id → its process tree, root first
+    job_busy: Mapping[str, float | None]  # job id → measured busy share
+    alive: frozenset[int]  # every pid in the table, to notice vanished launchers
+    reader: str  # the reader that read, or "" when none could
+    reader_why: str
+    table_size: int
+    scan_s: float
+    faults: tuple[str, ...] = ()
+    vram: Mapping[str, int | None] = field(default_factory=dict)
+
+
+def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, list[int]]:
+    """root → [root, every descendant] (breadth first), from one process table."""
+    children: dict[int, list[int]] = {}
+    for p in table:
+        children.setdefault(p.ppid, []).append(p.pid)
+    out: dict[int, list[int]] = {}
+    for root in roots:
+        order, queue, seen = [], [root], {root}
+        while queue:
+            pid = queue.pop(0)
+            order.append(pid)
+            for child in children.get(pid, ()):
+                if child not in seen:
+                    seen.add(child)
+                    queue.append(child)
+        out[root] = order
+    return out
+
+
+class Observer:
+    def __init__(self, config: NodeConfig, host: PluginHost) -> None:
+        self.config = config
+        self.host = host
+        self.readers: list[tuple[str, Reader | None, str]] = []
+        context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid())
+        blocks = config.reader_blocks() or [
+            KindBlock(kind=name) for name in host.kind_names("readers") if not host.kinds["readers"][name].cls.stand_in  # type: ignore[attr-defined]
+        ]
+        for block in blocks:
+            info = host.kind("readers", block.kind)
+            if info is None:
+                self.readers.append((block.kind, None, "no installed plugin registers this reader"))
+                continue
+            if info.cls.stand_in and not config.stand_in_gpu:  # type: ignore[attr-defined]
+                self.readers.append((block.kind, None, "a stand-in reader counts only with stand_in_gpu: true"))
+                continue
+            try:
+                options = info.cls.Options.model_validate(block.options())  # type: ignore[attr-defined]
+                self.readers.append((block.kind, host.call(f"readers/{block.kind}", info.cls, options, context), ""))
+            except (PluginFailed, ValueError) as exc:
+                self.readers.append((block.kind, None, str(exc)))
+        self._prev: GpuReading | None = None
+        self._prev_reader = ""
+
+    def process_table(self) -> list[ProcessInfo]:
+        table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table())
+        if table is None:
+            raise PluginFailed("process table", "no installed plugin provides arbiter_process_table")
+        return list(table)
+
+    def _read_gpu(self, pids: set[int]) -> tuple[str, GpuReading | None, str]:
+        whys = []
+        for name, reader, why in self.readers:
+            if reader is None:
+                whys.append(f"{name}: {why}")
+                continue
+            try:
+                reading = self.host.call(f"readers/{name}", reader.read, pids)
+            except PluginFailed as exc:
+                whys.append(f"{name}: {exc.why}")
+                continue
+            if reading.readable:
+                return name, reading, reading.why
+            whys.append(f"{name}: {reading.why or 'cannot read'}")
+        return "", None, "; ".join(whys) or "no reader configured (readers: in arbiter.yaml)"
+
+    def observe(self, rulebook: RuleBook, jobs: Sequence[JobRecord], own_pids: Iterable[int]) -> TickView:
+        started = time.monotonic()
+        faults: list[str] = []
+        try:
+            table = self.process_table()
+        except PluginFailed as exc:
+            table = []
+            faults.append(str(exc))
+        by_pid = {p.pid: p for p in table}
+        roots = {j.id: j.root_pid for j in jobs if j.root_pid is not None}
+        trees = descendants(table, roots.values())
+        job_processes: dict[str, tuple[ProcessRef, ...]] = {}
+        fleet: set[int] = set(own_pids) | {j.launcher_pid for j in jobs}
+        for job in jobs:
+            root = roots.get(job.id)
+            info = by_pid.get(root) if root is not None else None
+            if info is None or abs(info.start_time - (job.root_start or 0.0)) > 0.01:
+                job_processes[job.id] = ()
+                continue
+            refs = tuple(by_pid[p].ref for p in trees[root] if p in by_pid)
+            job_processes[job.id] = refs
+            fleet.update(r.pid for r in refs)
+
+        # each process belongs to the first rule that claims it, highest priority first
+        claimed: set[int] = set(fleet)
+        rule_pids: dict[str, frozenset[int]] = {}
+        rule_faults: dict[str, list[str]] = {}
+        candidates = [p for p in table if p.pid not in claimed]
+        for live in rulebook.ordered():
+            rid = live.rule.id
+            rule_faults[rid] = list(live.faults)
+            if live.matcher is None:
+                rule_pids[rid] = frozenset()
+                continue
+            try:
+                chosen = self.host.call(f"matchers/{live.rule.match.kind}", live.matcher.select, candidates)
+            except PluginFailed as exc:
+                rule_faults[rid].append(str(exc))
+                chosen = set()
+            mine = frozenset(p for p in chosen if p not in claimed)
+            claimed.update(mine)
+            rule_pids[rid] = mine
+            candidates = [p for p in candidates if p.pid not in mine]
+
+        wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
+        reader_name, reading, reader_why = self._read_gpu(wanted)
+        before: BusyCounters | None = None
+        if reading is not None and self._prev is not None and self._prev_reader == reader_name:
+            before = {pid: pg.busy_ns for pid, pg in self._prev.processes.items()}
+        after: BusyCounters = {pid: pg.busy_ns for pid, pg in reading.processes.items()} if reading else {}
+
+        def share(pids: Iterable[int]) -> float | None:
+            if reading is None or self._prev is None:
+                return None
+            return busy_share(before, self._prev.at_ns, after, reading.at_ns, set(pids))
+
+        rules: dict[str, RuleObs] = {}
+        for live in rulebook.ordered():
+            rid = live.rule.id
+            pids = rule_pids[rid]
+            running = bool(pids)
+            gpu_share = share(pids) if running else 0.0
+            why = "" if gpu_share is not None else (reader_why or "first reading: no interval yet")
+            if reading is not None and self._prev is None and running:
+                gpu_share, why = None, "first reading: no interval yet"
+            rules[rid] = RuleObs(rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]))
+        job_busy = {jid: (share(r.pid for r in refs) if refs else 0.0) for jid, refs in job_processes.items()}
+        if reading is not None:
+            self._prev, self._prev_reader = reading, reader_name
+        else:
+            self._prev, self._prev_reader = None, ""
+        vram = {"total": reading.vram_total_bytes, "free": reading.vram_free_bytes} if reading else {}
+        return TickView(
+            now=time.monotonic(),
+            rules=rules,
+            job_processes=job_processes,
+            job_busy=job_busy,
+            alive=frozenset(by_pid),
+            reader=reader_name,
+            reader_why=reader_why,
+            table_size=len(table),
+            scan_s=time.monotonic() - started,
+            faults=tuple(faults),
+            vram=vram,
+        )
+
+    def close(self) -> None:
+        for name, reader, _ in self.readers:
+            if reader is not None:
+                try:
+                    self.host.call(f"readers/{name} close", reader.close, timeout=2)
+                except PluginFailed:
+                    pass

@@ -1,0 +1,171 @@
+"""What the daemon answers on its socket, and who may ask.
+
+Anyone may read.  A job is acted on only by the uid that registered it, root, or the
+daemon's own user.  Node-wide changes need root, the daemon's user or the admin group.
+"""
+
+from __future__ import annotations
+
+import grp
+import pwd
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from arbiter import __version__
+from arbiter.config.models import Manifest
+from arbiter.daemon.views import UnknownSubject, explain_view, status_view
+from arbiter.pluginmanager import PluginFailed
+
+if TYPE_CHECKING:
+    from arbiter.daemon.core import Daemon
+    from arbiter.store import JobRecord
+
+MAX_WAIT_S = 5.0
+
+
+class Refused(Exception):
+    def __init__(self, message: str, code: str = "REFUSED") -> None:
+        self.code = code
+        super().__init__(message)
+
+
+def may_act_on_job(peer_uid: int, owner_uid: int, daemon_uid: int) -> bool:
+    return peer_uid in (0, daemon_uid, owner_uid)
+
+
+def group_members(group: str) -> set[int]:
+    """uids in ``group`` (as primary or supplementary group); empty when it does not exist."""
+    try:
+        g = grp.getgrnam(group)
+    except KeyError:
+        return set()
+    uids = {p.pw_uid for p in pwd.getpwall() if p.pw_gid == g.gr_gid}
+    for name in g.gr_mem:
+        try:
+            uids.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            continue
+    return uids
+
+
+def may_admin(peer_uid: int, daemon_uid: int, admin_uids: set[int]) -> bool:
+    return peer_uid in (0, daemon_uid) or peer_uid in admin_uids
+
+
+def _job(daemon: Daemon, args: dict[str, Any], uid: int) -> JobRecord:
+    job_id = str(args.get("id", ""))
+    record = daemon.jobs.get(job_id)
+    if record is None:
+        raise Refused(f"no running job has id {job_id!r}; `arbiter status` lists them", "NO_SUCH_JOB")
+    if not may_act_on_job(uid, record.owner_uid, daemon.uid):
+        raise Refused(
+            f"job {job_id} belongs to uid {record.owner_uid}; only its owner, root or the daemon's user may act on it",
+            "FORBIDDEN",
+        )
+    return record
+
+
+def _start_time(daemon: Daemon, pid: int) -> float:
+    try:
+        table = daemon.observer.process_table()
+    except PluginFailed as exc:
+        raise Refused(f"cannot read the process table: {exc}", "PLUGIN_FAILED") from None
+    for p in table:
+        if p.pid == pid:
+            return p.start_time
+    raise Refused(f"process {pid} does not exist", "NO_SUCH_PROCESS")
+
+
+def _verdict(daemon: Daemon, job_id: str) -> dict[str, Any]:
+    decision = daemon.snapshot.decision
+    verdict = decision.jobs.get(job_id) if decision else None
+    record = daemon.jobs.get(job_id)
+    if record is None:
+        return {"state": "ended", "admitted": False, "reasons": []}
+    if verdict is None:
+        return {"state": "held", "admitted": False, "reasons": []}
+    return {
+        "state": verdict.state,
+        "admitted": verdict.admitted,
+        "duty": verdict.duty,
+        "reasons": [r.to_dict() for r in verdict.reasons],
+        "seq": record.seq,
+    }
+
+
+def handle(daemon: Daemon, op: str, args: dict[str, Any], peer: tuple[int, int]) -> dict[str, Any]:
+    peer_pid, uid = peer
+    try:
+        return {"ok": True, **_handle(daemon, op, args, peer_pid, uid)}
+    except Refused as exc:
+        return {"ok": False, "error": str(exc), "code": exc.code}
+    except UnknownSubject as exc:
+        return {"ok": False, "error": str(exc), "code": "UNKNOWN_SUBJECT"}
+
+
+def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: int) -> dict[str, Any]:
+    if op == "ping":
+        return {"version": __version__}
+    if op == "status":
+        return {"status": status_view(daemon)}
+    if op == "explain":
+        return {"explain": explain_view(daemon, args.get("subject") or None)}
+    if op == "timeline":
+        limit = min(int(args.get("limit", 50)), 10_000)
+        return {"events": daemon.store.timeline(limit, args.get("subject"), args.get("code"))}
+
+    if op == "job.register":
+        try:
+            manifest = Manifest.model_validate(args.get("manifest") or {})
+        except ValidationError as exc:
+            raise Refused(f"invalid job manifest: {exc}", "BAD_MANIFEST") from None
+        cmd = args.get("cmd")
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
+            raise Refused("cmd must be a non-empty list of strings", "BAD_REQUEST")
+        # the launcher is the caller itself: its pid comes from the socket, not from the request
+        launcher = peer_pid or int(args.get("launcher_pid", 0))
+        record = daemon.jobs.register(uid, manifest, cmd, launcher, _start_time(daemon, launcher))
+        daemon.notify_jobs()
+        return {"job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path}}
+    if op == "job.wait":
+        record = _job(daemon, args, uid)
+        deadline = time.monotonic() + min(float(args.get("timeout", 1.0)), MAX_WAIT_S)
+        with daemon.jobs.changed:
+            while True:
+                answer = _verdict(daemon, record.id)
+                remaining = deadline - time.monotonic()
+                if answer["admitted"] or remaining <= 0:
+                    return answer
+                daemon.jobs.changed.wait(remaining)
+    if op == "job.started":
+        record = _job(daemon, args, uid)
+        pid = int(args["pid"])
+        daemon.jobs.update(record.id, root_pid=pid, root_start=_start_time(daemon, pid), state="running")
+        daemon.notify_jobs()
+        return {}
+    if op == "job.exited":
+        record = _job(daemon, args, uid)
+        code = args.get("exit_code")
+        daemon.end_job(record, None if code is None else int(code), f"its command exited with {code}")
+        return {}
+    if op in ("job.stop", "job.pause", "job.resume"):
+        record = _job(daemon, args, uid)
+        if op == "job.stop":
+            if record.root_pid is None:
+                daemon.end_job(record, None, "stopped by its owner before it started")
+            else:
+                daemon.jobs.update(record.id, stop_requested=time.time())
+        else:
+            daemon.jobs.update(record.id, user_hold=op == "job.pause")
+        daemon.notify_jobs()
+        return {}
+    if op == "reload":
+        if not may_admin(uid, daemon.uid, group_members(daemon.config.admin_group)):
+            raise Refused(
+                f"reloading needs root, the daemon's user or membership of group {daemon.config.admin_group!r}", "FORBIDDEN"
+            )
+        daemon.request_reload()
+        return {}
+    raise Refused(f"unknown request {op!r}", "BAD_REQUEST")

@@ -1,0 +1,202 @@
+"""The rules in force: rule files read, validated, kept at their last good version, and
+their plugin instances (matcher, sources) created and replaced on reload."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from arbiter.config.errors import ConfigError, Problem
+from arbiter.config.loader import parse_rule, read_text, rule_files, validate_kind_options
+from arbiter.config.models import KindBlock, NodeConfig, Rule
+from arbiter.engine import codes
+from arbiter.engine.types import DuringPolicy, Policy, RulePolicy
+from arbiter.plugin import Matcher, PluginContext, Source, SourceState
+from arbiter.pluginmanager import PluginFailed, PluginHost
+from arbiter.store import Store
+
+#: (rule id, during index or -1 for progress, new state) — called from a source's thread
+SourceCallback = Callable[[str, int, SourceState], None]
+Record = Callable[[str, str, str, dict[str, Any]], None]
+
+
+@dataclass
+class LiveRule:
+    """A rule in force, with the plugin instances that serve it."""
+
+    rule: Rule
+    path: str
+    matcher: Matcher | None = None
+    progress: Source | None = None
+    phases: list[Source | None] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)  # instances that could not be made
+
+    def close(self, host: PluginHost) -> None:
+        for inst in [self.matcher, self.progress, *self.phases]:
+            if inst is not None:
+                try:
+                    host.call(f"close {self.rule.id}", inst.close, timeout=2)
+                except PluginFailed:
+                    pass
+
+
+def _signature(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for p in rule_files(paths):
+        try:
+            st = p.stat()
+            out.append((str(p), st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((str(p), -1, -1))
+    return tuple(out)
+
+
+class RuleBook:
+    def __init__(
+        self, config: NodeConfig, host: PluginHost, store: Store | None, on_source: SourceCallback, record: Record
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.store = store
+        self.on_source = on_source
+        self.record = record
+        self.live: dict[str, LiveRule] = {}
+        self.invalid_files: list[str] = []  # files never valid: they hold GPU work
+        self.problems: dict[str, list[Problem]] = {}
+        self._last_good: dict[str, str] = store.last_good_rule_files() if store else {}
+        self._signature: tuple[tuple[str, int, int], ...] | None = None
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def changed(self) -> bool:
+        return _signature(self.config.tenants_paths()) != self._signature
+
+    def _parse(self, path: str, text: str) -> Rule:
+        return parse_rule(text, path, self.host.options_model, self.host.kind_names)
+
+    def load(self) -> bool:
+        """Read every rule file again; returns True when the rules in force changed."""
+        self._signature = _signature(self.config.tenants_paths())
+        rules: dict[str, tuple[Rule, str]] = {}
+        invalid: list[str] = []
+        problems: dict[str, list[Problem]] = {}
+        for path in rule_files(self.config.tenants_paths()):
+            name = str(path)
+            try:
+                text = read_text(path)
+                rule = self._parse(name, text)
+            except ConfigError as exc:
+                problems[name] = exc.problems
+                good = self._last_good.get(name)
+                kept = None
+                if good is not None:
+                    try:
+                        kept = self._parse(name, good)
+                    except ConfigError:
+                        kept = None  # a plugin that validated it is gone
+                summary = str(exc.problems[0]) + (f" (+{len(exc.problems) - 1} more)" if len(exc.problems) > 1 else "")
+                if kept is not None:
+                    rule = kept
+                    if name not in self.problems:
+                        self.record(codes.CONFIG_REJECTED, name, f"kept the last good version: {summary}", {"problems": [p.to_dict() for p in exc.problems]})
+                else:
+                    invalid.append(name)
+                    if name not in self.problems:
+                        self.record(codes.CONFIG_REJECTED, name, f"never valid, GPU work held: {summary}", {"problems": [p.to_dict() for p in exc.problems]})
+                    continue
+            else:
+                if self._last_good.get(name) != text:
+                    self._last_good[name] = text
+                    if self.store is not None:
+                        self.store.save_rule_file(name, text)
+            if rule.id in rules:
+                other = rules[rule.id][1]
+                problems.setdefault(name, []).append(
+                    Problem(name, 1, 1, "id", f"rule id {rule.id!r} is already used by {other}", "give each rule its own id")
+                )
+                invalid.append(name)
+                continue
+            rules[rule.id] = (rule, name)
+        self.problems = problems
+        self.invalid_files = invalid
+        return self._apply(rules)
+
+    def _apply(self, rules: dict[str, tuple[Rule, str]]) -> bool:
+        changed = False
+        for rid in list(self.live):
+            if rid not in rules or rules[rid][0] != self.live[rid].rule or not rules[rid][0].enabled:
+                self.live.pop(rid).close(self.host)
+                changed = True
+        for rid, (rule, path) in rules.items():
+            if rid in self.live or not rule.enabled:
+                continue
+            self.live[rid] = self._instantiate(rule, path)
+            self.record(codes.CONFIG_RELOADED, rid, f"rule {rid!r} loaded from {path}", {"file": path})
+            changed = True
+        return changed
+
+    # --- instances ----------------------------------------------------------------------------
+
+    def _context(self, rule: Rule) -> PluginContext:
+        return PluginContext(
+            state_dir=self.config.state_path(), stand_in_gpu=self.config.stand_in_gpu, daemon_uid=os.geteuid(), rule_id=rule.id
+        )
+
+    def _make(self, family: str, block: KindBlock, rule: Rule) -> Any:
+        info = self.host.kind(family, block.kind)
+        if info is None:
+            raise PluginFailed(f"{family}/{block.kind}", "no installed plugin registers this kind")
+        options = validate_kind_options(block, info.cls.Options)  # type: ignore[attr-defined]
+        if family == "matchers":
+            return self.host.call(f"matchers/{block.kind}", info.cls, options)
+        return self.host.call(f"{family}/{block.kind}", info.cls, options, self._context(rule))
+
+    def _instantiate(self, rule: Rule, path: str) -> LiveRule:
+        live = LiveRule(rule, path)
+        try:
+            live.matcher = self._make("matchers", rule.match, rule)
+        except (PluginFailed, ValueError) as exc:
+            live.faults.append(f"match: {exc}")
+        if rule.protect and rule.protect.source:
+            live.progress = self._start_source(live, rule.protect.source, -1, "protect.source")
+        for i, during in enumerate(rule.during):
+            live.phases.append(self._start_source(live, during.source, i, f"during.{i}.source"))
+        for fault in live.faults:
+            self.record(codes.PLUGIN_FAILED, rule.id, f"rule {rule.id!r}: {fault}; treated as harm", {"fault": fault})
+        return live
+
+    def _start_source(self, live: LiveRule, block: KindBlock, index: int, where: str) -> Source | None:
+        rid = live.rule.id
+        try:
+            source: Source = self._make("sources", block, live.rule)
+            self.host.call(f"sources/{block.kind} start", source.start, lambda state: self.on_source(rid, index, state))
+            return source
+        except (PluginFailed, ValueError) as exc:
+            live.faults.append(f"{where}: {exc}")
+            return None
+
+    def policy(self, base: Policy) -> Policy:
+        rules = {}
+        for rid, live in self.live.items():
+            r = live.rule
+            rules[rid] = RulePolicy(
+                rule_id=rid,
+                priority=r.priority,
+                protected=r.protected,
+                immediate=r.immediate,
+                pause_fleet=r.pause_fleet.scope if r.pause_fleet else None,
+                during=tuple(DuringPolicy(d.pause_fleet.scope, tuple(d.tags)) for d in r.during),
+            )
+        return replace(base, rules=rules)
+
+    def ordered(self) -> list[LiveRule]:
+        """Rules in the order processes are given to them: highest priority first."""
+        return sorted(self.live.values(), key=lambda lr: (-lr.rule.priority, lr.rule.id))
+
+    def close(self) -> None:
+        for live in self.live.values():
+            live.close(self.host)
+        self.live.clear()

@@ -1,0 +1,87 @@
+"""Running the daemon in the foreground, and resuming what a dead one left paused."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from arbiter.cli.client import CliError
+from arbiter.config.models import NodeConfig
+from arbiter.daemon.act import Actuator, make_translators
+from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon
+from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+from arbiter.store import PausedJournal, Store
+from arbiter.transport import DaemonUnavailable, request
+
+
+def _running_daemon(cfg: NodeConfig) -> str | None:
+    if not (cfg.state_path() / DAEMON_FILE).exists():
+        return None
+    try:
+        request(cfg.state_path() / SOCKET_FILE, "ping", timeout=2)
+    except DaemonUnavailable:
+        return None  # a stale file left by a killed daemon
+    return str(cfg.state_path())
+
+
+def serve(cfg: NodeConfig, config_path: Path | None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if _running_daemon(cfg):
+        raise CliError(f"a daemon already runs with state_dir {cfg.state_path()}; `arbiter status` shows it")
+    try:
+        daemon = Daemon(cfg, config_path)
+    except PluginLoadError as exc:
+        raise CliError(str(exc), 2) from None
+
+    def on_stop(signum: int, frame: Any) -> None:
+        daemon.request_stop()
+
+    def on_reload(signum: int, frame: Any) -> None:
+        daemon.request_reload()
+
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGHUP, on_reload)
+    daemon.start()
+    logging.getLogger("arbiter").info(
+        "arbiter running: socket %s, http %s, %d rule(s)", daemon.state_dir / SOCKET_FILE, daemon.http_url or "off", len(daemon.rulebook.live)
+    )
+    try:
+        while not daemon.wait(1.0):
+            pass
+    finally:
+        daemon.shutdown()
+    return 0
+
+
+def resume_recorded(cfg: NodeConfig) -> tuple[int, list[str]]:
+    """Resume every process and control document recorded as paused; (count, failures)."""
+    state = cfg.state_path()
+    db = state / "state.db"
+    journal_path = state / "paused.journal"
+    if not db.exists() and not journal_path.exists():
+        return 0, []
+    if _running_daemon(cfg):
+        raise CliError("a daemon is running and resumes what it paused when it stops; stop it instead")
+    store = Store(db)
+    try:
+        entries = {**{e.key: e for e in store.paused()}, **PausedJournal.replay(journal_path)}
+        if not entries:
+            return 0, []
+        try:
+            host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
+        except PluginLoadError as exc:
+            raise CliError(str(exc), 2) from None
+        journal = PausedJournal(journal_path)
+        actuator = Actuator(host, make_translators(cfg, host), journal, lambda op, entry: None)
+        failures = actuator.resume_entries(list(entries.values()))
+        if not failures:
+            store.clear_paused()
+            journal.truncate()
+        journal.close()
+        host.close()
+        return len(entries), failures
+    finally:
+        store.close()

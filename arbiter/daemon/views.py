@@ -1,0 +1,133 @@
+"""Status and explain answers, built from the last published snapshot (no locks, no I/O),
+shared by the socket and the HTTP listener."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from arbiter import __version__
+from arbiter.engine.types import JobVerdict
+
+if TYPE_CHECKING:
+    from arbiter.daemon.core import Daemon
+
+
+class UnknownSubject(LookupError):
+    pass
+
+
+def _job_item(daemon: Daemon, record: Any, verdict: JobVerdict | None) -> dict[str, Any]:
+    manifest = record.manifest
+    gpu = manifest.get("gpu", {})
+    view = daemon.snapshot.view
+    refs = view.job_processes.get(record.id, ()) if view else ()
+    busy = view.job_busy.get(record.id) if view else None
+    started = record.root_pid is not None
+    return {
+        "kind": "job",
+        "id": record.id,
+        "name": record.name,
+        "owner_uid": record.owner_uid,
+        "state": verdict.state if verdict else ("held" if not started else "unknown"),
+        "started": started,
+        "duty": verdict.duty if verdict else 0.0,
+        "via": verdict.via if verdict else None,
+        "use": gpu.get("use", "shared"),
+        "capabilities": manifest.get("capabilities", []),
+        "pids": [r.pid for r in refs] or ([record.root_pid] if started else []),
+        "measured_busy": None if busy is None else round(busy, 4),
+        "cmd": record.cmd,
+        "submitted": record.submitted,
+        "reasons": [r.to_dict() for r in verdict.reasons] if verdict else [],
+    }
+
+
+def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
+    live = daemon.rulebook.live.get(rid)
+    snap = daemon.snapshot
+    verdict = snap.decision.rules.get(rid) if snap.decision else None
+    obs = snap.view.rules.get(rid) if snap.view else None
+    now = time.monotonic()
+    phases = snap.phases.get(rid, [])
+    return {
+        "kind": "rule",
+        "id": rid,
+        "file": live.path if live else "",
+        "tenant_kind": live.rule.kind if live else "",
+        "priority": live.rule.priority if live else 0,
+        "protected": bool(live and live.rule.protected),
+        "immediate": bool(live and live.rule.immediate),
+        "running": bool(obs and obs.running),
+        "pids": sorted(obs.pids) if obs else [],
+        "gpu_share": None if not obs or obs.gpu_share is None else round(obs.gpu_share, 4),
+        "gpu_why": obs.gpu_why if obs else "",
+        "using_gpu": bool(verdict and verdict.using_gpu),
+        "using_for_s": round(now - verdict.using_since, 1) if verdict and verdict.using_since else None,
+        "phases": [
+            {
+                "phase": verdict.phases[i] if verdict and i < len(verdict.phases) else "off",
+                "readable": p.readable,
+                "why": p.why,
+                "seen_by": p.seen_by,
+            }
+            for i, p in enumerate(phases)
+        ],
+        "faults": list(live.faults) if live else [],
+        "holds": [r.to_dict() for r in verdict.holds] if verdict else [],
+    }
+
+
+def status_view(daemon: Daemon) -> dict[str, Any]:
+    snap = daemon.snapshot
+    decision = snap.decision
+    view = snap.view
+    verdicts = decision.jobs if decision else {}
+    jobs = [_job_item(daemon, r, verdicts.get(r.id)) for r in snap.jobs]
+    rules = [_rule_item(daemon, lr.rule.id) for lr in daemon.rulebook.ordered()]
+    return {
+        "version": __version__,
+        "pid": os.getpid(),
+        "uptime_s": round(time.time() - daemon.started_wall, 1),
+        "config": str(daemon.config_path or ""),
+        "state_dir": str(daemon.state_dir),
+        "gpu_jobs": daemon.config.gpu_jobs,
+        "tick_s": daemon.config.tick_s,
+        "decided_at": snap.decided_at,
+        "reader": {"name": view.reader if view else "", "why": view.reader_why if view else "", "vram": dict(view.vram) if view else {}},
+        "processes": view.table_size if view else 0,
+        "scan_ms": round(view.scan_s * 1000, 2) if view else None,
+        "rules": rules,
+        "jobs": jobs,
+        "notices": [r.to_dict() for r in decision.notices] if decision else [],
+        "invalid_files": list(daemon.rulebook.invalid_files),
+        "problems": {f: [str(p) for p in ps] for f, ps in daemon.rulebook.problems.items()},
+        "fast_path": daemon.latency_figures(),
+        "recorder": {"failures": daemon.recorder.failures, "last_error": daemon.recorder.last_error},
+        "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},
+    }
+
+
+def explain_view(daemon: Daemon, subject: str | None = None) -> dict[str, Any]:
+    """Why each job is (not) running; for a subject, that job, job name or tenant."""
+    snap = daemon.snapshot
+    verdicts = snap.decision.jobs if snap.decision else {}
+    notices = [r.to_dict() for r in snap.decision.notices] if snap.decision else []
+    if subject is None:
+        items = [_job_item(daemon, r, verdicts.get(r.id)) for r in snap.jobs]
+        items += [_rule_item(daemon, rid) for rid in sorted(daemon.rulebook.live)]
+        return {"subject": "node", "items": items, "notices": notices}
+    records = [r for r in snap.jobs if r.id == subject or r.name == subject]
+    if records:
+        return {"subject": subject, "items": [_job_item(daemon, r, verdicts.get(r.id)) for r in records], "notices": notices}
+    if subject in daemon.rulebook.live:
+        item = _rule_item(daemon, subject)
+        held = [
+            _job_item(daemon, r, verdicts[r.id])
+            for r in snap.jobs
+            if r.id in verdicts and any(reason.evidence.get("rule") == subject for reason in verdicts[r.id].reasons)
+        ]
+        return {"subject": subject, "items": [item, *held], "notices": notices}
+    known = sorted({r.id for r in snap.jobs} | {r.name for r in snap.jobs} | set(daemon.rulebook.live))
+    raise UnknownSubject(f"no job or tenant is called {subject!r}; known: {', '.join(known) or 'none'}")

@@ -1,0 +1,164 @@
+"""``arbiter demo``: a protected program and fleet jobs sharing one (stand-in) GPU.
+
+Everything is real: a daemon process, a protected stand-in found by its command line, jobs
+started through ``arbiter job run``, a phase written to a JSONL file.  A CPU core stands in
+for the GPU (``stand_in_gpu: true`` and the ``cpu_time`` reader).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.text import Text
+
+from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
+from arbiter.demo.node import PYTHON, LocalNode
+
+RULE_ID = "standin-trainer"
+
+
+def standin_rule(events: Path) -> dict[str, Any]:
+    return {
+        "id": RULE_ID,
+        "kind": "trainer",
+        "priority": 50,
+        "match": {"cmdline": ["arbiter.demo.protected"]},
+        "immediate": True,
+        "protect": {"metric": "progress_rate", "max_slowdown": 0.05, "source": {"kind": "jsonl", "path": str(events), "event": "step_done"}},
+        "during": [
+            {
+                "source": {
+                    "kind": "jsonl",
+                    "path": str(events),
+                    "event": "status",
+                    "field": "state.phase",
+                    "on": ["uploading"],
+                    "soon": ["preparing_upload"],
+                },
+                "pause_fleet": {"scope": "gpu"},
+                "tags": ["uplink"],
+            }
+        ],
+        "notes": "the demo's protected stand-in: a CPU core stands in for the GPU",
+    }
+
+
+class _Rate:
+    """The protected program's steps per second, counted from its own event file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.samples: deque[tuple[float, int]] = deque(maxlen=8)
+
+    def __call__(self) -> float | None:
+        try:
+            with open(self.path, "rb") as fh:
+                count = sum(1 for line in fh if b'"step_done"' in line)
+        except FileNotFoundError:
+            return None
+        self.samples.append((time.monotonic(), count))
+        (t0, c0), (t1, c1) = self.samples[0], self.samples[-1]
+        return (c1 - c0) / (t1 - t0) if t1 > t0 else None
+
+
+def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
+    status = node.status()
+    r = rate()
+    head = Text()
+    head.append(f"{step}\n", style="bold magenta")
+    head.append(f"protected program: {'-' if r is None else f'{r:.0f} steps/s'}   ")
+    head.append(f"gpu_jobs: {status['gpu_jobs']}   reader: {status['reader']['name'] or 'none'} (CPU stands in for the GPU)")
+    return Group(Panel(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
+
+
+def _show(live: Live, node: LocalNode, step: str, rate: _Rate, seconds: float, until: Any = None) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        live.update(_view(node, step, rate))
+        if until is not None and until():
+            deadline = min(deadline, time.monotonic() + 1.5)
+            until = None
+        time.sleep(0.25)
+
+
+def _state(node: LocalNode, name: str) -> str:
+    job = node.job(name)
+    return job["state"] if job else ""
+
+
+def _append(path: Path, record: dict[str, Any]) -> float:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
+    return time.monotonic()
+
+
+def run_demo(keep: bool = False, console: Console | None = None) -> int:
+    console = console or Console()
+    root = Path(tempfile.mkdtemp(prefix="arbiter-demo-"))
+    events = root / "trainer-events.jsonl"
+    idle_flag = root / "protected.idle"
+    events.touch()
+    node = LocalNode(root, tick_s=1, gpu_release_after_s=3)
+    node.add_rule("standin", standin_rule(events))
+    started = time.monotonic()
+    try:
+        console.print(Panel.fit(
+            "arbiter demo: one core stands in for the GPU.\n"
+            f"state in {root}\n"
+            "A protected stand-in and two fleet jobs will contend for it; arbiter keeps the protected one unharmed.",
+            title="arbiter demo",
+        ))
+        node.start()
+        rate = _Rate(events)
+        with Live(console=console, refresh_per_second=4, transient=False) as live:
+            node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "batch-coop", stderr=open(root / "jobs.log", "ab"))
+            _show(live, node, "1. A cooperative job is admitted: nothing protected uses the GPU", rate, 8, lambda: _state(node, "batch-coop") == "run")
+            protected = node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--idle-flag", str(idle_flag)])
+            _show(live, node, "2. The protected program starts working: the job is paused through its control document", rate, 8,
+                  lambda: _state(node, "batch-coop") == "paused")
+            idle_flag.touch()
+            _show(live, node, "3. The protected program goes idle: after gpu_release_after_s the job resumes", rate, 10,
+                  lambda: _state(node, "batch-coop") == "run")
+            node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "batch-plain", stderr=open(root / "jobs.log", "ab"))
+            _show(live, node, "4. A job that cannot cooperate is admitted too", rate, 6, lambda: _state(node, "batch-plain") == "run")
+            _append(events, {"t": time.time(), "event": "status", "state": {"phase": "uploading"}})
+            _show(live, node, "5. The protected program enters its 'uploading' phase: GPU work pauses at once", rate, 4,
+                  lambda: _state(node, "batch-plain") == "paused")
+            explain = node.call("explain", subject="batch-plain")["explain"]
+            fast = node.status()["fast_path"]
+            _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
+            _show(live, node, "6. The phase ends: both jobs resume", rate, 4,
+                  lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run")
+        phase_events = node.call("timeline", code="PROTECTION_PHASE_ON", limit=5)["events"]
+        latency = next((e["data"].get("latency_ms") for e in reversed(phase_events) if "latency_ms" in e["data"]), None)
+        console.print(Panel.fit(
+            f"phase write → jobs paused: {latency if latency is not None else '?'} ms after the watcher read it "
+            f"(fast path p50 {fast['p50_ms']} ms, p99 {fast['p99_ms']} ms over {fast['count']} change(s))",
+            title="reaction",
+        ))
+        console.print(Text("$ arbiter explain batch-plain   (while the phase was on)", style="bold"))
+        print_explain(console, explain)
+        console.print(Text("\n$ arbiter timeline", style="bold"))
+        print_timeline(console, node.call("timeline", limit=25)["events"])
+        protected.terminate()
+        console.print(f"demo finished in {time.monotonic() - started:.0f}s; nothing is left running.")
+        return 0
+    except Exception as exc:
+        console.print(f"[red]the demo failed: {type(exc).__name__}: {exc}[/red]")
+        console.print(node.log())
+        return 1
+    finally:
+        node.close()
+        if keep:
+            console.print(f"state kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)

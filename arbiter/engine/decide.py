@@ -1,0 +1,355 @@
+"""The decision: a pure function of (observation, previous state, policy, now).
+
+It says, for every job, whether it may run (and at what duty), waits, is paused (and how)
+or is being stopped, each with its reasons; which actions that changes; and what goes on
+the timeline.  Nothing here reads a clock, a file or a process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from arbiter.engine import codes
+from arbiter.engine.types import (
+    Action,
+    Decision,
+    EngineState,
+    JobObs,
+    JobVerdict,
+    Observation,
+    Phase,
+    PhaseObs,
+    Policy,
+    Reason,
+    RuleObs,
+    RulePolicy,
+    RuleState,
+    RuleVerdict,
+    Scope,
+    TimelineEvent,
+)
+from arbiter.engine.usage import gpu_usage
+
+
+@dataclass(frozen=True)
+class _Hold:
+    scope: Scope
+    reason: Reason
+    soon: bool = False  # a phase about to begin: no new starts, cooperative jobs pause
+
+
+def in_scope(scope: Scope, job: JobObs) -> bool:
+    if scope == "gpu":
+        return job.uses_gpu
+    if scope == "cpu":
+        return not job.uses_gpu
+    return True
+
+
+def effective_phase(obs: PhaseObs, running: bool, faulty: bool) -> tuple[Phase, Reason | None]:
+    """A phase binds only while its program runs; one that cannot be read counts as on."""
+    if faulty:
+        return "on", None
+    if not running:
+        return "off", None
+    if not obs.readable:
+        if obs.needs_helper:
+            return "on", Reason(
+                codes.PROTECTION_SOURCE_NEEDS_HELPER,
+                f"a phase source cannot be read by the daemon: {obs.why}",
+                "run `arbiter helper` in the program owner's login session",
+            )
+        return "on", Reason(
+            codes.PROTECTION_SOURCE_UNREADABLE,
+            f"a phase source cannot be read ({obs.why}), so its phase counts as on",
+            "fix the source path or its permissions; `arbiter check` validates the rule",
+        )
+    return obs.phase or "off", None
+
+
+def _rule_holds(
+    policy: Policy, rp: RulePolicy, ro: RuleObs, rs: RuleState, phases: tuple[Phase, ...], phase_reasons: list[Reason]
+) -> list[_Hold]:
+    holds: list[_Hold] = []
+    rid = rp.rule_id
+    if rp.protected and rs.using_gpu and policy.gpu_jobs in ("when_no_gpu_protected", "certified"):
+        if ro.faults:
+            evidence = {"rule": rid, "faults": list(ro.faults)}
+            why = f"a plugin for it failed ({'; '.join(ro.faults)}), which counts as using the GPU"
+        elif ro.gpu_share is None and ro.running:
+            evidence = {"rule": rid, "why": ro.gpu_why}
+            why = f"its GPU time cannot be read ({ro.gpu_why or 'no reader reads it'}), which counts as using it"
+        elif ro.running:
+            evidence = {"rule": rid, "gpu_share": round(ro.gpu_share or 0.0, 4), "threshold": policy.busy_threshold}
+            why = f"it uses {100 * (ro.gpu_share or 0.0):.0f}% of the GPU (threshold {100 * policy.busy_threshold:.0f}%)"
+        else:
+            evidence = {"rule": rid, "release_after_s": policy.release_after_s}
+            why = f"it stopped using the GPU less than {policy.release_after_s:g}s ago"
+        holds.append(
+            _Hold(
+                "gpu",
+                Reason(
+                    codes.PROTECTED_GPU_BUSY,
+                    f"protected program {rid!r} uses the GPU: {why}",
+                    "wait for it to finish, or run work that declares cooperative_throttle under gpu_jobs: certified",
+                    evidence,
+                ),
+            )
+        )
+        if policy.gpu_jobs == "certified":
+            holds.append(
+                _Hold(
+                    "gpu",
+                    Reason(
+                        codes.GPU_NOT_CERTIFIED,
+                        f"no valid certificate lets GPU work run beside {rid!r}",
+                        f"arbiter ab sweep --rule {rid}",
+                        {"rule": rid},
+                    ),
+                )
+            )
+    if rp.pause_fleet and ro.running:
+        holds.append(
+            _Hold(
+                rp.pause_fleet,
+                Reason(
+                    codes.RULE_PAUSE_FLEET,
+                    f"{rid!r} runs and its rule pauses {rp.pause_fleet} fleet work while it runs",
+                    f"wait for {rid!r} to exit, or change pause_fleet in its rule file",
+                    {"rule": rid, "scope": rp.pause_fleet},
+                ),
+            )
+        )
+    for i, (dp, phase) in enumerate(zip(rp.during, phases, strict=False)):
+        if phase == "off":
+            continue
+        tags = f" [{', '.join(dp.tags)}]" if dp.tags else ""
+        code = codes.PROTECTION_PHASE_ON if phase == "on" else codes.PROTECTION_PHASE_SOON
+        state = "is on" if phase == "on" else "is about to begin"
+        holds.append(
+            _Hold(
+                dp.scope,
+                Reason(
+                    code,
+                    f"a phase of {rid!r}{tags} {state}; {dp.scope} fleet work waits",
+                    "it resumes when the phase ends",
+                    {"rule": rid, "during": i, "scope": dp.scope, "phase": phase},
+                ),
+                soon=phase == "soon",
+            )
+        )
+    holds.extend(_Hold("gpu", r) for r in phase_reasons)
+    return holds
+
+
+def _node_holds(obs: Observation, policy: Policy) -> list[_Hold]:
+    holds = []
+    if obs.invalid_files:
+        holds.append(
+            _Hold(
+                "gpu",
+                Reason(
+                    codes.CONFIG_REJECTED,
+                    f"rule file(s) never valid: {', '.join(obs.invalid_files)}; GPU work waits until they are fixed",
+                    "run `arbiter check` and fix what it reports",
+                    {"files": list(obs.invalid_files)},
+                ),
+            )
+        )
+    if policy.gpu_jobs == "never":
+        holds.append(
+            _Hold("gpu", Reason(codes.GPU_JOBS_NEVER, "this node runs no GPU fleet work (gpu_jobs: never)", "set gpu_jobs in arbiter.yaml"))
+        )
+    return holds
+
+
+def _stop_step(job: JobObs, grace: float, now: float) -> str:
+    assert job.stop_requested_at is not None
+    elapsed = now - job.stop_requested_at
+    # a job that cannot read its control document is terminated at once, then killed after the grace
+    first = grace if job.cooperative_pause else 0.0
+    if elapsed >= first + grace:
+        return "killed"
+    if elapsed >= first:
+        return "terminated"
+    return "asked"
+
+
+def _job_verdict(
+    job: JobObs, holds: list[_Hold], exclusive_blockers: list[Reason], policy: Policy, now: float, prev: JobVerdict | None
+) -> JobVerdict:
+    if job.stop_requested_at is not None:
+        step = _stop_step(job, policy.stop_grace_s, now)
+        reason = Reason(codes.JOB_STOPPED, "its owner asked it to stop", "start it again with `arbiter job run`")
+        return JobVerdict(job.job_id, "stopping", duty=0.0, stop_step=step, reasons=(reason,))  # type: ignore[arg-type]
+    pausing = [h.reason for h in holds if not h.soon and in_scope(h.scope, job)]
+    soon = [h.reason for h in holds if h.soon and in_scope(h.scope, job)]
+    if job.user_hold:
+        pausing.append(Reason(codes.JOB_HELD_BY_USER, "its owner paused it", f"arbiter job resume {job.job_id}"))
+    if job.use == "exclusive":
+        pausing.extend(exclusive_blockers)
+    elif job.uses_gpu:
+        pausing.extend(r for r in exclusive_blockers if r.evidence.get("exclusive_job"))
+    duty = job.max_duty if job.uses_gpu else 1.0
+    if not job.started:
+        reasons = tuple(pausing + soon)
+        return JobVerdict(job.job_id, "held" if reasons else "run", duty=0.0 if reasons else duty, reasons=reasons)
+    if pausing:
+        via = "control" if job.cooperative_pause else "tree"
+        if prev is not None and prev.state == "paused" and prev.via:
+            via = prev.via  # resume the way it was paused
+        return JobVerdict(job.job_id, "paused", duty=0.0, via=via, reasons=tuple(pausing))  # type: ignore[arg-type]
+    if soon and job.cooperative_pause:
+        return JobVerdict(job.job_id, "paused", duty=0.0, via="control", reasons=tuple(soon))
+    return JobVerdict(job.job_id, "run", duty=duty, reasons=tuple(soon))
+
+
+def _actions(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[Action]:
+    """What changes between two verdicts, as idempotent actions."""
+    reason = "; ".join(r.message for r in new.reasons)
+    before = prev.state if prev else "held"
+    if new.state == "stopping":
+        steps = {"asked": 0, "terminated": 1, "killed": 2}
+        done = steps[prev.stop_step] if prev and prev.stop_step else -1
+        out: list[Action] = []
+        if prev and prev.state == "paused" and prev.via == "tree" and done < 0:
+            out.append(Action(job.job_id, "resume"))  # a stopped process cannot handle its stop
+        for step in ("asked", "terminated", "killed")[done + 1 : steps[new.stop_step or "asked"] + 1]:
+            if step == "asked":
+                out.append(Action(job.job_id, "control", state="stop", duty=0.0, reason=reason))
+            else:
+                out.append(Action(job.job_id, "terminate" if step == "terminated" else "kill", reason=reason))
+        return out
+    if new.state == "held":
+        return []
+    if before == "held":
+        # admitted, or first seen already running (after a daemon restart)
+        out = [Action(job.job_id, "control", state="run" if new.state == "run" else "paused", duty=new.duty, reason=reason)]
+        if new.state == "paused" and new.via == "tree":
+            out.append(Action(job.job_id, "pause", reason=reason))
+        return out
+    if new.state == "paused":
+        if before == "run":
+            if new.via == "tree":
+                return [Action(job.job_id, "pause", reason=reason)]
+            return [Action(job.job_id, "control", state="paused", duty=0.0, reason=reason)]
+        return [Action(job.job_id, "pause", reason=reason)] if new.via == "tree" else []
+    # new.state == "run"
+    if before == "paused" and prev is not None:
+        if prev.via == "tree":
+            return [Action(job.job_id, "resume", reason=reason)]
+        return [Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
+    if prev is not None and prev.duty != new.duty:
+        return [Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
+    return []
+
+
+def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[TimelineEvent]:
+    codes_ = [r.code for r in new.reasons]
+    data = {"job": job.job_id, "name": job.name, "reasons": codes_}
+    before = prev.state if prev else None
+    if before == new.state:
+        return []
+    why = f": {new.reasons[0].message}" if new.reasons else ""
+    if new.state == "held":
+        return [TimelineEvent(codes.JOB_HELD, job.job_id, f"job {job.name} waits{why}", data)]
+    if new.state == "stopping":
+        return [TimelineEvent(codes.JOB_STOPPED, job.job_id, f"job {job.name} is being stopped{why}", data)]
+    if new.state == "paused":
+        return [TimelineEvent(codes.JOB_PAUSED, job.job_id, f"job {job.name} paused ({new.via}){why}", {**data, "via": new.via})]
+    if before in (None, "held") and not job.started:
+        return [TimelineEvent(codes.JOB_ADMITTED, job.job_id, f"job {job.name} admitted at duty {new.duty:g}", data)]
+    if before == "paused":
+        return [TimelineEvent(codes.JOB_RESUMED, job.job_id, f"job {job.name} resumed", data)]
+    return []
+
+
+def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> Decision:
+    events: list[TimelineEvent] = []
+    rule_states: dict[str, RuleState] = {}
+    rule_verdicts: dict[str, RuleVerdict] = {}
+    holds = _node_holds(obs, policy)
+    any_tenant_on_gpu: list[str] = []
+
+    for rid, rp in policy.rules.items():
+        ro = obs.rules.get(rid) or RuleObs(rid)
+        before = prev.rules.get(rid, RuleState())
+        rs = gpu_usage(before, ro, policy.busy_threshold, policy.release_after_s, now)
+        if rp.protected and rs.using_gpu != before.using_gpu:
+            code = codes.PROTECTION_GPU_ON if rs.using_gpu else codes.PROTECTION_GPU_OFF
+            share = ro.gpu_share
+            text = "uses the GPU" if rs.using_gpu else "no longer uses the GPU"
+            events.append(TimelineEvent(code, rid, f"protected program {rid!r} {text}", {"gpu_share": share}))
+        if rs.using_gpu:
+            any_tenant_on_gpu.append(rid)
+
+        phases: list[Phase] = []
+        phase_reasons: list[Reason] = []
+        for i, _ in enumerate(rp.during):
+            po = ro.phases[i] if i < len(ro.phases) else PhaseObs(readable=False, why="not read yet")
+            phase, why = effective_phase(po, ro.running, bool(ro.faults))
+            phases.append(phase)
+            if why is not None:
+                phase_reasons.append(why)
+            was = before.phases[i] if i < len(before.phases) else "off"
+            if phase != was:
+                code = {"on": codes.PROTECTION_PHASE_ON, "off": codes.PROTECTION_PHASE_OFF, "soon": codes.PROTECTION_PHASE_SOON}[phase]
+                data = {"during": i, "phase": phase, "seen_by": po.seen_by, "changed_at": po.changed_at}
+                if why is not None:
+                    data["why"] = why.code
+                events.append(TimelineEvent(code, rid, f"{rid!r} phase {phase} (seen by {po.seen_by})", data))
+        rs = replace(rs, phases=tuple(phases))
+        rule_states[rid] = rs
+        rule_hold_list = _rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons)
+        holds.extend(rule_hold_list)
+        rule_verdicts[rid] = RuleVerdict(
+            rid, ro.running, rp.protected, rs.using_gpu, rs.using_since, ro.gpu_share, tuple(phases),
+            tuple(h.reason for h in rule_hold_list),
+        )
+
+    # running jobs keep their place; pending ones are admitted in the order they came
+    ordered = sorted(obs.jobs.values(), key=lambda j: (not j.started, j.submitted_at, j.job_id))
+    verdicts: dict[str, JobVerdict] = {}
+    actions: list[Action] = []
+    exclusive_running: str | None = None
+    gpu_jobs_running: list[str] = []
+    for job in ordered:
+        blockers: list[Reason] = []
+        if exclusive_running is not None:
+            blockers.append(
+                Reason(
+                    codes.GPU_EXCLUSIVE_WAIT,
+                    f"job {exclusive_running} has the GPU to itself (gpu.use: exclusive)",
+                    "it runs when that job ends",
+                    {"exclusive_job": exclusive_running},
+                )
+            )
+        if job.use == "exclusive":
+            users = [f"tenant {r}" for r in any_tenant_on_gpu] + [f"job {j}" for j in gpu_jobs_running]
+            if users:
+                blockers.append(
+                    Reason(
+                        codes.GPU_EXCLUSIVE_WAIT,
+                        f"it needs the GPU to itself and {', '.join(users)} use(s) it",
+                        "it runs once nothing else uses the GPU",
+                        {"users": users},
+                    )
+                )
+        prev_v = prev.jobs.get(job.job_id)
+        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v)
+        verdicts[job.job_id] = verdict
+        if verdict.state == "run" and job.uses_gpu:
+            gpu_jobs_running.append(job.job_id)
+            if job.use == "exclusive":
+                exclusive_running = job.job_id
+        actions.extend(_actions(job, prev_v, verdict))
+        events.extend(_job_events(job, prev_v, verdict))
+
+    notices = tuple(h.reason for h in _node_holds(obs, policy))
+    active = frozenset(n.code for n in notices)
+    for code in sorted(active - prev.notices):
+        reason = next(n for n in notices if n.code == code)
+        events.append(TimelineEvent(code, "node", reason.message, dict(reason.evidence)))
+
+    state = EngineState(rules=rule_states, jobs=verdicts, notices=active)
+    return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices)

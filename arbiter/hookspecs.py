@@ -1,0 +1,92 @@
+"""Hook specifications: every hook a plugin may implement.
+
+Family hooks receive ``register(name, cls)``: call it once per kind the plugin provides.
+``name`` is the ``kind:`` used in rule files and the node config; ``cls`` subclasses the
+family's base class in :mod:`arbiter.plugin`.  Registering a name another plugin already
+registered is an error that names both plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+
+from arbiter.plugin import PROJECT, ProcessInfo
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+
+Register = Callable[[str, type], None]
+
+
+@hookspec
+def arbiter_register_matchers(register: Register) -> None:
+    """Register matcher kinds (select the processes of a rule's ``match:`` block).
+
+    :param register: ``register(name, cls)`` with ``cls`` a subclass of
+        :class:`arbiter.plugin.Matcher`.
+    """
+
+
+@hookspec
+def arbiter_register_sources(register: Register) -> None:
+    """Register source kinds (a protected program's progress and phase).
+
+    :param register: ``register(name, cls)`` with ``cls`` a subclass of
+        :class:`arbiter.plugin.Source`.
+    """
+
+
+@hookspec
+def arbiter_register_readers(register: Register) -> None:
+    """Register reader kinds (per-process GPU busy time and VRAM; device VRAM).
+
+    :param register: ``register(name, cls)`` with ``cls`` a subclass of
+        :class:`arbiter.plugin.Reader`.
+    """
+
+
+@hookspec
+def arbiter_register_probes(register: Register) -> None:
+    """Register probe kinds (is a GPU API usable here, with evidence).
+
+    :param register: ``register(name, cls)`` with ``cls`` a subclass of
+        :class:`arbiter.plugin.Probe`.
+    """
+
+
+@hookspec
+def arbiter_register_translators(register: Register) -> None:
+    """Register translator kinds (apply pause, resume, control, stop to programs).
+
+    :param register: ``register(name, cls)`` with ``cls`` a subclass of
+        :class:`arbiter.plugin.Translator`.
+    """
+
+
+@hookspec
+def arbiter_register_host(register: Register) -> None:
+    """Register host signal kinds (available memory, power source, sleep).
+
+    :param register: ``register(name, cls)`` with ``cls`` a subclass of
+        :class:`arbiter.plugin.HostSignal`.
+    """
+
+
+@hookspec(firstresult=True)
+def arbiter_process_table() -> list[ProcessInfo] | None:
+    """Return every process on the host, as far as the daemon's account can see them.
+
+    firstresult: the first plugin that returns a list wins.  Called on the tick only,
+    never on the fast path.
+    """
+
+
+@hookspec
+def arbiter_timeline_event(event: dict[str, Any]) -> None:
+    """Observe a timeline entry after it has been recorded (for exporters).
+
+    :param event: ``{"t", "code", "subject", "message", "data"}``; do not modify it.
+        Called on the recording thread; a slow observer delays recording, never decisions.
+    """

@@ -1,0 +1,1 @@
+"""The HTTP listener (FastAPI): read-only on loopback; mutations need the token."""

@@ -1,0 +1,273 @@
+"""The public plugin API: the one arbiter module a plugin imports.
+
+A plugin is a module (or object) with functions marked ``@hookimpl`` (see
+:mod:`arbiter.hookspecs` for every hook).  Each family hook receives a
+``register(name, cls)`` callback; ``name`` is the ``kind:`` rule files use and
+``cls`` subclasses one of the base classes below, with a pydantic ``Options``
+model (``extra="forbid"``) that validates the kind's block of a rule file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pluggy
+from pydantic import BaseModel, ConfigDict
+
+from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
+
+PROJECT = "arbiter"
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+__all__ = [
+    "PROJECT",
+    "hookimpl",
+    "KindOptions",
+    "PluginContext",
+    "ProcessInfo",
+    "ProcessGpu",
+    "GpuReading",
+    "SourceState",
+    "ProcessRef",
+    "JobTarget",
+    "ControlUpdate",
+    "Matcher",
+    "Reader",
+    "Source",
+    "Translator",
+    "Probe",
+    "HostSignal",
+    "PluginError",
+    "NUDGE_SIGNAL",
+    "write_control_document",
+]
+
+
+class PluginError(Exception):
+    """Raised by a plugin for a failure it can describe (``str(exc)`` is shown to users)."""
+
+
+class KindOptions(BaseModel):
+    """Base for a kind's options: unknown fields are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class PluginContext:
+    """What the daemon tells every plugin instance it creates."""
+
+    state_dir: Path
+    stand_in_gpu: bool = False
+    daemon_uid: int = 0
+    rule_id: str | None = None
+
+
+# --- observations -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process as a process table provider sees it."""
+
+    pid: int
+    ppid: int
+    name: str = ""
+    exe: str = ""
+    cmdline: tuple[str, ...] = ()
+    uid: int = -1
+    username: str = ""
+    start_time: float = 0.0  # identity check: a pid reused later has another start time
+    state: str = ""  # one-letter process state where the platform has one
+
+    @property
+    def ref(self) -> ProcessRef:
+        return ProcessRef(self.pid, self.start_time)
+
+
+@dataclass(frozen=True)
+class ProcessGpu:
+    """One process's cumulative GPU busy time (per engine) and VRAM."""
+
+    busy_ns: Mapping[str, int] = field(default_factory=dict)
+    vram_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What a reader saw at one moment.
+
+    ``at_ns`` is a monotonic timestamp of the reading; busy times are cumulative, so the
+    share of a process over an interval is the difference of two readings.
+    """
+
+    readable: bool
+    at_ns: int = 0
+    processes: Mapping[int, ProcessGpu] = field(default_factory=dict)
+    device: str = "gpu"  # "cpu" for stand-in readers
+    vram_total_bytes: int | None = None
+    vram_free_bytes: int | None = None
+    why: str = ""  # why it is not readable, or a note on what was read
+
+
+PhaseValue = Literal["on", "off", "soon"]
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """A source's current reading.
+
+    ``count`` is cumulative (matching events since the source opened); ``phase`` is
+    ``None`` for a source that reports no phase.  ``changed_at`` is the monotonic time of
+    the write that caused the last change, so the daemon can report reaction latency.
+    """
+
+    readable: bool = True
+    count: int = 0
+    phase: PhaseValue | None = None
+    why: str = ""
+    changed_at: float = 0.0
+    needs_helper: bool = False
+
+
+# --- actions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process identity: a signal goes to ``pid`` only while its start time is this one."""
+
+    pid: int
+    start_time: float
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    """The job a translator acts on: its processes (root first) and its control document."""
+
+    job_id: str
+    name: str
+    processes: tuple[ProcessRef, ...]
+    control_path: str | None = None
+    cooperative: bool = False
+
+
+@dataclass(frozen=True)
+class ControlUpdate:
+    """A new control document for a job (the wire protocol of ``arbiter schema control``)."""
+
+    state: Literal["run", "paused", "stop"]
+    gpu_duty: float
+    reason: str = ""
+
+
+# --- families ------------------------------------------------------------------------------
+
+
+class _Kind:
+    Options: ClassVar[type[KindOptions]] = KindOptions
+
+    def close(self) -> None:
+        """Release what the instance holds (threads, files, handles)."""
+
+
+class Matcher(_Kind):
+    """Selects the processes a rule's ``match:`` block names."""
+
+    def __init__(self, options: KindOptions) -> None:
+        self.options = options
+
+    def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
+        raise NotImplementedError
+
+
+class Reader(_Kind):
+    """Reads each process's GPU busy time and VRAM, and the device's VRAM."""
+
+    #: a stand-in reader (not a GPU) counts only where the node config allows it
+    stand_in: ClassVar[bool] = False
+
+    def __init__(self, options: KindOptions, context: PluginContext) -> None:
+        self.options = options
+        self.context = context
+
+    def read(self, pids: Collection[int]) -> GpuReading:
+        raise NotImplementedError
+
+
+class Source(_Kind):
+    """A protected program's progress (a count) and/or phase, watched for changes.
+
+    ``start(on_change)`` begins watching; the source calls ``on_change(state)`` from its own
+    thread the moment it sees a change.  ``on_change`` must be cheap: it only hands the
+    state over.  ``state()`` returns the current reading without blocking.
+    """
+
+    def __init__(self, options: KindOptions, context: PluginContext) -> None:
+        self.options = options
+        self.context = context
+
+    def start(self, on_change: Callable[[SourceState], None]) -> None:
+        raise NotImplementedError
+
+    def state(self) -> SourceState:
+        raise NotImplementedError
+
+
+class Translator(_Kind):
+    """Applies decisions to programs.  ``actions`` names what it can do:
+
+    ``pause``/``resume`` (a process tree), ``control`` (a job's control document and nudge),
+    ``terminate``/``kill`` (end a process tree).  Every method is idempotent.
+    """
+
+    actions: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, options: KindOptions, context: PluginContext) -> None:
+        self.options = options
+        self.context = context
+
+    def available(self) -> tuple[bool, str]:
+        """Whether it can act on this host, and why not."""
+        return True, ""
+
+    def pause(self, target: JobTarget) -> list[ProcessRef]:
+        """Pause every process of ``target``; return those it paused."""
+        raise NotImplementedError
+
+    def resume(self, refs: Sequence[ProcessRef]) -> None:
+        raise NotImplementedError
+
+    def control(self, target: JobTarget, update: ControlUpdate, seq: int) -> None:
+        raise NotImplementedError
+
+    def terminate(self, target: JobTarget) -> None:
+        raise NotImplementedError
+
+    def kill(self, target: JobTarget) -> None:
+        raise NotImplementedError
+
+
+class Probe(_Kind):
+    """Says whether a GPU API is usable on this host, with evidence."""
+
+    def __init__(self, options: KindOptions, context: PluginContext) -> None:
+        self.options = options
+        self.context = context
+
+    def probe(self) -> tuple[bool, str]:
+        raise NotImplementedError
+
+
+class HostSignal(_Kind):
+    """A host signal (available memory, power source, sleep) as a value."""
+
+    def __init__(self, options: KindOptions, context: PluginContext) -> None:
+        self.options = options
+        self.context = context
+
+    def read(self) -> Any:
+        raise NotImplementedError

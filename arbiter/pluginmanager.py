@@ -1,0 +1,182 @@
+"""Finding plugins, collecting the kinds they register, and calling them safely."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pluggy
+from pydantic import BaseModel
+
+from arbiter import hookspecs
+from arbiter.plugin import PROJECT, HostSignal, Matcher, Probe, Reader, Source, Translator
+
+T = TypeVar("T")
+
+FAMILIES: dict[str, type] = {
+    "matchers": Matcher,
+    "sources": Source,
+    "readers": Reader,
+    "probes": Probe,
+    "translators": Translator,
+    "host": HostSignal,
+}
+
+
+class PluginLoadError(Exception):
+    """A plugin could not be loaded or registered something invalid."""
+
+
+class PluginFailed(Exception):
+    """A plugin call raised or ran past its timeout."""
+
+    def __init__(self, label: str, why: str) -> None:
+        self.label = label
+        self.why = why
+        super().__init__(f"{label}: {why}")
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    family: str
+    name: str
+    cls: type
+    plugin: str  # the plugin (entry point or module) that registered it
+    distribution: str  # "name version", or "" for a module named in the config
+
+
+@dataclass
+class PluginHost:
+    """The pluggy manager plus the kinds every plugin registered."""
+
+    pm: pluggy.PluginManager
+    kinds: dict[str, dict[str, KindInfo]] = field(default_factory=dict)
+    timeout_s: float = 5.0
+    blocked: set[str] = field(default_factory=set)
+    _pool: concurrent.futures.ThreadPoolExecutor | None = None
+    _pool_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def hook(self) -> Any:
+        return self.pm.hook
+
+    def kind(self, family: str, name: str) -> KindInfo | None:
+        return self.kinds.get(family, {}).get(name)
+
+    def options_model(self, family: str, name: str) -> type[BaseModel] | None:
+        info = self.kind(family, name)
+        return info.cls.Options if info else None  # type: ignore[attr-defined,no-any-return]
+
+    def kind_names(self, family: str) -> list[str]:
+        return sorted(self.kinds.get(family, {}))
+
+    def plugins(self) -> list[dict[str, Any]]:
+        """Every registered plugin with its distribution and the kinds it registered."""
+        dists = {self.pm.get_name(p): f"{d.project_name} {d.version}" for p, d in self.pm.list_plugin_distinfo()}
+        out = []
+        for plugin in self.pm.get_plugins():
+            name = self.pm.get_name(plugin)
+            if name is None or name == "arbiter.hookspecs":
+                continue
+            kinds = sorted(
+                f"{info.family}/{info.name}" for fam in self.kinds.values() for info in fam.values() if info.plugin == name
+            )
+            out.append({"name": name, "distribution": dists.get(name, ""), "kinds": kinds})
+        blocked = [{"name": n, "distribution": "", "kinds": [], "blocked": True} for n in sorted(self.blocked)]
+        return sorted(out, key=lambda p: p["name"]) + blocked
+
+    def call(self, label: str, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
+        """Call plugin code with a timeout; raise :class:`PluginFailed` on error or hang.
+
+        A hung call cannot be killed from Python; its worker thread is left behind and the
+        caller treats the plugin as failed (fail safe).
+        """
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="plugin")
+            pool = self._pool
+        future = pool.submit(fn, *args)
+        try:
+            return future.result(timeout=timeout if timeout is not None else self.timeout_s)
+        except concurrent.futures.TimeoutError:
+            raise PluginFailed(label, f"no answer within {timeout or self.timeout_s:g}s") from None
+        except Exception as exc:  # any plugin exception is isolated here
+            raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _collect(host: PluginHost) -> None:
+    for family, base in FAMILIES.items():
+        hook = getattr(host.pm.hook, f"arbiter_register_{family}")
+        for impl in hook.get_hookimpls():
+            plugin_name = impl.plugin_name
+            dist = ""
+            for plugin, distinfo in host.pm.list_plugin_distinfo():
+                if plugin is impl.plugin:
+                    dist = f"{distinfo.project_name} {distinfo.version}"
+
+            def register(name: str, cls: type, _plugin: str = plugin_name, _dist: str = dist, _family: str = family) -> None:
+                if not isinstance(cls, type) or not issubclass(cls, FAMILIES[_family]):
+                    raise PluginLoadError(
+                        f"plugin {_plugin} registered {_family} kind {name!r} with {cls!r}, which is not a "
+                        f"subclass of arbiter.plugin.{FAMILIES[_family].__name__}"
+                    )
+                if not (isinstance(getattr(cls, "Options", None), type) and issubclass(cls.Options, BaseModel)):
+                    raise PluginLoadError(f"plugin {_plugin}: {_family} kind {name!r} has no pydantic Options model")
+                existing = host.kinds.setdefault(_family, {}).get(name)
+                if existing is not None:
+                    raise PluginLoadError(
+                        f"{_family} kind {name!r} is registered by both {existing.plugin} and {_plugin}; "
+                        f"disable one of them with disable_plugins in arbiter.yaml"
+                    )
+                host.kinds[_family][name] = KindInfo(_family, name, cls, _plugin, _dist)
+
+            impl.function(register=register)
+
+
+def build_plugin_manager(
+    modules: Iterable[str] = (),
+    disable: Iterable[str] = (),
+    entry_points: bool = True,
+    timeout_s: float = 5.0,
+    extra: Iterable[tuple[str, object]] = (),
+) -> PluginHost:
+    """A new plugin manager: installed entry points (group ``arbiter``), then ``modules``
+    named in the node config, then ``extra`` (name, plugin) pairs; ``disable`` blocks any
+    of them by name."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    blocked = set(disable)
+    for name in blocked:
+        pm.set_blocked(name)
+    if entry_points:
+        try:
+            pm.load_setuptools_entrypoints(PROJECT)
+        except Exception as exc:
+            raise PluginLoadError(f"loading installed arbiter plugins failed: {type(exc).__name__}: {exc}") from exc
+    for module_name in modules:
+        if module_name in blocked:
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise PluginLoadError(f"plugin module {module_name!r} (named in plugins:) cannot be imported: {exc}") from exc
+        if pm.get_plugin(module_name) is None:
+            pm.register(module, name=module_name)
+    for name, plugin in extra:
+        if name not in blocked:
+            pm.register(plugin, name=name)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginLoadError(f"plugin {exc.plugin!r} implements a hook arbiter does not have: {exc}") from exc
+    host = PluginHost(pm=pm, timeout_s=timeout_s, blocked=blocked)
+    _collect(host)
+    return host

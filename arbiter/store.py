@@ -1,0 +1,239 @@
+"""Durable state in SQLite (WAL): timeline, paused set, job registry, last good rule files.
+
+One connection shared by the daemon's threads behind a lock; the fast path never calls
+here (it appends to :class:`PausedJournal` and hands the rest to the recorder thread).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS timeline (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    t REAL NOT NULL, code TEXT NOT NULL, subject TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS timeline_t ON timeline(t);
+CREATE TABLE IF NOT EXISTS paused (
+    job_id TEXT NOT NULL, how TEXT NOT NULL, pid INTEGER NOT NULL, start_time REAL NOT NULL,
+    translator TEXT NOT NULL, control_path TEXT, t REAL NOT NULL,
+    PRIMARY KEY (job_id, how, pid)
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, owner_uid INTEGER NOT NULL, name TEXT NOT NULL, manifest TEXT NOT NULL,
+    cmd TEXT NOT NULL, launcher_pid INTEGER NOT NULL, launcher_start REAL NOT NULL,
+    root_pid INTEGER, root_start REAL, state TEXT NOT NULL, control_path TEXT NOT NULL,
+    events_path TEXT NOT NULL, submitted REAL NOT NULL, ended REAL, exit_code INTEGER,
+    seq INTEGER NOT NULL DEFAULT 0, stop_requested REAL, user_hold INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS rule_files (
+    path TEXT PRIMARY KEY, content TEXT NOT NULL, sha256 TEXT NOT NULL, saved REAL NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class PausedEntry:
+    """One thing arbiter paused: a process (``how="tree"``) or a job's control document."""
+
+    job_id: str
+    how: str  # "tree" | "control"
+    pid: int
+    start_time: float
+    translator: str
+    control_path: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.job_id, self.how, self.pid)
+
+
+@dataclass
+class JobRecord:
+    id: str
+    owner_uid: int
+    name: str
+    manifest: dict[str, Any]
+    cmd: list[str]
+    launcher_pid: int
+    launcher_start: float
+    control_path: str
+    events_path: str
+    submitted: float
+    state: str = "pending"  # pending | running | ended
+    root_pid: int | None = None
+    root_start: float | None = None
+    ended: float | None = None
+    exit_code: int | None = None
+    seq: int = 0
+    stop_requested: float | None = None
+    user_hold: bool = False
+
+    def to_row(self) -> dict[str, Any]:
+        row = asdict(self)
+        row["manifest"] = json.dumps(self.manifest)
+        row["cmd"] = json.dumps(self.cmd)
+        row["user_hold"] = int(self.user_hold)
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRecord:
+        data = dict(row)
+        data["manifest"] = json.loads(data["manifest"])
+        data["cmd"] = json.loads(data["cmd"])
+        data["user_hold"] = bool(data["user_hold"])
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # --- timeline ---------------------------------------------------------------------------
+
+    @staticmethod
+    def add_event(db: sqlite3.Connection, event: Mapping[str, Any]) -> None:
+        db.execute(
+            "INSERT INTO timeline (t, code, subject, message, data) VALUES (?, ?, ?, ?, ?)",
+            (event["t"], event["code"], event["subject"], event["message"], json.dumps(event.get("data", {}), default=str)),
+        )
+
+    def timeline(self, limit: int = 50, subject: str | None = None, code: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM timeline"
+        where, args = [], []
+        if subject:
+            where.append("subject = ?")
+            args.append(subject)
+        if code:
+            where.append("code = ?")
+            args.append(code)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        rows = self._query(sql + " ORDER BY id DESC LIMIT ?", (*args, limit))
+        return [{**dict(r), "data": json.loads(r["data"])} for r in reversed(rows)]
+
+    # --- paused set -------------------------------------------------------------------------
+
+    @staticmethod
+    def put_paused(db: sqlite3.Connection, entry: PausedEntry) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO paused VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (entry.job_id, entry.how, entry.pid, entry.start_time, entry.translator, entry.control_path, time.time()),
+        )
+
+    @staticmethod
+    def drop_paused(db: sqlite3.Connection, key: tuple[str, str, int]) -> None:
+        db.execute("DELETE FROM paused WHERE job_id = ? AND how = ? AND pid = ?", key)
+
+    def paused(self) -> list[PausedEntry]:
+        rows = self._query("SELECT job_id, how, pid, start_time, translator, control_path FROM paused")
+        return [PausedEntry(**dict(r)) for r in rows]
+
+    def clear_paused(self) -> None:
+        with self.transaction() as db:
+            db.execute("DELETE FROM paused")
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    @staticmethod
+    def put_job(db: sqlite3.Connection, job: JobRecord) -> None:
+        row = job.to_row()
+        cols = ", ".join(row)
+        db.execute(f"INSERT OR REPLACE INTO jobs ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+
+    def jobs(self, include_ended: bool = False) -> list[JobRecord]:
+        sql = "SELECT * FROM jobs" + ("" if include_ended else " WHERE state != 'ended'") + " ORDER BY submitted"
+        return [JobRecord.from_row(r) for r in self._query(sql)]
+
+    # --- rule files -------------------------------------------------------------------------
+
+    def save_rule_file(self, path: str, content: str) -> None:
+        digest = hashlib.sha256(content.encode()).hexdigest()
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO rule_files VALUES (?, ?, ?, ?)", (path, content, digest, time.time()))
+
+    def last_good_rule_files(self) -> dict[str, str]:
+        return {r["path"]: r["content"] for r in self._query("SELECT path, content FROM rule_files")}
+
+
+class PausedJournal:
+    """An append-only record of pauses, written before each pause with one ``write``.
+
+    It survives the daemon being killed (the page cache outlives the process), costs
+    microseconds on the fast path, and is folded into SQLite by the recorder.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def append(self, op: str, entry: PausedEntry) -> None:
+        line = json.dumps({"op": op, **asdict(entry)}) + "\n"
+        with self._lock:
+            os.write(self._fd, line.encode())
+
+    def truncate(self) -> None:
+        with self._lock:
+            os.ftruncate(self._fd, 0)
+
+    def close(self) -> None:
+        with self._lock:
+            os.close(self._fd)
+
+    @staticmethod
+    def replay(path: Path) -> dict[tuple[str, str, int], PausedEntry]:
+        """What the journal says is paused now (a torn last line is ignored)."""
+        out: dict[tuple[str, str, int], PausedEntry] = {}
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return out
+        for line in text.splitlines():
+            try:
+                raw = json.loads(line)
+                op = raw.pop("op")
+                entry = PausedEntry(**raw)
+            except (ValueError, TypeError, KeyError):
+                continue
+            if op == "pause":
+                out[entry.key] = entry
+            else:
+                out.pop(entry.key, None)
+        return out

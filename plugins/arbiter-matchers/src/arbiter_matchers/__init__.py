@@ -1,0 +1,25 @@
+"""arbiter matcher kinds (``process``) and the host's process table.
+
+Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from arbiter.plugin import ProcessInfo, hookimpl
+
+from arbiter_matchers.process import ProcessMatcher
+from arbiter_matchers.table import process_table
+
+__all__ = ["ProcessMatcher", "process_table", "arbiter_register_matchers", "arbiter_process_table"]
+
+
+@hookimpl
+def arbiter_register_matchers(register: Callable[[str, type], None]) -> None:
+    register("process", ProcessMatcher)
+
+
+@hookimpl
+def arbiter_process_table() -> list[ProcessInfo]:
+    return process_table()

@@ -1,0 +1,142 @@
+"""The ``process`` matcher: selects processes by name, command line, executable and user."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from arbiter.plugin import KindOptions, Matcher, ProcessInfo
+from pydantic import field_validator, model_validator
+
+try:
+    import pwd
+except ImportError:  # pragma: no cover - not a POSIX host: user names resolve per process only
+    pwd = None  # type: ignore[assignment]
+
+_SELECTORS = ("name", "cmdline", "cmdline_endswith", "path_prefix")
+
+
+class ProcessOptions(KindOptions):
+    """A rule's ``match:`` block for ``kind: process``.
+
+    Every field given must match (AND); within one field any entry may match (OR).
+    """
+
+    kind: Literal["process"] = "process"
+    name: list[str] = []
+    cmdline: list[str] = []
+    cmdline_endswith: list[str] = []
+    path_prefix: list[str] = []
+    user: list[str] = []
+    tree: Literal["process", "descendants"] = "process"
+
+    @field_validator("name", "cmdline", "cmdline_endswith", "path_prefix", "user", mode="before")
+    @classmethod
+    def _one_is_a_list(cls, value: Any) -> Any:
+        # `name: ollama` in a rule file means `name: [ollama]`; YAML also reads `user: [1000]`
+        # as integers, which are uids here.
+        if isinstance(value, (str, int)) and not isinstance(value, bool):
+            value = [value]
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
+        return value
+
+    @field_validator("name", "cmdline", "cmdline_endswith", "path_prefix", "user")
+    @classmethod
+    def _no_empty_entries(cls, value: list[str]) -> list[str]:
+        # An empty string would match every process (a substring of everything).
+        if any(not v.strip() for v in value):
+            raise ValueError("entries must not be empty (an empty entry would match every process)")
+        return value
+
+    @model_validator(mode="after")
+    def _needs_a_selector(self) -> ProcessOptions:
+        if not any(getattr(self, f) for f in _SELECTORS):
+            raise ValueError(
+                "a process match needs at least one of "
+                + ", ".join(_SELECTORS)
+                + " (user and tree only narrow or widen what those select)"
+            )
+        return self
+
+
+class ProcessMatcher(Matcher):
+    """Selects the processes a ``match:`` block names, optionally with their descendants."""
+
+    Options = ProcessOptions
+
+    def __init__(self, options: ProcessOptions) -> None:  # type: ignore[override]
+        super().__init__(options)
+        self._names = frozenset(n.lower() for n in options.name)
+        self._substrings = tuple(c.lower() for c in options.cmdline)
+        self._suffixes = tuple(c.lower() for c in options.cmdline_endswith)
+        # Expanded once, for the account the daemon runs as.
+        self._prefixes = tuple(os.path.expanduser(p) for p in options.path_prefix)
+        self._uids, self._usernames = _resolve_users(options.user)
+        self._descendants = options.tree == "descendants"
+
+    def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
+        own = os.getpid()
+        selected = {p.pid for p in processes if self._matches(p)}
+        if self._descendants and selected:
+            selected = _with_descendants(selected, processes)
+        # The daemon must never pause or signal itself, whatever a rule says.
+        selected.discard(own)
+        return selected
+
+    def _matches(self, p: ProcessInfo) -> bool:
+        if self._names and p.name.lower() not in self._names:
+            return False
+        if self._substrings or self._suffixes:
+            joined = " ".join(p.cmdline).lower()
+            if self._substrings and not any(s in joined for s in self._substrings):
+                return False
+            if self._suffixes and not joined.endswith(self._suffixes):
+                return False
+        if self._prefixes:
+            exe = p.exe
+            if not exe and p.cmdline and os.path.isabs(p.cmdline[0]):
+                # The executable link of another user's process is unreadable without
+                # ptrace rights, while its command line is not; argv[0] is the best we have.
+                exe = p.cmdline[0]
+            if not exe or not exe.startswith(self._prefixes):
+                return False
+        if self._uids or self._usernames:
+            if p.uid not in self._uids and p.username not in self._usernames:
+                return False
+        return True
+
+
+def _resolve_users(users: list[str]) -> tuple[frozenset[int], frozenset[str]]:
+    """Split ``user`` entries into uids and names; a name known to this host also gives its uid,
+    so a process whose user name could not be read still matches by uid."""
+    uids: set[int] = set()
+    names: set[str] = set()
+    for entry in users:
+        entry = entry.strip()
+        if entry.isdigit():
+            uids.add(int(entry))
+            continue
+        names.add(entry)
+        if pwd is not None:
+            try:
+                uids.add(pwd.getpwnam(entry).pw_uid)
+            except KeyError:
+                pass
+    return frozenset(uids), frozenset(names)
+
+
+def _with_descendants(roots: set[int], processes: Sequence[ProcessInfo]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for p in processes:
+        if p.pid != p.ppid:  # pid 0 is its own parent on some hosts
+            children.setdefault(p.ppid, []).append(p.pid)
+    result = set(roots)
+    stack = list(roots)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in result:
+                result.add(child)
+                stack.append(child)
+    return result

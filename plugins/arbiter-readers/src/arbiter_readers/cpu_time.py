@@ -1,0 +1,47 @@
+"""``cpu_time``: each process's CPU time, read as if it were GPU busy time.
+
+A stand-in for demos and tests on hosts without a readable GPU.  It never counts unless
+the node config says ``stand_in_gpu: true``: a CPU reading must not silently stand in
+for a GPU reader that failed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from typing import Literal
+
+import psutil
+from arbiter.plugin import GpuReading, KindOptions, ProcessGpu, Reader
+
+NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
+ENGINE = "cpu"
+
+
+class CpuTimeOptions(KindOptions):
+    kind: Literal["cpu_time"] = "cpu_time"
+
+
+class CpuTimeReader(Reader):
+    """Reports user + system CPU time of each process as busy time on engine ``cpu``."""
+
+    Options = CpuTimeOptions
+    stand_in = True
+
+    def read(self, pids: Collection[int]) -> GpuReading:
+        if not self.context.stand_in_gpu:
+            return GpuReading(readable=False, at_ns=time.monotonic_ns(), device="cpu", why=NOT_ALLOWED)
+        at_ns = time.monotonic_ns()
+        processes: dict[int, ProcessGpu] = {}
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)
+                with proc.oneshot():
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        continue  # exited, not yet reaped: no longer a process to account
+                    times = proc.cpu_times()
+            except psutil.Error:
+                continue  # gone, or not ours to read: it reads as absent, like a GPU reader's
+            busy_ns = round((times.user + times.system) * 1e9)
+            processes[pid] = ProcessGpu(busy_ns={ENGINE: busy_ns})
+        return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)

@@ -1,0 +1,92 @@
+"""The ``cpu_time`` stand-in reader against real busy and idle processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from pydantic import ValidationError
+
+from arbiter.plugin import PluginContext
+from arbiter_readers import CpuTimeReader, arbiter_register_readers
+from arbiter_readers.cpu_time import NOT_ALLOWED
+
+
+def reader(tmp_path: Path, stand_in_gpu: bool = True) -> CpuTimeReader:
+    options = CpuTimeReader.Options.model_validate({"kind": "cpu_time"})
+    return CpuTimeReader(options, PluginContext(state_dir=tmp_path, stand_in_gpu=stand_in_gpu))
+
+
+@pytest.fixture
+def busy() -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def idle() -> Iterator[int]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_registers_cpu_time_as_a_stand_in() -> None:
+    seen: dict[str, type] = {}
+    arbiter_register_readers(lambda name, cls: seen.__setitem__(name, cls))
+    assert seen == {"cpu_time": CpuTimeReader}
+    assert CpuTimeReader.stand_in is True
+
+
+def test_options_take_no_fields() -> None:
+    CpuTimeReader.Options.model_validate({})
+    with pytest.raises(ValidationError):
+        CpuTimeReader.Options.model_validate({"kind": "cpu_time", "interval": 1})
+
+
+def test_busy_time_grows_with_wall_time_for_a_busy_process(tmp_path: Path, busy: int, idle: int) -> None:
+    r = reader(tmp_path)
+    time.sleep(0.2)  # past the interpreter's start-up, which is CPU work of its own
+    first = r.read([busy, idle])
+    time.sleep(0.5)
+    second = r.read([busy, idle])
+    assert first.readable and second.readable and second.device == "cpu"
+    wall_ns = second.at_ns - first.at_ns
+    busy_ns = second.processes[busy].busy_ns["cpu"] - first.processes[busy].busy_ns["cpu"]
+    idle_ns = second.processes[idle].busy_ns["cpu"] - first.processes[idle].busy_ns["cpu"]
+    print(f"busy child: {busy_ns / wall_ns:.2f} of wall time; idle child: {idle_ns / wall_ns:.3f}")
+    # One spinning process on a host with other work: most of a core, never more than wall time.
+    assert 0.4 * wall_ns < busy_ns < 1.1 * wall_ns
+    assert idle_ns < 0.05 * wall_ns
+
+
+def test_vanished_processes_are_left_out(tmp_path: Path, idle: int) -> None:
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait(timeout=10)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 10
+    while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.01)  # exits, and stays unreaped until wait()
+    try:
+        reading = reader(tmp_path).read([idle, done.pid, zombie.pid])
+    finally:
+        zombie.wait(timeout=10)
+    assert set(reading.processes) == {idle}
+
+
+def test_not_readable_without_stand_in_gpu(tmp_path: Path, busy: int) -> None:
+    reading = reader(tmp_path, stand_in_gpu=False).read([busy])
+    assert not reading.readable
+    assert reading.why == NOT_ALLOWED
+    assert reading.processes == {}

@@ -1,0 +1,21 @@
+"""arbiter translator kinds: ``signal`` (pause, resume, terminate, kill) and ``control_doc``.
+
+Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from arbiter.plugin import hookimpl
+
+from arbiter_translators.control import ControlDocTranslator
+from arbiter_translators.signals import SignalTranslator
+
+__all__ = ["ControlDocTranslator", "SignalTranslator", "arbiter_register_translators"]
+
+
+@hookimpl
+def arbiter_register_translators(register: Callable[[str, type], None]) -> None:
+    register("signal", SignalTranslator)
+    register("control_doc", ControlDocTranslator)

@@ -1,0 +1,143 @@
+"""The ``control_doc`` translator: the control document and the nudge, with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from arbiter.plugin import ControlUpdate, JobTarget, PluginContext, PluginError, ProcessRef
+from arbiter_translators import ControlDocTranslator
+
+_COOPERATIVE = """
+import signal, time
+seen = []
+signal.signal(signal.SIGUSR1, lambda *_: seen.append(1))
+print("ready", flush=True)
+while True:
+    time.sleep(0.005)  # not signal.pause(): a nudge landing just before it would be missed
+    if seen:
+        seen.clear()
+        print("nudged", flush=True)
+"""
+
+
+def translator(tmp_path: Path) -> ControlDocTranslator:
+    return ControlDocTranslator(ControlDocTranslator.Options(), PluginContext(state_dir=tmp_path))
+
+
+def ref_of(pid: int) -> ProcessRef:
+    return ProcessRef(pid, psutil.Process(pid).create_time())
+
+
+@pytest.fixture
+def cooperative() -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen([sys.executable, "-c", _COOPERATIVE], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def read_line_within(proc: subprocess.Popen[str], timeout: float) -> str | None:
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout)
+    return lines[0] if lines else None
+
+
+def test_writes_the_document(tmp_path: Path) -> None:
+    path = tmp_path / "control.json"
+    job = JobTarget(job_id="j1", name="batch", processes=(), control_path=str(path))
+    t = translator(tmp_path)
+    t.control(job, ControlUpdate(state="paused", gpu_duty=0.25, reason="trainer is uploading"), seq=7)
+    assert json.loads(path.read_text()) == {
+        "v": 1, "seq": 7, "state": "paused", "gpu_duty": 0.25, "reason": "trainer is uploading",
+    }
+    t.control(job, ControlUpdate(state="run", gpu_duty=1.0), seq=8)
+    doc = json.loads(path.read_text())
+    assert (doc["seq"], doc["state"], doc["gpu_duty"], doc["reason"]) == (8, "run", 1.0, "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["control.json"]  # no temporary left behind
+
+
+def test_readers_never_see_half_a_document(tmp_path: Path) -> None:
+    path = tmp_path / "control.json"
+    job = JobTarget(job_id="j1", name="batch", processes=(), control_path=str(path))
+    t = translator(tmp_path)
+    t.control(job, ControlUpdate(state="run", gpu_duty=1.0, reason="x" * 5000), seq=0)
+    stop = threading.Event()
+    bad: list[str] = []
+
+    def watch() -> None:
+        while not stop.is_set():
+            text = path.read_text()
+            try:
+                json.loads(text)
+            except ValueError:
+                bad.append(text)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for seq in range(1, 300):
+            t.control(job, ControlUpdate(state="run", gpu_duty=seq / 300, reason="x" * 5000), seq=seq)
+    finally:
+        stop.set()
+        watcher.join()
+    assert bad == []
+    assert json.loads(path.read_text())["seq"] == 299
+
+
+def test_a_cooperative_job_is_nudged(tmp_path: Path, cooperative: subprocess.Popen[str]) -> None:
+    path = tmp_path / "control.json"
+    job = JobTarget(job_id="j1", name="batch", processes=(ref_of(cooperative.pid),),
+                    control_path=str(path), cooperative=True)
+    translator(tmp_path).control(job, ControlUpdate(state="paused", gpu_duty=0.0), seq=1)
+    assert read_line_within(cooperative, 5) == "nudged\n"
+
+
+def test_no_nudge_without_cooperative_or_with_a_stale_ref(tmp_path: Path, cooperative: subprocess.Popen[str]) -> None:
+    path = tmp_path / "control.json"
+    ref = ref_of(cooperative.pid)
+    t = translator(tmp_path)
+    t.control(JobTarget("j1", "batch", (ref,), str(path), cooperative=False), ControlUpdate("paused", 0.0), seq=1)
+    stale = ProcessRef(ref.pid, ref.start_time - 5)
+    t.control(JobTarget("j1", "batch", (stale,), str(path), cooperative=True), ControlUpdate("paused", 0.0), seq=2)
+    assert read_line_within(cooperative, 0.3) is None
+    assert json.loads(path.read_text())["seq"] == 2
+
+
+def test_a_job_without_a_handler_is_not_killed_by_a_document_write(tmp_path: Path) -> None:
+    # The nudge's default action ends a process: only cooperative jobs get it.
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        job = JobTarget("j1", "batch", (ref_of(proc.pid),), str(tmp_path / "c.json"), cooperative=False)
+        translator(tmp_path).control(job, ControlUpdate("stop", 0.0, reason="ending"), seq=1)
+        time.sleep(0.1)
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_errors_say_what_to_do(tmp_path: Path) -> None:
+    t = translator(tmp_path)
+    with pytest.raises(PluginError, match="no control document path"):
+        t.control(JobTarget("j1", "batch", ()), ControlUpdate("run", 1.0), seq=1)
+    missing_dir = tmp_path / "nowhere" / "control.json"
+    with pytest.raises(PluginError, match="must exist"):
+        t.control(JobTarget("j1", "batch", (), str(missing_dir)), ControlUpdate("run", 1.0), seq=1)
+    with pytest.raises(PluginError, match="not one of"):
+        t.control(JobTarget("j1", "batch", (), str(tmp_path / "c.json")), ControlUpdate("sleep", 1.0), seq=1)  # type: ignore[arg-type]
+    assert not os.path.exists(tmp_path / "c.json")

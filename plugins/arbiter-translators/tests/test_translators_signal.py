@@ -1,0 +1,212 @@
+"""The ``signal`` translator against real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
+from arbiter_translators import ControlDocTranslator, SignalTranslator, arbiter_register_translators
+from arbiter_translators.identity import Signaller
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(list(argv or ("sleep", "60")), **kwargs)  # type: ignore[call-overload]
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def translator(tmp_path: Path) -> SignalTranslator:
+    return SignalTranslator(SignalTranslator.Options(), PluginContext(state_dir=tmp_path))
+
+
+def ref_of(pid: int) -> ProcessRef:
+    return ProcessRef(pid, psutil.Process(pid).create_time())
+
+
+def target(*refs: ProcessRef) -> JobTarget:
+    return JobTarget(job_id="j1", name="batch", processes=tuple(refs))
+
+
+def status_becomes(pid: int, wanted: str, timeout: float = 5.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = psutil.Process(pid).status()
+        if status == wanted or time.monotonic() > deadline:
+            return status
+        time.sleep(0.005)
+
+
+def test_registers_both_kinds() -> None:
+    seen: dict[str, type] = {}
+    arbiter_register_translators(lambda name, cls: seen.__setitem__(name, cls))
+    assert seen == {"signal": SignalTranslator, "control_doc": ControlDocTranslator}
+    assert SignalTranslator.actions == {"pause", "resume", "terminate", "kill"}
+    assert ControlDocTranslator.actions == {"control"}
+
+
+def test_pause_stops_and_resume_continues_a_real_process(tmp_path: Path, spawn: Spawn) -> None:
+    proc = spawn()
+    ref = ref_of(proc.pid)
+    t = translator(tmp_path)
+    assert t.available() == (True, "")
+    assert t.pause(target(ref)) == [ref]
+    assert status_becomes(proc.pid, psutil.STATUS_STOPPED) == psutil.STATUS_STOPPED
+    assert t.pause(target(ref)) == [ref]  # idempotent
+    t.resume([ref])
+    assert status_becomes(proc.pid, psutil.STATUS_SLEEPING) == psutil.STATUS_SLEEPING
+    t.resume([ref])
+
+
+def test_a_tree_is_paused_root_first(tmp_path: Path, spawn: Spawn) -> None:
+    procs = [spawn() for _ in range(5)]
+    refs = [ref_of(p.pid) for p in procs]
+    t = translator(tmp_path)
+    assert t.pause(target(*refs)) == refs
+    for p in procs:
+        assert status_becomes(p.pid, psutil.STATUS_STOPPED) == psutil.STATUS_STOPPED
+    t.resume(refs)
+    for p in procs:
+        assert status_becomes(p.pid, psutil.STATUS_SLEEPING) == psutil.STATUS_SLEEPING
+
+
+def test_a_ref_with_another_start_time_is_never_signalled(tmp_path: Path, spawn: Spawn) -> None:
+    proc = spawn()
+    real = ref_of(proc.pid)
+    t = translator(tmp_path)
+    for wrong in (ProcessRef(proc.pid, real.start_time + 1.0), ProcessRef(proc.pid, real.start_time - 0.02)):
+        assert t.pause(target(wrong)) == []
+        t.terminate(target(wrong))
+        t.kill(target(wrong))
+    time.sleep(0.1)
+    assert proc.poll() is None
+    assert psutil.Process(proc.pid).status() == psutil.STATUS_SLEEPING
+
+
+def test_a_vanished_pid_is_skipped_silently(tmp_path: Path, spawn: Spawn) -> None:
+    gone = spawn()
+    ref = ref_of(gone.pid)
+    gone.kill()
+    gone.wait(timeout=10)
+    alive = spawn()
+    alive_ref = ref_of(alive.pid)
+    t = translator(tmp_path)
+    assert t.pause(target(ref, alive_ref)) == [alive_ref]
+    t.resume([ref, alive_ref])
+    t.terminate(target(ref))
+    t.kill(target(ref))
+
+
+def test_terminate_ends_even_a_paused_process(tmp_path: Path, spawn: Spawn) -> None:
+    proc = spawn()
+    ref = ref_of(proc.pid)
+    t = translator(tmp_path)
+    t.pause(target(ref))
+    assert status_becomes(proc.pid, psutil.STATUS_STOPPED) == psutil.STATUS_STOPPED
+    t.terminate(target(ref))
+    assert proc.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_kill(tmp_path: Path, spawn: Spawn) -> None:
+    # A process that ignores SIGTERM still ends on kill.
+    proc = spawn(sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                 "print('ready', flush=True); time.sleep(60)", stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    ref = ref_of(proc.pid)
+    t = translator(tmp_path)
+    t.terminate(target(ref))
+    time.sleep(0.1)
+    assert proc.poll() is None
+    t.kill(target(ref))
+    assert proc.wait(timeout=5) == -signal.SIGKILL
+
+
+def test_never_signals_itself_or_a_process_group(tmp_path: Path, spawn: Spawn) -> None:
+    proc = spawn()
+    ref = ref_of(proc.pid)
+    me = ref_of(os.getpid())
+    t = translator(tmp_path)
+    with pytest.raises(PluginError, match="daemon itself") as err:
+        t.pause(target(me, ref))
+    assert "1 process" in str(err.value)  # the other process was still paused
+    assert status_becomes(proc.pid, psutil.STATUS_STOPPED) == psutil.STATUS_STOPPED
+    t.resume([ref])
+    for bad in (0, -1):
+        with pytest.raises(PluginError, match="not a process id"):
+            t.kill(target(ProcessRef(bad, 0.0)))
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to become nobody")
+def test_a_process_it_may_not_signal_is_an_error_that_says_why(tmp_path: Path, spawn: Spawn) -> None:
+    import pwd
+
+    victim = spawn()
+    ref = ref_of(victim.pid)
+    t = translator(tmp_path)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        try:
+            os.close(read_end)
+            nobody = pwd.getpwnam("nobody")
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            try:
+                t.pause(target(ref))
+                message = "paused"
+            except PluginError as exc:
+                message = str(exc)
+            os.write(write_end, message.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        message = fh.read().decode()
+    os.waitpid(child, 0)
+    assert "not permitted" in message and "CAP_KILL" in message, message
+    assert psutil.Process(victim.pid).status() == psutil.STATUS_SLEEPING
+
+
+def test_start_time_check_agrees_with_psutil_over_many_processes(spawn: Spawn) -> None:
+    # The fast path computes start times itself; refs come from psutil's values.
+    signaller = Signaller()
+    procs = [spawn() for _ in range(20)]
+    for p in procs:
+        assert signaller.send(ref_of(p.pid), 0)
+
+
+def test_pause_latency_of_a_five_process_tree(tmp_path: Path, spawn: Spawn) -> None:
+    procs = [spawn() for _ in range(5)]
+    refs = [ref_of(p.pid) for p in procs]
+    t = translator(tmp_path)
+    samples: list[float] = []
+    for _ in range(300):
+        started = time.perf_counter_ns()
+        paused = t.pause(target(*refs))
+        samples.append((time.perf_counter_ns() - started) / 1000)
+        assert len(paused) == 5
+        t.resume(refs)
+    samples.sort()
+    p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
+    print(f"pause of a 5-process tree: p50 {p50:.0f} µs, p99 {p99:.0f} µs")
+    assert p50 < 20_000

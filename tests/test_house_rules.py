@@ -1,0 +1,115 @@
+"""The core stays generic, pure where it must be, and light where it must start fast."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from arbiter import hookspecs
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "arbiter"
+# programs, vendors and OS mechanisms that belong in plugins or rule files, never in the core
+FORBIDDEN = re.compile(
+    r"ollama|comfy|llama|nvidia|nvml|pynvml|amdgpu|vulkan|opencl|\bmetal\b|directml|sigstop|sigcont|"
+    r"cgroup|/proc/|\bdrm\b|fdinfo|ioreg|psutil|inotify|kqueue",
+    re.IGNORECASE,
+)
+
+
+def core_files(exclude_sdk: bool = True) -> list[Path]:
+    files = sorted(CORE.rglob("*.py"))
+    return [f for f in files if not (exclude_sdk and "sdk" in f.relative_to(CORE).parts)]
+
+
+def test_core_names_no_program_vendor_or_os_mechanism() -> None:
+    hits = []
+    for path in core_files():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if FORBIDDEN.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not hits, "move these to a plugin or a rule file:\n" + "\n".join(hits)
+
+
+def test_the_name_check_would_catch_one() -> None:
+    assert FORBIDDEN.search("reader = pynvml.nvmlInit()")
+    assert FORBIDDEN.search("os.kill(pid, signal.SIGSTOP)")
+    assert not FORBIDDEN.search("signal translator pauses a tree")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_engine_is_pure() -> None:
+    allowed = {"__future__", "dataclasses", "typing", "collections", "math", "enum", "arbiter", "statistics"}
+    for path in (CORE / "engine").rglob("*.py"):
+        found = _imports(path) - allowed
+        assert not found, f"{path.name} imports {found}: the engine does no I/O and reads no clock"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("arbiter."):
+                assert node.module.startswith("arbiter.engine"), f"{path.name} imports {node.module}"
+
+
+def test_sdk_uses_only_the_standard_library() -> None:
+    stdlib = set(sys.stdlib_module_names) | {"__future__", "arbiter"}
+    for path in (CORE / "sdk").rglob("*.py"):
+        assert _imports(path) <= stdlib, f"{path.name} imports {_imports(path) - stdlib}"
+
+
+def _modules_after(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )
+    import json
+
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_core_imports_no_plugin_dependency() -> None:
+    modules = [
+        "arbiter." + ".".join(p.relative_to(CORE).with_suffix("").parts)
+        for p in core_files(exclude_sdk=False)
+        if p.name not in ("__main__.py",)
+    ]
+    loaded = _modules_after("\n".join(f"import {m.removesuffix('.__init__')}" for m in modules))
+    for dep in ("psutil", "pynvml", "websockets"):
+        assert dep not in loaded, f"the core imported {dep}"
+    assert not any(m.startswith("arbiter_") for m in loaded), "the core imported a plugin"
+
+
+def test_cli_imports_neither_http_server_nor_plugins() -> None:
+    loaded = _modules_after("import arbiter.cli.main")
+    assert not {"fastapi", "uvicorn", "starlette", "psutil"} & loaded
+    assert not any(m.startswith("arbiter_") or m.startswith("arbiter.http") for m in loaded)
+
+
+def test_every_hook_is_documented_with_its_parameters() -> None:
+    docs = (ROOT / "docs" / "hooks.md").read_text()
+    hooks = [(n, f) for n, f in inspect.getmembers(hookspecs, inspect.isfunction) if n.startswith("arbiter_")]
+    assert len(hooks) >= 8
+    for name, fn in hooks:
+        assert f"`{name}(" in docs, f"{name} is missing from docs/hooks.md"
+        doc = inspect.getdoc(fn) or ""
+        assert doc, f"{name} has no docstring"
+        for param in inspect.signature(fn).parameters:
+            assert f":param {param}:" in doc, f"{name} does not document {param}"
+        if getattr(fn, "arbiter_spec", {}).get("firstresult"):
+            assert "firstresult" in doc, f"{name} is firstresult but does not say so"
+
+
+def test_no_shell_true_anywhere() -> None:
+    for path in [*CORE.rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        assert "shell=True" not in path.read_text(), path
