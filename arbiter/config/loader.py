@@ -58,7 +58,7 @@ def problems_from(exc: ValidationError, filename: str, positions: Positions, pre
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
         out.append(Problem(filename, line, col, _field_path(loc), message, _HINTS.get(err["type"], "")))
-    return out
+    return sorted(out, key=lambda p: (p.line, p.column))
 
 
 def validate(model: type[M], data: Any, filename: str, positions: Positions, prefix: Path_ = ()) -> M:

@@ -28,7 +28,7 @@ class JobRegistry:
         self.jobs_dir = jobs_dir
         self.persist = persist
         self.platform = platform
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified after every decision
         self.records: dict[str, JobRecord] = {}
 

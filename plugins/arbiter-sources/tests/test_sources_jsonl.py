@@ -1,0 +1,482 @@
+"""The ``jsonl`` source against real files, real writers and the real watcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from arbiter.plugin import PluginContext, PluginError, SourceState
+from arbiter_sources import JsonlSource, arbiter_register_sources
+from arbiter_sources import inotify as inotify_module
+
+Make = Callable[..., JsonlSource]
+
+
+class Recorder:
+    """Collects the states on_change hands over, and waits for one that fits."""
+
+    def __init__(self) -> None:
+        self.states: list[tuple[float, SourceState]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, state: SourceState) -> None:
+        with self._cond:
+            self.states.append((time.monotonic(), state))
+            self._cond.notify_all()
+
+    def wait_for(self, fits: Callable[[SourceState], bool], timeout: float = 5.0) -> SourceState:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for _, state in reversed(self.states):
+                    if fits(state):
+                        return state
+                    break  # only the latest state counts
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    latest = self.states[-1][1] if self.states else None
+                    raise AssertionError(f"no fitting state within {timeout} s; latest: {latest}")
+                self._cond.wait(left)
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Make]:
+    sources: list[JsonlSource] = []
+
+    def build(**block: Any) -> JsonlSource:
+        options = JsonlSource.Options.model_validate({"kind": "jsonl", **block})
+        source = JsonlSource(options, PluginContext(state_dir=tmp_path))
+        sources.append(source)
+        return source
+
+    yield build
+    for source in sources:
+        source.close()
+
+
+def line(event: str, **fields: Any) -> str:
+    return json.dumps({"t": time.time(), "event": event, **fields}) + "\n"
+
+
+def append(path: Path, *texts: str) -> None:
+    # One write per call, as a program's logger does, through O_APPEND.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, "".join(texts).encode())
+    finally:
+        os.close(fd)
+
+
+def started(source: JsonlSource) -> Recorder:
+    rec = Recorder()
+    source.start(rec)
+    return rec
+
+
+# --- options --------------------------------------------------------------------------------
+
+
+def test_registers_jsonl() -> None:
+    seen: dict[str, type] = {}
+    arbiter_register_sources(lambda name, cls: seen.__setitem__(name, cls))
+    assert seen == {"jsonl": JsonlSource}
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"event": "step_done"},
+        {"event": "status", "field": "state.phase", "on": ["uploading"], "soon": ["preparing"]},
+        {"event": "status", "field": "phase", "on": "busy"},
+        {"enter": "upload_start", "exit": "upload_end"},
+        {"enter": "upload_start", "exit": "upload_end", "enter_soon": "upload_soon", "event_key": "meta.kind"},
+    ],
+)
+def test_valid_blocks(block: dict[str, Any]) -> None:
+    JsonlSource.Options.model_validate({"kind": "jsonl", "path": "~/events-*.jsonl", **block})
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({}, "give event"),
+        ({"event": "s", "field": "p", "on": ["x"], "enter": "a"}, "two ways to give a phase"),
+        ({"field": "p", "on": ["x"]}, "field needs event"),
+        ({"event": "s", "field": "p"}, "field needs on"),
+        ({"event": "s", "on": ["x"]}, "need field"),
+        ({"event": "s", "enter": "a", "exit": "b"}, "use two sources"),
+        ({"enter": "a"}, "needs both enter and exit"),
+        ({"enter": "a", "exit": "a"}, "must be different"),
+        ({"event": "s", "field": "p", "on": ["x"], "soon": ["x"]}, "both on and soon"),
+        ({"event": "s", "event_key": "a..b"}, "dotted field path"),
+        ({"event": "s", "path": "relative/file.jsonl"}, "absolute"),
+        ({"event": "s", "path": "/var/log/*/events.jsonl"}, "last component"),
+        ({"event": "s", "rate": 1}, "Extra inputs"),
+    ],
+)
+def test_conflicting_or_incomplete_blocks_are_refused(block: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        JsonlSource.Options.model_validate({"kind": "jsonl", "path": "/tmp/events.jsonl", **block})
+
+
+# --- progress -------------------------------------------------------------------------------
+
+
+def test_progress_counts_only_lines_written_after_open(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("step_done"), line("step_done"), line("step_done"))
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    first = source.state()
+    assert first.readable and first.count == 0 and first.phase is None
+    append(path, line("step_done"), line("other"), line("step_done"))
+    assert rec.wait_for(lambda s: s.count == 2).phase is None
+
+
+def test_progress_from_a_real_writer_process(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    writer = (
+        "import json, sys, time\n"
+        "with open(sys.argv[1], 'a', buffering=1) as fh:\n"
+        "    for i in range(50):\n"
+        "        fh.write(json.dumps({'event': 'step_done', 'i': i}) + '\\n')\n"
+        "        fh.write(json.dumps({'event': 'noise'}) + '\\n')\n"
+        "        time.sleep(0.002)\n"
+    )
+    subprocess.run([sys.executable, "-c", writer, str(path)], check=True, timeout=60)
+    assert rec.wait_for(lambda s: s.count == 50).readable
+    assert source.malformed == 0
+
+
+def test_dotted_event_key(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step", event_key="meta.kind")
+    rec = started(source)
+    append(path, json.dumps({"meta": {"kind": "step"}}) + "\n", json.dumps({"meta": {"kind": "other"}}) + "\n",
+           json.dumps({"event": "step"}) + "\n", json.dumps({"meta.kind": "step"}) + "\n")
+    assert rec.wait_for(lambda s: s.count == 2).count == 2
+
+
+# --- phases ---------------------------------------------------------------------------------
+
+
+def test_phase_from_a_field_with_on_and_soon(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("status", state={"phase": "training"}))
+    source = make(path=str(path), event="status", field="state.phase", on=["uploading"], soon=["preparing_upload"])
+    rec = started(source)
+    assert source.state().phase == "off"
+    append(path, line("status", state={"phase": "preparing_upload"}))
+    rec.wait_for(lambda s: s.phase == "soon")
+    append(path, line("other", state={"phase": "training"}))  # another event: ignored
+    append(path, line("status", state={"phase": "uploading"}))
+    rec.wait_for(lambda s: s.phase == "on")
+    append(path, line("status"))  # the field is missing: not on
+    rec.wait_for(lambda s: s.phase == "off")
+
+
+def test_phase_from_enter_exit_and_enter_soon(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), enter="upload_start", exit="upload_end", enter_soon="upload_soon")
+    rec = started(source)
+    assert source.state().phase == "off"
+    for event, phase in [("upload_soon", "soon"), ("upload_start", "on"), ("upload_end", "off"), ("upload_start", "on")]:
+        append(path, line(event))
+        rec.wait_for(lambda s, phase=phase: s.phase == phase)
+
+
+@pytest.mark.parametrize(("history", "phase"), [(["upload_start"], "on"), (["upload_start", "upload_end"], "off"),
+                                                (["upload_end", "upload_soon"], "soon"), ([], "off")])
+def test_first_open_takes_the_phase_from_the_last_phase_line(
+    tmp_path: Path, make: Make, history: list[str], phase: str
+) -> None:
+    path = tmp_path / "events.jsonl"
+    filler = "".join(line("step_done", pad="x" * 200) for _ in range(2000))  # > 400 KiB after the phase line
+    append(path, *(line(e) for e in history), filler, "{not json\n")
+    source = make(path=str(path), enter="upload_start", exit="upload_end", enter_soon="upload_soon")
+    state = source.state()
+    assert state.readable and state.phase == phase and state.count == 0
+
+
+def test_first_open_phase_from_a_field_form(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("status", state={"phase": "uploading"}), line("step_done"), line("step_done"))
+    source = make(path=str(path), event="status", field="state.phase", on=["uploading"])
+    assert source.state().phase == "on"
+
+
+# --- how lines arrive -----------------------------------------------------------------------
+
+
+def test_partial_lines_wait_for_their_newline(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    whole = line("status", state={"phase": "uploading"})
+    append(path, whole[:10])  # a partial line already there at open completes later
+    source = make(path=str(path), event="status", field="state.phase", on=["uploading"])
+    rec = started(source)
+    append(path, whole[10:25])
+    time.sleep(0.1)
+    assert source.state().phase == "off" and source.malformed == 0
+    append(path, whole[25:])
+    rec.wait_for(lambda s: s.phase == "on" and s.count == 1)
+    second = line("status", state={"phase": "idle"})
+    append(path, second[:5])
+    time.sleep(0.05)
+    append(path, second[5:])
+    rec.wait_for(lambda s: s.phase == "off")
+    assert source.malformed == 0
+
+
+def test_malformed_lines_are_counted_and_skipped(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    append(path, "{broken\n", "[1, 2]\n", "42\n", "\n", "   \n", line("step_done"), "\x00\xff garbage\n")
+    rec.wait_for(lambda s: s.count == 1)
+    time.sleep(0.05)
+    assert source.malformed == 4
+    append(path, "x" * (2 << 20))  # a line too long to keep, still without its newline
+    append(path, "tail of the long line\n", line("step_done"))
+    rec.wait_for(lambda s: s.count == 2)
+    assert source.malformed == 5
+
+
+def test_crlf_line_endings(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    append(path, line("step_done").replace("\n", "\r\n"))
+    rec.wait_for(lambda s: s.count == 1)
+    assert source.malformed == 0
+
+
+# --- following files ------------------------------------------------------------------------
+
+
+def test_glob_follows_the_newest_file_and_switches_at_once(tmp_path: Path, make: Make) -> None:
+    old = tmp_path / "events-1.jsonl"
+    older = tmp_path / "events-0.jsonl"
+    append(older, line("step_done"))
+    append(old, line("step_done"))
+    os.utime(older, (time.time() - 100, time.time() - 100))
+    os.utime(old, (time.time() - 50, time.time() - 50))
+    (tmp_path / "other.jsonl").touch()
+    source = make(path=str(tmp_path / "events-*.jsonl"), event="step_done")
+    rec = started(source)
+    assert source.current_path == str(old) and source.state().count == 0
+    append(old, line("step_done"))
+    rec.wait_for(lambda s: s.count == 1)
+    new = tmp_path / "events-2.jsonl"
+    append(new, line("step_done"), line("step_done"))  # a new run: all its lines are new
+    rec.wait_for(lambda s: s.count == 3)
+    assert source.current_path == str(new)
+    append(tmp_path / "other.jsonl", line("step_done"))  # not a match
+    append(new, line("step_done"))
+    rec.wait_for(lambda s: s.count == 4)
+
+
+def test_truncation_starts_over_from_the_top(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("step_done") * 5)
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    append(path, line("step_done"), line("step_done"))
+    rec.wait_for(lambda s: s.count == 2)
+    os.truncate(path, 0)
+    append(path, line("step_done"))
+    rec.wait_for(lambda s: s.count == 3)
+    with open(path, "w") as fh:  # truncated and rewritten in one go
+        fh.write(line("step_done"))
+    rec.wait_for(lambda s: s.count == 4)
+
+
+def test_rename_rotation_finishes_the_old_file_then_reads_the_new_one(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    writer = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(writer, line("step_done").encode())
+        rec.wait_for(lambda s: s.count == 1)
+        os.rename(path, tmp_path / "events.jsonl.1")
+        os.write(writer, line("step_done").encode())  # the writer has not reopened yet
+        rec.wait_for(lambda s: s.count == 2)
+        assert source.state().readable  # a rotation in progress is not a lost file
+    finally:
+        os.close(writer)
+    append(path, line("step_done"), line("step_done"))
+    rec.wait_for(lambda s: s.count == 4)
+    assert source.current_path == str(path)
+    append(tmp_path / "events.jsonl.1", line("step_done"))  # the old file is done with
+    append(path, line("step_done"))
+    rec.wait_for(lambda s: s.count == 5)
+    time.sleep(0.05)
+    assert source.state().count == 5
+
+
+def test_a_new_file_replacing_the_path_is_read_from_its_start(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("step_done"))
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    replacement = tmp_path / "events.tmp"
+    append(replacement, line("step_done"), line("step_done"), line("step_done"))
+    os.replace(replacement, path)
+    rec.wait_for(lambda s: s.count == 3)
+
+
+def test_a_missing_file_is_unreadable_until_it_appears(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "later" / "events.jsonl"
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    rec = started(source)
+    state = source.state()
+    assert not state.readable and str(tmp_path / "later") in state.why and not state.needs_helper
+    path.parent.mkdir()
+    time.sleep(0.05)
+    assert str(path) in source.state().why
+    append(path, line("status", phase="uploading"), line("step_done"))
+    # Lines in a file that appeared after the source opened were written after it opened.
+    assert rec.wait_for(lambda s: s.readable and s.phase == "on").count == 1
+
+
+def test_a_missing_glob_match_is_read_when_it_appears(tmp_path: Path, make: Make) -> None:
+    source = make(path=str(tmp_path / "events-*.jsonl"), event="step_done")
+    rec = started(source)
+    assert not source.state().readable and "no file matches" in source.state().why
+    append(tmp_path / "events-9.jsonl", line("step_done"))
+    assert rec.wait_for(lambda s: s.readable and s.count == 1)
+
+
+def test_a_deleted_file_is_unreadable(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("step_done"))
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    path.unlink()
+    assert str(path) in rec.wait_for(lambda s: not s.readable).why
+
+
+def test_a_directory_at_the_path_is_unreadable(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.mkdir()
+    state = make(path=str(path), event="step_done").state()
+    assert not state.readable and "is a directory" in state.why and str(path) in state.why
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
+def test_a_file_it_may_not_read_needs_a_helper(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("step_done"))
+    path.chmod(0)
+    state = make(path=str(path), event="step_done").state()
+    assert not state.readable and state.needs_helper and "permission denied" in state.why
+
+
+# --- the watcher ----------------------------------------------------------------------------
+
+
+def test_write_to_on_change_latency(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    rec = started(source)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    latencies: list[float] = []
+    try:
+        for i in range(200):
+            phase = "uploading" if i % 2 == 0 else "idle"
+            want = "on" if i % 2 == 0 else "off"
+            before = len(rec.states)
+            written = time.monotonic()
+            os.write(fd, line("status", phase=phase).encode())
+            state = rec.wait_for(lambda s, want=want: s.phase == want)
+            seen_at = next(t for t, s in rec.states[before:] if s is state)
+            latencies.append(seen_at - written)
+            assert written <= state.changed_at <= seen_at
+    finally:
+        os.close(fd)
+    latencies.sort()
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    print(f"jsonl write -> on_change over 200 writes: p50 {p50 * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs")
+    assert p99 < 0.2
+
+
+def test_checks_on_an_interval_without_inotify(tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse() -> None:
+        raise OSError(38, "inotify refused")
+
+    monkeypatch.setattr(inotify_module, "Inotify", refuse)
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    written = time.monotonic()
+    append(path, line("step_done"))
+    rec.wait_for(lambda s: s.count == 1, timeout=2)
+    assert time.monotonic() - written < 1.0
+
+
+def test_a_failing_on_change_does_not_stop_the_watcher(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    calls: list[int] = []
+
+    def explode(state: SourceState) -> None:
+        calls.append(state.count)
+        raise RuntimeError("observer bug")
+
+    source.start(explode)
+    append(path, line("step_done"))
+    deadline = time.monotonic() + 5
+    while len(calls) < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    append(path, line("step_done"))
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert calls == [1, 2]
+
+
+def test_state_without_start_reads_the_file(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("step_done"))
+    source = make(path=str(path), event="step_done")
+    assert source.state().count == 0
+    append(path, line("step_done"))
+    assert source.state().count == 1
+
+
+def test_close_stops_the_thread_and_frees_descriptors(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    fd_dir = "/proc/self/fd"
+    before = len(os.listdir(fd_dir)) if os.path.isdir(fd_dir) else None
+    threads_before = {t.name for t in threading.enumerate()}
+    source = make(path=str(path), event="step_done")
+    started(source)
+    assert any(t.name.startswith("arbiter-jsonl:") for t in threading.enumerate()) or threads_before
+    source.close()
+    source.close()  # idempotent
+    assert not any(t.name == f"arbiter-jsonl:{path}" for t in threading.enumerate())
+    if before is not None:
+        assert len(os.listdir(fd_dir)) == before
+    with pytest.raises(PluginError, match="closed"):
+        source.start(lambda s: None)

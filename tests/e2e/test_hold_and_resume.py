@@ -1,0 +1,210 @@
+"""End to end with real processes: a protected program on the (stand-in) GPU holds jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from arbiter.demo.node import PYTHON, LocalNode
+
+RUNNING = {"running", "sleeping", "disk-sleep"}
+
+
+def protect_rule(marker: str = "arbiter.demo.protected") -> dict:
+    return {"id": "prot", "priority": 50, "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}}
+
+
+def start_protected(node: LocalNode, tmp: Path, *extra: str) -> subprocess.Popen[bytes]:
+    return node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(tmp / "p.jsonl"), *extra])
+
+
+def job_pid(node: LocalNode, name: str) -> int:
+    return node.wait_for(lambda: ((node.job(name) or {}).get("pids") or [None])[0])
+
+
+def explain_json(node: LocalNode, subject: str) -> dict:
+    out = subprocess.run([PYTHON, "-m", "arbiter", "explain", subject, "--json", "--config", str(node.config_path)],
+                         capture_output=True, text=True, timeout=30, check=True)
+    return json.loads(out.stdout)
+
+
+def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(node: LocalNode, tmp_path: Path, procs) -> None:
+    node.add_rule("prot", protect_rule())
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    pid = job_pid(node, "plain")
+    assert procs.state(pid) in RUNNING
+    protected = start_protected(node, tmp_path)
+    took = procs.wait(pid, {"stopped"}, timeout=10)
+    print(f"\nprotected start -> job stopped: {took:.2f}s (tick {node.config['tick_s']}s)")
+    assert took < 4 * node.config["tick_s"] + 1.0  # two ticks to see it, plus process start-up
+    explain = explain_json(node, "plain")
+    (item,) = explain["items"]
+    assert item["state"] == "paused" and item["via"] == "tree"
+    assert item["reasons"][0]["code"] == "PROTECTED_GPU_BUSY" and item["reasons"][0]["evidence"]["rule"] == "prot"
+    protected.terminate()
+    protected.wait()
+    exited = time.monotonic()
+    procs.wait(pid, RUNNING, timeout=10)
+    waited = time.monotonic() - exited
+    print(f"protected exit -> job resumed: {waited:.2f}s (gpu_release_after_s {node.config['gpu_release_after_s']}s)")
+    assert waited >= node.config["gpu_release_after_s"] - node.config["tick_s"]
+    codes = [e["code"] for e in node.call("timeline", subject=item["id"])["events"]]
+    assert codes.index("JOB_PAUSED") < codes.index("JOB_RESUMED")
+
+
+def test_cooperative_job_is_paused_through_its_control_document(node: LocalNode, tmp_path: Path, procs) -> None:
+    node.add_rule("prot", protect_rule())
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "coop")
+    pid = job_pid(node, "coop")
+    control = Path(node.wait_for(lambda: node.call("explain", subject="coop") and node.status()["jobs"][0]["id"]))
+    control = node.state_dir / "jobs" / str(control) / "control.json"
+    protected = start_protected(node, tmp_path)
+    node.wait_for(lambda: json.loads(control.read_text())["state"] == "paused", timeout=10)
+    time.sleep(0.5)
+    assert procs.state(pid) != "stopped"  # it paused itself at a safe point
+    busy = procs.cpu(pid)
+    time.sleep(1.0)
+    assert procs.cpu(pid) - busy < 0.2  # and really does no work
+    assert node.job("coop")["via"] == "control"
+    protected.terminate()
+    node.wait_for(lambda: json.loads(control.read_text())["state"] == "run", timeout=10)
+    time.sleep(1.0)
+    assert procs.cpu(pid) - busy > 0.3
+
+
+def test_job_submitted_while_protected_works_starts_only_when_admitted(node: LocalNode, tmp_path: Path, procs) -> None:
+    node.add_rule("prot", protect_rule())
+    node.start()
+    protected = start_protected(node, tmp_path)
+    node.wait_for(lambda: node.status()["rules"][0]["using_gpu"])
+    marker = tmp_path / "started"
+    launcher = node.job_run([PYTHON, "-c", f"open({str(marker)!r}, 'w').close(); raise SystemExit(3)"], "--name", "late")
+    node.wait_for(lambda: node.job("late") and node.job("late")["state"] == "held")
+    time.sleep(2 * node.config["tick_s"])
+    assert not marker.exists()
+    assert node.job("late")["reasons"][0]["code"] == "PROTECTED_GPU_BUSY"
+    protected.terminate()
+    assert launcher.wait(timeout=20) == 3  # the command's own exit code
+    assert marker.exists()
+    node.wait_for(lambda: node.job("late") is None)
+
+
+def test_bursts_cause_at_most_two_switches(node: LocalNode, tmp_path: Path, procs) -> None:
+    node.config["gpu_release_after_s"] = 3
+    node.write_config()
+    node.add_rule("prot", {**protect_rule("burst-standin")})
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    job_pid(node, "plain")
+    burst = ("import time, sys\nend = time.monotonic() + 20\n"
+             "while time.monotonic() < end:\n t = time.monotonic()\n while time.monotonic() - t < 1: pass\n time.sleep(1)\n")
+    node.spawn([PYTHON, "-c", burst, "burst-standin"]).wait(timeout=60)
+    jid = node.job("plain")["id"]
+    events = [e["code"] for e in node.call("timeline", subject=jid, limit=200)["events"]]
+    switches = sum(code in ("JOB_PAUSED", "JOB_RESUMED") for code in events)
+    print(f"\n1 s bursts for 20 s: {switches} pause/resume switches")
+    assert 1 <= switches <= 2
+
+
+def test_kill_9_then_start_resumes_the_paused_job(node: LocalNode, tmp_path: Path, procs) -> None:
+    node.add_rule("prot", protect_rule())
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    pid = job_pid(node, "plain")
+    protected = start_protected(node, tmp_path)
+    procs.wait(pid, {"stopped"})
+    node.kill_daemon()
+    protected.terminate()
+    time.sleep(0.5)
+    assert procs.state(pid) == "stopped"  # nobody resumed it yet
+    node.start()
+    procs.wait(pid, RUNNING, timeout=10)
+    assert node.job("plain") is not None  # the new daemon still knows the job
+    events = node.call("timeline", limit=100)["events"]
+    assert any("left by a previous daemon" in e["message"] for e in events)
+
+
+def test_resume_all_after_a_crash(node: LocalNode, tmp_path: Path, procs) -> None:
+    node.add_rule("prot", protect_rule())
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    pid = job_pid(node, "plain")
+    start_protected(node, tmp_path)
+    procs.wait(pid, {"stopped"})
+    node.kill_daemon()
+    out = subprocess.run([PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "resumed 1 item" in out.stdout
+    procs.wait(pid, RUNNING, timeout=5)
+
+
+def test_sigterm_resumes_everything_and_exits_cleanly(node: LocalNode, tmp_path: Path, procs) -> None:
+    node.add_rule("prot", protect_rule())
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "coop")
+    pid = job_pid(node, "plain")
+    job_pid(node, "coop")
+    start_protected(node, tmp_path)
+    procs.wait(pid, {"stopped"})
+    node.wait_for(lambda: node.job("coop")["state"] == "paused")
+    coop_id = node.job("coop")["id"]
+    assert node.stop() == 0
+    assert procs.state(pid) in RUNNING
+    control = json.loads((node.state_dir / "jobs" / coop_id / "control.json").read_text())
+    assert control["state"] == "run"
+    assert not (node.state_dir / "daemon.json").exists()
+
+
+def test_http_listener_serves_status_and_guards_mutations(node: LocalNode) -> None:
+    import urllib.error
+    import urllib.request
+
+    node.add_rule("prot", protect_rule())
+    node.start()
+    url = node.info()["http"]
+    assert url.startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(url + "/v1/status", timeout=5) as resp:
+        assert json.load(resp)["rules"][0]["id"] == "prot"
+    with urllib.request.urlopen(url + "/healthz", timeout=5) as resp:
+        assert resp.read() == b"ok"
+    req = urllib.request.Request(url + "/v1/reload", method="POST")
+    try:
+        urllib.request.urlopen(req, timeout=5)
+        raise AssertionError("a reload without the token was accepted")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401
+    token = (node.state_dir / "token").read_text().strip()
+    assert oct(os.stat(node.state_dir / "token").st_mode & 0o777) == "0o600"
+    req = urllib.request.Request(url + "/v1/reload", method="POST", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        assert resp.status == 200
+
+
+def test_status_and_timeline_cli(node: LocalNode) -> None:
+    node.add_rule("prot", protect_rule())
+    node.start()
+    for args in (["status"], ["timeline"], ["explain"]):
+        out = subprocess.run([PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+    out = subprocess.run([PYTHON, "-m", "arbiter", "status", "--json"], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "ARBITER_CONFIG": str(node.config_path)})
+    assert json.loads(out.stdout)["gpu_jobs"] == "when_no_gpu_protected"
+    out = subprocess.run([PYTHON, "-m", "arbiter", "explain", "nothing", "--config", str(node.config_path)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "known: prot" in out.stderr
+
+
+def test_no_daemon_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(f"state_dir: {tmp_path / 's'}\n")
+    out = subprocess.run([sys.executable, "-m", "arbiter", "status", "--config", str(tmp_path / "a.yaml")],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "arbiter run" in out.stderr

@@ -1,0 +1,60 @@
+"""The HTTP app: read-only endpoints, and mutations only with the token and a loopback Host."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from arbiter.http.app import create_app, is_loopback_host
+
+
+class FakeProvider:
+    token = "s3cret"
+
+    def __init__(self) -> None:
+        self.reloads = 0
+
+    def status(self):
+        return {"version": "x", "gpu_jobs": "when_no_gpu_protected", "rules": [], "jobs": [
+            {"id": "j1", "state": "paused", "duty": 0.0, "reasons": [{"code": "PROTECTED_GPU_BUSY", "message": "m <b>", "remedy": "r"}]}]}
+
+    def explain(self, subject):
+        if subject == "nope":
+            raise LookupError("no job or tenant is called 'nope'")
+        return {"subject": subject or "node", "items": []}
+
+    def timeline(self, limit, subject, code):
+        return [{"limit": limit, "subject": subject, "code": code}]
+
+    def reload(self):
+        self.reloads += 1
+
+
+def test_read_endpoints() -> None:
+    client = TestClient(create_app(FakeProvider()))
+    assert client.get("/healthz").text == "ok"
+    assert client.get("/v1/status").json()["jobs"][0]["id"] == "j1"
+    assert client.get("/v1/explain", params={"subject": "j1"}).json()["subject"] == "j1"
+    assert client.get("/v1/explain", params={"subject": "nope"}).status_code == 404
+    assert client.get("/v1/timeline", params={"limit": 3, "code": "JOB_PAUSED"}).json() == [
+        {"limit": 3, "subject": None, "code": "JOB_PAUSED"}
+    ]
+    page = client.get("/").text
+    assert "PROTECTED_GPU_BUSY" in page and "m &lt;b&gt;" in page
+    assert "/v1/status" in client.get("/openapi.json").json()["paths"]
+
+
+def test_mutation_needs_token_and_loopback_host() -> None:
+    provider = FakeProvider()
+    client = TestClient(create_app(provider), base_url="http://127.0.0.1:7807")
+    assert client.post("/v1/reload").status_code == 401
+    assert client.post("/v1/reload", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    evil = client.post("/v1/reload", headers={"Authorization": "Bearer s3cret", "Host": "evil.example:7807"})
+    assert evil.status_code == 403
+    assert client.get("/v1/reload").status_code == 405
+    assert client.post("/v1/reload", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert provider.reloads == 1
+
+
+def test_loopback_hosts() -> None:
+    assert is_loopback_host("127.0.0.1:7807") and is_loopback_host("localhost") and is_loopback_host("[::1]:80")
+    assert not is_loopback_host("10.0.0.5:7807") and not is_loopback_host("arbiter.local") and not is_loopback_host(None)

@@ -1,0 +1,101 @@
+"""The plugin manager: discovery, duplicate kinds, blocking, isolation of failing plugins."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import pytest
+
+from arbiter.plugin import KindOptions, Matcher, hookimpl
+from arbiter.pluginmanager import PluginFailed, PluginLoadError, build_plugin_manager
+
+
+class Every(Matcher):
+    class Options(KindOptions):
+        pass
+
+    def select(self, processes):
+        return {p.pid for p in processes}
+
+
+def plugin_module(name: str, kind: str = "every", cls: type = Every) -> types.ModuleType:
+    module = types.ModuleType(name)
+
+    @hookimpl
+    def arbiter_register_matchers(register):
+        register(kind, cls)
+
+    module.arbiter_register_matchers = arbiter_register_matchers  # type: ignore[attr-defined]
+    sys.modules[name] = module
+    return module
+
+
+def test_installed_plugins_are_found_through_entry_points() -> None:
+    host = build_plugin_manager()
+    assert "process" in host.kind_names("matchers")
+    assert {"signal", "control_doc"} <= set(host.kind_names("translators"))
+    listing = {p["name"]: p for p in host.plugins()}
+    assert listing["matchers"]["distribution"].startswith("arbiter-matchers ")
+    assert "matchers/process" in listing["matchers"]["kinds"]
+
+
+def test_modules_named_in_config_are_loaded() -> None:
+    plugin_module("site_plugin_a")
+    host = build_plugin_manager(modules=["site_plugin_a"], entry_points=False)
+    assert host.kind("matchers", "every").plugin == "site_plugin_a"
+
+
+def test_a_missing_module_is_a_clear_error() -> None:
+    with pytest.raises(PluginLoadError, match="'no_such_arbiter_plugin'.*cannot be imported"):
+        build_plugin_manager(modules=["no_such_arbiter_plugin"], entry_points=False)
+
+
+def test_duplicate_kind_names_both_plugins() -> None:
+    plugin_module("site_plugin_b")
+    plugin_module("site_plugin_c")
+    with pytest.raises(PluginLoadError) as err:
+        build_plugin_manager(modules=["site_plugin_b", "site_plugin_c"], entry_points=False)
+    assert "site_plugin_b" in str(err.value) and "site_plugin_c" in str(err.value)
+
+
+def test_disable_plugins_blocks_entry_points_and_modules() -> None:
+    host = build_plugin_manager(disable=["translators"])
+    assert host.kind_names("translators") == []
+    assert any(p["name"] == "translators" and p.get("blocked") for p in host.plugins())
+
+
+def test_registering_a_non_kind_is_refused() -> None:
+    plugin_module("site_plugin_d", cls=dict)
+    with pytest.raises(PluginLoadError, match="not a subclass of arbiter.plugin.Matcher"):
+        build_plugin_manager(modules=["site_plugin_d"], entry_points=False)
+
+
+def test_unknown_hook_is_refused_by_check_pending() -> None:
+    module = types.ModuleType("site_plugin_e")
+
+    @hookimpl
+    def arbiter_no_such_hook():
+        return 1
+
+    module.arbiter_no_such_hook = arbiter_no_such_hook  # type: ignore[attr-defined]
+    sys.modules["site_plugin_e"] = module
+    with pytest.raises(PluginLoadError, match="does not have"):
+        build_plugin_manager(modules=["site_plugin_e"], entry_points=False)
+
+
+def test_calls_are_isolated_and_time_out() -> None:
+    host = build_plugin_manager(entry_points=False, timeout_s=0.2)
+
+    def boom():
+        raise RuntimeError("driver exploded")
+
+    with pytest.raises(PluginFailed, match="RuntimeError: driver exploded"):
+        host.call("readers/x", boom)
+    started = time.monotonic()
+    with pytest.raises(PluginFailed, match="no answer within 0.2s"):
+        host.call("readers/slow", time.sleep, 5)
+    assert time.monotonic() - started < 1.0
+    assert host.call("ok", lambda: 42) == 42
+    host.close()

@@ -1,0 +1,38 @@
+"""SQLite state and the paused journal."""
+
+from __future__ import annotations
+
+from arbiter.store import JobRecord, PausedEntry, PausedJournal, Store
+
+
+def test_journal_replay_keeps_what_is_still_paused(tmp_path) -> None:
+    journal = PausedJournal(tmp_path / "j")
+    a = PausedEntry("job1", "tree", 10, 1.5, "signal")
+    b = PausedEntry("job1", "tree", 11, 1.6, "signal")
+    journal.append("pause", a)
+    journal.append("pause", b)
+    journal.append("resume", a)
+    journal.close()
+    with open(tmp_path / "j", "a") as fh:
+        fh.write('{"op": "pause", "job_id": "torn')  # a write cut by a crash
+    assert PausedJournal.replay(tmp_path / "j") == {b.key: b}
+
+
+def test_timeline_paused_and_jobs_survive_reopening(tmp_path) -> None:
+    store = Store(tmp_path / "s.db")
+    with store.transaction() as db:
+        Store.add_event(db, {"t": 1.0, "code": "JOB_PAUSED", "subject": "j", "message": "m", "data": {"x": 1}})
+        Store.add_event(db, {"t": 2.0, "code": "JOB_RESUMED", "subject": "k", "message": "m", "data": {}})
+        Store.put_paused(db, PausedEntry("j", "control", 5, 2.0, "control_doc", "/c.json"))
+        Store.put_job(db, JobRecord("j", 1000, "batch", {"name": "batch"}, ["x"], 1, 1.0, "/c", "/e", 3.0))
+    store.save_rule_file("/t/a.yaml", "id: a\n")
+    store.close()
+    store = Store(tmp_path / "s.db")
+    assert [e["code"] for e in store.timeline()] == ["JOB_PAUSED", "JOB_RESUMED"]
+    assert store.timeline(subject="j")[0]["data"] == {"x": 1}
+    assert store.timeline(code="JOB_RESUMED")[0]["subject"] == "k"
+    assert store.paused()[0].control_path == "/c.json"
+    assert store.jobs()[0].cmd == ["x"]
+    assert store.last_good_rule_files() == {"/t/a.yaml": "id: a\n"}
+    store.clear_paused()
+    assert store.paused() == []
