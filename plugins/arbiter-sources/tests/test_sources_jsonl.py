@@ -381,13 +381,60 @@ def test_a_directory_at_the_path_is_unreadable(tmp_path: Path, make: Make) -> No
     assert not state.readable and "is a directory" in state.why and str(path) in state.why
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
+def _state_as_nobody(block: dict[str, Any]) -> SourceState:
+    """The source's state as read by an account that is not root (a forked child)."""
+    import pwd
+
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        try:
+            os.close(read_end)
+            nobody = pwd.getpwnam("nobody")
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            options = JsonlSource.Options.model_validate({"kind": "jsonl", **block})
+            state = JsonlSource(options, PluginContext(state_dir=Path("/"))).state()
+            os.write(write_end, json.dumps([state.readable, state.why, state.needs_helper]).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as fh:
+        readable, why, needs_helper = json.loads(fh.read())
+    os.waitpid(child, 0)
+    return SourceState(readable=readable, why=why, needs_helper=needs_helper)
+
+
 def test_a_file_it_may_not_read_needs_a_helper(tmp_path: Path, make: Make) -> None:
-    path = tmp_path / "events.jsonl"
-    append(path, line("step_done"))
-    path.chmod(0)
-    state = make(path=str(path), event="step_done").state()
-    assert not state.readable and state.needs_helper and "permission denied" in state.why
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="arbiter-jsonl-"))
+    try:
+        home.chmod(0o755)
+        private = home / "events.jsonl"
+        append(private, line("step_done"))
+        private.chmod(0o600)
+        hidden_dir = home / "private"
+        hidden_dir.mkdir(mode=0o700)
+        append(hidden_dir / "events.jsonl", line("step_done"))
+        if os.geteuid() == 0:
+            states = [_state_as_nobody({"path": str(private), "event": "step_done"}),
+                      _state_as_nobody({"path": str(hidden_dir / "events.jsonl"), "event": "step_done"}),
+                      _state_as_nobody({"path": str(hidden_dir / "events-*.jsonl"), "event": "step_done"})]
+        else:
+            private.chmod(0)
+            hidden_dir.chmod(0)
+            states = [make(path=str(private), event="step_done").state(),
+                      make(path=str(hidden_dir / "events.jsonl"), event="step_done").state(),
+                      make(path=str(hidden_dir / "events-*.jsonl"), event="step_done").state()]
+            hidden_dir.chmod(0o700)
+        for state in states:
+            assert not state.readable and state.needs_helper and "permission denied" in state.why, state
+            assert str(home) in state.why
+    finally:
+        import shutil
+
+        shutil.rmtree(home)
 
 
 # --- the watcher ----------------------------------------------------------------------------

@@ -38,6 +38,8 @@ _CHUNK = 1 << 16
 POLL_INTERVAL_S = 0.25
 #: with inotify, a check this often anyway, in case an event was missed
 SAFETY_INTERVAL_S = 1.0
+#: how much of what was read is compared again before each read, to notice a rewrite
+_TAIL_BYTES = 256
 #: positions remembered for files followed before (a glob may switch back to one)
 _REMEMBERED_FILES = 16
 
@@ -196,9 +198,10 @@ class JsonlSource(Source):
         self._name = ""  # its name in the directory, as last seen (follows renames)
         self._pos = 0
         self._partial = b""
+        self._tail = b""  # the bytes just before _pos, to notice the file rewritten in place
         self._discarding = False  # inside a line too long to keep
         self._skip_history = True  # until the first poll finds the file missing
-        self._positions: dict[tuple[int, int], int] = {}
+        self._positions: dict[tuple[int, int], tuple[int, bytes]] = {}  # ident -> (pos, tail)
 
         self._lock = threading.Lock()
         self._on_change: Callable[[SourceState], None] | None = None
@@ -223,13 +226,18 @@ class JsonlSource(Source):
             if self._thread is not None:
                 return
             self._stopping = False
-            self._poll(rescan=True)
             self._wake_r, self._wake_w = os.pipe()
             try:
                 self._inotify = inotify.Inotify()
             except OSError as exc:
                 log.info("jsonl source %s: no inotify (%s); checking every %.2f s", self._pattern, exc, POLL_INTERVAL_S)
                 self._inotify = None
+            # Watch before the first read, so no write falls between the two unseen.
+            if self._inotify is not None:
+                self._ensure_watches(self._inotify)
+            self._poll(rescan=True)
+            if self._inotify is not None:
+                self._ensure_watches(self._inotify)
             self._thread = threading.Thread(target=self._run, name=f"arbiter-jsonl:{self._pattern}", daemon=True)
             self._thread.start()
 
@@ -486,18 +494,22 @@ class JsonlSource(Source):
         self._fd, self._name = fd, name
         self._ident = (st.st_dev, st.st_ino)
         self._watches_stale = True
-        self._partial, self._discarding = b"", False
+        self._partial, self._tail, self._discarding = b"", b"", False
         if self._skip_history:
             # The file was there when the source opened: its phase is the last one it
             # records, and only lines written from now on count as progress.
             self._pos = _end_of_last_line(fd, st.st_size)
+            self._tail = _read_tail(fd, self._pos)
             if self._phase is not None:
                 phase = self._last_phase(fd, self._pos)
                 if phase is not None:
                     self._phase = phase
         else:
-            remembered = self._positions.pop(self._ident, 0)
-            self._pos = remembered if remembered <= st.st_size else 0
+            pos, tail = self._positions.pop(self._ident, (0, b""))
+            if pos <= st.st_size and _read_tail(fd, pos, len(tail)) == tail:
+                self._pos, self._tail = pos, tail
+            else:
+                self._pos = 0
         self._skip_history = False
         self._set_readable()
         self._drain()
@@ -506,25 +518,28 @@ class JsonlSource(Source):
         if self._fd is None:
             return
         if self._ident is not None:
-            self._positions[self._ident] = self._pos
+            self._positions[self._ident] = (self._pos, self._tail)
             while len(self._positions) > _REMEMBERED_FILES:
                 del self._positions[next(iter(self._positions))]
         os.close(self._fd)
-        self._fd, self._ident, self._partial, self._discarding = None, None, b"", False
+        self._fd, self._ident, self._partial, self._tail, self._discarding = None, None, b"", b"", False
         self._watches_stale = True
 
     def _drain(self) -> None:
         fd = self._fd
         assert fd is not None
         try:
-            if os.fstat(fd).st_size < self._pos:
-                # Truncated (copytruncate, or the program started over): read from the top.
-                self._pos, self._partial, self._discarding = 0, b"", False
+            size = os.fstat(fd).st_size
+            if size < self._pos or (self._tail and os.pread(fd, len(self._tail), self._pos - len(self._tail)) != self._tail):
+                # Truncated (copytruncate, or the program started over), perhaps already
+                # written past where we were: read from the top.
+                self._pos, self._partial, self._tail, self._discarding = 0, b"", b"", False
             while True:
                 chunk = os.pread(fd, _CHUNK, self._pos)
                 if not chunk:
                     return
                 self._pos += len(chunk)
+                self._tail = (self._tail + chunk)[-_TAIL_BYTES:] if len(chunk) < _TAIL_BYTES else chunk[-_TAIL_BYTES:]
                 self._feed(chunk)
         except OSError as exc:
             path = os.path.join(self._dir, self._name)
@@ -647,6 +662,11 @@ def _end_of_last_line(fd: int, size: int) -> int:
         if at >= 0:
             return pos + at + 1
     return 0
+
+
+def _read_tail(fd: int, end: int, length: int = _TAIL_BYTES) -> bytes:
+    start = max(0, end - length)
+    return os.pread(fd, end - start, start)
 
 
 def _lines_backward(fd: int, end: int) -> Iterator[bytes]:

@@ -1,0 +1,134 @@
+"""Socket rights with a real second uid, and rule files changed under a running daemon."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from arbiter.daemon.requests import may_act_on_job, may_admin
+from arbiter.demo.node import PYTHON, LocalNode
+from arbiter.transport import RequestRefused, request
+
+
+def test_rights_rules() -> None:
+    assert may_act_on_job(1000, owner_uid=1000, daemon_uid=0)
+    assert may_act_on_job(0, owner_uid=1000, daemon_uid=500)
+    assert may_act_on_job(500, owner_uid=1000, daemon_uid=500)
+    assert not may_act_on_job(1001, owner_uid=1000, daemon_uid=500)
+    assert may_admin(1001, daemon_uid=500, admin_uids={1001}) and not may_admin(1002, daemon_uid=500, admin_uids={1001})
+
+
+def as_uid(uid: int, fn) -> tuple[bool, str]:
+    """Run ``fn`` in a child process that has switched to ``uid``; (ok, error code or message)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the other uid, try, report, exit without cleanup
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            try:
+                fn()
+                result = "ok:"
+            except RequestRefused as exc:
+                result = f"refused:{exc.code}"
+            except Exception as exc:
+                result = f"error:{type(exc).__name__}: {exc}"
+            os.write(write, result.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as fh:
+        result = fh.read()
+    os.waitpid(pid, 0)
+    kind, _, detail = result.partition(":")
+    return kind == "ok", detail or kind
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root; the rights rules are tested above")
+def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tmp_path_factory) -> None:
+    root = Path("/tmp") / f"arbiter-rights-{os.getpid()}-{time.monotonic_ns()}"
+    root.mkdir(mode=0o755)
+    node = LocalNode(root)
+    try:
+        node.add_rule("prot", {"id": "prot", "match": {"cmdline": ["arbiter.demo.protected"]}, "protect": {"metric": "gpu_share"}})
+        node.start()
+        assert stat.S_IMODE(os.stat(node.socket).st_mode) == 0o666
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "mine")
+        job_id = node.wait_for(lambda: (node.job("mine") or {}).get("id"))
+        nobody = pwd.getpwnam("nobody").pw_uid
+        sock = str(node.socket)
+        assert as_uid(nobody, lambda: request(sock, "status")) == (True, "ok")
+        for op in ("job.stop", "job.pause", "job.resume"):
+            assert as_uid(nobody, lambda op=op: request(sock, op, id=job_id)) == (False, "FORBIDDEN"), op
+        assert as_uid(nobody, lambda: request(sock, "reload")) == (False, "FORBIDDEN")
+        assert node.job("mine")["state"] == "run"
+        # the owner (root here) may
+        request(sock, "job.pause", id=job_id)
+        node.wait_for(lambda: node.job("mine")["state"] == "paused")
+        assert node.job("mine")["reasons"][0]["code"] == "JOB_HELD_BY_USER"
+        request(sock, "job.resume", id=job_id)
+        node.wait_for(lambda: node.job("mine")["state"] == "run")
+        request(sock, "job.stop", id=job_id)
+        node.wait_for(lambda: node.job("mine") is None, timeout=10)
+    finally:
+        node.close()
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+GOOD = "id: prot\nmatch: {cmdline: [arbiter.demo.protected]}\nprotect: {metric: gpu_share}\n"
+
+
+def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tmp_path: Path) -> None:
+    node = LocalNode(tmp_path)
+    try:
+        path = node.add_rule("prot", GOOD)
+        node.start()
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+        node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run")
+
+        node.add_rule("prot", GOOD.replace("protect: {metric: gpu_share}", "protect: {metric: gpu_shares}"))
+        node.wait_for(lambda: node.status()["problems"].get(str(path)))
+        status = node.status()
+        assert [r["id"] for r in status["rules"]] == ["prot"] and status["rules"][0]["protected"]
+        assert status["invalid_files"] == []
+        assert node.job("plain")["state"] == "run"
+        rejected = node.call("timeline", code="CONFIG_REJECTED")["events"]
+        assert "kept the last good version" in rejected[-1]["message"] and ":3:" in rejected[-1]["message"]
+
+        node.add_rule("other", "id: other\nmatch: {nmae: [x]}\n")
+        node.wait_for(lambda: node.job("plain")["state"] == "paused")
+        reason = node.job("plain")["reasons"][0]
+        assert reason["code"] == "CONFIG_REJECTED" and "arbiter check" in reason["remedy"]
+
+        (node.tenants / "other.yaml").unlink()
+        node.add_rule("prot", GOOD.replace("id: prot", "id: prot\npriority: 70"))
+        node.wait_for(lambda: node.job("plain")["state"] == "run")
+        assert node.status()["rules"][0]["priority"] == 70
+        assert node.status()["problems"] == {}
+    finally:
+        node.close()
+
+
+def test_a_restarted_daemon_uses_the_last_good_version(tmp_path: Path) -> None:
+    node = LocalNode(tmp_path)
+    try:
+        node.add_rule("prot", GOOD)
+        node.start()
+        node.wait_for(lambda: node.status()["rules"])
+        node.stop()
+        node.add_rule("prot", GOOD + "colour: red\n")
+        node.start()
+        status = node.status()
+        assert [r["id"] for r in status["rules"]] == ["prot"] and status["invalid_files"] == []
+        assert "colour" in status["problems"][str(node.tenants / "prot.yaml")][0]
+    finally:
+        node.close()
