@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
-from arbiter.config.models import Manifest, NodeConfig
+from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import Observer, TickView
@@ -80,6 +80,8 @@ class Daemon:
         self._view: TickView | None = None
         self._phases: dict[str, list[PhaseObs]] = {}
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        # CPU seconds spent on each thread's own work, for status and bench/tick_cost.py
+        self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
         self.http_url = ""
         self._http: Any = None
@@ -226,11 +228,14 @@ class Daemon:
                 self._record(codes.PLUGIN_FAILED, "node", f"a tick failed: {type(exc).__name__}: {exc}")
 
     def _tick_once(self) -> None:
+        cpu = time.thread_time()
         if self.rulebook.changed():
             self._reload_rules()
         view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
         self._reap(view)
         self._inbox.put(("tick", view))
+        self.costs["ticks"] += 1
+        self.costs["tick_cpu_s"] += time.thread_time() - cpu
 
     def _reload_rules(self) -> None:
         self.rulebook.load()
@@ -289,11 +294,14 @@ class Daemon:
             only_sources = all(kind == "source" for kind, _ in batch)
             if only_sources and not immediate:
                 continue  # a rule that is not immediate waits for the tick
+            cpu = time.thread_time()
             try:
                 self._decide_and_act("watch" if only_sources else "tick", triggered_at)
             except Exception as exc:
                 log.exception("decision failed")
                 self._record(codes.PLUGIN_FAILED, "node", f"a decision failed: {type(exc).__name__}: {exc}")
+            self.costs["decisions"] += 1
+            self.costs["decide_cpu_s"] += time.thread_time() - cpu
 
     def _apply_source(self, rule_id: str, index: int, state: SourceState) -> bool:
         """Lay a source's new state over the last view; True when a phase changed."""
@@ -343,7 +351,7 @@ class Daemon:
         refs = view.job_processes.get(record.id) or ()
         if not refs and record.root_pid is not None and record.root_start is not None:
             refs = (ProcessRef(record.root_pid, record.root_start),)
-        manifest = Manifest.model_validate(record.manifest)
+        manifest = self.jobs.manifest(record)
         cooperative = bool({"cooperative_pause", "cooperative_throttle"} & set(manifest.capabilities))
         return JobTarget(record.id, record.name, tuple(refs), record.control_path, cooperative)
 

@@ -31,6 +31,13 @@ class JobRegistry:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified after every decision
         self.records: dict[str, JobRecord] = {}
+        self._manifests: dict[str, Manifest] = {}  # parsed once: the fast path reads them
+
+    def manifest(self, record: JobRecord) -> Manifest:
+        parsed = self._manifests.get(record.id)
+        if parsed is None:
+            parsed = self._manifests[record.id] = Manifest.model_validate(record.manifest)
+        return parsed
 
     def load(self, store: Store) -> None:
         with self.lock:
@@ -88,6 +95,7 @@ class JobRegistry:
                 setattr(record, key, value)
             if record.state == "ended":
                 self.records.pop(job_id)
+                self._manifests.pop(job_id, None)
         self.persist(record)
         return record
 
@@ -97,7 +105,7 @@ class JobRegistry:
         with self.lock:
             records = list(self.records.values())
         for r in records:
-            manifest = Manifest.model_validate(r.manifest)
+            manifest = self.manifest(r)
             gpu = manifest.gpu_for(self.platform)
             pids = tuple(ref.pid for ref in processes.get(r.id, ()))
             if not pids and r.root_pid is not None:

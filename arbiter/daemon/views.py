@@ -79,6 +79,15 @@ def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
     }
 
 
+def _costs(c: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ticks": c["ticks"],
+        "tick_cpu_ms": round(1000 * c["tick_cpu_s"] / c["ticks"], 3) if c["ticks"] else None,
+        "decisions": c["decisions"],
+        "decide_cpu_ms": round(1000 * c["decide_cpu_s"] / c["decisions"], 3) if c["decisions"] else None,
+    }
+
+
 def status_view(daemon: Daemon) -> dict[str, Any]:
     snap = daemon.snapshot
     decision = snap.decision
@@ -104,6 +113,7 @@ def status_view(daemon: Daemon) -> dict[str, Any]:
         "invalid_files": list(daemon.rulebook.invalid_files),
         "problems": {f: [str(p) for p in ps] for f, ps in daemon.rulebook.problems.items()},
         "fast_path": daemon.latency_figures(),
+        "costs": _costs(daemon.costs),
         "recorder": {"failures": daemon.recorder.failures, "last_error": daemon.recorder.last_error},
         "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},
     }

@@ -66,9 +66,11 @@ def test_busy_time_grows_with_wall_time_for_a_busy_process(tmp_path: Path, busy:
     busy_ns = second.processes[busy].busy_ns["cpu"] - first.processes[busy].busy_ns["cpu"]
     idle_ns = second.processes[idle].busy_ns["cpu"] - first.processes[idle].busy_ns["cpu"]
     print(f"busy child: {busy_ns / wall_ns:.2f} of wall time; idle child: {idle_ns / wall_ns:.3f}")
-    # One spinning process on a host with other work: most of a core, never more than wall time.
-    assert 0.4 * wall_ns < busy_ns < 1.1 * wall_ns
+    # A spinning process gets close to all of a core on an idle host; a loaded CI host
+    # shares the core, so the bound below is loose.  It never exceeds wall time.
+    assert 0.15 * wall_ns < busy_ns < 1.1 * wall_ns
     assert idle_ns < 0.05 * wall_ns
+    assert busy_ns > 10 * idle_ns
 
 
 def test_vanished_processes_are_left_out(tmp_path: Path, idle: int) -> None:

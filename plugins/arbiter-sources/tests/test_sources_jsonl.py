@@ -365,6 +365,35 @@ def test_a_missing_glob_match_is_read_when_it_appears(tmp_path: Path, make: Make
     assert rec.wait_for(lambda s: s.readable and s.count == 1)
 
 
+def test_a_symlinked_file_is_watched_where_it_is_written(tmp_path: Path, make: Make) -> None:
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    target = real_dir / "events.jsonl"
+    target.touch()
+    link = tmp_path / "events.jsonl"
+    link.symlink_to(target)
+    source = make(path=str(link), event="step_done")
+    rec = started(source)
+    written = time.monotonic()
+    append(target, line("step_done"))
+    rec.wait_for(lambda s: s.count == 1)
+    # Seen through the watch on the target's directory, not the one-second safety check.
+    assert time.monotonic() - written < 0.5
+
+
+def test_a_directory_created_later_is_watched(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "later" / "events.jsonl"
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    path.parent.mkdir()
+    append(path, line("step_done"))
+    rec.wait_for(lambda s: s.readable and s.count == 1)
+    append(path, line("step_done"))
+    written = time.monotonic()
+    rec.wait_for(lambda s: s.count == 2)
+    assert time.monotonic() - written < 0.5
+
+
 def test_a_deleted_file_is_unreadable(tmp_path: Path, make: Make) -> None:
     path = tmp_path / "events.jsonl"
     append(path, line("step_done"))

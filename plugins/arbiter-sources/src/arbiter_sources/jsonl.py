@@ -279,22 +279,14 @@ class JsonlSource(Source):
 
     def _run(self) -> None:
         while not self._stopping:
-            ino = self._inotify
-            if ino is not None:
-                self._ensure_watches(ino)
-            watching = ino is not None and bool(self._watches)
-            fds = [self._wake_r] + ([ino.fileno()] if watching and ino is not None else [])
             try:
-                ready, _, _ = select.select(fds, [], [], SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S)
+                rescan = self._wait()
             except (OSError, ValueError):
-                return  # closed under us
+                return  # descriptors closed under us by close()
             if self._stopping:
                 return
-            rescan = True
-            if ready and ino is not None and ino.fileno() in ready:
-                relevant, rescan = self._sort_events(ino.read_events())
-                if not relevant:
-                    continue
+            if rescan is None:
+                continue  # events about other files in the directory
             try:
                 with self._lock:
                     if self._stopping:
@@ -310,33 +302,56 @@ class JsonlSource(Source):
                 except Exception:
                     log.exception("jsonl source %s: on_change failed", self._pattern)
 
-    def _ensure_watches(self, ino: inotify.Inotify) -> None:
+    def _wait(self) -> bool | None:
+        """Wait for news: True to look at the path again, False to read the open file
+        only, None when nothing concerns this source."""
+        ino = self._inotify
+        if ino is not None and self._ensure_watches(ino):
+            return True  # a directory watched only now may already hold the file
+        watching = ino is not None and bool(self._watches)
+        fds = [self._wake_r] if self._wake_r is not None else []
+        if watching and ino is not None:
+            fds.append(ino.fileno())
+        ready, _, _ = select.select(fds, [], [], SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S)
+        if watching and ino is not None and ino.fileno() in ready:
+            relevant, rescan = self._sort_events(ino.read_events())
+            return rescan if relevant else None
+        return True  # the interval passed (or close() woke us): a full check
+
+    def _ensure_watches(self, ino: inotify.Inotify) -> bool:
+        """Watch the directories that hold the file; True when one was added."""
         if not self._watches_stale:
-            return
+            return False
         wanted = {self._dir}
         if self._fd is not None:
             real = os.path.dirname(os.path.realpath(os.path.join(self._dir, self._name)))
             wanted.add(real)  # a symlinked file is written in its target's directory
         have = set(self._watches.values())
+        added = False
         for directory in wanted - have:
             try:
                 wd = ino.add_watch(directory, inotify.DIRECTORY_EVENTS | inotify.IN_ONLYDIR)
             except OSError:
                 continue  # missing or unreadable directory: checked on the interval instead
             self._watches[wd] = directory
+            added = True
         for wd, directory in list(self._watches.items()):
             if directory not in wanted:
                 ino.rm_watch(wd)
                 del self._watches[wd]
         # Retried on every interval until each directory is watched.
         self._watches_stale = set(self._watches.values()) != wanted
+        return added
 
     def _sort_events(self, events: list[inotify.Event]) -> tuple[bool, bool]:
         """(does any event concern our file, must the path be resolved again)."""
         relevant = rescan = False
         for ev in events:
             if ev.mask & (inotify.IN_IGNORED | inotify.IN_Q_OVERFLOW | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF):
-                if ev.mask & inotify.IN_IGNORED:
+                if ev.mask & inotify.IN_MOVE_SELF and self._inotify is not None and ev.wd in self._watches:
+                    # The directory moved away: its path must be watched anew.
+                    self._inotify.rm_watch(ev.wd)
+                if ev.mask & (inotify.IN_IGNORED | inotify.IN_MOVE_SELF):
                     self._watches.pop(ev.wd, None)
                     self._watches_stale = True
                 relevant = rescan = True

@@ -1,0 +1,86 @@
+"""A phase written to a watched file pauses GPU work between ticks, and its end resumes it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from arbiter.demo.node import PYTHON, LocalNode
+
+
+def phase(path: Path, value: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"t": time.time(), "event": "status", "state": {"phase": value}}) + "\n")
+
+
+def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path: Path, procs) -> None:
+    events = tmp_path / "events.jsonl"
+    events.touch()
+    node = LocalNode(tmp_path, tick_s=5)  # a long tick: only the watch can be this quick
+    try:
+        node.add_rule("p", {
+            "id": "p", "match": {"cmdline": ["sleep 1001"]}, "immediate": True,
+            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "state.phase",
+                                   "on": ["uploading"], "soon": ["preparing"]},
+                        "pause_fleet": {"scope": "gpu"}, "tags": ["uplink"]}],
+        })
+        node.start()
+        node.spawn(["sleep", "1001"])
+        node.call("reload")  # not needed for correctness; the next tick would also see the program
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "cpu", "--manifest", str(write_cpu_manifest(tmp_path)))
+        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
+        cpu_pid = node.wait_for(lambda: ((node.job("cpu") or {}).get("pids") or [None])[0], timeout=20)
+        node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
+
+        phase(events, "uploading")
+        took = procs.wait(pid, {"stopped"}, timeout=2)
+        print(f"\nphase write -> job stopped: {1000 * took:.1f} ms (tick 5 s)")
+        assert took < 1.0
+        assert procs.state(cpu_pid) != "stopped"  # scope gpu leaves CPU work alone
+        reason = node.job("plain")["reasons"][0]
+        assert reason["code"] == "PROTECTION_PHASE_ON" and "uplink" in reason["message"]
+        on = node.call("timeline", code="PROTECTION_PHASE_ON")["events"][-1]
+        assert on["data"]["seen_by"] == "watch" and on["data"]["latency_ms"] < 1000
+
+        phase(events, "idle")
+        assert procs.wait(pid, {"running", "sleeping"}, timeout=2) < 1.0
+
+        phase(events, "preparing")
+        node.wait_for(lambda: node.job("plain")["reasons"] and node.job("plain")["reasons"][0]["code"] == "PROTECTION_PHASE_SOON")
+        assert procs.state(pid) != "stopped"  # soon: a job that cannot cooperate keeps running
+        launcher = node.job_run([PYTHON, "-c", "pass"], "--name", "late")
+        node.wait_for(lambda: (node.job("late") or {}).get("state") == "held")
+        phase(events, "idle")
+        assert launcher.wait(timeout=10) == 0
+        fast = node.status()["fast_path"]
+        assert fast["count"] >= 3 and fast["p99_ms"] is not None
+    finally:
+        node.close()
+
+
+def write_cpu_manifest(tmp_path: Path) -> Path:
+    path = tmp_path / "cpu.yaml"
+    path.write_text("name: cpu\ngpu: {use: none}\n")
+    return path
+
+
+def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs) -> None:
+    node = LocalNode(tmp_path)
+    try:
+        node.add_rule("p", {
+            "id": "p", "match": {"cmdline": ["sleep 1002"]},
+            "during": [{"source": {"kind": "jsonl", "path": str(tmp_path / "missing" / "e.jsonl"), "event": "status",
+                                   "field": "phase", "on": ["on"]}}],
+        })
+        node.start()
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
+        assert node.job("plain")["state"] == "run"  # the program does not run: nothing to protect
+        node.spawn(["sleep", "1002"])
+        procs.wait(pid, {"stopped"}, timeout=10)
+        codes = [r["code"] for r in node.job("plain")["reasons"]]
+        assert "PROTECTION_SOURCE_UNREADABLE" in codes
+    finally:
+        node.close()
