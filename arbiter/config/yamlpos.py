@@ -4,29 +4,45 @@ from __future__ import annotations
 
 from typing import Any
 
+import re
+
 import yaml
 
 from arbiter.config.errors import ConfigError, Problem
 
 Path_ = tuple[str | int, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true and false.  YAML 1.1 would also read on, off, yes and
+    no as booleans, and `on: [uploading]` is how a phase source is written."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 Positions = dict[Path_, tuple[int, int]]
 
 
-def _construct(node: yaml.Node, path: Path_, positions: Positions, loader: yaml.SafeLoader) -> Any:
+def _construct(node: yaml.Node, path: Path_, positions: Positions, loader: _Loader) -> Any:
     positions[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
+            if not isinstance(key_node, yaml.ScalarNode):
                 raise ConfigError(
                     [Problem("", key_node.start_mark.line + 1, key_node.start_mark.column + 1, "", "a key must be a plain value")]
                 )
-            child = (*path, str(key))
+            key = key_node.value
+            child = (*path, key)
             # the key's own position helps for "unknown field" errors
             positions[(*child, "__key__")] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-            out[str(key)] = _construct(value_node, child, positions, loader)
+            out[key] = _construct(value_node, child, positions, loader)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(item, (*path, i), positions, loader) for i, item in enumerate(node.value)]
@@ -37,7 +53,7 @@ def load_with_positions(text: str, filename: str) -> tuple[Any, Positions]:
     """Parse one YAML document; returns its value and the (line, column) of every path."""
     positions: Positions = {}
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _Loader(text)
         try:
             node = loader.get_single_node()
             data = None if node is None else _construct(node, (), positions, loader)

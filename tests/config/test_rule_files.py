@@ -152,3 +152,9 @@ def test_schema_prints_every_document() -> None:
     assert set(schemas) == {"node", "rule", "manifest", "control", "event"}
     assert schemas["control"]["properties"]["state"]["enum"] == ["run", "paused", "stop"]
     assert run_cli("schema", "nope").returncode == 2
+
+
+def test_yaml_on_off_yes_no_are_words_not_booleans(host) -> None:
+    rule = parse(host, GOOD.replace("on: [uploading]", "on: [on, yes]"))
+    assert rule.during[0].source.options()["on"] == ["on", "yes"]
+    assert parse(host, GOOD + "enabled: false\n").enabled is False

@@ -106,6 +106,14 @@ def test_valid_blocks(block: dict[str, Any]) -> None:
     JsonlSource.Options.model_validate({"kind": "jsonl", "path": "~/events-*.jsonl", **block})
 
 
+def test_a_yaml_on_key_read_as_true_is_on() -> None:
+    import yaml
+
+    block = yaml.safe_load("{kind: jsonl, path: /tmp/e.jsonl, event: status, field: phase, on: [uploading]}")
+    assert True in block  # what YAML 1.1 does with a bare `on`
+    assert JsonlSource.Options.model_validate(block).on == ["uploading"]
+
+
 @pytest.mark.parametrize(
     ("block", "message"),
     [

@@ -90,6 +90,14 @@ class JsonlOptions(KindOptions):
     on: list[str] = []
     soon: list[str] = []
 
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        # YAML 1.1 loaders (PyYAML's safe_load) read a bare `on:` key as the boolean true.
+        if isinstance(data, dict) and any(k is True for k in data) and "on" not in data:
+            return {("on" if k is True else k): v for k, v in data.items()}
+        return data
+
     @field_validator("on", "soon", mode="before")
     @classmethod
     def _values_as_text(cls, value: Any) -> Any:
