@@ -83,6 +83,7 @@ class Daemon:
         # CPU seconds spent on each thread's own work, for status and bench/tick_cost.py
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
+        self._faults_seen: set[tuple[str, str]] = set()
         self.http_url = ""
         self._http: Any = None
         self._socket: SocketServer | None = None
@@ -232,10 +233,18 @@ class Daemon:
         if self.rulebook.changed():
             self._reload_rules()
         view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
+        self._note_faults(view)
         self._reap(view)
         self._inbox.put(("tick", view))
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += time.thread_time() - cpu
+
+    def _note_faults(self, view: TickView) -> None:
+        """Put each plugin failure on the timeline once, when it starts (not every tick)."""
+        now = {(rid, f) for rid, ro in view.rules.items() for f in ro.faults} | {("node", f) for f in view.faults}
+        for subject, fault in sorted(now - self._faults_seen):
+            self._record(codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault})
+        self._faults_seen = now
 
     def _reload_rules(self) -> None:
         self.rulebook.load()
