@@ -8,16 +8,13 @@ registered is an error that names both plugins.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pluggy
 
-from arbiter.plugin import PROJECT, ProcessInfo
+from arbiter.plugin import PROJECT, ProcessInfo, Register
 
 hookspec = pluggy.HookspecMarker(PROJECT)
-
-Register = Callable[[str, type], None]
 
 
 @hookspec

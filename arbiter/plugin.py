@@ -41,9 +41,14 @@ __all__ = [
     "Probe",
     "HostSignal",
     "PluginError",
+    "Register",
     "NUDGE_SIGNAL",
     "write_control_document",
 ]
+
+
+#: the callback every family hook receives: ``register(kind_name, cls)``
+Register = Callable[[str, type], None]
 
 
 class PluginError(Exception):

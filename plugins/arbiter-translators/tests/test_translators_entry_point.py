@@ -22,4 +22,4 @@ def test_entry_point_loads_and_registers_its_kinds() -> None:
     pm.hook.arbiter_register_translators(register=lambda name, cls: kinds.__setitem__(name, cls))
     assert sorted(kinds) == sorted("signal,control_doc".split(","))
     for cls in kinds.values():
-        assert cls.Options.model_config.get("extra") == "forbid"
+        assert getattr(cls, "Options").model_config.get("extra") == "forbid"

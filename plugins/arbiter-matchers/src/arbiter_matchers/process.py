@@ -66,7 +66,7 @@ class ProcessMatcher(Matcher):
 
     Options = ProcessOptions
 
-    def __init__(self, options: ProcessOptions) -> None:  # type: ignore[override]
+    def __init__(self, options: ProcessOptions) -> None:
         super().__init__(options)
         self._names = frozenset(n.lower() for n in options.name)
         self._substrings = tuple(c.lower() for c in options.cmdline)

@@ -115,9 +115,12 @@ def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, st
     if lpar < 0 or rpar < 0 or len(fields) < 20:
         return None
     name = os.fsdecode(stat[lpar + 1 : rpar])
-    state = fields[0].decode()
-    ppid = int(fields[1])
-    start_time = float(fields[19]) / ticks + boot_time
+    try:
+        state = fields[0].decode()
+        ppid = int(fields[1])
+        start_time = float(fields[19]) / ticks + boot_time
+    except (ValueError, UnicodeDecodeError):
+        return None  # not the format this reader knows: leave the process out, not the table
 
     cmdline = _split_cmdline(_read(f"{base}/cmdline") or b"")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
@@ -49,7 +48,9 @@ class Inotify:
     def __init__(self) -> None:
         if not sys.platform.startswith("linux"):
             raise OSError(errno.ENOSYS, "inotify exists only on Linux")
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The interpreter's own symbols include the C library's; ctypes.util.find_library
+        # would run ldconfig in a subprocess on every source start.
+        libc = ctypes.CDLL(None, use_errno=True)
         try:
             self._init1 = libc.inotify_init1
             self._add = libc.inotify_add_watch

@@ -90,14 +90,6 @@ class JsonlOptions(KindOptions):
     on: list[str] = []
     soon: list[str] = []
 
-    @model_validator(mode="before")
-    @classmethod
-    def _yaml_on_key(cls, data: Any) -> Any:
-        # YAML 1.1 loaders (PyYAML's safe_load) read a bare `on:` key as the boolean true.
-        if isinstance(data, dict) and any(k is True for k in data) and "on" not in data:
-            return {("on" if k is True else k): v for k, v in data.items()}
-        return data
-
     @field_validator("on", "soon", mode="before")
     @classmethod
     def _values_as_text(cls, value: Any) -> Any:
@@ -174,7 +166,7 @@ class JsonlSource(Source):
 
     Options = JsonlOptions
 
-    def __init__(self, options: JsonlOptions, context: PluginContext) -> None:  # type: ignore[override]
+    def __init__(self, options: JsonlOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self.options: JsonlOptions = options
         self._pattern = os.path.expanduser(options.path)
@@ -286,11 +278,21 @@ class JsonlSource(Source):
     # --- the watcher thread --------------------------------------------------------------
 
     def _run(self) -> None:
+        poller = select.poll()  # not select(): it fails outright on descriptors past 1023
+        assert self._wake_r is not None
+        poller.register(self._wake_r, select.POLLIN)
+        if self._inotify is not None:
+            poller.register(self._inotify.fileno(), select.POLLIN)
         while not self._stopping:
             try:
-                rescan = self._wait()
-            except (OSError, ValueError):
-                return  # descriptors closed under us by close()
+                rescan = self._wait(poller)
+            except (OSError, ValueError) as exc:
+                if self._stopping:
+                    return  # descriptors closed under us by close()
+                log.warning("jsonl source %s: inotify failed (%s); checking every %.2f s", self._pattern, exc,
+                            POLL_INTERVAL_S)
+                self._drop_inotify(poller)
+                rescan = True
             if self._stopping:
                 return
             if rescan is None:
@@ -300,31 +302,42 @@ class JsonlSource(Source):
                     if self._stopping:
                         return
                     changed = self._poll(rescan=rescan)
-                    callback = self._on_change
-            except Exception:  # never let the watcher die: the daemon would lose its source
+            except Exception as exc:  # never let the watcher die: the daemon would lose its source
                 log.exception("jsonl source %s: unexpected error", self._pattern)
-                continue
+                with self._lock:
+                    # Fail safe: a source that cannot be read must not look readable.
+                    self._set_unreadable(_Problem(f"error while reading {self._pattern}: {exc!r}"))
+                    changed = self._publish()
+            callback = self._on_change
             if changed is not None and callback is not None:
                 try:
                     callback(changed)
                 except Exception:
                     log.exception("jsonl source %s: on_change failed", self._pattern)
 
-    def _wait(self) -> bool | None:
+    def _wait(self, poller: select.poll) -> bool | None:
         """Wait for news: True to look at the path again, False to read the open file
         only, None when nothing concerns this source."""
         ino = self._inotify
         if ino is not None and self._ensure_watches(ino):
             return True  # a directory watched only now may already hold the file
         watching = ino is not None and bool(self._watches)
-        fds = [self._wake_r] if self._wake_r is not None else []
-        if watching and ino is not None:
-            fds.append(ino.fileno())
-        ready, _, _ = select.select(fds, [], [], SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S)
-        if watching and ino is not None and ino.fileno() in ready:
+        timeout_s = SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S
+        ready = {fd for fd, _ in poller.poll(timeout_s * 1000)}
+        if ino is not None and ino.fileno() in ready:
             relevant, rescan = self._sort_events(ino.read_events())
             return rescan if relevant else None
         return True  # the interval passed (or close() woke us): a full check
+
+    def _drop_inotify(self, poller: select.poll) -> None:
+        ino, self._inotify = self._inotify, None
+        self._watches.clear()
+        if ino is not None:
+            try:
+                poller.unregister(ino.fileno())
+            except (KeyError, ValueError):
+                pass
+            ino.close()
 
     def _ensure_watches(self, ino: inotify.Inotify) -> bool:
         """Watch the directories that hold the file; True when one was added."""

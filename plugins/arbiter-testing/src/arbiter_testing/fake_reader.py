@@ -54,7 +54,7 @@ class FakeReader(Reader):
 
     Options = FakeOptions
 
-    def __init__(self, options: FakeOptions, context: PluginContext) -> None:  # type: ignore[override]
+    def __init__(self, options: FakeOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self._path = os.path.expanduser(options.state_file)
         # The daemon may read from more than one worker thread.
@@ -83,8 +83,8 @@ class FakeReader(Reader):
 
         # The file's modification time, on the monotonic clock: when a new share began.
         written_ns = now_ns - max(0, age_ns)
-        for pid, entry in entries.items():
-            self._integrate(pid, entry, now_ns, written_ns)
+        for pid, given in entries.items():
+            self._integrate(pid, given, now_ns, written_ns)
 
         if not doc.get("readable", True):
             why = str(doc.get("why") or "the fake reader's state file says the GPU is unreadable")

@@ -28,7 +28,7 @@ class ControlDocTranslator(Translator):
     Options = ControlDocOptions
     actions = frozenset({"control"})
 
-    def __init__(self, options: ControlDocOptions, context: PluginContext) -> None:  # type: ignore[override]
+    def __init__(self, options: ControlDocOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self._signaller = Signaller()
 

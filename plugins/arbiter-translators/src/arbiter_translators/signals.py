@@ -26,7 +26,7 @@ class SignalTranslator(Translator):
     Options = SignalOptions
     actions = frozenset({"pause", "resume", "terminate", "kill"})
 
-    def __init__(self, options: SignalOptions, context: PluginContext) -> None:  # type: ignore[override]
+    def __init__(self, options: SignalOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self._signaller = Signaller()
 
