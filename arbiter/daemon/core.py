@@ -109,8 +109,12 @@ class Daemon:
                 codes.JOB_RESUMED, "node", f"resumed {len(recovered)} paused item(s) left by a previous daemon",
                 {"failures": failures},
             )
+        self.recorder.flush()
         self.store.clear_paused()
         self.journal.truncate()
+        for entry in self.actuator.paused.values():  # what could not be resumed stays on record
+            self.journal.append("pause", entry)
+            self.recorder.paused("pause", entry)
 
         self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
         self.jobs.load(self.store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -92,3 +93,14 @@ def test_not_readable_without_stand_in_gpu(tmp_path: Path, busy: int) -> None:
     assert not reading.readable
     assert reading.why == NOT_ALLOWED
     assert reading.processes == {}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_linux_fast_path_agrees_with_psutil() -> None:
+    from arbiter_readers.cpu_time import _proc_stat_busy_ns
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    ours = _proc_stat_busy_ns(os.getpid(), 1e9 / os.sysconf("SC_CLK_TCK"))
+    t = psutil.Process().cpu_times()
+    assert ours is not None and abs(ours / 1e9 - (t.user + t.system)) < 0.05
