@@ -1,15 +1,21 @@
-"""Finding the daemon from the node config and talking to it."""
+"""Finding the daemon from the node config and talking to it.
+
+Commands that only talk to the daemon read the config's ``state_dir`` without validating the
+whole file (no pydantic import), so they start fast; a file they cannot read that way gets
+the full validation and its precise error.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from arbiter.config.errors import ConfigError
-from arbiter.config.loader import load_node_config
-from arbiter.config.models import NodeConfig
+from arbiter.config.locate import default_state_dir, find_config, relative_to_config
 from arbiter.transport import DaemonUnavailable, request
+
+if TYPE_CHECKING:
+    from arbiter.config.models import NodeConfig
 
 
 class CliError(Exception):
@@ -21,33 +27,53 @@ class CliError(Exception):
 
 
 def node_config(config: str | None) -> tuple[NodeConfig, Path | None]:
+    """The validated node config (for commands that need all of it)."""
+    from arbiter.config.errors import ConfigError
+    from arbiter.config.loader import load_node_config
+
     try:
         return load_node_config(config)
     except ConfigError as exc:
         raise CliError(f"the node config is not valid:\n{exc}", 2) from None
 
 
-def daemon_info(cfg: NodeConfig) -> dict[str, Any]:
-    path = cfg.state_path() / "daemon.json"
+def state_dir_for(config: str | None) -> Path:
+    path = find_config(config)
+    if path is None:
+        return Path(default_state_dir())
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such config file (check --config or $ARBITER_CONFIG)", 2) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        data = False  # let the full validation say exactly what is wrong
+    value = data.get("state_dir") if isinstance(data, dict) else None
+    if not (data is None or isinstance(data, dict)) or not (value is None or isinstance(value, str)):
+        return node_config(config)[0].state_path()
+    return relative_to_config(value, path) if value else Path(default_state_dir())
+
+
+def daemon_info(state_dir: Path) -> dict[str, Any]:
+    path = state_dir / "daemon.json"
     try:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     except FileNotFoundError:
-        raise CliError(
-            f"no daemon is running for state_dir {cfg.state_path()} ({path} is missing); start one with `arbiter run`"
-        ) from None
+        raise CliError(f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`") from None
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot read {path}: {exc}") from None
 
 
 class Client:
     def __init__(self, config: str | None) -> None:
-        self.cfg, self.config_path = node_config(config)
+        self.config = config
         self._socket: str | None = None
 
     @property
     def socket(self) -> str:
         if self._socket is None:
-            self._socket = str(daemon_info(self.cfg)["socket"])
+            self._socket = str(daemon_info(state_dir_for(self.config))["socket"])
         return self._socket
 
     def call(self, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.cli.client import CliError, Client
-from arbiter.config.errors import ConfigError
-from arbiter.config.loader import parse_manifest, read_text
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
 from arbiter.transport import DaemonUnavailable, RequestRefused
 
@@ -21,6 +19,9 @@ COOPERATIVE = ["cooperative_throttle", "cooperative_pause"]
 
 def build_manifest(cmd: list[str], name: str | None, manifest_path: str | None, cooperative: bool) -> dict[str, Any]:
     if manifest_path:
+        from arbiter.config.errors import ConfigError
+        from arbiter.config.loader import parse_manifest, read_text
+
         try:
             manifest = parse_manifest(read_text(Path(manifest_path)), manifest_path).model_dump(mode="json")
         except ConfigError as exc:

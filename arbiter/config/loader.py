@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from arbiter.config.errors import ConfigError, Problem
+from arbiter.config.locate import find_config, relative_to_config
 from arbiter.config.models import KindBlock, Manifest, NodeConfig, Rule
 from arbiter.config.yamlpos import Path_, Positions, load_with_positions, position_of
 
@@ -25,7 +26,6 @@ OptionsLookup = Callable[[str, str], "type[BaseModel] | None"]
 #: family → the kinds it has, for hints
 KindsLookup = Callable[[str], "list[str]"]
 
-CONFIG_ENV = "ARBITER_CONFIG"
 RULE_SUFFIXES = (".yaml", ".yml")
 
 _HINTS = {
@@ -89,20 +89,6 @@ def load_yaml_mapping(text: str, filename: str) -> tuple[dict[str, Any], Positio
 # --- node config -----------------------------------------------------------------------------
 
 
-def config_candidates() -> list[Path]:
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [Path("arbiter.yaml"), Path(xdg) / "arbiter" / "arbiter.yaml", Path("/etc/arbiter/arbiter.yaml")]
-
-
-def find_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """``--config``, else ``$ARBITER_CONFIG``, else the first default location that exists."""
-    if explicit:
-        return Path(explicit)
-    if os.environ.get(CONFIG_ENV):
-        return Path(os.environ[CONFIG_ENV])
-    return next((p for p in config_candidates() if p.is_file()), None)
-
-
 def parse_node_config(text: str, filename: str) -> NodeConfig:
     data, positions = load_yaml_mapping(text, filename)
     return validate(NodeConfig, data, filename, positions)
@@ -120,9 +106,8 @@ def load_node_config(explicit: str | os.PathLike[str] | None = None) -> tuple[No
 
 def resolve_paths(config: NodeConfig, path: Path) -> NodeConfig:
     """Relative paths in a config file mean relative to that file."""
-    base = path.resolve().parent
-    config.state_dir = str(base / Path(config.state_dir).expanduser())
-    config.tenants_dirs = [str(base / Path(d).expanduser()) for d in config.tenants_dirs]
+    config.state_dir = str(relative_to_config(config.state_dir, path))
+    config.tenants_dirs = [str(relative_to_config(d, path)) for d in config.tenants_dirs]
     return config
 
 

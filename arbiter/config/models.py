@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
+from arbiter.config.locate import default_state_dir
+
 GpuJobsMode = Literal["never", "when_no_gpu_protected", "certified", "always"]
 Scope = Literal["gpu", "cpu", "all", "io"]
 Capability = Literal["cooperative_throttle", "cooperative_pause", "cancellable", "progress_events"]
@@ -38,13 +40,6 @@ class MatchBlock(KindBlock):
 
 
 # --- node config ---------------------------------------------------------------------------
-
-
-def default_state_dir() -> str:
-    if os.geteuid() == 0:
-        return "/var/lib/arbiter"
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(base) / "arbiter")
 
 
 def default_tenants_dirs() -> list[str]:

@@ -91,7 +91,8 @@ def _rule_holds(
                 Reason(
                     codes.PROTECTED_GPU_BUSY,
                     f"protected program {rid!r} uses the GPU: {why}",
-                    "wait for it to finish, or run work that declares cooperative_throttle under gpu_jobs: certified",
+                    f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
+                    "(gpu_busy_threshold, gpu_release_after_s in arbiter.yaml)",
                     evidence,
                 ),
             )
