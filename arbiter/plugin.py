@@ -116,6 +116,9 @@ class GpuReading:
     vram_total_bytes: int | None = None
     vram_free_bytes: int | None = None
     why: str = ""  # why it is not readable, or a note on what was read
+    #: pids asked for whose GPU time could not be read (denied): they count as using the GPU,
+    #: where a pid simply absent from ``processes`` uses none
+    unreadable: frozenset[int] = frozenset()
 
 
 PhaseValue = Literal["on", "off", "soon"]

@@ -59,6 +59,7 @@ class PluginHost:
     blocked: set[str] = field(default_factory=set)
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
+    _hung: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
 
     @property
     def hook(self) -> Any:
@@ -92,18 +93,27 @@ class PluginHost:
     def call(self, label: str, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
         """Call plugin code with a timeout; raise :class:`PluginFailed` on error or hang.
 
-        A hung call cannot be killed from Python; its worker thread is left behind and the
-        caller treats the plugin as failed (fail safe).
+        A hung call cannot be killed from Python: its worker thread is left behind, and
+        until it returns every further call with the same ``label`` fails at once instead of
+        tying up another worker (fail safe: the caller treats the plugin as failed).
         """
         with self._pool_lock:
+            hung = self._hung.get(label)
+            if hung is not None and not hung.done():
+                raise PluginFailed(label, f"no answer within {hung.limit_s:g}s, and that call is still running")  # type: ignore[attr-defined]
+            self._hung.pop(label, None)
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="plugin")
+                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
             pool = self._pool
         future = pool.submit(fn, *args)
+        limit = timeout if timeout is not None else self.timeout_s
         try:
-            return future.result(timeout=timeout if timeout is not None else self.timeout_s)
+            return future.result(timeout=limit)
         except concurrent.futures.TimeoutError:
-            raise PluginFailed(label, f"no answer within {timeout or self.timeout_s:g}s") from None
+            with self._pool_lock:
+                future.limit_s = limit  # type: ignore[attr-defined]
+                self._hung[label] = future
+            raise PluginFailed(label, f"no answer within {limit:g}s") from None
         except Exception as exc:  # any plugin exception is isolated here
             raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
 

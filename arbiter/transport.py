@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_REQUEST = 1 << 20
+REQUEST_TIMEOUT_S = 30.0  # longer than the longest wait a request may ask for
 
 #: dispatch(op, args, peer) with peer = (pid, uid) of the caller
 Handler = Callable[[str, dict[str, Any], tuple[int, int]], dict[str, Any]]
@@ -49,6 +50,7 @@ class _RequestHandler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         try:
+            self.connection.settimeout(REQUEST_TIMEOUT_S)  # a silent client must not hold a thread
             peer = peer_credentials(self.connection)
             line = self.rfile.readline(MAX_REQUEST)
             request = json.loads(line)
@@ -56,8 +58,10 @@ class _RequestHandler(socketserver.StreamRequestHandler):
                 raise ValueError("a request is a JSON object with an op")
             op = request.pop("op")
             answer = self.server.dispatch(op, request, peer)
-        except ValueError as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             answer = {"ok": False, "error": f"bad request: {exc}", "code": "BAD_REQUEST"}
+        except TimeoutError:
+            return
         except Exception as exc:  # never let one request take the server down
             answer = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}", "code": "INTERNAL"}
         try:

@@ -97,5 +97,7 @@ def test_calls_are_isolated_and_time_out() -> None:
     with pytest.raises(PluginFailed, match="no answer within 0.2s"):
         host.call("readers/slow", time.sleep, 5)
     assert time.monotonic() - started < 1.0
+    with pytest.raises(PluginFailed, match="no answer within 0.2s, and that call is still running"):
+        host.call("readers/slow", lambda: 1)  # no second worker is tied up behind a hung one
     assert host.call("ok", lambda: 42) == 42
     host.close()

@@ -41,11 +41,14 @@ def _say(message: str) -> None:
 
 
 def _call_retrying(client: Client, op: str, **args: Any) -> dict[str, Any]:
-    """Calls that must reach the daemon eventually: wait out a daemon restart."""
+    """Calls that must reach the daemon eventually: wait out a daemon restart.  A refusal
+    is final and becomes a CliError."""
     warned = False
     while True:
         try:
             return client.call(op, **args)
+        except RequestRefused as exc:
+            raise CliError(f"the daemon refused {op}: {exc}") from None
         except CliError as exc:
             if not warned:
                 _say(f"{exc}; retrying")
@@ -69,8 +72,6 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
             answer = _call_retrying(client, "job.wait", id=job_id, timeout=2.0)
             if answer["admitted"]:
                 break
-            if answer["state"] == "ended":
-                raise CliError(f"job {job_id} was removed before it started")
             summary = "; ".join(f"{r['code']}: {r['message']}" for r in answer["reasons"])
             if summary != shown:
                 _say(f"waiting: {summary or 'deciding'} (arbiter explain {job_id})")
@@ -91,11 +92,20 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         client.call("job.exited", id=job_id, exit_code=127)
         raise CliError(f"cannot start {cmd[0]}: {exc.strerror or exc}", 127) from None
 
-    def forward(signum: int, frame: Any) -> None:
-        proc.send_signal(signum)
+    def on_term(signum: int, frame: Any) -> None:
+        # the daemon stops it properly (a paused command is continued first, then ended)
+        try:
+            client.call("job.stop", id=job_id, timeout=2.0)
+        except (CliError, RequestRefused):
+            proc.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    _call_retrying(client, "job.started", id=job_id, pid=proc.pid)
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        _call_retrying(client, "job.started", id=job_id, pid=proc.pid)
+    except CliError:
+        proc.kill()  # never leave a command running that arbiter does not know
+        proc.wait()
+        raise
     while True:
         try:
             code = proc.wait()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from arbiter.config.models import NodeConfig
 from arbiter.engine.types import Action
@@ -60,9 +60,13 @@ def make_translators(config: NodeConfig, host: PluginHost) -> dict[str, tuple[st
 
 
 class Actuator:
+    """Applies actions and keeps the paused set (in memory, the journal and, via ``persist``,
+    SQLite).  Runs on the decision thread, or alone in ``resume-all``."""
+
     def __init__(self, host: PluginHost, translators: dict[str, tuple[str, Translator]], journal: PausedJournal, persist: Persist) -> None:
         self.host = host
         self.translators = translators
+        self.by_name = {name: t for name, t in translators.values()}
         self.journal = journal
         self.persist = persist
         self.paused: dict[tuple[str, str, int], PausedEntry] = {}
@@ -72,6 +76,12 @@ class Actuator:
         if need not in self.translators:
             raise PluginFailed(f"translators ({need})", f"no installed translator can {need} here")
         return self.translators[need]
+
+    def _for_entry(self, entry: PausedEntry, op: str) -> tuple[str, Translator]:
+        """The translator that paused ``entry`` resumes it, where it is still installed."""
+        if entry.translator in self.by_name:
+            return entry.translator, self.by_name[entry.translator]
+        return self._translator(op)
 
     def _note(self, op: str, entry: PausedEntry) -> None:
         if op == "pause":
@@ -90,7 +100,9 @@ class Actuator:
             if action.op == "pause":
                 self.pause_tree(target)
             elif action.op == "resume":
-                self.resume_entries(self.tree_paused(action.job_id))
+                failures = self.resume_entries(self.tree_paused(action.job_id))
+                if failures:
+                    return ActResult(action, False, "; ".join(failures))
             elif action.op == "control":
                 self.control(target, ControlUpdate(action.state or "run", action.duty, action.reason), seq)
             elif action.op in ("terminate", "kill"):
@@ -110,7 +122,14 @@ class Actuator:
         entries = [PausedEntry(target.job_id, "tree", r.pid, r.start_time, name) for r in fresh]
         for entry in entries:  # recorded before the pause: a crash in between must not leave it frozen
             self.journal.append("pause", entry)
-        paused = self.host.call(f"translators/{name}", translator.pause, JobTarget(**{**target.__dict__, "processes": fresh}))
+        try:
+            paused = self.host.call(f"translators/{name}", translator.pause, replace(target, processes=fresh))
+        except PluginFailed:
+            # some may be stopped already: keep them all on record, so a resume reaches them
+            for entry in entries:
+                self.paused[entry.key] = entry
+                self.persist("pause", entry)
+            raise
         stopped = {r.pid for r in paused}
         for entry in entries:
             if entry.pid in stopped:
@@ -120,24 +139,27 @@ class Actuator:
                 self.journal.append("resume", entry)
 
     def resume_entries(self, entries: Iterable[PausedEntry]) -> list[str]:
-        """Resume what was paused; returns what could not be (and why)."""
+        """Resume what was paused; returns what could not be (and why).  What failed stays
+        in the paused set, so the next decision (or the next start) tries again."""
         failures = []
-        tree = [e for e in entries if e.how == "tree"]
-        control = [e for e in entries if e.how == "control"]
-        if tree:
+        by_translator: dict[str, list[PausedEntry]] = {}
+        for e in entries:
+            if e.how == "tree":
+                by_translator.setdefault(e.translator, []).append(e)
+        for group in by_translator.values():
             try:
-                name, translator = self._translator("pause")
-                self.host.call(f"translators/{name}", translator.resume, [ProcessRef(e.pid, e.start_time) for e in tree])
-                for e in tree:
+                name, translator = self._for_entry(group[0], "resume")
+                self.host.call(f"translators/{name}", translator.resume, [ProcessRef(e.pid, e.start_time) for e in group])
+                for e in group:
                     self._note("resume", e)
             except PluginFailed as exc:
                 failures.append(str(exc))
-        for e in control:
+        for e in [e for e in entries if e.how == "control"]:
             try:
                 target = JobTarget(e.job_id, "", (ProcessRef(e.pid, e.start_time),), e.control_path, cooperative=True)
-                name, translator = self._translator("control")
-                seq = _next_seq(e.control_path)
-                self.host.call(f"translators/{name}", translator.control, target, ControlUpdate("run", 1.0, "arbiter resumed it"), seq)
+                name, translator = self._for_entry(e, "control")
+                update = ControlUpdate("run", 1.0, "arbiter resumed it")
+                self.host.call(f"translators/{name}", translator.control, target, update, next_seq(e.control_path))
                 self._note("resume", e)
             except PluginFailed as exc:
                 failures.append(str(exc))
@@ -154,18 +176,24 @@ class Actuator:
             for e in [e for e in self.paused.values() if e.job_id == target.job_id and e.how == "control"]:
                 self._note("resume", e)
 
-    def forget_job(self, job_id: str) -> None:
-        """A job ended: nothing of it stays paused."""
-        for e in [e for e in self.paused.values() if e.job_id == job_id]:
-            self._note("resume", e)
+    def end_job(self, job_id: str) -> list[str]:
+        """A job ended: continue whatever of it is still paused (descendants may outlive it)."""
+        mine = [e for e in self.paused.values() if e.job_id == job_id]
+        failures = self.resume_entries([e for e in mine if e.how == "tree"])
+        for e in mine:
+            if e.how == "control" and e.key in self.paused:
+                self._note("resume", e)  # nobody reads the document of an ended job
+        return failures
 
 
-def _next_seq(control_path: str | None) -> int:
-    """A sequence number above the one in the document (resume-all runs without the registry)."""
-    if not control_path:
-        return 1
-    try:
-        with open(control_path) as fh:
-            return int(json.load(fh).get("seq", 0)) + 1
-    except (OSError, ValueError, AttributeError):
-        return 1_000_000
+def next_seq(control_path: str | None, known: int = 0) -> int:
+    """A sequence number above both ``known`` and the one in the document, so a write is
+    never ignored as stale (the document may have been written by an earlier daemon)."""
+    current = 0
+    if control_path:
+        try:
+            with open(control_path) as fh:
+                current = int(json.load(fh).get("seq", 0))
+        except (OSError, ValueError, AttributeError, TypeError):
+            current = 0
+    return max(current, known) + 1

@@ -13,6 +13,7 @@ Threads and what they may do:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -28,14 +29,14 @@ from typing import Any
 
 from arbiter import __version__
 from arbiter.config.models import NodeConfig
-from arbiter.daemon.act import Actuator, make_translators
+from arbiter.daemon.act import Actuator, make_translators, next_seq
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import Observer, TickView
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
-from arbiter.engine.types import Decision, EngineState, Observation, PhaseObs, Policy
+from arbiter.engine.types import Action, Decision, EngineState, Observation, PhaseObs, Policy
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
 from arbiter.store import JobRecord, PausedJournal, Store
@@ -47,6 +48,10 @@ DAEMON_FILE = "daemon.json"
 SOCKET_FILE = "arbiter.sock"
 TOKEN_FILE = "token"
 LATENCY_WINDOW = 1000
+
+
+class DaemonAlreadyRunning(Exception):
+    """Another daemon uses this state directory."""
 
 
 def platform_name() -> str:
@@ -74,6 +79,8 @@ class Daemon:
         self.started_wall = time.time()
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends the tick's wait early (reload, stop)
+        self._reload_wanted = threading.Event()
         self._threads: list[threading.Thread] = []
         self._engine_state = EngineState()
         self._policy = Policy()
@@ -84,6 +91,8 @@ class Daemon:
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
         self._faults_seen: set[tuple[str, str]] = set()
+        self._failures_seen: set[tuple[str, str]] = set()
+        self._failed_controls: dict[str, Action] = {}
         self.http_url = ""
         self._http: Any = None
         self._socket: SocketServer | None = None
@@ -93,6 +102,12 @@ class Daemon:
     def start(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o755)
+        self._lock_fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise DaemonAlreadyRunning(f"another daemon holds {self.state_dir}; `arbiter status` shows it") from None
         self.store = Store(self.state_dir / "state.db")
         self.recorder = Recorder(self.store, self._observe_event)
         self.recorder.start()
@@ -174,10 +189,13 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._inbox.put(("stop", None))
 
     def request_reload(self) -> None:
-        self._inbox.put(("reload", None))
+        """Read the rule files again at once (on the tick thread, which owns the rule book)."""
+        self._reload_wanted.set()
+        self._wake.set()
 
     def notify_jobs(self) -> None:
         """The registry changed: decide again now rather than at the next tick."""
@@ -205,6 +223,7 @@ class Daemon:
             (self.state_dir / DAEMON_FILE).unlink()
         except FileNotFoundError:
             pass
+        os.close(self._lock_fd)  # releases the lock
 
     # --- recording ------------------------------------------------------------------------------
 
@@ -212,7 +231,7 @@ class Daemon:
         self.recorder.event(code, subject, message, data)
 
     def _observe_event(self, event: dict[str, Any]) -> None:
-        self.host.hook.arbiter_timeline_event(event=event)
+        self.host.call("timeline observers", lambda: self.host.hook.arbiter_timeline_event(event=event))
 
     def _persist_job(self, record: JobRecord) -> None:
         snapshot = replace(record)
@@ -225,7 +244,11 @@ class Daemon:
     # --- the tick -------------------------------------------------------------------------------
 
     def _tick_loop(self) -> None:
-        while not self._stop.wait(self.config.tick_s):
+        while True:
+            self._wake.wait(self.config.tick_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._tick_once()
             except Exception as exc:  # the loop goes on whatever one tick met
@@ -234,12 +257,13 @@ class Daemon:
 
     def _tick_once(self) -> None:
         cpu = time.process_time()
-        if self.rulebook.changed():
+        if self._reload_wanted.is_set() or self.rulebook.changed():
+            self._reload_wanted.clear()
             self._reload_rules()
         view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
         self._note_faults(view)
         self._reap(view)
-        self._inbox.put(("tick", view))
+        self._inbox.put(("tick", (view, self._read_phases())))
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += time.process_time() - cpu
 
@@ -256,6 +280,8 @@ class Daemon:
 
     def _reap(self, view: TickView) -> None:
         """Jobs whose launcher and processes are gone have ended."""
+        if view.faults or not view.table_size:
+            return  # a table that could not be read says nothing about who is gone
         for record in self.jobs.active():
             launcher_gone = record.launcher_pid not in view.alive
             if record.root_pid is None and launcher_gone:
@@ -276,45 +302,47 @@ class Daemon:
 
     def _decide_loop(self) -> None:
         while True:
-            item = self._inbox.get()
-            batch = [item]
+            batch = [self._inbox.get()]
             while True:
                 try:
                     batch.append(self._inbox.get_nowait())
                 except queue.Empty:
                     break
-            triggered_at: list[float] = []
-            immediate = False
-            for kind, payload in batch:
-                if kind == "stop":
-                    return
-                if kind == "tick":
-                    self._view = payload
-                elif kind == "policy":
-                    self._policy = payload
-                elif kind == "reload":
-                    self._spawn("reload", self._reload_rules)
-                elif kind == "ended":
-                    self.actuator.forget_job(payload)
-                elif kind == "source":
-                    rule_id, index, state = payload
-                    if self._apply_source(rule_id, index, state):
-                        triggered_at.append(state.changed_at)
-                        live = self.rulebook.live.get(rule_id)
-                        immediate = immediate or bool(live and live.rule.immediate)
-            if self._view is None:
-                continue
-            only_sources = all(kind == "source" for kind, _ in batch)
-            if only_sources and not immediate:
-                continue  # a rule that is not immediate waits for the tick
+            if any(kind == "stop" for kind, _ in batch):
+                return
             cpu = time.process_time()
             try:
-                self._decide_and_act("watch" if only_sources else "tick", triggered_at)
-            except Exception as exc:
+                self._take(batch)
+            except Exception as exc:  # this thread must outlive anything one batch meets
                 log.exception("decision failed")
                 self._record(codes.PLUGIN_FAILED, "node", f"a decision failed: {type(exc).__name__}: {exc}")
             self.costs["decisions"] += 1
             self.costs["decide_cpu_s"] += time.process_time() - cpu
+
+    def _take(self, batch: list[tuple[str, Any]]) -> None:
+        triggered_at: list[float] = []
+        immediate = False
+        for kind, payload in batch:
+            if kind == "tick":
+                self._view, phases = payload
+                self._merge_tick_phases(phases)
+            elif kind == "policy":
+                self._policy = payload
+            elif kind == "ended":
+                for failure in self.actuator.end_job(payload):
+                    self._record(codes.PLUGIN_FAILED, payload, f"could not continue what was left of it: {failure}")
+            elif kind == "source":
+                rule_id, index, state = payload
+                if self._apply_source(rule_id, index, state):
+                    triggered_at.append(state.changed_at)
+                    live = self.rulebook.live.get(rule_id)
+                    immediate = immediate or bool(live and live.rule.immediate)
+        if self._view is None:
+            return
+        only_sources = all(kind == "source" for kind, _ in batch)
+        if only_sources and not immediate:
+            return  # a rule that is not immediate waits for the tick
+        self._decide_and_act(triggered_at)
 
     def _apply_source(self, rule_id: str, index: int, state: SourceState) -> bool:
         """Lay a source's new state over the last view; True when a phase changed."""
@@ -328,28 +356,40 @@ class Daemon:
         phases[index] = new
         return (old.readable, old.phase) != (new.readable, new.phase)
 
-    def _refresh_phases(self) -> None:
-        """On the tick, read every phase source's current state (cheap: no I/O in state())."""
-        for rid, live in self.rulebook.live.items():
-            current = self._phases.setdefault(rid, [])
+    def _read_phases(self) -> dict[str, list[PhaseObs]]:
+        """On the tick thread: every phase source's current state, each call under a timeout."""
+        out: dict[str, list[PhaseObs]] = {}
+        for rid, live in dict(self.rulebook.live).items():
+            readings = out[rid] = []
             for i, source in enumerate(live.phases):
-                while len(current) <= i:
-                    current.append(PhaseObs(readable=False, why="not read yet"))
                 if source is None:
-                    current[i] = PhaseObs(readable=False, why="its source plugin failed")
+                    readings.append(PhaseObs(readable=False, why="its source plugin failed"))
                     continue
                 try:
-                    st = source.state()
-                except Exception as exc:
-                    current[i] = PhaseObs(readable=False, why=f"{type(exc).__name__}: {exc}")
+                    st = self.host.call(f"sources/{live.rule.during[i].source.kind}", source.state)
+                except PluginFailed as exc:
+                    readings.append(PhaseObs(readable=False, why=exc.why))
                     continue
-                if (st.readable, st.phase) != (current[i].readable, current[i].phase):
-                    current[i] = PhaseObs(st.readable, st.phase, st.why, st.needs_helper, "tick", st.changed_at)
+                readings.append(PhaseObs(st.readable, st.phase, st.why, st.needs_helper, "tick", st.changed_at))
+        return out
+
+    def _merge_tick_phases(self, readings: dict[str, list[PhaseObs]]) -> None:
+        """Take what the tick read where it differs from what the watch already said."""
+        for rid, phases in readings.items():
+            current = self._phases.setdefault(rid, [])
+            del current[len(phases):]
+            for i, reading in enumerate(phases):
+                if i >= len(current):
+                    current.append(reading)
+                elif (reading.readable, reading.phase) != (current[i].readable, current[i].phase):
+                    current[i] = reading
 
     def _observation(self, view: TickView, now: float) -> Observation:
+        stale = now - view.now > 3 * self.config.tick_s + self.config.plugin_timeout_s
+        node_faults = view.faults + ((f"no fresh observation for {now - view.now:.0f}s",) if stale else ())
         rules = {}
         for rid, ro in view.rules.items():
-            faults = ro.faults + view.faults
+            faults = ro.faults + node_faults
             rules[rid] = replace(ro, phases=tuple(self._phases.get(rid, ())), faults=faults)
         return Observation(
             now=now,
@@ -368,32 +408,43 @@ class Daemon:
         cooperative = bool({"cooperative_pause", "cooperative_throttle"} & set(manifest.capabilities))
         return JobTarget(record.id, record.name, tuple(refs), record.control_path, cooperative)
 
-    def _decide_and_act(self, seen_by: str, triggered_at: list[float]) -> None:
+    def _decide_and_act(self, triggered_at: list[float]) -> None:
         view = self._view
         assert view is not None
-        if seen_by == "tick":
-            self._refresh_phases()
         now = time.monotonic()
         obs = self._observation(view, now)
         decision = decide(obs, self._engine_state, self._policy, now)
         records = {r.id: r for r in self.jobs.active()}
         failures: list[tuple[str, str]] = []
+        retry = self._failed_controls
+        self._failed_controls = {}
         for action in decision.actions:
+            if action.op == "control":
+                retry.pop(action.job_id, None)  # superseded by a newer document
+        for action in [*decision.actions, *retry.values()]:
             record = records.get(action.job_id)
             if record is None:
                 continue
-            seq = record.seq + 1
-            result = self.actuator.apply(action, self._target(record, view), seq)
+            seq = record.seq
             if action.op == "control":
+                seq = next_seq(record.control_path, record.seq)
                 self.jobs.update(record.id, seq=seq)
+            result = self.actuator.apply(action, self._target(record, view), seq)
             if not result.ok:
                 failures.append((action.job_id, f"{action.op} failed: {result.detail}"))
+                if action.op == "control":
+                    self._failed_controls[action.job_id] = action
         for jid, verdict in decision.jobs.items():
-            if verdict.state == "paused" and verdict.via == "tree" and jid in records:
-                try:
+            if jid not in records:
+                continue
+            try:
+                if verdict.state == "paused" and verdict.via == "tree":
                     self.actuator.pause_tree(self._target(records[jid], view))  # children born since
-                except PluginFailed as exc:
-                    failures.append((jid, f"pause failed: {exc}"))
+                elif verdict.state == "run" and self.actuator.tree_paused(jid):
+                    for failure in self.actuator.resume_entries(self.actuator.tree_paused(jid)):  # a resume that failed
+                        failures.append((jid, f"resume failed: {failure}"))
+            except PluginFailed as exc:
+                failures.append((jid, f"pause failed: {exc}"))
         acted = time.monotonic()
         latency_ms = [(acted - t) * 1000 for t in triggered_at if t > 0]
         self._latencies.extend(latency_ms)
@@ -408,7 +459,9 @@ class Daemon:
                 data["latency_ms"] = round(max(latency_ms), 3)
             self._record(event.code, event.subject, event.message, data)
         for job_id, message in failures:
-            self._record(codes.PLUGIN_FAILED, job_id, message)
+            if (job_id, message) not in self._failures_seen:  # once, not on every decision
+                self._record(codes.PLUGIN_FAILED, job_id, message)
+        self._failures_seen = set(failures)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -418,7 +471,7 @@ class Daemon:
         return handle(self, op, args, peer)
 
     def latency_figures(self) -> dict[str, Any]:
-        values = sorted(self._latencies)
+        values = sorted(list(self._latencies))  # list() copies atomically; the deque grows meanwhile
         if not values:
             return {"count": 0, "p50_ms": None, "p99_ms": None}
 

@@ -134,7 +134,7 @@ class Observer:
                 rule_pids[rid] = frozenset()
                 continue
             try:
-                chosen = self.host.call(f"matchers/{live.rule.match.kind}", live.matcher.select, candidates)
+                chosen = self.host.call(f"matchers/{live.rule.match.kind} ({rid})", live.matcher.select, candidates)
             except PluginFailed as exc:
                 rule_faults[rid].append(str(exc))
                 chosen = set()
@@ -151,9 +151,10 @@ class Observer:
         after: BusyCounters = {pid: pg.busy_ns for pid, pg in reading.processes.items()} if reading else {}
 
         def share(pids: Iterable[int]) -> float | None:
-            if reading is None or self._prev is None:
-                return None
-            return busy_share(before, self._prev.at_ns, after, reading.at_ns, set(pids))
+            pids = set(pids)
+            if reading is None or self._prev is None or pids & reading.unreadable:
+                return None  # a process whose GPU time cannot be read may be using it
+            return busy_share(before, self._prev.at_ns, after, reading.at_ns, pids)
 
         rules: dict[str, RuleObs] = {}
         for live in rulebook.ordered():
@@ -161,9 +162,14 @@ class Observer:
             pids = rule_pids[rid]
             running = bool(pids)
             gpu_share = share(pids) if running else 0.0
-            why = "" if gpu_share is not None else (reader_why or "first reading: no interval yet")
-            if reading is not None and self._prev is None and running:
-                gpu_share, why = None, "first reading: no interval yet"
+            why = ""
+            if gpu_share is None:
+                if reading is None:
+                    why = reader_why
+                elif self._prev is None:
+                    why = "first reading: no interval yet"
+                else:
+                    why = f"{reader_name} cannot read process(es) {sorted(pids & reading.unreadable)}"
             rules[rid] = RuleObs(rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]))
         job_busy = {jid: (share(r.pid for r in refs) if refs else 0.0) for jid, refs in job_processes.items()}
         if reading is not None:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from arbiter import __version__
 from arbiter.config.models import Manifest
 from arbiter.daemon.views import UnknownSubject, explain_view, status_view
+from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed
 
 if TYPE_CHECKING:
@@ -67,14 +68,14 @@ def _job(daemon: Daemon, args: dict[str, Any], uid: int) -> JobRecord:
     return record
 
 
-def _start_time(daemon: Daemon, pid: int) -> float:
+def _process(daemon: Daemon, pid: int) -> ProcessInfo:
     try:
         table = daemon.observer.process_table()
     except PluginFailed as exc:
         raise Refused(f"cannot read the process table: {exc}", "PLUGIN_FAILED") from None
     for p in table:
         if p.pid == pid:
-            return p.start_time
+            return p
     raise Refused(f"process {pid} does not exist", "NO_SUCH_PROCESS")
 
 
@@ -113,7 +114,7 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
     if op == "explain":
         return {"explain": explain_view(daemon, args.get("subject") or None)}
     if op == "timeline":
-        limit = min(int(args.get("limit", 50)), 10_000)
+        limit = max(1, min(int(args.get("limit", 50)), 10_000))
         return {"events": daemon.store.timeline(limit, args.get("subject"), args.get("code"))}
 
     if op == "job.register":
@@ -126,7 +127,7 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
             raise Refused("cmd must be a non-empty list of strings", "BAD_REQUEST")
         # the launcher is the caller itself: its pid comes from the socket, not from the request
         launcher = peer_pid or int(args.get("launcher_pid", 0))
-        record = daemon.jobs.register(uid, manifest, cmd, launcher, _start_time(daemon, launcher))
+        record = daemon.jobs.register(uid, manifest, cmd, launcher, _process(daemon, launcher).start_time)
         daemon.notify_jobs()
         return {"job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path}}
     if op == "job.wait":
@@ -141,8 +142,17 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
                 daemon.jobs.changed.wait(remaining)
     if op == "job.started":
         record = _job(daemon, args, uid)
-        pid = int(args["pid"])
-        daemon.jobs.update(record.id, root_pid=pid, root_start=_start_time(daemon, pid), state="running")
+        if record.root_pid is not None:
+            raise Refused(f"job {record.id} has started already (process {record.root_pid})", "BAD_REQUEST")
+        proc = _process(daemon, int(args["pid"]))
+        # only a child of the job's own launcher, running as the job's owner, can become the
+        # job: otherwise a caller could have arbiter pause or end any process
+        if proc.ppid != record.launcher_pid or proc.uid != record.owner_uid:
+            raise Refused(
+                f"process {proc.pid} is not a child of job {record.id}'s launcher running as uid {record.owner_uid}",
+                "FORBIDDEN",
+            )
+        daemon.jobs.update(record.id, root_pid=proc.pid, root_start=proc.start_time, state="running")
         daemon.notify_jobs()
         return {}
     if op == "job.exited":

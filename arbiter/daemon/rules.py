@@ -98,13 +98,14 @@ class RuleBook:
                     except ConfigError:
                         kept = None  # a plugin that validated it is gone
                 summary = str(exc.problems[0]) + (f" (+{len(exc.problems) - 1} more)" if len(exc.problems) > 1 else "")
+                fresh = [str(p) for p in self.problems.get(name, [])] != [str(p) for p in exc.problems]
                 if kept is not None:
                     rule = kept
-                    if name not in self.problems:
+                    if fresh:
                         self.record(codes.CONFIG_REJECTED, name, f"kept the last good version: {summary}", {"problems": [p.to_dict() for p in exc.problems]})
                 else:
                     invalid.append(name)
-                    if name not in self.problems:
+                    if fresh:
                         self.record(codes.CONFIG_REJECTED, name, f"never valid, GPU work held: {summary}", {"problems": [p.to_dict() for p in exc.problems]})
                     continue
             else:
@@ -194,7 +195,8 @@ class RuleBook:
 
     def ordered(self) -> list[LiveRule]:
         """Rules in the order processes are given to them: highest priority first."""
-        return sorted(self.live.values(), key=lambda lr: (-lr.rule.priority, lr.rule.id))
+        # dict() copies in one step: other threads read while the tick thread reloads
+        return sorted(dict(self.live).values(), key=lambda lr: (-lr.rule.priority, lr.rule.id))
 
     def close(self) -> None:
         for live in self.live.values():

@@ -10,7 +10,7 @@ from typing import Any
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators
-from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon
+from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 from arbiter.store import PausedJournal, Store
 from arbiter.transport import DaemonUnavailable, request
@@ -44,7 +44,10 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGHUP, on_reload)
-    daemon.start()
+    try:
+        daemon.start()
+    except DaemonAlreadyRunning as exc:
+        raise CliError(str(exc)) from None
     logging.getLogger("arbiter").info(
         "arbiter running: socket %s, http %s, %d rule(s)", daemon.state_dir / SOCKET_FILE, daemon.http_url or "off", len(daemon.rulebook.live)
     )

@@ -126,12 +126,12 @@ def explain_view(daemon: Daemon, subject: str | None = None) -> dict[str, Any]:
     notices = [r.to_dict() for r in snap.decision.notices] if snap.decision else []
     if subject is None:
         items = [_job_item(daemon, r, verdicts.get(r.id)) for r in snap.jobs]
-        items += [_rule_item(daemon, rid) for rid in sorted(daemon.rulebook.live)]
+        items += [_rule_item(daemon, lr.rule.id) for lr in daemon.rulebook.ordered()]
         return {"subject": "node", "items": items, "notices": notices}
     records = [r for r in snap.jobs if r.id == subject or r.name == subject]
     if records:
         return {"subject": subject, "items": [_job_item(daemon, r, verdicts.get(r.id)) for r in records], "notices": notices}
-    if subject in daemon.rulebook.live:
+    if subject in dict(daemon.rulebook.live):
         item = _rule_item(daemon, subject)
         held = [
             _job_item(daemon, r, verdicts[r.id])
@@ -139,5 +139,5 @@ def explain_view(daemon: Daemon, subject: str | None = None) -> dict[str, Any]:
             if r.id in verdicts and any(reason.evidence.get("rule") == subject for reason in verdicts[r.id].reasons)
         ]
         return {"subject": subject, "items": [item, *held], "notices": notices}
-    known = sorted({r.id for r in snap.jobs} | {r.name for r in snap.jobs} | set(daemon.rulebook.live))
+    known = sorted({r.id for r in snap.jobs} | {r.name for r in snap.jobs} | set(dict(daemon.rulebook.live)))
     raise UnknownSubject(f"no job or tenant is called {subject!r}; known: {', '.join(known) or 'none'}")

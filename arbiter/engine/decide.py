@@ -224,8 +224,11 @@ def _actions(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[Acti
     if new.state == "held":
         return []
     if before == "held":
-        # admitted, or first seen already running (after a daemon restart)
-        out = [Action(job.job_id, "control", state="run" if new.state == "run" else "paused", duty=new.duty, reason=reason)]
+        # admitted, or first seen already running (after a daemon restart).  The document
+        # says paused only when the job pauses itself: one paused from outside must find
+        # "run" there once it is continued
+        control_paused = new.state == "paused" and new.via == "control"
+        out = [Action(job.job_id, "control", state="paused" if control_paused else "run", duty=new.duty, reason=reason)]
         if new.state == "paused" and new.via == "tree":
             out.append(Action(job.job_id, "pause", reason=reason))
         return out

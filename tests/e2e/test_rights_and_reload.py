@@ -132,3 +132,31 @@ def test_a_restarted_daemon_uses_the_last_good_version(tmp_path: Path) -> None:
         assert "colour" in status["problems"][str(node.tenants / "prot.yaml")][0]
     finally:
         node.close()
+
+
+def test_only_a_child_of_the_launcher_can_become_the_job(tmp_path: Path) -> None:
+    import subprocess
+
+    node = LocalNode(tmp_path)
+    try:
+        node.start()
+        job = node.call("job.register", manifest={"name": "sneaky"}, cmd=["true"])["job"]
+        stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a child of the test, not of a launcher
+        try:
+            with pytest.raises(RequestRefused) as err:
+                node.call("job.started", id=job["id"], pid=1)
+            assert err.value.code == "FORBIDDEN"
+        finally:
+            stranger.kill()
+            stranger.wait()
+        # the registering process is the launcher: its own child may start the job, once
+        child = subprocess.Popen(["sleep", "30"])
+        try:
+            node.call("job.started", id=job["id"], pid=child.pid)
+            with pytest.raises(RequestRefused):
+                node.call("job.started", id=job["id"], pid=child.pid)
+        finally:
+            child.kill()
+            child.wait()
+    finally:
+        node.close()

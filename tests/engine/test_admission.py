@@ -258,7 +258,12 @@ def test_stop_of_cooperative_job_asks_first_and_resumes_a_tree_paused_one() -> N
 
 def test_job_found_running_after_restart_is_reconciled() -> None:
     d = run({"trainer": busy(0.9)}, [job()])  # no previous verdict: as after a restart
-    assert [a.op for a in d.actions] == ["control", "pause"]
+    assert [(a.op, a.state) for a in d.actions] == [("control", "run"), ("pause", None)]
+    d = run({"trainer": busy(running=False)}, [job()], state=d.state, now=10)
+    assert [a.op for a in d.actions] == ["resume"]  # and its document already says run
+    coop = job(caps=("cooperative_pause",))
+    d = run({"trainer": busy(0.9)}, [coop])
+    assert [(a.op, a.state) for a in d.actions] == [("control", "paused")]
 
 
 def test_fault_counts_as_harm_even_when_no_process_is_seen() -> None:
