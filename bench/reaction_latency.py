@@ -1,0 +1,85 @@
+"""From a phase written to a watched file to the job's process seen stopped.
+
+    uv run python bench/reaction_latency.py [--changes 40]
+
+A protected program (``sleep``) runs under an ``immediate`` rule whose phase is read from a
+JSONL file; a plain job runs under ``arbiter job run``; a busy loop keeps the other core
+loaded.  The bench appends phase lines at random intervals and polls the job's state until
+it is stopped (or continued), then prints p50/p99 beside the daemon's own figure (write seen
+→ signal sent) from ``status``, and the same for a rule that is not immediate (the tick).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from arbiter.demo.node import PYTHON, LocalNode
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p * len(values)))]
+
+
+def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], dict]:
+    root = Path(tempfile.mkdtemp(prefix="arbiter-reaction-"))
+    events = root / "events.jsonl"
+    events.touch()
+    node = LocalNode(root, tick_s=tick_s)
+    try:
+        node.add_rule("p", {
+            "id": "p", "match": {"cmdline": ["sleep 999"]}, "immediate": immediate,
+            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["on"]},
+                        "pause_fleet": {"scope": "all"}}],
+        })
+        node.start()
+        node.spawn(["sleep", "999"])
+        node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain", stderr=subprocess.DEVNULL)
+        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
+        node.wait_for(lambda: node.status()["rules"][0]["running"])
+        proc = psutil.Process(pid)
+        latencies = []
+        for i in range(changes):
+            time.sleep(random.uniform(0.2, 0.6))
+            on = i % 2 == 0
+            started = time.monotonic()
+            with open(events, "a") as fh:
+                fh.write(json.dumps({"event": "status", "phase": "on" if on else "off"}) + "\n")
+            while (proc.status() == psutil.STATUS_STOPPED) != on:
+                if time.monotonic() - started > 10:
+                    raise RuntimeError("the job did not react within 10 s")
+            latencies.append(1000 * (time.monotonic() - started))
+        return latencies, node.status()["fast_path"]
+    finally:
+        node.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--changes", type=int, default=40)
+    parser.add_argument("--tick", type=float, default=2.0)
+    args = parser.parse_args()
+    load = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the other core is busy
+    try:
+        watch, daemon = measure(True, args.changes, args.tick)
+        tick, _ = measure(False, max(6, args.changes // 5), args.tick)
+    finally:
+        load.kill()
+        load.wait()
+    print(f"immediate rule, write -> job stopped/continued: p50 {pct(watch, 0.5):.2f} ms, p99 {pct(watch, 0.99):.2f} ms"
+          f" over {len(watch)} changes")
+    print(f"  daemon's own figure (write seen -> signal sent): p50 {daemon['p50_ms']} ms, p99 {daemon['p99_ms']} ms")
+    print(f"rule without immediate (tick {args.tick:g}s): p50 {pct(tick, 0.5):.0f} ms, p99 {pct(tick, 0.99):.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
