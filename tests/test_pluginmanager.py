@@ -32,13 +32,26 @@ def plugin_module(name: str, kind: str = "every", cls: type = Every) -> types.Mo
     return module
 
 
-def test_installed_plugins_are_found_through_entry_points() -> None:
-    host = build_plugin_manager()
-    assert "process" in host.kind_names("matchers")
-    assert {"signal", "control_doc"} <= set(host.kind_names("translators"))
+SHIPPED = {
+    "matchers": ("arbiter-matchers", {"matchers/process"}),
+    "readers": ("arbiter-readers", {"readers/cpu_time"}),
+    "sources": ("arbiter-sources", {"sources/jsonl"}),
+    "translators": ("arbiter-translators", {"translators/signal", "translators/control_doc"}),
+    "testing": ("arbiter-testing", {"readers/fake"}),
+}
+
+
+@pytest.mark.parametrize("entry_point", sorted(SHIPPED))
+def test_each_shipped_distribution_registers_through_its_entry_point(entry_point: str) -> None:
+    """As a third party's would: through the ``arbiter`` entry point group, with strict options."""
+    host = build_plugin_manager()  # check_pending() inside: every hook implementation has a spec
     listing = {p["name"]: p for p in host.plugins()}
-    assert listing["matchers"]["distribution"].startswith("arbiter-matchers ")
-    assert "matchers/process" in listing["matchers"]["kinds"]
+    distribution, kinds = SHIPPED[entry_point]
+    assert listing[entry_point]["distribution"].startswith(f"{distribution} ")
+    assert set(listing[entry_point]["kinds"]) == kinds
+    for kind in kinds:
+        family, name = kind.split("/")
+        assert host.options_model(family, name).model_config.get("extra") == "forbid"
 
 
 def test_modules_named_in_config_are_loaded() -> None:
