@@ -362,13 +362,14 @@ class Daemon:
         for rid, live in dict(self.rulebook.live).items():
             readings = out[rid] = []
             for i, source in enumerate(live.phases):
+                # a failure is news now: it must override whatever the watch said last
                 if source is None:
-                    readings.append(PhaseObs(readable=False, why="its source plugin failed"))
+                    readings.append(PhaseObs(readable=False, why="its source plugin failed", changed_at=time.monotonic()))
                     continue
                 try:
                     st = self.host.call(f"sources/{live.rule.during[i].source.kind}", source.state)
                 except PluginFailed as exc:
-                    readings.append(PhaseObs(readable=False, why=exc.why))
+                    readings.append(PhaseObs(readable=False, why=exc.why, changed_at=time.monotonic()))
                     continue
                 readings.append(PhaseObs(st.readable, st.phase, st.why, st.needs_helper, "tick", st.changed_at))
         return out
@@ -381,7 +382,9 @@ class Daemon:
             for i, reading in enumerate(phases):
                 if i >= len(current):
                     current.append(reading)
-                elif (reading.readable, reading.phase) != (current[i].readable, current[i].phase):
+                elif (reading.readable, reading.phase) != (current[i].readable, current[i].phase) and (
+                    reading.changed_at >= current[i].changed_at  # a watch may have seen a newer write since
+                ):
                     current[i] = reading
 
     def _observation(self, view: TickView, now: float) -> Observation:
