@@ -14,7 +14,7 @@ from arbiter.cli.client import CliError, Client
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
 from arbiter.transport import DaemonUnavailable, RequestRefused
 
-COOPERATIVE = ["cooperative_throttle", "cooperative_pause"]
+COOPERATIVE = ("cooperative_throttle", "cooperative_pause")
 
 
 def build_manifest(cmd: list[str], name: str | None, manifest_path: str | None, cooperative: bool) -> dict[str, Any]:
