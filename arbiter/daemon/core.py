@@ -50,6 +50,18 @@ TOKEN_FILE = "token"
 LATENCY_WINDOW = 1000
 
 
+class Ongoing:
+    """Conditions that repeat on every tick or decision, recorded once when they start."""
+
+    def __init__(self) -> None:
+        self._now: set[tuple[str, str]] = set()
+
+    def started(self, now: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        new = sorted(now - self._now)
+        self._now = now
+        return new
+
+
 class DaemonAlreadyRunning(Exception):
     """Another daemon uses this state directory."""
 
@@ -90,8 +102,8 @@ class Daemon:
         # process CPU seconds while ticking and deciding (plugin calls run on pool threads)
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
-        self._faults_seen: set[tuple[str, str]] = set()
-        self._failures_seen: set[tuple[str, str]] = set()
+        self._faults = Ongoing()  # plugin faults seen on the tick
+        self._failures = Ongoing()  # actions that failed on the decision thread
         self._failed_controls: dict[str, Action] = {}
         self.http_url = ""
         self._http: Any = None
@@ -270,9 +282,8 @@ class Daemon:
     def _note_faults(self, view: TickView) -> None:
         """Put each plugin failure on the timeline once, when it starts (not every tick)."""
         now = {(rid, f) for rid, ro in view.rules.items() for f in ro.faults} | {("node", f) for f in view.faults}
-        for subject, fault in sorted(now - self._faults_seen):
+        for subject, fault in self._faults.started(now):
             self._record(codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault})
-        self._faults_seen = now
 
     def _reload_rules(self) -> None:
         self.rulebook.load()
@@ -437,14 +448,18 @@ class Daemon:
                 failures.append((action.job_id, f"{action.op} failed: {result.detail}"))
                 if action.op == "control":
                     self._failed_controls[action.job_id] = action
+        acted = {a.job_id for a in decision.actions}
         for jid, verdict in decision.jobs.items():
             if jid not in records:
                 continue
+            # children born since a tree pause; a resume that failed on an earlier decision
+            if jid in acted and verdict.state == "run":
+                continue
             try:
                 if verdict.state == "paused" and verdict.via == "tree":
-                    self.actuator.pause_tree(self._target(records[jid], view))  # children born since
+                    self.actuator.pause_tree(self._target(records[jid], view))
                 elif verdict.state == "run" and self.actuator.tree_paused(jid):
-                    for failure in self.actuator.resume_entries(self.actuator.tree_paused(jid)):  # a resume that failed
+                    for failure in self.actuator.resume_entries(self.actuator.tree_paused(jid)):
                         failures.append((jid, f"resume failed: {failure}"))
             except PluginFailed as exc:
                 failures.append((jid, f"pause failed: {exc}"))
@@ -461,10 +476,8 @@ class Daemon:
             if latency_ms and event.code.startswith("PROTECTION_PHASE"):
                 data["latency_ms"] = round(max(latency_ms), 3)
             self._record(event.code, event.subject, event.message, data)
-        for job_id, message in failures:
-            if (job_id, message) not in self._failures_seen:  # once, not on every decision
-                self._record(codes.PLUGIN_FAILED, job_id, message)
-        self._failures_seen = set(failures)
+        for job_id, message in self._failures.started(set(failures)):
+            self._record(codes.PLUGIN_FAILED, job_id, message)
 
     # --- requests -------------------------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 from arbiter.daemon.requests import may_act_on_job, may_admin
 from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.transport import RequestRefused, request
+from arbiter_testing import run_as
 
 
 def test_rights_rules() -> None:
@@ -23,32 +23,18 @@ def test_rights_rules() -> None:
     assert may_admin(1001, daemon_uid=500, admin_uids={1001}) and not may_admin(1002, daemon_uid=500, admin_uids={1001})
 
 
-def as_uid(uid: int, fn) -> tuple[bool, str]:
-    """Run ``fn`` in a child process that has switched to ``uid``; (ok, error code or message)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop to the other uid, try, report, exit without cleanup
+def as_nobody(fn) -> tuple[bool, str]:
+    """Call ``fn`` as the account nobody: (True, "ok") or (False, the refusal's code)."""
+
+    def attempt() -> list[object]:
         try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            try:
-                fn()
-                result = "ok:"
-            except RequestRefused as exc:
-                result = f"refused:{exc.code}"
-            except Exception as exc:
-                result = f"error:{type(exc).__name__}: {exc}"
-            os.write(write, result.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as fh:
-        result = fh.read()
-    os.waitpid(pid, 0)
-    kind, _, detail = result.partition(":")
-    return kind == "ok", detail or kind
+            fn()
+        except RequestRefused as exc:
+            return [False, exc.code]
+        return [True, "ok"]
+
+    ok, detail = run_as("nobody", attempt)
+    return ok, detail
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root; the rights rules are tested above")
@@ -62,12 +48,11 @@ def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tm
         assert stat.S_IMODE(os.stat(node.socket).st_mode) == 0o666
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "mine")
         job_id = node.wait_for(lambda: (node.job("mine") or {}).get("id"))
-        nobody = pwd.getpwnam("nobody").pw_uid
         sock = str(node.socket)
-        assert as_uid(nobody, lambda: request(sock, "status")) == (True, "ok")
+        assert as_nobody(lambda: request(sock, "status")) == (True, "ok")
         for op in ("job.stop", "job.pause", "job.resume"):
-            assert as_uid(nobody, lambda op=op: request(sock, op, id=job_id)) == (False, "FORBIDDEN"), op
-        assert as_uid(nobody, lambda: request(sock, "reload")) == (False, "FORBIDDEN")
+            assert as_nobody(lambda op=op: request(sock, op, id=job_id)) == (False, "FORBIDDEN"), op
+        assert as_nobody(lambda: request(sock, "reload")) == (False, "FORBIDDEN")
         assert node.job("mine")["state"] == "run"
         # the owner (root here) may
         request(sock, "job.pause", id=job_id)

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from arbiter.plugin import PluginContext, PluginError, SourceState
 from arbiter_sources import JsonlSource, arbiter_register_sources
 from arbiter_sources import inotify as inotify_module
+from arbiter_testing import run_as
 
 Make = Callable[..., JsonlSource]
 
@@ -415,26 +416,14 @@ def test_a_directory_at_the_path_is_unreadable(tmp_path: Path, make: Make) -> No
 
 
 def _state_as_nobody(block: dict[str, Any]) -> SourceState:
-    """The source's state as read by an account that is not root (a forked child)."""
-    import pwd
+    """The source's state as read by an account that is not root."""
 
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the forked child
-        try:
-            os.close(read_end)
-            nobody = pwd.getpwnam("nobody")
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            options = JsonlSource.Options.model_validate({"kind": "jsonl", **block})
-            state = JsonlSource(options, PluginContext(state_dir=Path("/"))).state()
-            os.write(write_end, json.dumps([state.readable, state.why, state.needs_helper]).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as fh:
-        readable, why, needs_helper = json.loads(fh.read())
-    os.waitpid(child, 0)
+    def read() -> list[Any]:
+        options = JsonlSource.Options.model_validate({"kind": "jsonl", **block})
+        state = JsonlSource(options, PluginContext(state_dir=Path("/"))).state()
+        return [state.readable, state.why, state.needs_helper]
+
+    readable, why, needs_helper = run_as("nobody", read)
     return SourceState(readable=readable, why=why, needs_helper=needs_helper)
 
 

@@ -16,6 +16,7 @@ import pytest
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
 from arbiter_translators import ControlDocTranslator, SignalTranslator, arbiter_register_translators
 from arbiter_translators.identity import Signaller
+from arbiter_testing import run_as
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
@@ -158,31 +159,18 @@ def test_never_signals_itself_or_a_process_group(tmp_path: Path, spawn: Spawn) -
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to become nobody")
 def test_a_process_it_may_not_signal_is_an_error_that_says_why(tmp_path: Path, spawn: Spawn) -> None:
-    import pwd
-
     victim = spawn()
     ref = ref_of(victim.pid)
     t = translator(tmp_path)
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the forked child
+
+    def attempt() -> str:
         try:
-            os.close(read_end)
-            nobody = pwd.getpwnam("nobody")
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            try:
-                t.pause(target(ref))
-                message = "paused"
-            except PluginError as exc:
-                message = str(exc)
-            os.write(write_end, message.encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as fh:
-        message = fh.read().decode()
-    os.waitpid(child, 0)
+            t.pause(target(ref))
+        except PluginError as exc:
+            return str(exc)
+        return "paused"
+
+    message = run_as("nobody", attempt)
     assert "not permitted" in message and "CAP_KILL" in message, message
     assert psutil.Process(victim.pid).status() == psutil.STATUS_SLEEPING
 

@@ -1,4 +1,5 @@
-"""Test-only arbiter kinds: the ``fake`` reader, driven by a JSON file the test writes.
+"""Test-only arbiter kinds: the ``fake`` reader, driven by a JSON file the test writes;
+and :func:`run_as`, for tests that check what another account may do.
 
 Install this distribution only where tests run; it registers through the ``arbiter``
 entry point group like any plugin.
@@ -11,8 +12,9 @@ from collections.abc import Callable
 from arbiter.plugin import hookimpl
 
 from arbiter_testing.fake_reader import FakeReader, write_state
+from arbiter_testing.users import ChildFailed, run_as
 
-__all__ = ["FakeReader", "write_state", "arbiter_register_readers"]
+__all__ = ["ChildFailed", "FakeReader", "arbiter_register_readers", "run_as", "write_state"]
 
 
 @hookimpl
