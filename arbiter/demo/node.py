@@ -98,6 +98,16 @@ class LocalNode:
     def job(self, name: str) -> dict[str, Any] | None:
         return next((j for j in self.status()["jobs"] if j["name"] == name), None)
 
+    def events(self, code: str | None = None, subject: str | None = None, contains: str = "", limit: int = 200) -> list[dict[str, Any]]:
+        """Timeline entries, waiting until one with ``code`` (and ``contains`` in its message)
+        is there: the recorder writes them just after the decision that made them."""
+
+        def found() -> list[dict[str, Any]] | None:
+            events = self.call("timeline", code=code, subject=subject, limit=limit)["events"]
+            return events if any(contains in e["message"] and (code is None or e["code"] == code) for e in events) else None
+
+        return self.wait_for(found)  # type: ignore[no-any-return]
+
     def spawn(self, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         kw.setdefault("env", self.env())
         proc = subprocess.Popen(args, **kw)

@@ -53,7 +53,8 @@ def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(node: L
     waited = time.monotonic() - exited
     print(f"protected exit -> job resumed: {waited:.2f}s (gpu_release_after_s {node.config['gpu_release_after_s']}s)")
     assert waited >= node.config["gpu_release_after_s"] - node.config["tick_s"]
-    codes = [e["code"] for e in node.call("timeline", subject=item["id"])["events"]]
+    node.events("JOB_RESUMED", subject=item["id"])
+    codes = [e["code"] for e in node.events(subject=item["id"])]
     assert codes.index("JOB_PAUSED") < codes.index("JOB_RESUMED")
 
 
@@ -126,8 +127,7 @@ def test_kill_9_then_start_resumes_the_paused_job(node: LocalNode, tmp_path: Pat
     node.start()
     procs.wait(pid, RUNNING, timeout=10)
     assert node.job("plain") is not None  # the new daemon still knows the job
-    events = node.call("timeline", limit=100)["events"]
-    assert any("left by a previous daemon" in e["message"] for e in events)
+    assert node.events("JOB_RESUMED", contains="left by a previous daemon")
 
 
 def test_resume_all_after_a_crash(node: LocalNode, tmp_path: Path, procs) -> None:

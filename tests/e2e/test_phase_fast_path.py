@@ -41,7 +41,7 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
         assert procs.state(cpu_pid) != "stopped"  # scope gpu leaves CPU work alone
         reason = node.job("plain")["reasons"][0]
         assert reason["code"] == "PROTECTION_PHASE_ON" and "uplink" in reason["message"]
-        on = node.call("timeline", code="PROTECTION_PHASE_ON")["events"][-1]
+        on = node.events("PROTECTION_PHASE_ON")[-1]
         assert on["data"]["seen_by"] == "watch" and on["data"]["latency_ms"] < 1000
 
         phase(events, "idle")

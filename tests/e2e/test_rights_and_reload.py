@@ -86,7 +86,7 @@ def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tm
         assert [r["id"] for r in status["rules"]] == ["prot"] and status["rules"][0]["protected"]
         assert status["invalid_files"] == []
         assert node.job("plain")["state"] == "run"
-        rejected = node.call("timeline", code="CONFIG_REJECTED")["events"]
+        rejected = node.events("CONFIG_REJECTED", contains="kept the last good version")
         assert "kept the last good version" in rejected[-1]["message"] and ":3:" in rejected[-1]["message"]
 
         node.add_rule("other", "id: other\nmatch: {nmae: [x]}\n")
