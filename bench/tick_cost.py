@@ -12,6 +12,8 @@ socket threads).  Each sleeper is a shell and its sleep: two processes.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +33,10 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
     # `sh -c 'sleep 600; :' NAME`: the shell stays (it cannot exec the last command) with NAME in its cmdline
-    sleepers = [subprocess.Popen(["sh", "-c", "sleep 600; :", f"bench-group-{i % 10}"]) for i in range(args.processes // 2)]
+    sleepers = [
+        subprocess.Popen(["sh", "-c", "sleep 600; :", f"bench-group-{i % 10}"], start_new_session=True)
+        for i in range(args.processes // 2)
+    ]
     node = LocalNode(root, tick_s=0.25, http={"listen": "127.0.0.1:0"})
     try:
         for i in range(10):
@@ -59,7 +64,7 @@ def main() -> None:
     finally:
         node.close()
         for s in sleepers:
-            s.kill()
+            os.killpg(s.pid, signal.SIGKILL)  # the shell and its sleep
         for s in sleepers:
             s.wait()
     if not args.no_demo:
