@@ -56,9 +56,14 @@ class PluginError(Exception):
 
 
 class KindOptions(BaseModel):
-    """Base for a kind's options: unknown fields are errors, values are immutable."""
+    """Base for a kind's options: unknown fields are errors, values are immutable.
+
+    A kind that runs a command sets ``runs_command = True``: a rule file using it loads only
+    from a file and folders that only root or the daemon's user can change.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    runs_command: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
@@ -128,13 +133,15 @@ PhaseValue = Literal["on", "off", "soon"]
 class SourceState:
     """A source's current reading.
 
-    ``count`` is cumulative (matching events since the source opened); ``phase`` is
-    ``None`` for a source that reports no phase.  ``changed_at`` is the monotonic time of
+    ``count`` is cumulative (matching events since the source opened); a source that measures
+    a rate itself reports it in ``rate`` (events per second) instead.  ``phase`` is ``None``
+    for a source that reports no phase.  ``changed_at`` is the monotonic time the source saw
     the write that caused the last change, so the daemon can report reaction latency.
     """
 
     readable: bool = True
     count: int = 0
+    rate: float | None = None
     phase: PhaseValue | None = None
     why: str = ""
     changed_at: float = 0.0
@@ -212,7 +219,13 @@ class Source(_Kind):
     ``start(on_change)`` begins watching; the source calls ``on_change(state)`` from its own
     thread the moment it sees a change.  ``on_change`` must be cheap: it only hands the
     state over.  ``state()`` returns the current reading without blocking.
+
+    A source that watches processes names the option holding a match block in
+    ``match_option``; the daemon builds that matcher and, on every tick, calls
+    ``processes(pids)`` with the processes it selects.
     """
+
+    match_option: ClassVar[str | None] = None
 
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         self.options = options
@@ -223,6 +236,9 @@ class Source(_Kind):
 
     def state(self) -> SourceState:
         raise NotImplementedError
+
+    def processes(self, pids: frozenset[int]) -> None:
+        """The processes ``match_option`` selects now (called on the tick)."""
 
 
 class Translator(_Kind):

@@ -35,7 +35,7 @@ def plugin_module(name: str, kind: str = "every", cls: type = Every) -> types.Mo
 SHIPPED = {
     "matchers": ("arbiter-matchers", {"matchers/process"}),
     "readers": ("arbiter-readers", {"readers/cpu_time"}),
-    "sources": ("arbiter-sources", {"sources/jsonl"}),
+    "sources": ("arbiter-sources", {"sources/jsonl", "sources/log", "sources/exec", "sources/on_exec"}),
     "translators": ("arbiter-translators", {"translators/signal", "translators/control_doc"}),
     "testing": ("arbiter-testing", {"readers/fake"}),
 }

@@ -49,7 +49,7 @@ def rules_table(rules: list[dict[str, Any]]) -> Table:
         table.add_column(col, overflow="fold")
     for r in rules:
         share = "unreadable" if r["gpu_share"] is None else f"{100 * r['gpu_share']:.0f}%"
-        phases = ", ".join(p["phase"] + ("" if p["readable"] else " (unreadable)") for p in r["phases"]) or "-"
+        phases = ", ".join(r["phases"]) or "-"
         using = "yes" + (f" {r['using_for_s']:.0f}s" if r.get("using_for_s") else "") if r["using_gpu"] else "no"
         table.add_row(
             r["id"],
@@ -64,6 +64,28 @@ def rules_table(rules: list[dict[str, Any]]) -> Table:
     return table
 
 
+def sources_table(rules: list[dict[str, Any]]) -> Table:
+    table = Table(title="Sources", expand=True)
+    for col in ("rule", "source", "state", "rate/s", "read by", "write → decision p50/p99"):
+        table.add_column(col, overflow="fold")
+    for r in rules:
+        for src in r.get("sources", []):
+            if src["readable"]:
+                state = Text(src["phase"] or "reads", style="green")
+            else:
+                state = Text(("needs helper: " if src["needs_helper"] else "unreadable: ") + src["why"], style="red")
+            lat = src["latency"]
+            table.add_row(
+                r["id"],
+                f"{src['slot']} ({src['kind']})",
+                state,
+                "-" if src["rate"] is None else f"{src['rate']:.3g}",
+                src["read_by"],
+                f"{lat['p50_ms']} / {lat['p99_ms']} ms ({lat['count']})" if lat["count"] else "-",
+            )
+    return table
+
+
 def status_renderable(s: dict[str, Any]) -> Group:
     head = Text()
     head.append(f"arbiter {s['version']}", style="bold")
@@ -74,7 +96,10 @@ def status_renderable(s: dict[str, Any]) -> Group:
     fp = s["fast_path"]
     if fp["count"]:
         head.append(f"\nfast path: {fp['count']} phase changes, p50 {fp['p50_ms']} ms, p99 {fp['p99_ms']} ms")
-    parts: list[Any] = [head, rules_table(s["rules"]), jobs_table(s["jobs"])]
+    parts: list[Any] = [head, rules_table(s["rules"])]
+    if any(r.get("sources") for r in s["rules"]):
+        parts.append(sources_table(s["rules"]))
+    parts.append(jobs_table(s["jobs"]))
     for notice in s["notices"]:
         parts.append(Text(f"{notice['code']}: {notice['message']} → {notice['remedy']}", style="red"))
     for file, problems in s.get("problems", {}).items():
@@ -119,6 +144,10 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         console.print(line)
         for f in r["faults"]:
             console.print(Text(f"  fault: {f}", style="red"))
+        for src in r.get("sources", []):
+            if not src["readable"]:
+                what = "needs a session helper" if src["needs_helper"] else "cannot be read"
+                console.print(Text(f"  source {src['slot']} ({src['kind']}) {what}: {src['why']}", style="red"))
         if e["subject"] != "node" and r["holds"]:
             console.print(_reasons(r["holds"]))
 

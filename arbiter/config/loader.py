@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from arbiter.config.errors import ConfigError, Problem
 from arbiter.config.locate import find_config, relative_to_config
 from arbiter.config.models import KindBlock, Manifest, NodeConfig, Rule
+from arbiter.config.safety import command_file_problem
 from arbiter.config.yamlpos import Path_, Positions, load_with_positions, position_of
 
 M = TypeVar("M", bound=BaseModel)
@@ -119,6 +120,8 @@ RULE_BLOCKS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("match",), "matchers"),
     (("protect", "source"), "sources"),
     (("during", "*", "source"), "sources"),
+    (("protect", "source", "match"), "matchers"),  # sources that watch processes (on_exec)
+    (("during", "*", "source", "match"), "matchers"),
     (("busy",), "sources"),
     (("events",), "sources"),
     (("release",), "translators"),
@@ -149,11 +152,25 @@ def raw_kind_blocks(data: Any) -> list[tuple[Path_, str, dict[str, Any]]]:
     return found
 
 
-def parse_rule(text: str, filename: str, options_for: OptionsLookup, kinds: KindsLookup) -> Rule:
+#: why a file may not hold a rule that runs a command (None: it may)
+CommandCheck = Callable[[str], "str | None"]
+
+COMMAND_FILE_HINT = (
+    "make the file and every folder above it owned by root (or the daemon's user) and not writable by "
+    "group or others (chown root FILE; chmod go-w FILE and its folders); no symbolic link, one hard link"
+)
+
+
+def parse_rule(
+    text: str, filename: str, options_for: OptionsLookup, kinds: KindsLookup, command_check: CommandCheck | None = None
+) -> Rule:
     """Validate one rule file in both stages; raises ConfigError listing every problem.
 
-    Stage two runs even when stage one fails, so one pass reports everything.
+    Stage two runs even when stage one fails, so one pass reports everything.  A kind
+    whose options declare ``runs_command`` is refused unless ``command_check`` (by default
+    the real file's ownership and modes) finds the file safe.
     """
+    command_check = command_check or command_file_problem
     data, positions = load_yaml_mapping(text, filename)
     problems: list[Problem] = []
     rule: Rule | None = None
@@ -176,6 +193,13 @@ def parse_rule(text: str, filename: str, options_for: OptionsLookup, kinds: Kind
             validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
         except ValidationError as exc:
             problems.extend(problems_from(exc, filename, positions, loc))
+        if getattr(model, "runs_command", False):
+            unsafe = command_check(filename)
+            if unsafe:
+                line, col = position_of(positions, (*loc, "kind"))
+                problems.append(Problem(filename, line, col, f"{field_path}.kind",
+                                        f"kind {kind!r} runs a command, and this file is not safe to take one from: {unsafe}",
+                                        COMMAND_FILE_HINT))
     if problems or rule is None:
         raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column)))
     return rule

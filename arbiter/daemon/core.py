@@ -22,7 +22,6 @@ import secrets
 import sys
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,9 +33,10 @@ from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import Observer, TickView
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
+from arbiter.daemon.sources import SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
-from arbiter.engine.types import Action, Decision, EngineState, Observation, PhaseObs, Policy
+from arbiter.engine.types import Action, Decision, EngineState, Observation, Policy
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
 from arbiter.store import JobRecord, PausedJournal, Store
@@ -47,7 +47,6 @@ log = logging.getLogger("arbiter.daemon")
 DAEMON_FILE = "daemon.json"
 SOCKET_FILE = "arbiter.sock"
 TOKEN_FILE = "token"
-LATENCY_WINDOW = 1000
 
 
 class Ongoing:
@@ -77,7 +76,6 @@ class Snapshot:
     decision: Decision | None = None
     view: TickView | None = None
     jobs: list[JobRecord] = field(default_factory=list)
-    phases: dict[str, list[PhaseObs]] = field(default_factory=dict)
     decided_at: float = 0.0
 
 
@@ -97,8 +95,7 @@ class Daemon:
         self._engine_state = EngineState()
         self._policy = Policy()
         self._view: TickView | None = None
-        self._phases: dict[str, list[PhaseObs]] = {}
-        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
+        self.sources = SourceBook()  # the decision thread writes it; others only read
         # process CPU seconds while ticking and deciding (plugin calls run on pool threads)
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
@@ -275,7 +272,7 @@ class Daemon:
         view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
         self._note_faults(view)
         self._reap(view)
-        self._inbox.put(("tick", (view, self._read_phases())))
+        self._inbox.put(("tick", (view, *self._read_sources())))
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += time.process_time() - cpu
 
@@ -330,73 +327,65 @@ class Daemon:
             self.costs["decisions"] += 1
             self.costs["decide_cpu_s"] += time.process_time() - cpu
 
+    def on_helper(self, uid: int, key: SlotKey, state: SourceState) -> None:
+        """A session helper's report (from a socket thread): hand over and return."""
+        self._inbox.put(("helper", (uid, key, state)))
+
+    def helper_gone(self, uid: int) -> None:
+        self._inbox.put(("helper_gone", uid))
+
     def _take(self, batch: list[tuple[str, Any]]) -> None:
-        triggered_at: list[float] = []
-        immediate = False
+        urgent = False  # a change an immediate rule must act on now, between ticks
         for kind, payload in batch:
             if kind == "tick":
-                self._view, phases = payload
-                self._merge_tick_phases(phases)
+                self._view, wanted, readings = payload
+                self.sources.sync(wanted)
+                for key, state in readings.items():
+                    self.sources.own(key, state, "tick")
             elif kind == "policy":
                 self._policy = payload
             elif kind == "ended":
                 for failure in self.actuator.end_job(payload):
                     self._record(codes.PLUGIN_FAILED, payload, f"could not continue what was left of it: {failure}")
-            elif kind == "source":
-                rule_id, index, state = payload
-                if self._apply_source(rule_id, index, state):
-                    triggered_at.append(state.changed_at)
-                    live = self.rulebook.live.get(rule_id)
-                    immediate = immediate or bool(live and live.rule.immediate)
+            elif kind in ("source", "helper", "helper_gone"):
+                if kind == "source":
+                    rule_id, index, state = payload
+                    changed = self.sources.own((rule_id, index), state, "watch")
+                    rules = {rule_id}
+                elif kind == "helper":
+                    uid, (rule_id, index), state = payload
+                    changed = self.sources.helper(uid, (rule_id, index), state)
+                    rules = {rule_id}
+                else:
+                    changed = self.sources.helper_gone(payload)
+                    rules = set(self._policy.rules)
+                if changed:
+                    urgent = urgent or any(rp.immediate or rp.progress for rid in rules if (rp := self._policy.rules.get(rid)))
         if self._view is None:
             return
-        only_sources = all(kind == "source" for kind, _ in batch)
-        if only_sources and not immediate:
+        only_sources = all(kind in ("source", "helper", "helper_gone") for kind, _ in batch)
+        if only_sources and not urgent:
             return  # a rule that is not immediate waits for the tick
-        self._decide_and_act(triggered_at)
+        self._decide_and_act()
 
-    def _apply_source(self, rule_id: str, index: int, state: SourceState) -> bool:
-        """Lay a source's new state over the last view; True when a phase changed."""
-        if index < 0:
-            return False  # progress counts matter to the governor, not to admission
-        phases = self._phases.setdefault(rule_id, [])
-        while len(phases) <= index:
-            phases.append(PhaseObs(readable=False, why="not read yet"))
-        new = PhaseObs(state.readable, state.phase, state.why, state.needs_helper, "watch", state.changed_at)
-        old = phases[index]
-        phases[index] = new
-        return (old.readable, old.phase) != (new.readable, new.phase)
-
-    def _read_phases(self) -> dict[str, list[PhaseObs]]:
-        """On the tick thread: every phase source's current state, each call under a timeout."""
-        out: dict[str, list[PhaseObs]] = {}
+    def _read_sources(self) -> tuple[dict[SlotKey, str], dict[SlotKey, SourceState]]:
+        """On the tick thread: every source of every rule (its kind, and its state now),
+        each call under a timeout."""
+        wanted: dict[SlotKey, str] = {}
+        readings: dict[SlotKey, SourceState] = {}
         for rid, live in dict(self.rulebook.live).items():
-            readings = out[rid] = []
-            for i, source in enumerate(live.phases):
+            for index, block, source in live.sources():
+                key = (rid, index)
+                wanted[key] = block.kind
                 # a failure is news now: it must override whatever the watch said last
                 if source is None:
-                    readings.append(PhaseObs(readable=False, why="its source plugin failed", changed_at=time.monotonic()))
+                    readings[key] = SourceState(readable=False, why="its source plugin failed", changed_at=time.monotonic())
                     continue
                 try:
-                    st = self.host.call(f"sources/{live.rule.during[i].source.kind}", source.state)
+                    readings[key] = self.host.call(f"sources/{block.kind}", source.state)
                 except PluginFailed as exc:
-                    readings.append(PhaseObs(readable=False, why=exc.why, changed_at=time.monotonic()))
-                    continue
-                readings.append(PhaseObs(st.readable, st.phase, st.why, st.needs_helper, "tick", st.changed_at))
-        return out
-
-    def _merge_tick_phases(self, readings: dict[str, list[PhaseObs]]) -> None:
-        """Take what the tick read where it differs from what the watch already said."""
-        for rid, phases in readings.items():
-            current = self._phases.setdefault(rid, [])
-            del current[len(phases):]
-            for i, reading in enumerate(phases):
-                if i >= len(current):
-                    current.append(reading)
-                elif (reading.readable, reading.phase) != (current[i].readable, current[i].phase) and (
-                    reading.changed_at >= current[i].changed_at  # a watch may have seen a newer write since
-                ):
-                    current[i] = reading
+                    readings[key] = SourceState(readable=False, why=exc.why, changed_at=time.monotonic())
+        return wanted, readings
 
     def _observation(self, view: TickView, now: float) -> Observation:
         stale = now - view.now > 3 * self.config.tick_s + self.config.plugin_timeout_s
@@ -404,7 +393,10 @@ class Daemon:
         rules = {}
         for rid, ro in view.rules.items():
             faults = ro.faults + node_faults
-            rules[rid] = replace(ro, phases=tuple(self._phases.get(rid, ())), faults=faults)
+            rp = self._policy.rules.get(rid)
+            phases = tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during) if rp else 0))
+            progress = self.sources.observed((rid, -1), now) if rp and rp.progress else None
+            rules[rid] = replace(ro, phases=phases, progress=progress, faults=faults)
         return Observation(
             now=now,
             rules=rules,
@@ -422,7 +414,7 @@ class Daemon:
         cooperative = bool({"cooperative_pause", "cooperative_throttle"} & set(manifest.capabilities))
         return JobTarget(record.id, record.name, tuple(refs), record.control_path, cooperative)
 
-    def _decide_and_act(self, triggered_at: list[float]) -> None:
+    def _decide_and_act(self) -> None:
         view = self._view
         assert view is not None
         now = time.monotonic()
@@ -463,11 +455,9 @@ class Daemon:
                         failures.append((jid, f"resume failed: {failure}"))
             except PluginFailed as exc:
                 failures.append((jid, f"pause failed: {exc}"))
-        acted = time.monotonic()
-        latency_ms = [(acted - t) * 1000 for t in triggered_at if t > 0]
-        self._latencies.extend(latency_ms)
+        latency_ms = self.sources.decided(time.monotonic())
         self._engine_state = decision.state
-        self.snapshot = Snapshot(decision, view, list(records.values()), {k: list(v) for k, v in self._phases.items()}, time.time())
+        self.snapshot = Snapshot(decision, view, list(records.values()), time.time())
         with self.jobs.changed:
             self.jobs.changed.notify_all()
         # recording comes after the signals are sent
@@ -487,11 +477,5 @@ class Daemon:
         return handle(self, op, args, peer)
 
     def latency_figures(self) -> dict[str, Any]:
-        values = sorted(list(self._latencies))  # list() copies atomically; the deque grows meanwhile
-        if not values:
-            return {"count": 0, "p50_ms": None, "p99_ms": None}
-
-        def pct(p: float) -> float:
-            return round(values[min(len(values) - 1, int(p * len(values)))], 3)
-
-        return {"count": len(values), "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+        """From a source seeing a write to the decision it caused, over every source."""
+        return percentiles(list(self.sources.latencies))  # list() copies atomically

@@ -143,6 +143,7 @@ class Observer:
             rule_pids[rid] = mine
             candidates = [p for p in candidates if p.pid not in mine]
 
+        self._feed_process_sources(rulebook, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
         reader_name, reading, reader_why = self._read_gpu(wanted)
         before: BusyCounters | None = None
@@ -190,6 +191,21 @@ class Observer:
             faults=tuple(faults),
             vram=vram,
         )
+
+    def _feed_process_sources(self, rulebook: RuleBook, table: Sequence[ProcessInfo], faults: dict[str, list[str]]) -> None:
+        """Sources that watch processes (``on_exec``) see every process their block selects;
+        a failure is a fault of the rule (treated as harm)."""
+        for live in rulebook.ordered():
+            for index, matcher in list(live.source_matchers.items()):
+                source = live.progress if index < 0 else live.phases[index]
+                if source is None:
+                    continue
+                label = f"sources/{live.rule.id}/{'progress' if index < 0 else f'during.{index}'}"
+                try:
+                    chosen = self.host.call(f"{label} match", matcher.select, table)
+                    self.host.call(label, source.processes, frozenset(chosen))
+                except PluginFailed as exc:
+                    faults.setdefault(live.rule.id, []).append(str(exc))
 
     def close(self) -> None:
         for name, reader, _ in self.readers:

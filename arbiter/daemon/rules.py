@@ -11,7 +11,7 @@ from typing import Any
 
 from arbiter.config.errors import ConfigError, Problem
 from arbiter.config.loader import parse_rule, read_text, rule_files, validate_kind_options
-from arbiter.config.models import KindBlock, NodeConfig, Rule
+from arbiter.config.models import KindBlock, MatchBlock, NodeConfig, Rule
 from arbiter.engine import codes
 from arbiter.engine.types import DuringPolicy, Policy, RulePolicy
 from arbiter.plugin import Matcher, PluginContext, Source, SourceState
@@ -32,10 +32,20 @@ class LiveRule:
     matcher: Matcher | None = None
     progress: Source | None = None
     phases: list[Source | None] = field(default_factory=list)
+    #: sources that watch processes (index → the matcher of their match block)
+    source_matchers: dict[int, Matcher] = field(default_factory=dict)
     faults: list[str] = field(default_factory=list)  # instances that could not be made
 
+    def sources(self) -> list[tuple[int, KindBlock, Source | None]]:
+        """(index, block, instance) of each source: index -1 is progress, 0… the phases."""
+        out: list[tuple[int, KindBlock, Source | None]] = []
+        if self.rule.protect and self.rule.protect.source:
+            out.append((-1, self.rule.protect.source, self.progress))
+        out.extend((i, d.source, self.phases[i] if i < len(self.phases) else None) for i, d in enumerate(self.rule.during))
+        return out
+
     def close(self, host: PluginHost) -> None:
-        for inst in [self.matcher, self.progress, *self.phases]:
+        for inst in [self.matcher, self.progress, *self.phases, *self.source_matchers.values()]:
             if inst is not None:
                 try:
                     host.call(f"close {self.rule.id}", inst.close, timeout=2)
@@ -173,6 +183,10 @@ class RuleBook:
         rid = live.rule.id
         try:
             source: Source = self._make("sources", block, live.rule)
+            option = type(source).match_option
+            if option is not None:
+                match = MatchBlock.model_validate(getattr(source.options, option))
+                live.source_matchers[index] = self._make("matchers", match, live.rule)
             self.host.call(f"sources/{block.kind} start", source.start, lambda state: self.on_source(rid, index, state))
             return source
         except (PluginFailed, ValueError) as exc:
@@ -190,6 +204,7 @@ class RuleBook:
                 immediate=r.immediate,
                 pause_fleet=r.pause_fleet.scope if r.pause_fleet else None,
                 during=tuple(DuringPolicy(d.pause_fleet.scope, tuple(d.tags)) for d in r.during),
+                progress=bool(r.protect and r.protect.source),
             )
         return replace(base, rules=rules)
 

@@ -50,7 +50,6 @@ def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
     verdict = snap.decision.rules.get(rid) if snap.decision else None
     obs = snap.view.rules.get(rid) if snap.view else None
     now = time.monotonic()
-    phases = snap.phases.get(rid, [])
     return {
         "kind": "rule",
         "id": rid,
@@ -65,15 +64,8 @@ def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
         "gpu_why": obs.gpu_why if obs else "",
         "using_gpu": bool(verdict and verdict.using_gpu),
         "using_for_s": round(now - verdict.using_since, 1) if verdict and verdict.using_since else None,
-        "phases": [
-            {
-                "phase": verdict.phases[i] if verdict and i < len(verdict.phases) else "off",
-                "readable": p.readable,
-                "why": p.why,
-                "seen_by": p.seen_by,
-            }
-            for i, p in enumerate(phases)
-        ],
+        "phases": list(verdict.phases) if verdict else [],
+        "sources": daemon.sources.view(rid, now),
         "faults": list(live.faults) if live else [],
         "holds": [r.to_dict() for r in verdict.holds] if verdict else [],
     }

@@ -18,7 +18,7 @@ from arbiter.engine.types import (
     JobVerdict,
     Observation,
     Phase,
-    PhaseObs,
+    SourceObs,
     Policy,
     Reason,
     RuleObs,
@@ -46,25 +46,39 @@ def in_scope(scope: Scope, job: JobObs) -> bool:
     return True
 
 
-def effective_phase(obs: PhaseObs, running: bool, faulty: bool) -> tuple[Phase, Reason | None]:
+def effective_phase(obs: SourceObs, running: bool, faulty: bool) -> tuple[Phase, Reason | None]:
     """A phase binds only while its program runs; one that cannot be read counts as on."""
     if faulty:
         return "on", None
     if not running:
         return "off", None
     if not obs.readable:
-        if obs.needs_helper:
-            return "on", Reason(
-                codes.PROTECTION_SOURCE_NEEDS_HELPER,
-                f"a phase source cannot be read by the daemon: {obs.why}",
-                "run `arbiter helper` in the program owner's login session",
-            )
-        return "on", Reason(
-            codes.PROTECTION_SOURCE_UNREADABLE,
-            f"a phase source cannot be read ({obs.why}), so its phase counts as on",
-            "fix the source path or its permissions; `arbiter check` validates the rule",
-        )
+        return "on", _unreadable_reason("a phase source", obs, "its phase counts as on")
     return obs.phase or "off", None
+
+
+def _unreadable_reason(what: str, obs: SourceObs, consequence: str) -> Reason:
+    if obs.needs_helper:
+        return Reason(
+            codes.PROTECTION_SOURCE_NEEDS_HELPER,
+            f"{what} cannot be read by the daemon and no session helper reports it ({obs.why}), so {consequence}",
+            "run `arbiter helper` in the login session of the user who owns the file",
+        )
+    return Reason(
+        codes.PROTECTION_SOURCE_UNREADABLE,
+        f"{what} cannot be read ({obs.why}), so {consequence}",
+        "fix the source's path or permissions (`arbiter check` validates the rule; `arbiter status` shows the source)",
+    )
+
+
+def progress_harm(obs: SourceObs | None, running: bool) -> Reason | None:
+    """While its program runs, a progress source that cannot be read counts as harm."""
+    if not running:
+        return None
+    obs = obs or SourceObs(readable=False, why="not read yet")
+    if obs.readable:
+        return None
+    return _unreadable_reason("its progress source", obs, "it counts as harm and GPU work waits")
 
 
 def _rule_holds(
@@ -140,6 +154,10 @@ def _rule_holds(
             )
         )
     holds.extend(_Hold("gpu", r) for r in phase_reasons)
+    if rp.protected and rp.progress and policy.gpu_jobs != "always":
+        harm = progress_harm(ro.progress, ro.running)
+        if harm is not None:
+            holds.append(_Hold("gpu", replace(harm, message=f"{rid!r}: {harm.message}", evidence={"rule": rid, "progress": True})))
     return holds
 
 
@@ -290,11 +308,11 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         phases: list[Phase] = []
         phase_reasons: list[Reason] = []
         for i, _ in enumerate(rp.during):
-            po = ro.phases[i] if i < len(ro.phases) else PhaseObs(readable=False, why="not read yet")
+            po = ro.phases[i] if i < len(ro.phases) else SourceObs(readable=False, why="not read yet")
             phase, why = effective_phase(po, ro.running, bool(ro.faults))
             phases.append(phase)
             if why is not None:
-                phase_reasons.append(why)
+                phase_reasons.append(replace(why, message=f"{rid!r}: {why.message}", evidence={"rule": rid, "during": i}))
             was = before.phases[i] if i < len(before.phases) else "off"
             if phase != was:
                 code = {"on": codes.PROTECTION_PHASE_ON, "off": codes.PROTECTION_PHASE_OFF, "soon": codes.PROTECTION_PHASE_SOON}[phase]

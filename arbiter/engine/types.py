@@ -29,8 +29,8 @@ class Reason:
 
 
 @dataclass(frozen=True)
-class PhaseObs:
-    """One ``during`` source as last read."""
+class SourceObs:
+    """One source (a rule's progress source, or a ``during`` phase source) as last read."""
 
     readable: bool = True
     phase: Phase | None = None
@@ -38,6 +38,7 @@ class PhaseObs:
     needs_helper: bool = False
     seen_by: SeenBy = "tick"
     changed_at: float = 0.0
+    rate: float | None = None  # progress events per second, where known
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ class RuleObs:
     pids: frozenset[int] = frozenset()
     gpu_share: float | None = 0.0  # None: its GPU time cannot be read
     gpu_why: str = ""
-    phases: tuple[PhaseObs, ...] = ()
+    phases: tuple[SourceObs, ...] = ()
     faults: tuple[str, ...] = ()  # plugin failures for this rule: treated as harm
+    progress: SourceObs | None = None  # its progress source, when it has one
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class RulePolicy:
     immediate: bool = False
     pause_fleet: Scope | None = None
     during: tuple[DuringPolicy, ...] = ()
+    progress: bool = False  # it reads its program's progress from a source
 
 
 @dataclass(frozen=True)

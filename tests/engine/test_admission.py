@@ -11,7 +11,7 @@ from arbiter.engine.types import (
     EngineState,
     JobObs,
     Observation,
-    PhaseObs,
+    SourceObs,
     Policy,
     RuleObs,
     RulePolicy,
@@ -164,34 +164,34 @@ def _phase_policy(scope: str = "gpu") -> Policy:
 
 def test_phase_on_pauses_scope_and_off_releases_at_once() -> None:
     policy = _phase_policy("all")
-    on = busy(0.0, phases=(PhaseObs(phase="on", seen_by="watch"),))
+    on = busy(0.0, phases=(SourceObs(phase="on", seen_by="watch"),))
     d = run({"trainer": on}, [job("g"), job("c", use="none")], policy=policy)
     assert {v.state for v in d.jobs.values()} == {"paused"}
     (ev,) = [e for e in d.events if e.code == codes.PROTECTION_PHASE_ON]
     assert ev.data["seen_by"] == "watch"
-    off = busy(0.0, phases=(PhaseObs(phase="off"),))
+    off = busy(0.0, phases=(SourceObs(phase="off"),))
     d = run({"trainer": off}, [job("g"), job("c", use="none")], state=d.state, policy=policy, now=0.1)
     assert {v.state for v in d.jobs.values()} == {"run"}
     assert codes.PROTECTION_PHASE_OFF in [e.code for e in d.events]
 
 
 def test_phase_binds_only_while_program_runs() -> None:
-    obs = busy(running=False, phases=(PhaseObs(phase="on"),))
+    obs = busy(running=False, phases=(SourceObs(phase="on"),))
     d = run({"trainer": obs}, [job()], policy=_phase_policy())
     assert d.jobs["j1"].state == "run"
 
 
 def test_unreadable_phase_counts_as_on_with_source_code() -> None:
-    obs = busy(0.0, phases=(PhaseObs(readable=False, why="no such file"),))
+    obs = busy(0.0, phases=(SourceObs(readable=False, why="no such file"),))
     d = run({"trainer": obs}, [job()], policy=_phase_policy())
     assert codes.PROTECTION_SOURCE_UNREADABLE in codes_of(d.jobs["j1"])
-    obs = busy(0.0, phases=(PhaseObs(readable=False, why="home folder", needs_helper=True),))
+    obs = busy(0.0, phases=(SourceObs(readable=False, why="home folder", needs_helper=True),))
     d = run({"trainer": obs}, [job()], policy=_phase_policy())
     assert codes.PROTECTION_SOURCE_NEEDS_HELPER in codes_of(d.jobs["j1"])
 
 
 def test_phase_soon_stops_new_starts_pauses_cooperative_keeps_plain_running() -> None:
-    soon = busy(0.0, phases=(PhaseObs(phase="soon"),))
+    soon = busy(0.0, phases=(SourceObs(phase="soon"),))
     coop = job("coop", caps=("cooperative_pause",))
     plain = job("plain")
     pending = job("new", started=False)

@@ -1,0 +1,186 @@
+"""What every source of every rule reads now, who read it, its rate and its reaction latency.
+
+Owned by the decision thread: readings arrive from the sources' own threads (through the
+inbox), from the tick, and from session helpers; this book keeps, per source, the daemon's
+own reading and each helper's, and says which one counts:
+
+- the daemon's own reading, when it reads;
+- else a connected helper's readable report (a helper reads what the daemon may not);
+- else the daemon's own reading, unreadable: fail safe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from arbiter.engine.progress import Sample, rate
+from arbiter.engine.types import SeenBy, SourceObs
+from arbiter.plugin import SourceState
+
+#: (rule id, index): index -1 is the rule's progress source, 0… its ``during`` sources
+SlotKey = tuple[str, int]
+
+LATENCY_WINDOW = 1000
+RATE_WINDOW_S = 60.0
+_SAMPLES = 4096
+
+
+def slot_name(index: int) -> str:
+    return "progress" if index < 0 else f"during.{index}"
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    """p50 and p99 of ``values`` (ms), as status shows them."""
+    if not values:
+        return {"count": 0, "p50_ms": None, "p99_ms": None}
+    ordered = sorted(values)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
+
+    return {"count": len(ordered), "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One reading of a source by one reader."""
+
+    state: SourceState
+    seen_by: SeenBy
+
+
+@dataclass
+class Slot:
+    kind: str
+    own: Reading = field(default_factory=lambda: Reading(SourceState(readable=False, why="not read yet"), "tick"))
+    helpers: dict[int, Reading] = field(default_factory=dict)  # uid → its helper's last report
+    read_by: str = "daemon"
+    samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=_SAMPLES))
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+
+    def effective(self) -> tuple[Reading, str]:
+        if self.own.state.readable or not self.helpers:
+            return self.own, "daemon"
+        for uid, reading in sorted(self.helpers.items()):
+            if reading.state.readable:
+                return reading, f"helper (uid {uid})"
+        uid, reading = min(self.helpers.items())
+        why = f"{self.own.state.why}; the helper (uid {uid}) cannot read it either: {reading.state.why}"
+        return Reading(replace(self.own.state, why=why), self.own.seen_by), "daemon"
+
+
+class SourceBook:
+    def __init__(self) -> None:
+        self.slots: dict[SlotKey, Slot] = {}
+        self._pending: dict[SlotKey, float] = {}  # changes not yet decided on → when they were seen
+        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)  # every source's, together
+
+    def sync(self, wanted: dict[SlotKey, str]) -> None:
+        """Keep a slot for each source the rules in force have (key → kind)."""
+        for key in list(self.slots):
+            if key not in wanted or self.slots[key].kind != wanted[key]:
+                del self.slots[key]
+                self._pending.pop(key, None)
+        for key, kind in wanted.items():
+            self.slots.setdefault(key, Slot(kind))
+
+    def _update(self, key: SlotKey, change: Any) -> bool:
+        slot = self.slots.get(key)
+        if slot is None:
+            return False
+        before, before_by = slot.effective()
+        change(slot)
+        after, after_by = slot.effective()
+        if after_by != before_by:
+            slot.samples.clear()  # counts of two readers are not comparable
+        if not slot.samples or slot.samples[-1][1] != after.state.count:
+            slot.samples.append((time.monotonic(), after.state.count))
+        changed = (before.state.readable, before.state.phase) != (after.state.readable, after.state.phase)
+        slot.read_by = after_by
+        if changed and after.state.changed_at > 0:
+            self._pending[key] = after.state.changed_at
+        return changed
+
+    def own(self, key: SlotKey, state: SourceState, seen_by: SeenBy) -> bool:
+        """The daemon's own reading; True when what counts changed (readability or phase).
+
+        A tick's reading never replaces a newer one a watch already handed over."""
+        def apply(slot: Slot) -> None:
+            if seen_by == "tick" and slot.own.seen_by == "watch" and state.changed_at < slot.own.state.changed_at:
+                return
+            if seen_by == "tick" and (state.readable, state.phase, state.count) == (
+                slot.own.state.readable, slot.own.state.phase, slot.own.state.count
+            ):
+                return  # nothing new: keep who saw it first
+            slot.own = Reading(state, seen_by)
+
+        return self._update(key, apply)
+
+    def helper(self, uid: int, key: SlotKey, state: SourceState) -> bool:
+        def apply(slot: Slot) -> None:
+            slot.helpers[uid] = Reading(state, "watch")
+
+        return self._update(key, apply)
+
+    def helper_gone(self, uid: int) -> bool:
+        changed = False
+        for key, slot in self.slots.items():
+            if uid in slot.helpers:
+                changed |= self._update(key, lambda s: s.helpers.pop(uid, None))
+        return changed
+
+    def observed(self, key: SlotKey, now: float) -> SourceObs:
+        slot = self.slots.get(key)
+        if slot is None:
+            return SourceObs(readable=False, why="not read yet")
+        reading, _ = slot.effective()
+        st = reading.state
+        return SourceObs(st.readable, st.phase, st.why, st.needs_helper, reading.seen_by, st.changed_at, self.rate(slot, now))
+
+    @staticmethod
+    def rate(slot: Slot, now: float) -> float | None:
+        reading, _ = slot.effective()
+        if not reading.state.readable:
+            return None
+        if reading.state.rate is not None:
+            return reading.state.rate
+        return rate(list(slot.samples), now, RATE_WINDOW_S)
+
+    def decided(self, at: float) -> list[float]:
+        """Every change waiting for a decision was just decided on: their latencies (ms)."""
+        out = []
+        for key, seen in self._pending.items():
+            ms = (at - seen) * 1000
+            out.append(ms)
+            if key in self.slots:
+                self.slots[key].latencies.append(ms)
+        self._pending.clear()
+        self.latencies.extend(out)
+        return out
+
+    def view(self, rule_id: str, now: float) -> list[dict[str, Any]]:
+        """Each source of a rule, as status shows it."""
+        out = []
+        for (rid, index), slot in sorted(dict(self.slots).items()):  # other threads ask; copy first
+            if rid != rule_id:
+                continue
+            reading, by = slot.effective()
+            st = reading.state
+            r = self.rate(slot, now)
+            out.append({
+                "slot": slot_name(index),
+                "kind": slot.kind,
+                "readable": st.readable,
+                "why": st.why,
+                "needs_helper": st.needs_helper,
+                "phase": st.phase,
+                "count": st.count,
+                "rate": None if r is None else round(r, 4),
+                "read_by": by,
+                "seen_by": reading.seen_by,
+                "latency": percentiles(list(slot.latencies)),
+            })
+        return out
