@@ -13,13 +13,28 @@ import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 MAX_REQUEST = 1 << 20
 REQUEST_TIMEOUT_S = 30.0  # longer than the longest wait a request may ask for
 
+SESSION_IDLE_S = 15.0  # a session that says nothing for this long is over
+
 #: dispatch(op, args, peer) with peer = (pid, uid) of the caller
 Handler = Callable[[str, dict[str, Any], tuple[int, int]], dict[str, Any]]
+
+
+class Session(Protocol):
+    """A connection that stays open for many requests (a session helper's)."""
+
+    def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+#: opens a session: (its opening request's args, peer) → (the answer, the session or None
+#: when refused)
+SessionOpener = Callable[[dict[str, Any], tuple[int, int]], tuple[dict[str, Any], Session | None]]
 
 
 class DaemonUnavailable(Exception):
@@ -48,44 +63,83 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int]:
 class _RequestHandler(socketserver.StreamRequestHandler):
     server: _Server
 
-    def handle(self) -> None:
+    def _read(self) -> tuple[str, dict[str, Any]]:
+        request = json.loads(self.rfile.readline(MAX_REQUEST) or b"null")
+        if request is None:
+            raise EOFError
+        if not isinstance(request, dict) or not isinstance(request.get("op"), str):
+            raise ValueError("a request is a JSON object with an op")
+        return request.pop("op"), request
+
+    def _answer(self, op: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:
-            self.connection.settimeout(REQUEST_TIMEOUT_S)  # a silent client must not hold a thread
-            peer = peer_credentials(self.connection)
-            line = self.rfile.readline(MAX_REQUEST)
-            request = json.loads(line)
-            if not isinstance(request, dict) or not isinstance(request.get("op"), str):
-                raise ValueError("a request is a JSON object with an op")
-            op = request.pop("op")
-            answer = self.server.dispatch(op, request, peer)
+            return call()
         except (ValueError, KeyError, TypeError) as exc:
-            answer = {"ok": False, "error": f"bad request: {exc}", "code": "BAD_REQUEST"}
-        except TimeoutError:
-            return
+            return {"ok": False, "error": f"bad request ({op}): {exc}", "code": "BAD_REQUEST"}
         except Exception as exc:  # never let one request take the server down
-            answer = {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}", "code": "INTERNAL"}
+            return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}", "code": "INTERNAL"}
+
+    def _write(self, answer: dict[str, Any]) -> bool:
         try:
             self.wfile.write((json.dumps(answer, default=str) + "\n").encode())
+            return True
         except OSError:
-            pass  # the client went away
+            return False  # the client went away
+
+    def handle(self) -> None:
+        self.connection.settimeout(REQUEST_TIMEOUT_S)  # a silent client must not hold a thread
+        try:
+            peer = peer_credentials(self.connection)
+            op, args = self._read()
+        except (EOFError, TimeoutError, OSError):
+            return
+        except ValueError as exc:
+            self._write({"ok": False, "error": f"bad request: {exc}", "code": "BAD_REQUEST"})
+            return
+        opener = self.server.sessions.get(op)
+        if opener is None:
+            self._write(self._answer(op, lambda: self.server.dispatch(op, args, peer)))
+            return
+        session: Session | None = None
+        try:
+            answer, session = opener(args, peer)
+            if not self._write(answer) or session is None:
+                return
+            self.connection.settimeout(SESSION_IDLE_S)
+            while True:
+                try:
+                    op, args = self._read()
+                except ValueError as exc:
+                    answer = {"ok": False, "error": f"bad request: {exc}", "code": "BAD_REQUEST"}
+                else:
+                    answer = self._answer(op, lambda: session.handle(op, args))  # type: ignore[union-attr]
+                if not self._write(answer):
+                    return
+        except (EOFError, TimeoutError, OSError):
+            return
+        finally:
+            if session is not None:
+                session.close()
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
-    def __init__(self, path: str, dispatch: Handler) -> None:
+    def __init__(self, path: str, dispatch: Handler, sessions: dict[str, SessionOpener]) -> None:
         self.dispatch = dispatch
+        self.sessions = sessions
         super().__init__(path, _RequestHandler)
 
 
 class SocketServer:
-    """Serves ``dispatch(op, args, peer)`` on a Unix socket anyone may connect to."""
+    """Serves ``dispatch(op, args, peer)`` on a Unix socket anyone may connect to; an op
+    named in ``sessions`` opens a session that keeps the connection for many requests."""
 
-    def __init__(self, path: Path, dispatch: Handler) -> None:
+    def __init__(self, path: Path, dispatch: Handler, sessions: dict[str, SessionOpener] | None = None) -> None:
         self.path = path
         if path.exists() or path.is_symlink():
             path.unlink()
-        self._server = _Server(str(path), dispatch)
+        self._server = _Server(str(path), dispatch, sessions or {})
         os.chmod(path, 0o666)  # anyone may read status; rights are checked per request
         self._thread = threading.Thread(target=self._server.serve_forever, name="socket", daemon=True)
 
@@ -101,27 +155,52 @@ class SocketServer:
             pass
 
 
-def request(socket_path: str | Path, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
-    """Send one request; return the answer, or raise DaemonUnavailable / RequestRefused."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
+class Connection:
+    """A connection to the daemon's socket for one request, or a session of many."""
+
+    def __init__(self, socket_path: str | Path, timeout: float = 10.0) -> None:
+        self.path = str(socket_path)
+        self.timeout = timeout
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout)
         try:
-            sock.connect(str(socket_path))
+            self._sock.connect(self.path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
+            self._sock.close()
             raise DaemonUnavailable(f"no daemon answers at {socket_path} ({exc.strerror})") from None
         except PermissionError:
+            self._sock.close()
             raise DaemonUnavailable(f"not allowed to open {socket_path}; check its folder's permissions") from None
-        sock.sendall((json.dumps({"op": op, **args}) + "\n").encode())
-        with sock.makefile("rb") as fh:
-            line = fh.readline(MAX_REQUEST * 16)
-    except TimeoutError:
-        raise DaemonUnavailable(f"the daemon at {socket_path} did not answer within {timeout:g}s") from None
+        except TimeoutError:
+            self._sock.close()
+            raise DaemonUnavailable(f"the daemon at {socket_path} did not answer within {timeout:g}s") from None
+        self._reader = self._sock.makefile("rb")
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """Send one request and return its answer (raises DaemonUnavailable / RequestRefused)."""
+        try:
+            self._sock.sendall((json.dumps({"op": op, **args}) + "\n").encode())
+            line = self._reader.readline(MAX_REQUEST * 16)
+        except TimeoutError:
+            raise DaemonUnavailable(f"the daemon at {self.path} did not answer within {self.timeout:g}s") from None
+        except OSError as exc:
+            raise DaemonUnavailable(f"the connection to {self.path} broke: {exc.strerror or exc}") from None
+        if not line:
+            raise DaemonUnavailable(f"the daemon at {self.path} closed the connection without answering")
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise RequestRefused(answer.get("error", "refused"), answer.get("code", ""))
+        return answer  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self._reader.close()
+        self._sock.close()
+
+
+def request(socket_path: str | Path, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    """Send one request; return the answer, or raise DaemonUnavailable / RequestRefused."""
+    conn = Connection(socket_path, timeout)
+    try:
+        return conn.call(op, **args)
     finally:
-        sock.close()
-    if not line:
-        raise DaemonUnavailable(f"the daemon at {socket_path} closed the connection without answering")
-    answer = json.loads(line)
-    if not answer.get("ok"):
-        raise RequestRefused(answer.get("error", "refused"), answer.get("code", ""))
-    return answer  # type: ignore[no-any-return]
+        conn.close()

@@ -206,6 +206,34 @@ def resume_all(config: ConfigOpt = None) -> None:
 
 
 @app.command()
+def helper(
+    config: ConfigOpt = None,
+    socket: Annotated[Optional[str], typer.Option(help="the daemon's socket (default: from the node config)")] = None,  # noqa: UP045
+) -> None:
+    """Read, in your login, the sources in your home the daemon cannot read; report only counts and phases."""
+    import signal
+    import threading
+
+    from arbiter.cli.client import daemon_info, state_dir_for
+    from arbiter.cli.helper import Helper
+    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+
+    try:
+        state_dir = state_dir_for(config)
+        path = socket or str(daemon_info(state_dir)["socket"])
+        cfg, _ = node_config(config)
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
+    except CliError as exc:
+        raise _fail(exc) from None
+    except PluginLoadError as exc:
+        raise _fail(CliError(str(exc), 2)) from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    Helper(path, host, state_dir).run(stop)
+
+
+@app.command()
 def demo(
     keep: Annotated[bool, typer.Option(help="keep the temporary state directory")] = False,
 ) -> None:

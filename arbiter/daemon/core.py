@@ -33,7 +33,8 @@ from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import Observer, TickView
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
-from arbiter.daemon.sources import SlotKey, SourceBook, percentiles
+from arbiter.daemon.helpers import Helpers
+from arbiter.daemon.sources import HelperKey, SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
 from arbiter.engine.types import Action, Decision, EngineState, Observation, Policy
@@ -157,7 +158,8 @@ class Daemon:
         self._spawn("decide", self._decide_loop)
         self._tick_once()  # the first decision waits for a full view
         self._spawn("tick", self._tick_loop)
-        self._socket = SocketServer(self.state_dir / SOCKET_FILE, self.dispatch)
+        self.helpers = Helpers(self)
+        self._socket = SocketServer(self.state_dir / SOCKET_FILE, self.dispatch, {"helper.attach": self.helpers.open})
         self._socket.start()
         if self.config.http.enabled:
             self._start_http()
@@ -327,12 +329,12 @@ class Daemon:
             self.costs["decisions"] += 1
             self.costs["decide_cpu_s"] += time.process_time() - cpu
 
-    def on_helper(self, uid: int, key: SlotKey, state: SourceState) -> None:
+    def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
         """A session helper's report (from a socket thread): hand over and return."""
-        self._inbox.put(("helper", (uid, key, state)))
+        self._inbox.put(("helper", (helper, key, state)))
 
-    def helper_gone(self, uid: int) -> None:
-        self._inbox.put(("helper_gone", uid))
+    def helper_gone(self, helper: HelperKey) -> None:
+        self._inbox.put(("helper_gone", helper))
 
     def _take(self, batch: list[tuple[str, Any]]) -> None:
         urgent = False  # a change an immediate rule must act on now, between ticks
@@ -353,8 +355,8 @@ class Daemon:
                     changed = self.sources.own((rule_id, index), state, "watch")
                     rules = {rule_id}
                 elif kind == "helper":
-                    uid, (rule_id, index), state = payload
-                    changed = self.sources.helper(uid, (rule_id, index), state)
+                    helper, (rule_id, index), state = payload
+                    changed = self.sources.helper(helper, (rule_id, index), state)
                     rules = {rule_id}
                 else:
                     changed = self.sources.helper_gone(payload)

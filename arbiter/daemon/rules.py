@@ -78,6 +78,7 @@ class RuleBook:
         self.problems: dict[str, list[Problem]] = {}
         self._last_good: dict[str, str] = store.last_good_rule_files() if store else {}
         self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self.generation = 0  # grows each time the rules in force change (helpers ask again)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -147,6 +148,8 @@ class RuleBook:
             self.live[rid] = self._instantiate(rule, path)
             self.record(codes.CONFIG_RELOADED, rid, f"rule {rid!r} loaded from {path}", {"file": path})
             changed = True
+        if changed:
+            self.generation += 1
         return changed
 
     # --- instances ----------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from arbiter.plugin import SourceState
 
 #: (rule id, index): index -1 is the rule's progress source, 0… its ``during`` sources
 SlotKey = tuple[str, int]
+#: (uid, session number) of a session helper
+HelperKey = tuple[int, int]
 
 LATENCY_WINDOW = 1000
 RATE_WINDOW_S = 60.0
@@ -56,7 +58,7 @@ class Reading:
 class Slot:
     kind: str
     own: Reading = field(default_factory=lambda: Reading(SourceState(readable=False, why="not read yet"), "tick"))
-    helpers: dict[int, Reading] = field(default_factory=dict)  # uid → its helper's last report
+    helpers: dict[HelperKey, Reading] = field(default_factory=dict)  # each helper's last report
     read_by: str = "daemon"
     samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=_SAMPLES))
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
@@ -64,10 +66,10 @@ class Slot:
     def effective(self) -> tuple[Reading, str]:
         if self.own.state.readable or not self.helpers:
             return self.own, "daemon"
-        for uid, reading in sorted(self.helpers.items()):
+        for (uid, _), reading in sorted(self.helpers.items()):
             if reading.state.readable:
                 return reading, f"helper (uid {uid})"
-        uid, reading = min(self.helpers.items())
+        (uid, _), reading = min(self.helpers.items())
         why = f"{self.own.state.why}; the helper (uid {uid}) cannot read it either: {reading.state.why}"
         return Reading(replace(self.own.state, why=why), self.own.seen_by), "daemon"
 
@@ -119,17 +121,17 @@ class SourceBook:
 
         return self._update(key, apply)
 
-    def helper(self, uid: int, key: SlotKey, state: SourceState) -> bool:
+    def helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> bool:
         def apply(slot: Slot) -> None:
-            slot.helpers[uid] = Reading(state, "watch")
+            slot.helpers[helper] = Reading(state, "watch")
 
         return self._update(key, apply)
 
-    def helper_gone(self, uid: int) -> bool:
+    def helper_gone(self, helper: HelperKey) -> bool:
         changed = False
         for key, slot in self.slots.items():
-            if uid in slot.helpers:
-                changed |= self._update(key, lambda s: s.helpers.pop(uid, None))
+            if helper in slot.helpers:
+                changed |= self._update(key, lambda s: s.helpers.pop(helper, None))
         return changed
 
     def observed(self, key: SlotKey, now: float) -> SourceObs:

@@ -105,6 +105,7 @@ def status_view(daemon: Daemon) -> dict[str, Any]:
         "invalid_files": list(daemon.rulebook.invalid_files),
         "problems": {f: [str(p) for p in ps] for f, ps in daemon.rulebook.problems.items()},
         "fast_path": daemon.latency_figures(),
+        "helpers": daemon.helpers.view(),
         "costs": _costs(daemon.costs),
         "recorder": {"failures": daemon.recorder.failures, "last_error": daemon.recorder.last_error},
         "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},

@@ -62,10 +62,11 @@ class LocalNode:
     def env(self) -> dict[str, str]:
         return {**os.environ, "ARBITER_CONFIG": str(self.config_path), "PYTHONUNBUFFERED": "1"}
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, **env: str) -> None:
+        """Start the daemon (with ``env`` added to its environment)."""
         log = open(self.root / "daemon.log", "ab")
         self.daemon = subprocess.Popen(
-            [PYTHON, "-m", "arbiter", "run", "--config", str(self.config_path)], stdout=log, stderr=log, env=self.env()
+            [PYTHON, "-m", "arbiter", "run", "--config", str(self.config_path)], stdout=log, stderr=log, env={**self.env(), **env}
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -434,8 +434,12 @@ class FollowedFile(Source):
 
     def _missing(self, path: str) -> _Problem:
         if not os.path.isdir(self._dir):
-            return _Problem(f"{self._dir} does not exist yet ({path} is read as soon as it appears)", missing=True)
-        return _Problem(f"{path} does not exist yet (it is read as soon as it appears)", missing=True)
+            why = f"{self._dir} does not exist yet ({path} is read as soon as it appears)"
+        else:
+            why = f"{path} does not exist yet (it is read as soon as it appears)"
+        if self.options.path.startswith("~"):  # type: ignore[attr-defined]
+            why += f"; ~ is {os.path.expanduser('~')} here: for a user's home, run `arbiter helper` in their session"
+        return _Problem(why, missing=True)
 
     @staticmethod
     def _denied(path: str) -> _Problem:

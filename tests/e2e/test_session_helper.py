@@ -1,0 +1,97 @@
+"""A source in a user's home that the daemon does not read is read by a session helper there.
+
+The daemon runs with another home (as a system service does), so ``~/…`` in a rule is not
+in its reach; ``arbiter helper`` in this user's session reads it and reports only counts
+and phase states.
+"""
+
+from __future__ import annotations
+
+import json
+import pwd
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from arbiter.demo.node import PYTHON, LocalNode
+from arbiter.transport import Connection, RequestRefused
+
+
+def phase(path: Path, value: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
+
+
+def reasons(node: LocalNode, name: str) -> list[str]:
+    return [r["code"] for r in (node.job(name) or {}).get("reasons", [])]
+
+
+def source_of(node: LocalNode, rule: str) -> dict:
+    return next(r for r in node.status()["rules"] if r["id"] == rule)["sources"][0]
+
+
+def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, procs) -> None:
+    home = Path(pwd.getpwuid(__import__("os").getuid()).pw_dir)
+    if not home.is_dir():
+        pytest.skip(f"this account's home {home} does not exist")
+    private = Path(tempfile.mkdtemp(prefix=".arbiter-helper-test-", dir=home))
+    node = LocalNode(tmp_path, tick_s=0.5)
+    try:
+        events = private / "events.jsonl"
+        events.touch()
+        node.add_rule("p", {
+            "id": "p", "match": {"cmdline": ["sleep 1004"]}, "immediate": True,
+            "during": [{"source": {"kind": "jsonl", "path": f"~/{private.name}/events.jsonl", "event": "status",
+                                   "field": "phase", "on": ["uploading"]},
+                        "pause_fleet": {"scope": "all"}}],
+        })
+        node.add_rule("elsewhere", {
+            "id": "elsewhere", "match": {"cmdline": ["sleep 1005"]},
+            "during": [{"source": {"kind": "jsonl", "path": str(tmp_path / "other.jsonl"), "event": "x", "field": "p", "on": ["y"]}}],
+        })
+        (tmp_path / "daemon-home").mkdir()
+        node.start(HOME=str(tmp_path / "daemon-home"))
+        node.spawn(["sleep", "1004"])
+        node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.01)"], "--name", "plain")
+        node.wait_for(lambda: "PROTECTION_SOURCE_UNREADABLE" in reasons(node, "plain"))
+        assert source_of(node, "p")["read_by"] == "daemon" and not source_of(node, "p")["readable"]
+
+        helper = node.spawn([PYTHON, "-m", "arbiter", "helper", "--config", str(node.config_path)])
+        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and node.job("plain")["pids"][0])
+        src = source_of(node, "p")
+        assert src["readable"] and src["read_by"].startswith("helper (uid ")
+        assert node.status()["helpers"][0]["sources"] == 1
+
+        phase(events, "uploading")
+        took = procs.wait(pid, {"stopped"}, timeout=3)
+        print(f"\nphase written in the user's home -> job stopped through the helper: {1000 * took:.1f} ms")
+        assert "PROTECTION_PHASE_ON" in reasons(node, "plain")
+        phase(events, "idle")
+        procs.wait(pid, {"running", "sleeping"}, timeout=3)
+        latency = node.wait_for(lambda: source_of(node, "p")["latency"]["count"] >= 2 and source_of(node, "p")["latency"])
+        assert latency["p99_ms"] < 1000
+
+        # A helper is given, and may report, only its own home's sources: the daemon takes
+        # the peer's uid from the socket, and a report carries counts and phases, nothing else.
+        conn = Connection(node.socket)
+        try:
+            listing = conn.call("helper.attach")
+            assert [(s["rule"], s["index"]) for s in listing["sources"]] == [("p", 0)]
+            assert listing["sources"][0]["options"]["path"] == str(events)
+            with pytest.raises(RequestRefused, match="not a source in the home"):
+                conn.call("report", rule="elsewhere", index=0, readable=True, phase="off")
+            with pytest.raises(RequestRefused, match="bad report"):
+                conn.call("report", rule="p", index=0, readable=True, phase="off", text="file contents")
+        finally:
+            conn.close()
+
+        helper.send_signal(signal.SIGTERM)
+        helper.wait(10)
+        procs.wait(pid, {"stopped"}, timeout=5)  # no helper: the phase counts as on again
+        assert "PROTECTION_SOURCE_UNREADABLE" in reasons(node, "plain")
+    finally:
+        node.close()
+        shutil.rmtree(private, ignore_errors=True)
