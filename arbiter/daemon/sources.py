@@ -113,9 +113,7 @@ class SourceBook:
         def apply(slot: Slot) -> None:
             if seen_by == "tick" and slot.own.seen_by == "watch" and state.changed_at < slot.own.state.changed_at:
                 return
-            if seen_by == "tick" and (state.readable, state.phase, state.count) == (
-                slot.own.state.readable, slot.own.state.phase, slot.own.state.count
-            ):
+            if seen_by == "tick" and replace(state, changed_at=0.0) == replace(slot.own.state, changed_at=0.0):
                 return  # nothing new: keep who saw it first
             slot.own = Reading(state, seen_by)
 

@@ -84,3 +84,100 @@ def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs) -> None:
         assert "PROTECTION_SOURCE_UNREADABLE" in codes
     finally:
         node.close()
+
+
+PROTECTED_WRITER = r"""
+import json, os, sys, time
+events, go, job_pid = sys.argv[1], sys.argv[2], sys.argv[3]
+while not os.path.exists(go):
+    time.sleep(0.01)
+
+def write(**line):
+    with open(events, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+
+def job_state():
+    return open(f"/proc/{job_pid}/stat").read().rsplit(")", 1)[1].split()[0]
+
+write(event="status", phase="uploading")
+time.sleep(0.02)  # the program's next write comes 20 ms later
+write(event="check", job_state=job_state())
+time.sleep(0.3)
+write(event="status", phase="idle")
+time.sleep(0.02)
+write(event="check", job_state=job_state())
+time.sleep(60)
+"""
+
+
+def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Path, procs) -> None:
+    events = tmp_path / "events.jsonl"
+    events.touch()
+    go = tmp_path / "go"
+    node = LocalNode(tmp_path, tick_s=5)
+    try:
+        node.add_rule("writer", {
+            "id": "writer", "match": {"cmdline": ["protected-writer"]}, "immediate": True,
+            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["uploading"]},
+                        "pause_fleet": {"scope": "gpu"}}],
+        })
+        node.start()
+        node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain")
+        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
+        node.spawn([PYTHON, "-c", PROTECTED_WRITER, str(events), str(go), str(pid), "protected-writer"])
+        node.call("reload")
+        node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
+        go.touch()
+        checks = node.wait_for(lambda: [json.loads(x) for x in events.read_text().splitlines() if '"check"' in x][1:] and
+                               [json.loads(x) for x in events.read_text().splitlines() if '"check"' in x])
+        assert [c["job_state"] for c in checks] == ["T", "S"] or [c["job_state"] for c in checks] == ["T", "R"], checks
+        source = node.status()["rules"][0]["sources"][0]
+        assert source["latency"]["count"] >= 2 and source["seen_by"] == "watch"
+    finally:
+        node.close()
+
+
+def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
+    node = LocalNode(tmp_path)
+    try:
+        node.add_rule("backup", {
+            "id": "backup", "match": {"cmdline": ["sleep 1007"]},
+            "during": [{"source": {"kind": "on_exec", "match": {"cmdline": ["sleep 1006"]}}, "pause_fleet": {"scope": "all"}}],
+        })
+        node.start()
+        node.spawn(["sleep", "1007"])
+        node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.01)"], "--name", "plain")
+        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and node.job("plain")["pids"][0])
+        uploader = node.spawn(["sleep", "1006"])
+        procs.wait(pid, {"stopped"}, timeout=5)
+        assert "PROTECTION_PHASE_ON" in [r["code"] for r in node.job("plain")["reasons"]]
+        assert node.events("PROTECTION_PHASE_ON", subject="backup")[-1]["data"]["seen_by"] == "tick"
+        uploader.kill()
+        procs.wait(pid, {"running", "sleeping"}, timeout=5)
+    finally:
+        node.close()
+
+
+def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: Path, procs) -> None:
+    progress = tmp_path / "later" / "progress.jsonl"
+    node = LocalNode(tmp_path)
+    try:
+        node.add_rule("trainer", {
+            "id": "trainer", "match": {"cmdline": ["sleep 1008"]},
+            "protect": {"source": {"kind": "jsonl", "path": str(progress), "event": "step_done"}},
+        })
+        node.start()
+        node.spawn(["sleep", "1008"])
+        node.job_run([PYTHON, "-c", "pass"], "--name", "plain")
+        node.wait_for(lambda: "PROTECTION_SOURCE_UNREADABLE" in [r["code"] for r in (node.job("plain") or {}).get("reasons", [])])
+        explained = node.call("explain", subject="plain")["explain"]["items"][0]["reasons"][0]
+        assert str(progress.parent) in explained["message"] and explained["remedy"]
+        progress.parent.mkdir()
+        with open(progress, "w") as fh:
+            for _ in range(5):
+                fh.write(json.dumps({"event": "step_done"}) + "\n")
+        node.wait_for(lambda: (node.job("plain") or {"state": "ended"}).get("state") != "held")
+        src = node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"] is not None and node.status()["rules"][0]["sources"][0])
+        assert src["slot"] == "progress" and src["count"] == 5 and src["rate"] > 0
+    finally:
+        node.close()

@@ -91,10 +91,10 @@ def started(source: JsonlSource) -> Recorder:
 # --- options --------------------------------------------------------------------------------
 
 
-def test_registers_jsonl() -> None:
+def test_registers_every_source_kind() -> None:
     seen: dict[str, type] = {}
     arbiter_register_sources(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen == {"jsonl": JsonlSource}
+    assert seen["jsonl"] is JsonlSource and set(seen) == {"jsonl", "log", "exec", "on_exec"}
 
 
 @pytest.mark.parametrize(
@@ -549,3 +549,77 @@ def test_close_stops_the_thread_and_frees_descriptors(tmp_path: Path, make: Make
         assert len(os.listdir(fd_dir)) == before
     with pytest.raises(PluginError, match="closed"):
         source.start(lambda s: None)
+
+
+# --- real writers -------------------------------------------------------------------------
+
+BURST_WRITER = r"""
+import json, os, random, sys, time
+path, total, rotate_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(7)
+fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+n = 0
+pending = b""
+while n < total:
+    burst = min(rng.randint(1, 400), total - n)
+    data = pending + b"".join(json.dumps({"event": "step_done", "i": n + k}).encode() + b"\n" for k in range(burst))
+    n += burst
+    cut = rng.randint(0, len(data)) if n < total else len(data)  # a write may end mid-line
+    os.write(fd, data[:cut])
+    pending = data[cut:]
+    if rotate_at and n >= rotate_at:
+        os.write(fd, pending); pending = b""
+        os.rename(path, path + ".1")  # rotation by rename; the writer then reopens
+        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        rotate_at = 0
+    time.sleep(rng.random() * 0.003)
+os.write(fd, pending)
+os.close(fd)
+"""
+
+
+def test_ten_thousand_lines_in_bursts_across_a_rotation_none_lost_or_counted_twice(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    subprocess.run([sys.executable, "-c", BURST_WRITER, str(path), "10000", "5000"], check=True, timeout=60)
+    rec.wait_for(lambda s: s.count >= 10000, timeout=10)
+    time.sleep(0.3)  # anything counted twice would show now
+    assert source.state().count == 10000 and source.malformed == 0
+
+
+def test_copy_truncate_under_a_writer_counts_what_follows_from_the_top(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    writer = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        for _ in range(50):
+            os.write(writer, line("step_done").encode())
+        rec.wait_for(lambda s: s.count == 50)
+        with open(tmp_path / "events.jsonl.1", "wb") as copy:  # what logrotate's copytruncate does
+            copy.write(path.read_bytes())
+        os.truncate(path, 0)
+        for _ in range(7):
+            os.write(writer, line("step_done").encode())  # O_APPEND: written at the new end
+        rec.wait_for(lambda s: s.count == 57)
+        time.sleep(0.2)
+        assert source.state().count == 57
+    finally:
+        os.close(writer)
+
+
+def test_a_deleted_then_recreated_file_is_read_from_its_start(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("status", phase="uploading"))
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    rec = started(source)
+    assert source.state().phase == "on"  # from the last phase line already there
+    path.unlink()
+    rec.wait_for(lambda s: not s.readable)
+    append(path, line("status", phase="idle"), line("status", phase="uploading"), line("status", phase="idle"))
+    state = rec.wait_for(lambda s: s.readable and s.count == 3)
+    assert state.phase == "off"

@@ -152,7 +152,11 @@ class OnExecOptions(KindOptions):
 
 
 class OnExecSource(Source):
-    """Phase ``on`` while the processes its match block selects exist; seen on the tick."""
+    """Phase ``on`` while the processes its match block selects exist.
+
+    The process list comes with the tick, which reads ``state()`` right after handing it
+    over, so there is nothing to hand over in between (``on_change`` is never called).
+    """
 
     Options = OnExecOptions
     match_option = "match"
@@ -160,19 +164,15 @@ class OnExecSource(Source):
     def __init__(self, options: OnExecOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self._state = SourceState(readable=False, phase="on", why="no process list yet (read on the tick)")
-        self._on_change: Callable[[SourceState], None] | None = None
 
     def start(self, on_change: Callable[[SourceState], None]) -> None:
-        self._on_change = on_change
+        pass
 
     def state(self) -> SourceState:
         return self._state
 
     def processes(self, pids: frozenset[int]) -> None:
         phase: Literal["on", "off"] = "on" if pids else "off"
-        if self._state.readable and self._state.phase == phase:
-            return
-        self._state = SourceState(readable=True, count=self._state.count + (phase == "on"), phase=phase,
-                                  changed_at=time.monotonic())
-        if self._on_change is not None:
-            self._on_change(self._state)
+        if not (self._state.readable and self._state.phase == phase):
+            self._state = SourceState(readable=True, count=self._state.count + (phase == "on"), phase=phase,
+                                      changed_at=time.monotonic())

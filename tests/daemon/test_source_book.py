@@ -1,0 +1,85 @@
+"""Which reading of a source counts (the daemon's, a helper's), its rate and its latency."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from arbiter.daemon.sources import SourceBook
+from arbiter.plugin import SourceState
+
+KEY = ("trainer", 0)
+HELPER = (1000, 1)
+
+
+def book() -> SourceBook:
+    b = SourceBook()
+    b.sync({KEY: "jsonl", ("trainer", -1): "jsonl"})
+    return b
+
+
+def test_the_daemons_own_reading_counts_when_it_reads() -> None:
+    b = book()
+    assert b.own(KEY, SourceState(readable=True, phase="on", changed_at=1.0), "watch")
+    b.helper(HELPER, KEY, SourceState(readable=True, phase="off", changed_at=2.0))
+    obs = b.observed(KEY, time.monotonic())
+    assert obs.phase == "on" and obs.seen_by == "watch"
+    assert b.view("trainer", time.monotonic())[1]["read_by"] == "daemon"
+
+
+def test_a_helper_counts_while_the_daemon_cannot_read_and_until_it_leaves() -> None:
+    b = book()
+    b.own(KEY, SourceState(readable=False, why="permission denied", needs_helper=True), "tick")
+    assert not b.observed(KEY, 0).readable
+    assert b.helper(HELPER, KEY, SourceState(readable=True, phase="soon", changed_at=time.monotonic()))
+    assert b.observed(KEY, 0).phase == "soon"
+    assert b.view("trainer", 0)[1]["read_by"] == "helper (uid 1000)"
+    assert b.helper_gone(HELPER)
+    obs = b.observed(KEY, 0)
+    assert not obs.readable and obs.needs_helper  # fail safe again
+
+
+def test_a_helper_that_cannot_read_either_adds_its_why() -> None:
+    b = book()
+    b.own(KEY, SourceState(readable=False, why="denied", needs_helper=True), "tick")
+    b.helper(HELPER, KEY, SourceState(readable=False, why="no such file"))
+    assert "the helper (uid 1000) cannot read it either: no such file" in b.observed(KEY, 0).why
+
+
+def test_a_tick_reading_never_replaces_a_newer_watch_reading() -> None:
+    b = book()
+    b.own(KEY, SourceState(readable=True, phase="on", changed_at=10.0), "watch")
+    assert not b.own(KEY, SourceState(readable=True, phase="off", changed_at=5.0), "tick")
+    assert b.observed(KEY, 0).phase == "on"
+    b.own(KEY, SourceState(readable=True, phase="on", changed_at=10.0), "tick")
+    assert b.observed(KEY, 0).seen_by == "watch"  # the same news: who saw it first stays
+
+
+def test_latency_from_the_change_to_the_decision_per_source() -> None:
+    b = book()
+    seen = time.monotonic()
+    b.own(KEY, SourceState(readable=True, phase="on", changed_at=seen), "watch")
+    [ms] = b.decided(seen + 0.004)
+    assert ms == pytest.approx(4.0)
+    assert b.decided(seen + 1) == []  # decided once
+    lat = b.view("trainer", 0)[1]["latency"]
+    assert lat["count"] == 1 and lat["p50_ms"] == pytest.approx(4.0)
+
+
+def test_rate_from_counts_or_from_the_source() -> None:
+    b = book()
+    progress = ("trainer", -1)
+    start = time.monotonic()
+    b.own(progress, SourceState(readable=True, count=0), "tick")
+    b.slots[progress].samples.clear()
+    b.slots[progress].samples.extend([(start - 10, 0), (start, 40)])
+    assert b.observed(progress, start).rate == pytest.approx(4.0)
+    b.own(progress, SourceState(readable=True, rate=2.5, changed_at=start), "watch")
+    assert b.observed(progress, start).rate == 2.5
+
+
+def test_sync_drops_sources_no_rule_has() -> None:
+    b = book()
+    b.sync({KEY: "log"})
+    assert set(b.slots) == {KEY} and b.slots[KEY].kind == "log"
