@@ -102,7 +102,7 @@ class SourceBook:
             slot.samples.append((time.monotonic(), after.state.count))
         changed = (before.state.readable, before.state.phase) != (after.state.readable, after.state.phase)
         slot.read_by = after_by
-        if changed and after.state.changed_at > 0:
+        if changed and after.state.changed_at > 0 and before.state.changed_at > 0:  # not a first reading
             self._pending[key] = after.state.changed_at
         return changed
 

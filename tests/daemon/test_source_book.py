@@ -58,6 +58,8 @@ def test_a_tick_reading_never_replaces_a_newer_watch_reading() -> None:
 
 def test_latency_from_the_change_to_the_decision_per_source() -> None:
     b = book()
+    b.own(KEY, SourceState(readable=True, phase="off", changed_at=1.0), "tick")
+    assert b.decided(2.0) == []  # a first reading is no write's consequence
     seen = time.monotonic()
     b.own(KEY, SourceState(readable=True, phase="on", changed_at=seen), "watch")
     [ms] = b.decided(seen + 0.004)
