@@ -49,6 +49,8 @@ class Helper:
                 _say(f"{exc}; trying again in {RETRY_S:g}s")
             except RequestRefused as exc:
                 _say(f"the daemon refused: {exc}; trying again in {RETRY_S:g}s")
+            except Exception as exc:  # a helper outlives whatever one session met
+                _say(f"the session failed ({type(exc).__name__}: {exc}); trying again in {RETRY_S:g}s")
             finally:
                 self._stop_all()
             stop.wait(RETRY_S)
@@ -118,12 +120,14 @@ class Helper:
             except RequestRefused as exc:
                 _say(f"report for {key[0]} refused: {exc}")
             except DaemonUnavailable:
-                pass  # the ping notices and the session starts over
+                # an answer may still be on its way: this connection is out of step for good
+                self._conn.close()
+                self._conn = None  # the ping notices and the session starts over
 
     def _stop(self, key: Key) -> None:
         _, source = self.running.pop(key)
         try:
-            self.host.call("close source", source.close, timeout=2)
+            self.host.call(f"close {key[0]} {key[1]}", source.close, timeout=2)
         except PluginFailed:
             pass
 

@@ -341,7 +341,7 @@ class Daemon:
         for kind, payload in batch:
             if kind == "tick":
                 self._view, wanted, readings = payload
-                self.sources.sync(wanted)
+                self.sources.sync(wanted, dict(self._view.rule_uids))
                 for key, state in readings.items():
                     self.sources.own(key, state, "tick")
             elif kind == "policy":
@@ -370,15 +370,15 @@ class Daemon:
             return  # a rule that is not immediate waits for the tick
         self._decide_and_act()
 
-    def _read_sources(self) -> tuple[dict[SlotKey, str], dict[SlotKey, SourceState]]:
-        """On the tick thread: every source of every rule (its kind, and its state now),
-        each call under a timeout."""
-        wanted: dict[SlotKey, str] = {}
+    def _read_sources(self) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
+        """On the tick thread: every source of every rule (its kind and rule serial, and its
+        state now), each call under a timeout."""
+        wanted: dict[SlotKey, tuple[str, int]] = {}
         readings: dict[SlotKey, SourceState] = {}
         for rid, live in dict(self.rulebook.live).items():
             for index, block, source in live.sources():
                 key = (rid, index)
-                wanted[key] = block.kind
+                wanted[key] = (block.kind, live.serial)
                 # a failure is news now: it must override whatever the watch said last
                 if source is None:
                     readings[key] = SourceState(readable=False, why="its source plugin failed", changed_at=time.monotonic())

@@ -2,9 +2,11 @@
 the daemon's account may not read, and report only counts and phase states.
 
 A helper opens a session (``helper.attach``) and is given the sources whose file lies in
-its user's home (by the uid the socket reports, never by what the helper says).  It then
-sends ``report`` lines for those sources only; nothing it sends is run, opened or shown as
-file contents.  When its connection ends, its reports stop counting (fail safe).
+its user's home (by the uid the socket reports, never by what the helper says; a home that
+is ``/`` or not the uid's own gives none).  It then sends ``report`` lines for those sources
+only, checked against the rules in force at that moment; nothing it sends is run, opened or
+shown as file contents.  A report counts only while that user runs the rule's program, and
+stops counting when the connection ends (fail safe).
 """
 
 from __future__ import annotations
@@ -29,12 +31,24 @@ MAX_SESSIONS_PER_UID = 4
 MAX_REPORT_AGE_S = 60.0
 
 
-def home_of(uid: int) -> str | None:
+def home_of(uid: int) -> tuple[str | None, str]:
+    """(the uid's home, or None and why it has none a helper may speak for)."""
     try:
         home = pwd.getpwuid(uid).pw_dir
     except KeyError:
-        return None
-    return os.path.normpath(home) if home and os.path.isabs(home) else None
+        return None, f"uid {uid} is not in the user database"
+    if not home or not os.path.isabs(home):
+        return None, f"uid {uid} has no home folder"
+    home = os.path.normpath(home)
+    if home == "/":
+        return None, f"the home of uid {uid} is / (a system account): it would cover every file"
+    try:
+        st = os.stat(home)
+    except OSError as exc:
+        return None, f"the home of uid {uid}, {home}, cannot be checked: {exc.strerror or exc}"
+    if st.st_uid != uid:
+        return None, f"the home of uid {uid}, {home}, is owned by uid {st.st_uid}"
+    return home, ""
 
 
 def path_in_home(raw: str, home: str) -> str | None:
@@ -71,11 +85,17 @@ class HelperSession:
         self.home = home
         self.key = (uid, number)
         self.allowed: set[SlotKey] = set()
+        self._allowed_at = -1  # the rules' generation `allowed` was computed for
+
+    def _listing(self) -> list[dict[str, Any]]:
+        generation = self.helpers.generation()
+        listing = self.helpers.sources_for(self.home)
+        self.allowed, self._allowed_at = {(s["rule"], s["index"]) for s in listing}, generation
+        return listing
 
     def sources(self) -> dict[str, Any]:
-        listing = self.helpers.sources_for(self.home)
-        self.allowed = {(s["rule"], s["index"]) for s in listing}
-        return {"ok": True, "generation": self.helpers.generation(), "home": self.home, "sources": listing}
+        listing = self._listing()
+        return {"ok": True, "generation": self._allowed_at, "home": self.home, "sources": listing}
 
     def handle(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         if op == "sources":
@@ -89,6 +109,8 @@ class HelperSession:
         except ValidationError as exc:
             return {"ok": False, "error": f"bad report: {exc.errors(include_url=False)[0]['msg']}", "code": "BAD_REQUEST"}
         key = (report.rule, report.index)
+        if self._allowed_at != self.helpers.generation():
+            self._listing()  # the rules changed: a path may have left this home
         if key not in self.allowed:
             return {"ok": False, "error": f"{report.rule} {report.index} is not a source in the home of uid {self.uid}",
                     "code": "REFUSED"}
@@ -137,15 +159,19 @@ class Helpers:
 
     def open(self, args: dict[str, Any], peer: tuple[int, int]) -> tuple[dict[str, Any], HelperSession | None]:
         uid = peer[1]
-        home = home_of(uid)
+        home, why = home_of(uid)
         if home is None:
-            return {"ok": False, "error": f"uid {uid} has no home folder in the user database", "code": "REFUSED"}, None
+            return {"ok": False, "error": f"no session helper for this account: {why}", "code": "REFUSED"}, None
         with self._lock:
             if sum(1 for k in self.sessions if k[0] == uid) >= MAX_SESSIONS_PER_UID:
                 return {"ok": False, "error": f"uid {uid} already has {MAX_SESSIONS_PER_UID} helpers", "code": "REFUSED"}, None
             session = HelperSession(self, uid, home, next(self._numbers))
             self.sessions[session.key] = session
-        return session.sources(), session
+        try:
+            return session.sources(), session
+        except Exception:
+            self.gone(session)
+            raise
 
     def report(self, helper: tuple[int, int], key: SlotKey, state: SourceState) -> None:
         self.daemon.on_helper(helper, key, state)

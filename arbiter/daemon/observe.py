@@ -31,6 +31,7 @@ class TickView:
     scan_s: float
     faults: tuple[str, ...] = ()
     vram: Mapping[str, int | None] = field(default_factory=dict)
+    rule_uids: Mapping[str, frozenset[int]] = field(default_factory=dict)  # who runs each rule's program
 
 
 def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, list[int]]:
@@ -190,6 +191,7 @@ class Observer:
             scan_s=time.monotonic() - started,
             faults=tuple(faults),
             vram=vram,
+            rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
         )
 
     def _feed_process_sources(self, rulebook: RuleBook, table: Sequence[ProcessInfo], faults: dict[str, list[str]]) -> None:

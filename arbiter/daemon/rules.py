@@ -3,6 +3,7 @@ their plugin instances (matcher, sources) created and replaced on reload."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ class LiveRule:
 
     rule: Rule
     path: str
+    serial: int = 0  # which loading this is: each gets a new one
     matcher: Matcher | None = None
     progress: Source | None = None
     phases: list[Source | None] = field(default_factory=list)
@@ -79,6 +81,7 @@ class RuleBook:
         self._last_good: dict[str, str] = store.last_good_rule_files() if store else {}
         self._signature: tuple[tuple[str, int, int], ...] | None = None
         self.generation = 0  # grows each time the rules in force change (helpers ask again)
+        self._serials = itertools.count(1)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -169,7 +172,7 @@ class RuleBook:
         return self.host.call(f"{family}/{block.kind}", info.cls, options, self._context(rule))
 
     def _instantiate(self, rule: Rule, path: str) -> LiveRule:
-        live = LiveRule(rule, path)
+        live = LiveRule(rule, path, next(self._serials))
         try:
             live.matcher = self._make("matchers", rule.match, rule)
         except (PluginFailed, ValueError) as exc:

@@ -57,19 +57,23 @@ class Reading:
 @dataclass
 class Slot:
     kind: str
+    serial: int = 0  # which loading of its rule: a reloaded rule starts over
     own: Reading = field(default_factory=lambda: Reading(SourceState(readable=False, why="not read yet"), "tick"))
     helpers: dict[HelperKey, Reading] = field(default_factory=dict)  # each helper's last report
     read_by: str = "daemon"
     samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=_SAMPLES))
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
 
-    def effective(self) -> tuple[Reading, str]:
-        if self.own.state.readable or not self.helpers:
+    def effective(self, owners: frozenset[int]) -> tuple[Reading, str]:
+        """The reading that counts.  A helper counts only while its user runs the rule's
+        program: another user's helper must not speak for it."""
+        helpers = {k: r for k, r in self.helpers.items() if k[0] in owners}
+        if self.own.state.readable or not helpers:
             return self.own, "daemon"
-        for (uid, _), reading in sorted(self.helpers.items()):
+        for (uid, _), reading in sorted(helpers.items()):
             if reading.state.readable:
                 return reading, f"helper (uid {uid})"
-        (uid, _), reading = min(self.helpers.items())
+        (uid, _), reading = min(helpers.items())
         why = f"{self.own.state.why}; the helper (uid {uid}) cannot read it either: {reading.state.why}"
         return Reading(replace(self.own.state, why=why), self.own.seen_by), "daemon"
 
@@ -79,23 +83,29 @@ class SourceBook:
         self.slots: dict[SlotKey, Slot] = {}
         self._pending: dict[SlotKey, float] = {}  # changes not yet decided on → when they were seen
         self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)  # every source's, together
+        self.owners: dict[str, frozenset[int]] = {}  # rule id → uids running its program
 
-    def sync(self, wanted: dict[SlotKey, str]) -> None:
-        """Keep a slot for each source the rules in force have (key → kind)."""
+    def sync(self, wanted: dict[SlotKey, tuple[str, int]], owners: dict[str, frozenset[int]]) -> None:
+        """Keep a slot for each source the rules in force have (key → kind, rule serial);
+        a rule loaded anew starts with nothing, helpers' reports included."""
+        self.owners = owners
         for key in list(self.slots):
-            if key not in wanted or self.slots[key].kind != wanted[key]:
+            if (self.slots[key].kind, self.slots[key].serial) != wanted.get(key):
                 del self.slots[key]
                 self._pending.pop(key, None)
-        for key, kind in wanted.items():
-            self.slots.setdefault(key, Slot(kind))
+        for key, (kind, serial) in wanted.items():
+            self.slots.setdefault(key, Slot(kind, serial))
+
+    def _effective(self, key: SlotKey, slot: Slot) -> tuple[Reading, str]:
+        return slot.effective(self.owners.get(key[0], frozenset()))
 
     def _update(self, key: SlotKey, change: Any) -> bool:
         slot = self.slots.get(key)
         if slot is None:
             return False
-        before, before_by = slot.effective()
+        before, before_by = self._effective(key, slot)
         change(slot)
-        after, after_by = slot.effective()
+        after, after_by = self._effective(key, slot)
         if after_by != before_by:
             slot.samples.clear()  # counts of two readers are not comparable
         if not slot.samples or slot.samples[-1][1] != after.state.count:
@@ -121,6 +131,9 @@ class SourceBook:
 
     def helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> bool:
         def apply(slot: Slot) -> None:
+            held = slot.helpers.get(helper)
+            if held is not None and state.changed_at < held.state.changed_at:
+                return  # an older snapshot that crossed a newer report on the way
             slot.helpers[helper] = Reading(state, "watch")
 
         return self._update(key, apply)
@@ -136,13 +149,12 @@ class SourceBook:
         slot = self.slots.get(key)
         if slot is None:
             return SourceObs(readable=False, why="not read yet")
-        reading, _ = slot.effective()
+        reading, _ = self._effective(key, slot)
         st = reading.state
-        return SourceObs(st.readable, st.phase, st.why, st.needs_helper, reading.seen_by, st.changed_at, self.rate(slot, now))
+        return SourceObs(st.readable, st.phase, st.why, st.needs_helper, reading.seen_by, st.changed_at, self.rate(key, slot, now))
 
-    @staticmethod
-    def rate(slot: Slot, now: float) -> float | None:
-        reading, _ = slot.effective()
+    def rate(self, key: SlotKey, slot: Slot, now: float) -> float | None:
+        reading, _ = self._effective(key, slot)
         if not reading.state.readable:
             return None
         if reading.state.rate is not None:
@@ -167,9 +179,9 @@ class SourceBook:
         for (rid, index), slot in sorted(dict(self.slots).items()):  # other threads ask; copy first
             if rid != rule_id:
                 continue
-            reading, by = slot.effective()
+            reading, by = self._effective((rid, index), slot)
             st = reading.state
-            r = self.rate(slot, now)
+            r = self.rate((rid, index), slot, now)
             out.append({
                 "slot": slot_name(index),
                 "kind": slot.kind,

@@ -15,7 +15,7 @@ HELPER = (1000, 1)
 
 def book() -> SourceBook:
     b = SourceBook()
-    b.sync({KEY: "jsonl", ("trainer", -1): "jsonl"})
+    b.sync({KEY: ("jsonl", 1), ("trainer", -1): ("jsonl", 1)}, {"trainer": frozenset({1000})})
     return b
 
 
@@ -83,5 +83,31 @@ def test_rate_from_counts_or_from_the_source() -> None:
 
 def test_sync_drops_sources_no_rule_has() -> None:
     b = book()
-    b.sync({KEY: "log"})
+    b.sync({KEY: ("log", 1)}, {})
     assert set(b.slots) == {KEY} and b.slots[KEY].kind == "log"
+
+
+def test_a_helper_counts_only_for_the_user_running_the_program() -> None:
+    b = book()
+    b.own(KEY, SourceState(readable=False, why="~ is not here"), "tick")
+    b.helper((1001, 1), KEY, SourceState(readable=True, phase="off", changed_at=1.0))
+    assert not b.observed(KEY, 0).readable  # uid 1001 does not run trainer
+    b.sync({KEY: ("jsonl", 1), ("trainer", -1): ("jsonl", 1)}, {"trainer": frozenset({1001})})
+    assert b.observed(KEY, 0).readable
+
+
+def test_a_reloaded_rule_forgets_what_helpers_said() -> None:
+    b = book()
+    b.own(KEY, SourceState(readable=False, why="denied", needs_helper=True), "tick")
+    b.helper(HELPER, KEY, SourceState(readable=True, phase="off", changed_at=1.0))
+    assert b.observed(KEY, 0).readable
+    b.sync({KEY: ("jsonl", 2)}, {"trainer": frozenset({1000})})
+    assert not b.observed(KEY, 0).readable
+
+
+def test_an_older_helper_report_never_replaces_a_newer_one() -> None:
+    b = book()
+    b.own(KEY, SourceState(readable=False, why="denied", needs_helper=True), "tick")
+    b.helper(HELPER, KEY, SourceState(readable=True, phase="on", changed_at=5.0))
+    b.helper(HELPER, KEY, SourceState(readable=True, phase="off", changed_at=4.0))
+    assert b.observed(KEY, 0).phase == "on"

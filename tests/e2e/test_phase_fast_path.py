@@ -147,7 +147,7 @@ def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
         node.start()
         node.spawn(["sleep", "1007"])
         node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.01)"], "--name", "plain")
-        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and node.job("plain")["pids"][0])
+        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0])
         uploader = node.spawn(["sleep", "1006"])
         procs.wait(pid, {"stopped"}, timeout=5)
         assert "PROTECTION_PHASE_ON" in [r["code"] for r in node.job("plain")["reasons"]]

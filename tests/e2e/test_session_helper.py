@@ -60,7 +60,7 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
         assert source_of(node, "p")["read_by"] == "daemon" and not source_of(node, "p")["readable"]
 
         helper = node.spawn([PYTHON, "-m", "arbiter", "helper", "--config", str(node.config_path)])
-        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and node.job("plain")["pids"][0])
+        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0])
         src = source_of(node, "p")
         assert src["readable"] and src["read_by"].startswith("helper (uid ")
         assert node.status()["helpers"][0]["sources"] == 1

@@ -623,3 +623,48 @@ def test_a_deleted_then_recreated_file_is_read_from_its_start(tmp_path: Path, ma
     append(path, line("status", phase="idle"), line("status", phase="uploading"), line("status", phase="idle"))
     state = rec.wait_for(lambda s: s.readable and s.count == 3)
     assert state.phase == "off"
+
+
+def test_a_symlinked_file_is_heard_while_its_folder_is_busy_with_other_files(tmp_path: Path, make: Make) -> None:
+    real_dir = tmp_path / "real"
+    real_dir.mkdir()
+    target = real_dir / "target.jsonl"
+    target.touch()
+    link = tmp_path / "events.jsonl"
+    link.symlink_to(target)
+    source = make(path=str(link), event="status", field="phase", on=["uploading"])
+    rec = started(source)
+    stop = threading.Event()
+
+    def busy() -> None:  # another program writing in the same folder all the time
+        while not stop.is_set():
+            append(real_dir / "other.log", "x\n")
+            time.sleep(0.02)
+
+    noise = threading.Thread(target=busy)
+    noise.start()
+    try:
+        time.sleep(0.1)
+        written = time.monotonic()
+        append(target, line("status", phase="uploading"))
+        rec.wait_for(phase_is("on"), timeout=3)
+        assert time.monotonic() - written < 0.5
+    finally:
+        stop.set()
+        noise.join()
+
+
+def test_a_file_renamed_away_with_nothing_in_its_place_goes_unreadable(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arbiter_sources import follow
+
+    monkeypatch.setattr(follow, "ROTATION_GRACE_S", 0.5)
+    path = tmp_path / "events.jsonl"
+    append(path, line("step_done"))
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    os.rename(path, tmp_path / "events.jsonl.1")
+    time.sleep(0.2)
+    assert source.state().readable  # a rotation in progress
+    assert "renamed" in rec.wait_for(lambda s: not s.readable, timeout=4).why

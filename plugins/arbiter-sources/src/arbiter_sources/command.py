@@ -141,7 +141,14 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: children it started go too
     except ProcessLookupError:
         pass
-    proc.communicate()
+    try:
+        proc.communicate(timeout=1)
+    except subprocess.TimeoutExpired:
+        # a grandchild that left the session still holds the pipes: stop reading them
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
 
 
 class OnExecOptions(KindOptions):

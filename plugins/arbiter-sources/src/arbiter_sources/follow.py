@@ -39,6 +39,9 @@ _CHUNK = 1 << 16
 POLL_INTERVAL_S = 0.25
 #: with notifications, a check this often anyway, in case an event was missed
 SAFETY_INTERVAL_S = 1.0
+#: how long a file renamed away is still followed while nothing replaces it (its writer
+#: may write a last line before it reopens the path)
+ROTATION_GRACE_S = 10.0
 #: how much of what was read is compared again before each read, to notice a rewrite
 _TAIL_BYTES = 256
 #: positions remembered for files followed before (a glob may switch back to one)
@@ -123,6 +126,9 @@ class FollowedFile(Source):
         self._watches_stale = True  # the directories to watch may have changed
         self._closed = False
         self._moving: dict[int, str] = {}  # rename cookie -> old name of our file
+        self._target_name = ""  # the followed file's own name where the path is a symlink
+        self._last_full = 0.0  # monotonic time of the last full check
+        self._gone_since: float | None = None  # the path lost its file while we kept it open
 
     def match_line(self, line: bytes) -> LineMeaning:
         """What one complete, stripped, non-empty line means."""
@@ -244,12 +250,17 @@ class FollowedFile(Source):
         if ino is not None and self._ensure_watches(ino):
             return True  # a directory watched only now may already hold the file
         watching = ino is not None and bool(self._watches)
-        timeout_s = SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S
-        ready = {fd for fd, _ in poller.poll(timeout_s * 1000)}
+        interval = SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S
+        left = self._last_full + interval - time.monotonic()
+        ready = {fd for fd, _ in poller.poll(max(0.0, left) * 1000)} if left > 0 else set()
         if ino is not None and ino.fileno() in ready:
             relevant, rescan = self._sort_events(ino.read_events())
-            return rescan if relevant else None
-        return True  # the interval passed (or close() woke us): a full check
+            if relevant or time.monotonic() - self._last_full < interval:
+                return rescan if relevant else None
+        # the interval passed, even while other files kept the directory busy (or close()
+        # woke us): a full check
+        self._last_full = time.monotonic()
+        return True
 
     def _wait_kqueue(self, kq: Kqueue) -> bool:
         """kqueue watches descriptors, not names: the directory (a file came or went) and
@@ -313,7 +324,8 @@ class FollowedFile(Source):
                     self._watches_stale = True
                 relevant = rescan = True
                 continue
-            ours = bool(self._name) and ev.name == self._name
+            # a symlinked file's writes are reported under its target's name
+            ours = bool(self._name) and ev.name in (self._name, self._target_name)
             if ev.mask & inotify.IN_MOVED_FROM and ours:
                 self._moving[ev.cookie] = ev.name
             if ev.mask & inotify.IN_MOVED_TO and ev.cookie in self._moving:
@@ -347,8 +359,13 @@ class FollowedFile(Source):
             # Nothing at the path: keep a file that was renamed away (rotation in progress:
             # its writer may still write to it, and the new file comes next).
             if found.missing and self._fd is not None and os.fstat(self._fd).st_nlink > 0:
-                self._set_readable()
-                return
+                now = time.monotonic()
+                self._gone_since = self._gone_since or now
+                if now - self._gone_since < ROTATION_GRACE_S:
+                    self._set_readable()
+                    return
+                found = _Problem(f"{found.why}; the file that was there was renamed {now - self._gone_since:.0f}s ago and "
+                                 "nothing replaced it", missing=True)
             self._close_file()
             self._set_unreadable(found)
             if found.missing:
@@ -358,6 +375,7 @@ class FollowedFile(Source):
         ident = (st.st_dev, st.st_ino)
         if self._fd is not None and ident == self._ident:
             self._name = name
+            self._gone_since = None
             self._set_readable()
             return
         if self._fd is not None:
@@ -452,7 +470,8 @@ class FollowedFile(Source):
     def _open(self, name: str) -> None:
         path = os.path.join(self._dir, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+            # O_NONBLOCK: a FIFO swapped in after the stat must not block this thread
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         except FileNotFoundError:
             self._set_unreadable(self._missing(path))
             return
@@ -468,6 +487,8 @@ class FollowedFile(Source):
             self._set_unreadable(_Problem(f"{path} is not a regular file"))
             return
         self._fd, self._name = fd, name
+        self._target_name = os.path.basename(os.path.realpath(path))
+        self._gone_since = None
         self._ident = (st.st_dev, st.st_ino)
         self._watches_stale = True
         self._partial, self._tail, self._discarding = b"", b"", False

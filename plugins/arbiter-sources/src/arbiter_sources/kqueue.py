@@ -32,6 +32,13 @@ class Kqueue:
 
     def watch(self, directories: Iterable[str], file_fd: int | None) -> bool:
         """Watch exactly these directories and this file; False when one could not be watched."""
+        # First forget the old file: its number may be reused by a folder opened below.
+        if self._file is not None and self._file != file_fd and self._file not in self._dirs.values():
+            try:
+                self._kq.control([self._vnode(self._file, select.KQ_EV_DELETE)], 0, 0)
+            except OSError:
+                pass  # the follower closed it already, which removed the kevent
+        self._file = None
         wanted = set(directories)
         complete = True
         for path in list(self._dirs):
@@ -43,17 +50,17 @@ class Kqueue:
             except OSError:
                 complete = False  # missing or unreadable: checked on the interval instead
                 continue
-            self._kq.control([self._vnode(fd, select.KQ_EV_ADD)], 0, 0)
-            self._dirs[path] = fd
-        if self._file is not None and self._file != file_fd:
             try:
-                self._kq.control([self._vnode(self._file, select.KQ_EV_DELETE)], 0, 0)
+                self._kq.control([self._vnode(fd, select.KQ_EV_ADD)], 0, 0)
             except OSError:
-                pass  # the follower closed it already, which removed the kevent
+                os.close(fd)
+                complete = False
+                continue
+            self._dirs[path] = fd
         if file_fd is not None:
             # added again even under the same number: a reopened file is a new descriptor
             self._kq.control([self._vnode(file_fd, select.KQ_EV_ADD)], 0, 0)
-        self._file = file_fd
+            self._file = file_fd
         return complete
 
     def wait(self, timeout_s: float) -> bool:
