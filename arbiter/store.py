@@ -39,6 +39,9 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS rule_files (
     path TEXT PRIMARY KEY, content TEXT NOT NULL, sha256 TEXT NOT NULL, saved REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS trust (
+    name TEXT PRIMARY KEY, record TEXT NOT NULL
+);
 """
 
 
@@ -190,6 +193,17 @@ class Store:
 
     def last_good_rule_files(self) -> dict[str, str]:
         return {r["path"]: r["content"] for r in self._query("SELECT path, content FROM rule_files")}
+
+    # --- job names' compliance records (strikes and distrust, wall-clock times) -------------
+
+    @staticmethod
+    def put_trust(db: sqlite3.Connection, records: Mapping[str, Mapping[str, Any]]) -> None:
+        """Replace every name's record with ``records``."""
+        db.execute("DELETE FROM trust")
+        db.executemany("INSERT INTO trust VALUES (?, ?)", [(n, json.dumps(r)) for n, r in records.items()])
+
+    def trust(self) -> dict[str, dict[str, Any]]:
+        return {r["name"]: json.loads(r["record"]) for r in self._query("SELECT name, record FROM trust")}
 
 
 class PausedJournal:

@@ -6,6 +6,7 @@ Kept free of heavy imports: the CLI uses the client half on every command.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import socketserver
@@ -14,6 +15,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
+
+log = logging.getLogger("arbiter.socket")
 
 MAX_REQUEST = 1 << 20
 REQUEST_TIMEOUT_S = 30.0  # longer than the longest wait a request may ask for
@@ -77,6 +80,7 @@ class _RequestHandler(socketserver.StreamRequestHandler):
         except (ValueError, KeyError, TypeError) as exc:
             return {"ok": False, "error": f"bad request ({op}): {exc}", "code": "BAD_REQUEST"}
         except Exception as exc:  # never let one request take the server down
+            log.exception("request %s failed", op)
             return {"ok": False, "error": f"internal error: {type(exc).__name__}: {exc}", "code": "INTERNAL"}
 
     def _write(self, answer: dict[str, Any]) -> bool:

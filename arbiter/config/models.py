@@ -57,6 +57,18 @@ class GovernorConfig(Strict):
     grow_step: float = Field(0.05, gt=0, le=1)
 
 
+class ComplianceConfig(Strict):
+    """How jobs holding a duty below 1 are verified (SPEC section 5, "Compliance")."""
+
+    tolerance: Share = Field(0.1, description="measured duty may exceed the asked duty by this much")
+    over_samples: int = Field(3, ge=1, description="samples in a row over it before the job is paused")
+    pause_s: float = Field(60.0, ge=0, description="how long that pause lasts")
+    strikes_to_stop: int = Field(3, ge=1, description="pauses within strike_window_s that stop the job")
+    strike_window_s: float = Field(3600.0, gt=0)
+    untrusted_s: float = Field(3600.0, ge=0, description="how long a stopped job's name gets no duty")
+    still_busy_samples: int = Field(2, ge=1, description="samples a job told to pause may go on using the GPU")
+
+
 class MemoryGuardConfig(Strict):
     min_available: Share = 0.10
 
@@ -97,6 +109,7 @@ class NodeConfig(Strict):
     stand_in_gpu: bool = False
     governor: GovernorConfig = Field(default_factory=GovernorConfig)
     memory_guard: MemoryGuardConfig = Field(default_factory=MemoryGuardConfig)
+    compliance: ComplianceConfig = Field(default_factory=ComplianceConfig)
     admin_group: str = "arbiter"
     plugins: list[str] = Field(default_factory=list)
     disable_plugins: list[str] = Field(default_factory=list)

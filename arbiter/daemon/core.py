@@ -37,7 +37,8 @@ from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.sources import HelperKey, SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
-from arbiter.engine.types import Action, Decision, EngineState, Observation, Policy
+from arbiter.engine.compliance import trust_from_record, trust_to_record
+from arbiter.engine.types import Action, CompliancePolicy, Decision, EngineState, Observation, Policy
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
 from arbiter.store import JobRecord, PausedJournal, Store
@@ -141,6 +142,9 @@ class Daemon:
             self.journal.append("pause", entry)
             self.recorder.paused("pause", entry)
 
+        now, now_wall = time.monotonic(), time.time()
+        trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
+        self._engine_state = EngineState(trust=trust)  # strikes and distrust outlive a restart
         self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
         self.jobs.load(self.store)
         self.rulebook = RuleBook(self.config, self.host, self.store, self._on_source, self._record)
@@ -250,7 +254,10 @@ class Daemon:
 
     def _base_policy(self) -> Policy:
         c = self.config
-        return Policy(gpu_jobs=c.gpu_jobs, busy_threshold=c.gpu_busy_threshold, release_after_s=c.gpu_release_after_s, stop_grace_s=c.stop_grace_s)
+        return Policy(
+            gpu_jobs=c.gpu_jobs, busy_threshold=c.gpu_busy_threshold, release_after_s=c.gpu_release_after_s,
+            stop_grace_s=c.stop_grace_s, compliance=CompliancePolicy(**c.compliance.model_dump()),
+        )
 
     # --- the tick -------------------------------------------------------------------------------
 
@@ -402,7 +409,7 @@ class Daemon:
         return Observation(
             now=now,
             rules=rules,
-            jobs=self.jobs.observations(view.job_processes, now),
+            jobs=self.jobs.observations(view.job_processes, now, view.job_busy, view.job_busy_at),
             invalid_files=tuple(self.rulebook.invalid_files),
             reader_ok=bool(view.reader),
             reader_why=view.reader_why,
@@ -458,6 +465,9 @@ class Daemon:
             except PluginFailed as exc:
                 failures.append((jid, f"pause failed: {exc}"))
         latency_ms = self.sources.decided(time.monotonic())
+        if decision.state.trust != self._engine_state.trust:
+            trust = {n: trust_to_record(t, now, time.time()) for n, t in decision.state.trust.items()}
+            self.recorder.write(lambda db: Store.put_trust(db, trust))
         self._engine_state = decision.state
         self.snapshot = Snapshot(decision, view, list(records.values()), time.time())
         with self.jobs.changed:

@@ -99,7 +99,15 @@ class JobRegistry:
         self.persist(record)
         return record
 
-    def observations(self, processes: Mapping[str, tuple[ProcessRef, ...]], now_mono: float) -> dict[str, JobObs]:
+    def observations(
+        self,
+        processes: Mapping[str, tuple[ProcessRef, ...]],
+        now_mono: float,
+        busy: Mapping[str, float | None] | None = None,
+        busy_at: float | None = None,
+    ) -> dict[str, JobObs]:
+        """Every job as the engine sees it, with its measured GPU duty (``busy``) sampled at
+        ``busy_at`` where there is a sample."""
         now_wall = time.time()
         out = {}
         with self.lock:
@@ -122,5 +130,7 @@ class JobRegistry:
                 submitted_at=to_monotonic(r.submitted, now_wall, now_mono) or 0.0,
                 user_hold=r.user_hold,
                 stop_requested_at=to_monotonic(r.stop_requested, now_wall, now_mono),
+                measured=(busy or {}).get(r.id),
+                measured_at=busy_at if busy is not None and r.id in busy else None,
             )
         return out

@@ -23,7 +23,7 @@ class TickView:
     now: float
     rules: Mapping[str, RuleObs]
     job_processes: Mapping[str, tuple[ProcessRef, ...]]  # job id → its process tree, root first
-    job_busy: Mapping[str, float | None]  # job id → measured busy share
+    job_busy: Mapping[str, float | None]  # job id → measured busy share (None: unreadable)
     alive: frozenset[int]  # every pid in the table, to notice vanished launchers
     reader: str  # the reader that read, or "" when none could
     reader_why: str
@@ -32,6 +32,8 @@ class TickView:
     faults: tuple[str, ...] = ()
     vram: Mapping[str, int | None] = field(default_factory=dict)
     rule_uids: Mapping[str, frozenset[int]] = field(default_factory=dict)  # who runs each rule's program
+    #: when job_busy was sampled (seconds, monotonic); None on a first reading (no interval yet)
+    job_busy_at: float | None = None
 
 
 def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, list[int]]:
@@ -174,6 +176,12 @@ class Observer:
                     why = f"{reader_name} cannot read process(es) {sorted(pids & reading.unreadable)}"
             rules[rid] = RuleObs(rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]))
         job_busy = {jid: (share(r.pid for r in refs) if refs else 0.0) for jid, refs in job_processes.items()}
+        if reading is None:
+            busy_at: float | None = time.monotonic()  # a sample that says: cannot be read
+        elif before is None:
+            busy_at = None  # a first reading: no interval to measure over yet
+        else:
+            busy_at = reading.at_ns / 1e9
         if reading is not None:
             self._prev, self._prev_reader = reading, reader_name
         else:
@@ -191,6 +199,7 @@ class Observer:
             scan_s=time.monotonic() - started,
             faults=tuple(faults),
             vram=vram,
+            job_busy_at=busy_at,
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
         )
 

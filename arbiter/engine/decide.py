@@ -10,12 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from arbiter.engine import codes
+from arbiter.engine.compliance import Verdict as Compliance
+from arbiter.engine.compliance import check as check_compliance
+from arbiter.engine.compliance import untrusted_reason
 from arbiter.engine.types import (
     Action,
     Decision,
     EngineState,
+    JobCompliance,
     JobObs,
     JobVerdict,
+    NameTrust,
     Observation,
     Phase,
     SourceObs,
@@ -182,11 +187,10 @@ def _node_holds(obs: Observation, policy: Policy) -> list[_Hold]:
     return holds
 
 
-def _stop_step(job: JobObs, grace: float, now: float) -> str:
-    assert job.stop_requested_at is not None
-    elapsed = now - job.stop_requested_at
+def _stop_step(job: JobObs, since: float, grace: float, now: float) -> str:
+    elapsed = now - since
     # a job that cannot read its control document is terminated at once, then killed after the grace
-    first = grace if job.cooperative_pause else 0.0
+    first = grace if job.reads_control else 0.0
     if elapsed >= first + grace:
         return "killed"
     if elapsed >= first:
@@ -195,13 +199,27 @@ def _stop_step(job: JobObs, grace: float, now: float) -> str:
 
 
 def _job_verdict(
-    job: JobObs, holds: list[_Hold], exclusive_blockers: list[Reason], policy: Policy, now: float, prev: JobVerdict | None
+    job: JobObs,
+    holds: list[_Hold],
+    exclusive_blockers: list[Reason],
+    policy: Policy,
+    now: float,
+    prev: JobVerdict | None,
+    checked: Compliance,
 ) -> JobVerdict:
-    if job.stop_requested_at is not None:
-        step = _stop_step(job, policy.stop_grace_s, now)
-        reason = Reason(codes.JOB_STOPPED, "its owner asked it to stop", "start it again with `arbiter job run`")
+    if job.stop_requested_at is not None or checked.stop is not None:
+        if job.stop_requested_at is not None:
+            since = job.stop_requested_at
+            reason = Reason(codes.JOB_STOPPED, "its owner asked it to stop", "start it again with `arbiter job run`")
+        else:
+            assert checked.stop is not None and checked.state.stopped_at is not None
+            since, reason = checked.state.stopped_at, checked.stop
+        step = _stop_step(job, since, policy.stop_grace_s, now)
         return JobVerdict(job.job_id, "stopping", duty=0.0, stop_step=step, reasons=(reason,))  # type: ignore[arg-type]
     pausing = [h.reason for h in holds if not h.soon and in_scope(h.scope, job)]
+    pausing.extend(checked.holds)
+    if job.uses_gpu and job.max_duty < 1.0 and checked.trust.untrusted(now):
+        pausing.append(untrusted_reason(job.name, checked.trust, now))  # it cannot be trusted with a duty
     soon = [h.reason for h in holds if h.soon and in_scope(h.scope, job)]
     if job.user_hold:
         pausing.append(Reason(codes.JOB_HELD_BY_USER, "its owner paused it", f"arbiter job resume {job.job_id}"))
@@ -217,6 +235,8 @@ def _job_verdict(
         via = "control" if job.cooperative_pause else "tree"
         if prev is not None and prev.state == "paused" and prev.via:
             via = prev.via  # resume the way it was paused
+        if checked.holds or checked.from_outside:
+            via = "tree"  # it did not hold its duty, or went on after being told to pause
         return JobVerdict(job.job_id, "paused", duty=0.0, via=via, reasons=tuple(pausing))  # type: ignore[arg-type]
     if soon and job.cooperative_pause:
         return JobVerdict(job.job_id, "paused", duty=0.0, via="control", reasons=tuple(soon))
@@ -259,6 +279,9 @@ def _actions(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[Acti
     # new.state == "run"
     if before == "paused" and prev is not None:
         if prev.via == "tree":
+            if job.cooperative_pause:  # it may have been told to pause first: its document says run again
+                return [Action(job.job_id, "resume", reason=reason),
+                        Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
             return [Action(job.job_id, "resume", reason=reason)]
         return [Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
     if prev is not None and prev.duty != new.duty:
@@ -333,6 +356,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     ordered = sorted(obs.jobs.values(), key=lambda j: (not j.started, j.submitted_at, j.job_id))
     verdicts: dict[str, JobVerdict] = {}
     actions: list[Action] = []
+    compliance: dict[str, JobCompliance] = {}
+    trust: dict[str, NameTrust] = dict(prev.trust)
     exclusive_running: str | None = None
     gpu_jobs_running: list[str] = []
     for job in ordered:
@@ -358,7 +383,21 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
                     )
                 )
         prev_v = prev.jobs.get(job.job_id)
-        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v)
+        running_at_duty = prev_v is not None and prev_v.state == "run" and job.uses_gpu and prev_v.duty < 1.0
+        checked = check_compliance(
+            job,
+            prev_v.duty if running_at_duty and prev_v else None,
+            bool(prev_v and prev_v.state == "paused" and prev_v.via == "control"),
+            prev.compliance.get(job.job_id, JobCompliance()),
+            trust.get(job.name, NameTrust()),
+            policy.compliance,
+            policy.busy_threshold,
+            now,
+        )
+        compliance[job.job_id] = checked.state
+        trust[job.name] = checked.trust
+        events.extend(checked.events)
+        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked)
         verdicts[job.job_id] = verdict
         if verdict.state == "run" and job.uses_gpu:
             gpu_jobs_running.append(job.job_id)
@@ -373,5 +412,6 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         reason = next(n for n in notices if n.code == code)
         events.append(TimelineEvent(code, "node", reason.message, dict(reason.evidence)))
 
-    state = EngineState(rules=rule_states, jobs=verdicts, notices=active)
+    trust = {name: t for name, t in trust.items() if t.strikes or t.untrusted(now)}
+    state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust)
     return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices)

@@ -66,10 +66,18 @@ class JobObs:
     submitted_at: float = 0.0
     user_hold: bool = False
     stop_requested_at: float | None = None
+    #: its processes' measured GPU duty over the last sample (None with measured_at set: unreadable)
+    measured: float | None = None
+    measured_at: float | None = None  # when that sample was taken; None: no sample yet
 
     @property
     def cooperative_pause(self) -> bool:
         return "cooperative_pause" in self.capabilities
+
+    @property
+    def reads_control(self) -> bool:
+        """It reads its control document (so it is asked to stop before it is ended)."""
+        return bool({"cooperative_pause", "cooperative_throttle"} & self.capabilities)
 
     @property
     def uses_gpu(self) -> bool:
@@ -87,6 +95,41 @@ class Observation:
 
 
 # --- policy ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompliancePolicy:
+    tolerance: float = 0.1  # measured duty may exceed the asked duty by this much
+    over_samples: int = 3  # samples in a row over it before the job is paused
+    pause_s: float = 60.0  # how long that pause lasts
+    strikes_to_stop: int = 3  # pauses within strike_window_s that stop the job
+    strike_window_s: float = 3600.0
+    untrusted_s: float = 3600.0  # how long a stopped job's name gets no duty
+    still_busy_samples: int = 2  # samples a job told to pause may go on using the GPU
+
+
+@dataclass(frozen=True)
+class JobCompliance:
+    """One job's record (kept while the job lives)."""
+
+    over: int = 0  # samples in a row over its duty + tolerance
+    last_sample_at: float | None = None
+    paused_until: float | None = None  # paused for exceeding its duty until then
+    stopped_at: float | None = None  # stopped for the last strike
+    busy_while_told_paused: int = 0  # samples it used the GPU after its document said paused
+    measured: float | None = None  # the last sample
+
+
+@dataclass(frozen=True)
+class NameTrust:
+    """A job name's record (kept across runs and daemon restarts)."""
+
+    strikes: tuple[float, ...] = ()  # when its runs were paused for exceeding their duty
+    untrusted_until: float | None = None
+
+    def untrusted(self, now: float) -> bool:
+        return self.untrusted_until is not None and now < self.untrusted_until
+
 
 
 @dataclass(frozen=True)
@@ -113,6 +156,7 @@ class Policy:
     release_after_s: float = 10.0
     stop_grace_s: float = 10.0
     rules: Mapping[str, RulePolicy] = field(default_factory=dict)
+    compliance: CompliancePolicy = field(default_factory=CompliancePolicy)
 
 
 # --- state and decision ----------------------------------------------------------------------
@@ -183,6 +227,8 @@ class EngineState:
     rules: Mapping[str, RuleState] = field(default_factory=dict)
     jobs: Mapping[str, JobVerdict] = field(default_factory=dict)
     notices: frozenset[str] = frozenset()
+    compliance: Mapping[str, JobCompliance] = field(default_factory=dict)  # job id → its record
+    trust: Mapping[str, NameTrust] = field(default_factory=dict)  # job name → its record
 
 
 ActionOp = Literal["pause", "resume", "control", "terminate", "kill"]

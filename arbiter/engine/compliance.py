@@ -1,0 +1,137 @@
+"""Trust, but verify: a job's measured duty against the duty it was asked to hold.
+
+Pure: a job's new sample, its previous compliance state and its name's trust in; the new
+state, what holds it and what goes on the timeline out.  Every number is a field of
+:class:`CompliancePolicy`, so tests and the node config set them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from arbiter.engine import codes
+from arbiter.engine.types import CompliancePolicy, JobCompliance, JobObs, NameTrust, Reason, TimelineEvent
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What compliance says about one job now."""
+
+    state: JobCompliance
+    trust: NameTrust
+    holds: tuple[Reason, ...] = ()  # reasons to pause it from outside
+    stop: Reason | None = None
+    from_outside: bool = False  # it ignored a pause through its document
+    events: tuple[TimelineEvent, ...] = field(default_factory=tuple)
+
+
+def untrusted_reason(name: str, trust: NameTrust, now: float) -> Reason:
+    left = (trust.untrusted_until or now) - now
+    return Reason(
+        codes.JOB_UNTRUSTED,
+        f"job name {name!r} was stopped for exceeding its GPU duty {len(trust.strikes)} times within the hour; "
+        f"its runs get no duty for another {left / 60:.0f} min",
+        "fix the job so it holds its duty (arbiter conform checks it), then run it again once the hour is over",
+        {"name": name, "untrusted_for_s": round(left, 1)},
+    )
+
+
+def check(
+    job: JobObs,
+    asked: float | None,
+    told_paused: bool,
+    jc: JobCompliance,
+    trust: NameTrust,
+    cp: CompliancePolicy,
+    busy_threshold: float,
+    now: float,
+) -> Verdict:
+    """Take the job's new sample, if any.
+
+    :param asked: the duty it was asked to hold over the sample (None: it was not running
+        under a duty below 1, so there is nothing to verify).
+    :param told_paused: its control document says paused (a cooperative pause).
+    """
+    events: list[TimelineEvent] = []
+    strikes = tuple(t for t in trust.strikes if now - t < cp.strike_window_s)
+    if trust.untrusted_until is not None and now >= trust.untrusted_until:
+        trust = NameTrust(strikes, None)
+    else:
+        trust = replace(trust, strikes=strikes)
+    fresh = job.measured_at is not None and (jc.last_sample_at is None or job.measured_at > jc.last_sample_at)
+    if fresh:
+        jc = replace(jc, last_sample_at=job.measured_at, measured=job.measured)
+        if told_paused:
+            using = job.measured is None or job.measured > busy_threshold
+            jc = replace(jc, busy_while_told_paused=jc.busy_while_told_paused + 1 if using else 0, over=0)
+        elif asked is not None and job.measured is not None:
+            jc = replace(jc, over=jc.over + 1 if job.measured > asked + cp.tolerance else 0, busy_while_told_paused=0)
+        else:
+            jc = replace(jc, over=0, busy_while_told_paused=0)
+        if jc.over >= cp.over_samples and asked is not None:
+            strikes = (*trust.strikes, now)
+            data: dict[str, Any] = {"job": job.job_id, "name": job.name, "asked": asked, "measured": job.measured,
+                                    "strikes": len(strikes)}
+            if len(strikes) >= cp.strikes_to_stop:
+                trust = NameTrust(strikes, now + cp.untrusted_s)
+                jc = replace(jc, over=0, stopped_at=now)
+                events.append(TimelineEvent(
+                    codes.JOB_UNTRUSTED, job.job_id,
+                    f"job {job.name} exceeded its duty a {len(strikes)}th time within the hour: stopped, and its name "
+                    f"gets no duty for {cp.untrusted_s / 60:.0f} min", data))
+            else:
+                trust = NameTrust(strikes, trust.untrusted_until)
+                jc = replace(jc, over=0, paused_until=now + cp.pause_s)
+                events.append(TimelineEvent(
+                    codes.GPU_DUTY_EXCEEDED, job.job_id,
+                    f"job {job.name} ran at {job.measured:.2f} for {cp.over_samples} samples, over its duty {asked:.2f} "
+                    f"+ {cp.tolerance:g}: paused {cp.pause_s:g}s (strike {len(strikes)} of {cp.strikes_to_stop})", data))
+    if not told_paused:
+        jc = replace(jc, busy_while_told_paused=0)
+
+    holds: list[Reason] = []
+    stop: Reason | None = None
+    if jc.stopped_at is not None:
+        stop = untrusted_reason(job.name, trust, now)
+    if jc.paused_until is not None:
+        if now < jc.paused_until:
+            holds.append(Reason(
+                codes.GPU_DUTY_EXCEEDED,
+                f"it used more of the GPU than its duty for {cp.over_samples} samples in a row "
+                f"(last measured {jc.measured if jc.measured is not None else 0:.2f}); paused for "
+                f"{jc.paused_until - now:.0f}s more",
+                f"make the job hold its duty (arbiter.sdk.Duty); {cp.strikes_to_stop} such pauses within an hour stop it",
+                {"job": job.job_id, "paused_until_s": round(jc.paused_until - now, 1), "strikes": len(trust.strikes)},
+            ))
+        else:
+            jc = replace(jc, paused_until=None)
+    if asked is not None and job.measured_at is not None and job.measured is None and not told_paused:
+        holds.append(Reason(
+            codes.GPU_DUTY_UNVERIFIED,
+            "its GPU time cannot be read, so the duty it holds cannot be verified",
+            "use a reader that reads per-process GPU time here (`arbiter status` shows why none does)",
+            {"job": job.job_id},
+        ))
+    return Verdict(jc, trust, tuple(holds), stop, jc.busy_while_told_paused >= cp.still_busy_samples, tuple(events))
+
+
+# --- persistence: times are monotonic here, wall clock on disk ------------------------------
+
+
+def trust_to_record(trust: NameTrust, now: float, now_wall: float) -> dict[str, Any]:
+    def wall(t: float) -> float:
+        return now_wall - (now - t)
+
+    return {
+        "strikes": [wall(t) for t in trust.strikes],
+        "untrusted_until": None if trust.untrusted_until is None else wall(trust.untrusted_until),
+    }
+
+
+def trust_from_record(record: dict[str, Any], now: float, now_wall: float) -> NameTrust:
+    def mono(t: float) -> float:
+        return now - (now_wall - t)
+
+    until = record.get("untrusted_until")
+    return NameTrust(tuple(mono(float(t)) for t in record.get("strikes", [])), None if until is None else mono(float(until)))

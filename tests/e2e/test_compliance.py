@@ -1,0 +1,62 @@
+"""A cooperative job that ignores its duty is paused after three samples, stopped the third
+time, and the next run of its name waits; explain says why at each step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from arbiter.demo.node import PYTHON, LocalNode
+
+
+def codes(node: LocalNode, name: str) -> list[str]:
+    return [r["code"] for r in (node.job(name) or {}).get("reasons", [])]
+
+
+def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path: Path, procs) -> None:
+    manifest = tmp_path / "greedy.yaml"
+    manifest.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.3}\n")
+    node = LocalNode(tmp_path, tick_s=0.5, stop_grace_s=1,
+                     compliance={"pause_s": 2, "over_samples": 3, "strikes_to_stop": 3, "untrusted_s": 600})
+    try:
+        node.start()
+        launcher = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))
+        pid = node.wait_for(lambda: (node.job("greedy") or {}).get("state") == "run" and (node.job("greedy")["pids"] or [None])[0])
+        assert node.job("greedy")["duty"] == 0.3
+        for strike in (1, 2):
+            took = procs.wait(pid, {"stopped"}, timeout=10)
+            assert "GPU_DUTY_EXCEEDED" in codes(node, "greedy"), strike
+            explained = node.call("explain", subject="greedy")["explain"]["items"][0]["reasons"][0]
+            assert "more of the GPU than its duty" in explained["message"] and "arbiter.sdk.Duty" in explained["remedy"]
+            assert took < 5  # three samples at a 0.5 s tick, and the first interval
+            procs.wait(pid, {"running", "sleeping"}, timeout=10)  # the 2 s pause ends
+        assert launcher.wait(timeout=20) != 0  # the third time: stopped
+        untrusted = node.events("JOB_UNTRUSTED")[-1]
+        assert untrusted["data"]["strikes"] == 3 and untrusted["data"]["name"] == "greedy"
+        assert [e["code"] for e in node.events("GPU_DUTY_EXCEEDED")].count("GPU_DUTY_EXCEEDED") == 2
+
+        again = node.job_run([PYTHON, "-c", "pass"], "--manifest", str(manifest))
+        node.wait_for(lambda: any(j["name"] == "greedy" and j["state"] == "held" and j["reasons"]
+                                  and j["reasons"][0]["code"] == "JOB_UNTRUSTED" for j in node.status()["jobs"]))
+        assert again.poll() is None  # it waits
+    finally:
+        node.close()
+
+
+def test_strikes_and_distrust_survive_a_daemon_restart(tmp_path: Path, procs) -> None:
+    manifest = tmp_path / "greedy.yaml"
+    manifest.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.3}\n")
+    node = LocalNode(tmp_path, tick_s=0.5, stop_grace_s=1,
+                     compliance={"pause_s": 0.5, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600})
+    try:
+        node.start()
+        launcher = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))
+        assert launcher.wait(timeout=20) != 0
+        node.events("JOB_UNTRUSTED")
+        node.stop()
+        node.start()
+        waiting = node.job_run([PYTHON, "-c", "pass"], "--manifest", str(manifest))
+        node.wait_for(lambda: any(j["state"] == "held" and j["reasons"] and j["reasons"][0]["code"] == "JOB_UNTRUSTED"
+                                  for j in node.status()["jobs"]))
+        assert waiting.poll() is None
+    finally:
+        node.close()

@@ -1,0 +1,192 @@
+"""Compliance with a fake clock: 3 samples over duty + 0.1 pause a job 60 s; the third time
+within an hour stops it and its name gets no duty for an hour; unreadable is held."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from arbiter.engine import codes
+from arbiter.engine.compliance import trust_from_record, trust_to_record
+from arbiter.engine.decide import decide
+from arbiter.engine.types import EngineState, JobObs, Observation, Policy, RuleObs, RulePolicy, SourceObs
+
+POLICY = Policy(rules={}, stop_grace_s=5.0)
+
+
+def job(measured: float | None, at: float | None, jid: str = "j1", max_duty: float = 0.3, caps=("cooperative_throttle",),
+        started: bool = True) -> JobObs:
+    return JobObs(jid, "batch", 1000, capabilities=frozenset(caps), max_duty=max_duty, started=started, pids=(7,),
+                  measured=measured, measured_at=at)
+
+
+class Run:
+    """Decisions in a row, each at a time, carrying the engine state."""
+
+    def __init__(self, policy: Policy = POLICY) -> None:
+        self.state = EngineState()
+        self.policy = policy
+        self.last = None
+
+    def at(self, now: float, *jobs: JobObs, rules=None):
+        obs = Observation(now=now, rules=rules or {}, jobs={j.job_id: j for j in jobs})
+        self.last = decide(obs, self.state, self.policy, now)
+        self.state = self.last.state
+        return self.last
+
+    def codes(self, jid: str = "j1") -> list[str]:
+        return [r.code for r in self.last.jobs[jid].reasons]
+
+    def events(self) -> list[str]:
+        return [e.code for e in self.last.events]
+
+
+def over_three_samples(run: Run, start: float, measured: float = 0.9, jid: str = "j1", **kw) -> None:
+    for i in range(3):
+        run.at(start + 2 * i, job(measured, start + 2 * i, jid, **kw))
+
+
+def test_three_samples_over_duty_plus_a_tenth_pause_it_from_outside_for_60s() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    assert run.last.jobs["j1"].state == "run" and run.last.jobs["j1"].duty == 0.3
+    run.at(2.0, job(0.9, 2.0))
+    run.at(4.0, job(0.9, 4.0))
+    assert run.last.jobs["j1"].state == "run"  # two samples are not enough
+    run.at(6.0, job(0.9, 6.0))
+    v = run.last.jobs["j1"]
+    assert v.state == "paused" and v.via == "tree" and run.codes() == [codes.GPU_DUTY_EXCEEDED]
+    assert codes.GPU_DUTY_EXCEEDED in run.events() and [a.op for a in run.last.actions] == ["pause"]
+    run.at(65.9, job(0.0, 64.0))
+    assert run.last.jobs["j1"].state == "paused"
+    run.at(66.0, job(0.0, 66.0))
+    assert run.last.jobs["j1"].state == "run"
+    assert [a.op for a in run.last.actions] == ["resume"]
+
+
+@pytest.mark.parametrize(("measured", "paused"), [(0.4, False), (0.41, True)])
+def test_the_tolerance_is_a_tenth(measured: float, paused: bool) -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    over_three_samples(run, 2.0, measured)
+    assert (run.last.jobs["j1"].state == "paused") is paused
+
+
+def test_the_samples_must_be_in_a_row() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    for t, m in ((2, 0.9), (4, 0.9), (6, 0.2), (8, 0.9), (10, 0.9)):
+        run.at(t, job(m, t))
+    assert run.last.jobs["j1"].state == "run"
+
+
+def test_only_new_samples_count_not_decisions() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    for t in (2.0, 2.1, 2.2, 2.3, 4.0):  # many decisions (phase changes) between two ticks
+        run.at(t, job(0.9, 2.0 if t < 4 else 4.0))
+    assert run.last.jobs["j1"].state == "run"
+
+
+def test_the_third_time_within_an_hour_stops_it_and_its_name_waits_an_hour() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    start = 2.0
+    for strike in (1, 2):
+        over_three_samples(run, start)
+        assert run.last.jobs["j1"].state == "paused", strike
+        start += 4 + 60 + 2
+        run.at(start - 2, job(0.0, start - 2))
+        assert run.last.jobs["j1"].state == "run"
+    over_three_samples(run, start)
+    v = run.last.jobs["j1"]
+    assert v.state == "stopping" and v.stop_step == "asked" and run.codes() == [codes.JOB_UNTRUSTED]
+    assert codes.JOB_UNTRUSTED in run.events()
+    stopped = start + 4
+    run.at(stopped + 5.0, job(0.9, stopped + 5.0))
+    assert run.last.jobs["j1"].stop_step == "terminated"
+    run.at(stopped + 10.0, job(0.9, stopped + 10.0))
+    assert run.last.jobs["j1"].stop_step == "killed"
+
+    # the next run of the same name waits for the hour
+    run.at(stopped + 20.0, job(None, None, jid="j2", started=False))
+    assert run.last.jobs["j2"].state == "held" and run.codes("j2") == [codes.JOB_UNTRUSTED]
+    run.at(stopped + 3599.0, job(None, None, jid="j2", started=False))
+    assert run.last.jobs["j2"].state == "held"
+    run.at(stopped + 3601.0, job(None, None, jid="j2", started=False))
+    assert run.last.jobs["j2"].state == "run"
+
+
+def test_strikes_older_than_an_hour_do_not_count() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    over_three_samples(run, 2.0)
+    run.at(70.0, job(0.0, 70.0))
+    over_three_samples(run, 72.0)
+    run.at(140.0, job(0.0, 140.0))
+    over_three_samples(run, 3700.0)  # the first strike is more than an hour old
+    assert run.last.jobs["j1"].state == "paused"
+
+
+def test_distrust_survives_a_restart_of_the_engine_state() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    t = 2.0
+    for _ in range(3):
+        over_three_samples(run, t)
+        t += 70.0
+        run.at(t - 2, job(0.0, t - 2))
+    assert run.state.trust["batch"].untrusted(t)
+    # the daemon stores names' records with wall times, and a new daemon (another
+    # monotonic origin) reads them back
+    record = trust_to_record(run.state.trust["batch"], now=t, now_wall=1_000_000.0)
+    restored = trust_from_record(record, now=50.0, now_wall=1_000_010.0)
+    after = Run()
+    after.state = EngineState(trust={"batch": restored})
+    after.at(60.0, job(None, None, jid="j9", started=False))
+    assert after.codes("j9") == [codes.JOB_UNTRUSTED]
+    assert restored.untrusted_until == pytest.approx(run.state.trust["batch"].untrusted_until - t + 40.0)
+
+
+def test_a_job_whose_gpu_time_cannot_be_read_is_held() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    run.at(2.0, job(None, 2.0))
+    v = run.last.jobs["j1"]
+    assert v.state == "paused" and run.codes() == [codes.GPU_DUTY_UNVERIFIED] and v.via == "tree"
+
+
+def test_a_job_at_duty_one_is_not_checked() -> None:
+    run = Run()
+    run.at(0.0, job(None, None, max_duty=1.0))
+    over_three_samples(run, 2.0, measured=1.0, max_duty=1.0)
+    run.at(8.0, job(None, 8.0, max_duty=1.0))
+    assert run.last.jobs["j1"].state == "run"
+
+
+def test_a_cooperative_job_still_busy_two_samples_after_being_told_to_pause_is_paused_from_outside() -> None:
+    rule = RulePolicy("p", during=(__import__("arbiter.engine.types", fromlist=["DuringPolicy"]).DuringPolicy("gpu"),))
+    policy = replace(POLICY, rules={"p": rule})
+    caps = ("cooperative_throttle", "cooperative_pause")
+    on = {"p": RuleObs("p", running=True, pids=frozenset({3}), phases=(SourceObs(readable=True, phase="on"),))}
+    run = Run(policy)
+    run.at(0.0, job(None, None, caps=caps, max_duty=1.0))
+    run.at(1.0, job(None, None, caps=caps, max_duty=1.0), rules=on)
+    assert run.last.jobs["j1"].via == "control"
+    run.at(2.0, job(0.8, 2.0, caps=caps, max_duty=1.0), rules=on)
+    assert run.last.jobs["j1"].via == "control"  # one sample: it may be finishing a unit
+    run.at(4.0, job(0.8, 4.0, caps=caps, max_duty=1.0), rules=on)
+    assert run.last.jobs["j1"].via == "tree" and [a.op for a in run.last.actions] == ["pause"]
+
+
+def test_a_cooperative_job_that_obeys_stays_paused_through_its_document() -> None:
+    rule = RulePolicy("p", during=(__import__("arbiter.engine.types", fromlist=["DuringPolicy"]).DuringPolicy("gpu"),))
+    policy = replace(POLICY, rules={"p": rule})
+    caps = ("cooperative_throttle", "cooperative_pause")
+    on = {"p": RuleObs("p", running=True, pids=frozenset({3}), phases=(SourceObs(readable=True, phase="on"),))}
+    run = Run(policy)
+    run.at(0.0, job(None, None, caps=caps, max_duty=1.0))
+    for t in (1.0, 2.0, 4.0, 6.0):
+        run.at(t, job(0.8 if t == 2.0 else 0.0, t, caps=caps, max_duty=1.0), rules=on)
+    assert run.last.jobs["j1"].via == "control"
