@@ -36,7 +36,7 @@ SHIPPED = {
     "matchers": ("arbiter-matchers", {"matchers/process"}),
     "readers": ("arbiter-readers", {"readers/cpu_time"}),
     "sources": ("arbiter-sources", {"sources/jsonl", "sources/log", "sources/exec", "sources/on_exec"}),
-    "translators": ("arbiter-translators", {"translators/signal", "translators/control_doc"}),
+    "translators": ("arbiter-translators", {"translators/signal", "translators/cgroup_freeze", "translators/control_doc"}),
     "testing": ("arbiter-testing", {"readers/fake"}),
 }
 

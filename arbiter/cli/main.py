@@ -234,6 +234,46 @@ def helper(
 
 
 @app.command()
+def conform(
+    path: Annotated[Path, typer.Argument(help="a job's folder with conformance.yaml, or the file")],
+    spec: Annotated[Optional[str], typer.Option(help="run only this spec")] = None,  # noqa: UP045
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check that a job holds the duties its conformance.yaml asks, and reports them truly."""
+    from arbiter.cli.render import print_conformance
+    from arbiter.config.errors import ConfigError
+    from arbiter.conform import Kit, load
+    from arbiter.daemon.observe import Observer
+    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+
+    try:
+        cfg, _ = node_config(config)
+        conf, folder = load(path)
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
+    except CliError as exc:
+        raise _fail(exc) from None
+    except ConfigError as exc:
+        raise _fail(CliError(str(exc), 2)) from None
+    except (PluginLoadError, OSError) as exc:
+        raise _fail(CliError(str(exc), 2)) from None
+    observer = Observer(cfg, host)
+    readers = [(name, reader) for name, reader, _ in observer.readers if reader is not None]
+    say = (lambda _m: None) if as_json else (lambda m: print(f"arbiter conform: {m}", file=sys.stderr, flush=True))
+    try:
+        results = Kit(host, readers, say).run(conf, folder, spec)
+    finally:
+        observer.close()
+    if spec is not None and not results:
+        raise _fail(CliError(f"no spec is called {spec!r} in {folder}", 2))
+    if as_json:
+        _print_json({"job": str(folder), "results": [r.to_dict() for r in results]})
+    else:
+        print_conformance(_console(), str(folder), results)
+    raise typer.Exit(1 if any(r.verdict == "fail" for r in results) else 0)
+
+
+@app.command()
 def demo(
     keep: Annotated[bool, typer.Option(help="keep the temporary state directory")] = False,
 ) -> None:

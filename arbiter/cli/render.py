@@ -160,3 +160,20 @@ def print_timeline(console: Console, events: list[dict[str, Any]]) -> None:
         stamp = time.strftime("%H:%M:%S", time.localtime(e["t"])) + f".{int(e['t'] * 1000) % 1000:03d}"
         table.add_row(stamp, e["code"], e["subject"], e["message"])
     console.print(table)
+
+
+def print_conformance(console: Console, job: str, results: list[Any]) -> None:
+    table = Table(title=f"Conformance of {job}", expand=True)
+    for col in ("spec", "asked", "reported", "measured", "verdict", "why"):
+        table.add_column(col, overflow="fold")
+    style = {"pass": "green", "fail": "red", "skip": "yellow"}
+    for r in results:
+        table.add_row(
+            r.name,
+            f"{r.asked:.2f}",
+            "-" if r.reported is None else f"{r.reported:.3f}",
+            "-" if r.measured is None else f"{r.measured:.3f}" + (f" ({r.measured_by})" if r.measured_by else ""),
+            Text(r.verdict, style=style[r.verdict]),
+            "\n".join(r.why) or "-",
+        )
+    console.print(table)

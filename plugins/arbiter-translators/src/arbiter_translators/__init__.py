@@ -1,4 +1,5 @@
-"""arbiter translator kinds: ``signal`` (pause, resume, terminate, kill) and ``control_doc``.
+"""arbiter translator kinds: ``signal`` (pause, resume, terminate, kill), ``cgroup_freeze``
+(pause a job's own cgroup v2, else signals) and ``control_doc``.
 
 Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
 """
@@ -9,13 +10,15 @@ from collections.abc import Callable
 
 from arbiter.plugin import hookimpl
 
+from arbiter_translators.cgroup import CgroupFreezeTranslator
 from arbiter_translators.control import ControlDocTranslator
 from arbiter_translators.signals import SignalTranslator
 
-__all__ = ["ControlDocTranslator", "SignalTranslator", "arbiter_register_translators"]
+__all__ = ["CgroupFreezeTranslator", "ControlDocTranslator", "SignalTranslator", "arbiter_register_translators"]
 
 
 @hookimpl
 def arbiter_register_translators(register: Callable[[str, type], None]) -> None:
     register("signal", SignalTranslator)
+    register("cgroup_freeze", CgroupFreezeTranslator)
     register("control_doc", ControlDocTranslator)

@@ -1,0 +1,155 @@
+"""``cgroup_freeze``: pause a job by freezing its own cgroup (v2), where the daemon may.
+
+Freezing stops every task of the group at once, children started a moment ago included,
+and nothing in the job can notice or undo it (a SIGSTOP can be caught by a debugger or
+undone by a SIGCONT from the job itself).  It is used only for a cgroup that holds the
+job's processes and nothing else (a ``systemd-run --scope`` or a container), and only where
+the daemon may write ``cgroup.freeze``; otherwise the job is paused with signals.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
+from pydantic import Field
+
+from arbiter_translators.signals import SignalOptions, SignalTranslator
+
+_POLL_S = 0.005
+
+
+def cgroup2_mount(mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """Where the unified (v2) hierarchy is mounted, or None."""
+    try:
+        with open(mountinfo) as fh:
+            for line in fh:
+                left, _, right = line.partition(" - ")
+                if right.split(" ", 1)[0] == "cgroup2":
+                    return left.split()[4].replace("\\040", " ")
+    except OSError:
+        return None
+    return None
+
+
+def cgroup_of(pid: int) -> str | None:
+    """The v2 cgroup path of ``pid`` (``0::/a/b`` → ``/a/b``), or None."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            for line in fh:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        return None
+    return None
+
+
+class CgroupFreezeOptions(SignalOptions):
+    kind: Literal["cgroup_freeze"] = "cgroup_freeze"  # type: ignore[assignment]
+    timeout_s: float = Field(1.0, gt=0, le=30, description="how long to wait for the group to report frozen")
+
+
+class CgroupFreezeTranslator(SignalTranslator):
+    """Freezes the job's own cgroup; falls back to signals where it cannot (see the module)."""
+
+    Options = CgroupFreezeOptions
+
+    def __init__(self, options: CgroupFreezeOptions, context: PluginContext) -> None:
+        super().__init__(options, context)
+        self.options: CgroupFreezeOptions = options
+        self.mount = cgroup2_mount()
+
+    def available(self) -> tuple[bool, str]:
+        ok, why = super().available()
+        if not ok:
+            return ok, why
+        if self.mount is None:
+            return True, "no cgroup v2 hierarchy here: jobs are paused with signals"
+        return True, ""
+
+    def own_cgroup(self, target: JobTarget) -> str | None:
+        """The folder of a cgroup that holds the job's processes and nothing else, whose
+        ``cgroup.freeze`` this account may write; None otherwise."""
+        if self.mount is None or not target.processes:
+            return None
+        root = target.processes[0]
+        if not self._alive(root):
+            return None
+        rel = cgroup_of(root.pid)
+        if rel is None or rel == "/":
+            return None  # never the whole hierarchy
+        folder = os.path.join(self.mount, rel.lstrip("/"))
+        try:
+            with open(os.path.join(folder, "cgroup.procs")) as fh:
+                members = {int(x) for x in fh.read().split()}
+        except (OSError, ValueError):
+            return None
+        if not members or not members <= {r.pid for r in target.processes}:
+            return None  # others share it: freezing it would pause them too
+        if not os.access(os.path.join(folder, "cgroup.freeze"), os.W_OK):
+            return None
+        return folder
+
+    def _alive(self, ref: ProcessRef) -> bool:
+        try:
+            return self._signaller.send(ref, 0)  # signal 0: only the start-time check
+        except (OSError, ValueError):
+            return False
+
+    def _set(self, folder: str, frozen: bool) -> None:
+        with open(os.path.join(folder, "cgroup.freeze"), "w") as fh:
+            fh.write("1" if frozen else "0")
+
+    @staticmethod
+    def is_frozen(folder: str) -> bool:
+        try:
+            with open(os.path.join(folder, "cgroup.events")) as fh:
+                return "frozen 1" in fh.read().splitlines()
+        except OSError:
+            return False
+
+    def pause(self, target: JobTarget) -> list[ProcessRef]:
+        folder = self.own_cgroup(target)
+        if folder is None:
+            return super().pause(target)
+        try:
+            self._set(folder, True)
+        except OSError as exc:
+            raise PluginError(f"could not freeze {folder} for job {target.name!r}: {exc.strerror or exc}") from None
+        deadline = time.monotonic() + self.options.timeout_s
+        while not self.is_frozen(folder):
+            if time.monotonic() > deadline:
+                self._set(folder, False)
+                raise PluginError(
+                    f"{folder} did not report frozen within {self.options.timeout_s:g}s; job {target.name!r} "
+                    "was left running (a task in uninterruptible sleep delays freezing)"
+                )
+            time.sleep(_POLL_S)
+        return list(target.processes)
+
+    def resume(self, refs: Sequence[ProcessRef]) -> None:
+        folders = set()
+        for ref in refs:
+            rel = cgroup_of(ref.pid) if self.mount and self._alive(ref) else None
+            if rel and rel != "/":
+                folders.add(os.path.join(self.mount or "", rel.lstrip("/")))
+        errors = []
+        for folder in folders:
+            if self.is_frozen(folder):
+                try:
+                    self._set(folder, False)
+                except OSError as exc:
+                    errors.append(f"could not thaw {folder}: {exc.strerror or exc}")
+        # anything paused with signals instead (or by an earlier daemon) continues too
+        super().resume(refs)
+        if errors:
+            raise PluginError("; ".join(errors))
+
+    def terminate(self, target: JobTarget) -> None:
+        folder = self.own_cgroup(target)
+        if folder is not None and self.is_frozen(folder):
+            self._set(folder, False)  # a frozen task cannot act on SIGTERM
+        super().terminate(target)

@@ -1,0 +1,145 @@
+"""``cgroup_freeze`` against a real cgroup v2 folder (where this account may make one), and
+its fallback to signals for a cgroup the job shares."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from arbiter.plugin import JobTarget, PluginContext, ProcessRef
+from arbiter_translators import CgroupFreezeTranslator, arbiter_register_translators
+from arbiter_translators.cgroup import cgroup2_mount
+
+COUNTER = "import sys, time\nn = 0\nwhile True:\n    n += 1\n    open(sys.argv[1], 'w').write(str(n))\n    time.sleep(0.01)"
+
+
+def ref(proc: subprocess.Popen[bytes]) -> ProcessRef:
+    return ProcessRef(proc.pid, psutil.Process(proc.pid).create_time())
+
+
+def count(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.fixture
+def translator(tmp_path: Path) -> CgroupFreezeTranslator:
+    return CgroupFreezeTranslator(CgroupFreezeTranslator.Options(), PluginContext(state_dir=tmp_path))
+
+
+@pytest.fixture
+def own_group() -> Iterator[Path]:
+    mount = cgroup2_mount()
+    if mount is None:
+        pytest.skip("no cgroup v2 hierarchy on this host")
+    folder = Path(mount) / f"arbiter-test-{uuid.uuid4().hex[:8]}"
+    try:
+        folder.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot make a cgroup here ({exc.strerror})")
+    try:
+        yield folder
+    finally:
+        for pid in (folder / "cgroup.procs").read_text().split():
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 5
+        while (folder / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        folder.rmdir()
+
+
+def test_registered_beside_signal() -> None:
+    seen: dict[str, type] = {}
+    arbiter_register_translators(lambda name, cls: seen.__setitem__(name, cls))
+    assert seen["cgroup_freeze"] is CgroupFreezeTranslator
+    assert {"pause", "resume", "terminate", "kill"} <= CgroupFreezeTranslator.actions
+
+
+def test_a_job_alone_in_its_cgroup_is_frozen_and_thawed(translator, own_group: Path, tmp_path: Path) -> None:
+    out = tmp_path / "n"
+    proc = subprocess.Popen([sys.executable, "-c", COUNTER, str(out)])
+    try:
+        (own_group / "cgroup.procs").write_text(str(proc.pid))
+        while count(out) < 3:
+            time.sleep(0.01)
+        target = JobTarget("j1", "counter", (ref(proc),))
+        assert translator.own_cgroup(target) == str(own_group)
+        started = time.monotonic()
+        assert translator.pause(target) == [ref(proc)]
+        print(f"\nfroze the job's cgroup in {1000 * (time.monotonic() - started):.2f} ms")
+        assert translator.is_frozen(str(own_group))
+        frozen_at = count(out)
+        time.sleep(0.2)
+        assert count(out) == frozen_at
+        assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED  # frozen, not SIGSTOPped
+        translator.resume([ref(proc)])
+        assert not translator.is_frozen(str(own_group))
+        deadline = time.monotonic() + 3
+        while count(out) <= frozen_at and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert count(out) > frozen_at
+        translator.pause(target)
+        translator.terminate(target)  # thawed first, so SIGTERM ends it
+        assert proc.wait(5) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_a_cgroup_shared_with_other_processes_is_never_frozen(translator, tmp_path: Path) -> None:
+    out = tmp_path / "n"
+    proc = subprocess.Popen([sys.executable, "-c", COUNTER, str(out)])  # in the test runner's own cgroup
+    try:
+        target = JobTarget("j1", "counter", (ref(proc),))
+        assert translator.own_cgroup(target) is None
+        paused = translator.pause(target)
+        assert paused == [ref(proc)]
+        deadline = time.monotonic() + 3
+        while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED  # signals instead
+        translator.resume(paused)
+        deadline = time.monotonic() + 3
+        while psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_root_of_the_hierarchy_is_never_a_jobs_own(translator, tmp_path: Path, monkeypatch) -> None:
+    from arbiter_translators import cgroup
+
+    monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: "/")
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert translator.own_cgroup(JobTarget("j", "x", (ref(proc),))) is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_mountinfo_parsing(tmp_path: Path) -> None:
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        "30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu\n"
+        "35 25 0:31 / /sys/fs/cgroup/unified rw,relatime shared:14 - cgroup2 cgroup2 rw\n"
+    )
+    assert cgroup2_mount(str(info)) == "/sys/fs/cgroup/unified"
+    info.write_text("30 25 0:26 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n")
+    assert cgroup2_mount(str(info)) is None

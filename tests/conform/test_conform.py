@@ -1,0 +1,71 @@
+"""The conformance kit: llmbatch passes at 0.1, 0.3 and 0.7; a job that lies fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from arbiter.conform import SpecResult, judge
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+def conform(path: Path, *args: str) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, "-m", "arbiter", "conform", str(path), "--json", *args],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_llmbatch_holds_its_duties() -> None:
+    code, report = conform(ROOT / "examples" / "llmbatch")
+    results = {r["name"]: r for r in report["results"]}
+    assert set(results) == {"duty-0.1", "duty-0.3", "duty-0.7"}
+    for r in results.values():
+        print(f"\n{r['name']}: asked {r['asked']}, reported {r['reported']:.3f}, measured {r['measured']:.3f}")
+        assert r["verdict"] == "pass", r
+        assert abs(r["measured"] - r["asked"]) < 0.1 and r["measured_by"] == "CPU time of its busiest thread"
+    assert code == 0
+
+
+def test_a_job_that_lies_about_its_duty_fails() -> None:
+    code, report = conform(HERE / "liar")
+    [r] = report["results"]
+    assert code == 1 and r["verdict"] == "fail"
+    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.8
+    assert any("over 0.40" in why for why in r["why"]) and any("disagree" in why for why in r["why"])
+
+
+def test_a_spec_whose_gpu_apis_the_host_lacks_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "conformance.yaml").write_text(
+        'command: ["{python}", "-c", "pass"]\nspecs:\n  - {name: needs-metal, duty: 0.5, apis_any: [metal]}\n'
+    )
+    code, report = conform(tmp_path)
+    [r] = report["results"]
+    assert code == 0 and r["verdict"] == "skip" and "metal" in r["why"][0]
+
+
+def test_a_job_that_never_reports_a_phase_fails(tmp_path: Path) -> None:
+    (tmp_path / "conformance.yaml").write_text('command: ["{python}", "-c", "pass"]\nspecs:\n  - {name: silent, duty: 0.5}\n')
+    code, report = conform(tmp_path)
+    assert code == 1 and "no phase" in report["results"][0]["why"][0]
+
+
+@pytest.mark.parametrize(
+    ("reports", "measured", "verdict", "why"),
+    [
+        ([{"busy": 0.29, "duty": 0.3}, {"busy": 0.31, "duty": 0.3}], 0.32, "pass", ""),
+        ([], 0.3, "fail", "no gpu_duty metric"),
+        ([{"busy": 0.3, "duty": 1.0}], 0.3, "fail", "not the 0.3 it was given"),
+        ([{"busy": 0.45, "duty": 0.3}], 0.45, "fail", "reports running at 0.45"),
+        ([{"busy": 0.3, "duty": 0.3}], 0.9, "fail", "disagree"),
+        ([{"busy": 0.3, "duty": 0.3}], None, "fail", "cannot measure"),
+    ],
+)
+def test_judge(reports: list[dict], measured: float | None, verdict: str, why: str) -> None:
+    result = judge(SpecResult("s", 0.3, measured=measured, measured_by="no reader"), reports)
+    assert result.verdict == verdict and why in " ".join(result.why)
