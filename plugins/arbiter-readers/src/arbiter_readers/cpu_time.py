@@ -27,8 +27,12 @@ def _proc_stat_busy_ns(pid: int, ns_per_tick: float) -> int | None:
     One read per process: psutil takes about five times as long for the same numbers, and
     the daemon reads every protected process and job on each tick.
     """
+    return _proc_stat_busy_ns_path(f"/proc/{pid}/stat", ns_per_tick)
+
+
+def _proc_stat_busy_ns_path(path: str, ns_per_tick: float) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
+        with open(path, "rb") as fh:
             data = fh.read()
     except OSError:
         return None
@@ -38,8 +42,25 @@ def _proc_stat_busy_ns(pid: int, ns_per_tick: float) -> int | None:
     return round((int(fields[11]) + int(fields[12])) * ns_per_tick)
 
 
+def _threads_busy_ns(pid: int, ns_per_tick: float) -> dict[str, int]:
+    """Each thread's utime + stime, as engine ``thread:<tid>``."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        busy = _proc_stat_busy_ns_path(f"/proc/{pid}/task/{tid}/stat", ns_per_tick)
+        if busy is not None:
+            out[f"thread:{tid}"] = busy
+    return out
+
+
 class CpuTimeOptions(KindOptions):
     kind: Literal["cpu_time"] = "cpu_time"
+    #: each thread its own engine, so the busiest thread is the measure (a job whose units run
+    #: on one thread, beside threads doing other work)
+    threads: bool = False
 
 
 class CpuTimeReader(Reader):
@@ -56,6 +77,11 @@ class CpuTimeReader(Reader):
         if _LINUX:
             ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
             for pid in pids:
+                if self.options.threads:  # type: ignore[attr-defined]
+                    engines = _threads_busy_ns(pid, ns_per_tick)
+                    if engines:
+                        processes[pid] = ProcessGpu(busy_ns=engines)
+                    continue
                 busy = _proc_stat_busy_ns(pid, ns_per_tick)
                 if busy is not None:
                     processes[pid] = ProcessGpu(busy_ns={ENGINE: busy})
@@ -69,6 +95,13 @@ class CpuTimeReader(Reader):
                     times = proc.cpu_times()
             except psutil.Error:
                 continue  # gone, or not ours to read: it reads as absent, like a GPU reader's
+            if self.options.threads:  # type: ignore[attr-defined]
+                try:
+                    threads = proc.threads()
+                except psutil.Error:
+                    continue
+                processes[pid] = ProcessGpu(busy_ns={f"thread:{t.id}": round((t.user_time + t.system_time) * 1e9) for t in threads})
+                continue
             busy_ns = round((times.user + times.system) * 1e9)
             processes[pid] = ProcessGpu(busy_ns={ENGINE: busy_ns})
         return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)
