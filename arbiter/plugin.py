@@ -204,6 +204,9 @@ class Reader(_Kind):
 
     #: a stand-in reader (not a GPU) counts only where the node config allows it
     stand_in: ClassVar[bool] = False
+    #: without ``readers:`` in the node config, readers are tried lowest first (then by
+    #: name): a vendor's own per-process accounting before a generic one
+    preference: ClassVar[int] = 50
 
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         self.options = options

@@ -34,7 +34,7 @@ def plugin_module(name: str, kind: str = "every", cls: type = Every) -> types.Mo
 
 SHIPPED = {
     "matchers": ("arbiter-matchers", {"matchers/process"}),
-    "readers": ("arbiter-readers", {"readers/cpu_time"}),
+    "readers": ("arbiter-readers", {"readers/cpu_time", "readers/drm_fdinfo", "readers/nvml", "readers/macos_ioreg"}),
     "sources": ("arbiter-sources", {"sources/jsonl", "sources/log", "sources/exec", "sources/on_exec"}),
     "translators": ("arbiter-translators", {"translators/signal", "translators/cgroup_freeze", "translators/control_doc"}),
     "testing": ("arbiter-testing", {"readers/fake"}),

@@ -61,8 +61,11 @@ class Observer:
         self.host = host
         self.readers: list[tuple[str, Reader | None, str]] = []
         context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid())
+        installed = {name: host.kinds["readers"][name].cls for name in host.kind_names("readers")}
         blocks = config.reader_blocks() or [
-            KindBlock(kind=name) for name in host.kind_names("readers") if not host.kinds["readers"][name].cls.stand_in  # type: ignore[attr-defined]
+            KindBlock(kind=name)
+            for name in sorted(installed, key=lambda n: (installed[n].preference, n))  # type: ignore[attr-defined]
+            if not installed[name].stand_in  # type: ignore[attr-defined]
         ]
         for block in blocks:
             info = host.kind("readers", block.kind)

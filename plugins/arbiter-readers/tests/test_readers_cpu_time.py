@@ -14,7 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from arbiter.plugin import PluginContext
-from arbiter_readers import CpuTimeReader, arbiter_register_readers
+from arbiter_readers import CpuTimeReader, DrmFdinfoReader, MacosIoregReader, NvmlReader, arbiter_register_readers
 from arbiter_readers.cpu_time import NOT_ALLOWED
 
 
@@ -46,8 +46,14 @@ def idle() -> Iterator[int]:
 def test_registers_cpu_time_as_a_stand_in() -> None:
     seen: dict[str, type] = {}
     arbiter_register_readers(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen == {"cpu_time": CpuTimeReader}
+    assert seen == {
+        "cpu_time": CpuTimeReader,
+        "drm_fdinfo": DrmFdinfoReader,
+        "nvml": NvmlReader,
+        "macos_ioreg": MacosIoregReader,
+    }
     assert CpuTimeReader.stand_in is True
+    assert not any(cls.stand_in for name, cls in seen.items() if name != "cpu_time")
 
 
 def test_options_take_no_fields() -> None:
