@@ -181,9 +181,12 @@ class Kit:
                 os.kill(proc.pid, NUDGE_SIGNAL)
                 time.sleep(spec.settle_s)
                 offset = events.stat().st_size
-                pids = self._tree(proc.pid)
-                first = self._read(pids, conf)
+                before = self._tree(proc.pid)
+                first = self._read(before, conf)
                 time.sleep(spec.window_s)
+                # workers that started or ended during the window count: both trees, both readings
+                pids = sorted(set(before) | set(self._tree(proc.pid)))
+                first = self._read(pids, conf) if pids != before else first
                 last = self._read(pids, conf)
                 reports = _metrics(events, offset)
                 device = reports[-1].get("device", "gpu") if reports else "gpu"
@@ -230,7 +233,9 @@ class Kit:
 
     @staticmethod
     def _measure(first: dict[str, GpuReading], last: dict[str, GpuReading], pids: list[int], device: str) -> tuple[float | None, str]:
-        names = ["cpu"] if device == "cpu" else [n for n in first if n != "cpu"]
+        # GPU time wherever a reader reads it, whatever the job says; its CPU time only when
+        # no GPU reader reads and the job says its units run on the CPU
+        names = [n for n in first if n != "cpu"] + (["cpu"] if device == "cpu" else [])
         whys = []
         for name in names:
             a, b = first[name], last[name]
@@ -253,14 +258,18 @@ class Kit:
                 proc.wait(STOP_GRACE_S)
             except (subprocess.TimeoutExpired, ProcessLookupError):
                 pass
+        # the whole group, even once the job itself exited: children it left must not outlive the kit
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            if proc.poll() is not None:
-                break
             try:
                 os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
                 proc.wait(STOP_GRACE_S)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
+            except subprocess.TimeoutExpired:
                 pass
+            if sig == signal.SIGTERM:
+                time.sleep(0.2)  # its children's turn to exit on SIGTERM
         proc.wait()
 
 

@@ -77,9 +77,25 @@ def test_scale_sizes_units_to_the_duty_share_of_a_second() -> None:
     assert duty.scale() == 1.0
     duty.set(0.2)
     run_unit(duty, clock, 0.8)
-    assert duty.scale() == pytest.approx(0.25)
+    assert duty.scale() == pytest.approx(0.25)  # a unit a quarter the size fits 0.2 s
+    size = 16 * duty.scale()
+    run_unit(duty, clock, 0.8 * size / 16)  # the caller sized it from the last one
+    assert duty.scale() == pytest.approx(1.0)  # and it now fits: sizes settle, never alternate
     run_unit(duty, clock, 0.05)
-    assert duty.scale() == 1.0
+    assert duty.scale() == pytest.approx(4.0)  # small units may grow
+
+
+def test_a_pause_while_idling_buys_no_units_back_to_back(tmp_path: Path) -> None:
+    ctl = control(tmp_path, duty=0.5)
+    duty = Duty(ctl)
+    threading.Timer(0.05, write_control_document, (ctl.path, "paused", 0.5, 2)).start()
+    threading.Timer(0.6, write_control_document, (ctl.path, "run", 0.5, 3)).start()
+    with duty.unit():
+        time.sleep(0.1)  # due: 0.1 s idle; a 0.5 s pause falls in it
+    started = time.monotonic()
+    with duty.unit():
+        time.sleep(0.1)
+    assert time.monotonic() - started >= 0.19  # its own full idle, no credit from the pause
 
 
 def test_gpu_duty_metric_every_two_seconds(tmp_path: Path) -> None:

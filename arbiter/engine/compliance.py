@@ -37,9 +37,17 @@ def untrusted_reason(name: str, trust: NameTrust, now: float) -> Reason:
     )
 
 
+def prune(trust: NameTrust, cp: CompliancePolicy, now: float) -> NameTrust:
+    """Forget strikes older than the window and a distrust that has run out."""
+    strikes = tuple(t for t in trust.strikes if now - t < cp.strike_window_s)
+    until = trust.untrusted_until if trust.untrusted_until is not None and now < trust.untrusted_until else None
+    return NameTrust(strikes, until)
+
+
 def check(
     job: JobObs,
     asked: float | None,
+    capped: bool,
     told_paused: bool,
     jc: JobCompliance,
     trust: NameTrust,
@@ -51,20 +59,24 @@ def check(
 
     :param asked: the duty it was asked to hold over the sample (None: it was not running
         under a duty below 1, so there is nothing to verify).
-    :param told_paused: its control document says paused (a cooperative pause).
+    :param capped: it would run at a duty below 1, so what it uses must be readable.
+    :param told_paused: its control document says paused (a cooperative pause); the
+        decision that said so set ``jc.told_at``.
     """
     events: list[TimelineEvent] = []
-    strikes = tuple(t for t in trust.strikes if now - t < cp.strike_window_s)
-    if trust.untrusted_until is not None and now >= trust.untrusted_until:
-        trust = NameTrust(strikes, None)
-    else:
-        trust = replace(trust, strikes=strikes)
+    trust = prune(trust, cp, now)
+    if not told_paused:
+        jc = replace(jc, told_at=None, busy_while_told_paused=0)
     fresh = job.measured_at is not None and (jc.last_sample_at is None or job.measured_at > jc.last_sample_at)
     if fresh:
-        jc = replace(jc, last_sample_at=job.measured_at, measured=job.measured)
+        # a sample counts against a pause only when all of it came after the job was told
+        after_told = jc.told_at is not None and jc.last_sample_at is not None and jc.last_sample_at >= jc.told_at
+        jc = replace(jc, last_sample_at=job.measured_at, measured=job.measured,
+                     unverified=capped and job.measured is None)
         if told_paused:
             using = job.measured is None or job.measured > busy_threshold
-            jc = replace(jc, busy_while_told_paused=jc.busy_while_told_paused + 1 if using else 0, over=0)
+            count = jc.busy_while_told_paused + 1 if using and after_told else 0 if not using else jc.busy_while_told_paused
+            jc = replace(jc, busy_while_told_paused=count, over=0)
         elif asked is not None and job.measured is not None:
             jc = replace(jc, over=jc.over + 1 if job.measured > asked + cp.tolerance else 0, busy_while_told_paused=0)
         else:
@@ -87,8 +99,8 @@ def check(
                     codes.GPU_DUTY_EXCEEDED, job.job_id,
                     f"job {job.name} ran at {job.measured:.2f} for {cp.over_samples} samples, over its duty {asked:.2f} "
                     f"+ {cp.tolerance:g}: paused {cp.pause_s:g}s (strike {len(strikes)} of {cp.strikes_to_stop})", data))
-    if not told_paused:
-        jc = replace(jc, busy_while_told_paused=0)
+    if not capped:
+        jc = replace(jc, unverified=False)
 
     holds: list[Reason] = []
     stop: Reason | None = None
@@ -106,7 +118,7 @@ def check(
             ))
         else:
             jc = replace(jc, paused_until=None)
-    if asked is not None and job.measured_at is not None and job.measured is None and not told_paused:
+    if jc.unverified:  # until a readable sample says otherwise: fail safe between ticks too
         holds.append(Reason(
             codes.GPU_DUTY_UNVERIFIED,
             "its GPU time cannot be read, so the duty it holds cannot be verified",

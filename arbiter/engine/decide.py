@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from arbiter.engine import codes
 from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
+from arbiter.engine.compliance import prune as prune_trust
 from arbiter.engine.compliance import untrusted_reason
 from arbiter.engine.types import (
     Action,
@@ -387,6 +388,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         checked = check_compliance(
             job,
             prev_v.duty if running_at_duty and prev_v else None,
+            job.uses_gpu and job.max_duty < 1.0,
             bool(prev_v and prev_v.state == "paused" and prev_v.via == "control"),
             prev.compliance.get(job.job_id, JobCompliance()),
             trust.get(job.name, NameTrust()),
@@ -398,6 +400,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         trust[job.name] = checked.trust
         events.extend(checked.events)
         verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked)
+        if verdict.state == "paused" and verdict.via == "control" and not (prev_v and prev_v.state == "paused"):
+            compliance[job.job_id] = replace(checked.state, told_at=now)  # told now: samples count from here
         verdicts[job.job_id] = verdict
         if verdict.state == "run" and job.uses_gpu:
             gpu_jobs_running.append(job.job_id)
@@ -412,6 +416,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         reason = next(n for n in notices if n.code == code)
         events.append(TimelineEvent(code, "node", reason.message, dict(reason.evidence)))
 
-    trust = {name: t for name, t in trust.items() if t.strikes or t.untrusted(now)}
+    trust = {name: t for name, t in ((n, prune_trust(t, policy.compliance, now)) for n, t in trust.items())
+             if t.strikes or t.untrusted(now)}
     state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust)
     return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices)

@@ -117,7 +117,9 @@ class JobCompliance:
     paused_until: float | None = None  # paused for exceeding its duty until then
     stopped_at: float | None = None  # stopped for the last strike
     busy_while_told_paused: int = 0  # samples it used the GPU after its document said paused
+    told_at: float | None = None  # when its document was first seen saying paused
     measured: float | None = None  # the last sample
+    unverified: bool = False  # its last sample could not be read while it needs a duty below 1
 
 
 @dataclass(frozen=True)

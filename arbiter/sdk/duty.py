@@ -83,23 +83,26 @@ class Duty:
             self._sleep(seconds)
         self.idle_s += self._clock() - started
 
-    def _gate(self) -> None:
-        """Before a unit: wait while paused or at duty 0; raise on stop."""
+    def _gate(self) -> bool:
+        """Wait while paused or at duty 0; raise on stop.  True when it had to wait."""
+        waited = False
         while True:
             self._take_control()
             paused = self.ctl is not None and self.ctl.state == "paused"
             if not paused and self._duty > 0:
-                return
+                return waited
             if self.ctl is None:
                 raise RuntimeError("duty 0 without a control document would wait for ever; set() a duty above 0")
             self._wait(_WAIT_SLICE_S)
+            waited = True
 
     def scale(self) -> float:
-        """How much smaller the next units should be (≤ 1) for one to fit the duty's share
-        of a second; 1 until a unit has run."""
+        """The size of the next unit relative to the last one for it to fit the duty's share
+        of a second (below 1: make it smaller; above 1: it may grow); 1 until a unit has run.
+        Multiply the last unit's size by it, and keep the result within the job's own limits."""
         if not self._last_unit_s or self._duty <= 0:
             return 1.0
-        return min(1.0, self._duty / self._last_unit_s)
+        return self._duty / self._last_unit_s
 
     # --- units ----------------------------------------------------------------------------
 
@@ -108,7 +111,8 @@ class Duty:
         """One unit of GPU work; idles for the duty after it."""
         if self._closed:
             raise RuntimeError("this Duty was closed")
-        self._gate()
+        if self._gate():
+            self._overslept = 0.0
         started = self._clock()
         yield
         ended = self._clock()
@@ -121,15 +125,16 @@ class Duty:
         self._maybe_report()
 
     def _idle_after(self, busy: float, ended: float) -> None:
+        held = False  # paused (or at duty 0) during this idle
         while True:
-            self._gate()
+            held = self._gate() or held
             due = busy * (1.0 - self._duty) / self._duty
-            credit = min(self._overslept, due)
+            credit = 0.0 if held else min(self._overslept, due)
             left = ended + due - credit - self._clock()
             if left <= 0:
-                # a sleep's overshoot is given back on the next idle, at most one idle's worth
-                # (a long pause must not buy a burst of units back to back)
-                self._overslept = min(due, self._overslept - credit + max(0.0, -left))
+                # a sleep's overshoot is given back on the next idle, at most one idle's worth;
+                # time spent paused is not idle owed back (units must not run back to back)
+                self._overslept = 0.0 if held else min(due, self._overslept - credit + max(0.0, -left))
                 return
             duty_before = self._duty
             self._wait(min(left, _WAIT_SLICE_S) if self.ctl is not None else left)

@@ -69,3 +69,22 @@ def test_a_job_that_never_reports_a_phase_fails(tmp_path: Path) -> None:
 def test_judge(reports: list[dict], measured: float | None, verdict: str, why: str) -> None:
     result = judge(SpecResult("s", 0.3, measured=measured, measured_by="no reader"), reports)
     assert result.verdict == verdict and why in " ".join(result.why)
+
+
+def test_children_a_job_leaves_behind_do_not_outlive_the_kit(tmp_path: Path) -> None:
+    import psutil
+
+    marker = f"arbiter-conform-leak-{tmp_path.name}"
+    (tmp_path / "job.py").write_text(
+        "import json, os, subprocess, time\n"
+        f"subprocess.Popen(['sleep', '300', '{marker}'])\n"
+        "open(os.environ['ARBITER_EVENTS'], 'a').write(json.dumps({'event': 'phase', 'phase': 'x'}) + '\\n')\n"
+        "time.sleep(1)\n"  # exits on its own during the settle, leaving its child
+    )
+    (tmp_path / "conformance.yaml").write_text(
+        'command: ["{python}", "job.py"]\nspecs:\n  - {name: leaves-a-child, duty: 0.5, window_s: 1, settle_s: 1.5}\n'
+    )
+    code, report = conform(tmp_path)
+    assert code == 1 and "exited" in report["results"][0]["why"][0]
+    left = [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    assert not left

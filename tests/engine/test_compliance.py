@@ -175,8 +175,10 @@ def test_a_cooperative_job_still_busy_two_samples_after_being_told_to_pause_is_p
     run.at(1.0, job(None, None, caps=caps, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "control"
     run.at(2.0, job(0.8, 2.0, caps=caps, max_duty=1.0), rules=on)
-    assert run.last.jobs["j1"].via == "control"  # one sample: it may be finishing a unit
+    assert run.last.jobs["j1"].via == "control"  # this sample began before it was told
     run.at(4.0, job(0.8, 4.0, caps=caps, max_duty=1.0), rules=on)
+    assert run.last.jobs["j1"].via == "control"  # one whole sample: it may be finishing a unit
+    run.at(6.0, job(0.8, 6.0, caps=caps, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "tree" and [a.op for a in run.last.actions] == ["pause"]
 
 
@@ -190,3 +192,24 @@ def test_a_cooperative_job_that_obeys_stays_paused_through_its_document() -> Non
     for t in (1.0, 2.0, 4.0, 6.0):
         run.at(t, job(0.8 if t == 2.0 else 0.0, t, caps=caps, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "control"
+
+
+def test_an_unreadable_job_stays_held_between_samples_and_until_one_reads() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    run.at(2.0, job(None, 2.0))
+    for t in (2.5, 3.0, 4.0, 6.0):  # decisions between ticks, and more unreadable samples
+        run.at(t, job(None, 4.0 if t >= 4.0 else 2.0))
+        assert run.last.jobs["j1"].state == "paused" and run.codes() == [codes.GPU_DUTY_UNVERIFIED], t
+        assert "resume" not in [a.op for a in run.last.actions]
+    run.at(8.0, job(0.0, 8.0))
+    assert run.last.jobs["j1"].state == "run"
+
+
+def test_strikes_of_names_without_a_job_are_forgotten_after_the_window() -> None:
+    run = Run()
+    run.at(0.0, job(None, None))
+    over_three_samples(run, 2.0)
+    assert run.state.trust["batch"].strikes
+    run.at(4000.0)  # no job of that name any more
+    assert "batch" not in run.state.trust

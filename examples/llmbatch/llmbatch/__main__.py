@@ -62,13 +62,14 @@ def run(args: argparse.Namespace) -> int:
                 model.reset()
                 tokens = model.tokenize(prompt)
                 ctl.phase("prefill")
-                i = 0
+                i, chunk = 0, int(args.prefill_chunk)
                 while i < len(tokens):
-                    chunk = max(1, int(args.prefill_chunk * duty.scale()))
                     with duty.unit():
                         for token in tokens[i : i + chunk]:
                             model.feed(token)
                     i += chunk
+                    # the next chunk sized from this one, to fit the duty's share of a second
+                    chunk = max(1, min(int(args.prefill_chunk), int(chunk * duty.scale())))
                 ctl.phase("generate")
                 text: list[int] = []
                 for _ in range(int(args.steps)):

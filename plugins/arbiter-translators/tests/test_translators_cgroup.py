@@ -143,3 +143,44 @@ def test_mountinfo_parsing(tmp_path: Path) -> None:
     assert cgroup2_mount(str(info)) == "/sys/fs/cgroup/unified"
     info.write_text("30 25 0:26 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n")
     assert cgroup2_mount(str(info)) is None
+
+
+def test_a_child_cgroup_holding_a_stranger_is_never_frozen(translator, own_group: Path, tmp_path: Path) -> None:
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    child = own_group / "inner"
+    try:
+        (own_group / "cgroup.procs").write_text(str(job.pid))
+        child.mkdir()
+        (child / "cgroup.procs").write_text(str(stranger.pid))
+        assert translator.own_cgroup(JobTarget("j1", "x", (ref(job),))) is None
+        # and a job with a process outside its cgroup is not its cgroup's alone either
+        assert translator.own_cgroup(JobTarget("j1", "x", (ref(job), ref(stranger)))) == str(own_group)
+    finally:
+        for proc in (job, stranger):
+            proc.kill()
+            proc.wait()
+        deadline = time.monotonic() + 5
+        while (child / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        child.rmdir()
+
+
+def test_a_job_partly_outside_its_cgroup_is_paused_with_signals(translator, own_group: Path) -> None:
+    inside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (own_group / "cgroup.procs").write_text(str(inside.pid))
+        target = JobTarget("j1", "x", (ref(inside), ref(outside)))
+        assert translator.own_cgroup(target) is None
+        translator.pause(target)
+        for proc in (inside, outside):
+            deadline = time.monotonic() + 3
+            while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+        translator.resume(list(target.processes))
+    finally:
+        for proc in (inside, outside):
+            proc.kill()
+            proc.wait()

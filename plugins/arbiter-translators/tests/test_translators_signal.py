@@ -58,10 +58,11 @@ def status_becomes(pid: int, wanted: str, timeout: float = 5.0) -> str:
         time.sleep(0.005)
 
 
-def test_registers_both_kinds() -> None:
+def test_registers_every_kind() -> None:
     seen: dict[str, type] = {}
     arbiter_register_translators(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen == {"signal": SignalTranslator, "control_doc": ControlDocTranslator}
+    assert seen["signal"] is SignalTranslator and seen["control_doc"] is ControlDocTranslator
+    assert set(seen) == {"signal", "control_doc", "cgroup_freeze"}
     assert SignalTranslator.actions == {"pause", "resume", "terminate", "kill"}
     assert ControlDocTranslator.actions == {"control"}
 

@@ -82,13 +82,19 @@ class CgroupFreezeTranslator(SignalTranslator):
         if rel is None or rel == "/":
             return None  # never the whole hierarchy
         folder = os.path.join(self.mount, rel.lstrip("/"))
+        job = {r.pid for r in target.processes}
+        members: set[int] = set()
         try:
-            with open(os.path.join(folder, "cgroup.procs")) as fh:
-                members = {int(x) for x in fh.read().split()}
+            for here, _dirs, files in os.walk(folder):  # freezing a folder freezes its children too
+                if "cgroup.procs" in files:
+                    with open(os.path.join(here, "cgroup.procs")) as fh:
+                        members.update(int(x) for x in fh.read().split())
         except (OSError, ValueError):
             return None
-        if not members or not members <= {r.pid for r in target.processes}:
+        if not members or not members <= job:
             return None  # others share it: freezing it would pause them too
+        if members != job:
+            return None  # some of the job lives elsewhere: only signals reach all of it
         if not os.access(os.path.join(folder, "cgroup.freeze"), os.W_OK):
             return None
         return folder
@@ -105,9 +111,19 @@ class CgroupFreezeTranslator(SignalTranslator):
 
     @staticmethod
     def is_frozen(folder: str) -> bool:
+        """The group reports it has finished freezing."""
         try:
             with open(os.path.join(folder, "cgroup.events")) as fh:
                 return "frozen 1" in fh.read().splitlines()
+        except OSError:
+            return False
+
+    @staticmethod
+    def freeze_asked(folder: str) -> bool:
+        """A freeze was asked (it may not have completed: a crash in between must still thaw)."""
+        try:
+            with open(os.path.join(folder, "cgroup.freeze")) as fh:
+                return fh.read().strip() == "1"
         except OSError:
             return False
 
@@ -138,7 +154,7 @@ class CgroupFreezeTranslator(SignalTranslator):
                 folders.add(os.path.join(self.mount or "", rel.lstrip("/")))
         errors = []
         for folder in folders:
-            if self.is_frozen(folder):
+            if self.freeze_asked(folder):
                 try:
                     self._set(folder, False)
                 except OSError as exc:
@@ -150,6 +166,6 @@ class CgroupFreezeTranslator(SignalTranslator):
 
     def terminate(self, target: JobTarget) -> None:
         folder = self.own_cgroup(target)
-        if folder is not None and self.is_frozen(folder):
+        if folder is not None and self.freeze_asked(folder):
             self._set(folder, False)  # a frozen task cannot act on SIGTERM
         super().terminate(target)
