@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from arbiter.certificates import Certificate
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS timeline (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -41,6 +43,15 @@ CREATE TABLE IF NOT EXISTS rule_files (
 );
 CREATE TABLE IF NOT EXISTS trust (
     name TEXT PRIMARY KEY, record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS governors (
+    rule TEXT PRIMARY KEY, record TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS certificates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, rule TEXT NOT NULL, work TEXT NOT NULL, duty REAL NOT NULL,
+    r REAL NOT NULL, r_low REAL NOT NULL, r_high REAL NOT NULL, margin REAL NOT NULL, run_id TEXT NOT NULL,
+    issued_at REAL NOT NULL, node TEXT NOT NULL, fingerprint TEXT NOT NULL, exe_path TEXT NOT NULL,
+    exe_sha256 TEXT NOT NULL
 );
 """
 
@@ -204,6 +215,38 @@ class Store:
 
     def trust(self) -> dict[str, dict[str, Any]]:
         return {r["name"]: json.loads(r["record"]) for r in self._query("SELECT name, record FROM trust")}
+
+    # --- governors (per rule, wall-clock times) ----------------------------------------------
+
+    @staticmethod
+    def put_governors(db: sqlite3.Connection, records: Mapping[str, Mapping[str, Any]]) -> None:
+        db.execute("DELETE FROM governors")
+        db.executemany("INSERT INTO governors VALUES (?, ?)", [(r, json.dumps(v)) for r, v in records.items()])
+
+    def governors(self) -> dict[str, dict[str, Any]]:
+        return {r["rule"]: json.loads(r["record"]) for r in self._query("SELECT rule, record FROM governors")}
+
+    # --- certificates -----------------------------------------------------------------------
+
+    def add_certificate(self, cert: Certificate) -> int:
+        with self.transaction() as db:
+            cur = db.execute(
+                "INSERT INTO certificates (rule, work, duty, r, r_low, r_high, margin, run_id, issued_at, node,"
+                " fingerprint, exe_path, exe_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (cert.rule, cert.work, cert.duty, cert.r, cert.r_low, cert.r_high, cert.margin, cert.run_id,
+                 cert.issued_at, cert.node, json.dumps(dict(cert.fingerprint)), cert.exe_path, cert.exe_sha256),
+            )
+            return int(cur.lastrowid or 0)
+
+    def certificates(self) -> list[Certificate]:
+        rows = self._query("SELECT * FROM certificates ORDER BY issued_at")
+        return [
+            Certificate(rule=r["rule"], work=r["work"], duty=r["duty"], r=r["r"], r_low=r["r_low"], r_high=r["r_high"],
+                        margin=r["margin"], run_id=r["run_id"], issued_at=r["issued_at"], node=r["node"],
+                        fingerprint=json.loads(r["fingerprint"]), exe_path=r["exe_path"], exe_sha256=r["exe_sha256"],
+                        id=r["id"])
+            for r in rows
+        ]
 
 
 class PausedJournal:

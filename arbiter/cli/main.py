@@ -234,6 +234,36 @@ def helper(
 
 
 @app.command()
+def duty(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """The GPU budget beside protected programs: its ceiling, each rule's governor, each job's duty."""
+    try:
+        answer = Client(config).call("duty")["duty"]
+    except CliError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        _print_json(answer)
+        return
+    from arbiter.cli.render import print_duty
+
+    print_duty(_console(), answer)
+
+
+@app.command()
+def certificates(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """Every certificate: valid, expired or stale, and why."""
+    try:
+        answer = Client(config).call("certificates")["certificates"]
+    except CliError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        _print_json(answer)
+        return
+    from arbiter.cli.render import print_certificates
+
+    print_certificates(_console(), answer)
+
+
+@app.command()
 def conform(
     path: Annotated[Path, typer.Argument(help="a job's folder with conformance.yaml, or the file")],
     spec: Annotated[Optional[str], typer.Option(help="run only this spec")] = None,  # noqa: UP045

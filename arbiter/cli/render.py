@@ -177,3 +177,40 @@ def print_conformance(console: Console, job: str, results: list[Any]) -> None:
             "\n".join(r.why) or "-",
         )
     console.print(table)
+
+
+def print_duty(console: Console, d: dict[str, Any]) -> None:
+    console.print(Text(d["summary"], style="bold"))
+    if d["rules"]:
+        table = Table(title="Governors", expand=True)
+        for col in ("rule", "state", "budget", "ceiling", "baseline/s", "baseline age", "last pressure"):
+            table.add_column(col)
+        for r in d["rules"]:
+            state = r["state"] + (f" ({r['take_back_left_s']:.0f}s left)" if r["take_back_left_s"] else "")
+            table.add_row(r["rule"], state, f"{r['budget']:.2f}", f"{r['ceiling']:.2f}",
+                          "-" if r["baseline"] is None else f"{r['baseline']:.3g}",
+                          "-" if r["baseline_age_s"] is None else f"{r['baseline_age_s']:.0f}s",
+                          "-" if r["pressure"] is None else f"{100 * r['pressure']:.1f}%")
+        console.print(table)
+    table = Table(title="Jobs", expand=True)
+    for col in ("job", "asked", "measured", "state", "why"):
+        table.add_column(col, overflow="fold")
+    for j in d["jobs"]:
+        table.add_row(j["id"], f"{j['asked']:.2f}", "-" if j["measured"] is None else f"{j['measured']:.2f}", j["state"],
+                      _reasons(j["reasons"][:1]))
+    if not d["jobs"]:
+        table.add_row("(none)", "", "", "", "")
+    console.print(table)
+
+
+def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
+    table = Table(title="Certificates", expand=True)
+    for col in ("rule", "work", "duty", "R [interval]", "margin", "status", "why"):
+        table.add_column(col, overflow="fold")
+    style = {"valid": "green", "expired": "yellow", "stale": "red"}
+    for c in certs:
+        table.add_row(c["rule"], c["work"], f"{c['duty']:.2f}", f"{c['r']:.3f} [{c['r_low']:.3f}, {c['r_high']:.3f}]",
+                      f"{c['margin']:.2f}", Text(c["status"], style=style[c["status"]]), c["why"])
+    if not certs:
+        table.add_row("(none)", "", "", "", "", "", "run `arbiter ab sweep --rule RULE` to earn one")
+    console.print(table)

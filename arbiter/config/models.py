@@ -60,6 +60,7 @@ class GovernorConfig(Strict):
 class ComplianceConfig(Strict):
     """How jobs holding a duty below 1 are verified (SPEC section 5, "Compliance")."""
 
+    sample_s: float = Field(2.0, gt=0, le=60, description="how long each sample of a job's measured duty lasts")
     tolerance: Share = Field(0.1, description="measured duty may exceed the asked duty by this much")
     over_samples: int = Field(3, ge=1, description="samples in a row over it before the job is paused")
     pause_s: float = Field(60.0, ge=0, description="how long that pause lasts")

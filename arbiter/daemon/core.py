@@ -37,8 +37,20 @@ from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.sources import HelperKey, SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
+from arbiter.certificates import ExeHasher, fingerprint
+from arbiter.certificates import status as certificate_status
+from arbiter.engine import governor
 from arbiter.engine.compliance import trust_from_record, trust_to_record
-from arbiter.engine.types import Action, CompliancePolicy, Decision, EngineState, Observation, Policy
+from arbiter.engine.types import (
+    Action,
+    CertView,
+    CompliancePolicy,
+    Decision,
+    EngineState,
+    GovernorPolicy,
+    Observation,
+    Policy,
+)
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
 from arbiter.store import JobRecord, PausedJournal, Store
@@ -97,7 +109,10 @@ class Daemon:
         self._engine_state = EngineState()
         self._policy = Policy()
         self._view: TickView | None = None
-        self.sources = SourceBook()  # the decision thread writes it; others only read
+        self.sources = SourceBook(config.governor.period_s)  # the decision thread writes it; others only read
+        self._certs: tuple[CertView, ...] = ()
+        self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
+        self._hasher = ExeHasher()
         # process CPU seconds while ticking and deciding (plugin calls run on pool threads)
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
@@ -144,7 +159,9 @@ class Daemon:
 
         now, now_wall = time.monotonic(), time.time()
         trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
-        self._engine_state = EngineState(trust=trust)  # strikes and distrust outlive a restart
+        governors = {rid: governor.from_record(rec, now, now_wall) for rid, rec in self.store.governors().items()}
+        # strikes, distrust and each rule's governor outlive a restart
+        self._engine_state = EngineState(trust=trust, governors=governors)
         self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
         self.jobs.load(self.store)
         self.rulebook = RuleBook(self.config, self.host, self.store, self._on_source, self._record)
@@ -257,6 +274,7 @@ class Daemon:
         return Policy(
             gpu_jobs=c.gpu_jobs, busy_threshold=c.gpu_busy_threshold, release_after_s=c.gpu_release_after_s,
             stop_grace_s=c.stop_grace_s, compliance=CompliancePolicy(**c.compliance.model_dump()),
+            governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
         )
 
     # --- the tick -------------------------------------------------------------------------------
@@ -281,9 +299,34 @@ class Daemon:
         view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
         self._note_faults(view)
         self._reap(view)
-        self._inbox.put(("tick", (view, *self._read_sources())))
+        self._inbox.put(("tick", (view, *self._read_sources(), self._certificates(view))))
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += time.process_time() - cpu
+
+    def node_fingerprint(self) -> dict[str, Any]:
+        """What a certificate earned here now is bound to."""
+        view = self.snapshot.view
+        return fingerprint(view.machine if view else {}, [])
+
+    def _certificates(self, view: TickView) -> tuple[CertView, ...]:
+        """On the tick thread: every certificate, checked against this node and the protected
+        programs now (hashing an executable is cached by path, size and mtime)."""
+        try:
+            certs = self.store.certificates()
+        except Exception as exc:  # the state database failing must not stop the tick
+            log.warning("cannot read certificates: %s", exc)
+            return ()
+        current = fingerprint(view.machine, [])
+        now_wall = time.time()
+        views, states = [], []
+        for cert in certs:
+            exe_path = view.rule_exes.get(cert.rule)
+            digest = self._hasher.digest(exe_path) if exe_path else None
+            state, why = certificate_status(cert, now_wall, current, (exe_path, digest or "") if exe_path else None)
+            views.append(CertView(cert.rule, cert.work, cert.duty, state == "valid", why))
+            states.append({**cert.to_dict(), "status": state, "why": why})
+        self.certificate_states = states
+        return tuple(views)
 
     def _note_faults(self, view: TickView) -> None:
         """Put each plugin failure on the timeline once, when it starts (not every tick)."""
@@ -347,7 +390,7 @@ class Daemon:
         urgent = False  # a change an immediate rule must act on now, between ticks
         for kind, payload in batch:
             if kind == "tick":
-                self._view, wanted, readings = payload
+                self._view, wanted, readings, self._certs = payload
                 self.sources.sync(wanted, dict(self._view.rule_uids))
                 for key, state in readings.items():
                     self.sources.own(key, state, "tick")
@@ -413,6 +456,8 @@ class Daemon:
             invalid_files=tuple(self.rulebook.invalid_files),
             reader_ok=bool(view.reader),
             reader_why=view.reader_why,
+            certificates=self._certs,
+            memory_available=view.memory_available,
         )
 
     def _target(self, record: JobRecord, view: TickView) -> JobTarget:
@@ -468,6 +513,9 @@ class Daemon:
         if decision.state.trust != self._engine_state.trust:
             trust = {n: trust_to_record(t, now, time.time()) for n, t in decision.state.trust.items()}
             self.recorder.write(lambda db: Store.put_trust(db, trust))
+        if decision.state.governors != self._engine_state.governors:
+            govs = {r: governor.to_record(g, now, time.time()) for r, g in decision.state.governors.items()}
+            self.recorder.write(lambda db: Store.put_governors(db, govs))
         self._engine_state = decision.state
         self.snapshot = Snapshot(decision, view, list(records.values()), time.time())
         with self.jobs.changed:

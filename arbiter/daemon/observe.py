@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any
 
 from arbiter.config.models import KindBlock, NodeConfig
 from arbiter.daemon.rules import RuleBook
 from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
-from arbiter.plugin import GpuReading, PluginContext, ProcessInfo, ProcessRef, Reader
+from arbiter.plugin import GpuReading, HostSignal, PluginContext, ProcessInfo, ProcessRef, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import JobRecord
 
@@ -34,6 +35,9 @@ class TickView:
     rule_uids: Mapping[str, frozenset[int]] = field(default_factory=dict)  # who runs each rule's program
     #: when job_busy was sampled (seconds, monotonic); None on a first reading (no interval yet)
     job_busy_at: float | None = None
+    rule_exes: Mapping[str, str] = field(default_factory=dict)  # rule id → its program's executable
+    memory_available: float | None = None  # share of host memory (the ``memory`` host signal)
+    machine: Mapping[str, Any] = field(default_factory=dict)  # the ``machine`` host signal, as a dict
 
 
 def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, list[int]]:
@@ -82,6 +86,10 @@ class Observer:
                 self.readers.append((block.kind, None, str(exc)))
         self._prev: GpuReading | None = None
         self._prev_reader = ""
+        self._signals: dict[str, HostSignal | None] = {}
+        self._sample_base: tuple[str, GpuReading] | None = None  # where the current job sample began
+        self._job_busy: dict[str, float | None] = {}  # the last job sample
+        self._machine_reading: dict[str, Any] | None = None
 
     def process_table(self) -> list[ProcessInfo]:
         table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table())
@@ -178,13 +186,7 @@ class Observer:
                 else:
                     why = f"{reader_name} cannot read process(es) {sorted(pids & reading.unreadable)}"
             rules[rid] = RuleObs(rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]))
-        job_busy = {jid: (share(r.pid for r in refs) if refs else 0.0) for jid, refs in job_processes.items()}
-        if reading is None:
-            busy_at: float | None = time.monotonic()  # a sample that says: cannot be read
-        elif before is None:
-            busy_at = None  # a first reading: no interval to measure over yet
-        else:
-            busy_at = reading.at_ns / 1e9
+        job_busy, busy_at = self._job_sample(reader_name, reading, job_processes)
         if reading is not None:
             self._prev, self._prev_reader = reading, reader_name
         else:
@@ -203,8 +205,70 @@ class Observer:
             faults=tuple(faults),
             vram=vram,
             job_busy_at=busy_at,
+            rule_exes={rid: by_pid[min(pids)].exe for rid, pids in rule_pids.items() if pids and min(pids) in by_pid},
+            memory_available=self._memory(),
+            machine=self._machine(),
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
         )
+
+    def _job_sample(
+        self, reader_name: str, reading: GpuReading | None, job_processes: Mapping[str, tuple[ProcessRef, ...]]
+    ) -> tuple[dict[str, float | None], float | None]:
+        """Each job's measured duty over one compliance sample (``compliance.sample_s``, 2 s,
+        whatever the tick), and when it was taken; between samples, the last one and None."""
+        if reading is None:
+            self._sample_base = None
+            # unreadable is news at once: a job at a duty below 1 is held on this tick
+            return {jid: None for jid in job_processes}, time.monotonic()
+        base = self._sample_base
+        if base is None or base[0] != reader_name or reading.at_ns < base[1].at_ns:
+            self._sample_base = (reader_name, reading)
+            return self._job_busy, None  # the first reading of a sample: nothing measured yet
+        if reading.at_ns - base[1].at_ns < self.config.compliance.sample_s * 1e9:
+            return self._job_busy, None
+        then = {pid: pg.busy_ns for pid, pg in base[1].processes.items()}
+        now = {pid: pg.busy_ns for pid, pg in reading.processes.items()}
+        busy: dict[str, float | None] = {}
+        for jid, refs in job_processes.items():
+            pids = {r.pid for r in refs}
+            if not refs:
+                busy[jid] = 0.0
+            elif pids & reading.unreadable:
+                busy[jid] = None
+            else:
+                busy[jid] = busy_share(then, base[1].at_ns, now, reading.at_ns, pids)
+        self._sample_base = (reader_name, reading)
+        self._job_busy = busy
+        return busy, reading.at_ns / 1e9
+
+    def _host_signal(self, kind: str) -> Any:
+        """The reading of a host signal plugin, or None where none is installed or it fails."""
+        if kind not in self._signals:
+            info = self.host.kind("host", kind)
+            context = PluginContext(state_dir=self.config.state_path(), daemon_uid=os.geteuid())
+            try:
+                self._signals[kind] = None if info is None else self.host.call(f"host/{kind}", info.cls, info.cls.Options(), context)  # type: ignore[attr-defined]
+            except PluginFailed:
+                self._signals[kind] = None
+        signal = self._signals[kind]
+        if signal is None:
+            return None
+        try:
+            return self.host.call(f"host/{kind}", signal.read)
+        except PluginFailed:
+            return None
+
+    def _memory(self) -> float | None:
+        reading = self._host_signal("memory")
+        share = getattr(reading, "available_share", None)
+        return float(share) if isinstance(share, (int, float)) else None
+
+    def _machine(self) -> dict[str, Any]:
+        if self._machine_reading is None:  # the node does not change while the daemon runs
+            reading = self._host_signal("machine")
+            is_record = is_dataclass(reading) and not isinstance(reading, type)
+            self._machine_reading = asdict(reading) if is_record else {}  # type: ignore[arg-type]
+        return self._machine_reading
 
     def _feed_process_sources(self, rulebook: RuleBook, table: Sequence[ProcessInfo], faults: dict[str, list[str]]) -> None:
         """Sources that watch processes (``on_exec``) see every process their block selects;

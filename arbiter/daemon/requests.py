@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from arbiter import __version__
 from arbiter.config.models import Manifest
-from arbiter.daemon.views import UnknownSubject, explain_view, status_view
+from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed
 
@@ -113,6 +113,10 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         return {"status": status_view(daemon)}
     if op == "explain":
         return {"explain": explain_view(daemon, args.get("subject") or None)}
+    if op == "duty":
+        return {"duty": duty_view(daemon)}
+    if op == "certificates":
+        return {"certificates": list(daemon.certificate_states), "node": daemon.node_fingerprint()}
     if op == "timeline":
         limit = max(1, min(int(args.get("limit", 50)), 10_000))
         return {"events": daemon.store.timeline(limit, args.get("subject"), args.get("code"))}

@@ -211,6 +211,7 @@ class RuleBook:
                 pause_fleet=r.pause_fleet.scope if r.pause_fleet else None,
                 during=tuple(DuringPolicy(d.pause_fleet.scope, tuple(d.tags)) for d in r.during),
                 progress=bool(r.protect and r.protect.source),
+                max_slowdown=r.protect.max_slowdown if r.protect else 0.05,
             )
         return replace(base, rules=rules)
 

@@ -79,7 +79,8 @@ class Slot:
 
 
 class SourceBook:
-    def __init__(self) -> None:
+    def __init__(self, rate_window_s: float = RATE_WINDOW_S) -> None:
+        self.rate_window_s = rate_window_s  # the governor's period: its rates are over one
         self.slots: dict[SlotKey, Slot] = {}
         self._pending: dict[SlotKey, float] = {}  # changes not yet decided on → when they were seen
         self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)  # every source's, together
@@ -159,7 +160,7 @@ class SourceBook:
             return None
         if reading.state.rate is not None:
             return reading.state.rate
-        return rate(list(slot.samples), now, RATE_WINDOW_S)
+        return rate(list(slot.samples), now, self.rate_window_s)
 
     def decided(self, at: float) -> list[float]:
         """Every change waiting for a decision was just decided on: their latencies (ms)."""

@@ -134,3 +134,61 @@ def explain_view(daemon: Daemon, subject: str | None = None) -> dict[str, Any]:
         return {"subject": subject, "items": [item, *held], "notices": notices}
     known = sorted({r.id for r in snap.jobs} | {r.name for r in snap.jobs} | set(dict(daemon.rulebook.live)))
     raise UnknownSubject(f"no job or tenant is called {subject!r}; known: {', '.join(known) or 'none'}")
+
+
+def _job_duty_state(item: dict[str, Any], verdict: JobVerdict | None) -> str:
+    codes_ = [r["code"] for r in item["reasons"]]
+    if verdict is not None and verdict.state == "stopping":
+        return "stopped"
+    if "JOB_UNTRUSTED" in codes_:
+        return "not trusted"
+    if item["use"] != "none" and "cooperative_throttle" not in item["capabilities"] and item["state"] != "run":
+        return "cannot throttle"
+    if item["state"] != "run":
+        return "held"
+    measured = item["measured_busy"]
+    if measured is not None and item["duty"] < 1 and measured > item["duty"] + 0.1:
+        return "over its duty"
+    return "holds its duty"
+
+
+def duty_view(daemon: Daemon) -> dict[str, Any]:
+    """The budget, each rule's governor and each job's asked and measured duty."""
+    snap = daemon.snapshot
+    decision = snap.decision
+    now = time.monotonic()
+    governors = dict(decision.state.governors) if decision else {}
+    rules = []
+    for rid, gs in sorted(governors.items()):
+        rules.append({
+            "rule": rid,
+            "state": {"taken_back": "taken back"}.get(gs.mode, gs.mode),
+            "budget": gs.budget,
+            "ceiling": gs.ceiling,
+            "baseline": gs.baseline,
+            "baseline_age_s": None if gs.baseline_at is None else round(now - gs.baseline_at, 1),
+            "pressure": None if gs.pressure is None else round(gs.pressure, 4),
+            "level": gs.level,
+            "take_back_left_s": None if gs.take_back_until is None else round(max(0.0, gs.take_back_until - now), 1),
+        })
+    active = [r for r in rules if r["state"] != "off"]
+    verdicts = decision.jobs if decision else {}
+    jobs = []
+    for record in snap.jobs:
+        item = _job_item(daemon, record, verdicts.get(record.id))
+        jobs.append({"id": item["id"], "name": item["name"], "asked": item["duty"], "measured": item["measured_busy"],
+                     "state": _job_duty_state(item, verdicts.get(record.id)), "reasons": item["reasons"]})
+    if active:
+        lowest = min(active, key=lambda r: r["budget"] if r["state"] == "running" else 0.0)
+        budget = lowest["budget"] if lowest["state"] == "running" else 0.0
+        ceiling = min(r["ceiling"] for r in active)
+        beside = ", ".join(r["rule"] for r in active)
+        sharing = [j for j in jobs if j["state"] in ("holds its duty", "over its duty")]
+        share = f"; {len(sharing)} job{'s' if len(sharing) != 1 else ''} at {sharing[0]['asked']:.2f} each" if sharing else "; no job holds a duty"
+        summary = f"budget {budget:.2f} of ceiling {ceiling:.2f} ({lowest['state']}) beside {beside}{share}"
+    else:
+        budget, ceiling = None, None
+        summary = (f"no governor runs (gpu_jobs: {daemon.config.gpu_jobs}; it runs under certified while a protected "
+                   "program with a valid certificate uses the GPU)")
+    return {"gpu_jobs": daemon.config.gpu_jobs, "budget": budget, "ceiling": ceiling, "summary": summary,
+            "rules": rules, "jobs": jobs}

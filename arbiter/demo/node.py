@@ -125,7 +125,7 @@ class LocalNode:
         while time.monotonic() < deadline:
             try:
                 last = predicate()
-            except (DaemonUnavailable, KeyError, TypeError):
+            except (DaemonUnavailable, KeyError, TypeError, IndexError):
                 last = None
             if last:
                 return last

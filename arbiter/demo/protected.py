@@ -1,7 +1,10 @@
-"""A protected stand-in: works in steps on the CPU and logs each to a JSONL file.
+"""A protected stand-in: works in frames on the CPU and logs each to a JSONL file.
 
-While ``--idle-flag`` exists it idles (as a program between bursts would); phases are
-written to the same file by whoever drives it (``status`` events with ``state.phase``).
+Each frame is ``--step-s`` of work then ``--gap-s`` idle (a program that leaves part of its
+core free, as a renderer or a game does).  While ``--idle-flag`` exists it idles (as a program
+between bursts would).  ``--slow-file`` slows it on purpose: while it holds a number x, each
+frame idles x times the frame's length more.  Phases are written to the same file by
+whoever drives it (``status`` events with ``state.phase``).
 """
 
 from __future__ import annotations
@@ -28,14 +31,26 @@ def work(seconds: float) -> None:
         x += 1
 
 
+def _slowdown(path: str) -> float:
+    try:
+        with open(path) as fh:
+            return max(0.0, float(fh.read().strip() or 0))
+    except (OSError, ValueError):
+        return 0.0
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", required=True, help="JSONL file to append step events to")
     parser.add_argument("--idle-flag", default="", help="idle while this file exists")
     parser.add_argument("--step-s", type=float, default=0.02, help="CPU time of one step")
+    parser.add_argument("--gap-s", type=float, default=0.0, help="idle after each step")
+    parser.add_argument("--slow-file", default="", help="while it holds x, each frame idles x times longer")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin to the first CPU")
     parser.add_argument("--seconds", type=float, default=0, help="exit after this long (0: run until killed)")
     args = parser.parse_args(argv)
-    pin_to_first_cpu()
+    if not args.no_pin:
+        pin_to_first_cpu()
     started = time.monotonic()
     fd = os.open(args.events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     step = 0
@@ -44,6 +59,10 @@ def main(argv: list[str] | None = None) -> None:
             time.sleep(0.1)
             continue
         work(args.step_s)
+        if args.gap_s:
+            time.sleep(args.gap_s)
+        if args.slow_file:
+            time.sleep((args.step_s + args.gap_s) * _slowdown(args.slow_file))
         step += 1
         os.write(fd, (json.dumps({"t": time.time(), "event": "step_done", "step": step}) + "\n").encode())
 

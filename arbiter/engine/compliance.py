@@ -69,6 +69,9 @@ def check(
         jc = replace(jc, told_at=None, busy_while_told_paused=0)
     fresh = job.measured_at is not None and (jc.last_sample_at is None or job.measured_at > jc.last_sample_at)
     if fresh:
+        assert job.measured_at is not None
+        began = jc.last_sample_at if jc.last_sample_at is not None else job.measured_at - cp.sample_s
+        under_this_duty = jc.asked_since is not None and began >= jc.asked_since
         # a sample counts against a pause only when all of it came after the job was told
         after_told = jc.told_at is not None and jc.last_sample_at is not None and jc.last_sample_at >= jc.told_at
         jc = replace(jc, last_sample_at=job.measured_at, measured=job.measured,
@@ -78,7 +81,11 @@ def check(
             count = jc.busy_while_told_paused + 1 if using and after_told else 0 if not using else jc.busy_while_told_paused
             jc = replace(jc, busy_while_told_paused=count, over=0)
         elif asked is not None and job.measured is not None:
-            jc = replace(jc, over=jc.over + 1 if job.measured > asked + cp.tolerance else 0, busy_while_told_paused=0)
+            if not under_this_duty:
+                pass  # part of the sample ran under another duty: it says nothing either way
+            else:
+                jc = replace(jc, over=jc.over + 1 if job.measured > asked + cp.tolerance else 0)
+            jc = replace(jc, busy_while_told_paused=0)
         else:
             jc = replace(jc, over=0, busy_while_told_paused=0)
         if jc.over >= cp.over_samples and asked is not None:

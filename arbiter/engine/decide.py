@@ -13,11 +13,14 @@ from arbiter.engine import codes
 from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
+from arbiter.engine.governor import ceiling, stand_down
+from arbiter.engine.governor import step as governor_step
 from arbiter.engine.compliance import untrusted_reason
 from arbiter.engine.types import (
     Action,
     Decision,
     EngineState,
+    GovernorState,
     JobCompliance,
     JobObs,
     JobVerdict,
@@ -42,6 +45,14 @@ class _Hold:
     scope: Scope
     reason: Reason
     soon: bool = False  # a phase about to begin: no new starts, cooperative jobs pause
+    #: "all" jobs in scope, or under the governor only those that "cannot_throttle" (they wait
+    #: beside the protected program) or those that "can_throttle" (their budget is 0 now)
+    applies: str = "all"
+
+    def binds(self, job: JobObs, can_throttle: bool) -> bool:
+        if not in_scope(self.scope, job):
+            return False
+        return self.applies == "all" or (self.applies == "can_throttle") == can_throttle
 
 
 def in_scope(scope: Scope, job: JobObs) -> bool:
@@ -88,8 +99,16 @@ def progress_harm(obs: SourceObs | None, running: bool) -> Reason | None:
 
 
 def _rule_holds(
-    policy: Policy, rp: RulePolicy, ro: RuleObs, rs: RuleState, phases: tuple[Phase, ...], phase_reasons: list[Reason]
+    policy: Policy,
+    rp: RulePolicy,
+    ro: RuleObs,
+    rs: RuleState,
+    phases: tuple[Phase, ...],
+    phase_reasons: list[Reason],
+    governed: bool = False,
 ) -> list[_Hold]:
+    """What the rule holds back.  ``governed``: a valid certificate lets cooperative GPU
+    work run beside it under the budget, so only work that cannot throttle waits."""
     holds: list[_Hold] = []
     rid = rp.rule_id
     if rp.protected and rs.using_gpu and policy.gpu_jobs in ("when_no_gpu_protected", "certified"):
@@ -112,12 +131,14 @@ def _rule_holds(
                     codes.PROTECTED_GPU_BUSY,
                     f"protected program {rid!r} uses the GPU: {why}",
                     f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
-                    "(gpu_busy_threshold, gpu_release_after_s in arbiter.yaml)",
+                    "(gpu_busy_threshold, gpu_release_after_s in arbiter.yaml)"
+                    + ("; work that declares cooperative_throttle runs beside it under the budget" if governed else ""),
                     evidence,
                 ),
+                applies="cannot_throttle" if governed else "all",
             )
         )
-        if policy.gpu_jobs == "certified":
+        if policy.gpu_jobs == "certified" and not governed:
             holds.append(
                 _Hold(
                     "gpu",
@@ -188,6 +209,11 @@ def _node_holds(obs: Observation, policy: Policy) -> list[_Hold]:
     return holds
 
 
+def _can_throttle(job: JobObs) -> bool:
+    """It uses the GPU and holds a duty it is given (the SDK's Duty, or a supervisor)."""
+    return job.uses_gpu and "cooperative_throttle" in job.capabilities
+
+
 def _stop_step(job: JobObs, since: float, grace: float, now: float) -> str:
     elapsed = now - since
     # a job that cannot read its control document is terminated at once, then killed after the grace
@@ -207,7 +233,10 @@ def _job_verdict(
     now: float,
     prev: JobVerdict | None,
     checked: Compliance,
+    can_throttle: bool = False,
+    share: float | None = None,
 ) -> JobVerdict:
+    """``share``: the duty the governor's budget gives each job that can throttle."""
     if job.stop_requested_at is not None or checked.stop is not None:
         if job.stop_requested_at is not None:
             since = job.stop_requested_at
@@ -217,11 +246,11 @@ def _job_verdict(
             since, reason = checked.state.stopped_at, checked.stop
         step = _stop_step(job, since, policy.stop_grace_s, now)
         return JobVerdict(job.job_id, "stopping", duty=0.0, stop_step=step, reasons=(reason,))  # type: ignore[arg-type]
-    pausing = [h.reason for h in holds if not h.soon and in_scope(h.scope, job)]
+    pausing = [h.reason for h in holds if not h.soon and h.binds(job, can_throttle)]
     pausing.extend(checked.holds)
     if job.uses_gpu and job.max_duty < 1.0 and checked.trust.untrusted(now):
         pausing.append(untrusted_reason(job.name, checked.trust, now))  # it cannot be trusted with a duty
-    soon = [h.reason for h in holds if h.soon and in_scope(h.scope, job)]
+    soon = [h.reason for h in holds if h.soon and h.binds(job, can_throttle)]
     if job.user_hold:
         pausing.append(Reason(codes.JOB_HELD_BY_USER, "its owner paused it", f"arbiter job resume {job.job_id}"))
     if job.use == "exclusive":
@@ -229,6 +258,8 @@ def _job_verdict(
     elif job.uses_gpu:
         pausing.extend(r for r in exclusive_blockers if r.evidence.get("exclusive_job"))
     duty = job.max_duty if job.uses_gpu else 1.0
+    if can_throttle and share is not None:
+        duty = min(duty, round(share, 4))
     if not job.started:
         reasons = tuple(pausing + soon)
         return JobVerdict(job.job_id, "held" if reasons else "run", duty=0.0 if reasons else duty, reasons=reasons)
@@ -317,10 +348,32 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     holds = _node_holds(obs, policy)
     any_tenant_on_gpu: list[str] = []
 
+    throttlers = [
+        j for j in obs.jobs.values()
+        if _can_throttle(j) and j.stop_requested_at is None and not prev.trust.get(j.name, NameTrust()).untrusted(now)
+    ]
+    throttler_ids = {j.job_id for j in throttlers}
+    governors: dict[str, GovernorState] = {}
+    budgets: list[float] = []
     for rid, rp in policy.rules.items():
         ro = obs.rules.get(rid) or RuleObs(rid)
         before = prev.rules.get(rid, RuleState())
         rs = gpu_usage(before, ro, policy.busy_threshold, policy.release_after_s, now)
+        governed = False
+        gs_before = prev.governors.get(rid, GovernorState())
+        if policy.gpu_jobs == "certified" and rp.protected and rs.using_gpu and not ro.faults:
+            top = ceiling(obs.certificates, rid, sorted({j.name for j in throttlers}))
+            if top > 0:
+                governed = True
+                gstep = governor_step(rid, gs_before, ro.progress, top, rp.max_slowdown, obs.memory_available,
+                                      policy.governor, now)
+                governors[rid] = gstep.state
+                events.extend(gstep.events)
+                if gstep.hold is not None:
+                    holds.append(_Hold("gpu", gstep.hold, applies="can_throttle"))
+                budgets.append(0.0 if gstep.hold is not None else gstep.state.budget)
+        if not governed and gs_before != GovernorState():
+            governors[rid] = stand_down(gs_before)
         if rp.protected and rs.using_gpu != before.using_gpu:
             code = codes.PROTECTION_GPU_ON if rs.using_gpu else codes.PROTECTION_GPU_OFF
             share = ro.gpu_share
@@ -346,7 +399,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
                 events.append(TimelineEvent(code, rid, f"{rid!r} phase {phase} (seen by {po.seen_by})", data))
         rs = replace(rs, phases=tuple(phases))
         rule_states[rid] = rs
-        rule_hold_list = _rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons)
+        rule_hold_list = _rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons, governed)
         holds.extend(rule_hold_list)
         rule_verdicts[rid] = RuleVerdict(
             rid, ro.running, rp.protected, rs.using_gpu, rs.using_since, ro.gpu_share, tuple(phases),
@@ -399,9 +452,13 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         compliance[job.job_id] = checked.state
         trust[job.name] = checked.trust
         events.extend(checked.events)
-        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked)
+        share = min(budgets) / len(throttlers) if budgets and throttlers else None
+        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked, job.job_id in throttler_ids, share)
         if verdict.state == "paused" and verdict.via == "control" and not (prev_v and prev_v.state == "paused"):
             compliance[job.job_id] = replace(checked.state, told_at=now)  # told now: samples count from here
+        asked = verdict.duty if verdict.state == "run" else None
+        if asked != compliance[job.job_id].asked:  # a new duty: samples from before it say nothing of it
+            compliance[job.job_id] = replace(compliance[job.job_id], asked=asked, asked_since=now, over=0)
         verdicts[job.job_id] = verdict
         if verdict.state == "run" and job.uses_gpu:
             gpu_jobs_running.append(job.job_id)
@@ -418,5 +475,6 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
 
     trust = {name: t for name, t in ((n, prune_trust(t, policy.compliance, now)) for n, t in trust.items())
              if t.strikes or t.untrusted(now)}
-    state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust)
+    state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust,
+                        governors=governors)
     return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices)

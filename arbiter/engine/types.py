@@ -92,13 +92,58 @@ class Observation:
     invalid_files: tuple[str, ...] = ()  # rule files that were never valid
     reader_ok: bool = True
     reader_why: str = ""
+    certificates: tuple[CertView, ...] = ()
+    memory_available: float | None = None  # share of host memory available (None: unknown)
 
 
 # --- policy ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
+class GovernorPolicy:
+    """The budget governor's periods (the node config's ``governor:`` block)."""
+
+    period_s: float = 60.0
+    baseline_s: float = 60.0
+    rebaseline_s: float = 1800.0
+    take_back_s: float = 300.0
+    grow_step: float = 0.05
+    min_available: float = 0.10  # the memory guard: share of host memory
+
+
+@dataclass(frozen=True)
+class CertView:
+    """A certificate as the engine needs it: which work at which duty, and whether it holds."""
+
+    rule_id: str
+    work: str  # "gpu" (every GPU job), "cpu", "all", or a job name
+    duty: float
+    valid: bool = True
+    why: str = ""  # why it is not valid (expired, stale)
+
+
+GovernorMode = Literal["off", "baseline", "running", "taken_back"]
+
+
+@dataclass(frozen=True)
+class GovernorState:
+    """One rule's governor (kept across decisions, and across daemon restarts)."""
+
+    mode: GovernorMode = "off"
+    since: float | None = None  # when this mode began
+    baseline: float | None = None  # the program's progress rate without GPU work
+    baseline_at: float | None = None  # when that baseline was measured
+    budget: float = 0.0
+    level: float | None = None  # the last running budget, taken up again after a re-baseline
+    ceiling: float = 0.0
+    decided_at: float | None = None  # the last period's decision
+    pressure: float | None = None  # 1 - rate / baseline at that decision
+    take_back_until: float | None = None
+
+
+@dataclass(frozen=True)
 class CompliancePolicy:
+    sample_s: float = 2.0  # how long a sample of a job's measured duty lasts
     tolerance: float = 0.1  # measured duty may exceed the asked duty by this much
     over_samples: int = 3  # samples in a row over it before the job is paused
     pause_s: float = 60.0  # how long that pause lasts
@@ -120,6 +165,8 @@ class JobCompliance:
     told_at: float | None = None  # when its document was first seen saying paused
     measured: float | None = None  # the last sample
     unverified: bool = False  # its last sample could not be read while it needs a duty below 1
+    asked: float | None = None  # the duty it was asked to hold, and since when
+    asked_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +196,7 @@ class RulePolicy:
     pause_fleet: Scope | None = None
     during: tuple[DuringPolicy, ...] = ()
     progress: bool = False  # it reads its program's progress from a source
+    max_slowdown: float = 0.05  # the governor's target
 
 
 @dataclass(frozen=True)
@@ -159,6 +207,7 @@ class Policy:
     stop_grace_s: float = 10.0
     rules: Mapping[str, RulePolicy] = field(default_factory=dict)
     compliance: CompliancePolicy = field(default_factory=CompliancePolicy)
+    governor: GovernorPolicy = field(default_factory=GovernorPolicy)
 
 
 # --- state and decision ----------------------------------------------------------------------
@@ -231,6 +280,7 @@ class EngineState:
     notices: frozenset[str] = frozenset()
     compliance: Mapping[str, JobCompliance] = field(default_factory=dict)  # job id → its record
     trust: Mapping[str, NameTrust] = field(default_factory=dict)  # job name → its record
+    governors: Mapping[str, GovernorState] = field(default_factory=dict)  # rule id → its governor
 
 
 ActionOp = Literal["pause", "resume", "control", "terminate", "kill"]

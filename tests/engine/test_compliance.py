@@ -213,3 +213,16 @@ def test_strikes_of_names_without_a_job_are_forgotten_after_the_window() -> None
     assert run.state.trust["batch"].strikes
     run.at(4000.0)  # no job of that name any more
     assert "batch" not in run.state.trust
+
+
+def test_a_sample_that_began_under_another_duty_does_not_count() -> None:
+    run = Run()
+    run.at(0.0, job(None, None, max_duty=0.5))
+    run.at(2.0, job(0.5, 2.0, max_duty=0.5))
+    run.at(5.0, job(0.5, 2.0, max_duty=0.25))  # its duty falls between two samples
+    run.at(6.0, job(0.5, 6.0, max_duty=0.25))  # began at 4, under 0.5: says nothing
+    run.at(8.0, job(0.5, 8.0, max_duty=0.25))
+    run.at(10.0, job(0.5, 10.0, max_duty=0.25))
+    assert run.last.jobs["j1"].state == "run"
+    run.at(12.0, job(0.5, 12.0, max_duty=0.25))
+    assert run.last.jobs["j1"].state == "paused" and run.codes() == [codes.GPU_DUTY_EXCEEDED]

@@ -1,0 +1,173 @@
+"""The budget governor (under ``gpu_jobs: certified``, one per rule).
+
+Pure: a rule's governor state, its progress reading, its ceiling, the memory guard and a
+time in; the new state, the budget, what holds cooperative work and the timeline out.
+
+- First hold GPU work for ``baseline_s`` to measure the program's progress without it
+  (``GPU_DUTY_BASELINE``); again every ``rebaseline_s``.  Then run at the ceiling the first
+  time, at the last level after a re-baseline (``GPU_DUTY_START``).
+- Every ``period_s``: pressure = 1 − rate/baseline.  pressure ≥ target: halve; pressure <
+  target/2: grow by ``grow_step`` up to the ceiling; pressure > 2 × target, or progress under
+  half the baseline, or the memory guard: budget 0 for ``take_back_s``, then start again at
+  half the level taken back.  An unreadable progress source: 0 until it reads.
+- A ceiling below the budget (a lower or expired certificate) clamps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from arbiter.engine import codes
+from arbiter.engine.types import CertView, GovernorPolicy, GovernorState, Reason, SourceObs, TimelineEvent
+
+
+def covers(work: str, job_name: str) -> bool:
+    return work in ("gpu", "all") or work == job_name
+
+
+def ceiling(certs: Iterable[CertView], rule_id: str, job_names: Sequence[str]) -> float:
+    """The highest duty among the rule's valid certificates whose work covers every running
+    cooperative GPU job (0: none does)."""
+    best = 0.0
+    for cert in certs:
+        if cert.rule_id == rule_id and cert.valid and all(covers(cert.work, n) for n in job_names):
+            best = max(best, cert.duty)
+    return best
+
+
+@dataclass(frozen=True)
+class Step:
+    state: GovernorState
+    hold: Reason | None  # why cooperative GPU work gets no duty now (budget 0)
+    events: tuple[TimelineEvent, ...]
+
+
+def _event(code: str, rid: str, message: str, gs: GovernorState, **data: Any) -> TimelineEvent:
+    return TimelineEvent(code, rid, message, {"rule": rid, "budget": round(gs.budget, 4), "ceiling": gs.ceiling, **data})
+
+
+def stand_down(gs: GovernorState) -> GovernorState:
+    """The rule no longer holds GPU work back: nothing to govern; its baseline and last
+    level are kept for when it does again."""
+    level = gs.budget if gs.mode == "running" else gs.level
+    return GovernorState(level=level, baseline=gs.baseline, baseline_at=gs.baseline_at, ceiling=gs.ceiling)
+
+
+def step(
+    rid: str,
+    gs: GovernorState,
+    progress: SourceObs | None,
+    top: float,
+    target: float,
+    memory_available: float | None,
+    gp: GovernorPolicy,
+    now: float,
+) -> Step:
+    """One decision of one rule's governor, which holds GPU work back and has a ceiling ``top``."""
+    events: list[TimelineEvent] = []
+    rate = progress.rate if progress is not None and progress.readable else None
+    gs = replace(gs, ceiling=top)
+
+    def baseline(why: str) -> GovernorState:
+        new = replace(gs, mode="baseline", since=now, budget=0.0, take_back_until=None)
+        events.append(_event(codes.GPU_DUTY_BASELINE, rid, f"measuring {rid!r} without GPU work for {gp.baseline_s:g}s ({why})", new))
+        return new
+
+    if gs.mode == "off":
+        if gs.baseline is not None and gs.baseline_at is not None and now - gs.baseline_at < gp.rebaseline_s:
+            start = top if gs.level is None else min(gs.level, top)
+            gs = replace(gs, mode="running", since=now, budget=start, decided_at=now)
+            events.append(_event(codes.GPU_DUTY_START, rid, f"holding GPU work again; its baseline is recent: "
+                                 f"cooperative GPU work runs at {start:.2f}", gs))
+        else:
+            gs = baseline("first baseline" if gs.baseline is None else "the last is too old to reuse")
+    elif gs.mode == "running" and gs.baseline_at is not None and now - gs.baseline_at >= gp.rebaseline_s:
+        gs = replace(baseline(f"the last is {gp.rebaseline_s:g}s old"), level=gs.budget)
+
+    if gs.mode == "baseline" and gs.since is not None and now - gs.since >= gp.baseline_s:
+        if rate is None:
+            pass  # no baseline without a reading: keep holding until it reads
+        else:
+            start = top if gs.level is None else min(gs.level, top)
+            gs = replace(gs, mode="running", since=now, baseline=rate, baseline_at=now, budget=start, decided_at=now,
+                         pressure=None)
+            events.append(_event(codes.GPU_DUTY_START, rid,
+                                 f"baseline {rate:.3g}/s; cooperative GPU work runs at {start:.2f}", gs, baseline=rate))
+
+    if gs.mode == "taken_back" and gs.take_back_until is not None and now >= gs.take_back_until:
+        start = min(top, round((gs.level or 0.0) / 2, 4))
+        gs = replace(gs, mode="running", since=now, budget=start, decided_at=now, take_back_until=None)
+        events.append(_event(codes.GPU_DUTY_START, rid, f"taken back {gp.take_back_s:g}s ago; starting again at {start:.2f}", gs))
+
+    def take_back(why: str) -> GovernorState:
+        new = replace(gs, mode="taken_back", since=now, level=gs.budget, budget=0.0, take_back_until=now + gp.take_back_s,
+                      decided_at=now)
+        events.append(_event(codes.GPU_DUTY_TAKE_BACK, rid, f"budget 0 for {gp.take_back_s:g}s: {why}", new))
+        return new
+
+    if gs.mode == "running":
+        guard = memory_available is not None and memory_available < gp.min_available
+        if guard:
+            gs = take_back(f"host memory available {100 * memory_available:.0f}% < {100 * gp.min_available:.0f}%")
+        elif rate is not None and gs.baseline and gs.decided_at is not None and now - gs.decided_at >= gp.period_s:
+            pressure = 1.0 - rate / gs.baseline
+            gs = replace(gs, pressure=pressure, decided_at=now)
+            data = {"pressure": round(pressure, 4), "rate": rate, "baseline": gs.baseline, "target": target}
+            if pressure > 2 * target or rate < gs.baseline / 2:
+                gs = take_back(f"progress {rate:.3g}/s against a baseline of {gs.baseline:.3g}/s (pressure {pressure:.1%})")
+            elif pressure >= target:
+                gs = replace(gs, budget=round(gs.budget / 2, 4))
+                events.append(_event(codes.GPU_DUTY_HALVE, rid, f"pressure {pressure:.1%} ≥ target {target:.0%}: "
+                                     f"budget halved to {gs.budget:.2f}", gs, **data))
+            elif pressure < target / 2 and gs.budget < top:
+                gs = replace(gs, budget=round(min(top, gs.budget + gp.grow_step), 4))
+                events.append(_event(codes.GPU_DUTY_GROW, rid, f"pressure {pressure:.1%} < {target / 2:.1%}: "
+                                     f"budget grows to {gs.budget:.2f}", gs, **data))
+        if gs.mode == "running" and gs.budget > top:
+            gs = replace(gs, budget=top)
+            events.append(_event(codes.GPU_DUTY_CLAMP, rid, f"certificate ceiling {top:.2f}: budget clamped", gs))
+
+    hold = None
+    if gs.mode == "baseline":
+        hold = Reason(codes.GPU_DUTY_BASELINE,
+                      f"measuring how {rid!r} progresses without GPU work"
+                      + ("" if rate is not None else " (its progress source does not read yet)"),
+                      f"it runs once the {gp.baseline_s:g}s baseline is measured", {"rule": rid})
+    elif gs.mode == "taken_back":
+        left = (gs.take_back_until or now) - now
+        hold = Reason(codes.GPU_DUTY_TAKE_BACK, f"{rid!r} was harmed: GPU work gets no duty for {left:.0f}s more",
+                      "nothing to do: the budget comes back on its own", {"rule": rid})
+    elif rate is None:
+        hold = Reason(codes.PROTECTION_SOURCE_UNREADABLE,
+                      f"the progress of {rid!r} cannot be read, so the budget is 0 until it reads",
+                      "`arbiter status` shows the source and why it does not read", {"rule": rid})
+    elif gs.budget <= 0:
+        hold = Reason(codes.GPU_DUTY_HALVE, f"the budget beside {rid!r} is 0", "it grows while the program keeps up",
+                      {"rule": rid})
+    return Step(gs, hold, tuple(events))
+
+
+# --- persistence: times are monotonic here, wall clock on disk ------------------------------
+
+_TIMES = ("since", "baseline_at", "decided_at", "take_back_until")
+
+
+def to_record(gs: GovernorState, now: float, now_wall: float) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "mode": gs.mode, "baseline": gs.baseline, "budget": gs.budget, "level": gs.level, "ceiling": gs.ceiling,
+        "pressure": gs.pressure,
+    }
+    for name in _TIMES:
+        t = getattr(gs, name)
+        out[name] = None if t is None else now_wall - (now - t)
+    return out
+
+
+def from_record(record: dict[str, Any], now: float, now_wall: float) -> GovernorState:
+    times = {n: (None if record.get(n) is None else now - (now_wall - float(record[n]))) for n in _TIMES}
+    return GovernorState(
+        mode=record.get("mode", "off"), baseline=record.get("baseline"), budget=float(record.get("budget", 0.0)),
+        level=record.get("level"), ceiling=float(record.get("ceiling", 0.0)), pressure=record.get("pressure"), **times,
+    )
