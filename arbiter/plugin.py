@@ -124,6 +124,8 @@ class GpuReading:
     #: pids asked for whose GPU time could not be read (denied): they count as using the GPU,
     #: where a pid simply absent from ``processes`` uses none
     unreadable: frozenset[int] = frozenset()
+    #: the GPUs read, by name (certificates are bound to them)
+    devices: tuple[str, ...] = ()
 
 
 PhaseValue = Literal["on", "off", "soon"]

@@ -306,7 +306,7 @@ class Daemon:
     def node_fingerprint(self) -> dict[str, Any]:
         """What a certificate earned here now is bound to."""
         view = self.snapshot.view
-        return fingerprint(view.machine if view else {}, [])
+        return fingerprint(view.machine if view else {}, list(view.gpus) if view else [])
 
     def _certificates(self, view: TickView) -> tuple[CertView, ...]:
         """On the tick thread: every certificate, checked against this node and the protected
@@ -316,7 +316,7 @@ class Daemon:
         except Exception as exc:  # the state database failing must not stop the tick
             log.warning("cannot read certificates: %s", exc)
             return ()
-        current = fingerprint(view.machine, [])
+        current = fingerprint(view.machine, list(view.gpus))
         now_wall = time.time()
         views, states = [], []
         for cert in certs:

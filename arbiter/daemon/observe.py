@@ -38,6 +38,7 @@ class TickView:
     rule_exes: Mapping[str, str] = field(default_factory=dict)  # rule id → its program's executable
     memory_available: float | None = None  # share of host memory (the ``memory`` host signal)
     machine: Mapping[str, Any] = field(default_factory=dict)  # the ``machine`` host signal, as a dict
+    gpus: tuple[str, ...] = ()  # the GPUs the reader read, by name
 
 
 def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, list[int]]:
@@ -208,6 +209,7 @@ class Observer:
             rule_exes={rid: by_pid[min(pids)].exe for rid, pids in rule_pids.items() if pids and min(pids) in by_pid},
             memory_available=self._memory(),
             machine=self._machine(),
+            gpus=reading.devices if reading else (),
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
         )
 

@@ -116,7 +116,9 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
     if op == "duty":
         return {"duty": duty_view(daemon)}
     if op == "certificates":
-        return {"certificates": list(daemon.certificate_states), "node": daemon.node_fingerprint()}
+        view = daemon.snapshot.view
+        return {"certificates": list(daemon.certificate_states), "node": daemon.node_fingerprint(),
+                "programs": dict(view.rule_exes) if view else {}}
     if op == "timeline":
         limit = max(1, min(int(args.get("limit", 50)), 10_000))
         return {"events": daemon.store.timeline(limit, args.get("subject"), args.get("code"))}

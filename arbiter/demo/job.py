@@ -1,4 +1,5 @@
-"""A stand-in fleet job: units of CPU work, obeying its control document when it has one."""
+"""A stand-in fleet job: units of CPU work, holding the duty of its control document when it
+has one (through the SDK's Duty: paused, stopped and throttled at a unit's end)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import time
 
 from arbiter.demo.protected import pin_to_first_cpu, work
-from arbiter.sdk import Control, Stopped
+from arbiter.sdk import Control, Duty, Stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,18 +18,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     pin_to_first_cpu()
     ctl = None if args.plain else Control()
+    duty = Duty(ctl, device="cpu") if ctl is not None else None
     started = time.monotonic()
     done = 0
     try:
         while not args.seconds or time.monotonic() - started < args.seconds:
-            if ctl is not None:
-                ctl.safe_point()
-            work(args.unit_s)
+            if duty is not None:
+                with duty.unit():
+                    work(args.unit_s)
+            else:
+                work(args.unit_s)
             done += 1
             if ctl is not None and done % 50 == 0:
                 ctl.progress(done)
     except Stopped:
         return ctl.acknowledge_stop() if ctl else 0
+    finally:
+        if duty is not None:
+            duty.close()
     return 0
 
 

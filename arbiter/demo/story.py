@@ -21,7 +21,9 @@ from rich.panel import Panel
 from rich.text import Text
 
 from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
+from arbiter.certificates import Certificate, ExeHasher
 from arbiter.demo.node import PYTHON, LocalNode
+from arbiter.store import Store
 
 RULE_ID = "standin-trainer"
 
@@ -77,6 +79,7 @@ def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
     head.append(f"{step}\n", style="bold magenta")
     head.append(f"protected program: {'-' if r is None else f'{r:.0f} steps/s'}   ")
     head.append(f"gpu_jobs: {status['gpu_jobs']}   reader: {status['reader']['name'] or 'none'} (CPU stands in for the GPU)")
+    head.append(f"\n$ arbiter duty → {node.call('duty')['duty']['summary']}")
     return Group(Panel(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
 
 
@@ -95,6 +98,26 @@ def _state(node: LocalNode, name: str) -> str:
     return job["state"] if job else ""
 
 
+def _governor(node: LocalNode) -> str:
+    rules = node.call("duty")["duty"]["rules"]
+    return str(rules[0]["state"]) if rules else ""
+
+
+def _certify(node: LocalNode) -> None:
+    """What `arbiter ab sweep` would leave after a passing run: a certificate at 0.50."""
+    known = node.call("certificates")
+    exe = known["programs"].get(RULE_ID) or PYTHON
+    store = Store(node.state_dir / "state.db")
+    try:
+        store.add_certificate(Certificate(
+            rule=RULE_ID, work="gpu", duty=0.5, r=0.996, r_low=0.987, r_high=1.005, margin=0.02,
+            run_id="demo", issued_at=time.time(), node="demo", fingerprint=known["node"],
+            exe_path=exe, exe_sha256=ExeHasher().digest(exe) or "",
+        ))
+    finally:
+        store.close()
+
+
 def _append(path: Path, record: dict[str, Any]) -> float:
     with open(path, "a") as fh:
         fh.write(json.dumps(record) + "\n")
@@ -107,7 +130,9 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
     events = root / "trainer-events.jsonl"
     idle_flag = root / "protected.idle"
     events.touch()
-    node = LocalNode(root, tick_s=1, gpu_release_after_s=3)
+    slow = root / "protected.slow"
+    node = LocalNode(root, tick_s=1, gpu_release_after_s=3, gpu_jobs="certified",
+                     governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 4, "grow_step": 0.05})
     node.add_rule("standin", standin_rule(events))
     started = time.monotonic()
     try:
@@ -122,7 +147,8 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
         with Live(console=console, refresh_per_second=4, transient=False) as live:
             node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "batch-coop", stderr=open(root / "jobs.log", "ab"))
             _show(live, node, "1. A cooperative job is admitted: nothing protected uses the GPU", rate, 8, lambda: _state(node, "batch-coop") == "run")
-            protected = node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--idle-flag", str(idle_flag)])
+            protected = node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--idle-flag", str(idle_flag),
+                                    "--step-s", "0.01", "--gap-s", "0.01", "--slow-file", str(slow)])
             _show(live, node, "2. The protected program starts working: the job is paused through its control document", rate, 8,
                   lambda: _state(node, "batch-coop") == "paused")
             idle_flag.touch()
@@ -138,6 +164,18 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
             _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
             _show(live, node, "6. The phase ends: both jobs resume", rate, 4,
                   lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run")
+            _certify(node)
+            idle_flag.unlink()
+            _show(live, node, "7. A certificate for the stand-in at duty 0.50: after a baseline, the cooperative job runs "
+                  "beside it under the budget; the job that cannot throttle waits", rate, 14,
+                  lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run")
+            slow.write_text("1.0")
+            _show(live, node, "8. The protected program slows down: the budget is taken back at once", rate, 10,
+                  lambda: _governor(node) == "taken back")
+            slow.write_text("0")
+            _show(live, node, "9. It keeps up again: after take_back_s the budget comes back", rate, 12,
+                  lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run")
+            idle_flag.touch()
         phase_events = node.call("timeline", code="PROTECTION_PHASE_ON", limit=5)["events"]
         latency = next((e["data"].get("latency_ms") for e in reversed(phase_events) if "latency_ms" in e["data"]), None)
         console.print(Panel.fit(

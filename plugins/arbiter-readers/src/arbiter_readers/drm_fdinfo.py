@@ -298,6 +298,7 @@ class DrmFdinfoReader(Reader):
             for pid in sorted((set(vram) | set(totals)) - unreadable)
         }
         total, free = self._device_vram()
+        devices = self._device_names()
 
         if found:
             self._host_has_clients = True
@@ -323,6 +324,7 @@ class DrmFdinfoReader(Reader):
             vram_free_bytes=free,
             why=why,
             unreadable=frozenset(unreadable),
+            devices=devices,
         )
 
     def _busy(self, key: ClientKey, client: DrmClient, at_ns: int) -> dict[str, int]:
@@ -386,6 +388,25 @@ class DrmFdinfoReader(Reader):
             return any(os.scandir(self.dev_root / "dri"))
         except OSError:
             return False
+
+    def _device_names(self) -> tuple[str, ...]:
+        """Each DRM card as "<driver> <vendor>:<device>" (PCI ids from sysfs), for fingerprints."""
+        names = set()
+        try:
+            cards = os.listdir(self.sys_root / "class" / "drm")
+        except OSError:
+            return ()
+        for card in cards:
+            if not _CARD.fullmatch(card):
+                continue
+            device = self.sys_root / "class" / "drm" / card / "device"
+            try:
+                driver = os.path.basename(os.path.realpath(device / "driver"))
+                ids = ":".join((device / f).read_text().strip().removeprefix("0x") for f in ("vendor", "device"))
+            except OSError:
+                continue
+            names.add(f"{driver} {ids}")
+        return tuple(sorted(names))
 
     def _device_vram(self) -> tuple[int | None, int | None]:
         """Total and free VRAM over the cards that publish them (amdgpu), else (None, None)."""

@@ -105,6 +105,7 @@ class _Device:
     index: int
     handle: Any
     last_seen_us: int
+    name: str = ""
 
     def engine(self, name: str) -> str:
         # the first GPU's engines keep plain names; another GPU's are told apart, so the
@@ -176,6 +177,8 @@ class NvmlReader(Reader):
             self._devices = [
                 _Device(i, nvml.nvmlDeviceGetHandleByIndex(i), since) for i in range(nvml.nvmlDeviceGetCount())
             ]
+            for device in self._devices:
+                device.name = _device_name(nvml, device.handle)
         except nvml.NVMLError as exc:
             try:
                 nvml.nvmlShutdown()
@@ -281,6 +284,7 @@ class NvmlReader(Reader):
             vram_free_bytes=free,
             why="; ".join(problems) if problems else ("" if self._devices else "NVML lists no GPU"),
             unreadable=unreadable,
+            devices=tuple(d.name for d in self._devices if d.name),
         )
 
     @staticmethod
@@ -290,3 +294,11 @@ class NvmlReader(Reader):
         except (nvml.NVMLError, AttributeError):
             return False  # not a MIG-capable GPU (or a pynvml without MIG)
         return int(current) == 1
+
+
+def _device_name(nvml: Any, handle: Any) -> str:
+    try:
+        name = nvml.nvmlDeviceGetName(handle)
+    except Exception:  # an old driver, or a fake without names: the fingerprint goes without it
+        return ""
+    return name.decode() if isinstance(name, bytes) else str(name)
