@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +33,7 @@ from arbiter.daemon.observe import descendants
 from arbiter.engine.usage import busy_share
 from arbiter.plugin import GpuReading, PluginContext, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
+from arbiter.probing import gpu_apis, missing_apis
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, NUDGE_SIGNAL, ignore_nudges, write_control_document
 
 FILE_NAME = "conformance.yaml"
@@ -112,10 +113,18 @@ def judge(result: SpecResult, reports: list[dict[str, Any]]) -> SpecResult:
 
 
 class Kit:
-    def __init__(self, host: PluginHost, readers: list[tuple[str, Reader]], say: Callable[[str], None] = lambda _m: None) -> None:
+    def __init__(
+        self,
+        host: PluginHost,
+        readers: list[tuple[str, Reader]],
+        say: Callable[[str], None] = lambda _m: None,
+        plugins: Sequence[str] = (),
+    ) -> None:
         self.host = host
         self.gpu_readers = readers
         self.say = say
+        self.plugins = plugins  # the node config's extra plugin modules, for the probes' processes
+        self._apis: dict[str, Any] | None = None
 
     def _cpu_reader(self, conf: ConformFile) -> Reader:
         info = self.host.kind("readers", conf.cpu_reader.kind)
@@ -129,21 +138,10 @@ class Kit:
     def _missing_apis(self, spec: Spec) -> str | None:
         if not spec.apis_any:
             return None
-        evidence = []
-        for api in spec.apis_any:
-            info = self.host.kind("probes", api)
-            if info is None:
-                evidence.append(f"{api}: no probe plugin checks it")
-                continue
-            try:
-                probe = self.host.call(f"probes/{api}", info.cls, info.cls.Options(), PluginContext(Path(tempfile.gettempdir())))  # type: ignore[attr-defined]
-                ok, why = self.host.call(f"probes/{api}", probe.probe)
-            except PluginFailed as exc:
-                ok, why = False, exc.why
-            if ok:
-                return None
-            evidence.append(f"{api}: {why}")
-        return "this host has none of its GPU APIs (" + "; ".join(evidence) + ")"
+        if self._apis is None:  # probed once per run, each probe in its own process
+            self._apis = gpu_apis(self.host.kind_names("probes"), self.plugins)
+        why = missing_apis(spec.apis_any, False, self._apis)
+        return None if why is None else f"this host cannot run it: {why}"
 
     def run(self, conf: ConformFile, folder: Path, only: str | None = None) -> list[SpecResult]:
         ignore_nudges()  # inherited by the job until it installs its own handler

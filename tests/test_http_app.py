@@ -25,6 +25,12 @@ class FakeProvider:
     def timeline(self, limit, subject, code):
         return [{"limit": limit, "subject": subject, "code": code}]
 
+    def gpu_apis(self):
+        return {"host": [], "containers": [], "evidence": {"cuda": "no NVIDIA driver"}}
+
+    def duty(self):
+        return {"summary": "no governor runs"}
+
     def reload(self):
         self.reloads += 1
 

@@ -38,7 +38,7 @@ SHIPPED = {
     "sources": ("arbiter-sources", {"sources/jsonl", "sources/log", "sources/exec", "sources/on_exec"}),
     "translators": ("arbiter-translators", {"translators/signal", "translators/cgroup_freeze", "translators/control_doc"}),
     "testing": ("arbiter-testing", {"readers/fake"}),
-    "host": ("arbiter-host", {"host/memory", "host/power", "host/machine"}),
+    "host": ("arbiter-host", {"host/memory", "host/power", "host/machine", "host/access"}),
     "probes": ("arbiter-probes", {"probes/cuda", "probes/rocm", "probes/vulkan", "probes/opencl", "probes/metal", "probes/directml", "probes/containers"}),
 }
 

@@ -14,6 +14,7 @@ from arbiter.cli.client import CliError, Client
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
 from arbiter.transport import DaemonUnavailable, RequestRefused
 
+
 COOPERATIVE = ("cooperative_throttle", "cooperative_pause")
 
 
@@ -40,6 +41,10 @@ def _say(message: str) -> None:
     print(f"arbiter: {message}", file=sys.stderr, flush=True)
 
 
+#: the job could not be placed on this host (distinct from the command's own failure)
+EXIT_UNPLACEABLE = 69  # EX_UNAVAILABLE
+
+
 def _call_retrying(client: Client, op: str, **args: Any) -> dict[str, Any]:
     """Calls that must reach the daemon eventually: wait out a daemon restart.  A refusal
     is final and becomes a CliError."""
@@ -61,8 +66,14 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         raise CliError("give the command after --, e.g. arbiter job run -- python batch.py", 2)
     manifest = build_manifest(cmd, name, manifest_path, cooperative)
     try:
-        job = client.call("job.register", manifest=manifest, cmd=cmd)["job"]
+        answer = client.call("job.register", manifest=manifest, cmd=cmd)
+        job = answer["job"]
+        for warning in answer.get("warnings", []):
+            _say(f"warning: {warning}")
     except RequestRefused as exc:
+        if exc.code == "GPU_API_UNAVAILABLE":
+            # not a failure of the job: it cannot be placed here (health "undetected")
+            raise CliError(f"GPU_API_UNAVAILABLE: {exc}", EXIT_UNPLACEABLE) from None
         raise CliError(f"the daemon refused the job: {exc}", 2) from None
     job_id = job["id"]
     _say(f"job {job_id} registered")

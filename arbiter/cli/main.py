@@ -234,6 +234,59 @@ def helper(
 
 
 @app.command()
+def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """The node's health, each item with a fix: config, plugins, readers, GPU APIs, sources, access."""
+    from arbiter.doctor import Item, local_items
+
+    items = [i.to_dict() for i in local_items(config)]
+    try:
+        items += Client(config).call("doctor", timeout=90)["items"]
+    except CliError as exc:
+        items.append(Item("daemon", False, str(exc).split(";")[0],
+                          "start it with `arbiter run` (readers, probes and sources are checked as its account)").to_dict())
+    if as_json:
+        _print_json({"healthy": all(i["ok"] for i in items), "items": items})
+    else:
+        from arbiter.cli.render import print_doctor
+
+        print_doctor(_console(), items)
+    raise typer.Exit(0 if all(i["ok"] for i in items) else 1)
+
+
+@app.command("gpu-apis")
+def gpu_apis_command(
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    refresh: Annotated[bool, typer.Option(help="run the probes again now")] = False,
+) -> None:
+    """Which GPU APIs this host (and its containers) provide, with the evidence for each."""
+    try:
+        answer = Client(config).call("gpu-apis", timeout=60, refresh=refresh)["gpu_apis"]
+    except CliError:
+        answer = _probe_here(config)  # no daemon: ask the probes directly
+    if as_json:
+        _print_json(answer)
+        return
+    from arbiter.cli.render import print_gpu_apis
+
+    print_gpu_apis(_console(), answer)
+
+
+def _probe_here(config: str | None) -> dict[str, Any]:
+    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+    from arbiter.probing import gpu_apis
+
+    try:
+        cfg, _ = node_config(config)
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
+    except CliError as exc:
+        raise _fail(exc) from None
+    except PluginLoadError as exc:
+        raise _fail(CliError(str(exc), 2)) from None
+    return gpu_apis(host.kind_names("probes"), cfg.plugins)
+
+
+@app.command()
 def duty(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The GPU budget beside protected programs: its ceiling, each rule's governor, each job's duty."""
     try:
@@ -291,7 +344,7 @@ def conform(
     readers = [(name, reader) for name, reader, _ in observer.readers if reader is not None]
     say = (lambda _m: None) if as_json else (lambda m: print(f"arbiter conform: {m}", file=sys.stderr, flush=True))
     try:
-        results = Kit(host, readers, say).run(conf, folder, spec)
+        results = Kit(host, readers, say, cfg.plugins).run(conf, folder, spec)
     finally:
         observer.close()
     if spec is not None and not results:

@@ -214,3 +214,29 @@ def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
     if not certs:
         table.add_row("(none)", "", "", "", "", "", "run `arbiter ab sweep --rule RULE` to earn one")
     console.print(table)
+
+
+def print_gpu_apis(console: Console, a: dict[str, Any]) -> None:
+    head = Text(f"{a.get('platform', '')}: ", style="bold")
+    head.append(f"host provides {', '.join(a['host']) or 'no GPU API'}; containers get {', '.join(a['containers']) or 'none'}")
+    console.print(head)
+    table = Table(expand=True)
+    table.add_column("api")
+    table.add_column("usable")
+    table.add_column("evidence", overflow="fold")
+    for api, evidence in sorted(a.get("evidence", {}).items()):
+        usable = api in a["host"] or (api == "containers" and bool(a["containers"]))
+        table.add_row(api, Text("yes" if usable else "no", style="green" if usable else "red"), evidence)
+    console.print(table)
+
+
+def print_doctor(console: Console, items: list[dict[str, Any]]) -> None:
+    for item in items:
+        mark = Text("ok   " if item["ok"] else "FIX  ", style="green" if item["ok"] else "bold red")
+        mark.append(f"{item['area']}: ", style="bold")
+        mark.append(item["detail"])
+        if item["fix"] and not item["ok"]:
+            mark.append(f"\n     → {item['fix']}", style="cyan")
+        console.print(mark)
+    bad = sum(1 for i in items if not i["ok"])
+    console.print(Text(f"\n{bad} item(s) to fix" if bad else "\nhealthy", style="bold red" if bad else "bold green"))

@@ -113,6 +113,8 @@ class Daemon:
         self._certs: tuple[CertView, ...] = ()
         self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
         self._hasher = ExeHasher()
+        self.gpu_apis: dict[str, Any] | None = None  # what the probes last said (probed off the fast path)
+        self._gpu_apis_ready = threading.Event()
         # process CPU seconds while ticking and deciding (plugin calls run on pool threads)
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
@@ -176,6 +178,7 @@ class Daemon:
         os.chmod(token_path, 0o600)
         self.token = token_path.read_text().strip()
 
+        self._spawn("probes", self.refresh_gpu_apis)
         self._spawn("decide", self._decide_loop)
         self._tick_once()  # the first decision waits for a full view
         self._spawn("tick", self._tick_loop)
@@ -334,7 +337,24 @@ class Daemon:
         for subject, fault in self._faults.started(now):
             self._record(codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault})
 
+    def refresh_gpu_apis(self) -> None:
+        """Run every probe again (each in its own process); on start, reload and doctor."""
+        from arbiter.probing import gpu_apis
+
+        try:
+            self.gpu_apis = gpu_apis(self.host.kind_names("probes"), self.config.plugins)
+        except Exception as exc:  # a probe runner failing must not stop the daemon
+            log.warning("probing GPU APIs failed: %s", exc)
+            self.gpu_apis = {"host": [], "containers": [], "evidence": {"probes": f"failed: {exc}"}}
+        self._gpu_apis_ready.set()
+
+    def gpu_apis_now(self, wait_s: float = 30.0) -> dict[str, Any]:
+        """The probes' answer, waiting for the first one after start."""
+        self._gpu_apis_ready.wait(wait_s)
+        return self.gpu_apis or {"host": [], "containers": [], "evidence": {}, "pending": True}
+
     def _reload_rules(self) -> None:
+        threading.Thread(target=self.refresh_gpu_apis, name="probes", daemon=True).start()
         self.rulebook.load()
         self._inbox.put(("policy", self.rulebook.policy(self._base_policy())))
 

@@ -243,7 +243,7 @@ class Observer:
         self._job_busy = busy
         return busy, reading.at_ns / 1e9
 
-    def _host_signal(self, kind: str) -> Any:
+    def host_signal(self, kind: str) -> Any:
         """The reading of a host signal plugin, or None where none is installed or it fails."""
         if kind not in self._signals:
             info = self.host.kind("host", kind)
@@ -261,13 +261,13 @@ class Observer:
             return None
 
     def _memory(self) -> float | None:
-        reading = self._host_signal("memory")
+        reading = self.host_signal("memory")
         share = getattr(reading, "available_share", None)
         return float(share) if isinstance(share, (int, float)) else None
 
     def _machine(self) -> dict[str, Any]:
         if self._machine_reading is None:  # the node does not change while the daemon runs
-            reading = self._host_signal("machine")
+            reading = self.host_signal("machine")
             is_record = is_dataclass(reading) and not isinstance(reading, type)
             self._machine_reading = asdict(reading) if is_record else {}  # type: ignore[arg-type]
         return self._machine_reading

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 
 from arbiter import __version__
 from arbiter.config.models import Manifest
+from arbiter.engine import codes
+from arbiter.probing import placement
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed
@@ -113,6 +115,14 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         return {"status": status_view(daemon)}
     if op == "explain":
         return {"explain": explain_view(daemon, args.get("subject") or None)}
+    if op == "doctor":
+        from arbiter.doctor import daemon_items
+
+        return {"items": [i.to_dict() for i in daemon_items(daemon)]}
+    if op == "gpu-apis":
+        if args.get("refresh"):
+            daemon.refresh_gpu_apis()
+        return {"gpu_apis": daemon.gpu_apis_now()}
     if op == "duty":
         return {"duty": duty_view(daemon)}
     if op == "certificates":
@@ -133,9 +143,16 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
             raise Refused("cmd must be a non-empty list of strings", "BAD_REQUEST")
         # the launcher is the caller itself: its pid comes from the socket, not from the request
         launcher = peer_pid or int(args.get("launcher_pid", 0))
+        warnings: list[str] = []
+        if manifest.gpu_for(daemon.jobs.platform).apis_any:
+            why, warnings = placement(manifest, daemon.jobs.platform, daemon.gpu_apis_now())
+            if why is not None:
+                raise Refused(f"this host cannot run job {manifest.name!r}: {why}; health: undetected (not an alert)",
+                              codes.GPU_API_UNAVAILABLE)
         record = daemon.jobs.register(uid, manifest, cmd, launcher, _process(daemon, launcher).start_time)
         daemon.notify_jobs()
-        return {"job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path}}
+        return {"job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},
+                "warnings": warnings}
     if op == "job.wait":
         record = _job(daemon, args, uid)
         deadline = time.monotonic() + min(float(args.get("timeout", 1.0)), MAX_WAIT_S)

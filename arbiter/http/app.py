@@ -24,6 +24,10 @@ class Provider(Protocol):
 
     def reload(self) -> None: ...
 
+    def gpu_apis(self) -> dict[str, Any]: ...
+
+    def duty(self) -> dict[str, Any]: ...
+
 
 def is_loopback_host(host_header: str | None) -> bool:
     """Whether a Host header names this machine's loopback (guards against DNS rebinding)."""
@@ -76,6 +80,14 @@ def create_app(provider: Provider) -> FastAPI:
         limit: int = Query(default=50, ge=1, le=10_000), subject: str | None = None, code: str | None = None
     ) -> list[dict[str, Any]]:
         return provider.timeline(limit, subject, code)
+
+    @app.get("/v1/gpu-apis")
+    def gpu_apis() -> dict[str, Any]:
+        return provider.gpu_apis()
+
+    @app.get("/v1/duty")
+    def duty() -> dict[str, Any]:
+        return provider.duty()
 
     @app.post("/v1/reload", dependencies=[Depends(require_token)])
     def reload() -> dict[str, str]:

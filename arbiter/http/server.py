@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from arbiter.daemon.views import explain_view, status_view
+from arbiter.daemon.views import duty_view, explain_view, status_view
 from arbiter.http.app import create_app
 
 if TYPE_CHECKING:
@@ -31,6 +31,12 @@ class DaemonProvider:
 
     def reload(self) -> None:
         self.daemon.request_reload()
+
+    def gpu_apis(self) -> dict[str, Any]:
+        return self.daemon.gpu_apis_now(wait_s=0) if self.daemon.gpu_apis else {"pending": True, "host": [], "containers": [], "evidence": {}}
+
+    def duty(self) -> dict[str, Any]:
+        return duty_view(self.daemon)
 
 
 class HttpServer:

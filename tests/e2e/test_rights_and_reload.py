@@ -145,3 +145,27 @@ def test_only_a_child_of_the_launcher_can_become_the_job(tmp_path: Path) -> None
             child.wait()
     finally:
         node.close()
+
+
+def test_a_job_whose_gpu_apis_the_host_lacks_is_refused_as_undetected(tmp_path: Path) -> None:
+    import subprocess
+
+    from arbiter.demo.node import PYTHON, LocalNode
+
+    node = LocalNode(tmp_path)
+    try:
+        node.start()
+        if "cuda" in node.call("gpu-apis", timeout=60)["gpu_apis"]["host"]:
+            import pytest
+
+            pytest.skip("this host has CUDA")
+        manifest = tmp_path / "cuda.yaml"
+        manifest.write_text("name: needs-cuda\ngpu: {use: shared, apis_any: [cuda]}\n")
+        launcher = node.job_run([PYTHON, "-c", "print('ran')"], "--manifest", str(manifest), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        out, err = launcher.communicate(timeout=60)
+        assert launcher.returncode == 69 and b"ran" not in out
+        assert b"GPU_API_UNAVAILABLE" in err and b"undetected" in err and b"cuda" in err
+        assert not node.status()["jobs"]
+    finally:
+        node.close()

@@ -18,7 +18,13 @@ from arbiter.plugin import JobTarget, PluginContext, ProcessRef
 from arbiter_translators import CgroupFreezeTranslator, arbiter_register_translators
 from arbiter_translators.cgroup import cgroup2_mount
 
-COUNTER = "import sys, time\nn = 0\nwhile True:\n    n += 1\n    open(sys.argv[1], 'w').write(str(n))\n    time.sleep(0.01)"
+# each count written whole (a temporary file renamed into place), so a freeze mid-write
+# never shows a half-written number
+COUNTER = (
+    "import os, sys, time\nn = 0\nwhile True:\n    n += 1\n"
+    "    open(sys.argv[1] + '.tmp', 'w').write(str(n))\n    os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+    "    time.sleep(0.01)"
+)
 
 
 def ref(proc: subprocess.Popen[bytes]) -> ProcessRef:

@@ -6,7 +6,9 @@
   charge (for the A/B harness's exclusions), from ``/sys/class/power_supply`` on Linux,
   psutil elsewhere;
 - ``machine``: the node's identity for certificate fingerprints (CPU model, OS and major
-  version, architecture, hostname) and a boot id that changes at every boot.
+  version, architecture, hostname) and a boot id that changes at every boot;
+- ``access``: whether this account may open the GPU's device files and read other users'
+  processes (for ``arbiter doctor``), with a fix for each problem.
 
 Each kind's ``read()`` returns a small frozen dataclass (:class:`MemoryReading`,
 :class:`PowerReading`, :class:`MachineReading`) and never raises for a condition a host
@@ -21,11 +23,14 @@ from collections.abc import Callable
 
 from arbiter.plugin import hookimpl
 
+from arbiter_host.access import AccessHostSignal, AccessReading
 from arbiter_host.machine import MachineHostSignal, MachineReading
 from arbiter_host.memory import MemoryHostSignal, MemoryReading
 from arbiter_host.power import PowerHostSignal, PowerReading
 
 __all__ = [
+    "AccessHostSignal",
+    "AccessReading",
     "MachineHostSignal",
     "MachineReading",
     "MemoryHostSignal",
@@ -41,3 +46,4 @@ def arbiter_register_host(register: Callable[[str, type], None]) -> None:
     register("memory", MemoryHostSignal)
     register("power", PowerHostSignal)
     register("machine", MachineHostSignal)
+    register("access", AccessHostSignal)

@@ -1,0 +1,110 @@
+"""``arbiter doctor``: the node's health, each item with a fix.
+
+Two halves: what the CLI checks itself (the node config, the rule files, the plugins), and
+what the running daemon checks as its own account (which reader reads GPU time and which
+cannot and why, the GPU API probes run again, each rule's sources, its access to the GPU's
+device files and to other users' processes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from arbiter.pluginmanager import PluginFailed
+
+if TYPE_CHECKING:
+    from arbiter.daemon.core import Daemon
+
+
+@dataclass(frozen=True)
+class Item:
+    area: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def local_items(config: str | None) -> list[Item]:
+    """The config, the rule files and the plugins, as the CLI's own account sees them."""
+    from arbiter.config.errors import ConfigError
+    from arbiter.config.loader import check_paths, load_node_config
+    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+
+    items = []
+    try:
+        cfg, path = load_node_config(config)
+    except ConfigError as exc:
+        return [Item("node config", False, str(exc).splitlines()[0], "fix it; `arbiter check` lists every problem")]
+    items.append(Item("node config", True, f"{path or 'built-in defaults'} is valid (gpu_jobs: {cfg.gpu_jobs})"))
+    try:
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
+    except PluginLoadError as exc:
+        return [*items, Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml")]
+    listing = host.plugins()
+    items.append(Item("plugins", True, f"{len(listing)} loaded: " + ", ".join(sorted(p["name"] for p in listing))))
+    dirs = cfg.tenants_paths()
+    ruleset = check_paths(dirs, host.options_model, host.kind_names)
+    if ruleset.problems:
+        count = sum(len(p) for p in ruleset.problems.values())
+        first = next(iter(ruleset.problems.values()))[0]
+        items.append(Item("rule files", False, f"{count} problem(s), first: {first}", "run `arbiter check` and fix what it reports"))
+    elif not ruleset.rules:
+        items.append(Item("rule files", False, f"no rule file in {', '.join(map(str, dirs))}: nothing is protected",
+                          "drop a rule file in tenants.d/ (see the shipped ones)"))
+    else:
+        items.append(Item("rule files", True, f"{len(ruleset.rules)} rule(s) valid: {', '.join(sorted(ruleset.rules))}"))
+    return items
+
+
+def daemon_items(daemon: Daemon) -> list[Item]:
+    """What the daemon checks as its own account (runs the probes again)."""
+    items: list[Item] = []
+    view = daemon.snapshot.view
+    reading_one = False
+    for name, reader, why in daemon.observer.readers:
+        if reader is None:
+            items.append(Item(f"reader {name}", False, f"not loaded: {why}", "see the reader's own documentation"))
+            continue
+        try:
+            reading = daemon.host.call(f"readers/{name}", reader.read, [])
+        except PluginFailed as exc:
+            items.append(Item(f"reader {name}", False, f"failed: {exc.why}", "check the reader's driver and library"))
+            continue
+        reads = bool(reading.readable)
+        reading_one = reading_one or reads
+        chosen = " (in use)" if view and view.reader == name else ""
+        items.append(Item(f"reader {name}", reads or reading_one, ("reads GPU time" + chosen) if reads else f"cannot read: {reading.why}",
+                          "" if reads else "needed only where no other reader reads this GPU"))
+    if not reading_one:
+        items.append(Item("GPU time", False, "no reader reads per-process GPU time here: protected programs count as "
+                          "using the GPU (fail safe) and certified runs no GPU work",
+                          "install the reader plugin for this GPU, or check its permissions below"))
+    daemon.refresh_gpu_apis()
+    apis = daemon.gpu_apis_now()
+    items.append(Item("GPU APIs", True, f"host provides {', '.join(apis.get('host') or []) or 'none'}; containers get "
+                      f"{', '.join(apis.get('containers') or []) or 'none'}"))
+    for api, evidence in sorted((apis.get("evidence") or {}).items()):
+        items.append(Item(f"GPU API {api}", True, evidence))
+    for live in daemon.rulebook.ordered():
+        rid = live.rule.id
+        for fault in live.faults:
+            items.append(Item(f"rule {rid}", False, fault, "fix the plugin block named; `arbiter check` shows it"))
+        for src in daemon.sources.view(rid, 0.0):
+            fix = ""
+            if not src["readable"]:
+                fix = ("run `arbiter helper` in the session of the user who owns the file" if src["needs_helper"]
+                       else "fix the source's path or permissions")
+            detail = f"{src['slot']} ({src['kind']}) read by {src['read_by']}" if src["readable"] else f"{src['slot']} ({src['kind']}): {src['why']}"
+            items.append(Item(f"rule {rid} source", src["readable"], detail, fix))
+    access = daemon.observer.host_signal("access")
+    for check in getattr(access, "items", ()):
+        items.append(Item(f"{check.what} ({getattr(access, 'user', '?')})", check.ok, check.detail, check.fix))
+    if daemon.recorder.failures:
+        items.append(Item("state database", False, f"{daemon.recorder.failures} write(s) failed: {daemon.recorder.last_error}",
+                          f"check free space and permissions of {Path(daemon.state_dir)}"))
+    return items

@@ -1,0 +1,121 @@
+"""Which GPU APIs this host provides: every probe plugin, each in its own process.
+
+A probe loads a vendor's library or runs its tool; a broken driver can hang or crash the
+process that asks.  So each runs as ``python -m arbiter.probing KIND`` under a timeout, and
+a probe that times out, crashes or prints garbage counts as "not usable" with that said.
+The answer has the shape of SPEC section 10:
+``{"host": [...], "containers": [...], "evidence": {api: text}, "platform": ..., "arbiter_version": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from arbiter import __version__
+from arbiter.config.models import Manifest
+
+PROBE_TIMEOUT_S = 20.0
+#: the probe kind whose ``apis()`` says what a container gets (from the host's CDI specs)
+CONTAINERS = "containers"
+
+
+def platform_tag() -> str:
+    system = {"darwin": "darwin", "win32": "windows"}.get(sys.platform, "linux")
+    return f"{system}-{platform.machine().lower() or 'unknown'}"
+
+
+def run_probe(kind: str, plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """One probe in a child process: ``{"usable", "evidence", "apis"?, "seconds"}``."""
+    started = time.monotonic()
+    env = {**os.environ, "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins))}
+    try:
+        out = subprocess.run([sys.executable, "-m", "arbiter.probing", kind], capture_output=True, text=True,
+                             timeout=timeout_s, env=env, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        return {"usable": False, "evidence": f"the {kind} probe did not answer within {timeout_s:g}s (a hung driver?)",
+                "seconds": round(time.monotonic() - started, 2)}
+    seconds = round(time.monotonic() - started, 2)
+    try:
+        answer = json.loads(out.stdout.strip().splitlines()[-1])
+        if not isinstance(answer, dict) or not isinstance(answer.get("usable"), bool):
+            raise ValueError("not a probe answer")
+    except (ValueError, IndexError):
+        tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        return {"usable": False, "evidence": f"the {kind} probe failed: {tail[:300]}", "seconds": seconds}
+    answer["seconds"] = seconds
+    return answer
+
+
+def gpu_apis(kinds: Sequence[str], plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """Run every probe (in parallel, each in its own process) and say what the host provides."""
+    kinds = sorted(set(kinds))
+    with ThreadPoolExecutor(max_workers=max(1, len(kinds))) as pool:
+        answers = dict(zip(kinds, pool.map(lambda k: run_probe(k, plugins, timeout_s), kinds), strict=True))
+    host = sorted(k for k, a in answers.items() if a["usable"] and k != CONTAINERS)
+    containers = sorted(answers.get(CONTAINERS, {}).get("apis") or []) if answers.get(CONTAINERS, {}).get("usable") else []
+    return {
+        "host": host,
+        "containers": containers,
+        "evidence": {k: a["evidence"] for k, a in answers.items()},
+        "platform": platform_tag(),
+        "arbiter_version": __version__,
+        "probed_at": time.time(),
+    }
+
+
+def missing_apis(apis_any: Sequence[str], in_container: bool, provided: dict[str, Any]) -> str | None:
+    """Why a job needing one of ``apis_any`` cannot be placed here, or None when it can."""
+    if not apis_any:
+        return None
+    where = "containers" if in_container else "host"
+    have = set(provided.get(where) or [])
+    if have & set(apis_any):
+        return None
+    evidence = provided.get("evidence", {})
+    said = "; ".join(f"{api}: {evidence.get(api, 'no probe plugin checks it')}" for api in apis_any)
+    place = "a container on this host" if in_container else "this host"
+    return f"it needs one of {', '.join(apis_any)} and {place} provides {', '.join(sorted(have)) or 'none'} ({said})"
+
+
+def placement(manifest: Manifest, platform_name: str, provided: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """(why ``manifest``'s job cannot run on ``platform_name`` given the probes' answer or
+    None, warnings).  A variant for the platform replaces ``gpu`` whole; an API no installed
+    probe checks is accepted with a warning (and then is never provided)."""
+    gpu = manifest.gpu_for(platform_name)
+    known = set(provided.get("evidence") or {})  # the APIs the installed probes check
+    warnings = [f"unknown GPU API {api!r}: accepted, but no installed probe checks it, so no host provides it"
+                for api in gpu.apis_any if api not in known]
+    return missing_apis(gpu.apis_any, gpu.in_container, provided), warnings
+
+
+def _child(kind: str) -> int:
+    """In the child: load the plugins, run one probe, print one JSON line."""
+    from arbiter.plugin import PluginContext
+    from arbiter.pluginmanager import build_plugin_manager
+
+    plugins = json.loads(os.environ.get("ARBITER_PROBE_PLUGINS", "[]"))
+    host = build_plugin_manager(plugins)
+    info = host.kind("probes", kind)
+    if info is None:
+        print(json.dumps({"usable": False, "evidence": f"no installed plugin registers the {kind} probe"}))
+        return 0
+    probe = info.cls(info.cls.Options(), PluginContext(state_dir=Path.cwd()))  # type: ignore[attr-defined]
+    usable, evidence = probe.probe()
+    answer: dict[str, Any] = {"usable": bool(usable), "evidence": str(evidence)}
+    if hasattr(probe, "apis"):
+        answer["apis"] = list(probe.apis())
+    print(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child(sys.argv[1]))

@@ -1,0 +1,44 @@
+"""`arbiter doctor`: the node's health with a fix per item, checked as the daemon's account."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from arbiter.demo.node import LocalNode
+
+
+def doctor(node: LocalNode) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, "-m", "arbiter", "doctor", "--json", "--config", str(node.config_path)],
+                         capture_output=True, text=True, timeout=180)
+    return out.returncode, json.loads(out.stdout)
+
+
+def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
+    node = LocalNode(tmp_path)
+    try:
+        code, report = doctor(node)
+        areas = {i["area"]: i for i in report["items"]}
+        assert code == 1 and not areas["daemon"]["ok"] and "arbiter run" in areas["daemon"]["fix"]
+        assert not areas["rule files"]["ok"]
+
+        node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1009"]},
+                            "during": [{"source": {"kind": "jsonl", "path": str(tmp_path / "nowhere" / "e.jsonl"),
+                                                   "event": "s", "field": "p", "on": ["x"]}}]})
+        node.start()
+        code, report = doctor(node)
+        areas = {i["area"]: i for i in report["items"]}
+        assert code == 1 and report["healthy"] is False
+        assert areas["node config"]["ok"] and areas["rule files"]["ok"] and areas["plugins"]["ok"]
+        assert areas["reader cpu_time"]["ok"] and "reads GPU time" in areas["reader cpu_time"]["detail"]
+        source = areas["rule p source"]
+        assert not source["ok"] and "nowhere" in source["detail"] and source["fix"]
+        assert "GPU APIs" in areas and any(a.startswith("GPU API ") for a in areas)
+        assert any(a.startswith("GPU device files") for a in areas)
+        assert any(a.startswith("other users' processes") for a in areas)
+        for item in report["items"]:
+            assert item["ok"] or item["fix"], item
+    finally:
+        node.close()
