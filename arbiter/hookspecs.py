@@ -87,3 +87,14 @@ def arbiter_timeline_event(event: dict[str, Any]) -> None:
     :param event: ``{"t", "code", "subject", "message", "data"}``; do not modify it.
         Called on the recording thread; a slow observer delays recording, never decisions.
     """
+
+
+@hookspec
+def arbiter_node_state(state: dict[str, Any]) -> None:
+    """Observe what the node offers fleet schedulers, when it changes and at least every
+    minute (for exporters such as a node-feature-discovery label file).
+
+    :param state: ``{"gpu_apis": {"host": [...], "containers": [...]}, "gpu_jobs_admitted":
+        bool, "certified_duty": {rule: duty}, "gpu_jobs": mode, "at": wall time}``; do not
+        modify it.  Called on the tick thread under the plugin timeout, never on the fast path.
+    """

@@ -39,6 +39,7 @@ SHIPPED = {
     "translators": ("arbiter-translators", {"translators/signal", "translators/cgroup_freeze", "translators/control_doc"}),
     "testing": ("arbiter-testing", {"readers/fake"}),
     "host": ("arbiter-host", {"host/memory", "host/power", "host/machine", "host/access"}),
+    "nfd": ("arbiter-nfd", set()),
     "probes": ("arbiter-probes", {"probes/cuda", "probes/rocm", "probes/vulkan", "probes/opencl", "probes/metal", "probes/directml", "probes/containers"}),
 }
 

@@ -61,6 +61,7 @@ log = logging.getLogger("arbiter.daemon")
 DAEMON_FILE = "daemon.json"
 SOCKET_FILE = "arbiter.sock"
 TOKEN_FILE = "token"
+NODE_STATE_EVERY_S = 60.0
 
 
 class Ongoing:
@@ -114,6 +115,8 @@ class Daemon:
         self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
         self._hasher = ExeHasher()
         self.gpu_apis: dict[str, Any] | None = None  # what the probes last said (probed off the fast path)
+        self._node_state: dict[str, Any] | None = None
+        self._node_state_at = 0.0
         self._gpu_apis_ready = threading.Event()
         # process CPU seconds while ticking and deciding (plugin calls run on pool threads)
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
@@ -303,8 +306,36 @@ class Daemon:
         self._note_faults(view)
         self._reap(view)
         self._inbox.put(("tick", (view, *self._read_sources(), self._certificates(view))))
+        self._publish_node_state()
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += time.process_time() - cpu
+
+    def node_state(self) -> dict[str, Any]:
+        """What the node offers fleet schedulers now (see the ``arbiter_node_state`` hook)."""
+        decision = self.snapshot.decision
+        certified: dict[str, float] = {}
+        for cert in self._certs:
+            if cert.valid:
+                certified[cert.rule_id] = max(certified.get(cert.rule_id, 0.0), cert.duty)
+        apis = self.gpu_apis or {}
+        return {
+            "gpu_apis": {"host": list(apis.get("host") or []), "containers": list(apis.get("containers") or [])},
+            "gpu_jobs_admitted": bool(decision and decision.admits_gpu),
+            "certified_duty": certified,
+            "gpu_jobs": self.config.gpu_jobs,
+        }
+
+    def _publish_node_state(self) -> None:
+        """On the tick thread: tell node state observers when it changed, or a minute passed."""
+        state = self.node_state()
+        now = time.monotonic()
+        if state == self._node_state and now - self._node_state_at < NODE_STATE_EVERY_S:
+            return
+        self._node_state, self._node_state_at = state, now
+        try:
+            self.host.call("node state observers", lambda: self.host.hook.arbiter_node_state(state={**state, "at": time.time()}))
+        except PluginFailed as exc:
+            log.warning("a node state observer failed: %s", exc)
 
     def node_fingerprint(self) -> dict[str, Any]:
         """What a certificate earned here now is bound to."""

@@ -477,4 +477,6 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
              if t.strikes or t.untrusted(now)}
     state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust,
                         governors=governors)
-    return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices)
+    newcomer = JobObs("", "", -1)  # a plain GPU job asking to start now
+    admits = not any(h.binds(newcomer, False) for h in holds)
+    return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices, admits)

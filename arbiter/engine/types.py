@@ -313,3 +313,4 @@ class Decision:
     actions: tuple[Action, ...]
     events: tuple[TimelineEvent, ...]
     notices: tuple[Reason, ...] = ()  # node-wide conditions (e.g. a rule file never valid)
+    admits_gpu: bool = True  # a new GPU job that cannot throttle would be admitted now

@@ -42,3 +42,19 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
             assert item["ok"] or item["fix"], item
     finally:
         node.close()
+
+
+def test_the_node_publishes_its_labels_for_fleet_schedulers(tmp_path: Path) -> None:
+    features = tmp_path / "features.d"
+    features.mkdir()
+    node = LocalNode(tmp_path)
+    try:
+        node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1010"]}, "pause_fleet": {"scope": "gpu"}})
+        node.start(ARBITER_NFD_FILE=str(features / "arbiter"))
+        text = node.wait_for(lambda: (features / "arbiter").exists() and (features / "arbiter").read_text())
+        assert text.startswith("# +expiry-time=") and "arbiter-gpu-jobs-admitted=true" in text
+        node.spawn(["sleep", "1010"])
+        node.wait_for(lambda: "arbiter-gpu-jobs-admitted=false" in (features / "arbiter").read_text(), timeout=20)
+        assert [p.name for p in features.iterdir()] == ["arbiter"]  # no dotfile left behind
+    finally:
+        node.close()
