@@ -45,6 +45,41 @@ def _fail(exc: CliError) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
+def _node_and_plugins(config: str | None) -> tuple[Any, Any]:
+    """The node config and its plugin host, or a clear exit."""
+    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+
+    try:
+        cfg, _ = node_config(config)
+        return cfg, build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
+    except CliError as exc:
+        raise _fail(exc) from None
+    except PluginLoadError as exc:
+        raise _fail(CliError(str(exc), 2)) from None
+
+
+def _ask(config: str | None, op: str, key: str, **args: Any) -> Any:
+    """One answer from the daemon, or a clear exit."""
+    from arbiter.transport import RequestRefused
+
+    try:
+        return Client(config).call(op, **args)[key]
+    except CliError as exc:
+        raise _fail(exc) from None
+    except RequestRefused as exc:
+        raise _fail(CliError(str(exc))) from None
+
+
+def _show(data: Any, as_json: bool, printer: str) -> None:
+    """JSON, or the named printer of :mod:`arbiter.cli.render` (imported only then)."""
+    if as_json:
+        _print_json(data)
+        return
+    from arbiter.cli import render
+
+    getattr(render, printer)(_console(), data)
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"arbiter {__version__}")
@@ -73,16 +108,7 @@ def run(config: ConfigOpt = None) -> None:
 @app.command()
 def status(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """What runs, what is held and why; tenants and their GPU use."""
-    try:
-        s = Client(config).call("status")["status"]
-    except CliError as exc:
-        raise _fail(exc) from None
-    if as_json:
-        _print_json(s)
-    else:
-        from arbiter.cli.render import print_status
-
-        print_status(_console(), s)
+    _show(_ask(config, "status", "status"), as_json, "print_status")
 
 
 @app.command()
@@ -92,20 +118,7 @@ def explain(
     as_json: JsonOpt = False,
 ) -> None:
     """Why is my job not running?  Every hold with its code and remedy."""
-    from arbiter.transport import RequestRefused
-
-    try:
-        e = Client(config).call("explain", subject=subject)["explain"]
-    except CliError as exc:
-        raise _fail(exc) from None
-    except RequestRefused as exc:
-        raise _fail(CliError(str(exc))) from None
-    if as_json:
-        _print_json(e)
-    else:
-        from arbiter.cli.render import print_explain
-
-        print_explain(_console(), e)
+    _show(_ask(config, "explain", "explain", subject=subject), as_json, "print_explain")
 
 
 @app.command()
@@ -117,16 +130,7 @@ def timeline(
     code: Annotated[Optional[str], typer.Option(help="only entries with this code")] = None,  # noqa: UP045
 ) -> None:
     """What arbiter did and saw, latest last."""
-    try:
-        events = Client(config).call("timeline", limit=limit, subject=subject, code=code)["events"]
-    except CliError as exc:
-        raise _fail(exc) from None
-    if as_json:
-        _print_json(events)
-    else:
-        from arbiter.cli.render import print_timeline
-
-        print_timeline(_console(), events)
+    _show(_ask(config, "timeline", "events", limit=limit, subject=subject, code=code), as_json, "print_timeline")
 
 
 @app.command()
@@ -166,15 +170,7 @@ def schema(
 @app.command()
 def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Every plugin, its distribution and the kinds it registered."""
-    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
-
-    try:
-        cfg, _ = node_config(config)
-        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
-    except CliError as exc:
-        raise _fail(exc) from None
-    except PluginLoadError as exc:
-        raise _fail(CliError(str(exc), 2)) from None
+    _, host = _node_and_plugins(config)
     listing = host.plugins()
     if as_json:
         _print_json(listing)
@@ -216,17 +212,13 @@ def helper(
 
     from arbiter.cli.client import daemon_info, state_dir_for
     from arbiter.cli.helper import Helper
-    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
     try:
         state_dir = state_dir_for(config)
         path = socket or str(daemon_info(state_dir)["socket"])
-        cfg, _ = node_config(config)
-        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
     except CliError as exc:
         raise _fail(exc) from None
-    except PluginLoadError as exc:
-        raise _fail(CliError(str(exc), 2)) from None
+    _, host = _node_and_plugins(config)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -244,13 +236,9 @@ def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     except CliError as exc:
         items.append(Item("daemon", False, str(exc).split(";")[0],
                           "start it with `arbiter run` (readers, probes and sources are checked as its account)").to_dict())
-    if as_json:
-        _print_json({"healthy": all(i["ok"] for i in items), "items": items})
-    else:
-        from arbiter.cli.render import print_doctor
-
-        print_doctor(_console(), items)
-    raise typer.Exit(0 if all(i["ok"] for i in items) else 1)
+    healthy = all(i["ok"] for i in items)
+    _show({"healthy": healthy, "items": items} if as_json else items, as_json, "print_doctor")
+    raise typer.Exit(0 if healthy else 1)
 
 
 @app.command("gpu-apis")
@@ -264,56 +252,26 @@ def gpu_apis_command(
         answer = Client(config).call("gpu-apis", timeout=60, refresh=refresh)["gpu_apis"]
     except CliError:
         answer = _probe_here(config)  # no daemon: ask the probes directly
-    if as_json:
-        _print_json(answer)
-        return
-    from arbiter.cli.render import print_gpu_apis
-
-    print_gpu_apis(_console(), answer)
+    _show(answer, as_json, "print_gpu_apis")
 
 
 def _probe_here(config: str | None) -> dict[str, Any]:
-    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
     from arbiter.probing import gpu_apis
 
-    try:
-        cfg, _ = node_config(config)
-        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
-    except CliError as exc:
-        raise _fail(exc) from None
-    except PluginLoadError as exc:
-        raise _fail(CliError(str(exc), 2)) from None
+    cfg, host = _node_and_plugins(config)
     return gpu_apis(host.kind_names("probes"), cfg.plugins)
 
 
 @app.command()
 def duty(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The GPU budget beside protected programs: its ceiling, each rule's governor, each job's duty."""
-    try:
-        answer = Client(config).call("duty")["duty"]
-    except CliError as exc:
-        raise _fail(exc) from None
-    if as_json:
-        _print_json(answer)
-        return
-    from arbiter.cli.render import print_duty
-
-    print_duty(_console(), answer)
+    _show(_ask(config, "duty", "duty"), as_json, "print_duty")
 
 
 @app.command()
 def certificates(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Every certificate: valid, expired or stale, and why."""
-    try:
-        answer = Client(config).call("certificates")["certificates"]
-    except CliError as exc:
-        raise _fail(exc) from None
-    if as_json:
-        _print_json(answer)
-        return
-    from arbiter.cli.render import print_certificates
-
-    print_certificates(_console(), answer)
+    _show(_ask(config, "certificates", "certificates"), as_json, "print_certificates")
 
 
 @app.command()
@@ -328,17 +286,11 @@ def conform(
     from arbiter.config.errors import ConfigError
     from arbiter.conform import Kit, load
     from arbiter.daemon.observe import Observer
-    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
+    cfg, host = _node_and_plugins(config)
     try:
-        cfg, _ = node_config(config)
         conf, folder = load(path)
-        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
-    except CliError as exc:
-        raise _fail(exc) from None
-    except ConfigError as exc:
-        raise _fail(CliError(str(exc), 2)) from None
-    except (PluginLoadError, OSError) as exc:
+    except (ConfigError, OSError) as exc:
         raise _fail(CliError(str(exc), 2)) from None
     observer = Observer(cfg, host)
     readers = [(name, reader) for name, reader, _ in observer.readers if reader is not None]
