@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arbiter.pluginmanager import PluginFailed
 
 if TYPE_CHECKING:
     from arbiter.daemon.core import Daemon
@@ -64,32 +63,26 @@ def local_items(config: str | None) -> list[Item]:
 def daemon_items(daemon: Daemon) -> list[Item]:
     """What the daemon checks as its own account (runs the probes again)."""
     items: list[Item] = []
-    view = daemon.snapshot.view
-    reading_one = False
-    for name, reader, why in daemon.observer.readers:
-        if reader is None:
-            items.append(Item(f"reader {name}", False, f"not loaded: {why}", "see the reader's own documentation"))
-            continue
-        try:
-            reading = daemon.host.call(f"readers/{name}", reader.read, [])
-        except PluginFailed as exc:
-            items.append(Item(f"reader {name}", False, f"failed: {exc.why}", "check the reader's driver and library"))
-            continue
-        reads = bool(reading.readable)
-        reading_one = reading_one or reads
-        chosen = " (in use)" if view and view.reader == name else ""
-        items.append(Item(f"reader {name}", reads or reading_one, ("reads GPU time" + chosen) if reads else f"cannot read: {reading.why}",
-                          "" if reads else "needed only where no other reader reads this GPU"))
+    # what each reader said on the last tick: reading them again here would disturb the
+    # counters the tick compares from one reading to the next
+    results = dict(daemon.observer.reader_results)
+    reading_one = any(ok for ok, _ in results.values())
+    for name, (ok, detail) in results.items():
+        fix = "" if ok else ("needed only where no other reader reads this GPU" if reading_one
+                             else "install this GPU's driver and library, or check the access items below")
+        items.append(Item(f"reader {name}", ok or reading_one, detail, fix))
     if not reading_one:
         items.append(Item("GPU time", False, "no reader reads per-process GPU time here: protected programs count as "
                           "using the GPU (fail safe) and certified runs no GPU work",
                           "install the reader plugin for this GPU, or check its permissions below"))
-    daemon.refresh_gpu_apis()
-    apis = daemon.gpu_apis_now()
+    apis = daemon.prober.refresh(wait_s=60.0) or {"evidence": {"probes": "they did not answer within 60s"}}
     items.append(Item("GPU APIs", True, f"host provides {', '.join(apis.get('host') or []) or 'none'}; containers get "
                       f"{', '.join(apis.get('containers') or []) or 'none'}"))
+    provided = set(apis.get("host") or []) | ({"containers"} if apis.get("containers") else set())
     for api, evidence in sorted((apis.get("evidence") or {}).items()):
-        items.append(Item(f"GPU API {api}", True, evidence))
+        # an API this host lacks is no fault of the node; the fix says what would provide it
+        fix = "" if api in provided else f"jobs that need {api} run elsewhere; install its driver where this host has such a GPU"
+        items.append(Item(f"GPU API {api}", True, ("usable: " if api in provided else "not usable: ") + evidence, fix))
     for live in daemon.rulebook.ordered():
         rid = live.rule.id
         for fault in live.faults:

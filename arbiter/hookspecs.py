@@ -94,7 +94,7 @@ def arbiter_node_state(state: dict[str, Any]) -> None:
     """Observe what the node offers fleet schedulers, when it changes and at least every
     minute (for exporters such as a node-feature-discovery label file).
 
-    :param state: ``{"gpu_apis": {"host": [...], "containers": [...]}, "gpu_jobs_admitted":
-        bool, "certified_duty": {rule: duty}, "gpu_jobs": mode, "at": wall time}``; do not
-        modify it.  Called on the tick thread under the plugin timeout, never on the fast path.
+    :param state: ``{"gpu_apis": {"host": [...], "containers": [...]} (None until the probes
+        have answered), "gpu_jobs_admitted": bool, "certified_duty": {rule: duty}, "gpu_jobs":
+        mode, "at": wall time}``; do not modify it.  Called on the tick thread under the plugin timeout, never on the fast path.
     """

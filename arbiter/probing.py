@@ -14,8 +14,9 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,12 @@ def platform_tag() -> str:
     return f"{system}-{platform.machine().lower() or 'unknown'}"
 
 
-def run_probe(kind: str, plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+def run_probe(
+    kind: str, plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S, disable: Sequence[str] = ()
+) -> dict[str, Any]:
     """One probe in a child process: ``{"usable", "evidence", "apis"?, "seconds"}``."""
     started = time.monotonic()
-    env = {**os.environ, "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins))}
+    env = {**os.environ, "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)), "ARBITER_PROBE_DISABLE": json.dumps(list(disable))}
     try:
         out = subprocess.run([sys.executable, "-m", "arbiter.probing", kind], capture_output=True, text=True,
                              timeout=timeout_s, env=env, start_new_session=True)
@@ -55,11 +58,13 @@ def run_probe(kind: str, plugins: Sequence[str] = (), timeout_s: float = PROBE_T
     return answer
 
 
-def gpu_apis(kinds: Sequence[str], plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+def gpu_apis(
+    kinds: Sequence[str], plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S, disable: Sequence[str] = ()
+) -> dict[str, Any]:
     """Run every probe (in parallel, each in its own process) and say what the host provides."""
     kinds = sorted(set(kinds))
     with ThreadPoolExecutor(max_workers=max(1, len(kinds))) as pool:
-        answers = dict(zip(kinds, pool.map(lambda k: run_probe(k, plugins, timeout_s), kinds), strict=True))
+        answers = dict(zip(kinds, pool.map(lambda k: run_probe(k, plugins, timeout_s, disable), kinds), strict=True))
     host = sorted(k for k, a in answers.items() if a["usable"] and k != CONTAINERS)
     containers = sorted(answers.get(CONTAINERS, {}).get("apis") or []) if answers.get(CONTAINERS, {}).get("usable") else []
     return {
@@ -70,6 +75,52 @@ def gpu_apis(kinds: Sequence[str], plugins: Sequence[str] = (), timeout_s: float
         "arbiter_version": __version__,
         "probed_at": time.time(),
     }
+
+
+class Prober:
+    """Runs the probes off the fast path: on first need, again on request; one run at a time,
+    and a caller asking during a run waits for that run rather than starting another."""
+
+    def __init__(self, kinds: Callable[[], Sequence[str]], plugins: Sequence[str] = (), disable: Sequence[str] = ()) -> None:
+        self._kinds = kinds
+        self._plugins = list(plugins)
+        self._disable = list(disable)
+        self._cond = threading.Condition()
+        self._running = False
+        self._finished = 0
+        self.answer: dict[str, Any] | None = None
+
+    def _run(self) -> None:
+        try:
+            result = gpu_apis(self._kinds(), self._plugins, disable=self._disable)
+        except Exception as exc:  # a failing runner must not leave callers waiting
+            result = {"host": [], "containers": [], "evidence": {"probes": f"could not run: {exc}"},
+                      "platform": platform_tag(), "arbiter_version": __version__}
+        with self._cond:
+            self.answer, self._running = result, False
+            self._finished += 1
+            self._cond.notify_all()
+
+    def _start(self) -> None:  # under the lock
+        if not self._running:
+            self._running = True
+            threading.Thread(target=self._run, name="probes", daemon=True).start()
+
+    def refresh(self, wait_s: float = 0.0) -> dict[str, Any] | None:
+        """Probe again (or join the run in progress); wait up to ``wait_s`` for it."""
+        with self._cond:
+            target = self._finished + 1
+            self._start()
+            self._cond.wait_for(lambda: self._finished >= target, wait_s)
+            return self.answer
+
+    def get(self, wait_s: float = 0.0) -> dict[str, Any] | None:
+        """The last answer; the first call starts a run and waits up to ``wait_s`` for it."""
+        with self._cond:
+            if self.answer is None:
+                self._start()
+                self._cond.wait_for(lambda: self.answer is not None, wait_s)
+            return self.answer
 
 
 def missing_apis(apis_any: Sequence[str], in_container: bool, provided: dict[str, Any]) -> str | None:
@@ -103,7 +154,7 @@ def _child(kind: str) -> int:
     from arbiter.pluginmanager import build_plugin_manager
 
     plugins = json.loads(os.environ.get("ARBITER_PROBE_PLUGINS", "[]"))
-    host = build_plugin_manager(plugins)
+    host = build_plugin_manager(plugins, json.loads(os.environ.get("ARBITER_PROBE_DISABLE", "[]")))
     info = host.kind("probes", kind)
     if info is None:
         print(json.dumps({"usable": False, "evidence": f"no installed plugin registers the {kind} probe"}))

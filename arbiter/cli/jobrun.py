@@ -66,7 +66,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         raise CliError("give the command after --, e.g. arbiter job run -- python batch.py", 2)
     manifest = build_manifest(cmd, name, manifest_path, cooperative)
     try:
-        answer = client.call("job.register", manifest=manifest, cmd=cmd)
+        answer = client.call("job.register", timeout=60, manifest=manifest, cmd=cmd)  # may wait for the probes
         job = answer["job"]
         for warning in answer.get("warnings", []):
             _say(f"warning: {warning}")

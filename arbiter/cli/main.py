@@ -248,10 +248,14 @@ def gpu_apis_command(
     refresh: Annotated[bool, typer.Option(help="run the probes again now")] = False,
 ) -> None:
     """Which GPU APIs this host (and its containers) provide, with the evidence for each."""
+    from arbiter.transport import RequestRefused
+
     try:
-        answer = Client(config).call("gpu-apis", timeout=60, refresh=refresh)["gpu_apis"]
+        answer = Client(config).call("gpu-apis", timeout=90, refresh=refresh)["gpu_apis"]
     except CliError:
         answer = _probe_here(config)  # no daemon: ask the probes directly
+    except RequestRefused as exc:
+        raise _fail(CliError(str(exc))) from None
     _show(answer, as_json, "print_gpu_apis")
 
 

@@ -37,7 +37,7 @@ from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.sources import HelperKey, SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
-from arbiter.certificates import ExeHasher, fingerprint
+from arbiter.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.certificates import status as certificate_status
 from arbiter.engine import governor
 from arbiter.engine.compliance import trust_from_record, trust_to_record
@@ -53,6 +53,7 @@ from arbiter.engine.types import (
 )
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
+from arbiter.probing import Prober
 from arbiter.store import JobRecord, PausedJournal, Store
 from arbiter.transport import SocketServer
 
@@ -62,6 +63,8 @@ DAEMON_FILE = "daemon.json"
 SOCKET_FILE = "arbiter.sock"
 TOKEN_FILE = "token"
 NODE_STATE_EVERY_S = 60.0
+PROBE_DELAY_S = 60.0
+CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
 
 
 class Ongoing:
@@ -114,10 +117,12 @@ class Daemon:
         self._certs: tuple[CertView, ...] = ()
         self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
         self._hasher = ExeHasher()
-        self.gpu_apis: dict[str, Any] | None = None  # what the probes last said (probed off the fast path)
+        self._cert_rows: list[Certificate] = []
+        self._certs_read_at = -CERTIFICATES_EVERY_S
+        # GPU API probes: on first need, or PROBE_DELAY_S after start (node labels), on reload and doctor
+        self.prober = Prober(lambda: self.host.kind_names("probes"), config.plugins, config.disable_plugins)
         self._node_state: dict[str, Any] | None = None
         self._node_state_at = 0.0
-        self._gpu_apis_ready = threading.Event()
         # process CPU seconds while ticking and deciding (plugin calls run on pool threads)
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
@@ -181,7 +186,10 @@ class Daemon:
         os.chmod(token_path, 0o600)
         self.token = token_path.read_text().strip()
 
-        self._spawn("probes", self.refresh_gpu_apis)
+        # not at once: seven probe processes would slow every start; the first need starts them sooner
+        timer = threading.Timer(PROBE_DELAY_S, self.prober.get)
+        timer.daemon = True
+        timer.start()
         self._spawn("decide", self._decide_loop)
         self._tick_once()  # the first decision waits for a full view
         self._spawn("tick", self._tick_loop)
@@ -317,9 +325,10 @@ class Daemon:
         for cert in self._certs:
             if cert.valid:
                 certified[cert.rule_id] = max(certified.get(cert.rule_id, 0.0), cert.duty)
-        apis = self.gpu_apis or {}
+        apis = self.prober.answer
         return {
-            "gpu_apis": {"host": list(apis.get("host") or []), "containers": list(apis.get("containers") or [])},
+            # None until the probes have answered: no labels rather than "no GPU API"
+            "gpu_apis": None if apis is None else {"host": list(apis.get("host") or []), "containers": list(apis.get("containers") or [])},
             "gpu_jobs_admitted": bool(decision and decision.admits_gpu),
             "certified_duty": certified,
             "gpu_jobs": self.config.gpu_jobs,
@@ -345,18 +354,26 @@ class Daemon:
     def _certificates(self, view: TickView) -> tuple[CertView, ...]:
         """On the tick thread: every certificate, checked against this node and the protected
         programs now (hashing an executable is cached by path, size and mtime)."""
-        try:
-            certs = self.store.certificates()
-        except Exception as exc:  # the state database failing must not stop the tick
-            log.warning("cannot read certificates: %s", exc)
-            return ()
+        now = time.monotonic()
+        if now - self._certs_read_at >= CERTIFICATES_EVERY_S:  # not every tick: the database is shared
+            try:
+                self._cert_rows = self.store.certificates()
+                self._certs_read_at = now
+            except Exception as exc:  # the state database failing must not stop the tick
+                log.warning("cannot read certificates: %s", exc)
+                return ()
         current = fingerprint(view.machine, list(view.gpus))
         now_wall = time.time()
         views, states = [], []
-        for cert in certs:
+        for cert in self._cert_rows:
+            rule = view.rules.get(cert.rule)
             exe_path = view.rule_exes.get(cert.rule)
             digest = self._hasher.digest(exe_path) if exe_path else None
-            state, why = certificate_status(cert, now_wall, current, (exe_path, digest or "") if exe_path else None)
+            if rule is not None and rule.running and digest is None:
+                # it runs, but what runs cannot be checked: never trust a certificate blind
+                state, why = "stale", f"{cert.rule}'s program runs but its executable cannot be read to check it"
+            else:
+                state, why = certificate_status(cert, now_wall, current, (exe_path, digest or "") if exe_path else None)
             views.append(CertView(cert.rule, cert.work, cert.duty, state == "valid", why))
             states.append({**cert.to_dict(), "status": state, "why": why})
         self.certificate_states = states
@@ -368,24 +385,9 @@ class Daemon:
         for subject, fault in self._faults.started(now):
             self._record(codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault})
 
-    def refresh_gpu_apis(self) -> None:
-        """Run every probe again (each in its own process); on start, reload and doctor."""
-        from arbiter.probing import gpu_apis
-
-        try:
-            self.gpu_apis = gpu_apis(self.host.kind_names("probes"), self.config.plugins)
-        except Exception as exc:  # a probe runner failing must not stop the daemon
-            log.warning("probing GPU APIs failed: %s", exc)
-            self.gpu_apis = {"host": [], "containers": [], "evidence": {"probes": f"failed: {exc}"}}
-        self._gpu_apis_ready.set()
-
-    def gpu_apis_now(self, wait_s: float = 30.0) -> dict[str, Any]:
-        """The probes' answer, waiting for the first one after start."""
-        self._gpu_apis_ready.wait(wait_s)
-        return self.gpu_apis or {"host": [], "containers": [], "evidence": {}, "pending": True}
-
     def _reload_rules(self) -> None:
-        threading.Thread(target=self.refresh_gpu_apis, name="probes", daemon=True).start()
+        if self.prober.answer is not None:
+            self.prober.refresh()  # in the background: drivers may have come or gone
         self.rulebook.load()
         self._inbox.put(("policy", self.rulebook.policy(self._base_policy())))
 

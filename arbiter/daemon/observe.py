@@ -89,6 +89,7 @@ class Observer:
         self._prev_reader = ""
         self._signals: dict[str, HostSignal | None] = {}
         self._sample_base: tuple[str, GpuReading] | None = None  # where the current job sample began
+        self.reader_results: dict[str, tuple[bool, str]] = {}
         self._job_busy: dict[str, float | None] = {}  # the last job sample
         self._machine_reading: dict[str, Any] | None = None
 
@@ -100,19 +101,28 @@ class Observer:
 
     def _read_gpu(self, pids: set[int]) -> tuple[str, GpuReading | None, str]:
         whys = []
-        for name, reader, why in self.readers:
-            if reader is None:
-                whys.append(f"{name}: {why}")
-                continue
-            try:
-                reading = self.host.call(f"readers/{name}", reader.read, pids)
-            except PluginFailed as exc:
-                whys.append(f"{name}: {exc.why}")
-                continue
-            if reading.readable:
-                return name, reading, reading.why
-            whys.append(f"{name}: {reading.why or 'cannot read'}")
-        return "", None, "; ".join(whys) or "no reader configured (readers: in arbiter.yaml)"
+        results: dict[str, tuple[bool, str]] = {}
+        try:
+            for name, reader, why in self.readers:
+                if reader is None:
+                    whys.append(f"{name}: {why}")
+                    results[name] = (False, f"not loaded: {why}")
+                    continue
+                try:
+                    reading = self.host.call(f"readers/{name}", reader.read, pids)
+                except PluginFailed as exc:
+                    whys.append(f"{name}: {exc.why}")
+                    results[name] = (False, f"failed: {exc.why}")
+                    continue
+                if reading.readable:
+                    results[name] = (True, "reads GPU time (in use)")
+                    return name, reading, reading.why
+                whys.append(f"{name}: {reading.why or 'cannot read'}")
+                results[name] = (False, f"cannot read: {reading.why or 'no reason given'}")
+            return "", None, "; ".join(whys) or "no reader configured (readers: in arbiter.yaml)"
+        finally:
+            # for `arbiter doctor`: what each reader said on the last tick (later ones go untried)
+            self.reader_results = {n: results.get(n, (True, "not tried: an earlier reader reads")) for n, _, _ in self.readers}
 
     def observe(self, rulebook: RuleBook, jobs: Sequence[JobRecord], own_pids: Iterable[int]) -> TickView:
         started = time.monotonic()

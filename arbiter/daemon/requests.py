@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from arbiter.store import JobRecord
 
 MAX_WAIT_S = 5.0
+PROBE_WAIT_S = 45.0  # the first run of every probe, on a slow host
 
 
 class Refused(Exception):
@@ -120,9 +121,10 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
 
         return {"items": [i.to_dict() for i in daemon_items(daemon)]}
     if op == "gpu-apis":
-        if args.get("refresh"):
-            daemon.refresh_gpu_apis()
-        return {"gpu_apis": daemon.gpu_apis_now()}
+        answer = daemon.prober.refresh(PROBE_WAIT_S) if args.get("refresh") else daemon.prober.get(PROBE_WAIT_S)
+        if answer is None:
+            raise Refused(f"the GPU API probes have not answered within {PROBE_WAIT_S:g}s; ask again", "BUSY")
+        return {"gpu_apis": answer}
     if op == "duty":
         return {"duty": duty_view(daemon)}
     if op == "certificates":
@@ -145,7 +147,10 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         launcher = peer_pid or int(args.get("launcher_pid", 0))
         warnings: list[str] = []
         if manifest.gpu_for(daemon.jobs.platform).apis_any:
-            why, warnings = placement(manifest, daemon.jobs.platform, daemon.gpu_apis_now())
+            provided = daemon.prober.get(PROBE_WAIT_S)
+            if provided is None:  # never judged against an answer not there yet
+                raise Refused(f"the GPU API probes have not answered within {PROBE_WAIT_S:g}s; run it again", "BUSY")
+            why, warnings = placement(manifest, daemon.jobs.platform, provided)
             if why is not None:
                 raise Refused(f"this host cannot run job {manifest.name!r}: {why}; health: undetected (not an alert)",
                               codes.GPU_API_UNAVAILABLE)

@@ -160,7 +160,8 @@ class SourceBook:
             return None
         if reading.state.rate is not None:
             return reading.state.rate
-        return rate(list(slot.samples), now, self.rate_window_s)
+        # over at least half a window: a source just (re)opened says nothing yet
+        return rate(list(slot.samples), now, self.rate_window_s, min_span_s=max(1.0, self.rate_window_s / 2))
 
     def decided(self, at: float) -> list[float]:
         """Every change waiting for a decision was just decided on: their latencies (ms)."""

@@ -348,11 +348,14 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     holds = _node_holds(obs, policy)
     any_tenant_on_gpu: list[str] = []
 
-    throttlers = [
+    candidates = [
         j for j in obs.jobs.values()
         if _can_throttle(j) and j.stop_requested_at is None and not prev.trust.get(j.name, NameTrust()).untrusted(now)
     ]
-    throttler_ids = {j.job_id for j in throttlers}
+    # the ceiling covers the work running now; a job not started yet gets a duty only where
+    # every governed rule's certificates cover it too (else it waits like work that cannot throttle)
+    running_names = sorted({j.name for j in candidates if j.started})
+    throttlers = list(candidates)
     governors: dict[str, GovernorState] = {}
     budgets: list[float] = []
     for rid, rp in policy.rules.items():
@@ -362,9 +365,10 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         governed = False
         gs_before = prev.governors.get(rid, GovernorState())
         if policy.gpu_jobs == "certified" and rp.protected and rs.using_gpu and not ro.faults:
-            top = ceiling(obs.certificates, rid, sorted({j.name for j in throttlers}))
+            top = ceiling(obs.certificates, rid, running_names)
             if top > 0:
                 governed = True
+                throttlers = [j for j in throttlers if j.started or ceiling(obs.certificates, rid, [j.name]) > 0]
                 gstep = governor_step(rid, gs_before, ro.progress, top, rp.max_slowdown, obs.memory_available,
                                       policy.governor, now)
                 governors[rid] = gstep.state
@@ -406,6 +410,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             tuple(h.reason for h in rule_hold_list),
         )
 
+    throttler_ids = {j.job_id for j in throttlers}
     # running jobs keep their place; pending ones are admitted in the order they came
     ordered = sorted(obs.jobs.values(), key=lambda j: (not j.started, j.submitted_at, j.job_id))
     verdicts: dict[str, JobVerdict] = {}

@@ -50,9 +50,11 @@ def _event(code: str, rid: str, message: str, gs: GovernorState, **data: Any) ->
 
 def stand_down(gs: GovernorState) -> GovernorState:
     """The rule no longer holds GPU work back: nothing to govern; its baseline and last
-    level are kept for when it does again."""
+    level are kept for when it does again, and so is a take-back still running (one
+    ungoverned moment must not cut it short)."""
     level = gs.budget if gs.mode == "running" else gs.level
-    return GovernorState(level=level, baseline=gs.baseline, baseline_at=gs.baseline_at, ceiling=gs.ceiling)
+    return GovernorState(level=level, baseline=gs.baseline, baseline_at=gs.baseline_at, ceiling=gs.ceiling,
+                         take_back_until=gs.take_back_until if gs.mode in ("taken_back", "off") else None)
 
 
 def step(
@@ -75,7 +77,9 @@ def step(
         events.append(_event(codes.GPU_DUTY_BASELINE, rid, f"measuring {rid!r} without GPU work for {gp.baseline_s:g}s ({why})", new))
         return new
 
-    if gs.mode == "off":
+    if gs.mode == "off" and gs.take_back_until is not None and now < gs.take_back_until:
+        gs = replace(gs, mode="taken_back", budget=0.0)  # it was taken back; that still holds
+    elif gs.mode == "off":
         if gs.baseline is not None and gs.baseline_at is not None and now - gs.baseline_at < gp.rebaseline_s:
             start = top if gs.level is None else min(gs.level, top)
             gs = replace(gs, mode="running", since=now, budget=start, decided_at=now)

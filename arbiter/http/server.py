@@ -33,7 +33,7 @@ class DaemonProvider:
         self.daemon.request_reload()
 
     def gpu_apis(self) -> dict[str, Any]:
-        return self.daemon.gpu_apis_now(wait_s=0) if self.daemon.gpu_apis else {"pending": True, "host": [], "containers": [], "evidence": {}}
+        return self.daemon.prober.get() or {"pending": True, "host": [], "containers": [], "evidence": {}}
 
     def duty(self) -> dict[str, Any]:
         return duty_view(self.daemon)

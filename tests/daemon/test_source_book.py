@@ -75,8 +75,11 @@ def test_rate_from_counts_or_from_the_source() -> None:
     start = time.monotonic()
     b.own(progress, SourceState(readable=True, count=0), "tick")
     b.slots[progress].samples.clear()
-    b.slots[progress].samples.extend([(start - 10, 0), (start, 40)])
+    b.slots[progress].samples.extend([(start - 40, 0), (start - 10, 120), (start, 160)])
     assert b.observed(progress, start).rate == pytest.approx(4.0)
+    b.slots[progress].samples.clear()
+    b.slots[progress].samples.extend([(start - 5, 0), (start, 20)])
+    assert b.observed(progress, start).rate is None  # under half a window: too little to say
     b.own(progress, SourceState(readable=True, rate=2.5, changed_at=start), "watch")
     assert b.observed(progress, start).rate == 2.5
 

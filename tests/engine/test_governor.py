@@ -232,3 +232,26 @@ def test_a_restart_in_every_state_resumes_where_it_was(moment: str) -> None:
         a.at(t_a, 10.0, [coop()])
         b.at(t_a - 100.0, 10.0, [coop()])
         assert (b.gov.mode, b.gov.budget, b.job().state, b.job().duty) == (a.gov.mode, a.gov.budget, a.job().state, a.job().duty)
+
+
+def test_a_take_back_survives_a_moment_without_a_governor() -> None:
+    g = Gov()
+    started(g)
+    g.at(120, 5.0, [coop()])
+    assert g.gov.mode == "taken_back"
+    g.at(121, 10.0, [coop()], certs=[])  # a certificate unreadable for one tick
+    g.at(122, 10.0, [coop()])
+    assert g.gov.mode == "taken_back" and g.job().state == "paused"
+    g.at(420, 10.0, [coop()])
+    assert g.gov.mode == "running" and g.gov.budget == 0.25
+
+
+def test_a_pending_job_no_certificate_covers_waits_and_the_running_one_keeps_its_duty() -> None:
+    g = Gov()
+    named = CertView("trainer", "batch", 0.4)
+    g.at(0, 10.0, [coop()], certs=[named])
+    g.at(60, 10.0, [coop()], certs=[named])
+    newcomer = replace(coop("c2", name="other"), started=False)
+    g.at(61, 10.0, [coop(), newcomer], certs=[named])
+    assert g.job("c1").state == "run" and g.job("c1").duty == 0.4
+    assert g.job("c2").state == "held" and g.job("c2").reasons[0].code == codes.PROTECTED_GPU_BUSY

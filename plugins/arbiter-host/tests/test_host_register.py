@@ -6,13 +6,14 @@ from importlib.metadata import entry_points
 
 import arbiter_host
 from arbiter.plugin import HostSignal
-from arbiter_host import MachineHostSignal, MemoryHostSignal, PowerHostSignal, arbiter_register_host
+from arbiter_host import AccessHostSignal, MachineHostSignal, MemoryHostSignal, PowerHostSignal, arbiter_register_host
 
 
-def test_registers_memory_power_and_machine() -> None:
+def test_registers_every_host_kind() -> None:
     seen: dict[str, type] = {}
     arbiter_register_host(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen == {"memory": MemoryHostSignal, "power": PowerHostSignal, "machine": MachineHostSignal}
+    assert seen == {"memory": MemoryHostSignal, "power": PowerHostSignal, "machine": MachineHostSignal,
+                    "access": AccessHostSignal}
     assert all(issubclass(cls, HostSignal) for cls in seen.values())
     assert all(cls.Options.runs_command is False for cls in seen.values())
 

@@ -49,3 +49,13 @@ def test_the_hook_writes_where_the_environment_says(tmp_path: Path, monkeypatch:
 def test_registered_through_its_entry_point() -> None:
     names = {p["name"] for p in build_plugin_manager().plugins()}
     assert "nfd" in names
+
+
+def test_label_names_stay_valid_and_distinct() -> None:
+    long_a, long_b = "x" * 70 + "-a", "x" * 70 + "-b"
+    state = {"gpu_apis": None, "gpu_jobs_admitted": True, "certified_duty": {"db-": 0.1, long_a: 0.2, long_b: 0.3}}
+    lines = render(state, 0.0).splitlines()[1:]
+    names = [line.split("=")[0] for line in lines]
+    assert len(set(names)) == len(names) == 4  # no API labels before the probes answered
+    for name in names:
+        assert len(name) <= 63 and name[0].isalnum() and name[-1].isalnum(), name

@@ -55,7 +55,8 @@ class AccessHostSignal(HostSignal):
         return AccessReading(user, (*self._devices(user), self._other_users(user)))
 
     def _devices(self, user: str) -> list[AccessItem]:
-        found = sorted({p for pattern in DEVICE_PATTERNS for p in glob.glob(str(self.root / pattern))})
+        # device nodes only: /dev/nvidia-caps is a folder, and joining a group does not open it
+        found = sorted({p for pattern in DEVICE_PATTERNS for p in glob.glob(str(self.root / pattern)) if not os.path.isdir(p)})
         if not found:
             return [AccessItem("GPU device files", True, "none on this host (no GPU driver exposes one)")]
         denied = [p for p in found if not os.access(p, os.R_OK | os.W_OK)]

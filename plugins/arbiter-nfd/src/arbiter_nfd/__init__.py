@@ -14,6 +14,7 @@ while its folder does not exist (NFD is not installed).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -28,20 +29,28 @@ FILE_ENV = "ARBITER_NFD_FILE"
 EXPIRY_S = 600.0
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_NAME_MAX = 63  # a Kubernetes label name
 
 
-def _name(part: str) -> str:
-    return _UNSAFE.sub("_", part)[:40]
+def _label(prefix: str, part: str) -> str:
+    """``prefix`` + ``part`` as a valid label name: alphanumeric at both ends, at most 63
+    characters; one shortened gets a hash of the whole, so two never collide."""
+    name = prefix + _UNSAFE.sub("_", part)
+    if len(name) > _NAME_MAX:
+        digest = hashlib.sha256(part.encode()).hexdigest()[:8]
+        name = name[: _NAME_MAX - 9] + "-" + digest
+    return name.rstrip("_.-") or prefix.rstrip("-")
 
 
 def render(state: dict[str, Any], now: float) -> str:
     """The feature file for ``state`` (see the ``arbiter_node_state`` hook)."""
     expiry = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now + EXPIRY_S))
-    labels = {f"arbiter-gpu-api-{_name(api)}": "true" for api in state.get("gpu_apis", {}).get("host", [])}
-    labels.update({f"arbiter-container-gpu-api-{_name(api)}": "true" for api in state.get("gpu_apis", {}).get("containers", [])})
+    apis = state.get("gpu_apis") or {}  # None until the probes have answered: no API labels yet
+    labels = {_label("arbiter-gpu-api-", api): "true" for api in apis.get("host", [])}
+    labels.update({_label("arbiter-container-gpu-api-", api): "true" for api in apis.get("containers", [])})
     labels["arbiter-gpu-jobs-admitted"] = "true" if state.get("gpu_jobs_admitted") else "false"
     for rule, duty in state.get("certified_duty", {}).items():
-        labels[f"arbiter-certified-duty-{_name(rule)}"] = f"{float(duty):.2f}"
+        labels[_label("arbiter-certified-duty-", rule)] = f"{float(duty):.2f}"
     return f"# +expiry-time={expiry}\n" + "".join(f"{k}={v}\n" for k, v in sorted(labels.items()))
 
 
