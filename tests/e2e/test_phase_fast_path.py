@@ -160,7 +160,7 @@ def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
 
 def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: Path, procs) -> None:
     progress = tmp_path / "later" / "progress.jsonl"
-    node = LocalNode(tmp_path)
+    node = LocalNode(tmp_path, governor={"period_s": 2})  # rates over a 2 s window
     try:
         node.add_rule("trainer", {
             "id": "trainer", "match": {"cmdline": ["sleep 1008"]},
