@@ -83,3 +83,20 @@ def make_probe(context: PluginContext) -> Callable[..., Any]:
 @pytest.fixture
 def runner_class() -> type[FakeRunner]:
     return FakeRunner
+
+
+@pytest.fixture
+def require_tool() -> Callable[[str, str], None]:
+    """``require_tool(tool, api)``: skip unless ``tool`` is installed, or fail where
+    ``ARBITER_REQUIRE`` names ``api`` (as .ci/run sets it once it installed the tools)."""
+
+    def check(tool: str, api: str) -> None:
+        import shutil
+
+        if shutil.which(tool) is not None:
+            return
+        if api in {part.strip() for part in os.environ.get("ARBITER_REQUIRE", "").split(",")}:
+            pytest.fail(f"ARBITER_REQUIRE names {api} but {tool} is not installed")
+        pytest.skip(f"{tool} is not installed")
+
+    return check

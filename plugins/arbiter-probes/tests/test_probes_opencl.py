@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -164,17 +163,10 @@ def test_macos_and_windows_skip_the_icd_files(make_probe: Any, runner_class: Any
 # --- this host ---------------------------------------------------------------------------------------
 
 
-def _required(api: str) -> bool:
-    return api in {part.strip() for part in os.environ.get("ARBITER_REQUIRE", "").split(",")}
-
-
-def test_this_host_enumerates_pocl_and_does_not_count_it(context: Any) -> None:
+def test_this_host_enumerates_pocl_and_does_not_count_it(context: Any, require_tool: Any) -> None:
     """With Debian's pocl-opencl-icd and clinfo (as .ci installs them), PoCL's CPU device is found and
     not counted.  Skipped where clinfo is missing, unless ARBITER_REQUIRE names opencl."""
-    if shutil.which("clinfo") is None:
-        if _required("opencl"):
-            pytest.fail("ARBITER_REQUIRE names opencl but clinfo is not installed")
-        pytest.skip("clinfo is not installed")
+    require_tool("clinfo", "opencl")
     usable, why = OpenclProbe(OpenclProbe.Options(), context).probe()
     if usable:
         assert "Portable Computing Language" not in why or "a CPU device" in why

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -246,17 +245,10 @@ def test_windows_skips_the_manifest_search(make_probe: Any, runner_class: Any) -
 # --- this host ---------------------------------------------------------------------------------------
 
 
-def _required(api: str) -> bool:
-    return api in {part.strip() for part in os.environ.get("ARBITER_REQUIRE", "").split(",")}
-
-
-def test_this_host_enumerates_a_cpu_device_and_does_not_count_it(context: Any) -> None:
+def test_this_host_enumerates_a_cpu_device_and_does_not_count_it(context: Any, require_tool: Any) -> None:
     """With Debian's mesa-vulkan-drivers and vulkan-tools (as .ci installs them), llvmpipe is found and
     not counted.  Skipped where vulkaninfo is missing, unless ARBITER_REQUIRE names vulkan."""
-    if shutil.which("vulkaninfo") is None:
-        if _required("vulkan"):
-            pytest.fail("ARBITER_REQUIRE names vulkan but vulkaninfo is not installed")
-        pytest.skip("vulkaninfo is not installed")
+    require_tool("vulkaninfo", "vulkan")
     usable, why = VulkanProbe(VulkanProbe.Options(), context).probe()
     if usable:  # a host with a real GPU: the CPU device, if any, is named as not counted
         assert "llvmpipe" not in why or "a CPU device" in why
