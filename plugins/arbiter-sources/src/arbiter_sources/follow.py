@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from arbiter.plugin import KindOptions, PluginContext, PluginError, Source, SourceState
 from pydantic import field_validator
