@@ -53,7 +53,7 @@ def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tm
         for op in ("job.stop", "job.pause", "job.resume"):
             assert as_nobody(lambda op=op: request(sock, op, id=job_id)) == (False, "FORBIDDEN"), op
         assert as_nobody(lambda: request(sock, "reload")) == (False, "FORBIDDEN")
-        assert node.job("mine")["state"] == "run"
+        assert node.job("mine")["state"] == "run", node.job("mine")
         # the owner (root here) may
         request(sock, "job.pause", id=job_id)
         node.wait_for(lambda: node.job("mine")["state"] == "paused")
