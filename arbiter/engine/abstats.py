@@ -12,7 +12,7 @@ Quantiles come from the exact distributions, integrated here: no statistics libr
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,12 +55,17 @@ def t_quantile(p: float, nu: float) -> float:
         raise ValueError("need 0 < p < 1 and nu > 0")
     if p < 0.5:
         return -t_quantile(1 - p, nu)
-    lo, hi = 0.0, 1.0
-    while _t_cdf(hi, nu) < p:
+    return _invert(lambda x: _t_cdf(x, nu), p, 1.0)
+
+
+def _invert(cdf: Callable[[float], float], p: float, hi: float) -> float:
+    """The x ≥ 0 where an increasing ``cdf`` reaches ``p``, by bisection."""
+    lo = 0.0
+    while cdf(hi) < p:
         hi *= 2
-    for _ in range(60):
+    for _ in range(80):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _t_cdf(mid, nu) < p else (lo, mid)
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
     return (lo + hi) / 2
 
 
@@ -82,13 +87,7 @@ def _chi2_cdf(x: float, k: float) -> float:
 def chi2_quantile(p: float, k: float) -> float:
     if not 0 < p < 1 or k <= 0:
         raise ValueError("need 0 < p < 1 and k > 0")
-    lo, hi = 0.0, max(1.0, k)
-    while _chi2_cdf(hi, k) < p:
-        hi *= 2
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _chi2_cdf(mid, k) < p else (lo, mid)
-    return (lo + hi) / 2
+    return _invert(lambda x: _chi2_cdf(x, k), p, max(1.0, k))
 
 
 # --- a run ---------------------------------------------------------------------------------------

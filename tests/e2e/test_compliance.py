@@ -12,11 +12,15 @@ def codes(node: LocalNode, name: str) -> list[str]:
     return [r["code"] for r in (node.job(name) or {}).get("reasons", [])]
 
 
-def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path: Path, procs) -> None:
+def greedy_node(tmp_path: Path, compliance: dict) -> tuple[LocalNode, Path]:
+    """A node with a quick compliance check, and the manifest of a job that asks for 0.3."""
     manifest = tmp_path / "greedy.yaml"
     manifest.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.3}\n")
-    node = LocalNode(tmp_path, tick_s=0.5, stop_grace_s=1,
-                     compliance={"sample_s": 0.5, "pause_s": 2, "over_samples": 3, "strikes_to_stop": 3, "untrusted_s": 600})
+    return LocalNode(tmp_path, tick_s=0.5, stop_grace_s=1, compliance=compliance), manifest
+
+
+def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path: Path, procs) -> None:
+    node, manifest = greedy_node(tmp_path, {"sample_s": 0.5, "pause_s": 2, "over_samples": 3, "strikes_to_stop": 3, "untrusted_s": 600})
     try:
         node.start()
         launcher = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))
@@ -43,10 +47,7 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
 
 
 def test_strikes_and_distrust_survive_a_daemon_restart(tmp_path: Path, procs) -> None:
-    manifest = tmp_path / "greedy.yaml"
-    manifest.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.3}\n")
-    node = LocalNode(tmp_path, tick_s=0.5, stop_grace_s=1,
-                     compliance={"sample_s": 0.5, "pause_s": 0.5, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600})
+    node, manifest = greedy_node(tmp_path, {"sample_s": 0.5, "pause_s": 0.5, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600})
     try:
         node.start()
         launcher = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))

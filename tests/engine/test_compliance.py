@@ -10,7 +10,7 @@ import pytest
 from arbiter.engine import codes
 from arbiter.engine.compliance import trust_from_record, trust_to_record
 from arbiter.engine.decide import decide
-from arbiter.engine.types import EngineState, JobObs, Observation, Policy, RuleObs, RulePolicy, SourceObs
+from arbiter.engine.types import DuringPolicy, EngineState, JobObs, Observation, Policy, RuleObs, RulePolicy, SourceObs
 
 POLICY = Policy(rules={}, stop_grace_s=5.0)
 
@@ -165,32 +165,32 @@ def test_a_job_at_duty_one_is_not_checked() -> None:
     assert run.last.jobs["j1"].state == "run"
 
 
+CAPS = ("cooperative_throttle", "cooperative_pause")
+
+
+def told_to_pause() -> tuple[Run, dict[str, RuleObs]]:
+    """A cooperative job running at duty 1, and a phase observation that pauses it."""
+    run = Run(replace(POLICY, rules={"p": RulePolicy("p", during=(DuringPolicy("gpu"),))}))
+    run.at(0.0, job(None, None, caps=CAPS, max_duty=1.0))
+    return run, {"p": RuleObs("p", running=True, pids=frozenset({3}), phases=(SourceObs(readable=True, phase="on"),))}
+
+
 def test_a_cooperative_job_still_busy_two_samples_after_being_told_to_pause_is_paused_from_outside() -> None:
-    rule = RulePolicy("p", during=(__import__("arbiter.engine.types", fromlist=["DuringPolicy"]).DuringPolicy("gpu"),))
-    policy = replace(POLICY, rules={"p": rule})
-    caps = ("cooperative_throttle", "cooperative_pause")
-    on = {"p": RuleObs("p", running=True, pids=frozenset({3}), phases=(SourceObs(readable=True, phase="on"),))}
-    run = Run(policy)
-    run.at(0.0, job(None, None, caps=caps, max_duty=1.0))
-    run.at(1.0, job(None, None, caps=caps, max_duty=1.0), rules=on)
+    run, on = told_to_pause()
+    run.at(1.0, job(None, None, caps=CAPS, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "control"
-    run.at(2.0, job(0.8, 2.0, caps=caps, max_duty=1.0), rules=on)
+    run.at(2.0, job(0.8, 2.0, caps=CAPS, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "control"  # this sample began before it was told
-    run.at(4.0, job(0.8, 4.0, caps=caps, max_duty=1.0), rules=on)
+    run.at(4.0, job(0.8, 4.0, caps=CAPS, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "control"  # one whole sample: it may be finishing a unit
-    run.at(6.0, job(0.8, 6.0, caps=caps, max_duty=1.0), rules=on)
+    run.at(6.0, job(0.8, 6.0, caps=CAPS, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "tree" and [a.op for a in run.last.actions] == ["pause"]
 
 
 def test_a_cooperative_job_that_obeys_stays_paused_through_its_document() -> None:
-    rule = RulePolicy("p", during=(__import__("arbiter.engine.types", fromlist=["DuringPolicy"]).DuringPolicy("gpu"),))
-    policy = replace(POLICY, rules={"p": rule})
-    caps = ("cooperative_throttle", "cooperative_pause")
-    on = {"p": RuleObs("p", running=True, pids=frozenset({3}), phases=(SourceObs(readable=True, phase="on"),))}
-    run = Run(policy)
-    run.at(0.0, job(None, None, caps=caps, max_duty=1.0))
+    run, on = told_to_pause()
     for t in (1.0, 2.0, 4.0, 6.0):
-        run.at(t, job(0.8 if t == 2.0 else 0.0, t, caps=caps, max_duty=1.0), rules=on)
+        run.at(t, job(0.8 if t == 2.0 else 0.0, t, caps=CAPS, max_duty=1.0), rules=on)
     assert run.last.jobs["j1"].via == "control"
 
 
