@@ -99,6 +99,16 @@ class LocalNode:
     def job(self, name: str) -> dict[str, Any] | None:
         return next((j for j in self.status()["jobs"] if j["name"] == name), None)
 
+    def reasons(self, name: str, code: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """The job's reasons once one has ``code``: the status snapshot is published just after
+        the signals are sent, so a process seen stopped may briefly predate its reason."""
+
+        def found() -> list[dict[str, Any]] | None:
+            reasons = (self.job(name) or {}).get("reasons") or []
+            return reasons if any(r["code"] == code for r in reasons) else None
+
+        return self.wait_for(found, timeout=timeout)  # type: ignore[no-any-return]
+
     def events(self, code: str | None = None, subject: str | None = None, contains: str = "", limit: int = 200) -> list[dict[str, Any]]:
         """Timeline entries, waiting until one with ``code`` (and ``contains`` in its message)
         is there: the recorder writes them just after the decision that made them."""

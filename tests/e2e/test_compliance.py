@@ -8,10 +8,6 @@ from pathlib import Path
 from arbiter.demo.node import PYTHON, LocalNode
 
 
-def codes(node: LocalNode, name: str) -> list[str]:
-    return [r["code"] for r in (node.job(name) or {}).get("reasons", [])]
-
-
 def greedy_node(tmp_path: Path, compliance: dict) -> tuple[LocalNode, Path]:
     """A node with a quick compliance check, and the manifest of a job that asks for 0.3."""
     manifest = tmp_path / "greedy.yaml"
@@ -28,7 +24,7 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
         assert node.job("greedy")["duty"] == 0.3
         for strike in (1, 2):
             took = procs.wait(pid, {"stopped"}, timeout=10)
-            assert "GPU_DUTY_EXCEEDED" in codes(node, "greedy"), strike
+            node.reasons("greedy", "GPU_DUTY_EXCEEDED")
             explained = node.call("explain", subject="greedy")["explain"]["items"][0]["reasons"][0]
             assert "more of the GPU than its duty" in explained["message"] and "arbiter.sdk.Duty" in explained["remedy"]
             assert took < 5  # three samples at a 0.5 s tick, and the first interval

@@ -39,7 +39,7 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
         print(f"\nphase write -> job stopped: {1000 * took:.1f} ms (tick 5 s)")
         assert took < 1.0
         assert procs.state(cpu_pid) != "stopped"  # scope gpu leaves CPU work alone
-        reason = node.job("plain")["reasons"][0]
+        reason = node.reasons("plain", "PROTECTION_PHASE_ON")[0]
         assert reason["code"] == "PROTECTION_PHASE_ON" and "uplink" in reason["message"]
         on = node.events("PROTECTION_PHASE_ON")[-1]
         assert on["data"]["seen_by"] == "watch" and on["data"]["latency_ms"] < 1000
@@ -80,8 +80,7 @@ def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs) -> None:
         assert node.job("plain")["state"] == "run"  # the program does not run: nothing to protect
         node.spawn(["sleep", "1002"])
         procs.wait(pid, {"stopped"}, timeout=10)
-        codes = [r["code"] for r in node.job("plain")["reasons"]]
-        assert "PROTECTION_SOURCE_UNREADABLE" in codes
+        node.reasons("plain", "PROTECTION_SOURCE_UNREADABLE")
     finally:
         node.close()
 
@@ -150,7 +149,7 @@ def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
         pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0])
         uploader = node.spawn(["sleep", "1006"])
         procs.wait(pid, {"stopped"}, timeout=5)
-        assert "PROTECTION_PHASE_ON" in [r["code"] for r in node.job("plain")["reasons"]]
+        node.reasons("plain", "PROTECTION_PHASE_ON")
         assert node.events("PROTECTION_PHASE_ON", subject="backup")[-1]["data"]["seen_by"] == "tick"
         uploader.kill()
         procs.wait(pid, {"running", "sleeping"}, timeout=5)
@@ -168,8 +167,9 @@ def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: P
         })
         node.start()
         node.spawn(["sleep", "1008"])
+        node.wait_for(lambda: node.status()["rules"][0]["running"])  # else the job may start and end first
         node.job_run([PYTHON, "-c", "pass"], "--name", "plain")
-        node.wait_for(lambda: "PROTECTION_SOURCE_UNREADABLE" in [r["code"] for r in (node.job("plain") or {}).get("reasons", [])])
+        node.reasons("plain", "PROTECTION_SOURCE_UNREADABLE", timeout=15)
         explained = node.call("explain", subject="plain")["explain"]["items"][0]["reasons"][0]
         assert str(progress.parent) in explained["message"] and explained["remedy"]
         progress.parent.mkdir()

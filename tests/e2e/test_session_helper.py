@@ -25,10 +25,6 @@ def phase(path: Path, value: str) -> None:
         fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
 
 
-def reasons(node: LocalNode, name: str) -> list[str]:
-    return [r["code"] for r in (node.job(name) or {}).get("reasons", [])]
-
-
 def source_of(node: LocalNode, rule: str) -> dict:
     return next(r for r in node.status()["rules"] if r["id"] == rule)["sources"][0]
 
@@ -56,7 +52,7 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
         node.start(HOME=str(tmp_path / "daemon-home"))
         node.spawn(["sleep", "1004"])
         node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.01)"], "--name", "plain")
-        node.wait_for(lambda: "PROTECTION_SOURCE_UNREADABLE" in reasons(node, "plain"))
+        node.reasons("plain", "PROTECTION_SOURCE_UNREADABLE", timeout=15)
         assert source_of(node, "p")["read_by"] == "daemon" and not source_of(node, "p")["readable"]
 
         helper = node.spawn([PYTHON, "-m", "arbiter", "helper", "--config", str(node.config_path)])
@@ -68,7 +64,7 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
         phase(events, "uploading")
         took = procs.wait(pid, {"stopped"}, timeout=3)
         print(f"\nphase written in the user's home -> job stopped through the helper: {1000 * took:.1f} ms")
-        assert "PROTECTION_PHASE_ON" in reasons(node, "plain")
+        node.reasons("plain", "PROTECTION_PHASE_ON")
         phase(events, "idle")
         procs.wait(pid, {"running", "sleeping"}, timeout=3)
         latency = node.wait_for(lambda: source_of(node, "p")["latency"]["count"] >= 2 and source_of(node, "p")["latency"])
@@ -91,7 +87,7 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
         helper.send_signal(signal.SIGTERM)
         helper.wait(10)
         procs.wait(pid, {"stopped"}, timeout=5)  # no helper: the phase counts as on again
-        assert "PROTECTION_SOURCE_UNREADABLE" in reasons(node, "plain")
+        node.reasons("plain", "PROTECTION_SOURCE_UNREADABLE")
     finally:
         node.close()
         shutil.rmtree(private, ignore_errors=True)
