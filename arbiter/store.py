@@ -53,6 +53,10 @@ CREATE TABLE IF NOT EXISTS certificates (
     issued_at REAL NOT NULL, node TEXT NOT NULL, fingerprint TEXT NOT NULL, exe_path TEXT NOT NULL,
     exe_sha256 TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS ab_runs (
+    id TEXT PRIMARY KEY, rule TEXT NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL,
+    started REAL NOT NULL, updated REAL NOT NULL
+);
 """
 
 
@@ -230,13 +234,7 @@ class Store:
 
     def add_certificate(self, cert: Certificate) -> int:
         with self.transaction() as db:
-            cur = db.execute(
-                "INSERT INTO certificates (rule, work, duty, r, r_low, r_high, margin, run_id, issued_at, node,"
-                " fingerprint, exe_path, exe_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (cert.rule, cert.work, cert.duty, cert.r, cert.r_low, cert.r_high, cert.margin, cert.run_id,
-                 cert.issued_at, cert.node, json.dumps(dict(cert.fingerprint)), cert.exe_path, cert.exe_sha256),
-            )
-            return int(cur.lastrowid or 0)
+            return self.insert_certificate(db, cert)
 
     def certificates(self) -> list[Certificate]:
         rows = self._query("SELECT * FROM certificates ORDER BY issued_at")
@@ -247,6 +245,39 @@ class Store:
                         id=r["id"])
             for r in rows
         ]
+
+
+    # --- paired ON/OFF runs (their blocks and verdicts; see arbiter.engine.abrun) -------------
+
+    @staticmethod
+    def put_run(db: sqlite3.Connection, record: Mapping[str, Any]) -> None:
+        spec = record["spec"]
+        db.execute(
+            "INSERT OR REPLACE INTO ab_runs VALUES (?, ?, ?, ?, ?, ?)",
+            (spec["run_id"], spec["rule_id"], record["status"], json.dumps(record), record["started_wall"], time.time()),
+        )
+
+    def runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        rows = self._query("SELECT record FROM ab_runs ORDER BY started DESC, id DESC LIMIT ?", (limit,))
+        return [json.loads(r["record"]) for r in rows]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT record FROM ab_runs WHERE id = ?", (run_id,))
+        return json.loads(rows[0]["record"]) if rows else None
+
+    def running_run(self) -> dict[str, Any] | None:
+        rows = self._query("SELECT record FROM ab_runs WHERE status = 'running' ORDER BY started DESC LIMIT 1")
+        return json.loads(rows[0]["record"]) if rows else None
+
+    @staticmethod
+    def insert_certificate(db: sqlite3.Connection, cert: Certificate) -> int:
+        cur = db.execute(
+            "INSERT INTO certificates (rule, work, duty, r, r_low, r_high, margin, run_id, issued_at, node,"
+            " fingerprint, exe_path, exe_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (cert.rule, cert.work, cert.duty, cert.r, cert.r_low, cert.r_high, cert.margin, cert.run_id,
+             cert.issued_at, cert.node, json.dumps(dict(cert.fingerprint)), cert.exe_path, cert.exe_sha256),
+        )
+        return int(cur.lastrowid or 0)
 
 
 class PausedJournal:

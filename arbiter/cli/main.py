@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True)
 app.add_typer(job_app, name="job")
+ab_app = typer.Typer(help="Prove co-tenancy: paired ON/OFF runs, sweeps and their reports.", no_args_is_help=True)
+app.add_typer(ab_app, name="ab")
 
 ConfigOpt = Annotated[
     Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
@@ -376,3 +378,137 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --- paired ON/OFF runs -------------------------------------------------------------------------
+
+RuleOpt = Annotated[str, typer.Option("--rule", help="the protected program's rule id")]
+WorkOpt = Annotated[str, typer.Option(help="the work under test: gpu, cpu, all or a job name")]
+BlocksOpt = Annotated[int, typer.Option(help="planned blocks of one ON and one OFF window (the pilot may add)")]
+WindowOpt = Annotated[float, typer.Option(help="each window, seconds")]
+WashoutOpt = Annotated[float, typer.Option(help="seconds discarded after each switch")]
+MarginOpt = Annotated[float, typer.Option(help="the slowdown that counts (0.02: 2 %)")]
+OffOpt = Annotated[str, typer.Option(help="how OFF windows hold the work: paused, or evicted (stopped, freeing its memory)")]
+HoursOpt = Annotated[float, typer.Option("--max-hours", help="the run's cap")]
+FollowOpt = Annotated[bool, typer.Option("--follow/--detach", help="show progress until it ends (the run outlives the CLI)")]
+
+
+def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, **args: Any) -> None:
+    from arbiter.cli.ab import follow as follow_run
+    from arbiter.cli.ab import print_plan
+
+    sweep = op == "ab.sweep"
+    plan = _ask(config, "ab.plan", "plan", sweep=sweep, **args)
+    console = _console()
+    if not as_json:
+        print_plan(console, plan, started=False)
+    plan = _ask(config, op, "plan", **args)
+    if as_json and not follow:
+        _print_json(plan)
+        return
+    if not as_json:
+        console.print(f"started  run {plan['run']}" + (f" of sweep {plan['sweep']}" if plan.get("sweep") else ""))
+    if not follow:
+        return
+    last = follow_run(console, lambda: _ask(config, "ab.status", "runs"), plan["run"], plan.get("sweep"))
+    report = _ask(config, "ab.show", "report", id=last.get("run", plan["run"]))
+    _ab_report(report, as_json)
+    raise typer.Exit(0 if report["certifies"] else 1)
+
+
+def _ab_report(report: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(report)
+        return
+    from arbiter.harness.report import text
+
+    print(text(report))
+
+
+@ab_app.command("start")
+def ab_start(
+    rule: RuleOpt,
+    work: WorkOpt = "gpu",
+    duty: Annotated[Optional[float], typer.Option(help="the duty cooperative work holds in ON windows")] = None,  # noqa: UP045
+    blocks: BlocksOpt = 12,
+    window: WindowOpt = 300,
+    washout: WashoutOpt = 60,
+    margin: MarginOpt = 0.02,
+    off: OffOpt = "paused",
+    max_hours: HoursOpt = 8,
+    follow: FollowOpt = False,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure what the work costs a protected program: blocks of ON and OFF windows in random order."""
+    _ab_start("ab.start", config, as_json, follow, rule=rule, work=work, duty=duty, blocks=blocks, window=window,
+              washout=washout, margin=margin, off=off, max_hours=max_hours)
+
+
+@ab_app.command("sweep")
+def ab_sweep(
+    rule: RuleOpt,
+    levels: Annotated[str, typer.Option(help="duties to run in order; it stops at the first that does not pass")] = "0.1,0.2,0.35,0.5,0.65,0.8,1.0",
+    work: WorkOpt = "gpu",
+    blocks: BlocksOpt = 12,
+    window: WindowOpt = 300,
+    washout: WashoutOpt = 60,
+    margin: MarginOpt = 0.02,
+    off: OffOpt = "paused",
+    max_hours: HoursOpt = 8,
+    follow: FollowOpt = False,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the harness at each duty in turn: the highest that passes is the rule's certified duty."""
+    try:
+        parsed = [float(x) for x in levels.split(",") if x.strip()]
+    except ValueError:
+        raise _fail(CliError(f"--levels must be numbers separated by commas, not {levels!r}", 2)) from None
+    _ab_start("ab.sweep", config, as_json, follow, rule=rule, work=work, levels=parsed, blocks=blocks, window=window,
+              washout=washout, margin=margin, off=off, max_hours=max_hours)
+
+
+@ab_app.command("status")
+def ab_status(
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    follow: Annotated[bool, typer.Option("--follow", help="follow the run in progress until it ends")] = False,
+) -> None:
+    """Every paired run: in progress (which window, how far), or its verdict."""
+    runs = _ask(config, "ab.status", "runs")
+    current = next((r for r in runs if r["status"] == "running"), None)
+    if follow and current is not None:
+        from arbiter.cli.ab import follow as follow_run
+
+        follow_run(_console(), lambda: _ask(config, "ab.status", "runs"), current["run"], current.get("sweep"))
+        runs = _ask(config, "ab.status", "runs")
+    if as_json:
+        _print_json(runs)
+        return
+    from arbiter.cli.ab import runs_table
+
+    _console().print(runs_table(runs))
+
+
+@ab_app.command("show")
+def ab_show(
+    run_id: Annotated[str, typer.Argument(help="the run's id (`arbiter ab status`)")],
+    plot: Annotated[Optional[Path], typer.Option(help="also write its picture (PNG) here")] = None,  # noqa: UP045
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A run's report: each block, the blocks left out and why, R with its interval, the verdict."""
+    report = _ask(config, "ab.show", "report", id=run_id)
+    if plot is not None:
+        from arbiter.harness.report import plot_png
+
+        plot.write_bytes(plot_png(report))
+    _ab_report(report, as_json)
+
+
+@ab_app.command("abort")
+def ab_abort(run_id: Annotated[str, typer.Argument(help="the run (or sweep) to end")], config: ConfigOpt = None) -> None:
+    """End a run (and its sweep): no certificate, the work goes back to the usual rules."""
+    answer = _ask(config, "ab.abort", "run", id=run_id)
+    print(f"arbiter: run {answer} aborted")

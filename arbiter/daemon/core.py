@@ -116,7 +116,7 @@ class Daemon:
         self.sources = SourceBook(config.governor.period_s)  # the decision thread writes it; others only read
         self._certs: tuple[CertView, ...] = ()
         self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
-        self._hasher = ExeHasher()
+        self.hasher = ExeHasher()
         self._cert_rows: list[Certificate] = []
         self._certs_read_at = -CERTIFICATES_EVERY_S
         # GPU API probes: on first need, or PROBE_DELAY_S after start (node labels), on reload and doctor
@@ -171,7 +171,10 @@ class Daemon:
         trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
         governors = {rid: governor.from_record(rec, now, now_wall) for rid, rec in self.store.governors().items()}
         # strikes, distrust and each rule's governor outlive a restart
-        self._engine_state = EngineState(trust=trust, governors=governors)
+        from arbiter.daemon.abruns import resumed_from
+
+        run, run_problem = resumed_from(self.store.running_run())
+        self._engine_state = EngineState(trust=trust, governors=governors, ab=run)
         self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
         self.jobs.load(self.store)
         self.rulebook = RuleBook(self.config, self.host, self.store, self._on_source, self._record)
@@ -200,6 +203,12 @@ class Daemon:
             self._start_http()
         self._write_daemon_file()
         self._record(codes.DAEMON_STARTED, "node", f"arbiter {__version__} started (pid {os.getpid()})", {"config": str(self.config_path or "")})
+        if run is not None and run.running:
+            self._record(codes.AB_RUN_STARTED, run.spec.rule_id, f"paired run {run.spec.run_id} resumed with "
+                         f"{len(run.blocks)} of {run.target} blocks done (the window in progress was discarded)",
+                         {"run": run.spec.run_id, "resumed": True})
+        if run_problem:
+            self._record(codes.PLUGIN_FAILED, "node", run_problem)
 
     def _spawn(self, name: str, target: Any) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -275,6 +284,17 @@ class Daemon:
 
     def _record(self, code: str, subject: str, message: str, data: dict[str, Any] | None = None) -> None:
         self.recorder.event(code, subject, message, data)
+
+    record = _record
+
+    def put(self, kind: str, payload: Any) -> None:
+        """Hand something to the decision thread."""
+        self._inbox.put((kind, payload))
+
+    def certificates_changed(self) -> None:
+        """A certificate was issued: read them again on the next tick, not 5 s later."""
+        self._certs_read_at = -CERTIFICATES_EVERY_S
+        self._wake.set()
 
     def _observe_event(self, event: dict[str, Any]) -> None:
         self.host.call("timeline observers", lambda: self.host.hook.arbiter_timeline_event(event=event))
@@ -368,7 +388,7 @@ class Daemon:
         for cert in self._cert_rows:
             rule = view.rules.get(cert.rule)
             exe_path = view.rule_exes.get(cert.rule)
-            digest = self._hasher.digest(exe_path) if exe_path else None
+            digest = self.hasher.digest(exe_path) if exe_path else None
             if rule is not None and rule.running and digest is None:
                 # it runs, but what runs cannot be checked: never trust a certificate blind
                 state, why = "stale", f"{cert.rule}'s program runs but its executable cannot be read to check it"
@@ -449,6 +469,15 @@ class Daemon:
                     self.sources.own(key, state, "tick")
             elif kind == "policy":
                 self._policy = payload
+            elif kind == "ab":  # start or abort a paired run: the engine state is this thread's
+                change, box = payload
+                try:
+                    run, box["answer"] = change(self._engine_state.ab)
+                    self._engine_state = replace(self._engine_state, ab=run)
+                except Exception as exc:  # the asker gets it; this thread goes on
+                    box["error"] = exc
+                finally:
+                    box["done"].set()
             elif kind == "ended":
                 for failure in self.actuator.end_job(payload):
                     self._record(codes.PLUGIN_FAILED, payload, f"could not continue what was left of it: {failure}")
@@ -511,6 +540,8 @@ class Daemon:
             reader_why=view.reader_why,
             certificates=self._certs,
             memory_available=view.memory_available,
+            wall=time.time(),
+            power=view.power,
         )
 
     def _target(self, record: JobRecord, view: TickView) -> JobTarget:
@@ -569,6 +600,7 @@ class Daemon:
         if decision.state.governors != self._engine_state.governors:
             govs = {r: governor.to_record(g, now, time.time()) for r, g in decision.state.governors.items()}
             self.recorder.write(lambda db: Store.put_governors(db, govs))
+        self._keep_runs(self._engine_state.ab, decision)
         self._engine_state = decision.state
         self.snapshot = Snapshot(decision, view, list(records.values()), time.time())
         with self.jobs.changed:
@@ -581,6 +613,23 @@ class Daemon:
             self._record(event.code, event.subject, event.message, data)
         for job_id, message in self._failures.started(set(failures)):
             self._record(codes.PLUGIN_FAILED, job_id, message)
+
+    def _keep_runs(self, before: Any, decision: Decision) -> None:
+        """Persist a paired run when a block or the run ends (a window in progress is never
+        kept), and issue the certificate a passing run earned."""
+        from arbiter.daemon.abruns import certificate
+        from arbiter.engine.abrun import to_record
+
+        now = decision.state.ab
+        changed = [r for r in decision.ab_ended]
+        if now is not None and (before is None or now.durable() != before.durable()):
+            changed.append(now)
+        for run in changed:
+            rec = to_record(run)
+            self.recorder.write(lambda db, rec=rec: Store.put_run(db, rec))
+        for run in decision.ab_ended:
+            if run.certifies:
+                certificate(self, run)
 
     # --- requests -------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ class TickView:
     job_busy_at: float | None = None
     rule_exes: Mapping[str, str] = field(default_factory=dict)  # rule id → its program's executable
     memory_available: float | None = None  # share of host memory (the ``memory`` host signal)
+    power: str | None = None  # the host's power source (the ``power`` host signal)
     machine: Mapping[str, Any] = field(default_factory=dict)  # the ``machine`` host signal, as a dict
     gpus: tuple[str, ...] = ()  # the GPUs the reader read, by name
 
@@ -218,6 +219,7 @@ class Observer:
             job_busy_at=busy_at,
             rule_exes={rid: by_pid[min(pids)].exe for rid, pids in rule_pids.items() if pids and min(pids) in by_pid},
             memory_available=self._memory(),
+            power=self._power(),
             machine=self._machine(),
             gpus=reading.devices if reading else (),
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
@@ -274,6 +276,10 @@ class Observer:
         reading = self.host_signal("memory")
         share = getattr(reading, "available_share", None)
         return float(share) if isinstance(share, (int, float)) else None
+
+    def _power(self) -> str | None:
+        source = getattr(self.host_signal("power"), "source", None)
+        return source if isinstance(source, str) else None
 
     def _machine(self) -> dict[str, Any]:
         if self._machine_reading is None:  # the node does not change while the daemon runs

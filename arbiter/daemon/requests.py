@@ -199,6 +199,8 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
             daemon.jobs.update(record.id, user_hold=op == "job.pause")
         daemon.notify_jobs()
         return {}
+    if op.startswith("ab."):
+        return _ab(daemon, op, args, uid)
     if op == "reload":
         if not may_admin(uid, daemon.uid, group_members(daemon.config.admin_group)):
             raise Refused(
@@ -206,4 +208,32 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
             )
         daemon.request_reload()
         return {}
+    raise Refused(f"unknown request {op!r}", "BAD_REQUEST")
+
+
+def _ab(daemon: Daemon, op: str, args: dict[str, Any], uid: int) -> dict[str, Any]:
+    """Paired ON/OFF runs: anyone may read them; starting and aborting are node-wide changes."""
+    from arbiter.daemon import abruns
+
+    try:
+        if op == "ab.status":
+            return {"runs": abruns.status(daemon)}
+        if op == "ab.show":
+            from arbiter.harness.report import report
+
+            rec, live = abruns.find(daemon, str(args.get("id", "")))
+            return {"report": report(rec, live)}
+        if not may_admin(uid, daemon.uid, group_members(daemon.config.admin_group)):
+            raise Refused(f"paired runs need root, the daemon's user or membership of group "
+                          f"{daemon.config.admin_group!r}", "FORBIDDEN")
+        if op in ("ab.plan", "ab.start", "ab.sweep"):
+            run_id, sweep_id = abruns.new_ids(op == "ab.sweep" or bool(args.get("sweep")))
+            spec = abruns.spec_from(args, run_id, sweep_id)
+            if op == "ab.plan":
+                return {"plan": abruns.plan(daemon, spec)}
+            return {"plan": abruns.start(daemon, spec, uid)}
+        if op == "ab.abort":
+            return abruns.abort(daemon, str(args.get("id", "")), uid)
+    except abruns.RunRefused as exc:
+        raise Refused(str(exc), "AB_REFUSED") from None
     raise Refused(f"unknown request {op!r}", "BAD_REQUEST")

@@ -152,7 +152,8 @@ class SourceBook:
             return SourceObs(readable=False, why="not read yet")
         reading, _ = self._effective(key, slot)
         st = reading.state
-        return SourceObs(st.readable, st.phase, st.why, st.needs_helper, reading.seen_by, st.changed_at, self.rate(key, slot, now))
+        return SourceObs(st.readable, st.phase, st.why, st.needs_helper, reading.seen_by, st.changed_at, self.rate(key, slot, now),
+                         st.count)
 
     def rate(self, key: SlotKey, slot: Slot, now: float) -> float | None:
         reading, _ = self._effective(key, slot)

@@ -48,6 +48,11 @@ def _coin(seed: str, block_index: int) -> bool:
     return bool(h >> 63)
 
 
+def order(seed: str, block_index: int) -> tuple[Arm, Arm]:
+    """The two windows of a block, in the order fixed by (seed, block)."""
+    return ("on", "off") if _coin(seed, block_index) else ("off", "on")
+
+
 def plan(blocks: int, window_s: float, washout_s: float, seed: str, first_block: int = 0) -> list[Window]:
     """Windows for ``blocks`` blocks from ``first_block`` on, back to back from time 0."""
     if window_s <= washout_s:
@@ -55,8 +60,7 @@ def plan(blocks: int, window_s: float, washout_s: float, seed: str, first_block:
     out: list[Window] = []
     t = 0.0
     for b in range(first_block, first_block + blocks):
-        order: list[Arm] = ["on", "off"] if _coin(seed, b) else ["off", "on"]
-        for arm in order:
+        for arm in order(seed, b):
             out.append(Window(b, arm, t, t + washout_s, t + window_s))
             t += window_s
     return out
@@ -74,14 +78,19 @@ class WindowReading:
     power_changed: bool = False
     memory_guard: bool = False
     work_duty: float | None = None  # the work's measured duty (ON windows)
+    work_ran: bool = True  # some of the work ran during it (ON windows)
+    unreadable: str = ""  # why progress could not be counted over the whole of it
 
     @property
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def exclusion(arm: Arm, reading: WindowReading, asked_duty: float) -> str | None:
-    """Why this window must not count (its block is repeated), or None."""
+def exclusion(arm: Arm, reading: WindowReading, asked_duty: float | None) -> str | None:
+    """Why this window must not count (its block is repeated), or None.  ``asked_duty``:
+    the duty cooperative work was asked to hold (None: work that holds no duty)."""
+    if reading.unreadable:
+        return f"progress could not be counted ({reading.unreadable})"
     if reading.phase_changed:
         return "a phase of the rule changed"
     if reading.program_restarted:
@@ -92,11 +101,16 @@ def exclusion(arm: Arm, reading: WindowReading, asked_duty: float) -> str | None
         return "the power source changed"
     if reading.memory_guard:
         return "the memory guard tripped"
-    if arm == "on":
+    if arm == "on" and not reading.work_ran:
+        return "the work did not run: a certificate is never earned beside idle work"
+    if arm == "on" and asked_duty is not None:
         if reading.work_duty is None:
             return "the work's duty could not be measured"
         if reading.work_duty < asked_duty - DUTY_SHORTFALL:
             return (f"the work ran at {reading.work_duty:.2f}, under its asked {asked_duty:.2f} − {DUTY_SHORTFALL:g}: "
+                    "a certificate is never earned beside idle work")
+        if reading.work_duty < asked_duty / 2:  # at a duty of 0.1 or less, 0 is not "asked − 0.1"
+            return (f"the work ran at {reading.work_duty:.2f}, under half its asked {asked_duty:.2f}: "
                     "a certificate is never earned beside idle work")
     return None
 

@@ -37,6 +37,7 @@ from arbiter.engine.types import (
     Scope,
     TimelineEvent,
 )
+from arbiter.engine.abrun import RunState, Sees, advance, covers, work_seen
 from arbiter.engine.usage import gpu_usage
 
 
@@ -48,6 +49,8 @@ class _Hold:
     #: "all" jobs in scope, or under the governor only those that "cannot_throttle" (they wait
     #: beside the protected program) or those that "can_throttle" (their budget is 0 now)
     applies: str = "all"
+    #: a paired run of this rule decides for the work it covers, past this hold
+    run_waives: str | None = None
 
     def binds(self, job: JobObs, can_throttle: bool) -> bool:
         if not in_scope(self.scope, job):
@@ -136,6 +139,7 @@ def _rule_holds(
                     evidence,
                 ),
                 applies="cannot_throttle" if governed else "all",
+                run_waives=rid,
             )
         )
         if policy.gpu_jobs == "certified" and not governed:
@@ -148,6 +152,7 @@ def _rule_holds(
                         f"arbiter ab sweep --rule {rid}",
                         {"rule": rid},
                     ),
+                    run_waives=rid,
                 )
             )
     if rp.pause_fleet and ro.running:
@@ -225,6 +230,42 @@ def _stop_step(job: JobObs, since: float, grace: float, now: float) -> str:
     return "asked"
 
 
+@dataclass(frozen=True)
+class _RunSays:
+    """What the paired run in progress says of one job."""
+
+    rule_id: str
+    arm: str | None  # "on" / "off" for the work it covers; None for other GPU work (held)
+    reason: Reason | None = None  # why it is held (OFF, or other work)
+    duty: float | None = None  # the duty cooperative work holds in ON windows
+    evict_since: float | None = None  # OFF with --off evicted: stopped since then
+
+
+def _run_says(run: RunState, job: JobObs) -> _RunSays | None:
+    spec = run.spec
+    w = run.window
+    if covers(spec.work, job):
+        if w is None or w.arm == "on":
+            return _RunSays(spec.rule_id, "on", duty=spec.duty)
+        reason = Reason(
+            codes.AB_WINDOW_OFF,
+            f"an OFF window of paired run {spec.run_id} on {spec.rule_id!r}: the work is "
+            + ("evicted" if spec.off == "evicted" else "held") + " to measure the program without it",
+            f"it runs again in the next ON window (`arbiter ab status`; `arbiter ab abort {spec.run_id}` ends the run)",
+            {"run": spec.run_id, "rule": spec.rule_id, "block": w.attempt},
+        )
+        return _RunSays(spec.rule_id, "off", reason, evict_since=w.opened_at if spec.off == "evicted" else None)
+    if not job.uses_gpu:
+        return None
+    reason = Reason(
+        codes.AB_RUN_MEASURING,
+        f"paired run {spec.run_id} measures what {spec.work!r} work costs {spec.rule_id!r}: other GPU work waits",
+        f"it runs when the run ends (`arbiter ab status`; `arbiter ab abort {spec.run_id}`)",
+        {"run": spec.run_id, "rule": spec.rule_id},
+    )
+    return _RunSays(spec.rule_id, None, reason)
+
+
 def _job_verdict(
     job: JobObs,
     holds: list[_Hold],
@@ -235,8 +276,16 @@ def _job_verdict(
     checked: Compliance,
     can_throttle: bool = False,
     share: float | None = None,
+    run: _RunSays | None = None,
 ) -> JobVerdict:
-    """``share``: the duty the governor's budget gives each job that can throttle."""
+    """``share``: the duty the governor's budget gives each job that can throttle; ``run``:
+    what a paired run in progress says of this job."""
+    if run is not None and run.evict_since is not None and job.started and job.stop_requested_at is None:
+        assert run.reason is not None
+        step = _stop_step(job, run.evict_since, policy.stop_grace_s, now)
+        return JobVerdict(job.job_id, "stopping", duty=0.0, stop_step=step, reasons=(run.reason,))  # type: ignore[arg-type]
+    if run is not None and run.arm is not None:
+        holds = [h for h in holds if h.run_waives != run.rule_id]
     if job.stop_requested_at is not None or checked.stop is not None:
         if job.stop_requested_at is not None:
             since = job.stop_requested_at
@@ -257,9 +306,13 @@ def _job_verdict(
         pausing.extend(exclusive_blockers)
     elif job.uses_gpu:
         pausing.extend(r for r in exclusive_blockers if r.evidence.get("exclusive_job"))
+    if run is not None and run.reason is not None:
+        pausing.append(run.reason)
     duty = job.max_duty if job.uses_gpu else 1.0
     if can_throttle and share is not None:
         duty = min(duty, round(share, 4))
+    if run is not None and run.arm == "on" and run.duty is not None and _can_throttle(job):
+        duty = min(job.max_duty, run.duty)
     if not job.started:
         reasons = tuple(pausing + soon)
         return JobVerdict(job.job_id, "held" if reasons else "run", duty=0.0 if reasons else duty, reasons=reasons)
@@ -341,8 +394,25 @@ def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[T
     return []
 
 
+def _sees(run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Policy, prev: EngineState, now: float) -> Sees:
+    rid = run.spec.rule_id
+    ro = obs.rules.get(rid) or RuleObs(rid)
+    progress = ro.progress
+    count = progress.count if progress is not None and progress.readable else None
+    why = "" if count is not None else (progress.why if progress is not None and progress.why else "it cannot be read")
+    guard = obs.memory_available is not None and obs.memory_available < policy.governor.min_available
+    running = {jid: v.state == "run" for jid, v in prev.jobs.items()}
+    work_running, duty, at = work_seen(run.spec, obs.jobs.values(), running)
+    return Sees(
+        now=now, wall=obs.wall if obs.wall is not None else now, count=count, count_why=why, running=ro.running,
+        pids=ro.pids, phases=rule.phases if rule else (), power=obs.power, memory_guard=guard,
+        work_running=work_running, work_duty=duty, work_sample_at=at,
+    )
+
+
 def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> Decision:
     events: list[TimelineEvent] = []
+    run = prev.ab if prev.ab is not None and prev.ab.running else None
     rule_states: dict[str, RuleState] = {}
     rule_verdicts: dict[str, RuleVerdict] = {}
     holds = _node_holds(obs, policy)
@@ -364,7 +434,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         rs = gpu_usage(before, ro, policy.busy_threshold, policy.release_after_s, now)
         governed = False
         gs_before = prev.governors.get(rid, GovernorState())
-        if policy.gpu_jobs == "certified" and rp.protected and rs.using_gpu and not ro.faults:
+        measured = run is not None and run.spec.rule_id == rid  # a paired run alone decides
+        if policy.gpu_jobs == "certified" and rp.protected and rs.using_gpu and not ro.faults and not measured:
             top = ceiling(obs.certificates, rid, running_names)
             if top > 0:
                 governed = True
@@ -410,6 +481,10 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             tuple(h.reason for h in rule_hold_list),
         )
 
+    ab = advance(run, _sees(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
+    if ab is not None:
+        events.extend(ab.events)
+        run = ab.state if ab.state is not None and ab.state.running else None
     throttler_ids = {j.job_id for j in throttlers}
     # running jobs keep their place; pending ones are admitted in the order they came
     ordered = sorted(obs.jobs.values(), key=lambda j: (not j.started, j.submitted_at, j.job_id))
@@ -458,7 +533,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         trust[job.name] = checked.trust
         events.extend(checked.events)
         share = min(budgets) / len(throttlers) if budgets and throttlers else None
-        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked, job.job_id in throttler_ids, share)
+        says = _run_says(run, job) if run is not None else None
+        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked, job.job_id in throttler_ids, share, says)
         if verdict.state == "paused" and verdict.via == "control" and not (prev_v and prev_v.state == "paused"):
             compliance[job.job_id] = replace(checked.state, told_at=now)  # told now: samples count from here
         asked = verdict.duty if verdict.state == "run" else None
@@ -481,7 +557,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     trust = {name: t for name, t in ((n, prune_trust(t, policy.compliance, now)) for n, t in trust.items())
              if t.strikes or t.untrusted(now)}
     state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust,
-                        governors=governors)
+                        governors=governors, ab=ab.state if ab is not None else prev.ab)
     newcomer = JobObs("", "", -1)  # a plain GPU job asking to start now
-    admits = not any(h.binds(newcomer, False) for h in holds)
-    return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices, admits)
+    admits = run is None and not any(h.binds(newcomer, False) for h in holds)
+    return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices, admits,
+                    ab.ended if ab is not None else ())

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from arbiter.engine.abrun import RunState
 
 Scope = Literal["gpu", "cpu", "all", "io"]
 GpuJobsMode = Literal["never", "when_no_gpu_protected", "certified", "always"]
@@ -39,6 +42,7 @@ class SourceObs:
     seen_by: SeenBy = "tick"
     changed_at: float = 0.0
     rate: float | None = None  # progress events per second, where known
+    count: int | None = None  # progress events counted so far (where the source counts)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,8 @@ class Observation:
     reader_why: str = ""
     certificates: tuple[CertView, ...] = ()
     memory_available: float | None = None  # share of host memory available (None: unknown)
+    wall: float | None = None  # the wall clock with ``now`` (a paired run tells sleep from it)
+    power: str | None = None  # the host's power source ("ac", "battery"; None: unknown)
 
 
 # --- policy ----------------------------------------------------------------------------------
@@ -281,6 +287,7 @@ class EngineState:
     compliance: Mapping[str, JobCompliance] = field(default_factory=dict)  # job id → its record
     trust: Mapping[str, NameTrust] = field(default_factory=dict)  # job name → its record
     governors: Mapping[str, GovernorState] = field(default_factory=dict)  # rule id → its governor
+    ab: RunState | None = None  # the paired ON/OFF run in progress, or the last to end (one a node)
 
 
 ActionOp = Literal["pause", "resume", "control", "terminate", "kill"]
@@ -314,3 +321,4 @@ class Decision:
     events: tuple[TimelineEvent, ...]
     notices: tuple[Reason, ...] = ()  # node-wide conditions (e.g. a rule file never valid)
     admits_gpu: bool = True  # a new GPU job that cannot throttle would be admitted now
+    ab_ended: tuple[RunState, ...] = ()  # paired runs that ended on this decision

@@ -8,7 +8,7 @@ import ipaddress
 from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from arbiter import __version__
 
@@ -27,6 +27,10 @@ class Provider(Protocol):
     def gpu_apis(self) -> dict[str, Any]: ...
 
     def duty(self) -> dict[str, Any]: ...
+
+    def ab_runs(self) -> list[dict[str, Any]]: ...
+
+    def ab_report(self, run_id: str) -> dict[str, Any]: ...  # raises LookupError
 
 
 def is_loopback_host(host_header: str | None) -> bool:
@@ -88,6 +92,27 @@ def create_app(provider: Provider) -> FastAPI:
     @app.get("/v1/duty")
     def duty() -> dict[str, Any]:
         return provider.duty()
+
+    @app.get("/v1/ab")
+    def ab_runs() -> list[dict[str, Any]]:
+        return provider.ab_runs()
+
+    def ab_report(run_id: str) -> dict[str, Any]:
+        try:
+            return provider.ab_report(run_id)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    @app.get("/v1/ab/{run_id}")
+    def ab_show(run_id: str) -> dict[str, Any]:
+        return ab_report(run_id)
+
+    @app.get("/v1/ab/{run_id}/plot", response_class=Response,
+             responses={200: {"content": {"image/png": {}}, "description": "each block's OFF and ON rate, and R"}})
+    def ab_plot(run_id: str) -> Response:
+        from arbiter.harness.report import plot_png
+
+        return Response(plot_png(ab_report(run_id)), media_type="image/png")
 
     @app.post("/v1/reload", dependencies=[Depends(require_token)])
     def reload() -> dict[str, str]:

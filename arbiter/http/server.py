@@ -38,6 +38,20 @@ class DaemonProvider:
     def duty(self) -> dict[str, Any]:
         return duty_view(self.daemon)
 
+    def ab_runs(self) -> list[dict[str, Any]]:
+        from arbiter.daemon.abruns import status
+
+        return status(self.daemon)
+
+    def ab_report(self, run_id: str) -> dict[str, Any]:
+        from arbiter.daemon.abruns import RunRefused, find
+        from arbiter.harness.report import report
+
+        try:
+            return report(*find(self.daemon, run_id))
+        except RunRefused as exc:
+            raise LookupError(str(exc)) from None
+
 
 class HttpServer:
     def __init__(self, daemon: Daemon, host: str, port: int) -> None:

@@ -1,0 +1,451 @@
+"""A paired ON/OFF run as it goes (SPEC section 8), pure.
+
+:func:`advance` takes the run's state and what one decision sees (the protected program's
+progress count, its processes and phases, the power source, the memory guard, the work's
+measured duty, both clocks) and returns the new state: which arm holds now, the windows and
+blocks done, the blocks left out and why, and, at the end, the verdict.  The decision uses
+the arm to run or hold the work under test (:func:`covers`); the daemon persists the run
+and issues the certificate a passing run earns.
+
+- Windows open when the previous one closes; the first ``washout_s`` of each is discarded;
+  rate = events / seconds over the measured part, both read at the decisions that bound it.
+- A window spoiled by something outside the fleet (:func:`arbiter.engine.abplan.exclusion`)
+  leaves its whole block out; the block is repeated under the next block number.
+- A collapse of progress in an ON window (under half the last OFF rate) ends the run as a
+  slowdown, at once, not at the window's end.
+- After the pilot (the first ``pilot`` blocks) the run is sized with the upper 80 %
+  confidence limit of the SD; one that cannot reach the margin within ``max_hours`` is
+  refused.  A run that outlives ``max_hours`` or leaves out too many blocks is aborted.
+- A sweep is a run per level; a run that passes starts the next level, the first that does
+  not ends the sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from arbiter.engine import codes
+from arbiter.engine.abplan import (
+    COLLAPSE_SHARE,
+    Arm,
+    WindowReading,
+    collapsed,
+    exclusion,
+    exclusions_mostly_on,
+    order,
+)
+from arbiter.engine.abstats import Block, analyse, blocks_needed, planned_hours
+from arbiter.engine.types import JobObs, TimelineEvent
+
+RunStatus = Literal["running", "done", "aborted", "refused"]
+OffMode = Literal["paused", "evicted"]
+#: a run that leaves out more than this many blocks per planned block is aborted
+MAX_EXCLUDED_PER_BLOCK = 2
+DEFAULT_LEVELS = (0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
+
+
+def covers(work: str, job: JobObs) -> bool:
+    """Whether ``--work`` names this job: ``gpu`` every GPU job, ``cpu`` every other, ``all``
+    both, else the job's name."""
+    if work == "gpu":
+        return job.uses_gpu
+    if work == "cpu":
+        return not job.uses_gpu
+    return work == "all" or work == job.name
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    run_id: str
+    rule_id: str
+    work: str = "gpu"
+    duty: float | None = None  # the duty cooperative work holds in ON windows (None: as it runs)
+    blocks: int = 12
+    window_s: float = 300.0
+    washout_s: float = 60.0
+    margin: float = 0.02
+    off: OffMode = "paused"
+    max_hours: float = 8.0
+    seed: str = ""
+    pilot: int = 4
+    sweep_id: str | None = None
+    levels: tuple[float, ...] = ()  # a sweep's levels still to run after this one
+
+    def planned_hours(self, blocks: int | None = None) -> float:
+        return planned_hours(blocks or self.blocks, self.window_s, self.washout_s)
+
+
+@dataclass(frozen=True)
+class Sees:
+    """What the run sees on one decision."""
+
+    now: float  # monotonic
+    wall: float
+    count: int | None  # the protected program's progress events so far (None: unreadable)
+    count_why: str = ""  # why it cannot be read
+    running: bool = True
+    pids: frozenset[int] = frozenset()
+    phases: tuple[str, ...] = ()
+    power: str | None = None
+    memory_guard: bool = False
+    work_running: bool = False  # some of the work runs now
+    work_duty: float | None = None  # the work's mean measured duty over its last sample
+    work_sample_at: float | None = None  # when that sample was taken (None: none new)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The window in progress (never persisted: a restart discards it)."""
+
+    attempt: int  # the block number it belongs to
+    arm: Arm
+    second: bool  # the block's second window
+    opened_at: float
+    measure_from: float
+    ends_at: float
+    count0: int | None = None  # at the measured part's start
+    t0: float | None = None
+    wall0: float | None = None
+    phases: tuple[str, ...] = ()
+    pids: frozenset[int] = frozenset()
+    power: str | None = None
+    duty_sum: float = 0.0
+    duty_n: int = 0
+    duty_unread: bool = False
+    last_sample: float | None = None
+    work_ran: bool = False
+    spoiled: str = ""  # the first thing seen that leaves it out
+    phase_changed: bool = False
+    restarted: bool = False
+    power_changed: bool = False
+    memory_guard: bool = False
+
+
+@dataclass(frozen=True)
+class BlockDone:
+    attempt: int
+    on_first: bool
+    on_events: int
+    on_s: float
+    off_events: int
+    off_s: float
+    work_duty: float | None
+    at: float  # wall clock
+
+    @property
+    def on(self) -> float:
+        return self.on_events / self.on_s
+
+    @property
+    def off(self) -> float:
+        return self.off_events / self.off_s
+
+
+@dataclass(frozen=True)
+class Excluded:
+    attempt: int
+    arm: Arm
+    why: str
+    at: float  # wall clock
+
+
+@dataclass(frozen=True)
+class RunState:
+    spec: RunSpec
+    started_wall: float
+    status: RunStatus = "running"
+    target: int = 0  # blocks planned (raised after the pilot)
+    attempt: int = 0  # the block number now
+    window: Window | None = None
+    first: tuple[Arm, WindowReading] | None = None  # the block's first window, done
+    blocks: tuple[BlockDone, ...] = ()
+    excluded: tuple[Excluded, ...] = ()
+    verdict: str = ""  # when ended: the analysis's verdict, "slowdown" (collapse), "refused", "aborted"
+    certifies: bool = False
+    why: str = ""
+    ended_wall: float | None = None
+    passed: tuple[float, ...] = ()  # a sweep: the levels passed before this run
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    def durable(self) -> tuple[Any, ...]:
+        """What a restart keeps: it changes only when a block ends or the run does."""
+        return (self.status, self.target, self.attempt, self.blocks, self.excluded, self.verdict, self.spec)
+
+
+def start(spec: RunSpec, wall: float, passed: tuple[float, ...] = ()) -> RunState:
+    return RunState(spec=spec, started_wall=wall, target=max(spec.blocks, spec.pilot), passed=passed)
+
+
+def abort(rs: RunState, why: str, wall: float) -> RunState:
+    """Ended by its owner: no certificate, and a sweep goes no further."""
+    return _end(replace(rs, spec=replace(rs.spec, levels=())), "aborted", "aborted", why, wall)
+
+
+@dataclass(frozen=True)
+class Advance:
+    state: RunState | None
+    events: tuple[TimelineEvent, ...]
+    ended: tuple[RunState, ...] = ()  # runs that ended on this step (a sweep may start the next)
+
+
+def _event(code: str, rs: RunState, message: str, **data: Any) -> TimelineEvent:
+    return TimelineEvent(code, rs.spec.rule_id, message, {"run": rs.spec.run_id, "rule": rs.spec.rule_id, **data})
+
+
+def _open(rs: RunState, sees: Sees) -> Window:
+    spec = rs.spec
+    arms = order(spec.seed, rs.attempt)
+    second = rs.first is not None
+    arm = arms[1] if second else arms[0]
+    return Window(rs.attempt, arm, second, sees.now, sees.now + spec.washout_s, sees.now + spec.window_s)
+
+
+def _watch(w: Window, sees: Sees) -> Window:
+    """Note what happens during the measured part."""
+    if sees.now < w.measure_from:
+        return w
+    if w.t0 is None:  # the measured part begins
+        if sees.count is None:
+            return replace(w, spoiled=w.spoiled or sees.count_why or "its progress source cannot be read")
+        return replace(w, count0=sees.count, t0=sees.now, wall0=sees.wall, phases=sees.phases, pids=sees.pids,
+                       power=sees.power, memory_guard=sees.memory_guard, work_ran=sees.work_running)
+    spoiled = w.spoiled
+    if sees.count is None:
+        spoiled = spoiled or sees.count_why or "its progress source cannot be read"
+    elif w.count0 is not None and sees.count < w.count0:
+        spoiled = spoiled or "its progress count went back (the source restarted)"
+    restarted = w.restarted or not sees.running or (bool(w.pids) and not (w.pids & sees.pids))
+    w = replace(
+        w, spoiled=spoiled, restarted=restarted,
+        phase_changed=w.phase_changed or sees.phases != w.phases,
+        power_changed=w.power_changed or sees.power != w.power,
+        memory_guard=w.memory_guard or sees.memory_guard,
+        work_ran=w.work_ran or sees.work_running,
+    )
+    if w.arm == "on" and sees.work_sample_at is not None and sees.work_sample_at != w.last_sample \
+            and sees.work_sample_at >= w.t0:
+        if sees.work_duty is None:
+            w = replace(w, duty_unread=True, last_sample=sees.work_sample_at)
+        else:
+            w = replace(w, duty_sum=w.duty_sum + sees.work_duty, duty_n=w.duty_n + 1, last_sample=sees.work_sample_at)
+    return w
+
+
+def _reading(w: Window, sees: Sees) -> WindowReading:
+    if w.t0 is None or w.count0 is None or w.wall0 is None:
+        return WindowReading(0, 0.0, unreadable=w.spoiled or "its measured part was never read")
+    seconds = sees.now - w.t0
+    events = (sees.count or 0) - w.count0
+    duty = None if w.duty_unread or not w.duty_n else w.duty_sum / w.duty_n
+    return WindowReading(
+        events=max(0, events), seconds=seconds, phase_changed=w.phase_changed, program_restarted=w.restarted,
+        wall_minus_monotonic_s=(sees.wall - w.wall0) - seconds, power_changed=w.power_changed,
+        memory_guard=w.memory_guard, work_duty=duty, work_ran=w.work_ran, unreadable=w.spoiled,
+    )
+
+
+def _last_off_rate(rs: RunState) -> float | None:
+    if rs.first is not None and rs.first[0] == "off":
+        return rs.first[1].rate
+    return rs.blocks[-1].off if rs.blocks else None
+
+
+def _end(rs: RunState, status: RunStatus, verdict: str, why: str, wall: float, certifies: bool = False) -> RunState:
+    return replace(rs, status=status, verdict=verdict, why=why, certifies=certifies, window=None, first=None, ended_wall=wall)
+
+
+def _next_in_sweep(rs: RunState, wall: float) -> RunState | None:
+    spec = rs.spec
+    if not rs.certifies or not spec.levels or spec.sweep_id is None:
+        return None
+    index = int(spec.run_id.rsplit("-", 1)[1]) + 1
+    run_id = f"{spec.sweep_id}-{index}"
+    nxt = replace(spec, run_id=run_id, duty=spec.levels[0], levels=spec.levels[1:], seed=run_id)
+    return start(nxt, wall, passed=(*rs.passed, spec.duty if spec.duty is not None else 1.0))
+
+
+def _finish(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
+    """The block just completed may end the run: after the pilot, or at its target."""
+    spec = rs.spec
+    n = len(rs.blocks)
+    if n == spec.pilot and n >= 2:
+        needed = blocks_needed([Block(b.on, b.off, b.on_first) for b in rs.blocks], spec.margin)
+        if needed is None:
+            return _end(rs, "refused", "refused", f"after the pilot of {n} blocks: no realistic number of blocks "
+                        f"would show the margin {spec.margin:g} (the program's progress is too noisy)", sees.wall)
+        target = max(rs.target, needed)
+        hours = spec.planned_hours(target)
+        if hours > spec.max_hours:
+            return _end(rs, "refused", "refused", f"after the pilot: the margin {spec.margin:g} needs {target} blocks "
+                        f"({hours:.1f} h), more than --max-hours {spec.max_hours:g}", sees.wall)
+        if target != rs.target:
+            events.append(_event(codes.AB_RUN_SIZED, rs, f"run {spec.run_id}: the pilot sized it to {target} blocks "
+                                 f"({hours:.1f} h)", blocks=target, hours=round(hours, 3)))
+        rs = replace(rs, target=target)
+    if n >= rs.target:
+        a = analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], spec.margin)
+        return _end(rs, "done", a.verdict, a.why, sees.wall, a.certifies)
+    return rs
+
+
+def _close(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
+    """The window in progress has ended: count it, leave its block out, or end the run."""
+    w = rs.window
+    assert w is not None
+    spec = rs.spec
+    reading = _reading(w, sees)
+    why = exclusion(w.arm, reading, spec.duty if spec.duty is not None and spec.work not in ("cpu",) else None)
+    if why is not None:
+        ex = Excluded(w.attempt, w.arm, why, sees.wall)
+        events.append(_event(codes.AB_BLOCK_EXCLUDED, rs, f"run {spec.run_id}: block {w.attempt + 1} left out "
+                             f"({w.arm} window): {why}", block=w.attempt, arm=w.arm, why=why))
+        rs = replace(rs, window=None, first=None, attempt=rs.attempt + 1, excluded=(*rs.excluded, ex))
+        if len(rs.excluded) > MAX_EXCLUDED_PER_BLOCK * rs.target:
+            return _end(rs, "aborted", "aborted", f"{len(rs.excluded)} blocks were left out: conditions outside the "
+                        "fleet keep changing; run it in a quieter window", sees.wall)
+        return rs
+    if not w.second:
+        return replace(rs, window=None, first=(w.arm, reading))
+    assert rs.first is not None
+    first_arm, first = rs.first
+    on, off = (first, reading) if first_arm == "on" else (reading, first)
+    if collapsed(on, off.rate):
+        return _end(rs, "done", "slowdown", f"progress collapsed in an ON window ({on.rate:.3g}/s against "
+                    f"{off.rate:.3g}/s off): stopped as a slowdown", sees.wall)
+    if off.events == 0:
+        ex = Excluded(w.attempt, "off", "no progress at all with the work held: the program was idle", sees.wall)
+        events.append(_event(codes.AB_BLOCK_EXCLUDED, rs, f"run {spec.run_id}: block {w.attempt + 1} left out: {ex.why}",
+                             block=w.attempt, arm="off", why=ex.why))
+        return replace(rs, window=None, first=None, attempt=rs.attempt + 1, excluded=(*rs.excluded, ex))
+    done = BlockDone(w.attempt, first_arm == "on", on.events, on.seconds, off.events, off.seconds, on.work_duty, sees.wall)
+    rs = replace(rs, window=None, first=None, attempt=rs.attempt + 1, blocks=(*rs.blocks, done))
+    events.append(_event(codes.AB_BLOCK_DONE, rs, f"run {spec.run_id}: block {len(rs.blocks)} of {rs.target}: "
+                         f"on {done.on:.3g}/s, off {done.off:.3g}/s", block=w.attempt, on=done.on, off=done.off,
+                         on_first=done.on_first, work_duty=done.work_duty))
+    return _finish(rs, sees, events)
+
+
+def advance(rs: RunState | None, sees: Sees) -> Advance:
+    """One step of the run in progress (None: no run)."""
+    if rs is None or not rs.running:
+        return Advance(rs, ())
+    events: list[TimelineEvent] = []
+    spec = rs.spec
+    if sees.wall - rs.started_wall > spec.max_hours * 3600:
+        rs = _end(rs, "aborted", "aborted", f"the run outlived --max-hours {spec.max_hours:g} with "
+                  f"{len(rs.blocks)} of {rs.target} blocks", sees.wall)
+    else:
+        if rs.window is None:
+            rs = replace(rs, window=_open(rs, sees))
+        for _ in range(4):  # a late step may close one window and open the next
+            assert rs.window is not None
+            w = _watch(rs.window, sees)
+            rs = replace(rs, window=w)
+            if w.arm == "on" and w.t0 is not None and w.count0 is not None and sees.count is not None:
+                off_rate = _last_off_rate(rs)
+                elapsed = sees.now - w.t0
+                if off_rate and elapsed >= (spec.window_s - spec.washout_s) / 2:
+                    rate = (sees.count - w.count0) / elapsed
+                    if rate < COLLAPSE_SHARE * off_rate:
+                        rs = _end(rs, "done", "slowdown", f"progress collapsed in an ON window ({rate:.3g}/s against "
+                                  f"{off_rate:.3g}/s off): stopped at once as a slowdown", sees.wall)
+                        break
+            if sees.now < w.ends_at:
+                break
+            rs = _close(rs, sees, events)
+            if not rs.running:
+                break
+            rs = replace(rs, window=_open(rs, sees))
+    if rs.running:
+        return Advance(rs, tuple(events))
+    events.append(_event(codes.AB_RUN_DONE, rs, f"run {spec.run_id} {rs.status}: {rs.verdict} ({rs.why})",
+                         status=rs.status, verdict=rs.verdict, certifies=rs.certifies, blocks=len(rs.blocks),
+                         excluded=len(rs.excluded)))
+    nxt = _next_in_sweep(rs, sees.wall)
+    if rs.spec.sweep_id is not None and nxt is None:
+        passed = (*rs.passed, *((spec.duty if spec.duty is not None else 1.0,) if rs.certifies else ()))
+        best = max(passed) if passed else None
+        events.append(_event(codes.AB_SWEEP_DONE, rs, f"sweep {spec.sweep_id}: " + (
+            f"certified duty {best:g} for {spec.rule_id!r}" if best is not None else f"no level passed for {spec.rule_id!r}"),
+            sweep=spec.sweep_id, passed=list(passed), certified_duty=best))
+    return Advance(nxt if nxt is not None else rs, tuple(events), (rs,))
+
+
+def work_seen(spec: RunSpec, jobs: Iterable[JobObs], running: Mapping[str, bool]) -> tuple[bool, float | None, float | None]:
+    """(some of the work runs, its mean measured duty over the last sample, when taken) from
+    the jobs ``--work`` covers; ``running``: which jobs the last decision let run."""
+    covered = [j for j in jobs if covers(spec.work, j) and j.started and running.get(j.job_id)]
+    if not covered:
+        return False, None, None
+    at = [j.measured_at for j in covered if j.measured_at is not None]
+    if not at:
+        return True, None, None
+    values = [j.measured for j in covered]
+    duty = None if any(v is None for v in values) else sum(v or 0.0 for v in values) / len(values)
+    return True, duty, max(at)
+
+
+# --- records (SQLite) and the report's numbers ---------------------------------------------
+
+
+def to_record(rs: RunState) -> dict[str, Any]:
+    """What a restart keeps; the window in progress, and a half-done block, are left out."""
+    out = asdict(replace(rs, window=None, first=None))
+    out.pop("window")
+    out.pop("first")
+    return out
+
+
+def from_record(rec: Mapping[str, Any]) -> RunState:
+    spec = dict(rec["spec"])
+    spec["levels"] = tuple(spec.get("levels") or ())
+    return RunState(
+        spec=RunSpec(**spec),
+        started_wall=rec["started_wall"], status=rec["status"], target=rec["target"], attempt=rec["attempt"],
+        blocks=tuple(BlockDone(**b) for b in rec.get("blocks") or ()),
+        excluded=tuple(Excluded(**e) for e in rec.get("excluded") or ()),
+        verdict=rec.get("verdict") or "", certifies=bool(rec.get("certifies")), why=rec.get("why") or "",
+        ended_wall=rec.get("ended_wall"), passed=tuple(rec.get("passed") or ()),
+    )
+
+
+def resumed(rs: RunState) -> RunState:
+    """After a restart: the completed blocks stand, the next block starts afresh."""
+    if not rs.running:
+        return rs
+    skip = 1 if rs.window is not None or rs.first is not None else 0
+    return replace(rs, window=None, first=None, attempt=rs.attempt + skip)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The numbers a report shows beyond the blocks."""
+
+    analysis: dict[str, Any] | None
+    mostly_on: bool
+    excluded_on: int
+    excluded_off: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def summary(rs: RunState) -> Summary:
+    blocks = [Block(b.on, b.off, b.on_first) for b in rs.blocks]
+    analysis = None
+    notes: list[str] = []
+    if len(blocks) >= 2:
+        a = analyse(blocks, rs.spec.margin)
+        analysis = asdict(a)
+        if a.order_effect_flag:
+            notes.append(f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)")
+        if a.lag1 is not None and abs(a.lag1) > 0.5:
+            notes.append(f"successive blocks are correlated (lag-1 autocorrelation {a.lag1:+.2f}): the program drifts")
+    arms = [e.arm for e in rs.excluded]
+    mostly_on = exclusions_mostly_on(arms)
+    if mostly_on:
+        notes.append("most left-out blocks fell in ON windows: that is harm, not chance")
+    return Summary(analysis, mostly_on, arms.count("on"), arms.count("off"), tuple(notes))

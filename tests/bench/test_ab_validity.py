@@ -1,0 +1,99 @@
+"""The ON/OFF procedure's simulation (bench/ab_validity.py): its vectorised statistics agree
+with abstats itself, and a small run of it shows the procedure's error rates near their goals."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+from arbiter.engine.abstats import Block, analyse, blocks_needed, planned_hours
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    # bench/ is not a package; load the script by its path, as pytest's importlib mode would
+    spec = importlib.util.spec_from_file_location("ab_validity", ROOT / "bench" / "ab_validity.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+abv = _load()
+MARGIN = 0.02
+
+
+def as_blocks(d: np.ndarray, on_first: np.ndarray, off: np.ndarray) -> list[Block]:
+    # through real rates, so abstats takes the logarithm itself
+    return [Block(on=float(o * math.exp(x)), off=float(o), on_first=bool(f)) for x, f, o in zip(d, on_first, off)]
+
+
+def varied_d(rng: np.random.Generator, rows: int, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows with very different true R and SD, so every verdict and sizing outcome turns up."""
+    r = rng.choice([1.01, 1.0, 0.99, 0.97, 0.95], size=rows)
+    sd = rng.choice([0.002, 0.01, 0.03, 0.1], size=rows)
+    d = np.log(r)[:, None] + sd[:, None] * rng.standard_normal((rows, blocks))
+    return d, rng.random((rows, blocks)) < 0.5
+
+
+def test_vectorised_analysis_matches_abstats() -> None:
+    rng = np.random.default_rng(7)
+    seen: set[str] = set()
+    for blocks, rows in [(2, 6), (3, 8), (4, 8), (7, 8), (12, 10), (20, 10)]:
+        d, on_first = varied_d(rng, rows, blocks)
+        got = abv.analyse_fixed(d, MARGIN)
+        for i in range(rows):
+            want = analyse(as_blocks(d[i], on_first[i], rng.uniform(50, 150, blocks)), MARGIN)
+            assert abv.VERDICTS[got["verdict"][i]] == want.verdict
+            for key in ("r", "low", "high"):
+                assert got[key][i] == pytest.approx(getattr(want, key), abs=1e-9)
+            seen.add(want.verdict)
+    assert len(seen) >= 3  # the check is only worth something if it met several verdicts
+
+
+def test_vectorised_sizing_matches_blocks_needed() -> None:
+    rng = np.random.default_rng(11)
+    pilot, on_first = varied_d(rng, 50, 4)
+    got = abv.size_runs(pilot, MARGIN)
+    want = [blocks_needed(as_blocks(pilot[i], on_first[i], np.full(4, 100.0)), MARGIN) for i in range(50)]
+    assert [int(g) or None for g in got] == want
+    assert None in want and any(w is not None and w > 4 for w in want)
+
+
+def test_whole_procedure_matches_a_run_by_hand() -> None:
+    rng = np.random.default_rng(3)
+    d, on_first = varied_d(rng, 24, abv.most_blocks())
+    d[:, :4] *= rng.choice([0.3, 1.0], size=(24, 1))  # quieter pilots too, so more runs go ahead
+    runs = abv.run_procedure(d, MARGIN)
+    ran = 0
+    for i in range(24):
+        n = blocks_needed(as_blocks(d[i, :4], on_first[i, :4], np.full(4, 100.0)), MARGIN)
+        total = max(abv.PLANNED_BLOCKS, n or 0)
+        assert int(runs["n"][i]) == (n or 0)
+        if n is None or planned_hours(total, abv.WINDOW_S, abv.WASHOUT_S) > abv.MAX_HOURS:
+            assert runs["verdict"][i] == abv.REFUSED and runs["blocks"][i] == 4
+            continue
+        ran += 1
+        want = analyse(as_blocks(d[i, :total], on_first[i, :total], np.full(total, 100.0)), MARGIN)
+        assert runs["blocks"][i] == total
+        assert abv.VERDICTS[runs["verdict"][i]] == want.verdict
+        assert runs["low"][i] == pytest.approx(want.low, abs=1e-9)
+    assert 0 < ran < 24
+
+
+def test_small_simulation_meets_its_goals() -> None:
+    rng = np.random.default_rng(2025)
+    null = abv.simulate(1.00, 0.02, "gaussian", 2000, rng)
+    edge = abv.simulate(0.98, 0.02, "gaussian", 2000, rng)
+    for cell in (null, edge):
+        assert 0.86 <= cell["coverage"] <= 0.94
+    assert edge["p_certify"] <= 0.07
+    assert null["p_certify"] > 0.5

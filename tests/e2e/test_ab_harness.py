@@ -1,0 +1,121 @@
+"""The paired ON/OFF harness end to end on one shared core: a sweep against the protected
+stand-in certifies a low duty and fails a high one, and the certified duty then drives
+``gpu_jobs: certified``; a run survives a daemon killed mid-run; killing the work earns
+nothing; and the CLI refuses a run it cannot start, saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from arbiter.demo.node import PYTHON, LocalNode
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+PINNED = "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
+SHORT = ["--window", "3", "--washout", "1", "--blocks", "6", "--max-hours", "1"]
+
+
+def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
+    events = tmp_path / "progress.jsonl"
+    node = LocalNode(tmp_path, gpu_jobs="certified", tick_s=0.25, gpu_release_after_s=600,
+                     compliance={"sample_s": 0.5},
+                     governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05})
+    node.add_rule("frames", {
+        "id": "frames", "match": {"cmdline": ["arbiter.demo.protected"]},
+        "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}, "max_slowdown": 0.05},
+    })
+    return node, events
+
+
+def start_protected(node: LocalNode, events: Path) -> None:
+    node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.004", "--gap-s", "0.006"])
+    node.wait_for(lambda: node.status()["rules"][0]["running"])
+    node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"])
+
+
+def start_job(node: LocalNode, tmp_path: Path) -> subprocess.Popen[bytes]:
+    manifest = tmp_path / "llmbatch.yaml"
+    manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause, cancellable]\n"
+                        "gpu: {use: shared}\n")
+    launcher = node.job_run([PYTHON, "-c", PINNED, "-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "120",
+                             "--out", "/dev/null"], "--manifest", str(manifest),
+                            cwd=ROOT / "examples" / "llmbatch", stderr=subprocess.DEVNULL)
+    node.wait_for(lambda: node.job("llmbatch"))
+    return launcher
+
+
+def cli(node: LocalNode, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)], capture_output=True,
+                          text=True, timeout=timeout, env=node.env())
+
+
+def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs(tmp_path: Path) -> None:
+    node, events = harness_node(tmp_path)
+    try:
+        node.start()
+        refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
+        assert refused.returncode != 0 and "not running" in refused.stderr  # no program yet
+        start_protected(node, events)
+        refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
+        assert refused.returncode != 0 and "no job matches --work gpu" in refused.stderr
+        start_job(node, tmp_path)
+        node.reasons("llmbatch", "GPU_NOT_CERTIFIED")  # no certificate yet: it waits
+
+        swept = cli(node, "ab", "sweep", "--rule", "frames", "--levels", "0.1,0.6", "--margin", "0.05", *SHORT, "--follow")
+        print("\n" + swept.stdout[-3000:])
+        assert "rule     frames" in swept.stdout and "planned" in swept.stdout  # shown before it starts
+        runs = json.loads(cli(node, "ab", "status", "--json").stdout)
+        by_duty = {r["duty"]: r for r in runs}
+        assert by_duty[0.1]["status"] == "done" and by_duty[0.1]["verdict"] in ("no slowdown shown", "slowdown smaller than the margin")
+        assert by_duty[0.6]["verdict"] == "slowdown", by_duty[0.6]
+        sweep_done = node.events("AB_SWEEP_DONE")[-1]
+        assert sweep_done["data"]["certified_duty"] == 0.1
+
+        certs = node.call("certificates")["certificates"]
+        assert [(c["duty"], c["status"]) for c in certs] == [(0.1, "valid")]
+        report = json.loads(cli(node, "ab", "show", by_duty[0.1]["run"], "--json").stdout)
+        assert len(report["blocks"]) >= 6 and report["analysis"]["low"] >= 0.95 and report["certifies"]
+        plot = tmp_path / "run.png"
+        assert cli(node, "ab", "show", by_duty[0.1]["run"], "--plot", str(plot)).returncode == 0
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+        # the certified duty drives `gpu_jobs: certified`: a baseline, then the job at 0.1
+        duty = node.wait_for(lambda: (d := node.call("duty")["duty"])["jobs"] and d["jobs"][0]["asked"] > 0 and d, timeout=30)
+        assert duty["ceiling"] == 0.1 and duty["jobs"][0]["asked"] <= 0.1
+    finally:
+        node.close()
+
+
+def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_nothing(tmp_path: Path) -> None:
+    node, events = harness_node(tmp_path)
+    try:
+        node.start()
+        start_protected(node, events)
+        launcher = start_job(node, tmp_path)
+        started = cli(node, "ab", "start", "--rule", "frames", "--duty", "0.1", "--margin", "0.05", *SHORT)
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.split("started  run ")[1].split()[0]
+        node.wait_for(lambda: node.call("ab.status")["runs"][0]["blocks_done"] >= 2, timeout=60)
+
+        assert node.daemon is not None
+        node.daemon.send_signal(signal.SIGKILL)  # the run's blocks are on record; its window is not
+        node.daemon.wait(10)
+        node.start()
+        back = node.call("ab.status")["runs"][0]
+        assert back["run"] == run_id and back["status"] == "running" and back["blocks_done"] >= 2
+        assert node.events("AB_RUN_STARTED", contains="resumed")
+
+        # the work is killed mid-run: its ON windows see no work, and no certificate comes of it
+        launcher.send_signal(signal.SIGKILL)
+        for pid in node.job("llmbatch")["pids"]:
+            os.kill(pid, signal.SIGKILL)
+        ended = node.wait_for(lambda: (r := node.call("ab.status")["runs"][0])["status"] != "running" and r, timeout=240)
+        assert ended["status"] == "aborted" and not node.call("certificates")["certificates"], ended
+        report = node.call("ab.show", id=run_id)["report"]
+        assert any("never earned beside idle work" in e["why"] for e in report["excluded"])
+    finally:
+        node.close()

@@ -1,0 +1,307 @@
+"""A paired ON/OFF run stepped with a fake clock: windows, washout, exclusions, collapse,
+pilot sizing, sweeps, restarts, and what the decision does with the work under test."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from arbiter.engine import codes
+from arbiter.engine.abrun import (
+    RunSpec,
+    RunState,
+    Sees,
+    abort,
+    advance,
+    from_record,
+    resumed,
+    start,
+    summary,
+    to_record,
+)
+from arbiter.engine.decide import decide
+from arbiter.engine.types import (
+    CertView,
+    EngineState,
+    JobObs,
+    Observation,
+    Policy,
+    RuleObs,
+    RulePolicy,
+    SourceObs,
+)
+
+STEP = 0.5
+
+
+class Program:
+    """A protected program whose progress depends on whether the work runs."""
+
+    def __init__(self, off_rate: float = 10.0, on_rate: float = 10.0) -> None:
+        self.off_rate, self.on_rate = off_rate, on_rate
+        self.count = 0.0
+
+
+def spec(**kw: object) -> RunSpec:
+    base = dict(run_id="r1", rule_id="p", work="gpu", duty=0.3, blocks=6, window_s=10, washout_s=2, margin=0.05,
+                max_hours=1, seed="r1")
+    base.update(kw)
+    return RunSpec(**base)  # type: ignore[arg-type]
+
+
+def drive(rs: RunState, program: Program, seconds: float, t0: float = 0.0, duty: float | None = None, change=None,
+          change_from: float = 0.0, **sees: object):
+    """Step the run every STEP seconds; the program progresses by the arm in force; from
+    ``change_from`` on, ``change`` edits what the run sees."""
+    t = t0
+    events = []
+    ended = []
+    sample = 0
+    while t < t0 + seconds and rs is not None and rs.running:
+        arm = rs.window.arm if rs.window else "on"
+        program.count += (program.on_rate if arm == "on" else program.off_rate) * STEP
+        t += STEP
+        sample += 1
+        kw = dict(now=t, wall=1000.0 + t, count=int(program.count), pids=frozenset({7}), work_running=arm == "on",
+                  work_duty=(rs.spec.duty or 1.0 if duty is None else duty) if arm == "on" else 0.0, work_sample_at=t if sample % 4 == 0 else None)
+        kw.update(sees)
+        if change is not None and t >= change_from:
+            change(kw)
+        adv = advance(rs, Sees(**kw))  # type: ignore[arg-type]
+        events.extend(adv.events)
+        ended.extend(adv.ended)
+        rs = adv.state
+    return rs, events, ended, t
+
+
+def test_a_quiet_program_earns_a_pass_with_every_block_one_on_and_one_off_window() -> None:
+    rs, events, ended, t = drive(start(spec(), 1000.0), Program(10, 10), 400)
+    assert rs.status == "done" and rs.certifies and rs.verdict in ("no slowdown shown", "slowdown smaller than the margin")
+    assert len(rs.blocks) == 6 and not rs.excluded
+    assert [e.code for e in events].count(codes.AB_BLOCK_DONE) == 6 and events[-1].code == codes.AB_RUN_DONE
+    assert ended == [rs]
+    # about 6 blocks × 2 windows × 10 s, and each rate only over the measured 8 s
+    assert 118 <= t <= 124
+    for b in rs.blocks:
+        assert 7.5 <= b.on_s <= 8.5 and abs(b.on - 10) < 1.5 and abs(b.off - 10) < 1.5
+    assert {b.on_first for b in rs.blocks} == {True, False} or len(rs.blocks) < 4
+
+
+def test_the_washout_is_discarded() -> None:
+    """Progress during the washout (say, a warm-up burst after each switch) does not count."""
+    program = Program(10, 10)
+    rs = start(spec(blocks=2, pilot=2), 1000.0)
+    t = 0.0
+    while rs.running:
+        w = rs.window
+        in_washout = w is not None and t < w.measure_from
+        program.count += (1000 if in_washout else 10) * STEP
+        t += STEP
+        rs = advance(rs, Sees(now=t, wall=1000 + t, count=int(program.count), pids=frozenset({7}), work_running=True,
+                              work_duty=0.3, work_sample_at=t)).state
+    assert all(abs(b.on - 10) < 1.5 and abs(b.off - 10) < 1.5 for b in rs.blocks)
+
+
+def test_a_phase_change_leaves_its_block_out_and_the_block_is_repeated() -> None:
+    rs, events, _, _ = drive(start(spec(), 1000.0), Program(), 400, change=lambda kw: kw.update(phases=("on",)),
+                             change_from=5.0)
+    assert rs.status == "done" and len(rs.blocks) == 6
+    assert rs.excluded[0].attempt == 0 and "phase" in rs.excluded[0].why
+    assert 0 not in [b.attempt for b in rs.blocks]
+    assert codes.AB_BLOCK_EXCLUDED in [e.code for e in events]
+
+
+def test_sleep_the_power_source_a_restart_and_the_memory_guard_each_leave_a_block_out() -> None:
+    cases = {
+        "slept": lambda kw: kw.update(wall=kw["wall"] + 30.0),
+        "power source": lambda kw: kw.update(power="battery"),
+        "restarted": lambda kw: kw.update(pids=frozenset({8})),
+        "memory guard": lambda kw: kw.update(memory_guard=True),
+    }
+    for why, change in cases.items():
+        rs, _, _, _ = drive(start(spec(), 1000.0), Program(), 60, power="ac", change=change, change_from=5.0)
+        assert rs.excluded, why
+        assert why.split()[0] in rs.excluded[0].why, (why, rs.excluded[0].why)
+        assert rs.excluded[0].attempt == 0 and all(b.attempt > 0 for b in rs.blocks)
+
+
+def test_an_on_window_below_the_asked_duty_is_left_out_never_counted() -> None:
+    rs, _, _, _ = drive(start(spec(), 1000.0), Program(), 60, duty=0.1)  # asked 0.3: 0.1 < 0.3 - 0.1
+    assert not rs.blocks and rs.excluded and all(e.arm == "on" and "under its asked" in e.why for e in rs.excluded)
+
+
+def test_idle_work_earns_nothing() -> None:
+    rs, _, _, _ = drive(start(spec(duty=None), 1000.0), Program(), 60, work_running=False)
+    assert not rs.blocks and rs.excluded and "did not run" in rs.excluded[0].why
+
+
+def test_too_many_left_out_blocks_abort_the_run() -> None:
+    rs, events, _, _ = drive(start(spec(), 1000.0), Program(), 2000, duty=0.0)
+    assert rs.status == "aborted" and "left out" in rs.why and not rs.certifies
+    assert len(rs.excluded) == 2 * rs.target + 1
+
+
+def test_a_collapse_in_an_on_window_stops_the_run_at_once_as_a_slowdown() -> None:
+    rs, events, _, t = drive(start(spec(), 1000.0), Program(off_rate=10, on_rate=2), 200)
+    assert rs.status == "done" and rs.verdict == "slowdown" and not rs.certifies and "collapsed" in rs.why
+    assert t < 40  # within the first ON window that follows an OFF one, before its end
+
+
+def test_a_real_slowdown_is_found() -> None:
+    rs, _, _, _ = drive(start(spec(), 1000.0), Program(off_rate=10, on_rate=8.5), 400)
+    assert rs.status == "done" and rs.verdict == "slowdown" and not rs.certifies and rs.certifies is False
+
+
+def test_the_pilot_sizes_the_run_and_refuses_one_that_cannot_finish_in_time() -> None:
+    class Noisy(Program):
+        pass
+
+    program = Noisy(10, 10)
+    rs = start(spec(max_hours=0.1, margin=0.01), 1000.0)
+    t = 0.0
+    flip = 0
+    events = []
+    while rs.running and t < 2000:
+        arm = rs.window.arm if rs.window else "on"
+        flip += 1
+        # blocks differ by ±15 %: no 1 % margin can be shown in a tenth of an hour
+        wobble = 1.15 if (rs.attempt % 2) == (arm == "on") else 0.85
+        program.count += 10 * wobble * STEP
+        t += STEP
+        adv = advance(rs, Sees(now=t, wall=1000 + t, count=int(program.count), pids=frozenset({7}), work_running=True,
+                               work_duty=0.3, work_sample_at=t))
+        events.extend(adv.events)
+        rs = adv.state
+    assert rs.status == "refused" and len(rs.blocks) == 4 and "pilot" in rs.why
+
+
+def test_a_run_past_max_hours_is_aborted() -> None:
+    rs = start(spec(), 1000.0)
+    rs = advance(rs, Sees(now=1, wall=1000 + 3601, count=0, pids=frozenset({7}))).state
+    assert rs.status == "aborted" and "max-hours" in rs.why
+
+
+def test_a_sweep_runs_level_after_level_and_stops_at_the_first_that_fails() -> None:
+    s = spec(run_id="s1-1", sweep_id="s1", duty=0.1, levels=(0.5, 1.0), seed="s1-1")
+    rs = start(s, 1000.0)
+    program = Program(10, 10)
+    rs, events, ended, t = drive(rs, program, 125)  # one run: 6 blocks of two 10 s windows
+    assert ended[0].spec.run_id == "s1-1" and ended[0].certifies
+    assert rs.spec.run_id == "s1-2" and rs.spec.duty == 0.5 and rs.passed == (0.1,) and rs.running
+    program.on_rate = 8.5  # the program now slows at 0.5
+    rs, events, ended, _ = drive(rs, program, 400, t0=t)
+    assert ended[-1].spec.run_id == "s1-2" and not ended[-1].certifies and rs.spec.run_id == "s1-2"
+    done = [e for e in events if e.code == codes.AB_SWEEP_DONE][-1]
+    assert done.data["certified_duty"] == 0.1 and done.data["passed"] == [0.1]
+
+
+def test_an_aborted_run_ends_its_sweep() -> None:
+    rs = abort(start(spec(sweep_id="s", run_id="s-1", levels=(0.5,)), 1000.0), "asked by uid 0", 1001.0)
+    assert rs.status == "aborted" and not rs.spec.levels and not rs.certifies
+
+
+def test_a_restart_keeps_the_blocks_done_and_starts_the_next_block_afresh() -> None:
+    rs, _, _, t = drive(start(spec(), 1000.0), Program(), 50)
+    assert rs.blocks and rs.window is not None
+    back = resumed(from_record(to_record(rs)))
+    assert back.blocks == rs.blocks and back.excluded == rs.excluded and back.window is None and back.first is None
+    assert back.attempt >= rs.attempt
+    done, _, _, _ = drive(back, Program(), 400, t0=0.0)  # a new daemon's monotonic clock starts over
+    assert done.status == "done" and len(done.blocks) == 6 and done.blocks[: len(rs.blocks)] == rs.blocks
+
+
+def test_the_summary_warns_when_exclusions_fall_mostly_in_on_windows() -> None:
+    rs, _, _, _ = drive(start(spec(), 1000.0), Program(), 120, duty=0.0)
+    s = summary(rs)
+    assert s.mostly_on and s.excluded_on >= 3 and any("harm" in n for n in s.notes)
+
+
+# --- the decision under a run ----------------------------------------------------------------
+
+
+def observation(now: float, count: int, jobs: dict[str, JobObs], **kw: object) -> Observation:
+    progress = SourceObs(readable=True, rate=10.0, count=count)
+    rule = RuleObs("p", running=True, pids=frozenset({7}), gpu_share=0.5, progress=progress)
+    return Observation(now=now, wall=1000 + now, rules={"p": rule}, jobs=jobs, **kw)  # type: ignore[arg-type]
+
+
+POLICY = Policy(gpu_jobs="certified", rules={"p": RulePolicy("p", protected=True, progress=True)})
+
+
+def test_the_run_alone_decides_for_the_work_it_covers_and_other_gpu_work_waits() -> None:
+    coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle", "cooperative_pause"}), started=True,
+                  pids=(11,))
+    other = JobObs("o1", "render", 0, started=True, pids=(12,))
+    cpu = JobObs("u1", "cpujob", 0, use="none", started=True, pids=(13,))
+    jobs = {"c1": coop, "o1": other, "u1": cpu}
+    state = EngineState(ab=start(spec(work="batch", duty=0.25), 1000.0))
+    arms_seen = {}
+    count = 0
+    for i in range(60):
+        now = i * STEP
+        count += 5
+        d = decide(observation(now, count, jobs), state, POLICY, now)
+        state = d.state
+        arm = state.ab.window.arm
+        arms_seen.setdefault(arm, d.jobs)
+    on, off = arms_seen["on"], arms_seen["off"]
+    # ON: past "protected program uses the GPU" and "not certified", at the run's duty
+    assert on["c1"].state == "run" and on["c1"].duty == 0.25
+    # OFF: held to measure the program without it; cooperative work pauses itself
+    assert off["c1"].state == "paused" and off["c1"].via == "control" and off["c1"].reasons[0].code == codes.AB_WINDOW_OFF
+    for verdicts in (on, off):
+        assert verdicts["o1"].state == "paused" and codes.AB_RUN_MEASURING in [r.code for r in verdicts["o1"].reasons]
+        assert verdicts["u1"].state == "run"  # CPU work is not what this run measures
+    assert "p" not in state.governors or state.governors["p"].mode == "off"  # the governor stands down
+
+
+def test_explicit_pauses_and_other_protected_programs_still_bind_during_a_run() -> None:
+    coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle"}), started=True, pids=(11,))
+    policy = Policy(gpu_jobs="when_no_gpu_protected", rules={
+        "p": RulePolicy("p", protected=True, progress=True),
+        "q": RulePolicy("q", protected=True),
+    })
+    obs = observation(1.0, 10, {"c1": coop})
+    obs = replace(obs, rules={**obs.rules, "q": RuleObs("q", running=True, pids=frozenset({9}), gpu_share=0.9)})
+    d = decide(obs, EngineState(ab=start(spec(work="gpu"), 1000.0)), policy, 1.0)
+    codes_ = [r.code for r in d.jobs["c1"].reasons]
+    assert d.jobs["c1"].state == "paused" and codes.PROTECTED_GPU_BUSY in codes_
+    assert all(r.evidence.get("rule") == "q" for r in d.jobs["c1"].reasons if r.code == codes.PROTECTED_GPU_BUSY)
+
+
+def test_evicted_off_windows_stop_the_work_through_its_stop_path() -> None:
+    job = JobObs("c1", "batch", 0, capabilities=frozenset({"cancellable"}), started=True, pids=(11,))
+    state = EngineState(ab=start(spec(work="gpu", duty=None, off="evicted"), 1000.0))
+    count = 0
+    stopped = None
+    for i in range(60):
+        count += 5
+        d = decide(observation(i * STEP, count, {"c1": job}), state, POLICY, i * STEP)
+        state = d.state
+        if state.ab.window.arm == "off" and d.jobs["c1"].state == "stopping":
+            stopped = d
+            break
+    assert stopped is not None and stopped.jobs["c1"].reasons[0].code == codes.AB_WINDOW_OFF
+    assert any(a.op == "terminate" for a in stopped.actions)
+
+
+def test_a_passing_run_is_handed_back_ended_and_the_certificate_then_governs() -> None:
+    coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle"}), started=True, pids=(11,),
+                  measured=0.3, measured_at=0.0)
+    state = EngineState(ab=start(spec(blocks=2, pilot=2, duty=0.3), 1000.0))
+    count, ended = 0, ()
+    for i in range(200):
+        now = i * STEP
+        count += 5
+        jobs = {"c1": replace(coop, measured_at=now)}
+        d = decide(observation(now, count, jobs), state, POLICY, now)
+        state = d.state
+        ended = ended or d.ab_ended
+        if not state.ab.running:
+            break
+    assert ended and ended[0].certifies and not state.ab.running
+    # with the run over, its certificate lets the governor run the work beside the program
+    obs = observation(200.0, count, {"c1": coop}, certificates=(CertView("p", "gpu", 0.3),))
+    d = decide(obs, state, POLICY, 200.0)
+    assert d.state.governors["p"].mode == "baseline"
+    assert math.isclose(state.ab.spec.duty or 0, 0.3)
