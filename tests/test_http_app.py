@@ -34,6 +34,26 @@ class FakeProvider:
     def reload(self):
         self.reloads += 1
 
+    def ab_runs(self):
+        return [{"run": "ab-1", "status": "done"}]
+
+    def ab_report(self, run_id):
+        if run_id != "ab-1":
+            raise LookupError(f"no run {run_id!r}")
+        return {"run": "ab-1", "rule": "p", "status": "done", "verdict": "no slowdown shown", "margin": 0.02,
+                "blocks": [{"block": 1, "off": 10.0, "on": 9.9}, {"block": 2, "off": 10.1, "on": 10.0}],
+                "analysis": {"r": 0.99, "low": 0.985, "high": 0.995}}
+
+
+def test_paired_runs_their_reports_and_plots() -> None:
+    client = TestClient(create_app(FakeProvider()))
+    assert client.get("/v1/ab").json()[0]["run"] == "ab-1"
+    assert client.get("/v1/ab/ab-1").json()["verdict"] == "no slowdown shown"
+    assert client.get("/v1/ab/nope").status_code == 404
+    plot = client.get("/v1/ab/ab-1/plot")
+    assert plot.headers["content-type"] == "image/png" and plot.content[:8] == b"\x89PNG\r\n\x1a\n"
+    assert client.get("/v1/ab/nope/plot").status_code == 404
+
 
 def test_read_endpoints() -> None:
     client = TestClient(create_app(FakeProvider()))

@@ -21,9 +21,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
-from arbiter.certificates import Certificate, ExeHasher
 from arbiter.demo.node import PYTHON, LocalNode
-from arbiter.store import Store
+from arbiter.harness.report import text as report_text
 
 RULE_ID = "standin-trainer"
 
@@ -80,6 +79,11 @@ def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
     head.append(f"protected program: {'-' if r is None else f'{r:.0f} steps/s'}   ")
     head.append(f"gpu_jobs: {status['gpu_jobs']}   reader: {status['reader']['name'] or 'none'} (CPU stands in for the GPU)")
     head.append(f"\n$ arbiter duty → {node.call('duty')['duty']['summary']}")
+    run = next((r for r in node.call("ab.status")["runs"] if r["status"] == "running"), None)
+    if run is not None:
+        window = (run.get("live") or {}).get("window") or {}
+        head.append(f"\n$ arbiter ab status → run {run['run']}: block {run['blocks_done']}/{run['target']}"
+                    + (f", {window['arm'].upper()} window" if window else "") + f", {run['excluded']} left out")
     return Group(Panel(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
 
 
@@ -103,19 +107,12 @@ def _governor(node: LocalNode) -> str:
     return str(rules[0]["state"]) if rules else ""
 
 
-def _certify(node: LocalNode) -> None:
-    """What `arbiter ab sweep` would leave after a passing run: a certificate at 0.50."""
-    known = node.call("certificates")
-    exe = known["programs"].get(RULE_ID) or PYTHON
-    store = Store(node.state_dir / "state.db")
-    try:
-        store.add_certificate(Certificate(
-            rule=RULE_ID, work="gpu", duty=0.5, r=0.996, r_low=0.987, r_high=1.005, margin=0.02,
-            run_id="demo", issued_at=time.time(), node="demo", fingerprint=known["node"],
-            exe_path=exe, exe_sha256=ExeHasher().digest(exe) or "",
-        ))
-    finally:
-        store.close()
+#: a short paired run (a real one takes hours: 12 blocks of 5-minute windows)
+DEMO_RUN = {"work": "batch-coop", "duty": 0.2, "blocks": 4, "window": 2.5, "washout": 0.5, "margin": 0.1, "max_hours": 0.05}
+
+
+def _run_state(node: LocalNode, run_id: str) -> dict[str, Any]:
+    return next((r for r in node.call("ab.status")["runs"] if r["run"] == run_id), {})
 
 
 def _append(path: Path, record: dict[str, Any]) -> float:
@@ -164,17 +161,25 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
             _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
             _show(live, node, "6. The phase ends: both jobs resume", rate, 4,
                   lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run")
-            _certify(node)
             idle_flag.unlink()
-            _show(live, node, "7. A certificate for the stand-in at duty 0.50: after a baseline, the cooperative job runs "
-                  "beside it under the budget; the job that cannot throttle waits", rate, 14,
-                  lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run")
-            slow.write_text("1.0")
-            _show(live, node, "8. The protected program slows down: the budget is taken back at once", rate, 10,
-                  lambda: _governor(node) == "taken back")
-            slow.write_text("0")
-            _show(live, node, "9. It keeps up again: after take_back_s the budget comes back", rate, 12,
-                  lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run")
+            node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"], timeout=10)
+            run_id = node.call("ab.start", rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
+            _show(live, node, f"7. Prove it: a paired ON/OFF run ({run_id}) holds the job in random OFF windows and runs it "
+                  f"at duty {DEMO_RUN['duty']} in ON windows; the job that cannot throttle waits", rate, 60,
+                  lambda: _run_state(node, run_id).get("status") not in (None, "running"))
+            proof = node.call("ab.show", id=run_id)["report"]
+            certified = proof["certifies"]
+            _show(live, node, ("8. The run shows no slowdown beyond the margin: its certificate lets the governor run the "
+                               "cooperative job beside the program, after a baseline") if certified else
+                  f"8. The run earned no certificate ({proof['verdict']}): GPU work keeps waiting (GPU_NOT_CERTIFIED)",
+                  rate, 14, lambda: not certified or (_governor(node) == "running" and _state(node, "batch-coop") == "run"))
+            if certified:
+                slow.write_text("1.0")
+                _show(live, node, "9. The protected program slows down: the budget is taken back at once", rate, 10,
+                      lambda: _governor(node) == "taken back")
+                slow.write_text("0")
+                _show(live, node, "10. It keeps up again: after take_back_s the budget comes back", rate, 12,
+                      lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run")
             idle_flag.touch()
         phase_events = node.call("timeline", code="PROTECTION_PHASE_ON", limit=5)["events"]
         latency = next((e["data"].get("latency_ms") for e in reversed(phase_events) if "latency_ms" in e["data"]), None)
@@ -185,6 +190,8 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
         ))
         console.print(Text("$ arbiter explain batch-plain   (while the phase was on)", style="bold"))
         print_explain(console, explain)
+        console.print(Text(f"\n$ arbiter ab show {run_id}", style="bold"))
+        console.print(report_text(proof), markup=False, highlight=False)
         console.print(Text("\n$ arbiter timeline", style="bold"))
         print_timeline(console, node.call("timeline", limit=25)["events"])
         protected.terminate()
