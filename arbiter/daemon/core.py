@@ -40,6 +40,7 @@ from arbiter.engine.decide import decide
 from arbiter.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.certificates import status as certificate_status
 from arbiter.engine import governor
+from arbiter.engine.abrun import RunState
 from arbiter.engine.compliance import trust_from_record, trust_to_record
 from arbiter.engine.types import (
     Action,
@@ -474,6 +475,7 @@ class Daemon:
                 try:
                     run, box["answer"] = change(self._engine_state.ab)
                     self._engine_state = replace(self._engine_state, ab=run)
+                    self._persist_run(run)  # a start or an abort is kept at once, not at the next block
                 except Exception as exc:  # the asker gets it; this thread goes on
                     box["error"] = exc
                 finally:
@@ -614,19 +616,25 @@ class Daemon:
         for job_id, message in self._failures.started(set(failures)):
             self._record(codes.PLUGIN_FAILED, job_id, message)
 
-    def _keep_runs(self, before: Any, decision: Decision) -> None:
+    def _persist_run(self, run: RunState | None) -> None:
+        if run is None:
+            return
+        from arbiter.engine.abrun import to_record
+
+        rec = to_record(run)
+        self.recorder.write(lambda db: Store.put_run(db, rec))
+
+    def _keep_runs(self, before: RunState | None, decision: Decision) -> None:
         """Persist a paired run when a block or the run ends (a window in progress is never
         kept), and issue the certificate a passing run earned."""
         from arbiter.daemon.abruns import certificate
-        from arbiter.engine.abrun import to_record
 
         now = decision.state.ab
         changed = [r for r in decision.ab_ended]
         if now is not None and (before is None or now.durable() != before.durable()):
             changed.append(now)
         for run in changed:
-            rec = to_record(run)
-            self.recorder.write(lambda db, rec=rec: Store.put_run(db, rec))
+            self._persist_run(run)
         for run in decision.ab_ended:
             if run.certifies:
                 certificate(self, run)

@@ -65,6 +65,14 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         start_job(node, tmp_path)
         node.reasons("llmbatch", "GPU_NOT_CERTIFIED")  # no certificate yet: it waits
 
+        started = cli(node, "ab", "start", "--rule", "frames", "--duty", "0.1", *SHORT)
+        run_id = started.stdout.split("started  run ")[1].split()[0]
+        node.reasons("llmbatch", "AB_WINDOW_OFF", timeout=15)  # an OFF window holds it
+        assert cli(node, "ab", "abort", run_id).returncode == 0
+        assert node.call("ab.status")["runs"][0]["status"] == "aborted"
+        node.reasons("llmbatch", "GPU_NOT_CERTIFIED")  # back to the usual rules, no certificate
+        assert not node.call("certificates")["certificates"]
+
         swept = cli(node, "ab", "sweep", "--rule", "frames", "--levels", "0.1,0.6", "--margin", "0.05", *SHORT, "--follow")
         print("\n" + swept.stdout[-3000:])
         assert "rule     frames" in swept.stdout and "planned" in swept.stdout  # shown before it starts
