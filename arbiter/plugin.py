@@ -34,6 +34,7 @@ __all__ = [
     "ProcessRef",
     "JobTarget",
     "ControlUpdate",
+    "ActionResult",
     "Matcher",
     "Reader",
     "Source",
@@ -139,6 +140,12 @@ class SourceState:
     a rate itself reports it in ``rate`` (events per second) instead.  ``phase`` is ``None``
     for a source that reports no phase.  ``changed_at`` is the monotonic time the source saw
     the write that caused the last change, so the daemon can report reaction latency.
+
+    A busy probe (a rule's ``busy:`` source) says whether its tenant is working in ``busy``:
+    ``None`` for a source that reports no busy state, and always ``None`` while it is not
+    readable (unknown, which counts as busy).  ``models`` are the names of the models the
+    tenant has loaded, where the probe reads them (for a release per model); while it is not
+    readable, the names it read last.
     """
 
     readable: bool = True
@@ -148,6 +155,8 @@ class SourceState:
     why: str = ""
     changed_at: float = 0.0
     needs_helper: bool = False
+    busy: bool | None = None
+    models: tuple[str, ...] = ()
 
 
 # --- actions -------------------------------------------------------------------------------
@@ -170,6 +179,24 @@ class JobTarget:
     processes: tuple[ProcessRef, ...]
     control_path: str | None = None
     cooperative: bool = False
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What a translator did for a request it sends to a program (a release, a duty).
+
+    ``requested`` names each request it sent (e.g. ``"model mistral:latest"``); ``errors``
+    says, for a user, each one that failed; ``note`` says why nothing was sent, where nothing
+    was.  A translator returns failures here rather than raising them.
+    """
+
+    requested: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
 
 
 @dataclass(frozen=True)
@@ -231,6 +258,9 @@ class Source(_Kind):
     """
 
     match_option: ClassVar[str | None] = None
+    #: it judges from the VRAM its tenant holds: the daemon calls ``tenant_vram()`` on every
+    #: tick, before it reads ``state()``
+    uses_vram: ClassVar[bool] = False
 
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         self.options = options
@@ -245,12 +275,25 @@ class Source(_Kind):
     def processes(self, pids: frozenset[int]) -> None:
         """The processes ``match_option`` selects now (called on the tick)."""
 
+    def tenant_vram(self, held_bytes: int | None) -> None:
+        """The VRAM its tenant's processes hold now, summed over them (called on the tick for a
+        source with ``uses_vram``).
+
+        :param held_bytes: bytes, as the readers read them; ``None`` when they cannot read the
+            tenant's VRAM.
+        """
+
+    def refresh(self) -> None:
+        """Read again now rather than at the next poll: the daemon calls it when the tenant's
+        ``events:`` source wakes it.  Must not block: a polling source wakes its own thread."""
+
 
 class Translator(_Kind):
     """Applies decisions to programs.  ``actions`` names what it can do:
 
     ``pause``/``resume`` (a process tree), ``control`` (a job's control document and nudge),
-    ``terminate``/``kill`` (end a process tree).  Every method is idempotent.
+    ``terminate``/``kill`` (end a process tree), ``release`` (ask a tenant to give its VRAM
+    back), ``duty`` (turn a duty into a program's own setting).  Every method is idempotent.
     """
 
     actions: ClassVar[frozenset[str]] = frozenset()
@@ -278,6 +321,28 @@ class Translator(_Kind):
 
     def kill(self, target: JobTarget) -> None:
         raise NotImplementedError
+
+    def release(self, tenant: str, models: Sequence[str] = ()) -> ActionResult:
+        """Ask a tenant to release the VRAM it holds.  Releasing is asynchronous in most
+        programs: the daemon confirms it by watching the tenant's VRAM fall.
+
+        :param tenant: the tenant's rule id (for messages).
+        :param models: the names of the models it has loaded, as its busy probe read them
+            (a translator that releases per model sends one request per name, none for none).
+        :returns: what was sent and every error, which are returned, never raised.
+        """
+        raise PluginError(f"this translator cannot release VRAM (asked for tenant {tenant!r}); "
+                          "use a kind whose actions include release, such as http_post")
+
+    def set_duty(self, tenant: str, duty: float) -> ActionResult:
+        """Turn a duty into the program's own setting (a batch size, a rate limit).
+
+        :param tenant: the tenant's rule id (for messages).
+        :param duty: the share of each second it may keep the GPU busy, 0..1.
+        :returns: what was sent and every error, which are returned, never raised.
+        """
+        raise PluginError(f"this translator cannot set a duty (asked for tenant {tenant!r}); "
+                          "use a kind whose actions include duty, such as http_knob")
 
 
 class Probe(_Kind):

@@ -94,7 +94,7 @@ def started(source: JsonlSource) -> Recorder:
 def test_registers_every_source_kind() -> None:
     seen: dict[str, type] = {}
     arbiter_register_sources(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen["jsonl"] is JsonlSource and set(seen) == {"jsonl", "log", "exec", "on_exec"}
+    assert seen["jsonl"] is JsonlSource and set(seen) == {"jsonl", "log", "exec", "on_exec", "http_count", "vram", "websocket"}
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
-"""arbiter source kinds: ``jsonl`` and ``log`` (watched files), ``exec`` (a command's rate)
-and ``on_exec`` (a phase while a process runs).
+"""arbiter source kinds: ``jsonl`` and ``log`` (watched files), ``exec`` (a command's rate),
+``on_exec`` (a phase while a process runs), the busy probes ``http_count`` (work an HTTP
+answer lists) and ``vram`` (VRAM above a level), and ``websocket`` (a tenant's events, as
+wake-ups).
 
 Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
 """
@@ -9,10 +11,22 @@ from __future__ import annotations
 from arbiter.plugin import Register, hookimpl
 
 from arbiter_sources.command import ExecSource, OnExecSource
+from arbiter_sources.http_count import HttpCountSource
 from arbiter_sources.jsonl import JsonlSource
 from arbiter_sources.log import LogSource
+from arbiter_sources.vram import VramSource
+from arbiter_sources.websocket import WebsocketSource
 
-__all__ = ["ExecSource", "JsonlSource", "LogSource", "OnExecSource", "arbiter_register_sources"]
+__all__ = [
+    "ExecSource",
+    "HttpCountSource",
+    "JsonlSource",
+    "LogSource",
+    "OnExecSource",
+    "VramSource",
+    "WebsocketSource",
+    "arbiter_register_sources",
+]
 
 
 @hookimpl
@@ -21,3 +35,6 @@ def arbiter_register_sources(register: Register) -> None:
     register("log", LogSource)
     register("exec", ExecSource)
     register("on_exec", OnExecSource)
+    register("http_count", HttpCountSource)
+    register("vram", VramSource)
+    register("websocket", WebsocketSource)

@@ -1,5 +1,7 @@
 """Test-only arbiter kinds: the ``fake`` reader, driven by a JSON file the test writes;
-and :func:`run_as`, for tests that check what another account may do.
+:func:`run_as`, for tests that check what another account may do; and fake programs that
+hold VRAM (an LLM server, a diffusion server) serving their real APIs' shapes on 127.0.0.1,
+writing their VRAM to the fake reader's file through a :class:`VramBoard`.
 
 Install this distribution only where tests run; it registers through the ``arbiter``
 entry point group like any plugin.
@@ -8,13 +10,47 @@ entry point group like any plugin.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from arbiter.plugin import hookimpl
 
 from arbiter_testing.fake_reader import FakeReader, write_state
+from arbiter_testing.fake_servers import (
+    FakeDiffusionServer,
+    FakeLlmServer,
+    FakeModel,
+    RecordingServer,
+    wait_until,
+)
 from arbiter_testing.users import ChildFailed, run_as
+from arbiter_testing.vram_board import GIB, VramBoard
 
-__all__ = ["ChildFailed", "FakeReader", "arbiter_register_readers", "run_as", "write_state"]
+__all__ = [
+    "GIB",
+    "ChildFailed",
+    "FakeDiffusionServer",
+    "FakeLlmServer",
+    "FakeModel",
+    "FakeReader",
+    "RecordingServer",
+    "VramBoard",
+    "api_fixture",
+    "arbiter_register_readers",
+    "run_as",
+    "wait_until",
+    "write_state",
+]
+
+API_FIXTURES = Path(__file__).parent / "api_fixtures"
+
+
+def api_fixture(name: str) -> Path:
+    """A real program's documented request or answer, e.g. ``llm-server-api/api-ps-response.json``
+    (see ``api_fixtures/SOURCES.md``)."""
+    path = API_FIXTURES / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no API fixture {name!r} under {API_FIXTURES}")
+    return path
 
 
 @hookimpl

@@ -1,5 +1,6 @@
 """arbiter translator kinds: ``signal`` (pause, resume, terminate, kill), ``cgroup_freeze``
-(pause a job's own cgroup v2, else signals) and ``control_doc``.
+(pause a job's own cgroup v2, else signals), ``control_doc``, ``http_post`` (ask a daemon to
+release its VRAM) and ``http_knob`` (a duty as a daemon's own setting).
 
 Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
 """
@@ -12,9 +13,17 @@ from arbiter.plugin import hookimpl
 
 from arbiter_translators.cgroup import CgroupFreezeTranslator
 from arbiter_translators.control import ControlDocTranslator
+from arbiter_translators.http import HttpKnobTranslator, HttpPostTranslator
 from arbiter_translators.signals import SignalTranslator
 
-__all__ = ["CgroupFreezeTranslator", "ControlDocTranslator", "SignalTranslator", "arbiter_register_translators"]
+__all__ = [
+    "CgroupFreezeTranslator",
+    "ControlDocTranslator",
+    "HttpKnobTranslator",
+    "HttpPostTranslator",
+    "SignalTranslator",
+    "arbiter_register_translators",
+]
 
 
 @hookimpl
@@ -22,3 +31,5 @@ def arbiter_register_translators(register: Callable[[str, type], None]) -> None:
     register("signal", SignalTranslator)
     register("cgroup_freeze", CgroupFreezeTranslator)
     register("control_doc", ControlDocTranslator)
+    register("http_post", HttpPostTranslator)
+    register("http_knob", HttpKnobTranslator)

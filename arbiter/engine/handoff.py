@@ -1,0 +1,298 @@
+"""VRAM handoff between tenants (SPEC section 7), as pure functions.
+
+- **Starvation**: a busy tenant is starved when the device's free VRAM plus what it holds is
+  below what it needs; the shortfall is needs − free − held.  A tenant whose busy state is
+  unknown counts as busy, here and everywhere below (never guess in anyone's favour).
+- **The plan**, made before anything is released so it can be logged first: candidates are the
+  idle reclaimable tenants of any rank and the busy reclaimable tenants ranked *strictly below*
+  the demander; idle first, then lowest priority, then largest VRAM; taken in that order until
+  the shortfall is covered.  A plan is carried out only when it covers the shortfall; otherwise
+  nothing is released and the blockers say why.  Equal or higher priority is never interrupted.
+- **Idle release**: an idle reclaimable tenant that has held VRAM for its
+  ``idle_release_after_s`` since it became idle is asked to release it.
+
+No I/O and no clock reads: the caller passes the views, the device's free VRAM and ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from arbiter.engine import codes
+from arbiter.engine.types import Reason, TimelineEvent
+
+#: "GB" in rule files and messages means GiB, as GPU tools show VRAM
+GIB = 1 << 30
+
+# Why a tenant is not released (the blockers' texts, as SPEC section 7 words them).
+WHY_RANKS = "busy and ranks at or above the demander"
+WHY_UNKNOWN_RANKS = "its state is unknown, which counts as busy, and it ranks at or above the demander"
+WHY_NO_RELEASE = "declares no release"
+WHY_ENOUGH = "enough was freed without it"
+
+
+def gb(n: int) -> str:
+    """Bytes as messages show them."""
+    return f"{n / GIB:.1f} GB"
+
+
+@dataclass(frozen=True)
+class TenantVram:
+    """One tenant as the handoff sees it.
+
+    ``busy`` is ``None`` when its busy probe could not be read: that counts as busy.
+    ``needs_bytes`` is its ``needs_vram_gb`` (``None``: it declares no need, so it is never
+    starved).  ``idle_since`` is when it last became idle (``None`` while busy or unknown);
+    ``idle_release_after_s`` is ``None`` for a tenant never released for being idle.
+    ``releasing`` says a release was already asked for and its VRAM has not fallen yet: it is
+    not asked again, and what it holds counts as on its way.
+    """
+
+    tenant_id: str
+    priority: int
+    busy: bool | None
+    held_bytes: int
+    reclaimable: bool
+    needs_bytes: int | None = None
+    idle_since: float | None = None
+    idle_release_after_s: float | None = None
+    releasing: bool = False
+
+    @property
+    def counts_busy(self) -> bool:
+        return self.busy is not False
+
+
+@dataclass(frozen=True)
+class Starvation:
+    """A busy tenant that cannot get the VRAM it needs: needs > free + held."""
+
+    tenant_id: str
+    priority: int
+    needs_bytes: int
+    free_bytes: int
+    held_bytes: int
+    state_unknown: bool = False  # it counts as busy because its state could not be read
+
+    @property
+    def shortfall_bytes(self) -> int:
+        return self.needs_bytes - self.free_bytes - self.held_bytes
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """A tenant holding VRAM that the plan does not release, and why."""
+
+    tenant_id: str
+    held_bytes: int
+    why: str
+
+
+@dataclass(frozen=True)
+class HandoffPlan:
+    """What to release for one starved demander, decided before anything is released.
+
+    ``candidates`` are every tenant the demander may take VRAM from, in the order they would
+    be taken.  ``release`` is what to ask now (empty unless ``covers``); ``awaiting`` are
+    candidates already releasing whose VRAM the plan counts on.  ``blockers`` are the tenants
+    holding VRAM that are left alone, each with why.
+    """
+
+    starvation: Starvation
+    candidates: tuple[str, ...]
+    release: tuple[str, ...]
+    awaiting: tuple[str, ...]
+    reclaimable_bytes: int  # what all candidates together hold
+    planned_bytes: int  # what the tenants in release + awaiting hold
+    covers: bool
+    blockers: tuple[Blocker, ...]
+    #: (tenant, bytes held) of every candidate
+    held: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def demander(self) -> str:
+        return self.starvation.tenant_id
+
+    def held_by(self, tenant_id: str) -> int:
+        return dict(self.held).get(tenant_id, 0)
+
+    def summary(self) -> str:
+        s = self.starvation
+        head = (f"{s.tenant_id!r} needs {gb(s.needs_bytes)} but has {gb(s.held_bytes)} with {gb(s.free_bytes)} free "
+                f"(short {gb(s.shortfall_bytes)})" + (" and its state is unknown, so it counts as busy"
+                                                      if s.state_unknown else ""))
+        blocked = "; ".join(f"{b.tenant_id!r} ({gb(b.held_bytes)}): {b.why}" for b in self.blockers)
+        if self.covers:
+            asked = ", ".join(repr(t) for t in self.release) or "nothing new"
+            text = f"{head}: releasing {asked}" + (
+                f", awaiting {', '.join(repr(t) for t in self.awaiting)}" if self.awaiting else "")
+            return text + (f"; left alone: {blocked}" if blocked else "")
+        return (f"{head}: releasing nothing, the tenants that may give VRAM back hold only "
+                f"{gb(self.reclaimable_bytes)}" + (f"; blockers: {blocked}" if blocked else ""))
+
+    def to_data(self) -> dict[str, Any]:
+        s = self.starvation
+        return {
+            "demander": s.tenant_id, "priority": s.priority, "needs_bytes": s.needs_bytes,
+            "free_bytes": s.free_bytes, "held_bytes": s.held_bytes, "shortfall_bytes": s.shortfall_bytes,
+            "state_unknown": s.state_unknown, "candidates": list(self.candidates), "release": list(self.release),
+            "awaiting": list(self.awaiting), "reclaimable_bytes": self.reclaimable_bytes,
+            "planned_bytes": self.planned_bytes, "covers": self.covers,
+            "blockers": [{"tenant": b.tenant_id, "held_bytes": b.held_bytes, "why": b.why} for b in self.blockers],
+        }
+
+
+def starvation(tenant: TenantVram, free_bytes: int) -> Starvation | None:
+    """The tenant's starvation, or ``None`` when it is idle, declares no need or has enough."""
+    if not tenant.counts_busy or tenant.needs_bytes is None:
+        return None
+    free = max(0, free_bytes)
+    if free + tenant.held_bytes >= tenant.needs_bytes:
+        return None
+    return Starvation(tenant.tenant_id, tenant.priority, tenant.needs_bytes, free, tenant.held_bytes,
+                      state_unknown=tenant.busy is None)
+
+
+def _order(t: TenantVram) -> tuple[int, int, int, str]:
+    # idle first, then lowest priority, then largest VRAM; the id makes ties deterministic
+    return (1 if t.counts_busy else 0, t.priority, -t.held_bytes, t.tenant_id)
+
+
+def plan(demander: TenantVram, tenants: Iterable[TenantVram], free_bytes: int) -> HandoffPlan | None:
+    """The handoff plan for ``demander`` (``None`` when it is not starved).
+
+    ``tenants`` may include the demander itself (it is skipped).  Tenants holding no VRAM
+    are neither candidates nor blockers: there is nothing to take from them.
+    """
+    starved = starvation(demander, free_bytes)
+    if starved is None:
+        return None
+    eligible: list[TenantVram] = []
+    blockers: list[Blocker] = []
+    for t in tenants:
+        if t.tenant_id == demander.tenant_id or t.held_bytes <= 0:
+            continue
+        if not t.reclaimable:
+            blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_NO_RELEASE))
+        elif t.counts_busy and t.priority >= demander.priority:
+            blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_UNKNOWN_RANKS if t.busy is None else WHY_RANKS))
+        else:
+            eligible.append(t)
+    eligible.sort(key=_order)
+    need = starved.shortfall_bytes
+    chosen: list[TenantVram] = []
+    planned = 0
+    for t in eligible:
+        if planned >= need:
+            break
+        chosen.append(t)
+        planned += t.held_bytes
+    covers = planned >= need
+    picked = {t.tenant_id for t in chosen}
+    if covers:
+        blockers.extend(Blocker(t.tenant_id, t.held_bytes, WHY_ENOUGH) for t in eligible if t.tenant_id not in picked)
+    return HandoffPlan(
+        starvation=starved,
+        candidates=tuple(t.tenant_id for t in eligible),
+        release=tuple(t.tenant_id for t in chosen if not t.releasing) if covers else (),
+        awaiting=tuple(t.tenant_id for t in chosen if t.releasing) if covers else (),
+        reclaimable_bytes=sum(t.held_bytes for t in eligible),
+        planned_bytes=planned if covers else 0,
+        covers=covers,
+        blockers=tuple(sorted(blockers, key=lambda b: b.tenant_id)),
+        held=tuple((t.tenant_id, t.held_bytes) for t in eligible),
+    )
+
+
+def plans(tenants: Sequence[TenantVram], free_bytes: int) -> tuple[HandoffPlan, ...]:
+    """A plan for every starved tenant, highest priority first.
+
+    A tenant an earlier plan releases is taken out of the later ones (it is already going,
+    and its VRAM goes to the demander that ranks higher), and so is a demander another plan
+    releases.  The free VRAM is the same for every plan: what one plan frees is its demander's.
+    """
+    out: list[HandoffPlan] = []
+    taken: set[str] = set()
+    for demander in sorted(tenants, key=lambda t: (-t.priority, t.tenant_id)):
+        if demander.tenant_id in taken:
+            continue
+        found = plan(demander, [t for t in tenants if t.tenant_id not in taken], free_bytes)
+        if found is None:
+            continue
+        out.append(found)
+        taken.add(demander.tenant_id)
+        taken.update(found.release)
+        taken.update(found.awaiting)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class IdleRelease:
+    """An idle tenant to ask for its VRAM: it has held it idle past its limit."""
+
+    tenant_id: str
+    held_bytes: int
+    idle_for_s: float
+    limit_s: float
+
+    @property
+    def message(self) -> str:
+        return (f"{self.tenant_id!r} has held {gb(self.held_bytes)} idle for {self.idle_for_s:.0f}s "
+                f"(idle_release_after_s {self.limit_s:g}): asking it to release")
+
+
+def idle_releases(tenants: Iterable[TenantVram], now: float) -> tuple[IdleRelease, ...]:
+    """The idle reclaimable tenants that have held VRAM for at least their
+    ``idle_release_after_s`` since they became idle, and are not releasing already."""
+    out: list[IdleRelease] = []
+    for t in tenants:
+        if (t.busy is not False or t.idle_since is None or t.idle_release_after_s is None or not t.reclaimable
+                or t.releasing or t.held_bytes <= 0):
+            continue
+        idle_for = now - t.idle_since
+        if idle_for >= t.idle_release_after_s:
+            out.append(IdleRelease(t.tenant_id, t.held_bytes, max(0.0, idle_for), t.idle_release_after_s))
+    return tuple(sorted(out, key=lambda r: r.tenant_id))
+
+
+# --- what goes on the timeline and into explain ----------------------------------------------
+
+
+def plan_event(p: HandoffPlan) -> TimelineEvent:
+    """The plan's own timeline entry, recorded before any release it asks for."""
+    code = codes.VRAM_HANDOFF_PLANNED if p.covers else codes.VRAM_HANDOFF_BLOCKED
+    return TimelineEvent(code, p.demander, p.summary(), p.to_data())
+
+
+def plan_reason(p: HandoffPlan) -> Reason | None:
+    """Why a starved demander stays starved (``None`` when its plan covers the shortfall)."""
+    if p.covers:
+        return None
+    ranks = [b.tenant_id for b in p.blockers if b.why in (WHY_RANKS, WHY_UNKNOWN_RANKS)]
+    no_release = [b.tenant_id for b in p.blockers if b.why == WHY_NO_RELEASE]
+    hints = []
+    if ranks:
+        hints.append(f"give {p.demander!r} a higher priority than {', '.join(map(repr, ranks))}, or wait until they are idle")
+    if no_release:
+        hints.append(f"add a release: block to {', '.join(map(repr, no_release))} if they can give VRAM back")
+    hints.append(f"or lower needs_vram_gb of {p.demander!r} if it needs less")
+    return Reason(codes.VRAM_HANDOFF_BLOCKED, p.summary(), "; ".join(hints), p.to_data())
+
+
+def idle_event(r: IdleRelease) -> TimelineEvent:
+    """The request entry for an idle release."""
+    return TimelineEvent(codes.VRAM_RELEASE_REQUESTED, r.tenant_id, r.message,
+                         {"tenant": r.tenant_id, "held_bytes": r.held_bytes, "idle_for_s": round(r.idle_for_s, 3),
+                          "idle_release_after_s": r.limit_s, "why": "idle"})
+
+
+def request_events(p: HandoffPlan) -> tuple[TimelineEvent, ...]:
+    """One request entry per tenant the plan releases, each naming the demander."""
+    return tuple(
+        TimelineEvent(codes.VRAM_RELEASE_REQUESTED, t,
+                      f"asking {t!r} to release its VRAM for {p.demander!r} (short {gb(p.starvation.shortfall_bytes)})",
+                      {"tenant": t, "held_bytes": p.held_by(t), "for": p.demander, "why": "handoff"})
+        for t in p.release
+    )
