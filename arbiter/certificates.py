@@ -40,6 +40,7 @@ class Certificate:
     exe_path: str = ""
     exe_sha256: str = ""
     id: int | None = None
+    superseded: str = ""  # why a later run retired it ("" while it stands)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "fingerprint": dict(self.fingerprint)}
@@ -61,6 +62,8 @@ def status(cert: Certificate, now_wall: float, current: Mapping[str, Any], exe: 
     """Whether ``cert`` holds now, and why not.  ``exe`` is the protected program's (path,
     SHA-256) now, or None when it does not run (then only its age and the node count)."""
     age = now_wall - cert.issued_at
+    if cert.superseded:
+        return "stale", cert.superseded
     if age >= VALID_S:
         return "expired", f"issued {age / 86400:.1f} days ago; certificates hold 14 days (run `arbiter ab sweep --rule {cert.rule}`)"
     changed = [k for k in ("cpu", "gpus", "os", "arbiter") if cert.fingerprint.get(k) != current.get(k)]

@@ -293,7 +293,9 @@ class Translator(_Kind):
 
     ``pause``/``resume`` (a process tree), ``control`` (a job's control document and nudge),
     ``terminate``/``kill`` (end a process tree), ``release`` (ask a tenant to give its VRAM
-    back), ``duty`` (turn a duty into a program's own setting).  Every method is idempotent.
+    back), ``duty`` (turn a duty into a program's own setting), ``profile`` (apply a GPU
+    profile, such as clocks and a power limit, and restore what it changed).  Every method is
+    idempotent.
     """
 
     actions: ClassVar[frozenset[str]] = frozenset()
@@ -343,6 +345,42 @@ class Translator(_Kind):
         """
         raise PluginError(f"this translator cannot set a duty (asked for tenant {tenant!r}); "
                           "use a kind whose actions include duty, such as http_knob")
+
+    def read_profile(self, tenant: str) -> dict[str, Any]:
+        """Read the device settings the profile will change, before it is applied.
+
+        The daemon persists the answer before it calls :meth:`apply_profile` and hands it to
+        :meth:`restore_profile` when the tenant stops working on the GPU, or on start-up after
+        a crash; it reads again only once the saved settings were restored.
+
+        :param tenant: the tenant's rule id (for messages).
+        :returns: what :meth:`restore_profile` needs to put the device back, JSON-serialisable
+            (it is stored as JSON and may be restored by another process of the daemon).
+        :raises PluginError: when the device cannot be read at all; then nothing is applied.
+        """
+        raise PluginError(f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
+                          "use a kind whose actions include profile, such as gpu_profile")
+
+    def apply_profile(self, tenant: str) -> ActionResult:
+        """Apply the profile its options describe, while the tenant works on the GPU.
+
+        :param tenant: the tenant's rule id (for messages).
+        :returns: each setting it changed (and, in ``note``, any value it had to adjust to what
+            the device allows) and every error, which are returned, never raised.
+        """
+        raise PluginError(f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
+                          "use a kind whose actions include profile, such as gpu_profile")
+
+    def restore_profile(self, tenant: str, saved: dict[str, Any]) -> ActionResult:
+        """Put back what :meth:`apply_profile` changed.
+
+        :param tenant: the tenant's rule id (for messages).
+        :param saved: what :meth:`read_profile` returned before the profile was applied, as the
+            daemon stored it (possibly by a process that has since crashed).
+        :returns: each setting it restored and every error, which are returned, never raised.
+        """
+        raise PluginError(f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
+                          "use a kind whose actions include profile, such as gpu_profile")
 
 
 class Probe(_Kind):

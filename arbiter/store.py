@@ -53,6 +53,12 @@ CREATE TABLE IF NOT EXISTS certificates (
     issued_at REAL NOT NULL, node TEXT NOT NULL, fingerprint TEXT NOT NULL, exe_path TEXT NOT NULL,
     exe_sha256 TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS cert_superseded (
+    cert_id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, why TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS profiles (
+    rule TEXT PRIMARY KEY, kind TEXT NOT NULL, options TEXT NOT NULL, saved TEXT NOT NULL, applied REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ab_runs (
     id TEXT PRIMARY KEY, rule TEXT NOT NULL, status TEXT NOT NULL, record TEXT NOT NULL,
     started REAL NOT NULL, updated REAL NOT NULL
@@ -236,16 +242,44 @@ class Store:
         with self.transaction() as db:
             return self.insert_certificate(db, cert)
 
+    @staticmethod
+    def supersede(db: sqlite3.Connection, rule: str, work: str, duty: float, run_id: str, why: str) -> int:
+        """A run that showed a slowdown at ``duty`` retires the rule's certificates for the same
+        work at that duty or above: the highest level that passes is the certified one."""
+        cur = db.execute(
+            "INSERT OR IGNORE INTO cert_superseded SELECT id, ?, ?, ? FROM certificates"
+            " WHERE rule = ? AND work = ? AND duty >= ?",
+            (run_id, why, time.time(), rule, work, duty),
+        )
+        return cur.rowcount
+
     def certificates(self) -> list[Certificate]:
-        rows = self._query("SELECT * FROM certificates ORDER BY issued_at")
+        rows = self._query("SELECT c.*, s.why AS superseded FROM certificates c"
+                           " LEFT JOIN cert_superseded s ON s.cert_id = c.id ORDER BY c.issued_at")
         return [
             Certificate(rule=r["rule"], work=r["work"], duty=r["duty"], r=r["r"], r_low=r["r_low"], r_high=r["r_high"],
                         margin=r["margin"], run_id=r["run_id"], issued_at=r["issued_at"], node=r["node"],
                         fingerprint=json.loads(r["fingerprint"]), exe_path=r["exe_path"], exe_sha256=r["exe_sha256"],
-                        id=r["id"])
+                        id=r["id"], superseded=r["superseded"] or "")
             for r in rows
         ]
 
+
+    # --- GPU profiles applied (what to restore, also after a crash) ----------------------------
+
+    def put_profile(self, rule: str, kind: str, options: Mapping[str, Any], saved: Mapping[str, Any]) -> None:
+        with self.transaction() as db:  # committed before the profile is applied
+            db.execute("INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?)",
+                       (rule, kind, json.dumps(dict(options)), json.dumps(dict(saved)), time.time()))
+
+    def drop_profile(self, rule: str) -> None:
+        with self.transaction() as db:
+            db.execute("DELETE FROM profiles WHERE rule = ?", (rule,))
+
+    def profiles(self) -> dict[str, dict[str, Any]]:
+        rows = self._query("SELECT rule, kind, options, saved FROM profiles")
+        return {r["rule"]: {"kind": r["kind"], "options": json.loads(r["options"]), "saved": json.loads(r["saved"])}
+                for r in rows}
 
     # --- paired ON/OFF runs (their blocks and verdicts; see arbiter.engine.abrun) -------------
 

@@ -157,7 +157,7 @@ def analyse_fixed(d: np.ndarray, margin: float) -> dict[str, np.ndarray]:
 def affordable_blocks(window_s: float, washout_s: float, max_hours: float, limit: int) -> np.ndarray:
     """For each total 0..limit, whether its planned hours fit within ``max_hours``: asked of
     abstats.planned_hours itself rather than solved, so the refusal is the harness's."""
-    return np.array([abstats.planned_hours(b, window_s, washout_s) <= max_hours for b in range(limit + 1)])
+    return np.array([abstats.planned_hours(b, window_s) <= max_hours for b in range(limit + 1)])
 
 
 def most_blocks(

@@ -62,3 +62,19 @@ def test_executables_are_hashed_once_per_version(tmp_path: Path) -> None:
 def test_fingerprint_shape() -> None:
     fp = fingerprint({"cpu_model": "Apple M2", "os": "darwin 23"}, ["Apple M2 GPU"])
     assert fp == {"cpu": "Apple M2", "gpus": ["Apple M2 GPU"], "os": "darwin 23", "arbiter": __version__}
+
+
+def test_a_slowdown_at_a_duty_retires_the_certificates_at_that_duty_or_above(tmp_path: Path) -> None:
+    store = Store(tmp_path / "state.db")
+    try:
+        for duty in (0.2, 0.5, 0.8):
+            store.add_certificate(cert(duty=duty, issued_at=1000.0 + duty))
+        store.add_certificate(cert(duty=0.8, work="batch"))  # other work stands
+        with store.transaction() as db:
+            assert Store.supersede(db, "trainer", "gpu", 0.5, "ab-9", "run ab-9 showed a slowdown at duty 0.5") == 2
+        states = {(c.work, c.duty): status(c, 2000.0, NODE, EXE) for c in store.certificates()}
+        assert states[("gpu", 0.2)][0] == "valid" and states[("batch", 0.8)][0] == "valid"
+        assert states[("gpu", 0.5)] == ("stale", "run ab-9 showed a slowdown at duty 0.5")
+        assert states[("gpu", 0.8)][0] == "stale"
+    finally:
+        store.close()

@@ -44,6 +44,11 @@ class FakeProvider:
                 "blocks": [{"block": 1, "off": 10.0, "on": 9.9}, {"block": 2, "off": 10.1, "on": 10.0}],
                 "analysis": {"r": 0.99, "low": 0.985, "high": 0.995}}
 
+    def ab_plot(self, run_id):
+        from arbiter.harness.report import plot_png
+
+        return plot_png(self.ab_report(run_id))
+
 
 def test_paired_runs_their_reports_and_plots() -> None:
     client = TestClient(create_app(FakeProvider()))

@@ -38,7 +38,7 @@ SHIPPED = {
     "sources": ("arbiter-sources", {"sources/jsonl", "sources/log", "sources/exec", "sources/on_exec",
                                         "sources/http_count", "sources/vram", "sources/websocket"}),
     "translators": ("arbiter-translators", {"translators/signal", "translators/cgroup_freeze", "translators/control_doc",
-                                                "translators/http_post", "translators/http_knob"}),
+                                                "translators/http_post", "translators/http_knob", "translators/gpu_profile"}),
     "testing": ("arbiter-testing", {"readers/fake"}),
     "host": ("arbiter-host", {"host/memory", "host/power", "host/machine", "host/access"}),
     "nfd": ("arbiter-nfd", set()),

@@ -67,3 +67,16 @@ def follow(console: Console, ask: Any, run_id: str, sweep: str | None) -> dict[s
             if all(r["status"] != "running" for r in mine):
                 return current
             time.sleep(FOLLOW_EVERY_S)
+
+
+CERTIFYING = ("no slowdown shown", "slowdown smaller than the margin")
+
+
+def sweep_summary(runs: list[dict[str, Any]]) -> tuple[list[float], str]:
+    """Each level of a sweep and its verdict, and the certified duty: the highest that passed."""
+    ordered = sorted(runs, key=lambda r: r["started"])
+    passed = [r["duty"] for r in ordered if r["verdict"] in CERTIFYING and r["duty"] is not None]
+    lines = [f"sweep {ordered[0]['sweep']} on {ordered[0]['rule']!r}:" if ordered else "sweep: no runs"]
+    lines += [f"  duty {r['duty']:g}: {r['verdict'] or r['status']}" for r in ordered]
+    lines.append(f"certified duty {max(passed):g} (`arbiter certificates`)" if passed else "no level passed: no certificate")
+    return passed, "\n".join(lines)

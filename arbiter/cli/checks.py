@@ -37,7 +37,8 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
     for target in targets:
         if not target.exists():
             problems.append(Problem(str(target), 0, 0, "", "no such file or directory"))
-    ruleset = check_paths(targets, host.options_model, host.kind_names)
+    # a single file checked may extend a rule in the tenants dirs: look its base up there
+    ruleset = check_paths(targets, host.options_model, host.kind_names, bases=cfg.tenants_paths() if paths else ())
     checked.extend(str(p) for p in rule_files(targets))
     for file_problems in ruleset.problems.values():
         problems.extend(file_problems)

@@ -413,7 +413,15 @@ def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, **args: 
     last = follow_run(console, lambda: _ask(config, "ab.status", "runs"), plan["run"], plan.get("sweep"))
     report = _ask(config, "ab.show", "report", id=last.get("run", plan["run"]))
     _ab_report(report, as_json)
-    raise typer.Exit(0 if report["certifies"] else 1)
+    if not plan.get("sweep"):
+        raise typer.Exit(0 if report["certifies"] else 1)
+    from arbiter.cli.ab import sweep_summary
+
+    runs = [r for r in _ask(config, "ab.status", "runs") if r.get("sweep") == plan["sweep"]]
+    passed, text = sweep_summary(runs)
+    if not as_json:
+        print(text)
+    raise typer.Exit(0 if passed else 1)
 
 
 def _ab_report(report: dict[str, Any], as_json: bool) -> None:

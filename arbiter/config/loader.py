@@ -6,8 +6,10 @@ Rule files validate in two stages: the outer :class:`Rule` model, then every
 
 from __future__ import annotations
 
+import copy
+import difflib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +20,7 @@ from arbiter.config.errors import ConfigError, Problem
 from arbiter.config.locate import find_config, relative_to_config
 from arbiter.config.models import KindBlock, Manifest, NodeConfig, Rule
 from arbiter.config.safety import command_file_problem
-from arbiter.config.yamlpos import Path_, Positions, load_with_positions, position_of
+from arbiter.config.yamlpos import Path_, Positions, anchor_of, load_with_positions, position_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,25 +50,34 @@ def _field_path(loc: Iterable[str | int]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def problems_from(exc: ValidationError, filename: str, positions: Positions, prefix: Path_ = ()) -> list[Problem]:
+def problems_from(
+    exc: ValidationError, filename: str, positions: Positions, prefix: Path_ = (), origins: Mapping[Path_, str] | None = None
+) -> list[Problem]:
+    """Each validation error as a Problem at its line.  ``origins`` (a position's key → the
+    file it is in) is for a rule merged from several files: each problem then names the file
+    that holds the value, so the user edits the right one."""
     out = []
     for err in exc.errors(include_url=False):
         loc: Path_ = (*prefix, *[p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))])
         # unions report each alternative under a type tag; it means nothing to a user
         loc = tuple(p for p in loc if p not in ("str", "KindBlock", "list[str]"))
-        line, col = position_of(positions, loc, prefer_key=err["type"] == "extra_forbidden")
+        anchor = anchor_of(positions, loc, prefer_key=err["type"] == "extra_forbidden")
+        line, col = positions.get(anchor, (1, 1))
+        where = origins.get(anchor, filename) if origins else filename
         message = err["msg"]
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
-        out.append(Problem(filename, line, col, _field_path(loc), message, _HINTS.get(err["type"], "")))
+        out.append(Problem(where, line, col, _field_path(loc), message, _HINTS.get(err["type"], "")))
     return sorted(out, key=lambda p: (p.line, p.column))
 
 
-def validate(model: type[M], data: Any, filename: str, positions: Positions, prefix: Path_ = ()) -> M:
+def validate(
+    model: type[M], data: Any, filename: str, positions: Positions, prefix: Path_ = (), origins: Mapping[Path_, str] | None = None
+) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(problems_from(exc, filename, positions, prefix)) from None
+        raise ConfigError(problems_from(exc, filename, positions, prefix, origins)) from None
 
 
 def read_text(path: Path) -> str:
@@ -164,45 +175,14 @@ COMMAND_FILE_HINT = (
 def parse_rule(
     text: str, filename: str, options_for: OptionsLookup, kinds: KindsLookup, command_check: CommandCheck | None = None
 ) -> Rule:
-    """Validate one rule file in both stages; raises ConfigError listing every problem.
+    """Validate one rule file by itself in both stages; raises ConfigError listing every problem.
 
     Stage two runs even when stage one fails, so one pass reports everything.  A kind
     whose options declare ``runs_command`` is refused unless ``command_check`` (by default
-    the real file's ownership and modes) finds the file safe.
+    the real file's ownership and modes) finds the file safe.  ``extends:`` needs the other
+    rule files, so it is followed by :func:`resolve_rules`, not here.
     """
-    command_check = command_check or command_file_problem
-    data, positions = load_yaml_mapping(text, filename)
-    problems: list[Problem] = []
-    rule: Rule | None = None
-    try:
-        rule = validate(Rule, data, filename, positions)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
-    for loc, family, raw in raw_kind_blocks(data):
-        kind = raw.get("kind", "process" if family == "matchers" else None)
-        field_path = _field_path(loc)
-        if not isinstance(kind, str):
-            continue  # stage one reports a missing or odd kind
-        model = options_for(family, kind)
-        if model is None:
-            line, col = position_of(positions, (*loc, "kind"))
-            known = ", ".join(sorted(kinds(family))) or "none installed"
-            problems.append(Problem(filename, line, col, f"{field_path}.kind", f"unknown {family[:-1]} kind {kind!r}", f"known: {known}"))
-            continue
-        try:
-            validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
-        except ValidationError as exc:
-            problems.extend(problems_from(exc, filename, positions, loc))
-        if getattr(model, "runs_command", False):
-            unsafe = command_check(filename)
-            if unsafe:
-                line, col = position_of(positions, (*loc, "kind"))
-                problems.append(Problem(filename, line, col, f"{field_path}.kind",
-                                        f"kind {kind!r} runs a command, and this file is not safe to take one from: {unsafe}",
-                                        COMMAND_FILE_HINT))
-    if problems or rule is None:
-        raise ConfigError(sorted(problems, key=lambda p: (p.line, p.column)))
-    return rule
+    return _validate_rule([read_rule_file(text, filename)], options_for, kinds, command_check or command_file_problem)
 
 
 def validate_kind_options(block: KindBlock, model: type[BaseModel]) -> BaseModel:
@@ -213,6 +193,289 @@ def validate_kind_options(block: KindBlock, model: type[BaseModel]) -> BaseModel
     return model.model_validate(options)
 
 
+@dataclass
+class RuleFile:
+    """One rule file read as YAML, not yet validated: its values and where each stood."""
+
+    path: str
+    text: str
+    data: dict[str, Any]
+    positions: Positions
+
+    @property
+    def own_id(self) -> str | None:
+        """The id this file writes itself (an extension that writes none has its base's)."""
+        value = self.data.get("id")
+        return value if isinstance(value, str) else None
+
+    def problem(self, loc: Path_, message: str, hint: str = "") -> Problem:
+        line, col = position_of(self.positions, loc)
+        return Problem(self.path, line, col, _field_path(loc), message, hint)
+
+
+def read_rule_file(text: str, filename: str) -> RuleFile:
+    data, positions = load_yaml_mapping(text, filename)
+    return RuleFile(filename, text, data, positions)
+
+
+# --- extends: a rule file built on another ----------------------------------------------------
+
+
+@dataclass
+class MergedRule:
+    """The values of a base and its extensions merged, where each stood and in which file."""
+
+    data: dict[str, Any]
+    positions: Positions
+    origins: dict[Path_, str]  # a key of positions → the file it is in
+
+
+def _is_block(path: Path_) -> bool:
+    """Whether a rule file holds a plugin block at ``path`` (see RULE_BLOCKS)."""
+    return any(
+        len(pattern) == len(path) and all(want == part or (want == "*" and isinstance(part, int)) for want, part in zip(pattern, path))
+        for pattern, _family in RULE_BLOCKS
+    )
+
+
+def _take(layer: RuleFile, path: Path_, into: MergedRule, whole: bool) -> None:
+    """Note where ``layer`` writes ``path``; ``whole``: and everything under it, forgetting
+    where the value it replaces stood."""
+    if whole:
+        for key in [k for k in into.positions if k[: len(path)] == path]:
+            del into.positions[key]
+            into.origins.pop(key, None)
+        taken = [k for k in layer.positions if k[: len(path)] == path]
+    else:
+        taken = [k for k in (path, (*path, "__key__")) if k in layer.positions]
+    for key in taken:
+        into.positions[key] = layer.positions[key]
+        into.origins[key] = layer.path
+
+
+_ABSENT = object()
+
+
+def _overlay(base: Any, over: Any, path: Path_, layer: RuleFile, into: MergedRule) -> Any:
+    merge = isinstance(base, dict) and isinstance(over, dict)
+    if merge and _is_block(path) and "kind" in base and "kind" in over and base["kind"] != over["kind"]:
+        merge = False  # one kind's options mean nothing to another: merged, they would only be "unknown field"s
+    if merge:
+        _take(layer, path, into, whole=False)
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = _overlay(base.get(key, _ABSENT), value, (*path, key), layer, into)
+        return out
+    _take(layer, path, into, whole=True)
+    return copy.deepcopy(over)  # never shared with a file's own values
+
+
+def merge_rule_files(layers: Sequence[RuleFile]) -> MergedRule:
+    """The base's values (``layers[0]``) deep-merged with each extension's in turn: mappings
+    merge key by key, anything else (a list, a value, null, a plugin block of another kind)
+    replaces what the layer below wrote."""
+    merged = MergedRule({}, {}, {})
+    for layer in layers:
+        merged.data = _overlay(merged.data, layer.data, (), layer, merged)
+    return merged
+
+
+def _validate_rule(layers: Sequence[RuleFile], options_for: OptionsLookup, kinds: KindsLookup, command_check: CommandCheck) -> Rule:
+    """Both stages over the rule ``layers`` make: one file, or a base and its extensions (base
+    first).  Each problem names the file that holds the value; what is missing, the top one."""
+    top = layers[-1]
+    origins: dict[Path_, str] | None = None
+    if len(layers) == 1:
+        data, positions = top.data, top.positions
+    else:
+        merged = merge_rule_files(layers)
+        data, positions, origins = merged.data, merged.positions, merged.origins
+
+    def where(loc: Path_) -> tuple[str, int, int]:
+        anchor = anchor_of(positions, loc)
+        line, col = positions.get(anchor, (1, 1))
+        return (origins or {}).get(anchor, top.path), line, col
+
+    problems: list[Problem] = []
+    rule: Rule | None = None
+    try:
+        rule = validate(Rule, data, top.path, positions, origins=origins)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    for loc, family, raw in raw_kind_blocks(data):
+        kind = raw.get("kind", "process" if family == "matchers" else None)
+        field_path = _field_path(loc)
+        if not isinstance(kind, str):
+            continue  # stage one reports a missing or odd kind
+        model = options_for(family, kind)
+        if model is None:
+            file, line, col = where((*loc, "kind"))
+            known = ", ".join(sorted(kinds(family))) or "none installed"
+            problems.append(Problem(file, line, col, f"{field_path}.kind", f"unknown {family[:-1]} kind {kind!r}", f"known: {known}"))
+            continue
+        try:
+            validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
+        except ValidationError as exc:
+            problems.extend(problems_from(exc, top.path, positions, loc, origins))
+        if getattr(model, "runs_command", False):
+            # every file the rule is made of is trusted with the command, not only the one naming the kind
+            for layer in layers:
+                unsafe = command_check(layer.path)
+                if unsafe:
+                    line, col = position_of(layer.positions, (*loc, "kind"))
+                    problems.append(Problem(layer.path, line, col, f"{field_path}.kind",
+                                            f"kind {kind!r} runs a command, and this file is not safe to take one from: {unsafe}",
+                                            COMMAND_FILE_HINT))
+    if problems or rule is None:
+        raise ConfigError(_in_order(problems, [layer.path for layer in layers]))
+    return rule
+
+
+def _in_order(problems: Iterable[Problem], files: Sequence[str]) -> list[Problem]:
+    """Base first, then each extension; by line within a file."""
+    rank = {f: i for i, f in enumerate(files)}
+    return sorted(problems, key=lambda p: (rank.get(p.file, len(rank)), p.line, p.column))
+
+
+@dataclass
+class Resolution:
+    """What a set of rule files defines once every ``extends:`` is followed.
+
+    Each file is the *top* of a chain (no other file extends it: the chain's rule, or its
+    problems, are filed under it) or a base that a top's rule replaces (``extended``).
+    """
+
+    rules: dict[str, Rule] = field(default_factory=dict)  # top file → its rule (an extension's: the merged one)
+    problems: dict[str, list[Problem]] = field(default_factory=dict)  # top file → why it has no rule; each names its file
+    chains: dict[str, list[str]] = field(default_factory=dict)  # top file → every file its rule is made of, base first
+    extended: dict[str, str] = field(default_factory=dict)  # base file → the top file whose rule stands in its place
+
+
+def resolve_rules(
+    files: Mapping[str, str | list[Problem]],
+    options_for: OptionsLookup,
+    kinds: KindsLookup,
+    command_check: CommandCheck | None = None,
+) -> Resolution:
+    """Validate a set of rule files together, following ``extends:``.
+
+    ``files`` maps each path, in reading order, to its text or to the problems met reading
+    it.  ``extends: ID`` names the one other file that writes ``id: ID``.  The rule is that
+    base's values deep-merged with the extension's (:func:`merge_rule_files`), validated as a
+    whole; it stands in place of the base, which no longer loads by itself.  An extension may
+    be extended in turn.  An id no other file writes (or more than one does), a base extended
+    twice and a cycle are problems at the extension's ``extends`` line.
+    """
+    command_check = command_check or command_file_problem
+    out = Resolution()
+    parsed: dict[str, RuleFile] = {}
+    for path, text in files.items():
+        try:
+            if isinstance(text, list):
+                raise ConfigError(text)
+            parsed[path] = read_rule_file(text, path)
+        except ConfigError as exc:
+            out.problems[path] = list(exc.problems)
+            out.chains[path] = [path]
+    unreadable = [p for p in files if p not in parsed]
+
+    writers: dict[str, list[str]] = {}  # id → the files that write it themselves
+    for path, rf in parsed.items():
+        if rf.own_id is not None:
+            writers.setdefault(rf.own_id, []).append(path)
+
+    base_of: dict[str, str] = {}  # extension file → its base file
+    link_problems: dict[str, list[Problem]] = {}
+
+    def fail(path: str, message: str, hint: str) -> None:
+        link_problems.setdefault(path, []).append(parsed[path].problem(("extends",), message, hint))
+
+    for path, rf in parsed.items():
+        name = rf.data.get("extends")
+        if name is None:
+            continue
+        if not isinstance(name, str) or not name:
+            fail(path, f"must name one rule by its id, not {type(name).__name__} {name!r}",
+                 "write extends: ID, where ID is the id: of the rule file this one builds on")
+            continue
+        bases = [p for p in writers.get(name, []) if p != path]
+        if len(bases) == 1:
+            base_of[path] = bases[0]
+        elif bases:
+            fail(path, f"more than one rule file has id {name!r}: {', '.join(bases)}",
+                 "give each rule its own id, so that extends names one")
+        else:
+            known = sorted({i for i, ps in writers.items() if any(p != path for p in ps)})
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint += f"known ids: {', '.join(known)}" if known else "no other rule file has an id"
+            if unreadable:
+                hint += f"; these files could not be read and may hold it: {', '.join(unreadable)}"
+            fail(path, f"no other rule file in the tenants dirs has id {name!r}",
+                 f"{hint}; the base must be a rule file in one of the tenants_dirs")
+
+    # A base extended twice: which one's changes win would depend on file names, so neither does.
+    twice: dict[str, list[str]] = {}
+    for ext, base in base_of.items():
+        twice.setdefault(base, []).append(ext)
+    twice = {base: exts for base, exts in twice.items() if len(exts) > 1}
+    for base, exts in twice.items():
+        for ext in exts:
+            others = ", ".join(e for e in exts if e != ext)
+            fail(ext, f"{parsed[base].own_id!r} ({base}) is extended by {others} too",
+                 "a rule can be extended once: put these changes in one file, or give one of them its own id: "
+                 "and extend that from the other")
+            del base_of[ext]
+
+    in_cycle: dict[str, list[str]] = {}
+    for start in list(base_of):
+        if start not in base_of:
+            continue  # its cycle was found from another of its files
+        seen = [start]
+        cur = base_of.get(start)
+        while cur is not None and cur not in seen:
+            seen.append(cur)
+            cur = base_of.get(cur)
+        if cur is None:
+            continue
+        cycle = seen[seen.index(cur):]
+        shown = " → ".join(f"{Path(p).name} (id {parsed[p].own_id})" for p in [*cycle, cycle[0]])
+        for member in cycle:
+            in_cycle[member] = cycle
+            fail(member, f"{parsed[member].data['extends']!r} leads back to this file, a cycle: {shown}",
+                 "a chain of extends must end at a rule file without extends: remove extends from one of these")
+        for member in cycle:
+            del base_of[member]
+
+    def below(path: str) -> list[str]:
+        chain = [path]
+        while chain[0] in base_of:
+            chain.insert(0, base_of[chain[0]])
+        return chain
+
+    targets = set(base_of.values()) | set(twice)
+    for path in parsed:
+        if path in targets:
+            continue
+        chain = below(path)
+        doubled = next((b for b, exts in twice.items() if path in exts), None)  # the base it shares
+        members = [*below(doubled), *chain] if doubled is not None else list(chain)
+        for member in members:
+            if member != path:
+                out.extended.setdefault(member, path)
+        found = [p for m in members for p in link_problems.get(m, [])]
+        # the other files of its cycle fail with it (each reports its own extends line)
+        out.chains[path] = members + [m for m in in_cycle.get(path, []) if m not in members]
+        if found:
+            out.problems[path] = _in_order(found, members)
+            continue
+        try:
+            out.rules[path] = _validate_rule([parsed[p] for p in chain], options_for, kinds, command_check)
+        except ConfigError as exc:
+            out.problems[path] = exc.problems
+    return out
+
+
 def rule_files(directories: Iterable[Path]) -> list[Path]:
     files: list[Path] = []
     for directory in directories:
@@ -221,6 +484,17 @@ def rule_files(directories: Iterable[Path]) -> list[Path]:
         elif directory.is_dir():
             files.extend(sorted(p for p in directory.iterdir() if p.suffix in RULE_SUFFIXES and not p.name.startswith(".")))
     return files
+
+
+def read_rule_texts(paths: Iterable[Path]) -> dict[str, str | list[Problem]]:
+    """Each rule file's text, or the problems met reading it (the input of resolve_rules)."""
+    out: dict[str, str | list[Problem]] = {}
+    for path in paths:
+        try:
+            out[str(path)] = read_text(path)
+        except ConfigError as exc:
+            out[str(path)] = exc.problems
+    return out
 
 
 @dataclass
@@ -242,16 +516,50 @@ class RuleSet:
         self.files[rule.id] = path
 
 
-def check_paths(paths: Iterable[Path], options_for: OptionsLookup, kinds: KindsLookup) -> RuleSet:
-    """Read every rule file under ``paths`` (files or directories) and collect all problems."""
+def _peek(text: str | list[Problem]) -> RuleFile | None:
+    """A file read as YAML, or None when it cannot be (resolve_rules reports why)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return read_rule_file(text, "")
+    except ConfigError:
+        return None
+
+
+def check_paths(
+    paths: Iterable[Path], options_for: OptionsLookup, kinds: KindsLookup, bases: Iterable[Path] = ()
+) -> RuleSet:
+    """Read every rule file under ``paths`` (files or directories) and collect all problems.
+
+    ``extends:`` is followed among them and the rule files under ``bases`` (the tenants dirs,
+    when single files are checked): the checked files are judged as if put beside those, each
+    taking the place of one there with the same path or id.  Only rules a checked file is
+    part of are reported; a problem is filed under the file it is in.
+    """
+    checked = rule_files(paths)
+    files = read_rule_texts(checked)
+    same = {os.path.realpath(p) for p in checked}
+    # ids the checked files take over; one that extends the rule of its own id builds on it instead
+    ids = {rf.own_id for rf in map(_peek, files.values()) if rf and rf.own_id and rf.own_id != rf.data.get("extends")}
+    for path, text in read_rule_texts(p for p in rule_files(bases) if os.path.realpath(p) not in same).items():
+        peeked = _peek(text)
+        if peeked is not None and peeked.own_id in ids:
+            continue  # the checked file with this id stands in its place
+        files[path] = text
+    resolution = resolve_rules(files, options_for, kinds)
+    wanted = set(map(str, checked))
     ruleset = RuleSet()
-    for path in rule_files(paths):
-        try:
-            rule = parse_rule(read_text(path), str(path), options_for, kinds)
-        except ConfigError as exc:
-            ruleset.problems.setdefault(str(path), []).extend(exc.problems)
+    for top in files:
+        chain = resolution.chains.get(top)
+        if chain is None or wanted.isdisjoint(chain):
             continue
-        ruleset.add(str(path), rule)
+        if top in resolution.problems:
+            for problem in resolution.problems[top]:
+                filed = ruleset.problems.setdefault(problem.file, [])
+                if problem not in filed:  # a base extended twice is part of both extensions' rules
+                    filed.append(problem)
+        else:
+            ruleset.add(top, resolution.rules[top])
     return ruleset
 
 

@@ -162,6 +162,19 @@ class Rule(Strict):
     """One tenant: how to recognise it, how much it matters, and what protects it."""
 
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    extends: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description=(
+            "the id of a rule in another rule file of the tenants dirs that this file builds on: write only "
+            "the fields that change, and every other field, including ones a later version adds to that "
+            "file, comes from it. Mappings merge key by key (a plugin block whose kind changes is replaced "
+            "whole); lists, values and null replace. The base then no longer loads by itself, and the rule "
+            "keeps the base's id unless this file sets its own id. A base can be extended once; an "
+            "extension can itself be extended."
+        ),
+    )
     kind: Literal["llm", "diffusion", "desktop", "trainer", "other"] = "other"
     enabled: bool = True
     priority: int = Field(50, ge=0, le=1000)

@@ -71,13 +71,19 @@ def load_with_positions(text: str, filename: str) -> tuple[Any, Positions]:
     return data, positions
 
 
-def position_of(positions: Positions, loc: Path_, prefer_key: bool = False) -> tuple[int, int]:
-    """The position of ``loc`` or of its nearest ancestor that appears in the file."""
+def anchor_of(positions: Positions, loc: Path_, prefer_key: bool = False) -> Path_:
+    """The key of ``positions`` that stands for ``loc``: its key's own position (when asked
+    and known), else ``loc`` or its nearest ancestor that appears in the file, else ``()``."""
     if prefer_key and (*loc, "__key__") in positions:
-        return positions[(*loc, "__key__")]
+        return (*loc, "__key__")
     path = tuple(loc)
     while path:
         if path in positions:
-            return positions[path]
+            return path
         path = path[:-1]
-    return positions.get((), (1, 1))
+    return ()
+
+
+def position_of(positions: Positions, loc: Path_, prefer_key: bool = False) -> tuple[int, int]:
+    """The position of ``loc`` or of its nearest ancestor that appears in the file."""
+    return positions.get(anchor_of(positions, loc, prefer_key), (1, 1))

@@ -134,10 +134,13 @@ def new_ids(sweep: bool) -> tuple[str, str | None]:
 def apply(daemon: Daemon, change: Any) -> Any:
     """Run ``change(current run) -> (new run, answer)`` on the decision thread (which owns the
     engine state) and wait for its answer."""
-    box: dict[str, Any] = {"done": threading.Event()}
+    box: dict[str, Any] = {"done": threading.Event(), "lock": threading.Lock(), "cancelled": False}
     daemon.put("ab", (change, box))
     if not box["done"].wait(APPLY_WAIT_S):
-        raise RunRefused("the daemon did not take the request in time; ask again")
+        with box["lock"]:  # the decision thread checks this before it applies the change
+            box["cancelled"] = True
+        if not box["done"].is_set():
+            raise RunRefused("the daemon did not take the request in time; nothing changed: ask again")
     if "error" in box:
         raise box["error"]
     return box.get("answer")
@@ -149,50 +152,81 @@ def start(daemon: Daemon, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
     def change(current: abrun.RunState | None) -> tuple[abrun.RunState, dict[str, Any]]:
         if current is not None and current.running:  # another start won the race
             raise RunRefused(f"run {current.spec.run_id} is in progress; one run at a time")
+        daemon.record(codes.AB_RUN_STARTED, spec.rule_id, f"paired run {spec.run_id} started on {spec.rule_id!r} "
+                      f"({spec.work} work, {planned['planned_hours']:.2f} h planned) by uid {uid}", planned)
         return abrun.start(spec, time.time()), planned
 
-    answer = apply(daemon, change)
-    daemon.record(codes.AB_RUN_STARTED, spec.rule_id, f"paired run {spec.run_id} started on {spec.rule_id!r} "
-                  f"({spec.work} work, {planned['planned_hours']:.2f} h planned) by uid {uid}", planned)
-    return answer  # type: ignore[no-any-return]
+    return apply(daemon, change)  # type: ignore[no-any-return]
 
 
 def abort(daemon: Daemon, run_id: str, uid: int) -> dict[str, Any]:
     def change(current: abrun.RunState | None) -> tuple[abrun.RunState, dict[str, Any]]:
         if current is None or not current.running or run_id not in (current.spec.run_id, current.spec.sweep_id):
             raise RunRefused(f"no run {run_id!r} is in progress (`arbiter ab status` lists the runs)")
-        return abrun.abort(current, f"aborted by uid {uid}", time.time()), {"run": current.spec.run_id}
+        ended = abrun.abort(current, f"aborted by uid {uid}", time.time())
+        spec = ended.spec
+        daemon.record(codes.AB_RUN_DONE, spec.rule_id, f"run {spec.run_id} aborted by uid {uid}: no certificate",
+                      {"run": spec.run_id, "rule": spec.rule_id, "status": "aborted", "uid": uid})
+        if spec.sweep_id is not None:
+            best = max(ended.passed) if ended.passed else None
+            daemon.record(codes.AB_SWEEP_DONE, spec.rule_id, f"sweep {spec.sweep_id} aborted by uid {uid}" + (
+                f"; the levels passed before stand (certified duty {best:g})" if best is not None else ""),
+                {"sweep": spec.sweep_id, "passed": list(ended.passed), "certified_duty": best})
+        return ended, {"run": spec.run_id}
 
-    answer = apply(daemon, change)
-    return answer  # type: ignore[no-any-return]
+    return apply(daemon, change)  # type: ignore[no-any-return]
 
 
 def certificate(daemon: Daemon, run: abrun.RunState) -> None:
-    """Issue the certificate a passing run earned (on the recorder thread: it hashes the
-    program's executable and commits)."""
+    """Issue the certificate a passing run earned.  Hashing the program's executable may take
+    a while (the first time): it runs on a worker thread, then the recorder commits."""
     view = daemon.snapshot.view
     spec = run.spec
     exe = view.rule_exes.get(spec.rule_id) if view else None
     node = fingerprint(view.machine if view else {}, list(view.gpus) if view else [])
     a = analyse([Block(b.on, b.off, b.on_first) for b in run.blocks], spec.margin)
-    duty = spec.duty if spec.duty is not None else 1.0
+    duty = abrun.certified_duty(run)
 
-    def write(db: Any) -> None:
+    def issue() -> None:
         digest = daemon.hasher.digest(exe) if exe else None
-        if not exe or digest is None:
-            daemon.record(codes.PLUGIN_FAILED, spec.rule_id, f"run {spec.run_id} passed but earns no certificate: "
-                          f"{spec.rule_id!r}'s executable cannot be read to bind it", {"run": spec.run_id, "exe": exe})
+        if duty is None or not exe or digest is None:
+            why = ("the work's duty was not measured in every block" if duty is None else
+                   f"{spec.rule_id!r}'s executable cannot be read to bind the certificate to it")
+            daemon.record(codes.CERT_NOT_ISSUED, spec.rule_id, f"run {spec.run_id} passed but earns no certificate: {why}",
+                          {"run": spec.run_id, "exe": exe, "remedy": "keep the program running until the run ends, and "
+                           "let the daemon's account read its executable; then run it again"})
             return
         cert = Certificate(rule=spec.rule_id, work=spec.work, duty=duty, r=a.r, r_low=a.low, r_high=a.high,
                            margin=spec.margin, run_id=spec.run_id, issued_at=time.time(), node=socket.gethostname(),
                            fingerprint=node, exe_path=exe, exe_sha256=digest)
+
+        def write(db: Any) -> None:
+            from arbiter.store import Store
+
+            cert_id = Store.insert_certificate(db, cert)
+            daemon.record(codes.CERT_ISSUED, spec.rule_id, f"certificate {cert_id}: {spec.work} work at duty {duty:g} "
+                          f"beside {spec.rule_id!r}, R {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}), margin {spec.margin:g}",
+                          {"certificate": cert_id, "run": spec.run_id, "duty": duty, "work": spec.work, "r": a.r})
+            daemon.certificates_changed()
+
+        daemon.recorder.write(write)
+
+    daemon.tenants.submit(issue)
+
+
+def supersede(daemon: Daemon, run: abrun.RunState) -> None:
+    """A slowdown at a duty retires the rule's certificates for that work at that duty or above."""
+    spec = run.spec
+    duty = spec.duty if spec.duty is not None else 1.0
+    why = f"run {spec.run_id} showed a slowdown at duty {duty:g} (run `arbiter ab sweep --rule {spec.rule_id}`)"
+
+    def write(db: Any) -> None:
         from arbiter.store import Store
 
-        cert_id = Store.insert_certificate(db, cert)
-        daemon.record(codes.CERT_ISSUED, spec.rule_id, f"certificate {cert_id}: {spec.work} work at duty {duty:g} "
-                      f"beside {spec.rule_id!r}, R {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}), margin {spec.margin:g}",
-                      {"certificate": cert_id, "run": spec.run_id, "duty": duty, "work": spec.work, "r": a.r})
-        daemon.certificates_changed()
+        if Store.supersede(db, spec.rule_id, spec.work, duty, spec.run_id, why):
+            daemon.record(codes.CERT_SUPERSEDED, spec.rule_id, f"certificates of {spec.rule_id!r} for {spec.work} work at "
+                          f"duty {duty:g} or more no longer stand: {why}", {"run": spec.run_id, "superseded": True})
+            daemon.certificates_changed()
 
     daemon.recorder.write(write)
 
@@ -262,7 +296,7 @@ def resumed_from(rec: dict[str, Any] | None) -> tuple[abrun.RunState | None, str
     if rec is None:
         return None, ""
     try:
-        return abrun.resumed(abrun.from_record(rec)), ""
+        return abrun.from_record(rec), ""  # its blocks stand; the window in progress was never kept
     except (KeyError, TypeError, ValueError) as exc:
         return None, f"run {rec.get('spec', {}).get('run_id', '?')} could not be resumed from its record: {exc}"
 

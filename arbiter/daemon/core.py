@@ -33,8 +33,9 @@ from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import Observer, TickView
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
+from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
-from arbiter.daemon.sources import HelperKey, SlotKey, SourceBook, percentiles
+from arbiter.daemon.sources import BUSY, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
 from arbiter.certificates import Certificate, ExeHasher, fingerprint
@@ -161,6 +162,8 @@ class Daemon:
                 codes.JOB_RESUMED, "node", f"resumed {len(recovered)} paused item(s) left by a previous daemon",
                 {"failures": failures},
             )
+        self.tenants = TenantActions(self)
+        self.tenants.restore_all("a previous daemon left it applied")
         self.recorder.flush()
         self.store.clear_paused()
         self.journal.truncate()
@@ -267,6 +270,8 @@ class Daemon:
         if self._http:
             self._http.stop()
         failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
+        self.tenants.close()
+        self.tenants.restore_all("arbiter stopped")
         self._record(codes.DAEMON_STOPPED, "node", "arbiter stopped; paused work resumed", {"failures": failures})
         self.rulebook.close()
         self.observer.close()
@@ -287,6 +292,13 @@ class Daemon:
         self.recorder.event(code, subject, message, data)
 
     record = _record
+
+    @property
+    def engine_state(self) -> EngineState:
+        return self._engine_state
+
+    def profiles_applied(self) -> set[str]:
+        return set(self.tenants.applied)
 
     def put(self, kind: str, payload: Any) -> None:
         """Hand something to the decision thread."""
@@ -334,7 +346,7 @@ class Daemon:
         view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
         self._note_faults(view)
         self._reap(view)
-        self._inbox.put(("tick", (view, *self._read_sources(), self._certificates(view))))
+        self._inbox.put(("tick", (view, *self._read_sources(view), self._certificates(view))))
         self._publish_node_state()
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += time.process_time() - cpu
@@ -357,6 +369,8 @@ class Daemon:
 
     def _publish_node_state(self) -> None:
         """On the tick thread: tell node state observers when it changed, or a minute passed."""
+        if self.snapshot.decision is None:
+            return  # nothing decided yet: admission is not known, so say nothing rather than "no"
         state = self.node_state()
         now = time.monotonic()
         if state == self._node_state and now - self._node_state_at < NODE_STATE_EVERY_S:
@@ -470,16 +484,23 @@ class Daemon:
                     self.sources.own(key, state, "tick")
             elif kind == "policy":
                 self._policy = payload
+            elif kind == "release_failed":  # its request failed: not asked again at once
+                st = self._engine_state.vram.get(payload)
+                if st is not None:
+                    failed = replace(st, requested_at=None, held_at_request=0, why="", failed_at=time.monotonic())
+                    self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, payload: failed})
             elif kind == "ab":  # start or abort a paired run: the engine state is this thread's
                 change, box = payload
-                try:
-                    run, box["answer"] = change(self._engine_state.ab)
-                    self._engine_state = replace(self._engine_state, ab=run)
-                    self._persist_run(run)  # a start or an abort is kept at once, not at the next block
-                except Exception as exc:  # the asker gets it; this thread goes on
-                    box["error"] = exc
-                finally:
-                    box["done"].set()
+                with box["lock"]:  # an asker that gave up has been told nothing changed
+                    try:
+                        if not box["cancelled"]:
+                            run, box["answer"] = change(self._engine_state.ab)
+                            self._engine_state = replace(self._engine_state, ab=run)
+                            self._persist_run(run)  # a start or an abort is kept at once, not at the next block
+                    except Exception as exc:  # the asker gets it; this thread goes on
+                        box["error"] = exc
+                    finally:
+                        box["done"].set()
             elif kind == "ended":
                 for failure in self.actuator.end_job(payload):
                     self._record(codes.PLUGIN_FAILED, payload, f"could not continue what was left of it: {failure}")
@@ -496,7 +517,9 @@ class Daemon:
                     changed = self.sources.helper_gone(payload)
                     rules = set(self._policy.rules)
                 if changed:
-                    urgent = urgent or any(rp.immediate or rp.progress for rid in rules if (rp := self._policy.rules.get(rid)))
+                    # a busy probe's change may starve a tenant or free one: the handoff acts now
+                    urgent = urgent or any(rp.immediate or rp.progress or rp.busy_probe
+                                           for rid in rules if (rp := self._policy.rules.get(rid)))
         if self._view is None:
             return
         only_sources = all(kind in ("source", "helper", "helper_gone") for kind, _ in batch)
@@ -504,9 +527,10 @@ class Daemon:
             return  # a rule that is not immediate waits for the tick
         self._decide_and_act()
 
-    def _read_sources(self) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
+    def _read_sources(self, view: TickView) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
         """On the tick thread: every source of every rule (its kind and rule serial, and its
-        state now), each call under a timeout."""
+        state now), each call under a timeout.  A busy probe that judges by VRAM is told what
+        its tenant holds first."""
         wanted: dict[SlotKey, tuple[str, int]] = {}
         readings: dict[SlotKey, SourceState] = {}
         for rid, live in dict(self.rulebook.live).items():
@@ -518,6 +542,10 @@ class Daemon:
                     readings[key] = SourceState(readable=False, why="its source plugin failed", changed_at=time.monotonic())
                     continue
                 try:
+                    if type(source).uses_vram:
+                        ro = view.rules.get(rid)
+                        held = ro.vram_bytes if ro is not None and ro.running else 0
+                        self.host.call(f"sources/{block.kind} vram", source.tenant_vram, held)
                     readings[key] = self.host.call(f"sources/{block.kind}", source.state)
                 except PluginFailed as exc:
                     readings[key] = SourceState(readable=False, why=exc.why, changed_at=time.monotonic())
@@ -531,8 +559,9 @@ class Daemon:
             faults = ro.faults + node_faults
             rp = self._policy.rules.get(rid)
             phases = tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during) if rp else 0))
-            progress = self.sources.observed((rid, -1), now) if rp and rp.progress else None
-            rules[rid] = replace(ro, phases=phases, progress=progress, faults=faults)
+            progress = self.sources.observed((rid, PROGRESS), now) if rp and rp.progress else None
+            busy = self.sources.observed((rid, BUSY), now) if rp and rp.busy_probe else None
+            rules[rid] = replace(ro, phases=phases, progress=progress, busy=busy, faults=faults)
         return Observation(
             now=now,
             rules=rules,
@@ -544,6 +573,7 @@ class Daemon:
             memory_available=view.memory_available,
             wall=time.time(),
             power=view.power,
+            vram_free_bytes=view.vram.get("free"),
         )
 
     def _target(self, record: JobRecord, view: TickView) -> JobTarget:
@@ -595,6 +625,16 @@ class Daemon:
                         failures.append((jid, f"resume failed: {failure}"))
             except PluginFailed as exc:
                 failures.append((jid, f"pause failed: {exc}"))
+        for rel in decision.releases:
+            reading = self.sources.state((rel.rule_id, BUSY))
+            held = decision.state.vram[rel.rule_id].held_at_request if rel.rule_id in decision.state.vram else 0
+            if not held:
+                ro = view.rules.get(rel.rule_id)
+                held = (ro.vram_bytes or 0) if ro else 0
+            rp = self._policy.rules.get(rel.rule_id)
+            self.tenants.release(rel, reading.models if reading else (), held, rp.release_timeout_s if rp else 10.0)
+        if decision.profiles_on or decision.profiles_off:
+            self.tenants.profiles(decision.profiles_on, decision.profiles_off)
         latency_ms = self.sources.decided(time.monotonic())
         if decision.state.trust != self._engine_state.trust:
             trust = {n: trust_to_record(t, now, time.time()) for n, t in decision.state.trust.items()}
@@ -627,7 +667,7 @@ class Daemon:
     def _keep_runs(self, before: RunState | None, decision: Decision) -> None:
         """Persist a paired run when a block or the run ends (a window in progress is never
         kept), and issue the certificate a passing run earned."""
-        from arbiter.daemon.abruns import certificate
+        from arbiter.daemon.abruns import certificate, supersede
 
         now = decision.state.ab
         changed = [r for r in decision.ab_ended]
@@ -638,6 +678,8 @@ class Daemon:
         for run in decision.ab_ended:
             if run.certifies:
                 certificate(self, run)
+            elif run.verdict == "slowdown" and run.spec.duty is not None:
+                supersede(self, run)
 
     # --- requests -------------------------------------------------------------------------------
 

@@ -42,6 +42,16 @@ class TickView:
     gpus: tuple[str, ...] = ()  # the GPUs the reader read, by name
 
 
+def held_vram(reading: GpuReading | None, pids: Iterable[int]) -> int | None:
+    """What these processes hold (None: the readers cannot say)."""
+    if reading is None:
+        return None
+    pids = set(pids)
+    if pids & reading.unreadable:
+        return None
+    return sum(pg.vram_bytes or 0 for pid, pg in reading.processes.items() if pid in pids)
+
+
 def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, list[int]]:
     """root → [root, every descendant] (breadth first), from one process table."""
     children: dict[int, list[int]] = {}
@@ -197,13 +207,16 @@ class Observer:
                     why = "first reading: no interval yet"
                 else:
                     why = f"{reader_name} cannot read process(es) {sorted(pids & reading.unreadable)}"
-            rules[rid] = RuleObs(rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]))
+            rules[rid] = RuleObs(rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]),
+                                 vram_bytes=held_vram(reading, pids))
         job_busy, busy_at = self._job_sample(reader_name, reading, job_processes)
         if reading is not None:
             self._prev, self._prev_reader = reading, reader_name
         else:
             self._prev, self._prev_reader = None, ""
-        vram = {"total": reading.vram_total_bytes, "free": reading.vram_free_bytes} if reading else {}
+        vram: dict[str, int | None] = {"total": reading.vram_total_bytes, "free": reading.vram_free_bytes} if reading else {}
+        if reading is not None:
+            vram["jobs"] = sum(held_vram(reading, {r.pid for r in refs}) or 0 for refs in job_processes.values())
         return TickView(
             now=time.monotonic(),
             rules=rules,

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from arbiter.config.errors import ConfigError, Problem
-from arbiter.config.loader import parse_rule, read_text, rule_files, validate_kind_options
+from arbiter.config.errors import Problem
+from arbiter.config.loader import Resolution, read_rule_texts, resolve_rules, rule_files, validate_kind_options
 from arbiter.config.models import KindBlock, MatchBlock, NodeConfig, Rule
+from arbiter.daemon.sources import BUSY
 from arbiter.engine import codes
+from arbiter.engine.handoff import GIB
 from arbiter.engine.types import DuringPolicy, Policy, RulePolicy
-from arbiter.plugin import Matcher, PluginContext, Source, SourceState
+from arbiter.plugin import Matcher, PluginContext, Source, SourceState, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import Store
 
@@ -36,6 +38,10 @@ class LiveRule:
     phases: list[Source | None] = field(default_factory=list)
     #: sources that watch processes (index → the matcher of their match block)
     source_matchers: dict[int, Matcher] = field(default_factory=dict)
+    busy: Source | None = None  # its busy probe
+    events: Source | None = None  # its wake-ups: any change re-probes ``busy`` now
+    release: Translator | None = None  # asks it to give VRAM back
+    profile: Translator | None = None  # its GPU profile while it works on the GPU
     faults: list[str] = field(default_factory=list)  # instances that could not be made
 
     def sources(self) -> list[tuple[int, KindBlock, Source | None]]:
@@ -44,10 +50,13 @@ class LiveRule:
         if self.rule.protect and self.rule.protect.source:
             out.append((-1, self.rule.protect.source, self.progress))
         out.extend((i, d.source, self.phases[i] if i < len(self.phases) else None) for i, d in enumerate(self.rule.during))
+        if self.rule.busy:
+            out.append((BUSY, self.rule.busy, self.busy))
         return out
 
     def close(self, host: PluginHost) -> None:
-        for inst in [self.matcher, self.progress, *self.phases, *self.source_matchers.values()]:
+        for inst in [self.matcher, self.progress, *self.phases, *self.source_matchers.values(), self.busy, self.events,
+                     self.release, self.profile]:
             if inst is not None:
                 try:
                     host.call(f"close {self.rule.id}", inst.close, timeout=2)
@@ -88,45 +97,57 @@ class RuleBook:
     def changed(self) -> bool:
         return _signature(self.config.tenants_paths()) != self._signature
 
-    def _parse(self, path: str, text: str) -> Rule:
-        return parse_rule(text, path, self.host.options_model, self.host.kind_names)
+    def _resolve(self, files: Mapping[str, str | list[Problem]]) -> Resolution:
+        return resolve_rules(files, self.host.options_model, self.host.kind_names)
 
     def load(self) -> bool:
-        """Read every rule file again; returns True when the rules in force changed."""
+        """Read every rule file again; returns True when the rules in force changed.
+
+        The files are resolved together (``extends:`` reaches across them).  A file whose rule
+        fails, through its own problems or its base's, keeps the rule that the last good
+        versions of the files it is made of give."""
         self._signature = _signature(self.config.tenants_paths())
+        files = read_rule_texts(rule_files(self.config.tenants_paths()))
+        now = self._resolve(files)
+        fallback: Resolution | None = None
+        if now.problems:
+            # Every file of a failing rule as it last was good (a file never good is left out,
+            # so that a new file extending a base twice cannot take the base's rule away too).
+            involved = {part for name in now.problems for part in now.chains.get(name, [name])}
+            world = {name: text for name, text in files.items() if name not in involved}
+            world.update({name: self._last_good[name] for name in files if name in involved and name in self._last_good})
+            fallback = self._resolve(world)
         rules: dict[str, tuple[Rule, str]] = {}
         invalid: list[str] = []
         problems: dict[str, list[Problem]] = {}
-        for path in rule_files(self.config.tenants_paths()):
-            name = str(path)
-            try:
-                text = read_text(path)
-                rule = self._parse(name, text)
-            except ConfigError as exc:
-                problems[name] = exc.problems
-                good = self._last_good.get(name)
-                kept = None
-                if good is not None:
-                    try:
-                        kept = self._parse(name, good)
-                    except ConfigError:
-                        kept = None  # a plugin that validated it is gone
-                summary = str(exc.problems[0]) + (f" (+{len(exc.problems) - 1} more)" if len(exc.problems) > 1 else "")
-                fresh = [str(p) for p in self.problems.get(name, [])] != [str(p) for p in exc.problems]
-                if kept is not None:
+        for name in files:
+            rule = now.rules.get(name)
+            found = now.problems.get(name)
+            if found:
+                problems[name] = found
+                kept = fallback.rules.get(name) if fallback else None
+                # a base whose last good version an extension's last good version replaces
+                replaced = fallback is not None and fallback.extended.get(name) in fallback.rules
+                summary = str(found[0]) + (f" (+{len(found) - 1} more)" if len(found) > 1 else "")
+                fresh = [str(p) for p in self.problems.get(name, [])] != [str(p) for p in found]
+                if kept is not None or replaced:
                     rule = kept
                     if fresh:
-                        self.record(codes.CONFIG_REJECTED, name, f"kept the last good version: {summary}", {"problems": [p.to_dict() for p in exc.problems]})
+                        self.record(codes.CONFIG_REJECTED, name, f"kept the last good version: {summary}", {"problems": [p.to_dict() for p in found]})
                 else:
                     invalid.append(name)
                     if fresh:
-                        self.record(codes.CONFIG_REJECTED, name, f"never valid, GPU work held: {summary}", {"problems": [p.to_dict() for p in exc.problems]})
+                        self.record(codes.CONFIG_REJECTED, name, f"never valid, GPU work held: {summary}", {"problems": [p.to_dict() for p in found]})
                     continue
-            else:
-                if self._last_good.get(name) != text:
-                    self._last_good[name] = text
-                    if self.store is not None:
-                        self.store.save_rule_file(name, text)
+            elif rule is not None:
+                for part in now.chains.get(name, [name]):
+                    text = files[part]
+                    if isinstance(text, str) and self._last_good.get(part) != text:
+                        self._last_good[part] = text
+                        if self.store is not None:
+                            self.store.save_rule_file(part, text)
+            if rule is None:
+                continue  # a base: the rule of the file extending it stands in its place
             if rule.id in rules:
                 other = rules[rule.id][1]
                 problems.setdefault(name, []).append(
@@ -181,6 +202,17 @@ class RuleBook:
             live.progress = self._start_source(live, rule.protect.source, -1, "protect.source")
         for i, during in enumerate(rule.during):
             live.phases.append(self._start_source(live, during.source, i, f"during.{i}.source"))
+        if rule.busy:
+            live.busy = self._start_source(live, rule.busy, BUSY, "busy")
+        if rule.events:
+            live.events = self._start_wakeups(live, rule.events)
+        for attr in ("release", "profile"):
+            block = getattr(rule, attr)
+            if block is not None:
+                try:
+                    setattr(live, attr, self._make("translators", block, rule))
+                except (PluginFailed, ValueError) as exc:
+                    live.faults.append(f"{attr}: {exc}")
         for fault in live.faults:
             self.record(codes.PLUGIN_FAILED, rule.id, f"rule {rule.id!r}: {fault}; treated as harm", {"fault": fault})
         return live
@@ -199,6 +231,23 @@ class RuleBook:
             live.faults.append(f"{where}: {exc}")
             return None
 
+    def _start_wakeups(self, live: LiveRule, block: KindBlock) -> Source | None:
+        """An ``events:`` source only wakes the busy probe up (re-probe now); it is never harm."""
+        def wake(_state: SourceState) -> None:
+            if live.busy is not None:
+                try:
+                    self.host.call(f"sources/{live.rule.busy.kind if live.rule.busy else '?'} refresh", live.busy.refresh, timeout=1)
+                except PluginFailed:
+                    pass  # the probe's own tick reading still comes
+
+        try:
+            source: Source = self._make("sources", block, live.rule)
+            self.host.call(f"sources/{block.kind} start", source.start, wake)
+            return source
+        except (PluginFailed, ValueError) as exc:
+            live.faults.append(f"events: {exc}")
+            return None
+
     def policy(self, base: Policy) -> Policy:
         rules = {}
         for rid, live in self.live.items():
@@ -212,6 +261,13 @@ class RuleBook:
                 during=tuple(DuringPolicy(d.pause_fleet.scope, tuple(d.tags)) for d in r.during),
                 progress=bool(r.protect and r.protect.source),
                 max_slowdown=r.protect.max_slowdown if r.protect else 0.05,
+                reclaimable=r.release is not None,
+                busy_probe=r.busy is not None,
+                needs_vram_bytes=None if r.needs_vram_gb is None else int(r.needs_vram_gb * GIB),
+                idle_release_after_s=r.idle_release_after_s,
+                release_timeout_s=float(r.release.options().get("timeout_s", 10)) if r.release else 10.0,
+                confirm=bool(r.release.options().get("confirm", True)) if r.release else True,
+                profile=r.profile is not None,
             )
         return replace(base, rules=rules)
 

@@ -20,8 +20,11 @@ from arbiter.engine.progress import Sample, rate
 from arbiter.engine.types import SeenBy, SourceObs
 from arbiter.plugin import SourceState
 
-#: (rule id, index): index -1 is the rule's progress source, 0… its ``during`` sources
+#: (rule id, index): index -1 is the rule's progress source, -2 its busy probe, 0… its
+#: ``during`` sources
 SlotKey = tuple[str, int]
+PROGRESS = -1
+BUSY = -2
 #: (uid, session number) of a session helper
 HelperKey = tuple[int, int]
 
@@ -31,7 +34,7 @@ _SAMPLES = 4096
 
 
 def slot_name(index: int) -> str:
-    return "progress" if index < 0 else f"during.{index}"
+    return {PROGRESS: "progress", BUSY: "busy"}.get(index, f"during.{index}")
 
 
 def percentiles(values: list[float]) -> dict[str, Any]:
@@ -111,7 +114,7 @@ class SourceBook:
             slot.samples.clear()  # counts of two readers are not comparable
         if not slot.samples or slot.samples[-1][1] != after.state.count:
             slot.samples.append((time.monotonic(), after.state.count))
-        changed = (before.state.readable, before.state.phase) != (after.state.readable, after.state.phase)
+        changed = (before.state.readable, before.state.phase, before.state.busy) != (after.state.readable, after.state.phase, after.state.busy)
         slot.read_by = after_by
         if changed and after.state.changed_at > 0 and before.state.changed_at > 0:  # not a first reading
             self._pending[key] = after.state.changed_at
@@ -153,7 +156,12 @@ class SourceBook:
         reading, _ = self._effective(key, slot)
         st = reading.state
         return SourceObs(st.readable, st.phase, st.why, st.needs_helper, reading.seen_by, st.changed_at, self.rate(key, slot, now),
-                         st.count)
+                         st.count, st.busy)
+
+    def state(self, key: SlotKey) -> SourceState | None:
+        """The reading that counts, as the source gave it (a busy probe's model names)."""
+        slot = self.slots.get(key)
+        return None if slot is None else self._effective(key, slot)[0].state
 
     def rate(self, key: SlotKey, slot: Slot, now: float) -> float | None:
         reading, _ = self._effective(key, slot)
@@ -192,6 +200,7 @@ class SourceBook:
                 "why": st.why,
                 "needs_helper": st.needs_helper,
                 "phase": st.phase,
+                "busy": st.busy,
                 "count": st.count,
                 "rate": None if r is None else round(r, 4),
                 "read_by": by,

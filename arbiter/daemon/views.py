@@ -68,6 +68,35 @@ def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
         "sources": daemon.sources.view(rid, now),
         "faults": list(live.faults) if live else [],
         "holds": [r.to_dict() for r in verdict.holds] if verdict else [],
+        "notes": [r.to_dict() for r in verdict.notes] if verdict else [],
+        "vram_bytes": obs.vram_bytes if obs else None,
+        "reclaimable": bool(live and live.rule.release),
+        "releasing": _releasing(daemon, rid),
+        "profile_applied": rid in daemon.profiles_applied(),
+    }
+
+
+def _releasing(daemon: Daemon, rid: str) -> dict[str, Any] | None:
+    st = daemon.engine_state.vram.get(rid)
+    if st is None or st.requested_at is None:
+        return None
+    return {"for_s": round(time.monotonic() - st.requested_at, 2), "held_at_request": st.held_at_request, "why": st.why}
+
+
+def vram_view(daemon: Daemon, rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """The device's VRAM, what each tenant and the jobs hold, and what no rule claims."""
+    view = daemon.snapshot.view
+    vram = dict(view.vram) if view else {}
+    total, free = vram.get("total"), vram.get("free")
+    tenants = {r["id"]: r["vram_bytes"] for r in rules if r["running"]}
+    attributed = sum(v or 0 for v in tenants.values()) + (vram.get("jobs") or 0)
+    used = None if total is None or free is None else total - free
+    return {
+        "total_bytes": total, "free_bytes": free, "jobs_bytes": vram.get("jobs"),
+        "tenants": [{"id": r["id"], "bytes": r["vram_bytes"], "reclaimable": r["reclaimable"]}
+                    for r in rules if r["running"]],
+        # held by processes no rule or job claims: no way to reclaim it, but never hidden
+        "unmanaged_bytes": None if used is None else max(0, used - attributed),
     }
 
 
@@ -100,6 +129,7 @@ def status_view(daemon: Daemon) -> dict[str, Any]:
         "processes": view.table_size if view else 0,
         "scan_ms": round(view.scan_s * 1000, 2) if view else None,
         "rules": rules,
+        "vram": vram_view(daemon, rules),
         "jobs": jobs,
         "notices": [r.to_dict() for r in decision.notices] if decision else [],
         "invalid_files": list(daemon.rulebook.invalid_files),

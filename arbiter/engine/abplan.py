@@ -1,8 +1,9 @@
-"""The design of a paired ON/OFF run (SPEC section 8), pure: the windows, which of them count,
-and when a run must stop as a slowdown.
+"""The design of a paired ON/OFF run (SPEC section 8), pure: the order of a block's windows,
+which windows count, and when a run must stop as a slowdown (the run itself steps through
+them in :mod:`arbiter.engine.abrun`).
 
 A block is one ON and one OFF window in random order (seeded by the run, so a restarted daemon
-plans the same order); the first ``washout_s`` after each switch is discarded.  A window is
+keeps the same order); the first ``washout_s`` after each switch is discarded.  A window is
 left out, and its block repeated, when something outside the fleet changed; an ON window in
 which the work did not really run is left out too.
 """
@@ -13,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from arbiter.engine.abstats import Block
 
 Arm = Literal["on", "off"]
 #: a wall clock that moved this much more than the monotonic one means the machine slept
@@ -22,15 +22,9 @@ SLEEP_JUMP_S = 2.0
 DUTY_SHORTFALL = 0.1
 #: progress in an ON window under this share of the OFF rate is a collapse: the run stops
 COLLAPSE_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class Window:
-    block: int
-    arm: Arm
-    start: float  # seconds from the run's start
-    measured_from: float  # start + washout
-    end: float
+#: work that holds no duty must be seen using at least this share of the GPU in an ON window
+IDLE_DUTY = 0.05
+WORK_GONE = "the work did not run"
 
 
 def _coin(seed: str, block_index: int) -> bool:
@@ -53,19 +47,6 @@ def order(seed: str, block_index: int) -> tuple[Arm, Arm]:
     return ("on", "off") if _coin(seed, block_index) else ("off", "on")
 
 
-def plan(blocks: int, window_s: float, washout_s: float, seed: str, first_block: int = 0) -> list[Window]:
-    """Windows for ``blocks`` blocks from ``first_block`` on, back to back from time 0."""
-    if window_s <= washout_s:
-        raise ValueError(f"a window ({window_s:g}s) must be longer than its washout ({washout_s:g}s)")
-    out: list[Window] = []
-    t = 0.0
-    for b in range(first_block, first_block + blocks):
-        for arm in order(seed, b):
-            out.append(Window(b, arm, t, t + washout_s, t + window_s))
-            t += window_s
-    return out
-
-
 @dataclass(frozen=True)
 class WindowReading:
     """What was seen during a window's measured part."""
@@ -86,9 +67,10 @@ class WindowReading:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
-def exclusion(arm: Arm, reading: WindowReading, asked_duty: float | None) -> str | None:
+def exclusion(arm: Arm, reading: WindowReading, asked_duty: float | None, needs_duty: bool = True) -> str | None:
     """Why this window must not count (its block is repeated), or None.  ``asked_duty``:
-    the duty cooperative work was asked to hold (None: work that holds no duty)."""
+    the duty cooperative work was asked to hold (None: work that holds no duty, which must
+    still be seen using the GPU); ``needs_duty`` False for CPU work (no GPU duty to see)."""
     if reading.unreadable:
         return f"progress could not be counted ({reading.unreadable})"
     if reading.phase_changed:
@@ -102,8 +84,14 @@ def exclusion(arm: Arm, reading: WindowReading, asked_duty: float | None) -> str
     if reading.memory_guard:
         return "the memory guard tripped"
     if arm == "on" and not reading.work_ran:
-        return "the work did not run: a certificate is never earned beside idle work"
-    if arm == "on" and asked_duty is not None:
+        return f"{WORK_GONE}: a certificate is never earned beside idle work"
+    if arm == "on" and needs_duty and asked_duty is None:
+        if reading.work_duty is None:
+            return "the work's duty could not be measured"
+        if reading.work_duty < IDLE_DUTY:
+            return (f"the work used the GPU {reading.work_duty:.2f} of the time: a certificate is never earned "
+                    "beside idle work")
+    if arm == "on" and needs_duty and asked_duty is not None:
         if reading.work_duty is None:
             return "the work's duty could not be measured"
         if reading.work_duty < asked_duty - DUTY_SHORTFALL:
@@ -118,10 +106,6 @@ def exclusion(arm: Arm, reading: WindowReading, asked_duty: float | None) -> str
 def collapsed(on: WindowReading, off_rate: float) -> bool:
     """Progress collapsed in an ON window: the run stops as a slowdown (protection stays on)."""
     return off_rate > 0 and on.rate < COLLAPSE_SHARE * off_rate
-
-
-def block(on: WindowReading, off: WindowReading, on_first: bool) -> Block:
-    return Block(on=on.rate, off=off.rate, on_first=on_first)
 
 
 def exclusions_mostly_on(excluded: Sequence[Arm], at_least: int = 3) -> bool:

@@ -22,13 +22,14 @@ and issues the certificate a passing run earns.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from arbiter.engine import codes
 from arbiter.engine.abplan import (
-    COLLAPSE_SHARE,
+    WORK_GONE,
     Arm,
     WindowReading,
     collapsed,
@@ -74,7 +75,7 @@ class RunSpec:
     levels: tuple[float, ...] = ()  # a sweep's levels still to run after this one
 
     def planned_hours(self, blocks: int | None = None) -> float:
-        return planned_hours(blocks or self.blocks, self.window_s, self.washout_s)
+        return planned_hours(blocks or self.blocks, self.window_s)
 
 
 @dataclass(frozen=True)
@@ -117,10 +118,16 @@ class Window:
     last_sample: float | None = None
     work_ran: bool = False
     spoiled: str = ""  # the first thing seen that leaves it out
+    has_ref: bool = False  # phases, pids and power hold the block's reference (taken in its first window)
     phase_changed: bool = False
     restarted: bool = False
     power_changed: bool = False
     memory_guard: bool = False
+
+    @property
+    def disturbed(self) -> bool:
+        """Something outside the fleet changed: the window is left out, never judged."""
+        return bool(self.spoiled) or self.restarted or self.phase_changed or self.power_changed or self.memory_guard
 
 
 @dataclass(frozen=True)
@@ -160,6 +167,8 @@ class RunState:
     attempt: int = 0  # the block number now
     window: Window | None = None
     first: tuple[Arm, WindowReading] | None = None  # the block's first window, done
+    #: what the block's second window is compared with: (phases, pids, power) of its first
+    ref: tuple[tuple[str, ...], frozenset[int], str | None] | None = None
     blocks: tuple[BlockDone, ...] = ()
     excluded: tuple[Excluded, ...] = ()
     verdict: str = ""  # when ended: the analysis's verdict, "slowdown" (collapse), "refused", "aborted"
@@ -201,32 +210,43 @@ def _open(rs: RunState, sees: Sees) -> Window:
     spec = rs.spec
     arms = order(spec.seed, rs.attempt)
     second = rs.first is not None
-    arm = arms[1] if second else arms[0]
-    return Window(rs.attempt, arm, second, sees.now, sees.now + spec.washout_s, sees.now + spec.window_s)
+    w = Window(rs.attempt, arms[1] if second else arms[0], second, sees.now, sees.now + spec.washout_s,
+               sees.now + spec.window_s)
+    if second and rs.ref is not None:  # both windows of a block are judged against one reference
+        phases, pids, power = rs.ref
+        w = replace(w, phases=phases, pids=pids, power=power, has_ref=True)
+    return w
 
 
-def _watch(w: Window, sees: Sees) -> Window:
-    """Note what happens during the measured part."""
-    if sees.now < w.measure_from:
-        return w
-    if w.t0 is None:  # the measured part begins
-        if sees.count is None:
-            return replace(w, spoiled=w.spoiled or sees.count_why or "its progress source cannot be read")
-        return replace(w, count0=sees.count, t0=sees.now, wall0=sees.wall, phases=sees.phases, pids=sees.pids,
-                       power=sees.power, memory_guard=sees.memory_guard, work_ran=sees.work_running)
-    spoiled = w.spoiled
-    if sees.count is None:
-        spoiled = spoiled or sees.count_why or "its progress source cannot be read"
-    elif w.count0 is not None and sees.count < w.count0:
-        spoiled = spoiled or "its progress count went back (the source restarted)"
-    restarted = w.restarted or not sees.running or (bool(w.pids) and not (w.pids & sees.pids))
-    w = replace(
-        w, spoiled=spoiled, restarted=restarted,
+def _changes(w: Window, sees: Sees) -> Window:
+    """What differs from the block's reference (watched in the washout too, once there is one)."""
+    return replace(
+        w,
+        restarted=w.restarted or not sees.running or (bool(w.pids) and not (w.pids & sees.pids)),
         phase_changed=w.phase_changed or sees.phases != w.phases,
         power_changed=w.power_changed or sees.power != w.power,
         memory_guard=w.memory_guard or sees.memory_guard,
-        work_ran=w.work_ran or sees.work_running,
     )
+
+
+def _watch(w: Window, sees: Sees) -> Window:
+    """Note what happens during the window; progress counts only over its measured part."""
+    if sees.now < w.measure_from:
+        return _changes(w, sees) if w.has_ref else w
+    unreadable = sees.count_why or "its progress source cannot be read"
+    if w.t0 is None:  # the measured part begins
+        if sees.count is None:
+            return replace(w, spoiled=w.spoiled or unreadable)
+        if not w.has_ref:  # the block's first window: its reference starts here
+            w = replace(w, phases=sees.phases, pids=sees.pids, power=sees.power, has_ref=True)
+        w = replace(w, count0=sees.count, t0=sees.now, wall0=sees.wall, work_ran=sees.work_running)
+        return _changes(w, sees)
+    spoiled = w.spoiled
+    if sees.count is None:
+        spoiled = spoiled or unreadable
+    elif w.count0 is not None and sees.count < w.count0:
+        spoiled = spoiled or "its progress count went back (the source restarted)"
+    w = replace(_changes(w, sees), spoiled=spoiled, work_ran=w.work_ran or sees.work_running)
     if w.arm == "on" and sees.work_sample_at is not None and sees.work_sample_at != w.last_sample \
             and sees.work_sample_at >= w.t0:
         if sees.work_duty is None:
@@ -256,7 +276,8 @@ def _last_off_rate(rs: RunState) -> float | None:
 
 
 def _end(rs: RunState, status: RunStatus, verdict: str, why: str, wall: float, certifies: bool = False) -> RunState:
-    return replace(rs, status=status, verdict=verdict, why=why, certifies=certifies, window=None, first=None, ended_wall=wall)
+    return replace(rs, status=status, verdict=verdict, why=why, certifies=certifies, window=None, first=None, ref=None,
+                   ended_wall=wall)
 
 
 def _next_in_sweep(rs: RunState, wall: float) -> RunState | None:
@@ -266,7 +287,7 @@ def _next_in_sweep(rs: RunState, wall: float) -> RunState | None:
     index = int(spec.run_id.rsplit("-", 1)[1]) + 1
     run_id = f"{spec.sweep_id}-{index}"
     nxt = replace(spec, run_id=run_id, duty=spec.levels[0], levels=spec.levels[1:], seed=run_id)
-    return start(nxt, wall, passed=(*rs.passed, spec.duty if spec.duty is not None else 1.0))
+    return start(nxt, wall, passed=(*rs.passed, spec.duty))
 
 
 def _finish(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
@@ -293,37 +314,56 @@ def _finish(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
     return rs
 
 
+#: ON windows in a row in which the work did not run before a run gives up on it
+GONE_AFTER = 2
+
+
+def _leave_out(rs: RunState, attempt: int, arm: Arm, why: str, sees: Sees, events: list[TimelineEvent]) -> RunState:
+    """The block is left out and repeated under the next number; a run whose work is gone,
+    or that leaves out too many, ends (naming the commonest reason)."""
+    spec = rs.spec
+    events.append(_event(codes.AB_BLOCK_EXCLUDED, rs, f"run {spec.run_id}: block {attempt + 1} left out ({arm} window): {why}",
+                         block=attempt, arm=arm, why=why))
+    rs = replace(rs, window=None, first=None, ref=None, attempt=rs.attempt + 1,
+                 excluded=(*rs.excluded, Excluded(attempt, arm, why, sees.wall)))
+    recent = [e.why for e in rs.excluded[-GONE_AFTER:]]
+    if len(recent) == GONE_AFTER and all(WORK_GONE in r for r in recent):
+        return _end(rs, "aborted", "aborted", f"the work did not run in {GONE_AFTER} ON windows in a row (it ended, or "
+                    "something holds it): start it again, then `arbiter ab start`", sees.wall)
+    if len(rs.excluded) > MAX_EXCLUDED_PER_BLOCK * rs.target:
+        reasons = [e.why.split(":")[0] for e in rs.excluded]
+        commonest = max(set(reasons), key=reasons.count)
+        return _end(rs, "aborted", "aborted", f"{len(rs.excluded)} blocks were left out, most because {commonest}; "
+                    "run it when that no longer happens", sees.wall)
+    return rs
+
+
 def _close(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
     """The window in progress has ended: count it, leave its block out, or end the run."""
     w = rs.window
     assert w is not None
     spec = rs.spec
     reading = _reading(w, sees)
-    why = exclusion(w.arm, reading, spec.duty if spec.duty is not None and spec.work not in ("cpu",) else None)
+    if not sees.running:
+        return _end(rs, "aborted", "aborted", f"{spec.rule_id!r}'s program stopped running: nothing to measure "
+                    "(start it again, then `arbiter ab start`)", sees.wall)
+    why = exclusion(w.arm, reading, spec.duty, needs_duty=spec.work != "cpu")
+    if why is None and w.second and reading.events == 0 and rs.first is not None and rs.first[1].events == 0:
+        why = "no progress in either window: the program was idle"
     if why is not None:
-        ex = Excluded(w.attempt, w.arm, why, sees.wall)
-        events.append(_event(codes.AB_BLOCK_EXCLUDED, rs, f"run {spec.run_id}: block {w.attempt + 1} left out "
-                             f"({w.arm} window): {why}", block=w.attempt, arm=w.arm, why=why))
-        rs = replace(rs, window=None, first=None, attempt=rs.attempt + 1, excluded=(*rs.excluded, ex))
-        if len(rs.excluded) > MAX_EXCLUDED_PER_BLOCK * rs.target:
-            return _end(rs, "aborted", "aborted", f"{len(rs.excluded)} blocks were left out: conditions outside the "
-                        "fleet keep changing; run it in a quieter window", sees.wall)
-        return rs
+        return _leave_out(rs, w.attempt, w.arm, why, sees, events)
     if not w.second:
-        return replace(rs, window=None, first=(w.arm, reading))
+        return replace(rs, window=None, first=(w.arm, reading), ref=(w.phases, w.pids, w.power))
     assert rs.first is not None
     first_arm, first = rs.first
     on, off = (first, reading) if first_arm == "on" else (reading, first)
+    if off.events == 0:
+        return _leave_out(rs, w.attempt, "off", "no progress at all with the work held: the program was idle", sees, events)
     if collapsed(on, off.rate):
         return _end(rs, "done", "slowdown", f"progress collapsed in an ON window ({on.rate:.3g}/s against "
                     f"{off.rate:.3g}/s off): stopped as a slowdown", sees.wall)
-    if off.events == 0:
-        ex = Excluded(w.attempt, "off", "no progress at all with the work held: the program was idle", sees.wall)
-        events.append(_event(codes.AB_BLOCK_EXCLUDED, rs, f"run {spec.run_id}: block {w.attempt + 1} left out: {ex.why}",
-                             block=w.attempt, arm="off", why=ex.why))
-        return replace(rs, window=None, first=None, attempt=rs.attempt + 1, excluded=(*rs.excluded, ex))
     done = BlockDone(w.attempt, first_arm == "on", on.events, on.seconds, off.events, off.seconds, on.work_duty, sees.wall)
-    rs = replace(rs, window=None, first=None, attempt=rs.attempt + 1, blocks=(*rs.blocks, done))
+    rs = replace(rs, window=None, first=None, ref=None, attempt=rs.attempt + 1, blocks=(*rs.blocks, done))
     events.append(_event(codes.AB_BLOCK_DONE, rs, f"run {spec.run_id}: block {len(rs.blocks)} of {rs.target}: "
                          f"on {done.on:.3g}/s, off {done.off:.3g}/s", block=w.attempt, on=done.on, off=done.off,
                          on_first=done.on_first, work_duty=done.work_duty))
@@ -346,15 +386,14 @@ def advance(rs: RunState | None, sees: Sees) -> Advance:
             assert rs.window is not None
             w = _watch(rs.window, sees)
             rs = replace(rs, window=w)
-            if w.arm == "on" and w.t0 is not None and w.count0 is not None and sees.count is not None:
-                off_rate = _last_off_rate(rs)
-                elapsed = sees.now - w.t0
-                if off_rate and elapsed >= (spec.window_s - spec.washout_s) / 2:
-                    rate = (sees.count - w.count0) / elapsed
-                    if rate < COLLAPSE_SHARE * off_rate:
-                        rs = _end(rs, "done", "slowdown", f"progress collapsed in an ON window ({rate:.3g}/s against "
-                                  f"{off_rate:.3g}/s off): stopped at once as a slowdown", sees.wall)
-                        break
+            off_rate = _last_off_rate(rs)
+            if w.arm == "on" and w.t0 is not None and off_rate and not w.disturbed \
+                    and sees.now - w.t0 >= (spec.window_s - spec.washout_s) / 2:
+                so_far = _reading(w, sees)
+                if collapsed(so_far, off_rate):
+                    rs = _end(rs, "done", "slowdown", f"progress collapsed in an ON window ({so_far.rate:.3g}/s against "
+                              f"{off_rate:.3g}/s off): stopped at once as a slowdown", sees.wall)
+                    break
             if sees.now < w.ends_at:
                 break
             rs = _close(rs, sees, events)
@@ -368,7 +407,7 @@ def advance(rs: RunState | None, sees: Sees) -> Advance:
                          excluded=len(rs.excluded)))
     nxt = _next_in_sweep(rs, sees.wall)
     if rs.spec.sweep_id is not None and nxt is None:
-        passed = (*rs.passed, *((spec.duty if spec.duty is not None else 1.0,) if rs.certifies else ()))
+        passed = (*rs.passed, *((spec.duty,) if rs.certifies and spec.duty is not None else ()))
         best = max(passed) if passed else None
         events.append(_event(codes.AB_SWEEP_DONE, rs, f"sweep {spec.sweep_id}: " + (
             f"certified duty {best:g} for {spec.rule_id!r}" if best is not None else f"no level passed for {spec.rule_id!r}"),
@@ -378,16 +417,29 @@ def advance(rs: RunState | None, sees: Sees) -> Advance:
 
 def work_seen(spec: RunSpec, jobs: Iterable[JobObs], running: Mapping[str, bool]) -> tuple[bool, float | None, float | None]:
     """(some of the work runs, its mean measured duty over the last sample, when taken) from
-    the jobs ``--work`` covers; ``running``: which jobs the last decision let run."""
+    the jobs ``--work`` covers; ``running``: which jobs the last decision let run.  The duty
+    is the mean over the jobs the run gives its duty (or, without one, its GPU jobs)."""
     covered = [j for j in jobs if covers(spec.work, j) and j.started and running.get(j.job_id)]
     if not covered:
         return False, None, None
-    at = [j.measured_at for j in covered if j.measured_at is not None]
+    judged = [j for j in covered if j.uses_gpu and (spec.duty is None or "cooperative_throttle" in j.capabilities)]
+    at = [j.measured_at for j in judged if j.measured_at is not None]
     if not at:
         return True, None, None
-    values = [j.measured for j in covered]
+    values = [j.measured for j in judged]
     duty = None if any(v is None for v in values) else sum(v or 0.0 for v in values) / len(values)
     return True, duty, max(at)
+
+
+def certified_duty(rs: RunState) -> float | None:
+    """The duty a passing run certifies: the one it asked, or, for work that holds none, the
+    lowest it was measured at in an ON window (never more than the work was seen to use)."""
+    if rs.spec.duty is not None:
+        return rs.spec.duty
+    measured = [b.work_duty for b in rs.blocks]
+    if not measured or any(m is None for m in measured):
+        return None
+    return max(0.01, math.floor(100 * min(m for m in measured if m is not None)) / 100)
 
 
 # --- records (SQLite) and the report's numbers ---------------------------------------------
@@ -395,9 +447,9 @@ def work_seen(spec: RunSpec, jobs: Iterable[JobObs], running: Mapping[str, bool]
 
 def to_record(rs: RunState) -> dict[str, Any]:
     """What a restart keeps; the window in progress, and a half-done block, are left out."""
-    out = asdict(replace(rs, window=None, first=None))
-    out.pop("window")
-    out.pop("first")
+    out = asdict(replace(rs, window=None, first=None, ref=None))
+    for part in ("window", "first", "ref"):
+        out.pop(part)
     return out
 
 
@@ -412,14 +464,6 @@ def from_record(rec: Mapping[str, Any]) -> RunState:
         verdict=rec.get("verdict") or "", certifies=bool(rec.get("certifies")), why=rec.get("why") or "",
         ended_wall=rec.get("ended_wall"), passed=tuple(rec.get("passed") or ()),
     )
-
-
-def resumed(rs: RunState) -> RunState:
-    """After a restart: the completed blocks stand, the next block starts afresh."""
-    if not rs.running:
-        return rs
-    skip = 1 if rs.window is not None or rs.first is not None else 0
-    return replace(rs, window=None, first=None, attempt=rs.attempt + skip)
 
 
 @dataclass(frozen=True)

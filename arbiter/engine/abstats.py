@@ -207,6 +207,6 @@ def blocks_needed(pilot: Sequence[Block], margin: float) -> int | None:
     return needed if needed <= REALISTIC_BLOCKS else None
 
 
-def planned_hours(blocks: int, window_s: float, washout_s: float) -> float:
-    """Each block is two windows, each with its washout discarded first."""
-    return blocks * 2 * (window_s + washout_s) / 3600
+def planned_hours(blocks: int, window_s: float) -> float:
+    """Each block is two windows (each window's washout is its own first seconds)."""
+    return blocks * 2 * window_s / 3600

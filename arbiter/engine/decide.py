@@ -38,6 +38,8 @@ from arbiter.engine.types import (
     TimelineEvent,
 )
 from arbiter.engine.abrun import RunState, Sees, advance, covers, work_seen
+from arbiter.engine.handoff import Seen
+from arbiter.engine.handoff import step as handoff_step
 from arbiter.engine.usage import gpu_usage
 
 
@@ -312,7 +314,7 @@ def _job_verdict(
     if can_throttle and share is not None:
         duty = min(duty, round(share, 4))
     if run is not None and run.arm == "on" and run.duty is not None and _can_throttle(job):
-        duty = min(job.max_duty, run.duty)
+        duty = min(duty, run.duty)  # another rule's budget still caps it
     if not job.started:
         reasons = tuple(pausing + soon)
         return JobVerdict(job.job_id, "held" if reasons else "run", duty=0.0 if reasons else duty, reasons=reasons)
@@ -410,6 +412,23 @@ def _sees(run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Pol
     )
 
 
+def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> list[Seen]:
+    """Every running tenant as the VRAM handoff sees it: busy from its probe (unknown when
+    the probe cannot be read), or while it uses the GPU where it has none."""
+    out = []
+    for rid, rp in policy.rules.items():
+        ro = obs.rules.get(rid)
+        if ro is None or not ro.running:
+            continue
+        if rp.busy_probe:
+            busy = ro.busy.busy if ro.busy is not None and ro.busy.readable else None
+        else:
+            busy = states[rid].using_gpu
+        out.append(Seen(rid, rp.priority, busy, ro.vram_bytes, rp.reclaimable, rp.needs_vram_bytes,
+                        rp.idle_release_after_s, rp.release_timeout_s, rp.confirm))
+    return out
+
+
 def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> Decision:
     events: list[TimelineEvent] = []
     run = prev.ab if prev.ab is not None and prev.ab.running else None
@@ -481,6 +500,12 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             tuple(h.reason for h in rule_hold_list),
         )
 
+    handoff = handoff_step(_tenants(policy, obs, rule_states), prev.vram, obs.vram_free_bytes, now)
+    events.extend(handoff.events)
+    for rid, note in handoff.notes.items():
+        rule_verdicts[rid] = replace(rule_verdicts[rid], notes=(note,))
+    working = frozenset(rid for rid, rp in policy.rules.items()
+                        if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running)
     ab = advance(run, _sees(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
     if ab is not None:
         events.extend(ab.events)
@@ -557,8 +582,10 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     trust = {name: t for name, t in ((n, prune_trust(t, policy.compliance, now)) for n, t in trust.items())
              if t.strikes or t.untrusted(now)}
     state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust,
-                        governors=governors, ab=ab.state if ab is not None else prev.ab)
+                        governors=governors, ab=ab.state if ab is not None else prev.ab, vram=handoff.states,
+                        profiles=working)
     newcomer = JobObs("", "", -1)  # a plain GPU job asking to start now
     admits = run is None and not any(h.binds(newcomer, False) for h in holds)
     return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices, admits,
-                    ab.ended if ab is not None else ())
+                    ab.ended if ab is not None else (), handoff.releases,
+                    tuple(sorted(working - prev.profiles)), tuple(sorted(prev.profiles - working)))

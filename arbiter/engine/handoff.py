@@ -16,12 +16,12 @@ No I/O and no clock reads: the caller passes the views, the device's free VRAM a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.engine.types import Reason, TimelineEvent
+from arbiter.engine.types import Reason, Release, TenantVramState, TimelineEvent
 
 #: "GB" in rule files and messages means GiB, as GPU tools show VRAM
 GIB = 1 << 30
@@ -296,3 +296,115 @@ def request_events(p: HandoffPlan) -> tuple[TimelineEvent, ...]:
                       {"tenant": t, "held_bytes": p.held_by(t), "for": p.demander, "why": "handoff"})
         for t in p.release
     )
+
+
+# --- one decision's handoff: idle tracking, plans, idle releases, confirmation ---------------
+
+#: a release is confirmed once the tenant holds at most this share of what it held when asked
+RELEASED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One running tenant as this decision sees it (``busy`` None: unknown)."""
+
+    tenant_id: str
+    priority: int
+    busy: bool | None
+    held_bytes: int | None  # None: the readers cannot say
+    reclaimable: bool
+    needs_bytes: int | None
+    idle_release_after_s: float
+    timeout_s: float
+    confirm: bool
+
+
+@dataclass(frozen=True)
+class Step:
+    states: Mapping[str, TenantVramState]
+    releases: tuple[Release, ...]
+    events: tuple[TimelineEvent, ...]
+    notes: Mapping[str, Reason]  # a starved tenant whose plan cannot cover, and why
+
+
+def _plan_key(p: HandoffPlan) -> str:
+    """What makes a plan news: a blocked plan that stays the same is logged once."""
+    return f"{p.covers}|{','.join(p.release)}|{','.join(p.awaiting)}|{','.join(b.tenant_id for b in p.blockers)}"
+
+
+def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: int | None, now: float) -> Step:
+    """Track idleness, confirm or time out releases asked before, plan for starved tenants,
+    and ask idle ones past their limit to release.  Tenants not running are forgotten (a
+    release pending for one that exited is done: its VRAM went with it)."""
+    events: list[TimelineEvent] = []
+    releases: list[Release] = []
+    states: dict[str, TenantVramState] = {}
+    for rid, st in prev.items():
+        if st.requested_at is not None and rid not in {t.tenant_id for t in seen}:
+            events.append(TimelineEvent(codes.VRAM_RELEASED, rid, f"{rid!r} exited {now - st.requested_at:.1f}s after "
+                                        "it was asked to release: its VRAM went with it",
+                                        {"tenant": rid, "duration_s": round(now - st.requested_at, 3), "exited": True}))
+    for t in seen:
+        st = prev.get(t.tenant_id, TenantVramState())
+        idle_since = (st.idle_since if st.idle_since is not None else now) if t.busy is False else None
+        st = replace(st, idle_since=idle_since)
+        if st.requested_at is not None and st.held_at_request > 0:
+            took = now - st.requested_at
+            if t.held_bytes is not None and t.held_bytes <= st.held_at_request * RELEASED_SHARE:
+                events.append(TimelineEvent(
+                    codes.VRAM_RELEASED, t.tenant_id,
+                    f"{t.tenant_id!r} released {gb(st.held_at_request - t.held_bytes)} in {took:.2f}s ({st.why})",
+                    {"tenant": t.tenant_id, "duration_s": round(took, 3), "freed_bytes": st.held_at_request - t.held_bytes,
+                     "held_bytes": t.held_bytes, "why": st.why}))
+                st = replace(st, requested_at=None, held_at_request=0, why="")
+            elif took >= t.timeout_s:
+                still = "cannot be read" if t.held_bytes is None else gb(t.held_bytes)
+                events.append(TimelineEvent(
+                    codes.VRAM_RELEASE_FAILED, t.tenant_id,
+                    f"{t.tenant_id!r} was asked to release {gb(st.held_at_request)} {took:.0f}s ago ({st.why}) and "
+                    f"still holds {still}: the release freed nothing in its timeout_s {t.timeout_s:g}",
+                    {"tenant": t.tenant_id, "held_at_request": st.held_at_request, "held_bytes": t.held_bytes,
+                     "timeout_s": t.timeout_s, "why": st.why}))
+                st = replace(st, requested_at=None, held_at_request=0, why="", failed_at=now)
+        states[t.tenant_id] = st
+
+    def asking(tenant: Seen, why: str) -> None:
+        releases.append(Release(tenant.tenant_id, why))
+        if tenant.confirm:  # else the request's own answer is all there is to know
+            states[tenant.tenant_id] = replace(states[tenant.tenant_id], requested_at=now,
+                                               held_at_request=tenant.held_bytes or 0, why=why)
+
+    def releasing(t: Seen) -> bool:
+        st = states[t.tenant_id]
+        cooling = st.failed_at is not None and now - st.failed_at < t.timeout_s  # not asked again at once
+        return st.requested_at is not None or cooling
+
+    views = [
+        TenantVram(t.tenant_id, t.priority, t.busy, t.held_bytes or 0, t.reclaimable, t.needs_bytes,
+                   states[t.tenant_id].idle_since, t.idle_release_after_s if t.reclaimable else None, releasing(t))
+        for t in seen
+    ]
+    by_id = {t.tenant_id: t for t in seen}
+    notes: dict[str, Reason] = {}
+    planned: dict[str, str] = {}
+    if free_bytes is not None:
+        for p in plans(views, free_bytes):
+            key = _plan_key(p)
+            planned[p.demander] = key
+            if key != states[p.demander].plan:
+                events.append(plan_event(p))  # logged before anything it asks for
+            if p.covers:
+                events.extend(request_events(p))
+                for tid in p.release:
+                    asking(by_id[tid], f"handoff for {p.demander}")
+            else:
+                reason = plan_reason(p)
+                if reason is not None:
+                    notes[p.demander] = reason
+        asked = {r.rule_id for r in releases}
+        for idle in idle_releases([v for v in views if v.tenant_id not in asked], now):
+            events.append(idle_event(idle))
+            asking(by_id[idle.tenant_id], "idle")
+    for tid in states:
+        states[tid] = replace(states[tid], plan=planned.get(tid, ""))
+    return Step(states, tuple(releases), tuple(events), notes)

@@ -43,6 +43,7 @@ class SourceObs:
     changed_at: float = 0.0
     rate: float | None = None  # progress events per second, where known
     count: int | None = None  # progress events counted so far (where the source counts)
+    busy: bool | None = None  # a busy probe's answer (None: it says nothing, or cannot be read)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class RuleObs:
     phases: tuple[SourceObs, ...] = ()
     faults: tuple[str, ...] = ()  # plugin failures for this rule: treated as harm
     progress: SourceObs | None = None  # its progress source, when it has one
+    busy: SourceObs | None = None  # its busy probe, when it has one
+    vram_bytes: int | None = None  # what its processes hold (None: the readers cannot say)
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class Observation:
     memory_available: float | None = None  # share of host memory available (None: unknown)
     wall: float | None = None  # the wall clock with ``now`` (a paired run tells sleep from it)
     power: str | None = None  # the host's power source ("ac", "battery"; None: unknown)
+    vram_free_bytes: int | None = None  # the device's free VRAM (None: unknown)
 
 
 # --- policy ----------------------------------------------------------------------------------
@@ -203,6 +207,14 @@ class RulePolicy:
     during: tuple[DuringPolicy, ...] = ()
     progress: bool = False  # it reads its program's progress from a source
     max_slowdown: float = 0.05  # the governor's target
+    # VRAM handoff (SPEC section 7)
+    reclaimable: bool = False  # it declares a release
+    busy_probe: bool = False  # it has a busy probe (else: busy while it uses the GPU)
+    needs_vram_bytes: int | None = None
+    idle_release_after_s: float = 30.0
+    release_timeout_s: float = 10.0  # for its VRAM to fall after a release is asked
+    confirm: bool = True  # a release is done only when its VRAM is seen to fall
+    profile: bool = False  # it has a GPU profile applied while it works on the GPU
 
 
 @dataclass(frozen=True)
@@ -265,6 +277,7 @@ class RuleVerdict:
     gpu_share: float | None
     phases: tuple[Phase, ...]
     holds: tuple[Reason, ...]  # what this rule holds back now
+    notes: tuple[Reason, ...] = ()  # what it waits for itself (VRAM a handoff cannot free)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -276,7 +289,28 @@ class RuleVerdict:
             "gpu_share": self.gpu_share,
             "phases": list(self.phases),
             "holds": [r.to_dict() for r in self.holds],
+            "notes": [r.to_dict() for r in self.notes],
         }
+
+
+@dataclass(frozen=True)
+class TenantVramState:
+    """One tenant's VRAM handoff record."""
+
+    idle_since: float | None = None  # when it last became idle (None: busy or unknown)
+    requested_at: float | None = None  # a release asked for and not yet seen done
+    held_at_request: int = 0
+    why: str = ""  # "idle" or "handoff for <demander>"
+    failed_at: float | None = None  # its last release freed nothing (it is not asked again at once)
+    plan: str = ""  # its last plan as a demander (a plan is logged when it changes)
+
+
+@dataclass(frozen=True)
+class Release:
+    """Ask a tenant to release its VRAM (the shell calls its release translator)."""
+
+    rule_id: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -288,6 +322,8 @@ class EngineState:
     trust: Mapping[str, NameTrust] = field(default_factory=dict)  # job name → its record
     governors: Mapping[str, GovernorState] = field(default_factory=dict)  # rule id → its governor
     ab: RunState | None = None  # the paired ON/OFF run in progress, or the last to end (one a node)
+    vram: Mapping[str, TenantVramState] = field(default_factory=dict)  # rule id → its handoff record
+    profiles: frozenset[str] = frozenset()  # rules whose GPU profile is applied
 
 
 ActionOp = Literal["pause", "resume", "control", "terminate", "kill"]
@@ -322,3 +358,6 @@ class Decision:
     notices: tuple[Reason, ...] = ()  # node-wide conditions (e.g. a rule file never valid)
     admits_gpu: bool = True  # a new GPU job that cannot throttle would be admitted now
     ab_ended: tuple[RunState, ...] = ()  # paired runs that ended on this decision
+    releases: tuple[Release, ...] = ()  # VRAM releases to ask for now
+    profiles_on: tuple[str, ...] = ()  # rules whose GPU profile to apply now
+    profiles_off: tuple[str, ...] = ()  # ... and to restore now

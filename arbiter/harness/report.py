@@ -112,3 +112,16 @@ def plot_png(rep: dict[str, Any]) -> bytes:
     out = io.BytesIO()
     fig.savefig(out, format="png")
     return out.getvalue()
+
+
+def main() -> None:
+    """``python -m arbiter.harness.report`` reads a report (JSON) on stdin and writes its PNG
+    to stdout: the daemon draws in a process of its own, so plotting never holds its threads."""
+    import json
+    import sys
+
+    sys.stdout.buffer.write(plot_png(json.load(sys.stdin)))
+
+
+if __name__ == "__main__":
+    main()

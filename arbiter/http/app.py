@@ -32,6 +32,8 @@ class Provider(Protocol):
 
     def ab_report(self, run_id: str) -> dict[str, Any]: ...  # raises LookupError
 
+    def ab_plot(self, run_id: str) -> bytes: ...  # raises LookupError
+
 
 def is_loopback_host(host_header: str | None) -> bool:
     """Whether a Host header names this machine's loopback (guards against DNS rebinding)."""
@@ -110,9 +112,10 @@ def create_app(provider: Provider) -> FastAPI:
     @app.get("/v1/ab/{run_id}/plot", response_class=Response,
              responses={200: {"content": {"image/png": {}}, "description": "each block's OFF and ON rate, and R"}})
     def ab_plot(run_id: str) -> Response:
-        from arbiter.harness.report import plot_png
-
-        return Response(plot_png(ab_report(run_id)), media_type="image/png")
+        try:
+            return Response(provider.ab_plot(run_id), media_type="image/png")
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from None
 
     @app.post("/v1/reload", dependencies=[Depends(require_token)])
     def reload() -> dict[str, str]:

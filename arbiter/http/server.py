@@ -15,10 +15,14 @@ if TYPE_CHECKING:
     from arbiter.daemon.core import Daemon
 
 
+PLOT_TIMEOUT_S = 60.0
+
+
 class DaemonProvider:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.token = daemon.token
+        self._plots: dict[str, tuple[str, bytes]] = {}  # run id → (what it showed, its PNG)
 
     def status(self) -> dict[str, Any]:
         return status_view(self.daemon)
@@ -75,3 +79,22 @@ class HttpServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=5)
+
+    def ab_plot(self, run_id: str) -> bytes:
+        """Drawn in a child process (matplotlib would hold the GIL from the fast path), and
+        kept while the run has not changed."""
+        import json
+        import subprocess
+        import sys
+
+        rep = self.ab_report(run_id)
+        key = json.dumps([rep["status"], len(rep["blocks"]), len(rep["excluded"])])
+        cached = self._plots.get(run_id)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        done = subprocess.run([sys.executable, "-m", "arbiter.harness.report"], input=json.dumps(rep).encode(),
+                              capture_output=True, timeout=PLOT_TIMEOUT_S, check=False)
+        if done.returncode != 0:
+            raise LookupError(f"the plot could not be drawn: {done.stderr.decode(errors='replace')[-300:]}")
+        self._plots[run_id] = (key, done.stdout)
+        return done.stdout

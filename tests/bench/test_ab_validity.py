@@ -78,7 +78,7 @@ def test_whole_procedure_matches_a_run_by_hand() -> None:
         n = blocks_needed(as_blocks(d[i, :4], on_first[i, :4], np.full(4, 100.0)), MARGIN)
         total = max(abv.PLANNED_BLOCKS, n or 0)
         assert int(runs["n"][i]) == (n or 0)
-        if n is None or planned_hours(total, abv.WINDOW_S, abv.WASHOUT_S) > abv.MAX_HOURS:
+        if n is None or planned_hours(total, abv.WINDOW_S) > abv.MAX_HOURS:
             assert runs["verdict"][i] == abv.REFUSED and runs["blocks"][i] == 4
             continue
         ran += 1

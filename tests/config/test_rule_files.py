@@ -99,6 +99,63 @@ def test_shipped_rule_files_and_examples_are_valid(host) -> None:
     assert {"llm-server", "diffusion-server", "desktop-compositor", "standin-trainer"} <= set(ruleset.rules)
 
 
+def test_every_shipped_block_validates_against_its_plugins_own_options(host) -> None:
+    """Not only "some plugin took it": each block is checked by the model of the plugin that
+    will run it, so a field the plugin does not know (or a wrong value) fails here."""
+    from arbiter_sources.http_count import HttpCountOptions
+    from arbiter_sources.websocket import WebsocketOptions
+    from arbiter_translators.http import HttpPostOptions
+
+    from arbiter.config.loader import raw_kind_blocks, read_rule_file, validate_kind_options
+    from arbiter.config.models import KindBlock
+
+    expected = {("sources", "http_count"): HttpCountOptions, ("sources", "websocket"): WebsocketOptions,
+                ("translators", "http_post"): HttpPostOptions}
+    seen = set()
+    for path in sorted((ROOT / "tenants.d").glob("*.yaml")):
+        rf = read_rule_file(path.read_text(), str(path))
+        for loc, family, raw in raw_kind_blocks(rf.data):
+            kind = raw.get("kind", "process")
+            model = host.options_model(family, kind)
+            assert model is not None, f"{path.name}: {'.'.join(map(str, loc))}: no plugin registers {family}/{kind}"
+            if (family, kind) in expected:
+                assert model is expected[(family, kind)]
+                seen.add((family, kind))
+            validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
+    assert seen == set(expected)
+
+
+#: Ollama docs/api.md, "Generate a completion → Unload a model → Request" (the -d body)
+DOCUMENTED_UNLOAD = {"model": "llama3.2", "keep_alive": 0}
+#: the POST /free body ComfyUI takes; both flags default to false on the server
+DOCUMENTED_FREE = {"unload_models": True, "free_memory": True}
+
+
+def test_shipped_defaults_say_what_section_7_asks(host) -> None:
+    rules = check_paths([ROOT / "tenants.d"], host.options_model, host.kind_names).rules
+    llm, diffusion, desktop = rules["llm-server"], rules["diffusion-server"], rules["desktop-compositor"]
+
+    assert (llm.priority, llm.idle_release_after_s) == (50, 0)
+    busy, release = llm.busy.options(), llm.release.options()
+    assert llm.busy.kind == "http_count" and busy["url"] == "http://127.0.0.1:11434/api/ps"
+    assert busy["count_keys"] == ["models"] and busy["models_key"] == "models"
+    assert llm.release.kind == "http_post" and release["url"] == "http://127.0.0.1:11434/api/generate"
+    assert release["body"] == {"keep_alive": 0} and release["per_model"] is True and release["confirm"] is True
+    assert release["timeout_s"] > 0
+    # per_model adds the name to the body: the documented unload request
+    assert {**release["body"], "model": DOCUMENTED_UNLOAD["model"]} == DOCUMENTED_UNLOAD
+
+    assert (diffusion.priority, diffusion.idle_release_after_s) == (60, 30) and diffusion.needs_vram_gb
+    busy, release, events = diffusion.busy.options(), diffusion.release.options(), diffusion.events.options()
+    assert diffusion.busy.kind == "http_count" and busy["url"] == "http://127.0.0.1:8188/queue"
+    assert busy["count_keys"] == ["queue_running", "queue_pending"] and busy["vram_floor_gb"] > 0
+    assert diffusion.release.kind == "http_post" and release["url"] == "http://127.0.0.1:8188/free"
+    assert release["body"] == DOCUMENTED_FREE
+    assert diffusion.events.kind == "websocket" and events["url"] == "ws://127.0.0.1:8188/ws"
+
+    assert desktop.priority == 90 and desktop.release is None  # never reclaimable
+
+
 def test_manifest_rules() -> None:
     m = parse_manifest("name: llmbatch\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.5}\n"
                        "variants:\n  darwin: {use: shared, apis_any: [metal]}\n", "m.yaml")

@@ -91,6 +91,7 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
         })
         node.start()
         node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.01", "--no-pin"])
+        node.wait_for(lambda: node.status()["rules"][0]["using_gpu"])  # else the job may start and end first
         manifest = tmp_path / "m.yaml"
         manifest.write_text("name: coop\ncapabilities: [cooperative_throttle]\n")
         node.job_run([PYTHON, "-c", "pass"], "--manifest", str(manifest))

@@ -53,7 +53,7 @@ def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tm
         for op in ("job.stop", "job.pause", "job.resume"):
             assert as_nobody(lambda op=op: request(sock, op, id=job_id)) == (False, "FORBIDDEN"), op
         assert as_nobody(lambda: request(sock, "reload")) == (False, "FORBIDDEN")
-        assert node.job("mine")["state"] == "run", node.job("mine")
+        node.wait_for(lambda: node.job("mine")["state"] == "run")
         # the owner (root here) may
         request(sock, "job.pause", id=job_id)
         node.wait_for(lambda: node.job("mine")["state"] == "paused")
@@ -85,7 +85,7 @@ def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tm
         status = node.status()
         assert [r["id"] for r in status["rules"]] == ["prot"] and status["rules"][0]["protected"]
         assert status["invalid_files"] == []
-        assert node.job("plain")["state"] == "run"
+        node.wait_for(lambda: node.job("plain")["state"] == "run")
         rejected = node.events("CONFIG_REJECTED", contains="kept the last good version")
         assert "kept the last good version" in rejected[-1]["message"] and ":3:" in rejected[-1]["message"]
 

@@ -4,31 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter.engine.abplan import WindowReading, block, collapsed, exclusion, exclusions_mostly_on, plan
+from arbiter.engine.abplan import WindowReading, collapsed, exclusion, exclusions_mostly_on, order
 
 
 def test_each_block_is_one_on_and_one_off_window_in_a_fixed_random_order() -> None:
-    windows = plan(40, window_s=300, washout_s=60, seed="run-7")
-    assert len(windows) == 80
-    for b in range(40):
-        arms = [w.arm for w in windows if w.block == b]
-        assert sorted(arms) == ["off", "on"]
-    firsts = [windows[2 * b].arm for b in range(40)]
-    assert 10 < firsts.count("on") < 30  # both orders occur
-    assert plan(40, 300, 60, "run-7") == windows  # a restarted daemon plans the same run
-    assert [w.arm for w in plan(40, 300, 60, "run-8")] != [w.arm for w in windows]
-    w = windows[3]
-    assert w.start == 900 and w.measured_from == 960 and w.end == 1200
-
-
-def test_a_repeated_block_keeps_its_place_in_the_order() -> None:
-    assert plan(2, 300, 60, "r", first_block=5)[0].block == 5
-    assert plan(2, 300, 60, "r", first_block=5)[0].arm == plan(6, 300, 60, "r")[10].arm
-
-
-def test_a_window_must_outlast_its_washout() -> None:
-    with pytest.raises(ValueError, match="longer than its washout"):
-        plan(1, 60, 60, "r")
+    orders = [order("run-7", b) for b in range(40)]
+    assert all(sorted(o) == ["off", "on"] for o in orders)
+    assert 10 < [o[0] for o in orders].count("on") < 30  # both orders occur
+    assert [order("run-7", b) for b in range(40)] == orders  # a restarted daemon keeps the same order
+    assert [order("run-8", b) for b in range(40)] != orders
 
 
 @pytest.mark.parametrize(
@@ -51,15 +35,18 @@ def test_a_window_that_counts() -> None:
     assert exclusion("on", WindowReading(100, 60, work_duty=0.25), asked_duty=0.3) is None
     assert "under half" in (exclusion("on", WindowReading(100, 60, work_duty=0.0), asked_duty=0.1) or "")  # idle at 0.1
     assert "did not run" in (exclusion("on", WindowReading(100, 60, work_duty=0.3, work_ran=False), asked_duty=0.3) or "")
-    assert exclusion("on", WindowReading(100, 60, work_duty=None), asked_duty=None) is None  # work holding no duty
+    # work that holds no duty must still be seen using the GPU; CPU work has no GPU duty to see
+    assert "could not be measured" in (exclusion("on", WindowReading(100, 60, work_duty=None), asked_duty=None) or "")
+    assert "idle work" in (exclusion("on", WindowReading(100, 60, work_duty=0.01), asked_duty=None) or "")
+    assert exclusion("on", WindowReading(100, 60, work_duty=0.6), asked_duty=None) is None
+    assert exclusion("on", WindowReading(100, 60, work_duty=None), asked_duty=None, needs_duty=False) is None
     assert exclusion("off", WindowReading(100, 60, wall_minus_monotonic_s=1.0), asked_duty=0.3) is None
 
 
-def test_collapse_and_block_rates() -> None:
+def test_collapse() -> None:
     assert collapsed(WindowReading(40, 60), off_rate=100 / 60)
     assert not collapsed(WindowReading(90, 60), off_rate=100 / 60)
-    b = block(WindowReading(99, 60), WindowReading(100, 60), on_first=False)
-    assert b.on == pytest.approx(1.65) and b.off == pytest.approx(100 / 60) and not b.on_first
+    assert WindowReading(99, 60).rate == pytest.approx(1.65)
 
 
 def test_exclusions_mostly_in_on_windows_are_flagged() -> None:

@@ -9,12 +9,12 @@ from dataclasses import replace
 from arbiter.engine import codes
 from arbiter.engine.abrun import (
     RunSpec,
+    certified_duty,
     RunState,
     Sees,
     abort,
     advance,
     from_record,
-    resumed,
     start,
     summary,
     to_record,
@@ -23,6 +23,7 @@ from arbiter.engine.decide import decide
 from arbiter.engine.types import (
     CertView,
     EngineState,
+    GovernorPolicy,
     JobObs,
     Observation,
     Policy,
@@ -203,7 +204,7 @@ def test_an_aborted_run_ends_its_sweep() -> None:
 def test_a_restart_keeps_the_blocks_done_and_starts_the_next_block_afresh() -> None:
     rs, _, _, t = drive(start(spec(), 1000.0), Program(), 50)
     assert rs.blocks and rs.window is not None
-    back = resumed(from_record(to_record(rs)))
+    back = from_record(to_record(rs))
     assert back.blocks == rs.blocks and back.excluded == rs.excluded and back.window is None and back.first is None
     assert back.attempt >= rs.attempt
     done, _, _, _ = drive(back, Program(), 400, t0=0.0)  # a new daemon's monotonic clock starts over
@@ -305,3 +306,61 @@ def test_a_passing_run_is_handed_back_ended_and_the_certificate_then_governs() -
     d = decide(obs, state, POLICY, 200.0)
     assert d.state.governors["p"].mode == "baseline"
     assert math.isclose(state.ab.spec.duty or 0, 0.3)
+
+
+def test_a_change_in_the_second_windows_washout_still_leaves_the_block_out() -> None:
+    """Both windows of a block are judged against the reference of its first: a program that
+    changes (and stays changed) between them must not be compared across the change."""
+    rs = start(spec(), 1000.0)
+    program = Program()
+    rs, _, _, t = drive(rs, program, 10.5)  # the first window closed; the second is in its washout
+    assert rs.first is not None and rs.window is not None and rs.window.second and t < rs.window.measure_from
+    for change in (dict(phases=("on",)), dict(power="battery"), dict(pids=frozenset({8}))):
+        after, _, _, _ = drive(rs, Program(), 12, t0=t, change=lambda kw, c=change: kw.update(c))
+        assert after.excluded and after.excluded[0].attempt == rs.attempt, change
+        assert not after.blocks
+
+
+def test_work_that_holds_no_duty_must_be_seen_using_the_gpu_and_certifies_what_it_used() -> None:
+    idle, _, _, _ = drive(start(spec(duty=None), 1000.0), Program(), 60, duty=0.0)
+    assert not idle.blocks and "never earned beside idle work" in idle.excluded[0].why
+    busy, _, _, _ = drive(start(spec(duty=None), 1000.0), Program(), 400, duty=0.37)
+    assert busy.certifies and certified_duty(busy) == 0.37  # what it was seen using, not 1.0
+    cpu, _, _, _ = drive(start(spec(duty=None, work="cpu"), 1000.0), Program(), 400, duty=0.0)
+    assert cpu.certifies  # CPU work has no GPU duty to see
+
+
+def test_a_disturbed_on_window_is_left_out_never_judged_a_collapse() -> None:
+    rs, _, _, _ = drive(start(spec(), 1000.0), Program(10, 10), 400,
+                        change=lambda kw: kw.update(phases=("on",), count=kw["count"] // 4) if 30 <= kw["now"] < 41 else None)
+    assert rs.verdict != "slowdown" and rs.excluded and rs.excluded[0].arm == "on"
+
+
+def test_a_run_ends_at_once_when_its_program_or_its_work_is_gone() -> None:
+    gone, _, _, t = drive(start(spec(), 1000.0), Program(), 60, change=lambda kw: kw.update(running=False, pids=frozenset()),
+                          change_from=25)
+    assert gone.status == "aborted" and "stopped running" in gone.why and t < 45
+    no_work, _, _, t = drive(start(spec(), 1000.0), Program(), 200, work_running=False)
+    assert no_work.status == "aborted" and "did not run in 2 ON windows" in no_work.why and t < 60
+
+
+def test_a_runs_duty_never_lifts_another_rules_budget() -> None:
+    coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle"}), started=True, pids=(11,))
+    policy = Policy(gpu_jobs="certified", governor=GovernorPolicy(baseline_s=2, period_s=2), rules={
+        "p": RulePolicy("p", protected=True, progress=True),
+        "q": RulePolicy("q", protected=True, progress=True),
+    })
+    state = EngineState(ab=start(spec(work="gpu", duty=0.8), 1000.0))
+    duties = set()
+    count = 0
+    for i in range(40):
+        now = i * STEP
+        count += 5
+        obs = observation(now, count, {"c1": coop}, certificates=(CertView("q", "gpu", 0.2),))
+        q = RuleObs("q", running=True, pids=frozenset({9}), gpu_share=0.9, progress=SourceObs(readable=True, rate=10.0, count=count))
+        obs = replace(obs, rules={**obs.rules, "q": q})
+        d = decide(obs, state, policy, now)
+        state = d.state
+        if d.jobs["c1"].state == "run":
+            duties.add(d.jobs["c1"].duty)
+    assert duties and max(duties) <= 0.2  # q's governor gives at most its certificate's 0.2

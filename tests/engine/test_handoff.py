@@ -270,3 +270,98 @@ def test_becoming_idle_again_restarts_the_wait() -> None:
     t = replace(t, idle_since=clock())  # it was busy in between: the caller passes the new time
     assert idle_releases([t], clock.advance(9)) == ()
     assert len(idle_releases([t], clock.advance(1))) == 1
+
+
+# --- one decision's handoff step, with a fake clock ------------------------------------------
+
+from arbiter.engine.decide import decide  # noqa: E402
+from arbiter.engine.handoff import Seen, step  # noqa: E402
+from arbiter.engine.types import (  # noqa: E402
+    EngineState,
+    Observation,
+    Policy,
+    RuleObs,
+    RulePolicy,
+    SourceObs,
+)
+
+
+def seen(tid: str, priority: int, busy: bool | None, held_gb: float | None, reclaimable: bool = True,
+         needs_gb: float | None = None, idle_after: float = 30.0, timeout: float = 10.0, confirm: bool = True) -> Seen:
+    return Seen(tid, priority, busy, None if held_gb is None else int(held_gb * GIB), reclaimable,
+                None if needs_gb is None else int(needs_gb * GIB), idle_after, timeout, confirm)
+
+
+def test_a_starved_demander_gets_its_release_then_the_readers_confirm_it() -> None:
+    tenants = [seen("llm", 50, True, 13), seen("diffusion", 60, True, 1.6, needs_gb=12)]
+    first = step(tenants, {}, free_bytes=int(1 * GIB), now=100.0)
+    assert [r.rule_id for r in first.releases] == ["llm"] and first.releases[0].why == "handoff for diffusion"
+    assert [e.code for e in first.events] == [codes.VRAM_HANDOFF_PLANNED, codes.VRAM_RELEASE_REQUESTED]
+    assert first.states["llm"].requested_at == 100.0
+    # still holding a moment later: nothing new is asked, the plan awaits it
+    again = step(tenants, first.states, int(1 * GIB), 100.5)
+    assert not again.releases and not [e for e in again.events if e.code == codes.VRAM_RELEASE_REQUESTED]
+    freed = step([seen("llm", 50, False, 0.3), tenants[1]], again.states, int(13.7 * GIB), 101.25)
+    done = [e for e in freed.events if e.code == codes.VRAM_RELEASED]
+    assert done and done[0].data["duration_s"] == 1.25 and freed.states["llm"].requested_at is None
+
+
+def test_a_release_that_frees_nothing_fails_after_its_timeout_and_is_not_asked_again_at_once() -> None:
+    tenants = [seen("llm", 50, True, 13, timeout=5), seen("diffusion", 60, True, 1.6, needs_gb=12)]
+    s = step(tenants, {}, int(1 * GIB), 0.0)
+    s = step(tenants, s.states, int(1 * GIB), 5.0)
+    failed = [e for e in s.events if e.code == codes.VRAM_RELEASE_FAILED]
+    assert failed and "still holds 13.0 GB" in failed[0].message
+    assert not s.releases  # cooling down
+    later = step(tenants, s.states, int(1 * GIB), 10.5)
+    assert [r.rule_id for r in later.releases] == ["llm"]
+
+
+def test_a_plan_that_cannot_cover_is_logged_once_releases_nothing_and_says_why() -> None:
+    tenants = [seen("llm", 70, True, 13), seen("diffusion", 60, True, 1.6, needs_gb=12)]
+    s = step(tenants, {}, int(1 * GIB), 0.0)
+    assert not s.releases and [e.code for e in s.events] == [codes.VRAM_HANDOFF_BLOCKED]
+    assert "ranks at or above" in s.notes["diffusion"].message and s.notes["diffusion"].remedy
+    s2 = step(tenants, s.states, int(1 * GIB), 1.0)
+    assert not s2.events  # the same blocked plan is not logged again
+
+
+def test_an_idle_tenant_is_asked_after_idle_release_after_s_and_a_fire_and_forget_one_is_not_tracked() -> None:
+    tenants = [seen("diffusion", 60, False, 6, idle_after=30)]
+    s = step(tenants, {}, int(10 * GIB), 0.0)
+    assert not s.releases
+    s = step(tenants, s.states, int(10 * GIB), 29.0)
+    assert not s.releases
+    s = step(tenants, s.states, int(10 * GIB), 30.0)
+    assert [(r.rule_id, r.why) for r in s.releases] == [("diffusion", "idle")]
+    quick = step([seen("x", 50, False, 2, idle_after=0, confirm=False)], {}, int(10 * GIB), 0.0)
+    assert quick.releases and quick.states["x"].requested_at is None
+
+
+def test_a_tenant_that_exits_while_releasing_has_released() -> None:
+    tenants = [seen("llm", 50, True, 13), seen("diffusion", 60, True, 1.6, needs_gb=12)]
+    s = step(tenants, {}, int(1 * GIB), 0.0)
+    gone = step([tenants[1]], s.states, int(14 * GIB), 2.0)
+    assert [e.data.get("exited") for e in gone.events if e.code == codes.VRAM_RELEASED] == [True]
+
+
+def test_the_decision_asks_for_releases_and_applies_a_working_tenants_profile() -> None:
+    policy = Policy(rules={
+        "llm": RulePolicy("llm", priority=50, reclaimable=True, busy_probe=True, profile=True),
+        "diffusion": RulePolicy("diffusion", priority=60, busy_probe=True, needs_vram_bytes=12 * GIB),
+    })
+    busy = SourceObs(readable=True, busy=True)
+    obs = Observation(now=1.0, vram_free_bytes=1 * GIB, rules={
+        "llm": RuleObs("llm", running=True, pids=frozenset({5}), gpu_share=0.5, busy=busy, vram_bytes=13 * GIB),
+        "diffusion": RuleObs("diffusion", running=True, pids=frozenset({6}), gpu_share=0.0, busy=busy,
+                             vram_bytes=int(1.6 * GIB)),
+    })
+    d = decide(obs, EngineState(), policy, 1.0)
+    assert [r.rule_id for r in d.releases] == ["llm"] and d.profiles_on == ("llm",)
+    idle = replace(obs, rules={**obs.rules, "llm": replace(obs.rules["llm"], gpu_share=0.0)})
+    later = decide(replace(idle, now=30.0), d.state, replace(policy, release_after_s=10.0), 30.0)
+    assert later.profiles_off == ("llm",)
+    # a busy probe that cannot be read is unknown, which counts as busy
+    unknown = replace(obs, rules={**obs.rules, "llm": replace(obs.rules["llm"], busy=SourceObs(readable=False))})
+    u = decide(unknown, EngineState(), policy, 1.0)
+    assert [r.rule_id for r in u.releases] == ["llm"]  # below the demander: asked all the same

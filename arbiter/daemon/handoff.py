@@ -1,0 +1,157 @@
+"""Carrying out what the decision asks of tenants: VRAM releases and GPU profiles.
+
+Both talk to other programs or drivers and may take seconds, so they run on worker threads,
+never on the decision thread.  A release's failure is reported back to the decision thread
+(the tenant is not asked again at once); its success is confirmed by the decision itself,
+from the readers' VRAM.  A profile's previous settings are committed to SQLite before the
+profile is applied, so a daemon killed with ``kill -9`` restores them when it starts again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from arbiter.config.loader import validate_kind_options
+from arbiter.config.models import KindBlock
+from arbiter.engine import codes
+from arbiter.engine.handoff import gb
+from arbiter.engine.types import Release
+from arbiter.plugin import PluginContext, Translator
+from arbiter.pluginmanager import PluginFailed
+
+if TYPE_CHECKING:
+    from arbiter.daemon.core import Daemon
+
+log = logging.getLogger("arbiter.handoff")
+WORKERS = 4
+GRACE_S = 5.0  # beyond a release's own timeout_s, for the plugin call itself
+
+
+class TenantActions:
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tenant")
+        self._lock = threading.Lock()
+        self.applied: set[str] = set()  # rules whose profile is applied now
+
+    def submit(self, fn: Any) -> None:
+        """Other slow work of the decision's (hashing an executable for a certificate)."""
+        self._pool.submit(fn)
+
+    # --- releases -------------------------------------------------------------------------
+
+    def release(self, rel: Release, models: tuple[str, ...], held: int, timeout_s: float) -> None:
+        """Called on the decision thread: hand the request to a worker and return."""
+        self._pool.submit(self._release, rel, models, held, timeout_s)
+
+    def _release(self, rel: Release, models: tuple[str, ...], held: int, timeout_s: float) -> None:
+        d = self.daemon
+        live = d.rulebook.live.get(rel.rule_id)
+        translator = live.release if live is not None else None
+        errors: list[str] = []
+        if translator is None:
+            errors.append("its release translator could not be loaded (see `arbiter doctor`)")
+        else:
+            kind = live.rule.release.kind if live and live.rule.release else "?"
+            try:
+                result = d.host.call(f"translators/{kind} release", translator.release, rel.rule_id, models,
+                                     timeout=timeout_s + GRACE_S)
+                errors.extend(result.errors)
+                if result.note:
+                    log.info("release of %s: %s", rel.rule_id, result.note)
+            except PluginFailed as exc:
+                errors.append(exc.why)
+        if errors:
+            d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id,
+                     f"asking {rel.rule_id!r} to release its {gb(held)} ({rel.why}) failed: {'; '.join(errors)}",
+                     {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors})
+            d.put("release_failed", rel.rule_id)
+
+    # --- profiles ---------------------------------------------------------------------------
+
+    def profiles(self, on: tuple[str, ...], off: tuple[str, ...]) -> None:
+        for rid in off:
+            self._pool.submit(self._restore_rule, rid)
+        for rid in on:
+            self._pool.submit(self._apply, rid)
+
+    def _apply(self, rid: str) -> None:
+        d = self.daemon
+        live = d.rulebook.live.get(rid)
+        if live is None or live.profile is None or live.rule.profile is None:
+            return
+        block = live.rule.profile
+        with self._lock:
+            if rid in self.applied:
+                return
+            try:
+                saved = d.host.call(f"translators/{block.kind} read", live.profile.read_profile, rid)
+                d.store.put_profile(rid, block.kind, block.options(), saved)  # before anything changes
+                result = d.host.call(f"translators/{block.kind} apply", live.profile.apply_profile, rid)
+            except (PluginFailed, OSError, ValueError) as exc:
+                d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was not applied: {exc}", {"profile": block.kind})
+                return
+            self.applied.add(rid)
+        if result.errors:
+            d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was applied in part: {'; '.join(result.errors)}",
+                     {"profile": block.kind, "errors": list(result.errors)})
+        d.record(codes.PROFILE_APPLIED, rid, f"{rid!r} works on the GPU: its GPU profile is applied",
+                 {"profile": block.kind, "requested": list(result.requested)})
+
+    def _restore_rule(self, rid: str) -> None:
+        row = self.daemon.store.profiles().get(rid)
+        if row is not None:
+            self._restore(rid, row, "it no longer works on the GPU")
+
+    def _restore(self, rid: str, row: dict[str, Any], why: str) -> bool:
+        """Put back what ``row`` saved, with a translator made from the stored kind and
+        options (the rule may be gone, or changed, since the profile was applied)."""
+        d = self.daemon
+        with self._lock:
+            translator = self._translator(row["kind"], row["options"], rid)
+            try:
+                if translator is None:
+                    raise PluginFailed(f"translators/{row['kind']}", "no installed plugin registers this kind")
+                result = d.host.call(f"translators/{row['kind']} restore", translator.restore_profile, rid, row["saved"])
+            except PluginFailed as exc:
+                d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} could not be restored: {exc}; "
+                         "it is kept on record and tried again at the next start", {"profile": row["kind"]})
+                return False
+            finally:
+                if translator is not None:
+                    try:
+                        translator.close()
+                    except Exception:  # noqa: BLE001 - a close failing must not keep the profile on record
+                        pass
+            if result.errors:  # kept on record: restoring is safe to repeat, at the next stop or start
+                d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was not fully restored ({why}): "
+                         f"{'; '.join(result.errors)}; it is tried again at the next start",
+                         {"profile": row["kind"], "errors": list(result.errors)})
+                return False
+            d.store.drop_profile(rid)
+            self.applied.discard(rid)
+        d.record(codes.PROFILE_RESTORED, rid, f"the GPU settings before {rid!r}'s profile are restored ({why})",
+                 {"profile": row["kind"]})
+        return True
+
+    def _translator(self, kind: str, options: dict[str, Any], rid: str) -> Translator | None:
+        d = self.daemon
+        info = d.host.kind("translators", kind)
+        if info is None:
+            return None
+        parsed = validate_kind_options(KindBlock(kind=kind, **options), info.cls.Options)  # type: ignore[attr-defined]
+        context = PluginContext(state_dir=d.state_dir, stand_in_gpu=d.config.stand_in_gpu, daemon_uid=os.geteuid(),
+                                rule_id=rid)
+        return d.host.call(f"translators/{kind}", info.cls, parsed, context)  # type: ignore[no-any-return]
+
+    def restore_all(self, why: str) -> None:
+        """Every profile on record: at start-up (a daemon that died left them) and at stop."""
+        for rid, row in self.daemon.store.profiles().items():
+            self._restore(rid, row, why)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=False)
