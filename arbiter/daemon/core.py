@@ -66,6 +66,7 @@ SOCKET_FILE = "arbiter.sock"
 TOKEN_FILE = "token"
 NODE_STATE_EVERY_S = 60.0
 PROBE_DELAY_S = 60.0
+RELEASE_POLL_S = 0.02
 CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
 
 
@@ -328,7 +329,10 @@ class Daemon:
 
     def _tick_loop(self) -> None:
         while True:
-            self._wake.wait(self.config.tick_s)
+            # while a release awaits its VRAM falling, look every RELEASE_POLL_S: the tenant
+            # waiting for that memory should not wait for a whole tick to be told
+            releasing = any(st.requested_at is not None for st in self._engine_state.vram.values())
+            self._wake.wait(min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s)
             self._wake.clear()
             if self._stop.is_set():
                 return
@@ -484,11 +488,13 @@ class Daemon:
                     self.sources.own(key, state, "tick")
             elif kind == "policy":
                 self._policy = payload
-            elif kind == "release_failed":  # its request failed: not asked again at once
+            elif kind in ("release_failed", "release_moot"):  # no VRAM is coming back from that request
                 st = self._engine_state.vram.get(payload)
                 if st is not None:
-                    failed = replace(st, requested_at=None, held_at_request=0, why="", failed_at=time.monotonic())
-                    self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, payload: failed})
+                    # a failed one is not asked again at once; one that had nothing to ask may be
+                    failed_at = time.monotonic() if kind == "release_failed" else None
+                    st = replace(st, requested_at=None, held_at_request=0, why="", failed_at=failed_at)
+                    self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, payload: st})
             elif kind == "ab":  # start or abort a paired run: the engine state is this thread's
                 change, box = payload
                 with box["lock"]:  # an asker that gave up has been told nothing changed
@@ -633,6 +639,8 @@ class Daemon:
                 held = (ro.vram_bytes or 0) if ro else 0
             rp = self._policy.rules.get(rel.rule_id)
             self.tenants.release(rel, reading.models if reading else (), held, rp.release_timeout_s if rp else 10.0)
+        if decision.releases:
+            self._wake.set()  # the tick looks more often until the VRAM is seen to fall
         if decision.profiles_on or decision.profiles_off:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)
         latency_ms = self.sources.decided(time.monotonic())

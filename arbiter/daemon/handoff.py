@@ -61,8 +61,17 @@ class TenantActions:
                 result = d.host.call(f"translators/{kind} release", translator.release, rel.rule_id, models,
                                      timeout=timeout_s + GRACE_S)
                 errors.extend(result.errors)
-                if result.note:
-                    log.info("release of %s: %s", rel.rule_id, result.note)
+                if not result.errors and not result.requested:
+                    # nothing to ask (no model loaded, as its probe last read): no VRAM comes back
+                    # from this request; read the probe again now, as it holds VRAM after all
+                    log.info("release of %s sent nothing: %s", rel.rule_id, result.note)
+                    d.put("release_moot", rel.rule_id)
+                    if live is not None and live.busy is not None:
+                        try:
+                            d.host.call(f"sources/{live.rule.busy.kind if live.rule.busy else '?'} refresh",
+                                        live.busy.refresh, timeout=1)
+                        except PluginFailed:
+                            pass
             except PluginFailed as exc:
                 errors.append(exc.why)
         if errors:

@@ -278,6 +278,10 @@ class FakeLlmServer(_App):
         self.routes[("GET", "/api/ps")] = lambda body: (200, self.ps())
         self.routes[("POST", "/api/generate")] = self._generate_route
         self.routes[("GET", "/")] = lambda body: (200, b"fake LLM server is running")
+        # not the real program's: what a test or benchmark in another process reads back
+        self.routes[("GET", "/debug/unloads")] = lambda body: (200, [
+            {"model": u.model, "asked_at": u.asked_at, "started_at": u.started_at, "done_at": u.done_at, "own_s": u.own_s}
+            for u in list(self.unloads)])
         self._publish()
 
     # what it answers ------------------------------------------------------------------------
@@ -499,6 +503,10 @@ class FakeDiffusionServer(_App):
         self.routes[("GET", "/queue")] = lambda body: (200, self.queue())
         self.routes[("POST", "/prompt")] = self._prompt_route
         self.routes[("POST", "/free")] = self._free_route
+        # not the real program's: what a test or benchmark in another process reads back
+        self.routes[("GET", "/debug/runs")] = lambda body: (200, [
+            {"prompt_id": r.prompt_id, "took_s": r.took_s, "starved_s": r.starved_s, "started_at": r.started_at}
+            for r in list(self.runs)])
         self._ws: Server = serve(self._ws_session, HOST, ws_port, compression=None)
         self._ws_thread = threading.Thread(target=self._ws.serve_forever, name="fake-diffusion-ws", daemon=True)
         self._worker = threading.Thread(target=self._work, name="fake-diffusion-worker", daemon=True)
