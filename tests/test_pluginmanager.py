@@ -39,7 +39,7 @@ SHIPPED = {
                                         "sources/http_count", "sources/vram", "sources/websocket"}),
     "translators": ("arbiter-translators", {"translators/signal", "translators/cgroup_freeze", "translators/control_doc",
                                                 "translators/http_post", "translators/http_knob", "translators/gpu_profile"}),
-    "testing": ("arbiter-testing", {"readers/fake"}),
+    "testing": ("arbiter-testing", {"readers/fake", "translators/fake_profile"}),
     "host": ("arbiter-host", {"host/memory", "host/power", "host/machine", "host/access"}),
     "nfd": ("arbiter-nfd", set()),
     "probes": ("arbiter-probes", {"probes/cuda", "probes/rocm", "probes/vulkan", "probes/opencl", "probes/metal", "probes/directml", "probes/containers"}),

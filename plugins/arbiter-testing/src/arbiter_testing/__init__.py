@@ -1,4 +1,5 @@
-"""Test-only arbiter kinds: the ``fake`` reader, driven by a JSON file the test writes;
+"""Test-only arbiter kinds: the ``fake`` reader, driven by a JSON file the test writes; the
+``fake_profile`` translator, whose device is a JSON file;
 :func:`run_as`, for tests that check what another account may do; and fake programs that
 hold VRAM (an LLM server, a diffusion server) serving their real APIs' shapes on 127.0.0.1,
 writing their VRAM to the fake reader's file through a :class:`VramBoard`.
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from arbiter.plugin import hookimpl
 
+from arbiter_testing.fake_profile import FakeProfileTranslator
 from arbiter_testing.fake_reader import FakeReader, write_state
 from arbiter_testing.fake_servers import (
     FakeDiffusionServer,
@@ -31,11 +33,13 @@ __all__ = [
     "FakeDiffusionServer",
     "FakeLlmServer",
     "FakeModel",
+    "FakeProfileTranslator",
     "FakeReader",
     "RecordingServer",
     "VramBoard",
     "api_fixture",
     "arbiter_register_readers",
+    "arbiter_register_translators",
     "run_as",
     "wait_until",
     "write_state",
@@ -56,3 +60,8 @@ def api_fixture(name: str) -> Path:
 @hookimpl
 def arbiter_register_readers(register: Callable[[str, type], None]) -> None:
     register("fake", FakeReader)
+
+
+@hookimpl
+def arbiter_register_translators(register: Callable[[str, type], None]) -> None:
+    register("fake_profile", FakeProfileTranslator)
