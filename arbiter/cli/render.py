@@ -45,7 +45,7 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
 
 def rules_table(rules: list[dict[str, Any]]) -> Table:
     table = Table(title="Tenants", expand=True)
-    for col in ("rule", "prio", "protected", "running", "GPU", "uses GPU", "phases", "holds"):
+    for col in ("rule", "prio", "protected", "running", "GPU", "uses GPU", "VRAM", "phases", "holds"):
         table.add_column(col, overflow="fold")
     for r in rules:
         share = "unreadable" if r["gpu_share"] is None else f"{100 * r['gpu_share']:.0f}%"
@@ -58,10 +58,25 @@ def rules_table(rules: list[dict[str, Any]]) -> Table:
             f"yes ({len(r['pids'])})" if r["running"] else "no",
             share,
             using,
+            _vram(r),
             phases,
-            ", ".join(h["code"] for h in r["holds"]) or "-",
+            ", ".join(h["code"] for h in [*r["holds"], *r.get("notes", [])]) or "-",
         )
     return table
+
+
+def _gb(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / (1 << 30):.1f} GB"
+
+
+def _vram(r: dict[str, Any]) -> str:
+    if not r["running"]:
+        return "-"
+    text = _gb(r.get("vram_bytes")) + ("" if r.get("reclaimable") else " (kept)")
+    releasing = r.get("releasing")
+    if releasing:
+        text += f", releasing {releasing['for_s']:.1f}s"
+    return text
 
 
 def sources_table(rules: list[dict[str, Any]]) -> Table:
@@ -96,6 +111,10 @@ def status_renderable(s: dict[str, Any]) -> Group:
     fp = s["fast_path"]
     if fp["count"]:
         head.append(f"\nfast path: {fp['count']} phase changes, p50 {fp['p50_ms']} ms, p99 {fp['p99_ms']} ms")
+    vram = s.get("vram") or {}
+    if vram.get("total_bytes") is not None:
+        head.append(f"\nVRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "
+                    f"{_gb(vram.get('jobs_bytes'))}, unmanaged (no rule claims it) {_gb(vram.get('unmanaged_bytes'))}")
     parts: list[Any] = [head, rules_table(s["rules"])]
     if any(r.get("sources") for r in s["rules"]):
         parts.append(sources_table(s["rules"]))
@@ -150,6 +169,8 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
                 console.print(Text(f"  source {src['slot']} ({src['kind']}) {what}: {src['why']}", style="red"))
         if e["subject"] != "node" and r["holds"]:
             console.print(_reasons(r["holds"]))
+        if r.get("notes"):  # what it waits for itself: VRAM a handoff cannot free, and why
+            console.print(_reasons(r["notes"]))
 
 
 def print_timeline(console: Console, events: list[dict[str, Any]]) -> None:

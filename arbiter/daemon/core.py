@@ -42,6 +42,7 @@ from arbiter.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.certificates import status as certificate_status
 from arbiter.engine import governor
 from arbiter.engine.abrun import RunState
+from arbiter.engine.handoff import MOOT_RETRY_S, settled
 from arbiter.engine.compliance import trust_from_record, trust_to_record
 from arbiter.engine.types import (
     Action,
@@ -67,6 +68,7 @@ TOKEN_FILE = "token"
 NODE_STATE_EVERY_S = 60.0
 PROBE_DELAY_S = 60.0
 RELEASE_POLL_S = 0.02
+RELEASE_POLL_FOR_S = 5.0  # a release still pending after this (one queued behind work) waits for ticks
 CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
 
 
@@ -331,7 +333,9 @@ class Daemon:
         while True:
             # while a release awaits its VRAM falling, look every RELEASE_POLL_S: the tenant
             # waiting for that memory should not wait for a whole tick to be told
-            releasing = any(st.requested_at is not None for st in self._engine_state.vram.values())
+            now = time.monotonic()
+            releasing = any(st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
+                            for st in self._engine_state.vram.values())
             self._wake.wait(min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s)
             self._wake.clear()
             if self._stop.is_set():
@@ -489,12 +493,14 @@ class Daemon:
             elif kind == "policy":
                 self._policy = payload
             elif kind in ("release_failed", "release_moot"):  # no VRAM is coming back from that request
-                st = self._engine_state.vram.get(payload)
-                if st is not None:
-                    # a failed one is not asked again at once; one that had nothing to ask may be
-                    failed_at = time.monotonic() if kind == "release_failed" else None
-                    st = replace(st, requested_at=None, held_at_request=0, why="", failed_at=failed_at)
-                    self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, payload: st})
+                rid, held = payload
+                st = self._engine_state.vram.get(rid)
+                rp = self._policy.rules.get(rid)
+                if st is not None and rp is not None:
+                    # a failed one waits its timeout_s; one that had nothing to send, a moment
+                    retry_s = rp.release_timeout_s if kind == "release_failed" else MOOT_RETRY_S
+                    st = settled(st, time.monotonic(), retry_s, held if kind == "release_moot" else None)
+                    self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, rid: st})
             elif kind == "ab":  # start or abort a paired run: the engine state is this thread's
                 change, box = payload
                 with box["lock"]:  # an asker that gave up has been told nothing changed
@@ -570,6 +576,7 @@ class Daemon:
             rules[rid] = replace(ro, phases=phases, progress=progress, busy=busy, faults=faults)
         return Observation(
             now=now,
+            node_faults=node_faults,
             rules=rules,
             jobs=self.jobs.observations(view.job_processes, now, view.job_busy, view.job_busy_at),
             invalid_files=tuple(self.rulebook.invalid_files),

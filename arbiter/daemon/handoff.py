@@ -35,6 +35,8 @@ class TenantActions:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tenant")
+        # one thread, in order: a restore and an apply asked together must not overtake each other
+        self._profiles = ThreadPoolExecutor(max_workers=1, thread_name_prefix="profiles")
         self._lock = threading.Lock()
         self.applied: set[str] = set()  # rules whose profile is applied now
 
@@ -65,7 +67,7 @@ class TenantActions:
                     # nothing to ask (no model loaded, as its probe last read): no VRAM comes back
                     # from this request; read the probe again now, as it holds VRAM after all
                     log.info("release of %s sent nothing: %s", rel.rule_id, result.note)
-                    d.put("release_moot", rel.rule_id)
+                    d.put("release_moot", (rel.rule_id, held))
                     if live is not None and live.busy is not None:
                         try:
                             d.host.call(f"sources/{live.rule.busy.kind if live.rule.busy else '?'} refresh",
@@ -78,15 +80,22 @@ class TenantActions:
             d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id,
                      f"asking {rel.rule_id!r} to release its {gb(held)} ({rel.why}) failed: {'; '.join(errors)}",
                      {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors})
-            d.put("release_failed", rel.rule_id)
+            d.put("release_failed", (rel.rule_id, held))
 
     # --- profiles ---------------------------------------------------------------------------
 
     def profiles(self, on: tuple[str, ...], off: tuple[str, ...]) -> None:
-        for rid in off:
-            self._pool.submit(self._restore_rule, rid)
+        for rid in off:  # restores first: they put back what the next apply will save
+            self._profiles.submit(self._guarded, self._restore_rule, rid)
         for rid in on:
-            self._pool.submit(self._apply, rid)
+            self._profiles.submit(self._guarded, self._apply, rid)
+
+    def _guarded(self, fn: Any, rid: str) -> None:
+        try:
+            fn(rid)
+        except Exception as exc:  # a worker's failure must reach the timeline, not vanish in a future
+            log.exception("profile work for %s failed", rid)
+            self.daemon.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r}: {type(exc).__name__}: {exc}")
 
     def _apply(self, rid: str) -> None:
         d = self.daemon
@@ -98,18 +107,21 @@ class TenantActions:
             if rid in self.applied:
                 return
             try:
-                saved = d.host.call(f"translators/{block.kind} read", live.profile.read_profile, rid)
-                d.store.put_profile(rid, block.kind, block.options(), saved)  # before anything changes
+                if rid not in d.store.profiles():  # a record not yet restored holds the true originals
+                    saved = d.host.call(f"translators/{block.kind} read", live.profile.read_profile, rid)
+                    d.store.put_profile(rid, block.kind, block.options(), saved)  # before anything changes
                 result = d.host.call(f"translators/{block.kind} apply", live.profile.apply_profile, rid)
             except (PluginFailed, OSError, ValueError) as exc:
                 d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was not applied: {exc}", {"profile": block.kind})
                 return
-            self.applied.add(rid)
+            if result.requested:
+                self.applied.add(rid)
         if result.errors:
-            d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was applied in part: {'; '.join(result.errors)}",
-                     {"profile": block.kind, "errors": list(result.errors)})
-        d.record(codes.PROFILE_APPLIED, rid, f"{rid!r} works on the GPU: its GPU profile is applied",
-                 {"profile": block.kind, "requested": list(result.requested)})
+            d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was {'applied in part' if result.requested else 'not applied'}: "
+                     f"{'; '.join(result.errors)}", {"profile": block.kind, "errors": list(result.errors)})
+        if result.requested:
+            d.record(codes.PROFILE_APPLIED, rid, f"{rid!r} works on the GPU: its GPU profile is applied",
+                     {"profile": block.kind, "requested": list(result.requested)})
 
     def _restore_rule(self, rid: str) -> None:
         row = self.daemon.store.profiles().get(rid)
@@ -121,14 +133,17 @@ class TenantActions:
         options (the rule may be gone, or changed, since the profile was applied)."""
         d = self.daemon
         with self._lock:
-            translator = self._translator(row["kind"], row["options"], rid)
+            translator = None
             try:
+                translator = self._translator(row["kind"], row["options"], rid)
                 if translator is None:
                     raise PluginFailed(f"translators/{row['kind']}", "no installed plugin registers this kind")
                 result = d.host.call(f"translators/{row['kind']} restore", translator.restore_profile, rid, row["saved"])
-            except PluginFailed as exc:
+            except (PluginFailed, ValueError) as exc:  # ValueError: stored options no longer valid
                 d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} could not be restored: {exc}; "
-                         "it is kept on record and tried again at the next start", {"profile": row["kind"]})
+                         "it is kept on record and tried again at the next start (put the device's settings back "
+                         f"by hand, then delete its row from the profiles table of {d.store.path})",
+                         {"profile": row["kind"]})
                 return False
             finally:
                 if translator is not None:
@@ -164,3 +179,4 @@ class TenantActions:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
+        self._profiles.shutdown(wait=True, cancel_futures=False)

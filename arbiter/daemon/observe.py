@@ -49,7 +49,10 @@ def held_vram(reading: GpuReading | None, pids: Iterable[int]) -> int | None:
     pids = set(pids)
     if pids & reading.unreadable:
         return None
-    return sum(pg.vram_bytes or 0 for pid, pg in reading.processes.items() if pid in pids)
+    mine = [pg.vram_bytes for pid, pg in reading.processes.items() if pid in pids]
+    if any(v is None for v in mine):
+        return None  # a process listed without its VRAM: unknown, never 0 (nor "unmanaged")
+    return sum(v or 0 for v in mine)
 
 
 def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, list[int]]:

@@ -261,7 +261,7 @@ class RuleBook:
                 during=tuple(DuringPolicy(d.pause_fleet.scope, tuple(d.tags)) for d in r.during),
                 progress=bool(r.protect and r.protect.source),
                 max_slowdown=r.protect.max_slowdown if r.protect else 0.05,
-                reclaimable=r.release is not None,
+                reclaimable=live.release is not None,  # a release block whose translator loaded
                 busy_probe=r.busy is not None,
                 needs_vram_bytes=None if r.needs_vram_gb is None else int(r.needs_vram_gb * GIB),
                 idle_release_after_s=r.idle_release_after_s,

@@ -90,7 +90,8 @@ def vram_view(daemon: Daemon, rules: list[dict[str, Any]]) -> dict[str, Any]:
     total, free = vram.get("total"), vram.get("free")
     tenants = {r["id"]: r["vram_bytes"] for r in rules if r["running"]}
     attributed = sum(v or 0 for v in tenants.values()) + (vram.get("jobs") or 0)
-    used = None if total is None or free is None else total - free
+    known = all(v is not None for v in tenants.values()) and vram.get("jobs") is not None
+    used = None if total is None or free is None or not known else total - free  # a tenant unread: unknown
     return {
         "total_bytes": total, "free_bytes": free, "jobs_bytes": vram.get("jobs"),
         "tenants": [{"id": r["id"], "bytes": r["vram_bytes"], "reclaimable": r["reclaimable"]}

@@ -500,12 +500,14 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             tuple(h.reason for h in rule_hold_list),
         )
 
-    handoff = handoff_step(_tenants(policy, obs, rule_states), prev.vram, obs.vram_free_bytes, now)
+    faulty = bool(obs.node_faults)  # who runs is not known: no handoff or profile change on its word
+    handoff = handoff_step(_tenants(policy, obs, rule_states), prev.vram, obs.vram_free_bytes, now, faulty)
     events.extend(handoff.events)
     for rid, note in handoff.notes.items():
         rule_verdicts[rid] = replace(rule_verdicts[rid], notes=(note,))
-    working = frozenset(rid for rid, rp in policy.rules.items()
-                        if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running)
+    working = prev.profiles if faulty else frozenset(
+        rid for rid, rp in policy.rules.items()
+        if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running)
     ab = advance(run, _sees(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
     if ab is not None:
         events.extend(ab.events)

@@ -31,6 +31,7 @@ WHY_RANKS = "busy and ranks at or above the demander"
 WHY_UNKNOWN_RANKS = "its state is unknown, which counts as busy, and it ranks at or above the demander"
 WHY_NO_RELEASE = "declares no release"
 WHY_ENOUGH = "enough was freed without it"
+WHY_COOLING = "its last release freed nothing: it is asked again after its timeout_s"
 
 
 def gb(n: int) -> str:
@@ -59,6 +60,7 @@ class TenantVram:
     idle_since: float | None = None
     idle_release_after_s: float | None = None
     releasing: bool = False
+    cooling: bool = False  # its last release freed nothing: not asked again yet
 
     @property
     def counts_busy(self) -> bool:
@@ -176,6 +178,8 @@ def plan(demander: TenantVram, tenants: Iterable[TenantVram], free_bytes: int) -
             continue
         if not t.reclaimable:
             blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_NO_RELEASE))
+        elif t.cooling:
+            blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_COOLING))
         elif t.counts_busy and t.priority >= demander.priority:
             blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_UNKNOWN_RANKS if t.busy is None else WHY_RANKS))
         else:
@@ -249,7 +253,7 @@ def idle_releases(tenants: Iterable[TenantVram], now: float) -> tuple[IdleReleas
     out: list[IdleRelease] = []
     for t in tenants:
         if (t.busy is not False or t.idle_since is None or t.idle_release_after_s is None or not t.reclaimable
-                or t.releasing or t.held_bytes <= 0):
+                or t.releasing or t.cooling or t.held_bytes <= 0):
             continue
         idle_for = now - t.idle_since
         if idle_for >= t.idle_release_after_s:
@@ -302,6 +306,10 @@ def request_events(p: HandoffPlan) -> tuple[TimelineEvent, ...]:
 
 #: a release is confirmed once the tenant holds at most this share of what it held when asked
 RELEASED_SHARE = 0.5
+#: an idle tenant is asked again only once it holds this much more than after its last release
+IDLE_REGROWTH_BYTES = 256 << 20
+#: a release that had nothing to send is tried again after this long (its probe is read anew)
+MOOT_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -332,15 +340,27 @@ def _plan_key(p: HandoffPlan) -> str:
     return f"{p.covers}|{','.join(p.release)}|{','.join(p.awaiting)}|{','.join(b.tenant_id for b in p.blockers)}"
 
 
-def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: int | None, now: float) -> Step:
+def settled(st: TenantVramState, now: float, retry_s: float, held_after: int | None) -> TenantVramState:
+    """A request is over (done, failed, or it had nothing to send): not asked again for
+    ``retry_s``, and idle release waits for it to hold more than it holds now."""
+    return replace(st, requested_at=None, held_at_request=0, why="", retry_at=now + retry_s,
+                   floor=held_after if held_after is not None else st.floor)
+
+
+def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: int | None, now: float,
+         faulty: bool = False) -> Step:
     """Track idleness, confirm or time out releases asked before, plan for starved tenants,
     and ask idle ones past their limit to release.  Tenants not running are forgotten (a
-    release pending for one that exited is done: its VRAM went with it)."""
+    release pending for one that exited is done: its VRAM went with it).  ``faulty``: this
+    observation cannot say who runs (the process table failed): nothing is concluded."""
+    if faulty:
+        return Step(prev, (), (), {})
     events: list[TimelineEvent] = []
     releases: list[Release] = []
     states: dict[str, TenantVramState] = {}
+    running = {t.tenant_id for t in seen}
     for rid, st in prev.items():
-        if st.requested_at is not None and rid not in {t.tenant_id for t in seen}:
+        if st.requested_at is not None and rid not in running:
             events.append(TimelineEvent(codes.VRAM_RELEASED, rid, f"{rid!r} exited {now - st.requested_at:.1f}s after "
                                         "it was asked to release: its VRAM went with it",
                                         {"tenant": rid, "duration_s": round(now - st.requested_at, 3), "exited": True}))
@@ -356,32 +376,42 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
                     f"{t.tenant_id!r} released {gb(st.held_at_request - t.held_bytes)} in {took:.2f}s ({st.why})",
                     {"tenant": t.tenant_id, "duration_s": round(took, 3), "freed_bytes": st.held_at_request - t.held_bytes,
                      "held_bytes": t.held_bytes, "why": st.why}))
-                st = replace(st, requested_at=None, held_at_request=0, why="")
+                st = settled(st, now, 0.0, t.held_bytes)
             elif took >= t.timeout_s:
                 still = "cannot be read" if t.held_bytes is None else gb(t.held_bytes)
                 events.append(TimelineEvent(
                     codes.VRAM_RELEASE_FAILED, t.tenant_id,
                     f"{t.tenant_id!r} was asked to release {gb(st.held_at_request)} {took:.0f}s ago ({st.why}) and "
-                    f"still holds {still}: the release freed nothing in its timeout_s {t.timeout_s:g}",
+                    f"still holds {still}: less than half of it came back within its timeout_s {t.timeout_s:g} "
+                    "(raise timeout_s if its unloads wait for long requests; check that its release: request "
+                    "really unloads)",
                     {"tenant": t.tenant_id, "held_at_request": st.held_at_request, "held_bytes": t.held_bytes,
                      "timeout_s": t.timeout_s, "why": st.why}))
-                st = replace(st, requested_at=None, held_at_request=0, why="", failed_at=now)
+                st = settled(st, now, t.timeout_s, t.held_bytes)
         states[t.tenant_id] = st
 
     def asking(tenant: Seen, why: str) -> None:
         releases.append(Release(tenant.tenant_id, why))
-        if tenant.confirm:  # else the request's own answer is all there is to know
-            states[tenant.tenant_id] = replace(states[tenant.tenant_id], requested_at=now,
-                                               held_at_request=tenant.held_bytes or 0, why=why)
+        st = states[tenant.tenant_id]
+        if tenant.confirm:
+            states[tenant.tenant_id] = replace(st, requested_at=now, held_at_request=tenant.held_bytes or 0, why=why)
+        else:  # the request's own answer is all there is to know: just not asked again at once
+            states[tenant.tenant_id] = replace(st, retry_at=now + tenant.timeout_s, floor=tenant.held_bytes)
 
-    def releasing(t: Seen) -> bool:
+    def cooling(t: Seen) -> bool:
         st = states[t.tenant_id]
-        cooling = st.failed_at is not None and now - st.failed_at < t.timeout_s  # not asked again at once
-        return st.requested_at is not None or cooling
+        return st.requested_at is None and st.retry_at is not None and now < st.retry_at
+
+    def idle_worth_asking(t: Seen) -> bool:
+        """Idle release asks again only for VRAM taken since its last release ended."""
+        floor = states[t.tenant_id].floor
+        return floor is None or (t.held_bytes or 0) > floor + IDLE_REGROWTH_BYTES
 
     views = [
         TenantVram(t.tenant_id, t.priority, t.busy, t.held_bytes or 0, t.reclaimable, t.needs_bytes,
-                   states[t.tenant_id].idle_since, t.idle_release_after_s if t.reclaimable else None, releasing(t))
+                   states[t.tenant_id].idle_since,
+                   t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) else None,
+                   states[t.tenant_id].requested_at is not None, cooling(t))
         for t in seen
     ]
     by_id = {t.tenant_id: t for t in seen}
@@ -401,10 +431,11 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
                 reason = plan_reason(p)
                 if reason is not None:
                     notes[p.demander] = reason
-        asked = {r.rule_id for r in releases}
-        for idle in idle_releases([v for v in views if v.tenant_id not in asked], now):
-            events.append(idle_event(idle))
-            asking(by_id[idle.tenant_id], "idle")
+    asked = {r.rule_id for r in releases}
+    # idle release needs no free-VRAM figure: what an idle tenant holds is enough to go on
+    for idle in idle_releases([v for v in views if v.tenant_id not in asked], now):
+        events.append(idle_event(idle))
+        asking(by_id[idle.tenant_id], "idle")
     for tid in states:
         states[tid] = replace(states[tid], plan=planned.get(tid, ""))
     return Step(states, tuple(releases), tuple(events), notes)

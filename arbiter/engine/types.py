@@ -104,6 +104,7 @@ class Observation:
     wall: float | None = None  # the wall clock with ``now`` (a paired run tells sleep from it)
     power: str | None = None  # the host's power source ("ac", "battery"; None: unknown)
     vram_free_bytes: int | None = None  # the device's free VRAM (None: unknown)
+    node_faults: tuple[str, ...] = ()  # what kept this observation from seeing the node (no process table...)
 
 
 # --- policy ----------------------------------------------------------------------------------
@@ -301,7 +302,8 @@ class TenantVramState:
     requested_at: float | None = None  # a release asked for and not yet seen done
     held_at_request: int = 0
     why: str = ""  # "idle" or "handoff for <demander>"
-    failed_at: float | None = None  # its last release freed nothing (it is not asked again at once)
+    retry_at: float | None = None  # not asked again before then (its last request freed nothing, or is on its way)
+    floor: int | None = None  # what it held when its last request ended (idle release waits for more)
     plan: str = ""  # its last plan as a demander (a plan is logged when it changes)
 
 

@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from arbiter.demo.node import PYTHON, LocalNode
+from arbiter.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
@@ -108,14 +109,19 @@ def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_not
         started = cli(node, "ab", "start", "--rule", "frames", "--duty", "0.1", "--margin", "0.05", *SHORT)
         assert started.returncode == 0, started.stderr
         run_id = started.stdout.split("started  run ")[1].split()[0]
-        node.wait_for(lambda: node.call("ab.status")["runs"][0]["blocks_done"] >= 2, timeout=60)
+        store = Store(node.state_dir / "state.db")
+        try:  # what is committed, not what the daemon holds: the recorder writes just after
+            kept = node.wait_for(lambda: len((store.run(run_id) or {}).get("blocks") or ()) >= 2
+                                 and len(store.run(run_id)["blocks"]), timeout=60)
+        finally:
+            store.close()
 
         assert node.daemon is not None
         node.daemon.send_signal(signal.SIGKILL)  # the run's blocks are on record; its window is not
         node.daemon.wait(10)
         node.start()
         back = node.call("ab.status")["runs"][0]
-        assert back["run"] == run_id and back["status"] == "running" and back["blocks_done"] >= 2
+        assert back["run"] == run_id and back["status"] == "running" and back["blocks_done"] >= kept
         assert node.events("AB_RUN_STARTED", contains="resumed")
 
         # the work is killed mid-run: its ON windows see no work, and no certificate comes of it

@@ -68,6 +68,10 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
         node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
         status = node.status()
         assert status["vram"]["free_bytes"] is not None and [t["reclaimable"] for t in status["vram"]["tenants"]] == [True, True]
+        assert status["vram"]["unmanaged_bytes"] == 0  # every byte held belongs to a tenant here
+        shown = subprocess.run([PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)], capture_output=True,
+                               text=True, timeout=60, env=node.env())
+        assert "VRAM: 3.0 GB free of 16.0 GB" in shown.stdout and "13.0" in shown.stdout, shown.stdout
 
         for attempt in (1, 2):
             post(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})

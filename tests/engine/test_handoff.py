@@ -365,3 +365,41 @@ def test_the_decision_asks_for_releases_and_applies_a_working_tenants_profile() 
     unknown = replace(obs, rules={**obs.rules, "llm": replace(obs.rules["llm"], busy=SourceObs(readable=False))})
     u = decide(unknown, EngineState(), policy, 1.0)
     assert [r.rule_id for r in u.releases] == ["llm"]  # below the demander: asked all the same
+
+
+def test_a_tenant_cooling_after_a_failed_release_blocks_and_is_never_counted_on() -> None:
+    tenants = [seen("a", 40, True, 6, timeout=5), seen("b", 45, True, 6, timeout=5), seen("d", 60, True, 1, needs_gb=12)]
+    s = step(tenants, {}, int(1 * GIB), 0.0)
+    assert sorted(r.rule_id for r in s.releases) == ["a", "b"]
+    s = step(tenants, s.states, int(1 * GIB), 5.0)  # neither freed anything
+    assert {e.data["tenant"] for e in s.events if e.code == codes.VRAM_RELEASE_FAILED} == {"a", "b"}
+    again = step(tenants, s.states, int(1 * GIB), 6.0)
+    assert not again.releases and "asked again after" in again.notes["d"].message
+
+
+def test_idle_release_asks_again_only_for_vram_taken_since_and_a_fire_and_forget_one_waits() -> None:
+    s = step([seen("x", 50, False, 6, idle_after=0)], {}, int(10 * GIB), 0.0)
+    s = step([seen("x", 50, False, 0.4, idle_after=0)], s.states, int(10 * GIB), 1.0)  # its context stays
+    assert [e.code for e in s.events] == [codes.VRAM_RELEASED]
+    for t in (2.0, 30.0, 300.0):
+        s = step([seen("x", 50, False, 0.4, idle_after=0)], s.states, int(10 * GIB), t)
+        assert not s.releases  # nothing new to ask for
+    s = step([seen("x", 50, False, 6, idle_after=0)], s.states, int(10 * GIB), 301.0)
+    assert s.releases  # it loaded again
+    quiet = step([seen("q", 50, False, 2, idle_after=0, confirm=False, timeout=10)], {}, int(10 * GIB), 0.0)
+    assert quiet.releases
+    for t in (0.001, 0.5, 9.0):
+        quiet = step([seen("q", 50, False, 2, idle_after=0, confirm=False, timeout=10)], quiet.states, int(10 * GIB), t)
+        assert not quiet.releases
+
+
+def test_nothing_is_concluded_from_an_observation_that_cannot_see_who_runs() -> None:
+    tenants = [seen("llm", 50, True, 13), seen("diffusion", 60, True, 1.6, needs_gb=12)]
+    s = step(tenants, {}, int(1 * GIB), 0.0)
+    blind = step([], s.states, int(1 * GIB), 1.0, faulty=True)
+    assert blind.states == s.states and not blind.events and not blind.releases
+
+
+def test_idle_release_needs_no_free_vram_figure() -> None:
+    s = step([seen("x", 50, False, 6, idle_after=0)], {}, None, 0.0)
+    assert [r.rule_id for r in s.releases] == ["x"]
