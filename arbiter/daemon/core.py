@@ -493,12 +493,16 @@ class Daemon:
             elif kind == "policy":
                 self._policy = payload
             elif kind in ("release_failed", "release_moot"):  # no VRAM is coming back from that request
-                rid, held = payload
+                rid, held, why = payload
                 st = self._engine_state.vram.get(rid)
                 rp = self._policy.rules.get(rid)
                 if st is not None and rp is not None:
-                    # a failed one waits its timeout_s; one that had nothing to send, a moment
-                    retry_s = rp.release_timeout_s if kind == "release_failed" else MOOT_RETRY_S
+                    # a failed one waits its timeout_s; a handoff that had nothing to send, a moment;
+                    # an idle one that had nothing to send only waits for the tenant to hold more
+                    if kind == "release_failed":
+                        retry_s = rp.release_timeout_s
+                    else:
+                        retry_s = 0.0 if why == "idle" else MOOT_RETRY_S
                     st = settled(st, time.monotonic(), retry_s, held if kind == "release_moot" else None)
                     self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, rid: st})
             elif kind == "ab":  # start or abort a paired run: the engine state is this thread's

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("arbiter.handoff")
 WORKERS = 4
 GRACE_S = 5.0  # beyond a release's own timeout_s, for the plugin call itself
+FRESH_MODELS_S = 1.0  # how long a release with nothing to send waits for its probe to read again
 
 
 class TenantActions:
@@ -58,29 +60,48 @@ class TenantActions:
         if translator is None:
             errors.append("its release translator could not be loaded (see `arbiter doctor`)")
         else:
-            kind = live.rule.release.kind if live and live.rule.release else "?"
+            assert live is not None
+            kind = live.rule.release.kind if live.rule.release else "?"
             try:
                 result = d.host.call(f"translators/{kind} release", translator.release, rel.rule_id, models,
                                      timeout=timeout_s + GRACE_S)
+                if not result.errors and not result.requested and rel.why != "idle":
+                    # nothing to ask, as its probe last read (no model loaded), though it holds
+                    # VRAM: read the probe again now and ask once more with what it says (not for
+                    # an idle release: a probe that now lists models says it is not idle)
+                    fresh = self._fresh_models(live, models)
+                    if fresh:
+                        result = d.host.call(f"translators/{kind} release", translator.release, rel.rule_id, fresh,
+                                             timeout=timeout_s + GRACE_S)
                 errors.extend(result.errors)
                 if not result.errors and not result.requested:
-                    # nothing to ask (no model loaded, as its probe last read): no VRAM comes back
-                    # from this request; read the probe again now, as it holds VRAM after all
                     log.info("release of %s sent nothing: %s", rel.rule_id, result.note)
-                    d.put("release_moot", (rel.rule_id, held))
-                    if live is not None and live.busy is not None:
-                        try:
-                            d.host.call(f"sources/{live.rule.busy.kind if live.rule.busy else '?'} refresh",
-                                        live.busy.refresh, timeout=1)
-                        except PluginFailed:
-                            pass
+                    d.put("release_moot", (rel.rule_id, held, rel.why))  # no VRAM comes back from this request
             except PluginFailed as exc:
                 errors.append(exc.why)
         if errors:
             d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id,
                      f"asking {rel.rule_id!r} to release its {gb(held)} ({rel.why}) failed: {'; '.join(errors)}",
                      {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors})
-            d.put("release_failed", (rel.rule_id, held))
+            d.put("release_failed", (rel.rule_id, held, rel.why))
+
+    def _fresh_models(self, live: Any, stale: tuple[str, ...]) -> tuple[str, ...]:
+        """Wake the tenant's busy probe and wait (briefly) for model names it did not have."""
+        probe = live.busy
+        if probe is None or live.rule.busy is None:
+            return ()
+        label = f"sources/{live.rule.busy.kind}"
+        deadline = time.monotonic() + FRESH_MODELS_S
+        try:
+            self.daemon.host.call(f"{label} refresh", probe.refresh, timeout=1)
+            while time.monotonic() < deadline:
+                models = tuple(self.daemon.host.call(label, probe.state, timeout=1).models)
+                if models and models != stale:
+                    return models
+                time.sleep(0.01)
+        except PluginFailed:
+            pass
+        return ()
 
     # --- profiles ---------------------------------------------------------------------------
 
