@@ -73,7 +73,7 @@ def spec_from(args: dict[str, Any], run_id: str, sweep_id: str | None = None) ->
 
 def plan(daemon: Daemon, spec: abrun.RunSpec) -> dict[str, Any]:
     """What the run will do, or :class:`RunRefused` with why it cannot start now."""
-    policy = daemon._policy
+    policy = daemon.policy
     rp = policy.rules.get(spec.rule_id)
     live = daemon.rulebook.live.get(spec.rule_id)
     if rp is None or live is None:
@@ -83,7 +83,7 @@ def plan(daemon: Daemon, spec: abrun.RunSpec) -> dict[str, Any]:
                          "(a jsonl or log source the program writes) so a run can measure it")
     if policy.gpu_jobs == "never":
         raise RunRefused("this node runs no GPU fleet work (gpu_jobs: never): nothing to measure")
-    current = daemon._engine_state.ab
+    current = daemon.engine_state.ab
     if current is not None and current.running:
         raise RunRefused(f"run {current.spec.run_id} is in progress; one run at a time "
                          f"(`arbiter ab abort {current.spec.run_id}` ends it)")
@@ -250,7 +250,7 @@ def live(daemon: Daemon, rs: abrun.RunState) -> dict[str, Any]:
 
 def records(daemon: Daemon) -> list[dict[str, Any]]:
     """Every run on record, the one in progress as the decision thread has it now."""
-    current = daemon._engine_state.ab
+    current = daemon.engine_state.ab
     out = daemon.store.runs()
     if current is not None:
         rec = abrun.to_record(current)
@@ -262,7 +262,7 @@ def records(daemon: Daemon) -> list[dict[str, Any]]:
 
 def find(daemon: Daemon, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A run's record and, while it runs, its live part."""
-    current = daemon._engine_state.ab
+    current = daemon.engine_state.ab
     if current is not None and current.spec.run_id == run_id:
         return abrun.to_record(current), live(daemon, current)
     rec = daemon.store.run(run_id)
@@ -282,7 +282,7 @@ def brief(rec: dict[str, Any], live_part: dict[str, Any] | None) -> dict[str, An
 
 
 def status(daemon: Daemon) -> list[dict[str, Any]]:
-    current = daemon._engine_state.ab
+    current = daemon.engine_state.ab
     out = []
     for rec in records(daemon):
         live_part = live(daemon, current) if current is not None and current.running and \

@@ -41,8 +41,9 @@ from arbiter.engine.decide import decide
 from arbiter.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.certificates import status as certificate_status
 from arbiter.engine import governor
-from arbiter.engine.abrun import RunState
-from arbiter.engine.handoff import MOOT_RETRY_S, settled
+from arbiter.daemon.abruns import certificate, resumed_from, supersede
+from arbiter.engine.abrun import RunState, to_record
+from arbiter.engine.handoff import request_over
 from arbiter.engine.compliance import trust_from_record, trust_to_record
 from arbiter.engine.types import (
     Action,
@@ -178,8 +179,6 @@ class Daemon:
         trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
         governors = {rid: governor.from_record(rec, now, now_wall) for rid, rec in self.store.governors().items()}
         # strikes, distrust and each rule's governor outlive a restart
-        from arbiter.daemon.abruns import resumed_from
-
         run, run_problem = resumed_from(self.store.running_run())
         self._engine_state = EngineState(trust=trust, governors=governors, ab=run)
         self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
@@ -299,6 +298,10 @@ class Daemon:
     @property
     def engine_state(self) -> EngineState:
         return self._engine_state
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
 
     def profiles_applied(self) -> set[str]:
         return set(self.tenants.applied)
@@ -493,18 +496,11 @@ class Daemon:
             elif kind == "policy":
                 self._policy = payload
             elif kind in ("release_failed", "release_moot"):  # no VRAM is coming back from that request
-                rid, held, why = payload
-                st = self._engine_state.vram.get(rid)
-                rp = self._policy.rules.get(rid)
-                if st is not None and rp is not None:
-                    # a failed one waits its timeout_s; a handoff that had nothing to send, a moment;
-                    # an idle one that had nothing to send only waits for the tenant to hold more
-                    if kind == "release_failed":
-                        retry_s = rp.release_timeout_s
-                    else:
-                        retry_s = 0.0 if why == "idle" else MOOT_RETRY_S
-                    st = settled(st, time.monotonic(), retry_s, held if kind == "release_moot" else None)
-                    self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, rid: st})
+                rel = payload
+                st = self._engine_state.vram.get(rel.rule_id)
+                if st is not None:
+                    st = request_over(st, kind == "release_failed", rel.why, rel.held_bytes, rel.timeout_s, time.monotonic())
+                    self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, rel.rule_id: st})
             elif kind == "ab":  # start or abort a paired run: the engine state is this thread's
                 change, box = payload
                 with box["lock"]:  # an asker that gave up has been told nothing changed
@@ -643,13 +639,8 @@ class Daemon:
             except PluginFailed as exc:
                 failures.append((jid, f"pause failed: {exc}"))
         for rel in decision.releases:
-            reading = self.sources.state((rel.rule_id, BUSY))
-            held = decision.state.vram[rel.rule_id].held_at_request if rel.rule_id in decision.state.vram else 0
-            if not held:
-                ro = view.rules.get(rel.rule_id)
-                held = (ro.vram_bytes or 0) if ro else 0
-            rp = self._policy.rules.get(rel.rule_id)
-            self.tenants.release(rel, reading.models if reading else (), held, rp.release_timeout_s if rp else 10.0)
+            reading = self.sources.state((rel.rule_id, BUSY))  # the model names it last listed
+            self.tenants.release(rel, reading.models if reading else ())
         if decision.releases:
             self._wake.set()  # the tick looks more often until the VRAM is seen to fall
         if decision.profiles_on or decision.profiles_off:
@@ -678,16 +669,12 @@ class Daemon:
     def _persist_run(self, run: RunState | None) -> None:
         if run is None:
             return
-        from arbiter.engine.abrun import to_record
-
         rec = to_record(run)
         self.recorder.write(lambda db: Store.put_run(db, rec))
 
     def _keep_runs(self, before: RunState | None, decision: Decision) -> None:
         """Persist a paired run when a block or the run ends (a window in progress is never
         kept), and issue the certificate a passing run earned."""
-        from arbiter.daemon.abruns import certificate, supersede
-
         now = decision.state.ab
         changed = [r for r in decision.ab_ended]
         if now is not None and (before is None or now.durable() != before.durable()):

@@ -48,12 +48,13 @@ class TenantActions:
 
     # --- releases -------------------------------------------------------------------------
 
-    def release(self, rel: Release, models: tuple[str, ...], held: int, timeout_s: float) -> None:
+    def release(self, rel: Release, models: tuple[str, ...]) -> None:
         """Called on the decision thread: hand the request to a worker and return."""
-        self._pool.submit(self._release, rel, models, held, timeout_s)
+        self._pool.submit(self._release, rel, models)
 
-    def _release(self, rel: Release, models: tuple[str, ...], held: int, timeout_s: float) -> None:
+    def _release(self, rel: Release, models: tuple[str, ...]) -> None:
         d = self.daemon
+        held, timeout_s = rel.held_bytes, rel.timeout_s
         live = d.rulebook.live.get(rel.rule_id)
         translator = live.release if live is not None else None
         errors: list[str] = []
@@ -76,14 +77,14 @@ class TenantActions:
                 errors.extend(result.errors)
                 if not result.errors and not result.requested:
                     log.info("release of %s sent nothing: %s", rel.rule_id, result.note)
-                    d.put("release_moot", (rel.rule_id, held, rel.why))  # no VRAM comes back from this request
+                    d.put("release_moot", rel)  # no VRAM comes back from this request
             except PluginFailed as exc:
                 errors.append(exc.why)
         if errors:
             d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id,
                      f"asking {rel.rule_id!r} to release its {gb(held)} ({rel.why}) failed: {'; '.join(errors)}",
                      {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors})
-            d.put("release_failed", (rel.rule_id, held, rel.why))
+            d.put("release_failed", rel)
 
     def _fresh_models(self, live: Any, stale: tuple[str, ...]) -> tuple[str, ...]:
         """Wake the tenant's busy probe and wait (briefly) for model names it did not have."""
@@ -92,8 +93,8 @@ class TenantActions:
             return ()
         label = f"sources/{live.rule.busy.kind}"
         deadline = time.monotonic() + FRESH_MODELS_S
+        live.wake_busy(self.daemon.host)
         try:
-            self.daemon.host.call(f"{label} refresh", probe.refresh, timeout=1)
             while time.monotonic() < deadline:
                 models = tuple(self.daemon.host.call(label, probe.state, timeout=1).models)
                 if models and models != stale:

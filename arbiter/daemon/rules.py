@@ -54,6 +54,15 @@ class LiveRule:
             out.append((BUSY, self.rule.busy, self.busy))
         return out
 
+    def wake_busy(self, host: PluginHost) -> None:
+        """Have the busy probe read again now (it wakes its own thread; this never blocks)."""
+        if self.busy is None or self.rule.busy is None:
+            return
+        try:
+            host.call(f"sources/{self.rule.busy.kind} refresh", self.busy.refresh, timeout=1)
+        except PluginFailed:
+            pass  # its own next poll, and the tick's reading, still come
+
     def close(self, host: PluginHost) -> None:
         for inst in [self.matcher, self.progress, *self.phases, *self.source_matchers.values(), self.busy, self.events,
                      self.release, self.profile]:
@@ -233,16 +242,9 @@ class RuleBook:
 
     def _start_wakeups(self, live: LiveRule, block: KindBlock) -> Source | None:
         """An ``events:`` source only wakes the busy probe up (re-probe now); it is never harm."""
-        def wake(_state: SourceState) -> None:
-            if live.busy is not None:
-                try:
-                    self.host.call(f"sources/{live.rule.busy.kind if live.rule.busy else '?'} refresh", live.busy.refresh, timeout=1)
-                except PluginFailed:
-                    pass  # the probe's own tick reading still comes
-
         try:
             source: Source = self._make("sources", block, live.rule)
-            self.host.call(f"sources/{block.kind} start", source.start, wake)
+            self.host.call(f"sources/{block.kind} start", source.start, lambda _state: live.wake_busy(self.host))
             return source
         except (PluginFailed, ValueError) as exc:
             live.faults.append(f"events: {exc}")
@@ -252,6 +254,7 @@ class RuleBook:
         rules = {}
         for rid, live in self.live.items():
             r = live.rule
+            release = r.release.options() if r.release else {}  # timeout_s and confirm, as SPEC section 7 names them
             rules[rid] = RulePolicy(
                 rule_id=rid,
                 priority=r.priority,
@@ -265,8 +268,8 @@ class RuleBook:
                 busy_probe=r.busy is not None,
                 needs_vram_bytes=None if r.needs_vram_gb is None else int(r.needs_vram_gb * GIB),
                 idle_release_after_s=r.idle_release_after_s,
-                release_timeout_s=float(r.release.options().get("timeout_s", 10)) if r.release else 10.0,
-                confirm=bool(r.release.options().get("confirm", True)) if r.release else True,
+                release_timeout_s=float(release.get("timeout_s", RulePolicy.release_timeout_s)),
+                confirm=bool(release.get("confirm", RulePolicy.confirm)),
                 profile=r.profile is not None,
             )
         return replace(base, rules=rules)

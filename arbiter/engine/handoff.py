@@ -340,6 +340,15 @@ def _plan_key(p: HandoffPlan) -> str:
     return f"{p.covers}|{','.join(p.release)}|{','.join(p.awaiting)}|{','.join(b.tenant_id for b in p.blockers)}"
 
 
+def request_over(st: TenantVramState, failed: bool, why: str, held: int, timeout_s: float, now: float) -> TenantVramState:
+    """What the release worker reports of a request that brings no VRAM back: a failed one
+    waits its ``timeout_s``; a handoff with nothing to send, a moment; an idle one with
+    nothing to send only waits for the tenant to hold more than it does now."""
+    if failed:
+        return settled(st, now, timeout_s, None)
+    return settled(st, now, 0.0 if why == "idle" else MOOT_RETRY_S, held)
+
+
 def settled(st: TenantVramState, now: float, retry_s: float, held_after: int | None) -> TenantVramState:
     """A request is over (done, failed, or it had nothing to send): not asked again for
     ``retry_s``, and idle release waits for it to hold more than it holds now."""
@@ -391,7 +400,7 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
         states[t.tenant_id] = st
 
     def asking(tenant: Seen, why: str) -> None:
-        releases.append(Release(tenant.tenant_id, why))
+        releases.append(Release(tenant.tenant_id, why, tenant.held_bytes or 0, tenant.timeout_s))
         st = states[tenant.tenant_id]
         if tenant.confirm:
             states[tenant.tenant_id] = replace(st, requested_at=now, held_at_request=tenant.held_bytes or 0, why=why)

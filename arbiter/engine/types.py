@@ -313,6 +313,8 @@ class Release:
 
     rule_id: str
     why: str
+    held_bytes: int = 0  # what it held when asked
+    timeout_s: float = 10.0  # its release's own timeout_s
 
 
 @dataclass(frozen=True)

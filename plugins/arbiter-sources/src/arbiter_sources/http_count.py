@@ -94,29 +94,29 @@ class Answer:
     detail: str  # e.g. "queue_running 1 + queue_pending 2"
 
 
+def _list_at(doc: Any, key: str, which: str) -> list[Any]:
+    """The list under a dotted ``key``; ValueError says how the answer differs."""
+    try:
+        value = lookup(doc, key)
+    except KeyError:
+        raise ValueError(f"the answer has no {key!r}{which}") from None
+    if not isinstance(value, list):
+        raise ValueError(f"{key!r} in the answer is {type(value).__name__}, not a list")
+    return value
+
+
 def read_answer(doc: Any, count_keys: Sequence[str], models_key: str | None = None,
                 model_field: str = "name") -> Answer:
     """Parse one answer; ValueError says what in it does not have the expected shape."""
     lists: list[Any] = []
     parts: list[str] = []
     for key in count_keys:
-        try:
-            value = lookup(doc, key)
-        except KeyError:
-            raise ValueError(f"the answer has no {key!r}") from None
-        if not isinstance(value, list):
-            raise ValueError(f"{key!r} in the answer is {type(value).__name__}, not a list")
+        value = _list_at(doc, key, "")
         lists.append(value)
         parts.append(f"{key} {len(value)}")
     models: list[str] = []
     if models_key is not None:
-        try:
-            entries = lookup(doc, models_key)
-        except KeyError:
-            raise ValueError(f"the answer has no {models_key!r} (models_key)") from None
-        if not isinstance(entries, list):
-            raise ValueError(f"{models_key!r} in the answer is {type(entries).__name__}, not a list")
-        for entry in entries:
+        for entry in _list_at(doc, models_key, " (models_key)"):
             name = entry if isinstance(entry, str) else None
             if isinstance(entry, dict):
                 try:
