@@ -21,6 +21,7 @@ from typing import Any, Literal
 from arbiter import __version__
 
 VALID_S = 14 * 24 * 3600
+FUTURE_SLACK_S = 300.0  # clocks of machines that issued and check a certificate may differ this much
 Status = Literal["valid", "expired", "stale"]
 
 
@@ -64,6 +65,9 @@ def status(cert: Certificate, now_wall: float, current: Mapping[str, Any], exe: 
     age = now_wall - cert.issued_at
     if cert.superseded:
         return "stale", cert.superseded
+    if age < -FUTURE_SLACK_S:  # a clock set back: its age cannot be told, so it does not hold
+        return "stale", (f"issued {-age / 86400:.1f} days from now by this machine's clock (was it set back?); "
+                         f"run `arbiter ab sweep --rule {cert.rule}` again")
     if age >= VALID_S:
         return "expired", f"issued {age / 86400:.1f} days ago; certificates hold 14 days (run `arbiter ab sweep --rule {cert.rule}`)"
     changed = [k for k in ("cpu", "gpus", "os", "arbiter") if cert.fingerprint.get(k) != current.get(k)]

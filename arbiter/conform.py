@@ -35,6 +35,7 @@ from arbiter.plugin import GpuReading, PluginContext, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.probing import gpu_apis, missing_apis
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, NUDGE_SIGNAL, ignore_nudges, write_control_document
+from arbiter.sdk.supervisor import signal_group
 
 FILE_NAME = "conformance.yaml"
 PAYLOAD_ENV = "ARBITER_PAYLOAD"
@@ -121,6 +122,7 @@ class Kit:
         plugins: Sequence[str] = (),
     ) -> None:
         self.host = host
+        self._table_scratch: dict[str, Any] = {}
         self.gpu_readers = readers
         self.say = say
         self.plugins = plugins  # the node config's extra plugin modules, for the probes' processes
@@ -210,7 +212,7 @@ class Kit:
 
     def _tree(self, root: int) -> list[int]:
         try:
-            table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table())
+            table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch))
         except PluginFailed:
             table = None
         return descendants(list(table), [root])[root] if table else [root]
@@ -258,9 +260,7 @@ class Kit:
                 pass
         # the whole group, even once the job itself exited: children it left must not outlive the kit
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
+            if not signal_group(proc, sig):
                 break
             try:
                 proc.wait(STOP_GRACE_S)
@@ -279,7 +279,7 @@ def _metrics(events: Path, offset: int) -> list[dict[str, Any]]:
         for line in fh.read().splitlines():
             try:
                 event = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # a job's garbage line is its own problem, not the kit's
                 continue
             if isinstance(event, dict) and event.get("event") == "metric" and event.get("name") == "gpu_duty":
                 out.append(event)

@@ -72,8 +72,12 @@ def arbiter_register_host(register: Register) -> None:
 
 
 @hookspec(firstresult=True)
-def arbiter_process_table() -> list[ProcessInfo] | None:
+def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
     """Return every process on the host, as far as the daemon's account can see them.
+
+    :param scratch: a dict the caller keeps from one call to the next (one per daemon), for
+        an implementation to remember what its last scan read, under a key of its own, so that
+        it need not re-read what cannot have changed.  It may be called from several threads.
 
     firstresult: the first plugin that returns a list wins.  Called on the tick only,
     never on the fast path.

@@ -75,6 +75,10 @@ class PluginContext:
     stand_in_gpu: bool = False
     daemon_uid: int = 0
     rule_id: str | None = None
+    #: a translator calls this with (job id or "", ref, why) for each recorded process it
+    #: left alone because the pid now names another process (a reused pid); the daemon puts
+    #: it on the timeline.  It only queues, so it may be called on the fast path.
+    pid_reused: Callable[[str, ProcessRef, str], None] | None = None
 
 
 # --- observations -------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import importlib
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -60,6 +61,8 @@ class PluginHost:
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
     _hung: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
+    #: per calling thread: CPU seconds its calls spent on pool threads (see :meth:`worker_cpu`)
+    _spent: threading.local = field(default_factory=threading.local)
 
     @property
     def hook(self) -> Any:
@@ -105,17 +108,35 @@ class PluginHost:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
             pool = self._pool
-        future = pool.submit(fn, *args)
+        cell = [0.0]
+
+        def timed() -> T:
+            started = time.thread_time()
+            try:
+                return fn(*args)
+            finally:
+                cell[0] = time.thread_time() - started
+
+        future = pool.submit(timed)
         limit = timeout if timeout is not None else self.timeout_s
         try:
-            return future.result(timeout=limit)
+            result = future.result(timeout=limit)
+            self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cell[0]
+            return result
         except concurrent.futures.TimeoutError:
             with self._pool_lock:
                 future.limit_s = limit  # type: ignore[attr-defined]
                 self._hung[label] = future
             raise PluginFailed(label, f"no answer within {limit:g}s") from None
         except Exception as exc:  # any plugin exception is isolated here
+            self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cell[0]
             raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
+
+    def worker_cpu(self) -> float:
+        """CPU seconds that this thread's calls have spent on pool threads so far (a call
+        still running past its timeout is not counted): with ``time.thread_time()`` of the
+        caller, what one piece of work cost, whatever else the process was doing."""
+        return float(getattr(self._spent, "cpu", 0.0))
 
     def close(self) -> None:
         if self._pool is not None:

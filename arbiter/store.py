@@ -26,6 +26,9 @@ CREATE TABLE IF NOT EXISTS timeline (
     t REAL NOT NULL, code TEXT NOT NULL, subject TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS timeline_t ON timeline(t);
+-- the newest events of one code or one subject, without scanning the whole timeline
+CREATE INDEX IF NOT EXISTS timeline_code ON timeline(code, id);
+CREATE INDEX IF NOT EXISTS timeline_subject ON timeline(subject, id);
 CREATE TABLE IF NOT EXISTS paused (
     job_id TEXT NOT NULL, how TEXT NOT NULL, pid INTEGER NOT NULL, start_time REAL NOT NULL,
     translator TEXT NOT NULL, control_path TEXT, t REAL NOT NULL,
@@ -140,10 +143,16 @@ class Store:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # a COMMIT that failed (a full disk) may leave the transaction open: every
+                # later BEGIN would fail too, even once there is room again
+                if self._db.in_transaction:
+                    try:
+                        self._db.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass  # the error being raised says more than this one
                 raise
-            self._db.execute("COMMIT")
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -325,11 +334,19 @@ class PausedJournal:
         self.path = path
         self._lock = threading.Lock()
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.failures = 0
+        self.last_error = ""
 
     def append(self, op: str, entry: PausedEntry) -> None:
+        """Never raises: a full or read-only disk must not stop a pause that protects a
+        program (the failure is counted, and status says the record is incomplete)."""
         line = json.dumps({"op": op, **asdict(entry)}) + "\n"
         with self._lock:
-            os.write(self._fd, line.encode())
+            try:
+                os.write(self._fd, line.encode())
+            except OSError as exc:
+                self.failures += 1
+                self.last_error = f"{self.path}: {exc.strerror or exc}"
 
     def truncate(self) -> None:
         with self._lock:

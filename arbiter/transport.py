@@ -67,9 +67,13 @@ class _RequestHandler(socketserver.StreamRequestHandler):
     server: _Server
 
     def _read(self) -> tuple[str, dict[str, Any]]:
-        request = json.loads(self.rfile.readline(MAX_REQUEST) or b"null")
-        if request is None:
+        line = self.rfile.readline(MAX_REQUEST)
+        if not line:
             raise EOFError
+        try:
+            request = json.loads(line)
+        except RecursionError:  # json raises it, not ValueError, for arrays nested thousands deep
+            raise ValueError("the request is nested too deeply") from None
         if not isinstance(request, dict) or not isinstance(request.get("op"), str):
             raise ValueError("a request is a JSON object with an op")
         return request.pop("op"), request
@@ -128,6 +132,9 @@ class _RequestHandler(socketserver.StreamRequestHandler):
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    # socketserver's default backlog is 5: fifty `arbiter job run` started at once found it
+    # full, and a connect to a full Unix socket fails at once (EAGAIN) rather than waiting
+    request_queue_size = 128
 
     def __init__(self, path: str, dispatch: Handler, sessions: dict[str, SessionOpener]) -> None:
         self.dispatch = dispatch

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from arbiter.http.app import create_app, is_loopback_host
+from arbiter.http.app import create_app
+from arbiter.http.guard import is_loopback_host
 
 
 class FakeProvider:
@@ -44,6 +45,9 @@ class FakeProvider:
                 "blocks": [{"block": 1, "off": 10.0, "on": 9.9}, {"block": 2, "off": 10.1, "on": 10.0}],
                 "analysis": {"r": 0.99, "low": 0.985, "high": 0.995}}
 
+    def metrics(self):
+        return {"status": self.status(), "duty": {"rules": [], "jobs": []}}
+
     def ab_plot(self, run_id):
         from arbiter.harness.report import plot_png
 
@@ -51,7 +55,7 @@ class FakeProvider:
 
 
 def test_paired_runs_their_reports_and_plots() -> None:
-    client = TestClient(create_app(FakeProvider()))
+    client = TestClient(create_app(FakeProvider()), base_url="http://127.0.0.1:7807")
     assert client.get("/v1/ab").json()[0]["run"] == "ab-1"
     assert client.get("/v1/ab/ab-1").json()["verdict"] == "no slowdown shown"
     assert client.get("/v1/ab/nope").status_code == 404
@@ -61,7 +65,7 @@ def test_paired_runs_their_reports_and_plots() -> None:
 
 
 def test_read_endpoints() -> None:
-    client = TestClient(create_app(FakeProvider()))
+    client = TestClient(create_app(FakeProvider()), base_url="http://127.0.0.1:7807")
     assert client.get("/healthz").text == "ok"
     assert client.get("/v1/status").json()["jobs"][0]["id"] == "j1"
     assert client.get("/v1/explain", params={"subject": "j1"}).json()["subject"] == "j1"
@@ -89,3 +93,14 @@ def test_mutation_needs_token_and_loopback_host() -> None:
 def test_loopback_hosts() -> None:
     assert is_loopback_host("127.0.0.1:7807") and is_loopback_host("localhost") and is_loopback_host("[::1]:80")
     assert not is_loopback_host("10.0.0.5:7807") and not is_loopback_host("arbiter.local") and not is_loopback_host(None)
+
+
+def test_a_loopback_listener_refuses_other_host_names_dns_rebinding() -> None:
+    """A page at attacker.example whose name now resolves to 127.0.0.1 must not read status."""
+    client = TestClient(create_app(FakeProvider()), base_url="http://attacker.example:7807")
+    for path in ("/", "/v1/status", "/metrics", "/openapi.json", "/healthz"):
+        reply = client.get(path)
+        assert reply.status_code == 403, path
+        assert "loopback" in reply.json()["detail"]
+    assert TestClient(create_app(FakeProvider()), base_url="http://localhost:7807").get("/v1/status").status_code == 200
+    assert TestClient(create_app(FakeProvider()), base_url="http://[::1]:7807").get("/healthz").status_code == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -17,7 +18,7 @@ app = typer.Typer(
     name="arbiter",
     help="Share one GPU between the programs you protect and other GPU work.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
 )
 job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True)
@@ -88,18 +89,27 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+class LogFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
 @app.callback()
 def _main(
+    ctx: typer.Context,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")] = False,
+    log_format: Annotated[LogFormat, typer.Option("--log-format", envvar="ARBITER_LOG_FORMAT", help="daemon log lines on stderr: text, or JSON lines for a log collector")] = LogFormat.text,
 ) -> None:
-    pass
+    ctx.obj = {"log_format": log_format.value}
 
 
 @app.command()
-def run(config: ConfigOpt = None) -> None:
+def run(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """Run the daemon in the foreground (a service manager runs it like this)."""
+    from arbiter.cli.logs import configure
     from arbiter.daemon.service import serve
 
+    configure((ctx.obj or {}).get("log_format", "text"))
     try:
         cfg, path = node_config(config)
         raise typer.Exit(serve(cfg, path))
@@ -373,7 +383,7 @@ def job_resume(job_id: str, config: ConfigOpt = None) -> None:
 
 
 def main() -> None:
-    app()
+    app(prog_name="arbiter")  # also under `python -m arbiter`: completion keys on this name
 
 
 if __name__ == "__main__":

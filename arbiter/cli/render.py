@@ -147,8 +147,8 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         if j["state"] == "run":
             title.append(f" at duty {j['duty']:.2f}")
         console.print(title)
-        if j["reasons"]:
-            console.print(_reasons(j["reasons"]))
+        if j["reasons"] or j.get("problems"):
+            console.print(_reasons(j["reasons"] + j.get("problems", [])))
         elif j["state"] == "run":
             console.print("  nothing holds it")
     for r in rules:
@@ -171,6 +171,8 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
             console.print(_reasons(r["holds"]))
         if r.get("notes"):  # what it waits for itself: VRAM a handoff cannot free, and why
             console.print(_reasons(r["notes"]))
+        if r.get("problems"):  # what failed when the daemon asked it (a release)
+            console.print(_reasons(r["problems"]))
 
 
 def print_timeline(console: Console, events: list[dict[str, Any]]) -> None:

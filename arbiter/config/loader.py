@@ -83,8 +83,11 @@ def validate(
 def read_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError([Problem(str(path), 0, 0, "", "not UTF-8 text", "save the file as UTF-8")]) from None
+    except UnicodeDecodeError as exc:
+        before = exc.object[: exc.start]
+        line, col = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
+        raise ConfigError([Problem(str(path), line, col, "", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})",
+                                   "save the file as UTF-8")]) from None
     except OSError as exc:
         raise ConfigError([Problem(str(path), 0, 0, "", f"cannot read: {exc.strerror or exc}")]) from None
 
@@ -118,8 +121,16 @@ def load_node_config(explicit: str | os.PathLike[str] | None = None) -> tuple[No
 
 def resolve_paths(config: NodeConfig, path: Path) -> NodeConfig:
     """Relative paths in a config file mean relative to that file."""
-    config.state_dir = str(relative_to_config(config.state_dir, path))
-    config.tenants_dirs = [str(relative_to_config(d, path)) for d in config.tenants_dirs]
+
+    def resolved(value: str, field_path: str) -> str:
+        try:
+            return str(relative_to_config(value, path))
+        except RuntimeError:  # ~name of a user this host does not know
+            raise ConfigError([Problem(str(path), 0, 0, field_path, f"{value!r} starts with ~ but names no user of this host",
+                                       "write an absolute path, or ~/ for the daemon's own home")]) from None
+
+    config.state_dir = resolved(config.state_dir, "state_dir")
+    config.tenants_dirs = [resolved(d, f"tenants_dirs.{i}") for i, d in enumerate(config.tenants_dirs)]
     return config
 
 

@@ -29,14 +29,14 @@ class KindBlock(BaseModel):
     """A plugin block: ``kind`` names the plugin kind, the other fields are its options."""
 
     model_config = ConfigDict(extra="allow")
-    kind: str
+    kind: str = Field(description="the plugin kind; the other keys of the block are its options")
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
 
 class MatchBlock(KindBlock):
-    kind: str = "process"
+    kind: str = Field("process", description="the matcher kind; the other keys of the block are its options")
 
 
 # --- node config ---------------------------------------------------------------------------
@@ -50,11 +50,19 @@ def default_tenants_dirs() -> list[str]:
 
 
 class GovernorConfig(Strict):
-    period_s: float = Field(60, gt=0)
-    baseline_s: float = Field(60, gt=0)
-    rebaseline_s: float = Field(1800, gt=0)
-    take_back_s: float = Field(300, ge=0)
-    grow_step: float = Field(0.05, gt=0, le=1)
+    period_s: float = Field(
+        60, gt=0, description="how often progress is compared with the baseline and the budget adjusted"
+    )
+    baseline_s: float = Field(
+        60, gt=0, description="how long GPU work is held to measure the protected program's progress without it"
+    )
+    rebaseline_s: float = Field(1800, gt=0, description="a baseline older than this is measured again")
+    take_back_s: float = Field(
+        300, ge=0, description="how long the budget stays 0 after a large slowdown or a memory-guard trip"
+    )
+    grow_step: float = Field(
+        0.05, gt=0, le=1, description="how much the budget grows each period while the program keeps up"
+    )
 
 
 class ComplianceConfig(Strict):
@@ -65,18 +73,22 @@ class ComplianceConfig(Strict):
     over_samples: int = Field(3, ge=1, description="samples in a row over it before the job is paused")
     pause_s: float = Field(60.0, ge=0, description="how long that pause lasts")
     strikes_to_stop: int = Field(3, ge=1, description="pauses within strike_window_s that stop the job")
-    strike_window_s: float = Field(3600.0, gt=0)
+    strike_window_s: float = Field(3600.0, gt=0, description="the window in which strikes_to_stop pauses are counted")
     untrusted_s: float = Field(3600.0, ge=0, description="how long a stopped job's name gets no duty")
     still_busy_samples: int = Field(2, ge=1, description="samples a job told to pause may go on using the GPU")
 
 
 class MemoryGuardConfig(Strict):
-    min_available: Share = 0.10
+    min_available: Share = Field(
+        0.10, description="the share of host memory that must stay available; below it GPU work beside protected programs is taken back"
+    )
 
 
 class HttpConfig(Strict):
-    listen: str = "127.0.0.1:7807"
-    enabled: bool = True
+    listen: str = Field(
+        "127.0.0.1:7807", description="HOST:PORT of the read-only HTTP listener (port 0 picks a free port)"
+    )
+    enabled: bool = Field(True, description="false: no HTTP listener at all")
 
     @field_validator("listen")
     @classmethod
@@ -98,30 +110,66 @@ class HttpConfig(Strict):
 class NodeConfig(Strict):
     """``arbiter.yaml``: how this node shares its GPU."""
 
-    gpu_jobs: GpuJobsMode = "when_no_gpu_protected"
-    tick_s: float = Field(2.0, gt=0, le=60)
-    gpu_busy_threshold: Share = 0.05
-    gpu_release_after_s: float = Field(10.0, ge=0)
-    tenants_dirs: list[str] = Field(default_factory=default_tenants_dirs)
+    gpu_jobs: GpuJobsMode = Field(
+        "when_no_gpu_protected",
+        description=(
+            "when GPU fleet work may run: never; when_no_gpu_protected (only while no protected program uses the GPU); "
+            "certified (beside a protected program under a budget, where a certificate allows it); always"
+        ),
+    )
+    tick_s: float = Field(
+        2.0, gt=0, le=60, description="seconds between two full observations and decisions (phase changes do not wait for it)"
+    )
+    gpu_busy_threshold: Share = Field(
+        0.05, description="a protected program uses the GPU once its share of GPU time passes this"
+    )
+    gpu_release_after_s: float = Field(
+        10.0, ge=0, description="...and stops using it once it has stayed below the threshold this long"
+    )
+    tenants_dirs: list[str] = Field(
+        default_factory=default_tenants_dirs,
+        description=(
+            "folders of rule files, relative to this file; default /etc/arbiter/tenants.d for root, "
+            "else $XDG_CONFIG_HOME/arbiter/tenants.d (~/.config/arbiter/tenants.d)"
+        ),
+    )
     readers: list[str | KindBlock] = Field(
         default_factory=list,
         description="reader kinds tried in order; empty: every installed reader of a real GPU, in name order",
     )
-    stand_in_gpu: bool = False
-    governor: GovernorConfig = Field(default_factory=GovernorConfig)
-    memory_guard: MemoryGuardConfig = Field(default_factory=MemoryGuardConfig)
-    compliance: ComplianceConfig = Field(default_factory=ComplianceConfig)
-    admin_group: str = "arbiter"
-    plugins: list[str] = Field(default_factory=list)
-    disable_plugins: list[str] = Field(default_factory=list)
-    state_dir: str = Field(default_factory=default_state_dir)
-    http: HttpConfig = Field(default_factory=HttpConfig)
+    stand_in_gpu: bool = Field(
+        False, description="demos and tests only: lets a stand-in reader (a CPU core for the GPU) count"
+    )
+    governor: GovernorConfig = Field(
+        default_factory=GovernorConfig, description="the budget governor's periods (under gpu_jobs: certified)"
+    )
+    memory_guard: MemoryGuardConfig = Field(default_factory=MemoryGuardConfig, description="host memory kept free")
+    compliance: ComplianceConfig = Field(
+        default_factory=ComplianceConfig, description="how jobs holding a duty below 1 are verified"
+    )
+    admin_group: str = Field(
+        "arbiter", description="members of this group may make node-wide changes (A/B runs, reload)"
+    )
+    plugins: list[str] = Field(
+        default_factory=list, description="plugin modules to load besides installed entry points"
+    )
+    disable_plugins: list[str] = Field(
+        default_factory=list, description="plugins (entry point or module names) not to load"
+    )
+    state_dir: str = Field(
+        default_factory=default_state_dir,
+        description=(
+            "where the database, socket, token and control documents live; default /var/lib/arbiter for root, "
+            "else $XDG_STATE_HOME/arbiter (~/.local/state/arbiter)"
+        ),
+    )
+    http: HttpConfig = Field(default_factory=HttpConfig, description="the read-only HTTP listener")
     translators: dict[Literal["pause", "control", "terminate"], list[str]] = Field(
         default_factory=dict,
         description="translator kinds to use per action, in order; default: every installed one that declares it",
     )
-    stop_grace_s: float = Field(10.0, ge=0)
-    plugin_timeout_s: float = Field(5.0, gt=0)
+    stop_grace_s: float = Field(10.0, ge=0, description="seconds between asking a job to stop and terminating it")
+    plugin_timeout_s: float = Field(5.0, gt=0, description="every call into a plugin fails after this many seconds")
 
     def reader_blocks(self) -> list[KindBlock]:
         return [KindBlock(kind=r) if isinstance(r, str) else r for r in self.readers]
@@ -137,13 +185,19 @@ class NodeConfig(Strict):
 
 
 class PauseFleet(Strict):
-    scope: Scope = "gpu"
+    scope: Scope = Field(
+        "gpu", description="the fleet work paused: gpu (jobs that use the GPU), cpu (jobs with gpu.use: none), all or io (every job)"
+    )
 
 
 class Protect(Strict):
-    metric: Literal["progress_rate", "gpu_share"] = "progress_rate"
-    max_slowdown: float = Field(0.05, gt=0, lt=1)
-    source: KindBlock | None = None
+    metric: Literal["progress_rate", "gpu_share"] = Field(
+        "progress_rate", description="what is guarded: the rate its source reads, or its share of GPU time"
+    )
+    max_slowdown: float = Field(0.05, gt=0, lt=1, description="the slowdown fleet work may cost it (0.05: 5 %)")
+    source: KindBlock | None = Field(
+        None, description="a source block: where its progress is read (needed for progress_rate)"
+    )
 
     @model_validator(mode="after")
     def _source_for_rate(self) -> Protect:
@@ -153,15 +207,19 @@ class Protect(Strict):
 
 
 class During(Strict):
-    source: KindBlock
-    pause_fleet: PauseFleet = Field(default_factory=PauseFleet)
-    tags: list[str] = Field(default_factory=list)
+    source: KindBlock = Field(description="a source block that reports a phase (on, off, soon)")
+    pause_fleet: PauseFleet = Field(
+        default_factory=PauseFleet, description="the fleet work paused while the phase is on"
+    )
+    tags: list[str] = Field(default_factory=list, description="labels shown with the phase in status and the timeline")
 
 
 class Rule(Strict):
     """One tenant: how to recognise it, how much it matters, and what protects it."""
 
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    id: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64, description="the tenant's name, unique across the tenants dirs"
+    )
     extends: str | None = Field(
         None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
@@ -175,22 +233,40 @@ class Rule(Strict):
             "extension can itself be extended."
         ),
     )
-    kind: Literal["llm", "diffusion", "desktop", "trainer", "other"] = "other"
-    enabled: bool = True
-    priority: int = Field(50, ge=0, le=1000)
-    match: MatchBlock
-    immediate: bool = False
-    protect: Protect | None = None
-    during: list[During] = Field(default_factory=list)
-    pause_fleet: PauseFleet | None = None
-    busy: KindBlock | None = None
-    release: KindBlock | None = None
-    events: KindBlock | None = None
-    needs_vram_gb: float | None = Field(None, ge=0)
-    idle_release_after_s: float = Field(30, ge=0)
-    profile: KindBlock | None = None
-    throttle: KindBlock | None = None
-    notes: str = ""
+    kind: Literal["llm", "diffusion", "desktop", "trainer", "other"] = Field(
+        "other", description="what sort of program it is (advisory)"
+    )
+    enabled: bool = Field(True, description="false: the rule is kept but claims no process")
+    priority: int = Field(
+        50, ge=0, le=1000, description="higher wins contention: a process belongs to the first matching rule by priority"
+    )
+    match: MatchBlock = Field(description="a matcher block: which processes are this tenant's")
+    immediate: bool = Field(
+        False, description="true: a during phase pauses fleet work the moment it begins, between ticks"
+    )
+    protect: Protect | None = Field(
+        None, description="makes it a protected program: what of it fleet work must not slow"
+    )
+    during: list[During] = Field(
+        default_factory=list, description="phases (an upload, a render) that pause fleet work while on"
+    )
+    pause_fleet: PauseFleet | None = Field(None, description="fleet work paused whenever its program runs")
+    busy: KindBlock | None = Field(None, description="a source block (busy probe): whether the tenant is working now")
+    release: KindBlock | None = Field(None, description="a translator block: how it is asked to give its VRAM back")
+    events: KindBlock | None = Field(
+        None, description="a source block whose every message makes the busy probe read again at once"
+    )
+    needs_vram_gb: float | None = Field(
+        None, ge=0, description="VRAM it needs while busy; short of it, other tenants' VRAM is reclaimed"
+    )
+    idle_release_after_s: float = Field(30, ge=0, description="once idle this long, its VRAM counts as reclaimable")
+    profile: KindBlock | None = Field(
+        None, description="a translator block: a GPU profile (power, clocks) applied while it works on the GPU"
+    )
+    throttle: KindBlock | None = Field(
+        None, description="a translator block: turns a duty into its own setting, making the tenant a job"
+    )
+    notes: str = Field("", description="free text for people; shown by explain")
 
     @property
     def protected(self) -> bool:
@@ -201,10 +277,14 @@ class Rule(Strict):
 
 
 class GpuUse(Strict):
-    use: Literal["none", "shared", "exclusive"] = "shared"
-    apis_any: list[str] = Field(default_factory=list)
-    in_container: bool = False
-    max_duty: float = Field(1.0, gt=0, le=1)
+    use: Literal["none", "shared", "exclusive"] = Field(
+        "shared", description="none, shared, or exclusive (runs only while no other tenant or job uses the GPU)"
+    )
+    apis_any: list[str] = Field(
+        default_factory=list, description="GPU APIs it can use, any one will do (as `arbiter gpu-apis` names them)"
+    )
+    in_container: bool = Field(False, description="it runs in a container: the API must be usable from containers")
+    max_duty: float = Field(1.0, gt=0, le=1, description="the most duty it ever gets")
 
     @model_validator(mode="after")
     def _apis_need_gpu(self) -> GpuUse:
@@ -216,10 +296,14 @@ class GpuUse(Strict):
 class Manifest(Strict):
     """What a job declares about itself."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
-    capabilities: list[Capability] = Field(default_factory=list)
-    gpu: GpuUse = Field(default_factory=GpuUse)
-    variants: dict[Platform, GpuUse] = Field(default_factory=dict)
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64, description="the kind of work; trust is kept per name"
+    )
+    capabilities: list[Capability] = Field(default_factory=list, description="what it does on its own when asked")
+    gpu: GpuUse = Field(default_factory=GpuUse, description="what it needs of the GPU")
+    variants: dict[Platform, GpuUse] = Field(
+        default_factory=dict, description="per platform, a gpu block that replaces gpu whole"
+    )
 
     def gpu_for(self, platform: str) -> GpuUse:
         """The GPU needs on ``platform``: a variant replaces ``gpu`` whole."""

@@ -29,14 +29,17 @@ class ActResult:
     detail: str = ""
 
 
-def make_translators(config: NodeConfig, host: PluginHost) -> dict[str, tuple[str, Translator]]:
+def make_translators(config: NodeConfig, host: PluginHost,
+                     pid_reused: Callable[[str, ProcessRef, str], None] | None = None) -> dict[str, tuple[str, Translator]]:
     """Per need (pause, control, terminate), the translator that serves it.
 
     ``translators:`` in the node config names kinds in order; otherwise every installed
     translator that declares the action, in name order.  The first that says it is
-    available here wins.
+    available here wins.  ``pid_reused`` hears of each recorded process a translator left
+    alone because its pid now names another process.
     """
-    context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid())
+    context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid(),
+                            pid_reused=pid_reused)
     chosen: dict[str, tuple[str, Translator]] = {}
     made: dict[str, Translator] = {}
     for need in ("pause", "control", "terminate"):
@@ -70,6 +73,7 @@ class Actuator:
         self.journal = journal
         self.persist = persist
         self.paused: dict[tuple[str, str, int], PausedEntry] = {}
+        self.unconfirmed: set[tuple[str, str, int]] = set()  # on record, but their pause failed
 
     def _translator(self, op: str) -> tuple[str, Translator]:
         need = ACTION_NEEDS[op]
@@ -89,6 +93,7 @@ class Actuator:
             self.paused[entry.key] = entry
         else:
             self.paused.pop(entry.key, None)
+            self.unconfirmed.discard(entry.key)
             self.journal.append("resume", entry)
         self.persist(op, entry)
 
@@ -114,7 +119,8 @@ class Actuator:
 
     def pause_tree(self, target: JobTarget) -> None:
         """Pause the processes of ``target`` not paused yet (new children too)."""
-        done = {e.pid for e in self.tree_paused(target.job_id)}
+        # a pause that failed is kept on record (for a resume) but is tried again here
+        done = {e.pid for e in self.tree_paused(target.job_id) if e.key not in self.unconfirmed}
         fresh = tuple(r for r in target.processes if r.pid not in done)
         if not fresh:
             return
@@ -128,15 +134,19 @@ class Actuator:
             # some may be stopped already: keep them all on record, so a resume reaches them
             for entry in entries:
                 self.paused[entry.key] = entry
+                self.unconfirmed.add(entry.key)
                 self.persist("pause", entry)
             raise
         stopped = {r.pid for r in paused}
         for entry in entries:
+            self.unconfirmed.discard(entry.key)
             if entry.pid in stopped:
                 self.paused[entry.key] = entry
                 self.persist("pause", entry)
             else:
                 self.journal.append("resume", entry)
+                if self.paused.pop(entry.key, None) is not None:  # a retried pause that found it gone
+                    self.persist("resume", entry)
 
     def resume_entries(self, entries: Iterable[PausedEntry]) -> list[str]:
         """Resume what was paused; returns what could not be (and why).  What failed stays

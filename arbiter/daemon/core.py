@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import queue
-import secrets
+import sqlite3
 import sys
 import threading
 import time
@@ -30,11 +30,13 @@ from arbiter import __version__
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators, next_seq
 from arbiter.daemon.jobs import JobRegistry
-from arbiter.daemon.observe import Observer, TickView
+from arbiter.daemon.observe import Observer, TickView, clock_jump_message
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
+from arbiter.daemon.secure import check_state_dir, ensure_token
+from arbiter.daemon.notify import Notifier, status_line
 from arbiter.daemon.sources import BUSY, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
@@ -70,6 +72,7 @@ NODE_STATE_EVERY_S = 60.0
 PROBE_DELAY_S = 60.0
 RELEASE_POLL_S = 0.02
 RELEASE_POLL_FOR_S = 5.0  # a release still pending after this (one queued behind work) waits for ticks
+FAST_SWITCH_S = 0.0005  # the interpreter's switch interval while the daemon runs (see _decide_loop)
 CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
 
 
@@ -83,6 +86,10 @@ class Ongoing:
         new = sorted(now - self._now)
         self._now = now
         return new
+
+    @property
+    def current(self) -> frozenset[tuple[str, str]]:
+        return frozenset(self._now)
 
 
 class DaemonAlreadyRunning(Exception):
@@ -125,11 +132,13 @@ class Daemon:
         self.hasher = ExeHasher()
         self._cert_rows: list[Certificate] = []
         self._certs_read_at = -CERTIFICATES_EVERY_S
+        self._expired_certs: set[int] = set()  # seen expired: they stay so, whatever the wall clock says
         # GPU API probes: on first need, or PROBE_DELAY_S after start (node labels), on reload and doctor
         self.prober = Prober(lambda: self.host.kind_names("probes"), config.plugins, config.disable_plugins)
         self._node_state: dict[str, Any] | None = None
         self._node_state_at = 0.0
-        # process CPU seconds while ticking and deciding (plugin calls run on pool threads)
+        # CPU seconds of ticking and deciding: the thread's own, plus what the plugin calls it
+        # made spent on pool threads (not the whole process: source watchers run beside them)
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
         self.snapshot = Snapshot()
         self._faults = Ongoing()  # plugin faults seen on the tick
@@ -138,12 +147,12 @@ class Daemon:
         self.http_url = ""
         self._http: Any = None
         self._socket: SocketServer | None = None
+        self.notifier = Notifier(None, None)  # serve() gives it the service manager's, if any
 
     # --- start and stop -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.state_dir, 0o755)
+        check_state_dir(self.state_dir)
         self._lock_fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -154,7 +163,7 @@ class Daemon:
         self.recorder = Recorder(self.store, self._observe_event)
         self.recorder.start()
         journal_path = self.state_dir / "paused.journal"
-        translators = make_translators(self.config, self.host)
+        translators = make_translators(self.config, self.host, self._pid_reused)
         recovered = {**{e.key: e for e in self.store.paused()}, **PausedJournal.replay(journal_path)}
         self.journal = PausedJournal(journal_path)
         self.actuator = Actuator(self.host, translators, self.journal, self.recorder.paused)
@@ -169,8 +178,11 @@ class Daemon:
         self.tenants = TenantActions(self)
         self.tenants.restore_all("a previous daemon left it applied")
         self.recorder.flush()
-        self.store.clear_paused()
-        self.journal.truncate()
+        try:
+            self.store.clear_paused()
+            self.journal.truncate()
+        except (sqlite3.Error, OSError) as exc:  # a full or read-only state directory: protect anyway
+            self.recorder.failed(exc)
         for entry in self.actuator.paused.values():  # what could not be resumed stays on record
             self.journal.append("pause", entry)
             self.recorder.paused("pause", entry)
@@ -187,13 +199,7 @@ class Daemon:
         self.rulebook.load()
         self._policy = self.rulebook.policy(self._base_policy())
         self.observer = Observer(self.config, self.host)
-        token_path = self.state_dir / TOKEN_FILE
-        if not token_path.exists():
-            fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(32))
-        os.chmod(token_path, 0o600)
-        self.token = token_path.read_text().strip()
+        self.token = ensure_token(self.state_dir / TOKEN_FILE)
 
         # not at once: seven probe processes would slow every start; the first need starts them sooner
         timer = threading.Timer(PROBE_DELAY_S, self.prober.get)
@@ -295,6 +301,14 @@ class Daemon:
 
     record = _record
 
+    def _pid_reused(self, job_id: str, ref: ProcessRef, why: str) -> None:
+        """A translator refused to signal a recorded process (called on its thread: only queues)."""
+        if not job_id:  # a resume names no job: the paused set knows whose the process was
+            actuator = getattr(self, "actuator", None)
+            paused = list(actuator.paused.values()) if actuator is not None else []
+            job_id = next((e.job_id for e in paused if e.pid == ref.pid and e.start_time == ref.start_time), "")
+        self._record(codes.PID_REUSED, job_id or "node", why, {"pid": ref.pid, "recorded_start": ref.start_time})
+
     @property
     def engine_state(self) -> EngineState:
         return self._engine_state
@@ -305,6 +319,10 @@ class Daemon:
 
     def profiles_applied(self) -> set[str]:
         return set(self.tenants.applied)
+
+    def action_failures(self) -> list[tuple[str, str]]:
+        """Actions failing on the decision thread now: (job id, what failed)."""
+        return sorted(self._failures.current)
 
     def put(self, kind: str, payload: Any) -> None:
         """Hand something to the decision thread."""
@@ -348,9 +366,15 @@ class Daemon:
             except Exception as exc:  # the loop goes on whatever one tick met
                 log.exception("tick failed")
                 self._record(codes.PLUGIN_FAILED, "node", f"a tick failed: {type(exc).__name__}: {exc}")
+            # fed by the tick's progress: a tick that hangs stops the pings and gets us restarted
+            self.notifier.alive(time.monotonic(), lambda: status_line(self))
+
+    def _cpu(self) -> float:
+        """This thread's CPU seconds so far, with its plugin calls' on the pool threads."""
+        return time.thread_time() + self.host.worker_cpu()
 
     def _tick_once(self) -> None:
-        cpu = time.process_time()
+        cpu = self._cpu()
         if self._reload_wanted.is_set() or self.rulebook.changed():
             self._reload_wanted.clear()
             self._reload_rules()
@@ -360,7 +384,7 @@ class Daemon:
         self._inbox.put(("tick", (view, *self._read_sources(view), self._certificates(view))))
         self._publish_node_state()
         self.costs["ticks"] += 1
-        self.costs["tick_cpu_s"] += time.process_time() - cpu
+        self.costs["tick_cpu_s"] += self._cpu() - cpu
 
     def node_state(self) -> dict[str, Any]:
         """What the node offers fleet schedulers now (see the ``arbiter_node_state`` hook)."""
@@ -420,6 +444,10 @@ class Daemon:
                 state, why = "stale", f"{cert.rule}'s program runs but its executable cannot be read to check it"
             else:
                 state, why = certificate_status(cert, now_wall, current, (exe_path, digest or "") if exe_path else None)
+            if state == "expired" and cert.id is not None:
+                self._expired_certs.add(cert.id)
+            elif state == "valid" and cert.id in self._expired_certs:  # a wall clock set back must not revive it
+                state, why = "expired", "it expired while this daemon ran; the wall clock has been set back since"
             views.append(CertView(cert.rule, cert.work, cert.duty, state == "valid", why))
             states.append({**cert.to_dict(), "status": state, "why": why})
         self.certificate_states = states
@@ -428,8 +456,11 @@ class Daemon:
     def _note_faults(self, view: TickView) -> None:
         """Put each plugin failure on the timeline once, when it starts (not every tick)."""
         now = {(rid, f) for rid, ro in view.rules.items() for f in ro.faults} | {("node", f) for f in view.faults}
+        now |= {("node", f) for f in view.reader_faults}  # GPU time it cannot give counts as busy
         for subject, fault in self._faults.started(now):
             self._record(codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault})
+        if view.clock_jump_s is not None:
+            self._record(codes.CLOCK_JUMPED, "node", clock_jump_message(view.clock_jump_s), {"jump_s": view.clock_jump_s})
 
     def _reload_rules(self) -> None:
         if self.prober.answer is not None:
@@ -460,6 +491,10 @@ class Daemon:
         self._inbox.put(("source", (rule_id, index, state)))
 
     def _decide_loop(self) -> None:
+        # the GIL is handed on every FAST_SWITCH_S instead of every 5 ms: a phase change waits
+        # for it behind the tick and the source watchers at every step (the inbox, each
+        # signal's pool call), and under load those waits were most of the fast path's time
+        sys.setswitchinterval(FAST_SWITCH_S)
         while True:
             batch = [self._inbox.get()]
             while True:
@@ -469,14 +504,14 @@ class Daemon:
                     break
             if any(kind == "stop" for kind, _ in batch):
                 return
-            cpu = time.process_time()
+            cpu = self._cpu()
             try:
                 self._take(batch)
             except Exception as exc:  # this thread must outlive anything one batch meets
                 log.exception("decision failed")
                 self._record(codes.PLUGIN_FAILED, "node", f"a decision failed: {type(exc).__name__}: {exc}")
             self.costs["decisions"] += 1
-            self.costs["decide_cpu_s"] += time.process_time() - cpu
+            self.costs["decide_cpu_s"] += self._cpu() - cpu
 
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
         """A session helper's report (from a socket thread): hand over and return."""

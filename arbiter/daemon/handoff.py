@@ -41,6 +41,7 @@ class TenantActions:
         self._profiles = ThreadPoolExecutor(max_workers=1, thread_name_prefix="profiles")
         self._lock = threading.Lock()
         self.applied: set[str] = set()  # rules whose profile is applied now
+        self.release_failed: dict[str, dict[str, Any]] = {}  # rule → its last release's failure, as a reason
 
     def submit(self, fn: Any) -> None:
         """Other slow work of the decision's (hashing an executable for a certificate)."""
@@ -81,10 +82,19 @@ class TenantActions:
             except PluginFailed as exc:
                 errors.append(exc.why)
         if errors:
-            d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id,
-                     f"asking {rel.rule_id!r} to release its {gb(held)} ({rel.why}) failed: {'; '.join(errors)}",
-                     {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors})
+            message = f"asking {rel.rule_id!r} to release its {gb(held)} ({rel.why}) failed: {'; '.join(errors)}"
+            remedy = (f"check that {rel.rule_id!r} runs and answers its release: request (its own log says why it "
+                      f"refused); raise the release's timeout_s if it is only slow; it is asked again after "
+                      f"{timeout_s:g}s, and work waiting for that memory waits until then")
+            evidence = {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors}
+            with self._lock:
+                self.release_failed[rel.rule_id] = {"code": codes.VRAM_RELEASE_FAILED, "message": message,
+                                                    "remedy": remedy, "evidence": evidence}
+            d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id, message, {**evidence, "remedy": remedy})
             d.put("release_failed", rel)
+        else:
+            with self._lock:
+                self.release_failed.pop(rel.rule_id, None)
 
     def _fresh_models(self, live: Any, stale: tuple[str, ...]) -> tuple[str, ...]:
         """Wake the tenant's busy probe and wait (briefly) for model names it did not have."""

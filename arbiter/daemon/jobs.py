@@ -32,6 +32,9 @@ class JobRegistry:
         self.changed = threading.Condition(self.lock)  # notified after every decision
         self.records: dict[str, JobRecord] = {}
         self._manifests: dict[str, Manifest] = {}  # parsed once: the fast path reads them
+        # (job id, field) → that wall-clock time on the monotonic clock, converted once: a
+        # wall clock set back an hour must not push a stop's grace period an hour away
+        self._mono: dict[tuple[str, str], float] = {}
 
     def manifest(self, record: JobRecord) -> Manifest:
         parsed = self._manifests.get(record.id)
@@ -93,11 +96,22 @@ class JobRegistry:
                 return None
             for key, value in fields.items():
                 setattr(record, key, value)
+                self._mono.pop((job_id, key), None)  # converted anew when next observed
             if record.state == "ended":
                 self.records.pop(job_id)
                 self._manifests.pop(job_id, None)
+                self._mono.pop((job_id, "submitted"), None)
+                self._mono.pop((job_id, "stop_requested"), None)
         self.persist(record)
         return record
+
+    def _monotonic(self, job_id: str, key: str, wall: float | None, now_wall: float, now_mono: float) -> float | None:
+        if wall is None:
+            return None
+        mono = self._mono.get((job_id, key))
+        if mono is None:
+            mono = self._mono[(job_id, key)] = to_monotonic(wall, now_wall, now_mono)  # type: ignore[assignment]
+        return mono
 
     def observations(
         self,
@@ -127,9 +141,9 @@ class JobRegistry:
                 max_duty=gpu.max_duty,
                 started=r.root_pid is not None,
                 pids=pids,
-                submitted_at=to_monotonic(r.submitted, now_wall, now_mono) or 0.0,
+                submitted_at=self._monotonic(r.id, "submitted", r.submitted, now_wall, now_mono) or 0.0,
                 user_hold=r.user_hold,
-                stop_requested_at=to_monotonic(r.stop_requested, now_wall, now_mono),
+                stop_requested_at=self._monotonic(r.id, "stop_requested", r.stop_requested, now_wall, now_mono),
                 measured=(busy or {}).get(r.id),
                 measured_at=busy_at if busy is not None and r.id in busy else None,
             )

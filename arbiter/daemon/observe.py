@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -12,7 +13,7 @@ from arbiter.config.models import KindBlock, NodeConfig
 from arbiter.daemon.rules import RuleBook
 from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
-from arbiter.plugin import GpuReading, HostSignal, PluginContext, ProcessInfo, ProcessRef, Reader
+from arbiter.plugin import GpuReading, HostSignal, PluginContext, ProcessGpu, ProcessInfo, ProcessRef, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import JobRecord
 
@@ -40,6 +41,64 @@ class TickView:
     power: str | None = None  # the host's power source (the ``power`` host signal)
     machine: Mapping[str, Any] = field(default_factory=dict)  # the ``machine`` host signal, as a dict
     gpus: tuple[str, ...] = ()  # the GPUs the reader read, by name
+    reader_faults: tuple[str, ...] = ()  # readers that raised, hung or returned garbage (not "cannot read")
+    clock_jump_s: float | None = None  # how far the wall clock jumped since the last tick, if it did
+
+
+#: the wall clock moving this much more (or less) than the monotonic one over one tick was
+#: set, or the machine slept: decisions run on the monotonic clock, but timestamps jump
+CLOCK_JUMP_S = 30.0
+
+
+def clock_jump_message(jump_s: float) -> str:
+    way = "forward" if jump_s > 0 else "back"
+    return (f"the wall clock jumped {way} by {abs(jump_s):.0f}s (set by hand or by time sync, or the machine slept): "
+            "holds, grace periods and budgets run on the monotonic clock and did not move; timeline times jump with it")
+
+
+#: busy time or VRAM beyond these is no GPU's: a reader that says so is broken (31 years; 1 EiB)
+IMPLAUSIBLE_NS = 10**18
+IMPLAUSIBLE_BYTES = 1 << 60
+
+
+def _amount(value: object, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
+
+
+def selection_problem(chosen: object) -> str:
+    """What is wrong with what a matcher selected, or "" (a set of pids is right)."""
+    if not isinstance(chosen, (set, frozenset, list, tuple)):
+        return f"it returned {type(chosen).__name__}, not a set of pids"
+    wrong = [p for p in chosen if not isinstance(p, int) or isinstance(p, bool)]
+    if wrong:
+        return f"{wrong[0]!r} is not a pid"
+    return ""
+
+
+def reading_problem(reading: object) -> str:
+    """What is wrong with what a reader returned, or "": garbage (NaN, negative, another
+    type) must never read as an idle GPU, so a reading with any of it counts as no reading."""
+    if not isinstance(reading, GpuReading):
+        return f"it returned {type(reading).__name__}, not a GpuReading"
+    if not reading.readable:
+        return ""
+    if not isinstance(reading.at_ns, int) or isinstance(reading.at_ns, bool):
+        return f"at_ns is {reading.at_ns!r}, not an integer of nanoseconds"
+    if not isinstance(reading.processes, Mapping):
+        return f"processes is {type(reading.processes).__name__}, not a mapping of pid to ProcessGpu"
+    for pid, pg in reading.processes.items():
+        if not isinstance(pg, ProcessGpu) or not isinstance(pg.busy_ns, Mapping):
+            return f"process {pid!r}: {pg!r} is not a ProcessGpu"
+        for engine, ns in pg.busy_ns.items():
+            if not _amount(ns, IMPLAUSIBLE_NS):
+                return f"process {pid}: busy_ns[{engine!r}] is {ns!r}, not nanoseconds from 0 to {IMPLAUSIBLE_NS:g}"
+        if pg.vram_bytes is not None and not _amount(pg.vram_bytes, IMPLAUSIBLE_BYTES):
+            return f"process {pid}: vram_bytes is {pg.vram_bytes!r}, not a byte count"
+    for key in ("vram_total_bytes", "vram_free_bytes"):
+        value = getattr(reading, key)
+        if value is not None and not _amount(value, IMPLAUSIBLE_BYTES):
+            return f"{key} is {value!r}, not a byte count"
+    return ""
 
 
 def held_vram(reading: GpuReading | None, pids: Iterable[int]) -> int | None:
@@ -49,7 +108,8 @@ def held_vram(reading: GpuReading | None, pids: Iterable[int]) -> int | None:
     pids = set(pids)
     if pids & reading.unreadable:
         return None
-    mine = [pg.vram_bytes for pid, pg in reading.processes.items() if pid in pids]
+    # by the pids, not the reading: it is called for every rule, most with no process
+    mine = [pg.vram_bytes for pid in pids if (pg := reading.processes.get(pid)) is not None]
     if any(v is None for v in mine):
         return None  # a process listed without its VRAM: unknown, never 0 (nor "unmanaged")
     return sum(v or 0 for v in mine)
@@ -106,15 +166,40 @@ class Observer:
         self.reader_results: dict[str, tuple[bool, str]] = {}
         self._job_busy: dict[str, float | None] = {}  # the last job sample
         self._machine_reading: dict[str, Any] | None = None
+        self.reader_faults: list[str] = []
+        self._scan_lock = threading.Lock()
+        self._table_scratch: dict[str, Any] = {}  # the process table plugin's memory between scans
+        self._last_scan: tuple[float, list[ProcessInfo]] | None = None  # (when its read began, the table)
+        self._clock_offset: float | None = None  # wall − monotonic on the last tick
+        self.clock_jump: tuple[float, float] | None = None  # (monotonic time, seconds) of the last jump
+
+    def _clock(self) -> float | None:
+        offset = time.time() - time.monotonic()
+        before, self._clock_offset = self._clock_offset, offset
+        if before is None or abs(offset - before) < CLOCK_JUMP_S:
+            return None
+        self.clock_jump = (time.monotonic(), offset - before)
+        return offset - before
 
     def process_table(self) -> list[ProcessInfo]:
-        table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table())
-        if table is None:
-            raise PluginFailed("process table", "no installed plugin provides arbiter_process_table")
-        return list(table)
+        """The host's processes, read after this call began.  One read at a time: callers
+        that waited for another's read take the next one together (fifty jobs registering
+        at once once read it fifty times over and starved the tick past its timeout)."""
+        asked = time.monotonic()
+        with self._scan_lock:
+            last = self._last_scan
+            if last is not None and last[0] >= asked:
+                return list(last[1])
+            started = time.monotonic()
+            table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch))
+            if table is None:
+                raise PluginFailed("process table", "no installed plugin provides arbiter_process_table")
+            self._last_scan = (started, list(table))
+            return list(table)
 
     def _read_gpu(self, pids: set[int]) -> tuple[str, GpuReading | None, str]:
         whys = []
+        self.reader_faults = []
         results: dict[str, tuple[bool, str]] = {}
         try:
             for name, reader, why in self.readers:
@@ -127,6 +212,13 @@ class Observer:
                 except PluginFailed as exc:
                     whys.append(f"{name}: {exc.why}")
                     results[name] = (False, f"failed: {exc.why}")
+                    self.reader_faults.append(f"readers/{name}: {exc.why}")
+                    continue
+                problem = reading_problem(reading)
+                if problem:
+                    whys.append(f"{name}: returned garbage: {problem}")
+                    results[name] = (False, f"returned garbage: {problem}")
+                    self.reader_faults.append(f"readers/{name}: returned garbage: {problem}")
                     continue
                 if reading.readable:
                     results[name] = (True, "reads GPU time (in use)")
@@ -166,21 +258,29 @@ class Observer:
         rule_pids: dict[str, frozenset[int]] = {}
         rule_faults: dict[str, list[str]] = {}
         candidates = [p for p in table if p.pid not in claimed]
+        offered = {p.pid for p in candidates}
         for live in rulebook.ordered():
             rid = live.rule.id
             rule_faults[rid] = list(live.faults)
             if live.matcher is None:
                 rule_pids[rid] = frozenset()
                 continue
+            label = f"matchers/{live.rule.match.kind} ({rid})"
             try:
-                chosen = self.host.call(f"matchers/{live.rule.match.kind} ({rid})", live.matcher.select, candidates)
+                chosen = self.host.call(label, live.matcher.select, candidates)
             except PluginFailed as exc:
                 rule_faults[rid].append(str(exc))
                 chosen = set()
-            mine = frozenset(p for p in chosen if p not in claimed)
+            problem = selection_problem(chosen)
+            if problem:
+                rule_faults[rid].append(f"{label}: returned garbage: {problem}")
+                chosen = set()
+            mine = frozenset(p for p in chosen if p not in claimed and p in offered)
             claimed.update(mine)
             rule_pids[rid] = mine
-            candidates = [p for p in candidates if p.pid not in mine]
+            if mine:  # most rules claim nothing: with a hundred rules, rebuilding each time cost more than matching
+                offered -= mine
+                candidates = [p for p in candidates if p.pid not in mine]
 
         self._feed_process_sources(rulebook, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
@@ -239,6 +339,8 @@ class Observer:
             machine=self._machine(),
             gpus=reading.devices if reading else (),
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
+            reader_faults=tuple(self.reader_faults),
+            clock_jump_s=self._clock(),
         )
 
     def _job_sample(

@@ -7,9 +7,11 @@ import queue
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from arbiter.engine import codes
 from arbiter.store import PausedEntry, Store
 
 log = logging.getLogger("arbiter.recorder")
@@ -25,9 +27,20 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
         self.failures = 0
         self.last_error = ""
+        self.failing_since: float | None = None  # wall time the writes began to fail, while they do
+        self.lost = 0  # records dropped since then
+        self.counts: Counter[str] = Counter()  # events recorded since start, by code (only this thread writes it)
 
     def start(self) -> None:
         self._thread.start()
+
+    def failed(self, exc: BaseException) -> None:
+        """A write made outside this thread failed (at start-up): counted like its own."""
+        self.failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        if self.failing_since is None:
+            self.failing_since = time.time()
+        log.error("recording failed: %s", self.last_error)
 
     def event(self, code: str, subject: str, message: str, data: dict[str, Any] | None = None, t: float | None = None) -> None:
         self._queue.put(("event", {"t": t or time.time(), "code": code, "subject": subject, "message": message, "data": data or {}}))
@@ -66,6 +79,7 @@ class Recorder:
                 kind, payload = entry
                 if kind == "event":
                     events.append(payload)
+                    self.counts[payload["code"]] += 1
                     writes.append(lambda db, e=payload: Store.add_event(db, e))
                 elif kind == "write":
                     writes.append(payload)
@@ -78,8 +92,20 @@ class Recorder:
             except (sqlite3.Error, OSError) as exc:
                 # a full or read-only disk must not stop decisions; say so in status
                 self.failures += 1
+                self.lost += len(writes)
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.error("recording failed: %s", self.last_error)
+                if self.failing_since is None:
+                    self.failing_since = time.time()
+                    log.error("recording failed: %s", self.last_error)
+            else:
+                if self.failing_since is not None and writes:
+                    # on the timeline once it can be written again: for how long, and what was lost
+                    since, lost = self.failing_since, self.lost
+                    self.failing_since, self.lost = None, 0
+                    self.event(codes.STATE_WRITE_FAILED, "node",
+                               f"the state database could not be written for {time.time() - since:.0f}s "
+                               f"({self.last_error}); {lost} record(s) from then were lost; it is written again",
+                               {"since": since, "lost": lost, "error": self.last_error})
             for e in events:
                 try:
                     self.observe(e)

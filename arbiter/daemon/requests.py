@@ -7,6 +7,7 @@ daemon's own user.  Node-wide changes need root, the daemon's user or the admin 
 from __future__ import annotations
 
 import grp
+import math
 import pwd
 import time
 from typing import TYPE_CHECKING, Any
@@ -56,6 +57,32 @@ def group_members(group: str) -> set[int]:
 
 def may_admin(peer_uid: int, daemon_uid: int, admin_uids: set[int]) -> bool:
     return peer_uid in (0, daemon_uid) or peer_uid in admin_uids
+
+
+def _text_arg(op: str, args: dict[str, Any], name: str) -> str | None:
+    """An optional text argument (None or "" when not given)."""
+    value = args.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise Refused(f"{op}: argument {name!r} must be text, not {type(value).__name__}", "BAD_REQUEST")
+
+
+def _number_arg(op: str, args: dict[str, Any], name: str, default: float | None = None, whole: bool = False) -> float:
+    """A finite number argument (bool is not one), ``default`` when not given."""
+    value = args.get(name, default)
+    if value is None:
+        raise Refused(f"{op}: argument {name!r} is missing", "BAD_REQUEST")
+    if isinstance(value, str):
+        try:
+            value = float(value)  # the CLI may pass what the user typed
+        except ValueError:
+            pass
+    kind = "a whole number" if whole else "a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise Refused(f"{op}: argument {name!r} must be {kind}, not {value!r}"[:300], "BAD_REQUEST")
+    if whole and (value != int(value) or abs(value) >= 2**63):  # what SQLite stores
+        raise Refused(f"{op}: argument {name!r} must be {kind} of at most 63 bits, not {value!r}"[:300], "BAD_REQUEST")
+    return value
 
 
 def _job(daemon: Daemon, args: dict[str, Any], uid: int) -> JobRecord:
@@ -115,7 +142,7 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
     if op == "status":
         return {"status": status_view(daemon)}
     if op == "explain":
-        return {"explain": explain_view(daemon, args.get("subject") or None)}
+        return {"explain": explain_view(daemon, _text_arg(op, args, "subject") or None)}
     if op == "doctor":
         from arbiter.doctor import daemon_items
 
@@ -132,8 +159,9 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         return {"certificates": list(daemon.certificate_states), "node": daemon.node_fingerprint(),
                 "programs": dict(view.rule_exes) if view else {}}
     if op == "timeline":
-        limit = max(1, min(int(args.get("limit", 50)), 10_000))
-        return {"events": daemon.store.timeline(limit, args.get("subject"), args.get("code"))}
+        limit = max(1, min(int(_number_arg(op, args, "limit", 50, whole=True)), 10_000))
+        subject, code = _text_arg(op, args, "subject"), _text_arg(op, args, "code")
+        return {"events": daemon.store.timeline(limit, subject, code)}
 
     if op == "job.register":
         try:
@@ -144,7 +172,7 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
             raise Refused("cmd must be a non-empty list of strings", "BAD_REQUEST")
         # the launcher is the caller itself: its pid comes from the socket, not from the request
-        launcher = peer_pid or int(args.get("launcher_pid", 0))
+        launcher = peer_pid or int(_number_arg(op, args, "launcher_pid", 0, whole=True))
         warnings: list[str] = []
         if manifest.gpu_for(daemon.jobs.platform).apis_any:
             provided = daemon.prober.get(PROBE_WAIT_S)
@@ -160,7 +188,7 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
                 "warnings": warnings}
     if op == "job.wait":
         record = _job(daemon, args, uid)
-        deadline = time.monotonic() + min(float(args.get("timeout", 1.0)), MAX_WAIT_S)
+        deadline = time.monotonic() + max(0.0, min(_number_arg(op, args, "timeout", 1.0), MAX_WAIT_S))
         with daemon.jobs.changed:
             while True:
                 answer = _verdict(daemon, record.id)
@@ -172,7 +200,7 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         record = _job(daemon, args, uid)
         if record.root_pid is not None:
             raise Refused(f"job {record.id} has started already (process {record.root_pid})", "BAD_REQUEST")
-        proc = _process(daemon, int(args["pid"]))
+        proc = _process(daemon, int(_number_arg(op, args, "pid", whole=True)))
         # only a child of the job's own launcher, running as the job's owner, can become the
         # job: otherwise a caller could have arbiter pause or end any process
         if proc.ppid != record.launcher_pid or proc.uid != record.owner_uid:
@@ -185,8 +213,8 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         return {}
     if op == "job.exited":
         record = _job(daemon, args, uid)
-        code = args.get("exit_code")
-        daemon.end_job(record, None if code is None else int(code), f"its command exited with {code}")
+        code = None if args.get("exit_code") is None else int(_number_arg(op, args, "exit_code", whole=True))
+        daemon.end_job(record, code, f"its command exited with {code}")
         return {}
     if op in ("job.stop", "job.pause", "job.resume"):
         record = _job(daemon, args, uid)

@@ -4,7 +4,9 @@ their plugin instances (matcher, sources) created and replaced on reload."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
+import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,6 +26,8 @@ from arbiter.store import Store
 #: (rule id, during index or -1 for progress, new state) — called from a source's thread
 SourceCallback = Callable[[str, int, SourceState], None]
 Record = Callable[[str, str, str, dict[str, Any]], None]
+
+log = logging.getLogger("arbiter.rules")
 
 
 @dataclass
@@ -154,7 +158,11 @@ class RuleBook:
                     if isinstance(text, str) and self._last_good.get(part) != text:
                         self._last_good[part] = text
                         if self.store is not None:
-                            self.store.save_rule_file(part, text)
+                            try:
+                                self.store.save_rule_file(part, text)
+                            except (sqlite3.Error, OSError) as exc:
+                                # kept in memory: a full or read-only disk must not stop the rules loading
+                                log.error("cannot keep the last good version of %s: %s", part, exc)
             if rule is None:
                 continue  # a base: the rule of the file extending it stands in its place
             if rule.id in rules:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
+from arbiter.daemon.secure import UnsafeStateDir
+from arbiter.daemon.notify import Notifier, status_line
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 from arbiter.store import PausedJournal, Store
 from arbiter.transport import DaemonUnavailable, request
@@ -34,6 +37,13 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         daemon = Daemon(cfg, config_path)
     except PluginLoadError as exc:
         raise CliError(str(exc), 2) from None
+    daemon.notifier = notifier = Notifier.from_environ(os.environ)
+    if notifier.interval_s is not None and notifier.interval_s < cfg.tick_s + cfg.plugin_timeout_s:
+        logging.getLogger("arbiter").warning(
+            "the watchdog wants a ping every %.1fs but a tick may take %.1fs (tick_s + plugin_timeout_s); "
+            "give the service manager a watchdog timeout of at least %.0fs", notifier.interval_s, cfg.tick_s + cfg.plugin_timeout_s,
+            4 * (cfg.tick_s + cfg.plugin_timeout_s),
+        )
 
     def on_stop(signum: int, frame: Any) -> None:
         daemon.request_stop()
@@ -46,16 +56,19 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     signal.signal(signal.SIGHUP, on_reload)
     try:
         daemon.start()
-    except DaemonAlreadyRunning as exc:
+    except (DaemonAlreadyRunning, UnsafeStateDir) as exc:
         raise CliError(str(exc)) from None
     logging.getLogger("arbiter").info(
         "arbiter running: socket %s, http %s, %d rule(s)", daemon.state_dir / SOCKET_FILE, daemon.http_url or "off", len(daemon.rulebook.live)
     )
+    notifier.ready(f"serving on {daemon.state_dir / SOCKET_FILE}: {status_line(daemon)}")
     try:
         while not daemon.wait(1.0):
             pass
     finally:
+        notifier.stopping()
         daemon.shutdown()
+        notifier.close()
     return 0
 
 

@@ -11,6 +11,7 @@ own reading and each helper's, and says which one counts:
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,8 @@ BUSY = -2
 HelperKey = tuple[int, int]
 
 LATENCY_WINDOW = 1000
+#: upper bounds (ms) of the cumulative write-to-decision histogram each source keeps for /metrics
+LATENCY_BUCKETS_MS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
 RATE_WINDOW_S = 60.0
 _SAMPLES = 4096
 
@@ -49,12 +52,60 @@ def percentiles(values: list[float]) -> dict[str, Any]:
     return {"count": len(ordered), "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
 
 
+def state_problem(state: object) -> str:
+    """What is wrong with what a source handed over, or "": a state of another type, or
+    with counts, rates or values no source can have, must count as unreadable, never as
+    "phase off" or "idle"."""
+    if not isinstance(state, SourceState):
+        return f"it gave {type(state).__name__}, not a SourceState"
+    if not isinstance(state.count, int) or isinstance(state.count, bool) or state.count < 0:
+        return f"count is {state.count!r}, not a whole number from 0"
+    if state.rate is not None and (not isinstance(state.rate, (int, float)) or not math.isfinite(state.rate) or state.rate < 0):
+        return f"rate is {state.rate!r}, not a finite number from 0"
+    if state.phase not in (None, "on", "off", "soon"):
+        return f"phase is {state.phase!r}, not on, off, soon or none"
+    if state.busy not in (None, True, False):
+        return f"busy is {state.busy!r}, not true, false or none"
+    if not isinstance(state.changed_at, (int, float)) or not math.isfinite(state.changed_at):
+        return f"changed_at is {state.changed_at!r}, not a monotonic time"
+    return ""
+
+
+def checked(state: object) -> SourceState:
+    """``state``, or an unreadable one saying what was wrong with it."""
+    problem = state_problem(state)
+    if not problem:
+        return state  # type: ignore[return-value]
+    return SourceState(readable=False, why=f"its source returned garbage: {problem}", changed_at=time.monotonic())
+
+
 @dataclass(frozen=True)
 class Reading:
     """One reading of a source by one reader."""
 
     state: SourceState
     seen_by: SeenBy
+
+
+@dataclass
+class LatencyHistogram:
+    """Every latency since the slot began, in cumulative buckets (Prometheus' shape): the
+    window of the last 1000 gives percentiles, this gives rates over any period."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_MS) + 1))  # the last is +Inf
+    sum_ms: float = 0.0
+
+    def add(self, ms: float) -> None:
+        i = next((i for i, bound in enumerate(LATENCY_BUCKETS_MS) if ms <= bound), len(LATENCY_BUCKETS_MS))
+        self.counts[i] += 1
+        self.sum_ms += ms
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        out, total = [], 0
+        for bound, n in zip((*LATENCY_BUCKETS_MS, float("inf")), self.counts, strict=True):
+            total += n
+            out.append((bound, total))
+        return out
 
 
 @dataclass
@@ -66,6 +117,7 @@ class Slot:
     read_by: str = "daemon"
     samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=_SAMPLES))
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
+    histogram: LatencyHistogram = field(default_factory=LatencyHistogram)
 
     def effective(self, owners: frozenset[int]) -> tuple[Reading, str]:
         """The reading that counts.  A helper counts only while its user runs the rule's
@@ -124,6 +176,8 @@ class SourceBook:
         """The daemon's own reading; True when what counts changed (readability or phase).
 
         A tick's reading never replaces a newer one a watch already handed over."""
+        state = checked(state)
+
         def apply(slot: Slot) -> None:
             if seen_by == "tick" and slot.own.seen_by == "watch" and state.changed_at < slot.own.state.changed_at:
                 return
@@ -134,6 +188,8 @@ class SourceBook:
         return self._update(key, apply)
 
     def helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> bool:
+        state = checked(state)
+
         def apply(slot: Slot) -> None:
             held = slot.helpers.get(helper)
             if held is not None and state.changed_at < held.state.changed_at:
@@ -180,9 +236,16 @@ class SourceBook:
             out.append(ms)
             if key in self.slots:
                 self.slots[key].latencies.append(ms)
+                self.slots[key].histogram.add(ms)
         self._pending.clear()
         self.latencies.extend(out)
         return out
+
+    def histograms(self) -> list[dict[str, Any]]:
+        """Each source's cumulative latency histogram (ms buckets), for /metrics."""
+        return [{"rule": rid, "slot": slot_name(index), "kind": slot.kind, "buckets": slot.histogram.cumulative(),
+                 "sum_ms": slot.histogram.sum_ms}
+                for (rid, index), slot in sorted(dict(self.slots).items())]
 
     def view(self, rule_id: str, now: float) -> list[dict[str, Any]]:
         """Each source of a rule, as status shows it."""

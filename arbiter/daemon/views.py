@@ -8,6 +8,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from arbiter import __version__
+from arbiter.daemon.observe import clock_jump_message
+from arbiter.engine import codes
 from arbiter.engine.types import JobVerdict
 
 if TYPE_CHECKING:
@@ -41,6 +43,13 @@ def _job_item(daemon: Daemon, record: Any, verdict: JobVerdict | None) -> dict[s
         "cmd": record.cmd,
         "submitted": record.submitted,
         "reasons": [r.to_dict() for r in verdict.reasons] if verdict else [],
+        # what the daemon is trying and failing to do to it (a pause the translator refuses)
+        "problems": [
+            {"code": codes.PLUGIN_FAILED, "message": what, "evidence": {"job": record.id},
+             "remedy": "`arbiter doctor` shows the translators; fix the one named, or choose another under "
+                       "translators: in arbiter.yaml (it is tried again on every decision)"}
+            for jid, what in daemon.action_failures() if jid == record.id
+        ],
     }
 
 
@@ -73,6 +82,7 @@ def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
         "reclaimable": bool(live and live.rule.release),
         "releasing": _releasing(daemon, rid),
         "profile_applied": rid in daemon.profiles_applied(),
+        "problems": [dict(p) for p in [daemon.tenants.release_failed.get(rid)] if p],
     }
 
 
@@ -99,6 +109,38 @@ def vram_view(daemon: Daemon, rules: list[dict[str, Any]]) -> dict[str, Any]:
         # held by processes no rule or job claims: no way to reclaim it, but never hidden
         "unmanaged_bytes": None if used is None else max(0, used - attributed),
     }
+
+
+def state_notices(daemon: Daemon) -> list[dict[str, Any]]:
+    """The state directory refusing writes (full, read-only): protection goes on, unrecorded."""
+    rec, journal = daemon.recorder, daemon.journal
+    if rec.failing_since is None and not journal.failures:
+        return []
+    errors = [e for e in (rec.last_error if rec.failing_since is not None else "", journal.last_error) if e]
+    return [{
+        "code": codes.STATE_WRITE_FAILED,
+        "message": (f"the state directory {daemon.state_dir} cannot be written ({'; '.join(errors)}): protection goes "
+                    f"on, but {rec.lost} record(s) (timeline, jobs, paused set) and {journal.failures} pause journal "
+                    "line(s) are not kept; what was recorded before is kept"),
+        "remedy": (f"free space on the file system of {daemon.state_dir}, or make it writable again (is it full, or "
+                   "mounted read-only?); "
+                   "arbiter writes there again by itself once it can"),
+        "evidence": {"since": rec.failing_since, "failures": rec.failures, "lost": rec.lost,
+                     "journal_failures": journal.failures},
+    }]
+
+
+CLOCK_NOTICE_S = 600.0  # how long explain mentions a clock jump
+
+
+def clock_notices(daemon: Daemon) -> list[dict[str, Any]]:
+    jump = daemon.observer.clock_jump
+    if jump is None or time.monotonic() - jump[0] > CLOCK_NOTICE_S:
+        return []
+    return [{"code": codes.CLOCK_JUMPED, "message": clock_jump_message(jump[1]),
+             "remedy": "nothing to do for arbiter; if the clock was wrong, fix the machine's time sync. A "
+                       "certificate whose age the jump hides does not hold: run `arbiter ab sweep` again",
+             "evidence": {"jump_s": round(jump[1], 1), "ago_s": round(time.monotonic() - jump[0], 1)}}]
 
 
 def _costs(c: dict[str, Any]) -> dict[str, Any]:
@@ -132,13 +174,15 @@ def status_view(daemon: Daemon) -> dict[str, Any]:
         "rules": rules,
         "vram": vram_view(daemon, rules),
         "jobs": jobs,
-        "notices": [r.to_dict() for r in decision.notices] if decision else [],
+        "notices": ([r.to_dict() for r in decision.notices] if decision else []) + state_notices(daemon) + clock_notices(daemon),
         "invalid_files": list(daemon.rulebook.invalid_files),
         "problems": {f: [str(p) for p in ps] for f, ps in daemon.rulebook.problems.items()},
         "fast_path": daemon.latency_figures(),
         "helpers": daemon.helpers.view(),
         "costs": _costs(daemon.costs),
-        "recorder": {"failures": daemon.recorder.failures, "last_error": daemon.recorder.last_error},
+        "recorder": {"failures": daemon.recorder.failures, "last_error": daemon.recorder.last_error,
+                     "failing_since": daemon.recorder.failing_since, "lost": daemon.recorder.lost,
+                     "journal_failures": daemon.journal.failures},
         "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},
     }
 
@@ -147,7 +191,7 @@ def explain_view(daemon: Daemon, subject: str | None = None) -> dict[str, Any]:
     """Why each job is (not) running; for a subject, that job, job name or tenant."""
     snap = daemon.snapshot
     verdicts = snap.decision.jobs if snap.decision else {}
-    notices = [r.to_dict() for r in snap.decision.notices] if snap.decision else []
+    notices = ([r.to_dict() for r in snap.decision.notices] if snap.decision else []) + state_notices(daemon) + clock_notices(daemon)
     if subject is None:
         items = [_job_item(daemon, r, verdicts.get(r.id)) for r in snap.jobs]
         items += [_rule_item(daemon, lr.rule.id) for lr in daemon.rulebook.ordered()]

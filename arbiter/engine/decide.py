@@ -111,18 +111,29 @@ def _rule_holds(
     phases: tuple[Phase, ...],
     phase_reasons: list[Reason],
     governed: bool = False,
+    reader_ok: bool = True,
 ) -> list[_Hold]:
     """What the rule holds back.  ``governed``: a valid certificate lets cooperative GPU
-    work run beside it under the budget, so only work that cannot throttle waits."""
+    work run beside it under the budget, so only work that cannot throttle waits.
+    ``reader_ok``: some reader read GPU time on this observation."""
     holds: list[_Hold] = []
     rid = rp.rule_id
     if rp.protected and rs.using_gpu and policy.gpu_jobs in ("when_no_gpu_protected", "certified"):
+        # a fault is named as itself, with what fixes it: waiting for the program would not
+        code, remedy = codes.PROTECTED_GPU_BUSY, ""
         if ro.faults:
             evidence = {"rule": rid, "faults": list(ro.faults)}
             why = f"a plugin for it failed ({'; '.join(ro.faults)}), which counts as using the GPU"
+            code = codes.PLUGIN_FAILED
+            remedy = ("fix what failed (`arbiter doctor`; `arbiter timeline --code PLUGIN_FAILED` says since when), "
+                      "or block a broken plugin with disable_plugins in arbiter.yaml; work runs again once it answers")
         elif ro.gpu_share is None and ro.running:
             evidence = {"rule": rid, "why": ro.gpu_why}
             why = f"its GPU time cannot be read ({ro.gpu_why or 'no reader reads it'}), which counts as using it"
+            if not reader_ok:
+                code = codes.GPU_TIME_UNREADABLE
+                remedy = ("`arbiter doctor` says what each reader read; fix the reader, or name one that works "
+                          "under readers: in arbiter.yaml; work runs again once GPU time reads")
         elif ro.running:
             evidence = {"rule": rid, "gpu_share": round(ro.gpu_share or 0.0, 4), "threshold": policy.busy_threshold}
             why = f"it uses {100 * (ro.gpu_share or 0.0):.0f}% of the GPU (threshold {100 * policy.busy_threshold:.0f}%)"
@@ -133,9 +144,9 @@ def _rule_holds(
             _Hold(
                 "gpu",
                 Reason(
-                    codes.PROTECTED_GPU_BUSY,
+                    code,
                     f"protected program {rid!r} uses the GPU: {why}",
-                    f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
+                    remedy or f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
                     "(gpu_busy_threshold, gpu_release_after_s in arbiter.yaml)"
                     + ("; work that declares cooperative_throttle runs beside it under the budget" if governed else ""),
                     evidence,
@@ -376,17 +387,26 @@ def _actions(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[Acti
     return []
 
 
-def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[TimelineEvent]:
+def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict, grace_s: float = 0.0) -> list[TimelineEvent]:
     codes_ = [r.code for r in new.reasons]
     data = {"job": job.job_id, "name": job.name, "reasons": codes_}
     before = prev.state if prev else None
+    if new.state == "stopping" and before == "stopping" and prev is not None and new.stop_step != prev.stop_step:
+        # each escalation of a stop is news: the last one says the job ignored being asked
+        if new.stop_step == "terminated":
+            text = f"job {job.name} is told to end its processes (terminate)"
+        else:
+            text = (f"job {job.name} was still running {grace_s:g}s after it was told to end "
+                    "(stop_grace_s): its processes are killed")
+        return [TimelineEvent(codes.JOB_STOPPED, job.job_id, text, {**data, "step": new.stop_step, "grace_s": grace_s})]
     if before == new.state:
         return []
     why = f": {new.reasons[0].message}" if new.reasons else ""
     if new.state == "held":
         return [TimelineEvent(codes.JOB_HELD, job.job_id, f"job {job.name} waits{why}", data)]
     if new.state == "stopping":
-        return [TimelineEvent(codes.JOB_STOPPED, job.job_id, f"job {job.name} is being stopped{why}", data)]
+        return [TimelineEvent(codes.JOB_STOPPED, job.job_id, f"job {job.name} is being stopped{why}",
+                              {**data, "step": new.stop_step, "grace_s": grace_s})]
     if new.state == "paused":
         return [TimelineEvent(codes.JOB_PAUSED, job.job_id, f"job {job.name} paused ({new.via}){why}", {**data, "via": new.via})]
     if before in (None, "held") and not job.started:
@@ -493,7 +513,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
                 events.append(TimelineEvent(code, rid, f"{rid!r} phase {phase} (seen by {po.seen_by})", data))
         rs = replace(rs, phases=tuple(phases))
         rule_states[rid] = rs
-        rule_hold_list = _rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons, governed)
+        rule_hold_list = _rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons, governed, obs.reader_ok)
         holds.extend(rule_hold_list)
         rule_verdicts[rid] = RuleVerdict(
             rid, ro.running, rp.protected, rs.using_gpu, rs.using_since, ro.gpu_share, tuple(phases),
@@ -573,7 +593,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             if job.use == "exclusive":
                 exclusive_running = job.job_id
         actions.extend(_actions(job, prev_v, verdict))
-        events.extend(_job_events(job, prev_v, verdict))
+        events.extend(_job_events(job, prev_v, verdict, policy.stop_grace_s))
 
     notices = tuple(h.reason for h in _node_holds(obs, policy))
     active = frozenset(n.code for n in notices)

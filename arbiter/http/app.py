@@ -3,14 +3,13 @@ daemon and the daemon can serve it from a thread."""
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 from typing import Any, Protocol
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from arbiter import __version__
+from arbiter.http.guard import TOKEN_HINT, LoopbackHostGate, TokenGate, bearer_ok, is_loopback_bind, is_loopback_host
 
 
 class Provider(Protocol):
@@ -34,37 +33,27 @@ class Provider(Protocol):
 
     def ab_plot(self, run_id: str) -> bytes: ...  # raises LookupError
 
-
-def is_loopback_host(host_header: str | None) -> bool:
-    """Whether a Host header names this machine's loopback (guards against DNS rebinding)."""
-    if not host_header:
-        return False
-    host = host_header.strip()
-    if host.startswith("["):
-        host = host[1 : host.find("]")]
-    elif host.count(":") == 1:
-        host = host.rsplit(":", 1)[0]
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    def metrics(self) -> dict[str, Any]: ...  # what arbiter.http.metrics.families reads
 
 
-def create_app(provider: Provider) -> FastAPI:
+def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
+    """``bind_host`` is the address the app is served on: one other hosts can reach gets
+    every request checked for the token (see :mod:`arbiter.http.guard`)."""
     app = FastAPI(
         title="arbiter",
         version=__version__,
         description="Status, reasons and timeline of a node's GPU sharing. Read-only; mutations need the token.",
     )
+    if is_loopback_bind(bind_host):
+        app.add_middleware(LoopbackHostGate)
+    else:
+        app.add_middleware(TokenGate, token=lambda: provider.token)
 
     def require_token(request: Request, authorization: str | None = Header(default=None)) -> None:
         if not is_loopback_host(request.headers.get("host")):
             raise HTTPException(403, "mutations are accepted only with a loopback Host header")
-        expected = f"Bearer {provider.token}"
-        if not authorization or not hmac.compare_digest(authorization.encode(), expected.encode()):
-            raise HTTPException(401, "send the token from $state_dir/token as 'Authorization: Bearer TOKEN'")
+        if not bearer_ok(authorization, provider.token):
+            raise HTTPException(401, TOKEN_HINT)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     def healthz() -> str:
@@ -86,6 +75,15 @@ def create_app(provider: Provider) -> FastAPI:
         limit: int = Query(default=50, ge=1, le=10_000), subject: str | None = None, code: str | None = None
     ) -> list[dict[str, Any]]:
         return provider.timeline(limit, subject, code)
+
+    @app.get("/metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition"}})
+    def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        from arbiter.http.metrics import exposition
+
+        return Response(exposition(provider.metrics()), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/gpu-apis")
     def gpu_apis() -> dict[str, Any]:
@@ -124,32 +122,11 @@ def create_app(provider: Provider) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
-        return render_page(provider.status())
+        import time
+
+        from arbiter.http.page import render_page
+
+        return render_page(provider, time.time())
 
     return app
 
-
-def render_page(status: dict[str, Any]) -> str:
-    from html import escape
-
-    rows = []
-    for job in status.get("jobs", []):
-        why = "; ".join(f"{r['code']}: {r['message']}" for r in job.get("reasons", []))
-        rows.append(f"<tr><td>{escape(job['id'])}</td><td>{escape(job['state'])}</td><td>{job['duty']:.2f}</td><td>{escape(why)}</td></tr>")
-    tenants = []
-    for rule in status.get("rules", []):
-        share = "unreadable" if rule["gpu_share"] is None else f"{100 * rule['gpu_share']:.0f}%"
-        tenants.append(
-            f"<tr><td>{escape(rule['id'])}</td><td>{'yes' if rule['running'] else 'no'}</td>"
-            f"<td>{share}</td><td>{'yes' if rule['using_gpu'] else 'no'}</td></tr>"
-        )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='2'>"
-        f"<title>arbiter</title></head><body><h1>arbiter {escape(status.get('version', ''))}</h1>"
-        f"<p>gpu_jobs: {escape(status.get('gpu_jobs', ''))}</p>"
-        "<h2>Jobs</h2><table><tr><th>job</th><th>state</th><th>duty</th><th>why</th></tr>"
-        + "".join(rows)
-        + "</table><h2>Tenants</h2><table><tr><th>rule</th><th>running</th><th>GPU</th><th>uses GPU</th></tr>"
-        + "".join(tenants)
-        + "</table></body></html>"
-    )

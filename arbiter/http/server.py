@@ -10,6 +10,7 @@ import uvicorn
 
 from arbiter.daemon.views import duty_view, explain_view, status_view
 from arbiter.http.app import create_app
+from arbiter.http.guard import warn_if_reachable
 
 if TYPE_CHECKING:
     from arbiter.daemon.core import Daemon
@@ -42,6 +43,11 @@ class DaemonProvider:
     def duty(self) -> dict[str, Any]:
         return duty_view(self.daemon)
 
+    def metrics(self) -> dict[str, Any]:
+        d = self.daemon
+        return {"status": status_view(d), "duty": duty_view(d), "gpu_apis": d.prober.answer,
+                "events": dict(d.recorder.counts), "latency": d.sources.histograms(), "costs": dict(d.costs)}
+
     def ab_runs(self) -> list[dict[str, Any]]:
         from arbiter.daemon.abruns import status
 
@@ -55,30 +61,6 @@ class DaemonProvider:
             return report(*find(self.daemon, run_id))
         except RunRefused as exc:
             raise LookupError(str(exc)) from None
-
-
-class HttpServer:
-    def __init__(self, daemon: Daemon, host: str, port: int) -> None:
-        config = uvicorn.Config(create_app(DaemonProvider(daemon)), host=host, port=port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
-        self.host = host
-
-    def start(self, timeout: float = 10.0) -> str:
-        """Start listening; returns the URL (the real port when 0 was asked)."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"could not listen on {self.host}")
-            time.sleep(0.01)
-        port = self._server.servers[0].sockets[0].getsockname()[1]
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{port}"
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=5)
 
     def ab_plot(self, run_id: str) -> bytes:
         """Drawn in a child process (matplotlib would hold the GIL from the fast path), and
@@ -98,3 +80,29 @@ class HttpServer:
             raise LookupError(f"the plot could not be drawn: {done.stderr.decode(errors='replace')[-300:]}")
         self._plots[run_id] = (key, done.stdout)
         return done.stdout
+
+
+class HttpServer:
+    def __init__(self, daemon: Daemon, host: str, port: int) -> None:
+        warn_if_reachable(host, port)
+        app = create_app(DaemonProvider(daemon), bind_host=host)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
+        self.host = host
+
+    def start(self, timeout: float = 10.0) -> str:
+        """Start listening; returns the URL (the real port when 0 was asked)."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"could not listen on {self.host}")
+            time.sleep(0.01)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{port}"
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=5)

@@ -48,14 +48,29 @@ def write_control_document(path: str, state: str, gpu_duty: float, seq: int, rea
         raise
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def read_control_document(path: str) -> dict[str, Any] | None:
-    """The control document, or ``None`` while it is missing or half-written."""
+    """The control document, or ``None`` while it is missing, half-written or not one.
+
+    Unknown keys are ignored (a later daemon may add some); a known key of the wrong type or
+    out of range makes the document not count, so a job keeps obeying the last good one.
+    """
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # -sig: a byte-order mark is not part of the document
             doc = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("state") not in STATES:
+        return None
+    seq, duty = doc.get("seq", -1), doc.get("gpu_duty", 1.0)
+    if isinstance(seq, float) and seq.is_integer():
+        seq = doc["seq"] = int(seq)  # JSON has one kind of number: 7.0 and 7e3 are whole numbers too
+    if not isinstance(seq, int) or isinstance(seq, bool) or not _is_number(duty) or not 0.0 <= duty <= 1.0:
+        return None  # NaN fails the range check too
+    if not isinstance(doc.get("reason", ""), str):
         return None
     return doc
 

@@ -19,6 +19,31 @@ from .control import Control
 _WAIT_SLICE_S = 0.25
 
 
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> bool:
+    """Signal the process group ``proc`` leads (started with ``start_new_session``), only
+    while that group id can still be the one it led; whether a signal was sent.
+
+    Until ``proc`` is reaped its pid, and so the group id, is held.  Once reaped, the number
+    stays held only while the group has members (the kernel does not hand out a pid still
+    used as a group id): a process that has the number now means the group left none, and
+    the group of that id is the newcomer's.
+    """
+    if proc.returncode is not None:
+        try:
+            os.kill(proc.pid, 0)
+        except ProcessLookupError:
+            pass  # nobody has the number: whatever group bears it is what the leader left
+        except PermissionError:
+            return False  # the number belongs to another account's process now
+        else:
+            return False
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 class Supervisor:
     """Runs ``cmd`` and keeps it in step with the control document.
 
@@ -47,10 +72,7 @@ class Supervisor:
 
     def _signal(self, sig: int) -> None:
         assert self.proc is not None
-        try:
-            os.killpg(self.proc.pid, sig)  # the workload's whole group: its children too
-        except ProcessLookupError:
-            pass
+        signal_group(self.proc, sig)  # the workload's whole group: its children too
 
     def _apply(self) -> bool:
         """Bring the workload in step with the document; False once it was told to stop."""

@@ -3,9 +3,7 @@ with abstats itself, and a small run of it shows the procedure's error rates nea
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -13,18 +11,13 @@ import numpy as np
 import pytest
 
 from arbiter.engine.abstats import Block, analyse, blocks_needed, planned_hours
+from arbiter_testing.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load() -> ModuleType:
-    # bench/ is not a package; load the script by its path, as pytest's importlib mode would
-    spec = importlib.util.spec_from_file_location("ab_validity", ROOT / "bench" / "ab_validity.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "ab_validity.py", "ab_validity")
 
 
 abv = _load()

@@ -36,7 +36,8 @@ def test_a_job_that_lies_about_its_duty_fails() -> None:
     code, report = conform(HERE / "liar")
     [r] = report["results"]
     assert code == 1 and r["verdict"] == "fail"
-    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.8
+    # it runs flat out; on a loaded box its busiest thread still gets well over its 0.3 + 0.1
+    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.5
     assert any("over 0.40" in why for why in r["why"]) and any("disagree" in why for why in r["why"])
 
 

@@ -49,7 +49,7 @@ def wait_for_state(read: Callable[[], list[ProcessInfo]], pid: int, state: str) 
 
 
 def test_the_hook_returns_the_table() -> None:
-    table = arbiter_process_table()
+    table = arbiter_process_table(scratch={})
     assert isinstance(table, list) and all(isinstance(p, ProcessInfo) for p in table)
     assert os.getpid() in {p.pid for p in table}
 

@@ -75,10 +75,24 @@ class ProcessMatcher(Matcher):
         self._prefixes = tuple(os.path.expanduser(p) for p in options.path_prefix)
         self._uids, self._usernames = _resolve_users(options.user)
         self._descendants = options.tree == "descendants"
+        # pid → (the ProcessInfo judged, the verdict): the process table hands back the very
+        # same object for a process that did not change, and a verdict depends on nothing
+        # else, so with a hundred rules and a thousand processes most ticks judge no one anew
+        self._verdicts: dict[int, tuple[ProcessInfo, bool]] = {}
 
     def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
         own = os.getpid()
-        selected = {p.pid for p in processes if self._matches(p)}
+        verdicts = self._verdicts
+        if len(verdicts) > 2 * len(processes) + 64:  # forget the pids that are gone
+            verdicts = self._verdicts = {p.pid: v for p in processes if (v := verdicts.get(p.pid)) is not None}
+        get, matches = verdicts.get, self._matches
+        selected: set[int] = set()
+        for p in processes:
+            seen = get(p.pid)
+            if seen is None or seen[0] is not p:
+                seen = verdicts[p.pid] = (p, matches(p))
+            if seen[1]:
+                selected.add(p.pid)
         if self._descendants and selected:
             selected = _with_descendants(selected, processes)
         # The daemon must never pause or signal itself, whatever a rule says.

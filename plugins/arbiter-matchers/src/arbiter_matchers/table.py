@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from dataclasses import dataclass, replace
 
 import psutil
 from arbiter.plugin import ProcessInfo
@@ -45,11 +47,45 @@ def state_code(status: str) -> str:
     return status[:1].upper()
 
 
-def process_table() -> list[ProcessInfo]:
-    """Every process on the host; vanished ones are left out, unreadable fields left empty."""
+@dataclass(frozen=True)
+class _Seen:
+    """What one scan read of a process, to spare the next scan re-reading what cannot have
+    changed: ``status`` (the real uid; the dearest file to read) and the ``exe`` link."""
+
+    start: bytes  # its start time in clock ticks, as ``stat`` gives it
+    comm: bytes  # an exec changes it (the kernel sets it to the new program's name)
+    owner: int  # owner of /proc/PID: its effective uid, changed by any setuid that matters
+    cmdline: bytes  # an exec (or setproctitle) changes it
+    info: ProcessInfo
+
+
+class TableMemo:
+    """Processes as the last scan read them, keyed by pid.  A process whose start time,
+    name, /proc owner and command line are all as before is the same program under the same
+    uid: its uid and executable are taken from the memo, and when its state and parent are
+    the same too, the very same :class:`ProcessInfo` is returned (matchers may then reuse
+    their verdict on it).  Anything else is read afresh."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, _Seen] = {}
+
+    def table(self) -> list[ProcessInfo]:
+        with self._lock:
+            seen, fresh = self._seen, {}
+            try:
+                table = proc_table(seen, fresh)
+            finally:
+                self._seen = fresh  # vanished pids are forgotten: a reused pid is read afresh
+            return table
+
+
+def process_table(memo: TableMemo | None = None) -> list[ProcessInfo]:
+    """Every process on the host; vanished ones are left out, unreadable fields left empty.
+    With ``memo``, what cannot have changed since its last scan is not read again."""
     if sys.platform.startswith("linux") and os.path.exists(f"{_PROC}/self/stat"):
         try:
-            return proc_table()
+            return memo.table() if memo is not None else proc_table()
         except OSError:
             pass  # /proc mounted oddly (hidepid, a container without it): psutil copes
     return psutil_table()
@@ -87,8 +123,9 @@ def psutil_table() -> list[ProcessInfo]:
     return table
 
 
-def proc_table() -> list[ProcessInfo]:
-    """The table read from ``/proc`` (Linux).  Raises OSError when ``/proc`` is unusable."""
+def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None) -> list[ProcessInfo]:
+    """The table read from ``/proc`` (Linux).  Raises OSError when ``/proc`` is unusable.
+    ``seen``: what a previous scan read (see :class:`TableMemo`); ``fresh`` gets this one's."""
     boot_time = _boot_time()
     ticks = os.sysconf("SC_CLK_TCK")
     usernames: dict[int, str] = {}
@@ -96,24 +133,45 @@ def proc_table() -> list[ProcessInfo]:
     for entry in os.listdir(_PROC):
         if not entry.isdigit():
             continue
-        info = _read_proc(entry, boot_time, ticks, usernames)
+        info = _read_proc(entry, boot_time, ticks, usernames, seen, fresh)
         if info is not None:
             table.append(info)
     table.sort(key=lambda p: p.pid)
     return table
 
 
-def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, str]) -> ProcessInfo | None:
+def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, str],
+               seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None) -> ProcessInfo | None:
     base = f"{_PROC}/{entry}"
-    stat = _read(f"{base}/stat")
+    stat, owner = _read_owned(f"{base}/stat")
     if not stat:
         return None  # exited since the directory was listed
     # The name sits between the first "(" and the last ")" and may itself hold either.
     lpar = stat.find(b"(")
     rpar = stat.rfind(b")")
-    fields = stat[rpar + 2 :].split()
+    fields = stat[rpar + 2 :].split(None, 20)  # fields up to the start time (the 22nd) are used
     if lpar < 0 or rpar < 0 or len(fields) < 20:
         return None
+    raw_cmdline = _read(f"{base}/cmdline") or b""
+    if seen is not None and fresh is not None:
+        comm = stat[lpar + 1 : rpar]
+        before = seen.get(entry)
+        if before is not None and before.start == fields[19] and before.comm == comm and before.owner == owner \
+                and before.cmdline == raw_cmdline:
+            info = before.info
+            if info.state != fields[0].decode(errors="replace") or info.ppid != int(fields[1]):
+                info = replace(info, state=fields[0].decode(errors="replace"), ppid=int(fields[1]))
+            fresh[entry] = replace(before, info=info) if info is not before.info else before
+            return info
+        info = _parse_proc(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
+        if info is not None:
+            fresh[entry] = _Seen(fields[19], comm, owner, raw_cmdline, info)
+        return info
+    return _parse_proc(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
+
+
+def _parse_proc(base: str, stat: bytes, lpar: int, rpar: int, fields: list[bytes], raw_cmdline: bytes, boot_time: float,
+                ticks: int, usernames: dict[int, str]) -> ProcessInfo | None:
     name = os.fsdecode(stat[lpar + 1 : rpar])
     try:
         state = fields[0].decode()
@@ -122,7 +180,7 @@ def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, st
     except (ValueError, UnicodeDecodeError):
         return None  # not the format this reader knows: leave the process out, not the table
 
-    cmdline = _split_cmdline(_read(f"{base}/cmdline") or b"")
+    cmdline = _split_cmdline(raw_cmdline)
 
     if len(name) >= 15 and cmdline:
         # The kernel keeps 15 characters of the name; argv[0] usually holds the rest.
@@ -140,7 +198,7 @@ def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, st
     uid = _real_uid(f"{base}/status")
     username = _username(uid, usernames) if uid >= 0 else ""
     return ProcessInfo(
-        pid=int(entry),
+        pid=int(base.rsplit("/", 1)[1]),
         ppid=ppid,
         name=name,
         exe=exe,
@@ -183,6 +241,29 @@ def _read(path: str) -> bytes | None:
         return b"".join(chunks)
     except OSError:
         return None
+    finally:
+        os.close(fd)
+
+
+def _read_owned(path: str) -> tuple[bytes | None, int]:
+    """A /proc/PID file and its owner (-1 when unreadable).  Every file under /proc/PID has
+    the owner of /proc/PID itself (the process's effective uid, root when it is not
+    dumpable), and asking the open file spares walking the path a second time."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None, -1
+    try:
+        owner = os.fstat(fd).st_uid
+        data = os.read(fd, _READ_SIZE)
+        if len(data) < _READ_SIZE:
+            return data, owner
+        chunks = [data]
+        while chunk := os.read(fd, _READ_SIZE):
+            chunks.append(chunk)
+        return b"".join(chunks), owner
+    except OSError:
+        return None, -1
     finally:
         os.close(fd)
 

@@ -132,7 +132,7 @@ class JsonlSource(FollowedFile):
     def match_line(self, line: bytes) -> LineMeaning:
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arrays or objects nested thousands deep
             return None
         if not isinstance(obj, dict):
             return None

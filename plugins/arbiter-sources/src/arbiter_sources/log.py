@@ -26,6 +26,8 @@ class LogOptions(FollowOptions):
             re.compile(value)
         except re.error as exc:
             raise ValueError(f"log_regex is not a regular expression: {exc}") from None
+        except (OverflowError, RecursionError) as exc:  # a{99999999999}, or groups nested thousands deep
+            raise ValueError(f"log_regex is too large to compile: {exc}") from None
         return value
 
 

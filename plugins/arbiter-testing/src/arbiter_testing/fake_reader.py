@@ -7,7 +7,10 @@ The file (rewritten by the test whenever it wants the GPU to look different)::
      "processes": {"<pid>": {"busy_ns": {"gfx": N}, "vram_bytes": N}
                    or {"busy_share": 0.4, "vram_bytes": N}}}
 
-``busy_ns`` is reported as given.  ``busy_share`` says the process is busy that share of
+``busy_ns`` is reported as given.  ``"fault"`` makes the reader misbehave, the way a broken
+reader plugin would, from the next call on: ``"raise"`` raises, ``"hang"`` blocks for
+``hang_s`` (default 30) seconds, and ``"not_a_reading"``, ``"nan"``, ``"negative"``, ``"huge"`` or
+``"negative_vram"`` return garbage (another type, or busy times and VRAM no GPU can have).  ``busy_share`` says the process is busy that share of
 wall time from now on: the reader integrates it into a cumulative ``gfx`` busy time, so a
 test changes a process's load by rewriting the file, without tracking time itself.
 """
@@ -26,6 +29,7 @@ from typing import Any, Literal
 from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader
 
 ENGINE = "gfx"
+GARBAGE_VRAM = 1 << 30
 
 
 class FakeOptions(KindOptions):
@@ -81,6 +85,10 @@ class FakeReader(Reader):
         except ValueError as exc:
             return self._unreadable(now_ns, f"fake reader state file {self._path} is not valid: {exc}")
 
+        fault = doc.get("fault") if isinstance(doc, dict) else None
+        if fault:
+            return self._misbehave(str(fault), doc, pids, now_ns)  # type: ignore[no-any-return]
+
         # The file's modification time, on the monotonic clock: when a new share began.
         written_ns = now_ns - max(0, age_ns)
         for pid, given in entries.items():
@@ -128,6 +136,24 @@ class FakeReader(Reader):
             track.busy_ns += share * (now_ns - track.at_ns)
         track.share = share
         track.at_ns = now_ns
+
+    def _misbehave(self, fault: str, doc: Mapping[str, Any], pids: Collection[int], now_ns: int) -> Any:
+        if fault == "raise":
+            raise RuntimeError("the fake reader was told to fail (fault: raise in its state file)")
+        if fault == "hang":
+            time.sleep(float(doc.get("hang_s", 30)))
+            return self._unreadable(time.monotonic_ns(), "the fake reader hung (fault: hang)")
+        if fault == "not_a_reading":
+            return {"readable": True, "processes": {}}
+        busy: Any = {"nan": float("nan"), "negative": -(10**9), "huge": 10**30}.get(fault)
+        if busy is None and fault != "negative_vram":
+            raise ValueError(f"fake reader: unknown fault {fault!r} in its state file")
+        processes = {
+            pid: ProcessGpu(busy_ns={ENGINE: busy if busy is not None else 0}, vram_bytes=-GARBAGE_VRAM if busy is None else 0)
+            for pid in pids
+        }
+        return GpuReading(readable=True, at_ns=now_ns, processes=processes, vram_total_bytes=16 * GARBAGE_VRAM,
+                          vram_free_bytes=-GARBAGE_VRAM if busy is None else GARBAGE_VRAM)
 
     @staticmethod
     def _unreadable(at_ns: int, why: str, device: str = "gpu") -> GpuReading:

@@ -47,6 +47,7 @@ from arbiter_testing.vram_board import GIB, VramBoard
 HOST = "127.0.0.1"
 #: the share of GPU time a fake reports while it works (the fake reader integrates it)
 WORKING_SHARE = 0.9
+RELEASE_HANG_S = 600.0
 
 
 def _now_iso() -> str:
@@ -275,6 +276,10 @@ class FakeLlmServer(_App):
         self._asked_at: dict[str, float] = {}
         self.unloads: list[Unload] = []
         self.loads: list[tuple[str, float]] = []  # (model, monotonic time it was loaded)
+        #: "500": an unload request is answered HTTP 500 and unloads nothing; "hang": it is
+        #: not answered (for RELEASE_HANG_S, or until the server stops)
+        self.release_fault = ""
+        self._hung = threading.Event()
         self.routes[("GET", "/api/ps")] = lambda body: (200, self.ps())
         self.routes[("POST", "/api/generate")] = self._generate_route
         self.routes[("GET", "/")] = lambda body: (200, b"fake LLM server is running")
@@ -318,6 +323,11 @@ class FakeLlmServer(_App):
         keep_alive = body.get("keep_alive")
         prompt = body.get("prompt") or ""
         if _zero(keep_alive) and not prompt:
+            if self.release_fault == "500":  # a server that breaks on unloading (a test's fault)
+                return 500, {"error": "fake LLM server: unloading failed (release fault 500)"}
+            if self.release_fault == "hang":
+                self._hung.wait(RELEASE_HANG_S)
+                return 503, {"error": "fake LLM server: hung on unloading"}
             # (the real server loads a model that is not loaded and then unloads it; here
             # there is nothing to do for one that is not loaded)
             self.unload(name)
@@ -425,6 +435,7 @@ class FakeLlmServer(_App):
             self._lock.notify_all()
 
     def stop(self) -> None:
+        self._hung.set()  # a request hung on purpose must not hold the shutdown up
         super().stop()
         self.board.remove(self.pid)
 
@@ -751,12 +762,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--needs-gb", type=float, default=12.0, help="diffusion: what a run needs")
     parser.add_argument("--fast-s", type=float, default=0.3)
     parser.add_argument("--starved-s", type=float, default=3.0)
+    parser.add_argument("--release-fault", choices=["", "500", "hang"], default="",
+                        help="llm: answer unload requests with HTTP 500, or never")
     args = parser.parse_args(argv)
     board = VramBoard(args.state_file, int(args.total_gb * GIB))
     fake: _App
     if args.program == "llm":
-        fake = FakeLlmServer(board, args.model or [FakeModel("mistral:latest", 13 * GIB)], load_s=args.load_s,
-                             unload_s=args.unload_s)
+        llm = FakeLlmServer(board, args.model or [FakeModel("mistral:latest", 13 * GIB)], load_s=args.load_s,
+                            unload_s=args.unload_s)
+        llm.release_fault = args.release_fault
+        fake = llm
     else:
         fake = FakeDiffusionServer(board, int(args.model_gb * GIB), int(args.needs_gb * GIB), args.fast_s,
                                    args.starved_s, unload_s=args.unload_s)

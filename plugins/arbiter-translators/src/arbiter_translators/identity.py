@@ -24,6 +24,9 @@ from arbiter.plugin import ProcessRef
 #: a ref's start time and the process's may differ by rounding, never by this much
 START_TIME_TOLERANCE_S = 0.01
 
+#: what :meth:`Signaller.deliver` did
+SENT, GONE, REUSED = "sent", "gone", "reused"
+
 _LINUX = sys.platform.startswith("linux") and os.path.exists("/proc/self/stat")
 
 
@@ -43,6 +46,11 @@ class Signaller:
         PermissionError when the process is there but this account may not signal it,
         and ValueError for a pid that must never be signalled.
         """
+        return self.deliver(ref, sig)[0] == SENT
+
+    def deliver(self, ref: ProcessRef, sig: int) -> tuple[str, float | None]:
+        """Like :meth:`send`, saying what happened: (SENT, its start time), (GONE, None),
+        or (REUSED, the start time of the process that has the pid now)."""
         pid = ref.pid
         if pid <= 0:
             # kill(0) and kill(-1) signal process groups, or every process we may signal.
@@ -53,23 +61,25 @@ class Signaller:
             return self._send_linux(ref, sig)
         return self._send_portable(ref, sig)
 
-    def _send_linux(self, ref: ProcessRef, sig: int) -> bool:
+    def _send_linux(self, ref: ProcessRef, sig: int) -> tuple[str, float | None]:
         try:
             dirfd = os.open(f"/proc/{ref.pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return False
+            return GONE, None
         except OSError:
             return self._send_portable(ref, sig)
         try:
             start = self._start_time(dirfd)
-            if start is None or abs(start - ref.start_time) >= START_TIME_TOLERANCE_S:
-                return False
+            if start is None:
+                return GONE, None
+            if abs(start - ref.start_time) >= START_TIME_TOLERANCE_S:
+                return REUSED, start
             if self._pidfd_signals:
                 try:
                     signal.pidfd_send_signal(dirfd, sig)
-                    return True
+                    return SENT, start
                 except ProcessLookupError:
-                    return False
+                    return GONE, None
                 except OSError as exc:
                     if exc.errno not in (errno.ENOSYS, errno.EINVAL, errno.EBADF, errno.EOPNOTSUPP):
                         raise
@@ -77,8 +87,8 @@ class Signaller:
             try:
                 os.kill(ref.pid, sig)
             except ProcessLookupError:
-                return False
-            return True
+                return GONE, None
+            return SENT, start
         finally:
             os.close(dirfd)
 
@@ -111,20 +121,20 @@ class Signaller:
         return float(self._btime)
 
     @staticmethod
-    def _send_portable(ref: ProcessRef, sig: int) -> bool:
+    def _send_portable(ref: ProcessRef, sig: int) -> tuple[str, float | None]:
         try:
             start = psutil.Process(ref.pid).create_time()
         except psutil.NoSuchProcess:
-            return False
+            return GONE, None
         except psutil.AccessDenied:
             raise PermissionError(errno.EPERM, f"cannot read the start time of pid {ref.pid}") from None
         if abs(start - ref.start_time) >= START_TIME_TOLERANCE_S:
-            return False
+            return REUSED, start
         try:
             os.kill(ref.pid, sig)
         except ProcessLookupError:
-            return False
-        return True
+            return GONE, None
+        return SENT, start
 
 
 def _read_btime() -> int:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, PluginError, ProcessRef, Translator
 
-from arbiter_translators.identity import Signaller
+from arbiter_translators.identity import REUSED, SENT, Signaller
 
 
 class SignalOptions(KindOptions):
@@ -18,9 +18,10 @@ class SignalOptions(KindOptions):
 class SignalTranslator(Translator):
     """SIGSTOP/SIGCONT to pause and resume, SIGTERM/SIGKILL to end; start times checked.
 
-    A process that exited, or whose pid now belongs to another process, is skipped
-    silently: there is nothing of the job left to act on.  A process this account may not
-    signal is an error, raised after every other process was handled.
+    A process that exited is skipped silently: there is nothing of the job left to act on.
+    One whose pid now belongs to another process is skipped too, and reported through the
+    context's ``pid_reused`` (the timeline says why nothing was sent).  A process this
+    account may not signal is an error, raised after every other process was handled.
     """
 
     Options = SignalOptions
@@ -37,28 +38,32 @@ class SignalTranslator(Translator):
 
     def pause(self, target: JobTarget) -> list[ProcessRef]:
         # Root first: a stopped parent starts no new children while the rest are stopped.
-        return self._send_all(target.processes, signal.SIGSTOP, "pause", target.name)
+        return self._send_all(target.processes, signal.SIGSTOP, "pause", target.name, target.job_id)
 
     def resume(self, refs: Sequence[ProcessRef]) -> None:
         self._send_all(refs, signal.SIGCONT, "resume", None)
 
     def terminate(self, target: JobTarget) -> None:
-        ended = self._send_all(target.processes, signal.SIGTERM, "terminate", target.name)
+        ended = self._send_all(target.processes, signal.SIGTERM, "terminate", target.name, target.job_id)
         # A stopped process keeps SIGTERM pending until it runs again: continue it so a
         # paused job can act on the request and exit.
-        self._send_all(ended, signal.SIGCONT, "terminate", target.name)
+        self._send_all(ended, signal.SIGCONT, "terminate", target.name, target.job_id)
 
     def kill(self, target: JobTarget) -> None:
-        self._send_all(target.processes, signal.SIGKILL, "kill", target.name)
+        self._send_all(target.processes, signal.SIGKILL, "kill", target.name, target.job_id)
 
-    def _send_all(self, refs: Iterable[ProcessRef], sig: int, action: str, job: str | None) -> list[ProcessRef]:
+    def _send_all(self, refs: Iterable[ProcessRef], sig: int, action: str, job: str | None,
+                  job_id: str = "") -> list[ProcessRef]:
         sent: list[ProcessRef] = []
         refused: list[str] = []
         denied = False
         for ref in refs:
             try:
-                if self._signaller.send(ref, sig):
+                outcome, start = self._signaller.deliver(ref, sig)
+                if outcome == SENT:
                     sent.append(ref)
+                elif outcome == REUSED and start is not None:
+                    self._reused(job_id, ref, start, action)
             except PermissionError:
                 denied = True
                 refused.append(f"pid {ref.pid}: not permitted")
@@ -78,3 +83,14 @@ class SignalTranslator(Translator):
                 f"(the other {len(sent)} process(es) were signalled).{hint}"
             )
         return sent
+
+    def _reused(self, job_id: str, ref: ProcessRef, start: float, action: str) -> None:
+        report = self.context.pid_reused
+        if report is None:
+            return
+        why = (f"did not {action} pid {ref.pid}: it now belongs to a process started at {start:.2f}, not the one "
+               f"recorded at {ref.start_time:.2f} (the pid was reused); no signal was sent")
+        try:
+            report(job_id, ref, why)
+        except Exception:  # reporting must never stop the other processes being handled
+            pass

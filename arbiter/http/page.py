@@ -1,0 +1,368 @@
+"""The status page at ``/``: server-rendered HTML from the provider's answers, no script and
+no external asset, so it works from a plain ``curl`` as well as a browser, and refreshes
+itself.
+
+Jobs and tenants come from the status answer, whose items are the explain answer for the
+node (same builder), so each reason shows with its code, message and remedy.  The budget
+chart is drawn from the governor's timeline events: each carries the rule, its budget and
+its ceiling after the step, so the store already holds the history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from html import escape
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from arbiter.engine import codes
+
+if TYPE_CHECKING:
+    from arbiter.http.app import Provider
+
+REFRESH_S = 3
+TIMELINE_ROWS = 25
+AB_RECENT = 5
+BUDGET_WINDOW_S = 1800.0
+BUDGET_EVENTS_PER_CODE = 200
+# the steps of a rule's governor; each event's data says the budget and ceiling after it
+GOVERNOR_CODES = (codes.GPU_DUTY_START, codes.GPU_DUTY_BASELINE, codes.GPU_DUTY_GROW, codes.GPU_DUTY_HALVE,
+                  codes.GPU_DUTY_TAKE_BACK, codes.GPU_DUTY_CLAMP)
+PALETTE = ("#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#0a7ea4")
+STATE_CLASS = {"run": "ok", "held": "warn", "paused": "warn", "stopping": "bad"}
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:1.2em 2em;color:#1f2328;background:#fff}
+h1{font-size:1.5em;margin:0 0 .2em}h2{font-size:1.15em;margin:1.4em 0 .4em;border-bottom:1px solid #d0d7de}
+table{border-collapse:collapse;width:100%}th,td{text-align:left;vertical-align:top;padding:.3em .6em;border-bottom:1px solid #eaeef2}
+th{background:#f6f8fa;font-weight:600}.muted{color:#656d76}.code{font-family:ui-monospace,monospace;font-weight:700}
+.ok{color:#1a7f37;font-weight:600}.warn{color:#9a6700;font-weight:600}.bad{color:#d1242f;font-weight:600}
+.remedy{color:#0a7ea4}.reason{margin:.1em 0 .4em}.notice{background:#fff8c5;border:1px solid #d4a72c;padding:.4em .6em;margin:.3em 0}
+.facts span{margin-right:1.4em}svg{max-width:100%;height:auto;border:1px solid #eaeef2}
+.ab{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}.ab img{max-width:480px;border:1px solid #eaeef2}
+"""
+
+
+def _e(value: Any) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _clock(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _gb(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / (1 << 30):.1f} GB"
+
+
+def _reasons(reasons: Iterable[Mapping[str, Any]]) -> str:
+    out = []
+    for r in reasons:
+        remedy = f"<div class='remedy'>→ {_e(r['remedy'])}</div>" if r.get("remedy") else ""
+        out.append(f"<div class='reason'><span class='code'>{_e(r.get('code'))}</span> {_e(r.get('message'))}{remedy}</div>")
+    return "".join(out) or "<span class='muted'>-</span>"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], empty: str, cls: str = "") -> str:
+    """Cells are HTML already (escaped where they hold data)."""
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    if not rows:
+        body = f"<tr><td colspan='{len(head)}' class='muted'>{_e(empty)}</td></tr>"
+    return f"<table class='{cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+# --- the node ---------------------------------------------------------------------------------
+
+def node_section(s: Mapping[str, Any]) -> str:
+    reader = s.get("reader") or {}
+    facts = [
+        f"version <b>{_e(s.get('version'))}</b>",
+        f"gpu_jobs <b>{_e(s.get('gpu_jobs'))}</b>",
+    ]
+    if s.get("uptime_s") is not None:
+        facts.append(f"up {float(s['uptime_s']):.0f}s")
+    if s.get("tick_s") is not None:
+        facts.append(f"tick {float(s['tick_s']):g}s")
+    if reader:
+        why = f" <span class='muted'>({_e(reader['why'])})</span>" if reader.get("why") else ""
+        facts.append(f"reader <b>{_e(reader.get('name') or 'none')}</b>{why}")
+    if s.get("processes") is not None:
+        facts.append(f"{_e(s['processes'])} processes, scan {_e(s.get('scan_ms'))} ms")
+    lines = ["<p class='facts'>" + "".join(f"<span>{f}</span>" for f in facts) + "</p>"]
+    vram = s.get("vram") or {}
+    if vram.get("total_bytes") is not None:
+        lines.append(f"<p>VRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "
+                     f"{_gb(vram.get('jobs_bytes'))}; unmanaged (no rule claims it) {_gb(vram.get('unmanaged_bytes'))}</p>")
+    else:
+        lines.append("<p class='muted'>VRAM: not read on this node</p>")
+    fp = s.get("fast_path") or {}
+    if fp.get("count"):
+        lines.append(f"<p>fast path: {_e(fp['count'])} phase changes, p50 {_e(fp.get('p50_ms'))} ms, "
+                     f"p99 {_e(fp.get('p99_ms'))} ms</p>")
+    for notice in s.get("notices") or []:
+        lines.append(f"<div class='notice'>{_reasons([notice])}</div>")
+    for file, problems in (s.get("problems") or {}).items():
+        lines.append(f"<div class='notice'><b>{_e(file)}</b>: {_e(problems[0] if problems else '')}</div>")
+    recorder = s.get("recorder") or {}
+    if recorder.get("failures"):
+        lines.append(f"<div class='notice'>recording failed {_e(recorder['failures'])}x: {_e(recorder.get('last_error'))}</div>")
+    return "".join(lines)
+
+
+# --- jobs and tenants -------------------------------------------------------------------------
+
+def jobs_section(jobs: Sequence[Mapping[str, Any]], duty_jobs: Sequence[Mapping[str, Any]]) -> str:
+    duty_of = {j.get("id"): j for j in duty_jobs}
+    rows = []
+    for j in jobs:
+        state = str(j.get("state", ""))
+        via = f" ({_e(j['via'])})" if j.get("via") else ""
+        d = duty_of.get(j.get("id"), {})
+        measured = d.get("measured", j.get("measured_busy"))
+        duty = f"{float(j.get('duty') or 0):.2f}" + ("" if measured is None else f" <span class='muted'>measured {float(measured):.2f}</span>")
+        if d.get("state"):
+            duty += f"<br><span class='muted'>{_e(d['state'])}</span>"
+        name = f"<br><span class='muted'>{_e(j['name'])}</span>" if j.get("name") and j.get("name") != j.get("id") else ""
+        pids = [str(p) for p in j.get("pids") or []]
+        rows.append([
+            f"<span class='code'>{_e(j.get('id'))}</span>{name}",
+            f"<span class='state {STATE_CLASS.get(state, '')}'>{_e(state)}</span>{via}",
+            duty,
+            _e(j.get("use", "")),
+            _e(" ".join(pids[:6]) + (" …" if len(pids) > 6 else "")),
+            _reasons(j.get("reasons") or []),
+        ])
+    return _table(("job", "state", "duty", "gpu", "pids", "why"), rows,
+                  "no jobs are registered; start one with `arbiter job run -- CMD`", cls="jobs")
+
+
+def _share(r: Mapping[str, Any]) -> str:
+    if not r.get("running"):
+        return "-"
+    share = "unreadable" if r.get("gpu_share") is None else f"{100 * float(r['gpu_share']):.0f}%"
+    return _e(share) + (f" <span class='muted'>({_e(r['gpu_why'])})</span>" if r.get("gpu_why") else "")
+
+
+def _vram(r: Mapping[str, Any]) -> str:
+    if not r.get("running"):
+        return "-"
+    text = _gb(r.get("vram_bytes")) + ("" if r.get("reclaimable") else " (kept)")
+    releasing = r.get("releasing")
+    if releasing:
+        text += f", releasing {float(releasing['for_s']):.1f}s"
+    return _e(text)
+
+
+def tenants_section(rules: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for r in rules:
+        running = f"yes ({len(r.get('pids') or [])})" if r.get("running") else "no"
+        using = "no"
+        if r.get("using_gpu"):
+            using = "yes" + (f" {float(r['using_for_s']):.0f}s" if r.get("using_for_s") else "")
+        extra = "".join(f"<div class='bad'>fault: {_e(f)}</div>" for f in r.get("faults") or [])
+        for src in r.get("sources") or []:
+            if not src.get("readable", True):
+                what = "needs a session helper" if src.get("needs_helper") else "cannot be read"
+                extra += f"<div class='bad'>source {_e(src.get('slot'))} ({_e(src.get('kind'))}) {what}: {_e(src.get('why'))}</div>"
+        holds = [*(r.get("holds") or []), *(r.get("notes") or [])]
+        rows.append([
+            f"<span class='code'>{_e(r.get('id'))}</span>",
+            _e(r.get("priority", "")),
+            "yes" if r.get("protected") else "no",
+            _e(running),
+            _share(r),
+            _e(using),
+            _vram(r),
+            _e(", ".join(r.get("phases") or []) or "-"),
+            (_reasons(holds) if holds else "<span class='muted'>-</span>") + extra,
+        ])
+    return _table(("tenant", "prio", "protected", "running", "GPU", "uses GPU", "VRAM", "phases", "holds"), rows,
+                  "no tenant rules are loaded", cls="tenants")
+
+
+# --- the budget over time ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BudgetPoint:
+    t: float
+    budget: float
+    ceiling: float | None
+    code: str
+
+
+def budget_history(events: Iterable[Mapping[str, Any]]) -> dict[str, list[BudgetPoint]]:
+    """Each rule's budget after each governor step, oldest first; events whose data carries
+    no budget are not points."""
+    series: dict[str, list[BudgetPoint]] = {}
+    for e in events:
+        data = e.get("data") or {}
+        t, budget = e.get("t"), data.get("budget")
+        if not isinstance(t, (int, float)) or not isinstance(budget, (int, float)):
+            continue
+        rule = str(data.get("rule") or e.get("subject") or "")
+        ceiling = data.get("ceiling")
+        series.setdefault(rule, []).append(
+            BudgetPoint(float(t), float(budget), float(ceiling) if isinstance(ceiling, (int, float)) else None, str(e.get("code", ""))))
+    for points in series.values():
+        points.sort(key=lambda p: p.t)
+    return series
+
+
+def budget_chart(series: Mapping[str, Sequence[BudgetPoint]], current: Mapping[str, float], now: float,
+                 window_s: float = BUDGET_WINDOW_S) -> str:
+    """An inline SVG step chart of each rule's budget (solid) and ceiling (dashed) over the
+    last ``window_s`` up to ``now``; ``current`` is each rule's budget now, which carries the
+    line to the right edge."""
+    width, height, left, right, top, bottom = 720, 220, 44, 16, 12, 28
+    pw, ph = width - left - right, height - top - bottom
+    starts = [p.t for points in series.values() for p in points]
+    t0 = max(now - window_s, min(starts)) if starts else now - window_s
+    span = max(now - t0, 1.0)
+
+    def x(t: float) -> float:
+        return round(left + pw * (max(t, t0) - t0) / span, 1)
+
+    def y(v: float) -> float:
+        return round(top + ph * (1 - min(max(v, 0.0), 1.0)), 1)
+
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' class='budget' viewBox='0 0 {width} {height}' "
+             f"width='{width}' height='{height}' role='img' aria-label='budget over time'>"]
+    for v in (0.0, 0.25, 0.5, 0.75, 1.0):
+        parts.append(f"<line x1='{left}' x2='{width - right}' y1='{y(v)}' y2='{y(v)}' stroke='#eaeef2'/>"
+                     f"<text x='{left - 6}' y='{y(v) + 4}' text-anchor='end' font-size='11' fill='#656d76'>{v:g}</text>")
+    for frac in (0.0, 0.5, 1.0):
+        t = t0 + span * frac
+        label = "now" if frac == 1.0 else _clock(t)
+        anchor = {0.0: "start", 0.5: "middle", 1.0: "end"}[frac]
+        parts.append(f"<text x='{x(t)}' y='{height - 8}' text-anchor='{anchor}' font-size='11' fill='#656d76'>{_e(label)}</text>")
+    legend = []
+    for i, (rule, points) in enumerate(sorted(series.items())):
+        color = PALETTE[i % len(PALETTE)]
+        shown = [p for p in points if p.t >= t0]
+        before = [p for p in points if p.t < t0]
+        if before:  # the value the window starts at
+            shown.insert(0, BudgetPoint(t0, before[-1].budget, before[-1].ceiling, before[-1].code))
+        if not shown:
+            continue
+        end = current.get(rule, shown[-1].budget)
+        steps: list[str] = []
+        ceil_steps: list[str] = []
+        for k, p in enumerate(shown):
+            if k:
+                prev = shown[k - 1]
+                steps.append(f"{x(p.t)},{y(prev.budget)}")
+                if prev.ceiling is not None:
+                    ceil_steps.append(f"{x(p.t)},{y(prev.ceiling)}")
+            steps.append(f"{x(p.t)},{y(p.budget)}")
+            if p.ceiling is not None:
+                ceil_steps.append(f"{x(p.t)},{y(p.ceiling)}")
+        steps += [f"{x(now)},{y(shown[-1].budget)}", f"{x(now)},{y(end)}"]
+        if shown[-1].ceiling is not None:
+            ceil_steps.append(f"{x(now)},{y(shown[-1].ceiling)}")
+        if len(ceil_steps) > 1:
+            parts.append(f"<polyline class='ceiling' data-rule='{_e(rule)}' points='{' '.join(ceil_steps)}' fill='none' "
+                         f"stroke='{color}' stroke-width='1' stroke-dasharray='4 3' opacity='0.6'/>")
+        parts.append(f"<polyline class='budget-line' data-rule='{_e(rule)}' points='{' '.join(steps)}' fill='none' "
+                     f"stroke='{color}' stroke-width='2'/>")
+        for p in shown:
+            parts.append(f"<circle class='budget-point' data-rule='{_e(rule)}' data-budget='{p.budget:g}' cx='{x(p.t)}' "
+                         f"cy='{y(p.budget)}' r='3' fill='{color}'><title>{_e(rule)} {_e(p.code)}: budget {p.budget:.2f}"
+                         f" at {_clock(p.t)}</title></circle>")
+        legend.append(f"<span style='color:{color}'>■</span> {_e(rule)} (now {end:.2f})")
+    if not legend:
+        parts.append(f"<text x='{left + pw / 2}' y='{top + ph / 2}' text-anchor='middle' font-size='13' fill='#656d76'>"
+                     "no governor step in this window</text>")
+    parts.append("</svg>")
+    key = " &nbsp; ".join(legend) + (" &nbsp; <span class='muted'>dashed: the certificate ceiling</span>" if legend else "")
+    return "".join(parts) + f"<div class='muted'>{key}</div>"
+
+
+def budget_section(duty: Mapping[str, Any], events: Iterable[Mapping[str, Any]], now: float) -> str:
+    rules = duty.get("rules") or []
+    current = {str(r["rule"]): float(r["budget"]) for r in rules if isinstance(r.get("budget"), (int, float))}
+    out = [f"<p><b>{_e(duty.get('summary', ''))}</b></p>", budget_chart(budget_history(events), current, now)]
+    rows = []
+    for r in rules:
+        left = f" ({float(r['take_back_left_s']):.0f}s left)" if r.get("take_back_left_s") else ""
+        rows.append([
+            f"<span class='code'>{_e(r.get('rule'))}</span>", _e(f"{r.get('state', '')}{left}"),
+            _e(f"{float(r.get('budget') or 0):.2f}"), _e(f"{float(r.get('ceiling') or 0):.2f}"),
+            _e("-" if r.get("baseline") is None else f"{float(r['baseline']):.3g}"),
+            _e("-" if r.get("pressure") is None else f"{100 * float(r['pressure']):.1f}%"),
+        ])
+    if rows:
+        out.append(_table(("rule", "state", "budget", "ceiling", "baseline/s", "last pressure"), rows, "", cls="governors"))
+    return "".join(out)
+
+
+# --- timeline and A/B runs --------------------------------------------------------------------
+
+def timeline_section(events: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for e in sorted(events, key=lambda e: e.get("t") or 0.0, reverse=True)[:TIMELINE_ROWS]:
+        t = e.get("t")
+        stamp = _clock(t) + (f".{int(t * 1000) % 1000:03d}" if isinstance(t, (int, float)) else "")
+        rows.append([_e(stamp), f"<span class='code'>{_e(e.get('code'))}</span>", _e(e.get("subject")), _e(e.get("message"))])
+    return _table(("time", "code", "subject", "message"), rows, "nothing recorded yet", cls="timeline")
+
+
+def ab_section(runs: Sequence[Mapping[str, Any]]) -> str:
+    open_runs = [r for r in runs if r.get("status") == "running"]
+    done = sorted((r for r in runs if r.get("status") != "running"), key=lambda r: r.get("started") or 0.0, reverse=True)
+    shown = [*open_runs, *done[:AB_RECENT]]
+    if not shown:
+        return "<p class='muted'>no A/B run yet; `arbiter ab run --rule RULE` measures what GPU work costs a tenant</p>"
+    out = []
+    for r in shown:
+        run = str(r.get("run", ""))
+        verdict = f": {_e(r['verdict'])}" if r.get("verdict") else ""
+        why = f" <span class='muted'>({_e(r['why'])})</span>" if r.get("why") else ""
+        blocks = f"blocks {_e(r.get('blocks_done', 0))} of {_e(r.get('target', '?'))}, {_e(r.get('excluded', 0))} left out"
+        duty = "as it runs" if r.get("duty") is None else f"duty {_e(r['duty'])}"
+        out.append(
+            f"<div class='ab' data-run='{_e(run)}'><div><span class='code'>{_e(run)}</span> "
+            f"{_e(r.get('work', ''))} work ({duty}) beside {_e(r.get('rule', ''))}</div>"
+            f"<div>status <b>{_e(r.get('status', ''))}</b>{verdict}{why}</div><div class='muted'>{blocks}</div>"
+            f"<img src='/v1/ab/{_e(quote(run, safe=''))}/plot' alt='{_e(f'plot of {run}')}' loading='lazy'></div>"
+        )
+    return "".join(out)
+
+
+# --- the page ---------------------------------------------------------------------------------
+
+def governor_events(provider: Provider) -> list[dict[str, Any]]:
+    """The governor's recent steps: asked per code, so other events cannot crowd them out."""
+    events: list[dict[str, Any]] = []
+    for code in GOVERNOR_CODES:
+        events += [e for e in provider.timeline(BUDGET_EVENTS_PER_CODE, None, code) if e.get("code") == code]
+    return events
+
+
+def render_page(provider: Provider, now: float) -> str:
+    status = provider.status()
+    duty = provider.duty()
+    sections = [
+        ("Node", node_section(status)),
+        ("Jobs", jobs_section(status.get("jobs") or [], duty.get("jobs") or [])),
+        ("Tenants", tenants_section(status.get("rules") or [])),
+        ("Budget over time", budget_section(duty, governor_events(provider), now)),
+        ("Timeline", timeline_section(provider.timeline(TIMELINE_ROWS, None, None))),
+        ("A/B runs", ab_section(provider.ab_runs())),
+    ]
+    body = "".join(f"<section id='{_e(title.split()[0].lower().replace('/', ''))}'><h2>{_e(title)}</h2>{html}</section>"
+                   for title, html in sections)
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='refresh' content='{REFRESH_S}'><meta name='viewport' content='width=device-width'>"
+        f"<title>arbiter {_e(status.get('version', ''))}</title><style>{CSS}</style></head><body>"
+        f"<h1>arbiter</h1><div class='muted'>refreshes every {REFRESH_S}s; as of {_clock(now)}; JSON at "
+        "<a href='/v1/status'>/v1/status</a>, <a href='/v1/explain'>/v1/explain</a>, <a href='/v1/duty'>/v1/duty</a>, "
+        "<a href='/v1/timeline'>/v1/timeline</a>, <a href='/docs'>/docs</a></div>"
+        f"{body}</body></html>"
+    )

@@ -1,0 +1,296 @@
+"""The daemon under load: many processes, rules and jobs, and a JSONL source written fast.
+
+    uv run python bench/load.py [--processes 1000] [--rules 100] [--jobs 50] [--lines 10000] [--seconds 20]
+
+One daemon, measured twice in the same run.  First bare: one protected stand-in (``sleep``)
+under an ``immediate`` rule whose phase is read from a JSONL file, and one plain job under
+``arbiter job run``; the bench appends phase lines and polls the job's process until it is
+stopped (or continued), as bench/reaction_latency.py does.  Then the load is added:
+``--processes`` idle processes (``sleep``, a tenth of them in each of ten command-line
+groups per ten rules), ``--rules`` rule files of several kinds (most match some of them; a
+few match nothing; some protect by GPU share, some have a phase source of their own, some
+have only a kind and a priority), ``--jobs`` jobs under ``arbiter job run`` and a writer
+subprocess appending ``--lines`` JSONL step lines a second to a protected rule's source.
+Under that load it measures the tick's CPU time (``status`` costs, over the window: the tick
+thread's own CPU time plus that of the plugin calls it hands to pool threads, so the source
+watchers' work beside it is not counted; the whole process's CPU is printed too), the
+daemon's RSS (psutil, the peak), the rate the daemon counts against the rate the writer
+achieved, and the fast path again.  Every figure is printed beside its goal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from arbiter.demo.node import PYTHON, LocalNode
+
+GOAL_TICK_MS = 50.0
+GOAL_RSS_MIB = 100.0
+GOAL_LAG = 0.02  # the counted rate within 2 % of the written one
+FAST = "fast"
+STREAM = "stream"
+GOVERNOR_PERIOD_S = 5.0  # the window the daemon counts rates over
+
+WRITER = """\
+import json, os, sys, time
+path, rate, report = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+start = time.monotonic()
+written = 0
+last_report = 0.0
+while True:
+    now = time.monotonic()
+    due = int((now - start) * rate) - written
+    if due > 0:
+        line = b'{"event": "step_done", "step": 0}\\n'
+        os.write(fd, line * due)
+        written += due
+    if now - last_report >= 0.25:
+        tmp = report + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps({"t": now, "lines": written}))
+        os.replace(tmp, report)
+        last_report = now
+    time.sleep(0.005)
+"""
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def fast_path(node: LocalNode, phases: Path, pid: int, changes: int, seed: int) -> list[float]:
+    """Phase written → the job's process seen stopped (or continued), in ms."""
+    import random
+
+    rng = random.Random(seed)
+    proc = psutil.Process(pid)
+    out = []
+    for i in range(changes):
+        time.sleep(rng.uniform(0.2, 0.5))
+        on = i % 2 == 0
+        started = time.monotonic()
+        with open(phases, "a") as fh:
+            fh.write(json.dumps({"event": "status", "phase": "on" if on else "off"}) + "\n")
+        while (proc.status() == psutil.STATUS_STOPPED) != on:
+            if time.monotonic() - started > 10:
+                raise RuntimeError(f"the job did not react within 10 s\n{node.log()}")
+            time.sleep(0.0002)  # a light poll: the box has two cores and the daemon needs one
+        out.append(1000 * (time.monotonic() - started))
+    if len(out) % 2:  # leave it running
+        with open(phases, "a") as fh:
+            fh.write(json.dumps({"event": "status", "phase": "off"}) + "\n")
+    return out
+
+
+def load_rules(node: LocalNode, root: Path, rules: int, groups: int) -> None:
+    """``rules`` rule files; rule j < groups matches the j-th command-line group."""
+    for j in range(rules):
+        match = {"cmdline": [f"sleep {5000 + j}"]} if j < groups else {"cmdline": [f"no-such-program-{j}"]}
+        rule: dict[str, Any] = {"id": f"load-{j:03d}", "priority": j % 20, "match": match}
+        shape = j % 4
+        if shape == 0:
+            rule["protect"] = {"metric": "gpu_share"}
+        elif shape == 1 and j % 8 == 1:  # a phase source of its own (a watch each), never written
+            quiet = root / f"quiet-{j}.jsonl"
+            quiet.touch()
+            rule["during"] = [{"source": {"kind": "jsonl", "path": str(quiet), "event": "status", "field": "phase",
+                                          "on": ["on"]}, "pause_fleet": {"scope": "gpu"}}]
+        else:
+            rule["kind"] = ("trainer", "desktop", "other", "diffusion")[j % 4]
+        node.add_rule(f"load-{j:03d}", rule)
+
+
+def sample_rss(pid: int, stop: threading.Event, peak: list[float]) -> None:
+    proc = psutil.Process(pid)
+    while not stop.wait(0.2):
+        try:
+            peak[0] = max(peak[0], proc.memory_info().rss / 2**20)
+        except psutil.NoSuchProcess:
+            return
+
+
+def written(report: Path) -> tuple[float, int]:
+    data = json.loads(report.read_text())
+    return float(data["t"]), int(data["lines"])
+
+
+def counted_rate(node: LocalNode) -> float | None:
+    rule = next(r for r in node.status()["rules"] if r["id"] == STREAM)
+    rate = rule["sources"][0]["rate"] if rule["sources"] else None
+    return None if rate is None else float(rate)
+
+
+def tick_costs(node: LocalNode) -> tuple[int, float]:
+    costs = node.status()["costs"]
+    return int(costs["ticks"]), float(costs["tick_cpu_ms"] or 0.0) * int(costs["ticks"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--processes", type=int, default=1000)
+    parser.add_argument("--rules", type=int, default=100)
+    parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument("--lines", type=float, default=10_000, help="JSONL lines a second written to a protected source")
+    parser.add_argument("--seconds", type=float, default=20, help="the measuring window under load")
+    parser.add_argument("--changes", type=int, default=40, help="phase changes per fast-path measurement")
+    parser.add_argument("--tick", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+
+    root = Path(tempfile.mkdtemp(prefix="arbiter-bench-load-"))
+    phases, stream, report = root / "phases.jsonl", root / "stream.jsonl", root / "writer.json"
+    phases.touch()
+    stream.touch()
+    node = LocalNode(root, tick_s=args.tick, governor={"period_s": GOVERNOR_PERIOD_S})
+    sleepers: list[subprocess.Popen[bytes]] = []
+    writer: subprocess.Popen[bytes] | None = None
+    stop = threading.Event()
+    peak = [0.0]
+    groups = max(1, min(args.rules, (args.rules * 6) // 10))  # six rules in ten match a group
+    try:
+        node.add_rule(FAST, {"id": FAST, "match": {"cmdline": ["sleep 4999"]}, "immediate": True, "priority": 90,
+                             "during": [{"source": {"kind": "jsonl", "path": str(phases), "event": "status", "field": "phase",
+                                                    "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
+        node.add_rule(STREAM, {"id": STREAM, "match": {"cmdline": ["sleep 4998"]}, "priority": 80,
+                               "protect": {"metric": "progress_rate",
+                                           "source": {"kind": "jsonl", "path": str(stream), "event": "step_done"}}})
+        node.start()
+        daemon = psutil.Process(node.daemon.pid)  # type: ignore[union-attr]
+        for tenant in ("4999", "4998"):
+            node.spawn(["sleep", tenant])
+        node.job_run(["sleep", "3999"], "--name", "probe", stderr=subprocess.DEVNULL)
+        pid = node.wait_for(lambda: ((node.job("probe") or {}).get("pids") or [None])[0], timeout=30)
+        node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == FAST)["running"], timeout=30)
+        rss_bare = daemon.memory_info().rss / 2**20
+        bare = fast_path(node, phases, pid, args.changes, args.seed)
+        bare_daemon = next(r for r in node.status()["rules"] if r["id"] == FAST)["sources"][0]["latency"]
+
+        # --- the load ------------------------------------------------------------------------
+        started = time.monotonic()
+        for i in range(args.processes):
+            sleepers.append(subprocess.Popen(["sleep", str(5000 + i % groups)], start_new_session=True))
+        load_rules(node, root, args.rules, groups)
+        errs = root / "launchers.err"
+        with open(errs, "ab") as err:
+            for k in range(args.jobs):
+                node.job_run(["sleep", str(3000 + k)], "--name", f"load-job-{k}", stderr=err)
+        try:
+            node.wait_for(lambda: sum(1 for j in node.status()["jobs"] if j["pids"]) >= args.jobs + 1, timeout=180, every=0.5)
+        except TimeoutError:
+            jobs = node.status()["jobs"]
+            raise RuntimeError(f"{sum(1 for j in jobs if j['pids'])} of {args.jobs + 1} jobs started; the rest: "
+                               f"{[(j['name'], j['state'], [r['message'] for r in j['reasons']]) for j in jobs if not j['pids']][:3]}"
+                               f"\nthe launchers said:\n{errs.read_text()[-3000:]}\n{node.log()}") from None
+        node.wait_for(lambda: len(node.status()["rules"]) == args.rules + 2, timeout=60, every=0.5)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(stream), str(args.lines), str(report)])
+        node.wait_for(report.exists, timeout=30)
+        set_up_s = time.monotonic() - started
+        time.sleep(GOVERNOR_PERIOD_S + 2 * args.tick)  # the counted rate's window is all under load
+        sampler = threading.Thread(target=sample_rss, args=(daemon.pid, stop, peak), daemon=True)
+        sampler.start()
+
+        t0, lines0 = written(report)
+        ticks0, cpu0 = tick_costs(node)
+        proc0 = daemon.cpu_times()
+        counted: list[float] = []
+        wrote: list[float] = []
+        deadline = time.monotonic() + args.seconds
+        prev = written(report)
+        while time.monotonic() < deadline:
+            time.sleep(GOVERNOR_PERIOD_S / 2)
+            rate = counted_rate(node)
+            now = written(report)
+            if rate is not None:
+                counted.append(rate)
+            wrote.append((now[1] - prev[1]) / max(now[0] - prev[0], 1e-9))
+            prev = now
+        t1, lines1 = written(report)
+        ticks1, cpu1 = tick_costs(node)
+        proc1 = daemon.cpu_times()
+        loaded = fast_path(node, phases, pid, args.changes, args.seed + 1)
+        t2, lines2 = written(report)
+        status = node.status()
+        faults = [e["message"] for e in node.call("timeline", code="PLUGIN_FAILED", limit=1000)["events"]]
+        loaded_daemon = next(r for r in status["rules"] if r["id"] == FAST)["sources"][0]["latency"]
+        stop.set()
+        sampler.join(2)
+        rss_end = daemon.memory_info().rss / 2**20
+        peak[0] = max(peak[0], rss_end)
+    finally:
+        stop.set()
+        if writer is not None:
+            writer.kill()
+            writer.wait()
+        try:  # the jobs' own processes: a launcher killed mid-wait may leave its command behind
+            job_pids = [pid for j in node.status()["jobs"] for pid in j["pids"]]
+        except Exception:  # noqa: BLE001 - a daemon that is gone lists nothing
+            job_pids = []
+        node.close()
+        for pid in job_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for s in sleepers:
+            s.kill()
+        for s in sleepers:
+            s.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+    ticks = ticks1 - ticks0
+    tick_ms = (cpu1 - cpu0) / max(ticks, 1)
+    proc_cpu = (proc1.user + proc1.system) - (proc0.user + proc0.system)
+    write_rate = (lines1 - lines0) / max(t1 - t0, 1e-9)
+    write_rate_fast = (lines2 - lines1) / max(t2 - t1, 1e-9)
+    count_rate = sum(counted) / len(counted) if counted else float("nan")
+    lag = (write_rate - count_rate) / write_rate if write_rate else float("nan")
+    p99_bare, p99_loaded = pct(bare, 0.99), pct(loaded, 0.99)
+
+    def mark(ok: bool) -> str:
+        return "ok" if ok else "OVER"
+
+    print(f"load: {status['processes']} processes on the host, {len(status['rules'])} rules, {len(status['jobs'])} jobs, "
+          f"tick {args.tick:g}s; set up in {set_up_s:.0f}s, measured over {t1 - t0:.1f}s")
+    print(f"tick CPU per tick (scan, match, read: the tick thread's CPU plus what its plugin calls spent on "
+          f"pool threads; not the source watchers'), mean over {ticks} ticks: {tick_ms:.2f} ms"
+          f"   goal < {GOAL_TICK_MS:g} ms  {mark(tick_ms < GOAL_TICK_MS)}")
+    print(f"  last scan wall time {status['scan_ms']} ms; decision CPU per decision (since start) "
+          f"{status['costs']['decide_cpu_ms']} ms over {status['costs']['decisions']} decisions")
+    print(f"  whole daemon process CPU: {1000 * proc_cpu / max(ticks, 1):.2f} ms per tick "
+          f"({100 * proc_cpu / max(t1 - t0, 1e-9):.1f}% of one core)")
+    print(f"daemon RSS: bare {rss_bare:.1f} MiB, peak under load {peak[0]:.1f} MiB"
+          f"   goal < {GOAL_RSS_MIB:g} MiB  {mark(peak[0] < GOAL_RSS_MIB)}")
+    print(f"JSONL writer: {write_rate:.0f} lines/s achieved over the window (asked {args.lines:g}), "
+          f"{write_rate_fast:.0f} lines/s during the loaded fast-path run; per sample "
+          f"{min(wrote):.0f}..{max(wrote):.0f}" if wrote else "JSONL writer: no samples")
+    print(f"counted rate (status, {GOVERNOR_PERIOD_S:g}s window): mean {count_rate:.0f} lines/s over {len(counted)} samples"
+          f" ({min(counted) if counted else float('nan'):.0f}..{max(counted) if counted else float('nan'):.0f});"
+          f" lag {100 * lag:+.2f} %   goal within {100 * GOAL_LAG:g} %  {mark(abs(lag) <= GOAL_LAG)}")
+    print(f"plugin failures on the timeline (a late process table among them): {len(faults)}"
+          + "".join(f"\n  {m[:160]}" for m in faults[:5]))
+    print(f"fast path, write -> job stopped/continued: bare p50 {pct(bare, 0.5):.2f} ms, p99 {p99_bare:.2f} ms;"
+          f" under load p50 {pct(loaded, 0.5):.2f} ms, p99 {p99_loaded:.2f} ms ({len(loaded)} changes each)"
+          f"   goal: unchanged by the load")
+    print(f"  the source's figure in status (write seen -> decided and signalled): bare p50 {bare_daemon['p50_ms']} ms,"
+          f" p99 {bare_daemon['p99_ms']} ms; with the load p50 {loaded_daemon['p50_ms']} ms, p99 {loaded_daemon['p99_ms']} ms"
+          f" (over all {loaded_daemon['count']} changes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
