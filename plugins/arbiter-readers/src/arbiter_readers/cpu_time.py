@@ -15,6 +15,7 @@ from typing import Literal
 
 import psutil
 from arbiter.plugin import GpuReading, KindOptions, ProcessGpu, Reader
+from pydantic import Field
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
 ENGINE = "cpu"
@@ -65,9 +66,8 @@ def _threads_busy_ns(pid: int, ns_per_tick: float) -> dict[str, int]:
 
 class CpuTimeOptions(KindOptions):
     kind: Literal["cpu_time"] = "cpu_time"
-    #: each thread its own engine, so the busiest thread is the measure (a job whose units run
-    #: on one thread, beside threads doing other work)
-    threads: bool = False
+    threads: bool = Field(False, description="count each thread as its own engine, so the busiest thread is the "
+                                             "measure (a job whose units run on one thread beside others)")
 
 
 class CpuTimeReader(Reader):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from arbiter.plugin import KindOptions, PluginContext, PluginError, Source, SourceState
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from arbiter_sources import inotify
 from arbiter_sources.kqueue import Kqueue
@@ -60,7 +60,7 @@ class _Problem:
 class FollowOptions(KindOptions):
     """Options every followed file has: its path (the last component may be a glob)."""
 
-    path: str
+    path: str = Field(description="the file, absolute or starting with ~; its last component may be a glob, whose newest match is followed")
 
     @field_validator("path")
     @classmethod

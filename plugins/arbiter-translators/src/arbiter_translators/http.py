@@ -162,7 +162,7 @@ class HttpKnobOptions(KindOptions):
 
     kind: Literal["http_knob"] = "http_knob"
     url: str = Field(description="the URL; may contain {duty} and {value}")
-    method: Literal["POST", "PUT", "PATCH", "GET"] = "POST"
+    method: Literal["POST", "PUT", "PATCH", "GET"] = Field("POST", description="the HTTP method that sets the value")
     body: Any = Field(None, description="a JSON template; a string that is only {value} becomes the value itself")
     levels: dict[float, Any] | None = Field(None, description="duty → value, e.g. {0: 1, 0.5: 4, 1: 8}")
     timeout_s: float = Field(5.0, gt=0, le=60, description="a request not answered by then failed")
