@@ -36,8 +36,9 @@ def test_a_job_that_lies_about_its_duty_fails() -> None:
     code, report = conform(HERE / "liar")
     [r] = report["results"]
     assert code == 1 and r["verdict"] == "fail"
-    # it runs flat out; on a loaded box its busiest thread still gets well over its 0.3 + 0.1
-    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.5
+    # it spins flat out (about 1.0 alone); inside the whole suite it was measured as low as 0.43,
+    # so this asks only what failing means: over its duty + 0.1
+    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.4
     assert any("over 0.40" in why for why in r["why"]) and any("disagree" in why for why in r["why"])
 
 
