@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -340,10 +340,16 @@ class PausedJournal:
     def append(self, op: str, entry: PausedEntry) -> None:
         """Never raises: a full or read-only disk must not stop a pause that protects a
         program (the failure is counted, and status says the record is incomplete)."""
-        line = json.dumps({"op": op, **asdict(entry)}) + "\n"
+        self.append_many(op, [entry])
+
+    def append_many(self, op: str, entries: Iterable[PausedEntry]) -> None:
+        """:meth:`append` for several entries, in one write."""
+        lines = "".join(json.dumps({"op": op, **asdict(entry)}) + "\n" for entry in entries)
+        if not lines:
+            return
         with self._lock:
             try:
-                os.write(self._fd, line.encode())
+                os.write(self._fd, lines.encode())
             except OSError as exc:
                 self.failures += 1
                 self.last_error = f"{self.path}: {exc.strerror or exc}"

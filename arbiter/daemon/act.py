@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from arbiter.config.models import NodeConfig
@@ -18,8 +18,8 @@ from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import PausedEntry, PausedJournal
 
 ACTION_NEEDS = {"pause": "pause", "resume": "pause", "control": "control", "terminate": "terminate", "kill": "terminate"}
-#: called with (op, entry) after each change to the paused set, to persist it off this thread
-Persist = Callable[[str, PausedEntry], None]
+#: called with (op, entries) after each change to the paused set, to persist it off this thread
+Persist = Callable[[str, Sequence[PausedEntry]], None]
 
 
 @dataclass
@@ -87,66 +87,108 @@ class Actuator:
             return entry.translator, self.by_name[entry.translator]
         return self._translator(op)
 
-    def _note(self, op: str, entry: PausedEntry) -> None:
-        if op == "pause":
-            self.journal.append("pause", entry)
-            self.paused[entry.key] = entry
-        else:
-            self.paused.pop(entry.key, None)
-            self.unconfirmed.discard(entry.key)
-            self.journal.append("resume", entry)
-        self.persist(op, entry)
+    def _note(self, op: str, entries: Sequence[PausedEntry]) -> None:
+        if not entries:
+            return
+        self.journal.append_many(op, entries)
+        for entry in entries:
+            if op == "pause":
+                self.paused[entry.key] = entry
+            else:
+                self.paused.pop(entry.key, None)
+                self.unconfirmed.discard(entry.key)
+        self.persist(op, entries)
 
     def tree_paused(self, job_id: str) -> list[PausedEntry]:
         return [e for e in self.paused.values() if e.job_id == job_id and e.how == "tree"]
 
     def apply(self, action: Action, target: JobTarget, seq: int) -> ActResult:
+        """A control document, a terminate or a kill (pauses and resumes of process trees go
+        in batches: :meth:`pause_trees`, :meth:`resume_entries`)."""
         try:
-            if action.op == "pause":
-                self.pause_tree(target)
-            elif action.op == "resume":
-                failures = self.resume_entries(self.tree_paused(action.job_id))
-                if failures:
-                    return ActResult(action, False, "; ".join(failures))
-            elif action.op == "control":
+            if action.op == "control":
                 self.control(target, ControlUpdate(action.state or "run", action.duty, action.reason), seq)
             elif action.op in ("terminate", "kill"):
                 name, translator = self._translator(action.op)
                 self.host.call(f"translators/{name}", getattr(translator, action.op), target)
+            else:
+                raise ValueError(f"{action.op} is applied in batches, not through apply()")
         except PluginFailed as exc:
             return ActResult(action, False, str(exc))
         return ActResult(action, True)
 
     def pause_tree(self, target: JobTarget) -> None:
         """Pause the processes of ``target`` not paused yet (new children too)."""
-        # a pause that failed is kept on record (for a resume) but is tried again here
-        done = {e.pid for e in self.tree_paused(target.job_id) if e.key not in self.unconfirmed}
-        fresh = tuple(r for r in target.processes if r.pid not in done)
-        if not fresh:
-            return
-        name, translator = self._translator("pause")
-        entries = [PausedEntry(target.job_id, "tree", r.pid, r.start_time, name) for r in fresh]
-        for entry in entries:  # recorded before the pause: a crash in between must not leave it frozen
-            self.journal.append("pause", entry)
+        failed = self.pause_trees([target])
+        if failed:
+            raise failed[target.job_id]
+
+    def pause_trees(self, targets: Sequence[JobTarget]) -> dict[str, PluginFailed]:
+        """Pause the processes of each target not paused yet (new children too), all in one
+        translator call: a phase that pauses fifty jobs must not wait for fifty hand-offs to
+        a plugin thread.  Returns, per job whose pause failed, why."""
+        work: list[tuple[JobTarget, list[PausedEntry]]] = []
+        for target in targets:
+            # a pause that failed is kept on record (for a resume) but is tried again here
+            done = {e.pid for e in self.tree_paused(target.job_id) if e.key not in self.unconfirmed}
+            fresh = tuple(r for r in target.processes if r.pid not in done)
+            if fresh:
+                work.append((replace(target, processes=fresh), []))
+        if not work:
+            return {}
         try:
-            paused = self.host.call(f"translators/{name}", translator.pause, replace(target, processes=fresh))
-        except PluginFailed:
-            # some may be stopped already: keep them all on record, so a resume reaches them
+            name, translator = self._translator("pause")
+        except PluginFailed as exc:
+            return {target.job_id: exc for target, _ in work}
+        for target, entries in work:
+            entries.extend(PausedEntry(target.job_id, "tree", r.pid, r.start_time, name) for r in target.processes)
+        # recorded before the pause: a crash in between must not leave it frozen
+        self.journal.append_many("pause", [e for _, entries in work for e in entries])
+        label = f"translators/{name}"
+
+        def pause_all() -> list[list[ProcessRef] | BaseException]:
+            out: list[list[ProcessRef] | BaseException] = []
+            for target, _ in work:
+                try:
+                    out.append(translator.pause(target))
+                except Exception as exc:  # noqa: BLE001 - one job's failure must not stop the others' pauses
+                    out.append(exc)
+            return out
+
+        try:
+            results = self.host.call(label, pause_all)
+        except PluginFailed as exc:  # it hung, or failed outside any one job's pause
+            results = [exc] * len(work)
+        failed: dict[str, PluginFailed] = {}
+        kept: list[PausedEntry] = []  # on record now (paused, or perhaps paused by a failed call)
+        gone: list[PausedEntry] = []  # not paused after all (their process had ended)
+        dropped: list[PausedEntry] = []  # of those, ones an earlier try had kept on record
+        for (target, entries), result in zip(work, results):
+            if isinstance(result, BaseException):
+                # some may be stopped already: keep them all on record, so a resume reaches them
+                kept.extend(entries)
+                self.unconfirmed.update(e.key for e in entries)
+                failed[target.job_id] = result if isinstance(result, PluginFailed) else \
+                    PluginFailed(label, f"{type(result).__name__}: {result}")
+                continue
+            stopped = {r.pid for r in result}
             for entry in entries:
-                self.paused[entry.key] = entry
-                self.unconfirmed.add(entry.key)
-                self.persist("pause", entry)
-            raise
-        stopped = {r.pid for r in paused}
-        for entry in entries:
-            self.unconfirmed.discard(entry.key)
-            if entry.pid in stopped:
-                self.paused[entry.key] = entry
-                self.persist("pause", entry)
-            else:
-                self.journal.append("resume", entry)
-                if self.paused.pop(entry.key, None) is not None:  # a retried pause that found it gone
-                    self.persist("resume", entry)
+                self.unconfirmed.discard(entry.key)
+                if entry.pid in stopped:
+                    kept.append(entry)
+                else:
+                    gone.append(entry)
+                    if self.paused.pop(entry.key, None) is not None:  # a retried pause that found it gone
+                        dropped.append(entry)
+        # after every signal is sent: the records cost nothing on the way to the pauses
+        for entry in kept:
+            self.paused[entry.key] = entry
+        self.journal.append_many("resume", gone)
+        if kept:
+            self.persist("pause", kept)
+        if dropped:
+            self.persist("resume", dropped)
+        return failed
 
     def resume_entries(self, entries: Iterable[PausedEntry]) -> list[str]:
         """Resume what was paused; returns what could not be (and why).  What failed stays
@@ -160,8 +202,7 @@ class Actuator:
             try:
                 name, translator = self._for_entry(group[0], "resume")
                 self.host.call(f"translators/{name}", translator.resume, [ProcessRef(e.pid, e.start_time) for e in group])
-                for e in group:
-                    self._note("resume", e)
+                self._note("resume", group)
             except PluginFailed as exc:
                 failures.append(str(exc))
         for e in [e for e in entries if e.how == "control"]:
@@ -170,7 +211,7 @@ class Actuator:
                 name, translator = self._for_entry(e, "control")
                 update = ControlUpdate("run", 1.0, "arbiter resumed it")
                 self.host.call(f"translators/{name}", translator.control, target, update, next_seq(e.control_path))
-                self._note("resume", e)
+                self._note("resume", [e])
             except PluginFailed as exc:
                 failures.append(str(exc))
         return failures
@@ -180,19 +221,17 @@ class Actuator:
         root = target.processes[0] if target.processes else ProcessRef(0, 0.0)
         entry = PausedEntry(target.job_id, "control", root.pid, root.start_time, name, target.control_path)
         if update.state == "paused":
-            self._note("pause", entry)
+            self._note("pause", [entry])
         self.host.call(f"translators/{name}", translator.control, target, update, seq)
         if update.state != "paused":
-            for e in [e for e in self.paused.values() if e.job_id == target.job_id and e.how == "control"]:
-                self._note("resume", e)
+            self._note("resume", [e for e in self.paused.values() if e.job_id == target.job_id and e.how == "control"])
 
     def end_job(self, job_id: str) -> list[str]:
         """A job ended: continue whatever of it is still paused (descendants may outlive it)."""
         mine = [e for e in self.paused.values() if e.job_id == job_id]
         failures = self.resume_entries([e for e in mine if e.how == "tree"])
-        for e in mine:
-            if e.how == "control" and e.key in self.paused:
-                self._note("resume", e)  # nobody reads the document of an ended job
+        # nobody reads the document of an ended job
+        self._note("resume", [e for e in mine if e.how == "control" and e.key in self.paused])
         return failures
 
 

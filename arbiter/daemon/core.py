@@ -72,7 +72,7 @@ NODE_STATE_EVERY_S = 60.0
 PROBE_DELAY_S = 60.0
 RELEASE_POLL_S = 0.02
 RELEASE_POLL_FOR_S = 5.0  # a release still pending after this (one queued behind work) waits for ticks
-FAST_SWITCH_S = 0.0005  # the interpreter's switch interval while the daemon runs (see _decide_loop)
+FAST_SWITCH_S = 0.0001  # the interpreter's switch interval while the daemon runs (see _decide_loop)
 CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
 
 
@@ -645,9 +645,22 @@ class Daemon:
         for action in decision.actions:
             if action.op == "control":
                 retry.pop(action.job_id, None)  # superseded by a newer document
+        # Pauses first and all in one batch (the fast path: every job a phase holds stops at
+        # once), resumes last and also in one; a paused tree's children born since are
+        # caught here, and a resume that failed on an earlier decision is tried again.
+        pauses = dict.fromkeys(a.job_id for a in decision.actions if a.op == "pause")
+        resumes = dict.fromkeys(a.job_id for a in decision.actions if a.op == "resume")
+        for jid, verdict in decision.jobs.items():
+            if verdict.state == "paused" and verdict.via == "tree":
+                pauses[jid] = None
+            elif verdict.state == "run" and self.actuator.tree_paused(jid):
+                resumes[jid] = None
+        targets = [self._target(records[jid], view) for jid in pauses if jid in records]
+        for jid, exc in self.actuator.pause_trees(targets).items():
+            failures.append((jid, f"pause failed: {exc}"))
         for action in [*decision.actions, *retry.values()]:
             record = records.get(action.job_id)
-            if record is None:
+            if record is None or action.op in ("pause", "resume"):
                 continue
             seq = record.seq
             if action.op == "control":
@@ -658,21 +671,12 @@ class Daemon:
                 failures.append((action.job_id, f"{action.op} failed: {result.detail}"))
                 if action.op == "control":
                     self._failed_controls[action.job_id] = action
-        acted = {a.job_id for a in decision.actions}
-        for jid, verdict in decision.jobs.items():
-            if jid not in records:
-                continue
-            # children born since a tree pause; a resume that failed on an earlier decision
-            if jid in acted and verdict.state == "run":
-                continue
-            try:
-                if verdict.state == "paused" and verdict.via == "tree":
-                    self.actuator.pause_tree(self._target(records[jid], view))
-                elif verdict.state == "run" and self.actuator.tree_paused(jid):
-                    for failure in self.actuator.resume_entries(self.actuator.tree_paused(jid)):
-                        failures.append((jid, f"resume failed: {failure}"))
-            except PluginFailed as exc:
-                failures.append((jid, f"pause failed: {exc}"))
+        resuming = [e for jid in resumes if jid in records for e in self.actuator.tree_paused(jid)]
+        if resuming:
+            messages = self.actuator.resume_entries(resuming)
+            still = {e.job_id for e in resuming if e.key in self.actuator.paused}
+            for jid in sorted(still):
+                failures.extend((jid, f"resume failed: {m}") for m in messages)
         for rel in decision.releases:
             reading = self.sources.state((rel.rule_id, BUSY))  # the model names it last listed
             self.tenants.release(rel, reading.models if reading else ())

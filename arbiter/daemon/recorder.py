@@ -8,7 +8,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from arbiter.engine import codes
@@ -48,11 +48,17 @@ class Recorder:
     def write(self, fn: Write) -> None:
         self._queue.put(("write", fn))
 
-    def paused(self, op: str, entry: PausedEntry) -> None:
-        if op == "pause":
-            self.write(lambda db: Store.put_paused(db, entry))
-        else:
-            self.write(lambda db: Store.drop_paused(db, entry.key))
+    def paused(self, op: str, entries: Sequence[PausedEntry]) -> None:
+        kept = tuple(entries)
+
+        def write(db: sqlite3.Connection) -> None:
+            for entry in kept:
+                if op == "pause":
+                    Store.put_paused(db, entry)
+                else:
+                    Store.drop_paused(db, entry.key)
+
+        self.write(write)
 
     def flush(self, timeout: float = 5.0) -> None:
         done = threading.Event()

@@ -91,7 +91,7 @@ def resume_recorded(cfg: NodeConfig) -> tuple[int, list[str]]:
         except PluginLoadError as exc:
             raise CliError(str(exc), 2) from None
         journal = PausedJournal(journal_path)
-        actuator = Actuator(host, make_translators(cfg, host), journal, lambda op, entry: None)
+        actuator = Actuator(host, make_translators(cfg, host), journal, lambda op, entries: None)
         failures = actuator.resume_entries(list(entries.values()))
         if not failures:
             store.clear_paused()
