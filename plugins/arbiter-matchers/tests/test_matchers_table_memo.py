@@ -15,7 +15,8 @@ import pytest
 
 from arbiter.plugin import ProcessInfo
 from arbiter_matchers.process import ProcessMatcher, ProcessOptions
-from arbiter_matchers.table import TableMemo, process_table
+from arbiter_matchers import table
+from arbiter_matchers.table import CMDLINE_RECHECK_SCANS, TableMemo, process_table
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the memo serves the /proc table")
 
@@ -66,6 +67,57 @@ def test_an_exec_is_seen_by_the_memo_and_by_the_matcher() -> None:
         assert after.name == "sleep" and after.start_time == before.start_time
         assert after.exe.endswith("sleep")
         assert child.pid in matcher.select(memo.table())
+    finally:
+        child.kill()
+        child.wait()
+        if os.path.exists(flag):
+            os.unlink(flag)
+
+
+def test_an_exec_of_the_same_program_with_other_arguments_is_seen_at_the_next_scan() -> None:
+    # python execs python: the name, the pid and the start time stay; the address space does not
+    code = "import os, sys, time; time.sleep(0.3); os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', 'second'])"
+    child = subprocess.Popen([sys.executable, "-c", code, "first"])
+    try:
+        memo = TableMemo()
+        before = until(memo, child.pid, lambda p: p.cmdline[-1:] == ("first",))
+        scans = 0
+        while find(memo.table(), child.pid).cmdline[-1:] != ("second",):
+            scans += 1
+            assert scans < 500, "the exec was never seen"
+            time.sleep(0.002)
+        after = find(memo.table(), child.pid)
+        assert after.name == before.name and after.start_time == before.start_time
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what setproctitle does: new bytes over the old argv, nothing else about the process changes
+    code = (
+        "import os, sys, time\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n"
+        "f = open('/proc/self/stat', 'rb').read(); fields = f[f.rfind(b')') + 2:].split()\n"
+        "start, end = int(fields[48 - 3]), int(fields[49 - 3])\n"
+        "title = b'renamed-by-title'.ljust(end - start, b'\\0')[: end - start]\n"
+        "with open('/proc/self/mem', 'r+b', buffering=0) as mem: mem.seek(start); mem.write(title)\n"
+        "time.sleep(60)\n"
+    )
+    flag = f"/tmp/arbiter-title-{os.getpid()}"
+    child = subprocess.Popen([sys.executable, "-c", code, flag, "x" * 40])
+    try:
+        memo = TableMemo()
+        until(memo, child.pid, lambda p: flag in p.cmdline)
+        for _ in range(10):
+            memo.table()  # settled: every scan now finds it unchanged
+        open(flag, "w").close()
+        time.sleep(0.5)  # rewritten by now
+        with monkeypatch.context() as m:  # nothing else changed: without the recheck it stays unseen
+            m.setattr(table, "CMDLINE_RECHECK_SCANS", 10**9)
+            assert all(find(memo.table(), child.pid).cmdline[:1] != ("renamed-by-title",) for _ in range(8))
+        seen = [find(memo.table(), child.pid).cmdline for _ in range(CMDLINE_RECHECK_SCANS)]
+        assert seen[-1][:1] == ("renamed-by-title",), seen
     finally:
         child.kill()
         child.wait()

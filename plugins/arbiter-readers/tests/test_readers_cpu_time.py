@@ -103,10 +103,32 @@ def test_not_readable_without_stand_in_gpu(tmp_path: Path, busy: int) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_linux_fast_path_agrees_with_psutil() -> None:
-    from arbiter_readers.cpu_time import _proc_stat_busy_ns
-    end = time.process_time() + 0.2
-    while time.process_time() < end:
-        pass
-    ours = _proc_stat_busy_ns(os.getpid(), 1e9 / os.sysconf("SC_CLK_TCK"))
-    t = psutil.Process().cpu_times()
-    assert ours is not None and abs(ours / 1e9 - (t.user + t.system)) < 0.05
+    from arbiter_readers.cpu_time import _busy_ns_of, _StatFiles
+    files = _StatFiles(limit=1)
+    for _ in range(3):  # the first read opens and keeps the descriptor, the next re-read it
+        end = time.process_time() + 0.1
+        while time.process_time() < end:
+            pass
+        ours = _busy_ns_of(files.read(os.getpid()), 1e9 / os.sysconf("SC_CLK_TCK"))
+        t = psutil.Process().cpu_times()
+        assert ours is not None and abs(ours / 1e9 - (t.user + t.system)) < 0.05
+    assert list(files.fds) == [os.getpid()]
+    files.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_kept_descriptor_reads_nothing_once_its_process_is_gone_and_the_limit_holds() -> None:
+    from arbiter_readers.cpu_time import _StatFiles
+    files = _StatFiles(limit=1)
+    first, second = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+    try:
+        assert files.read(first.pid) and files.read(second.pid)
+        assert list(files.fds) == [first.pid]  # only one kept; the other was opened and closed
+        first.kill()
+        first.wait()  # reaped: its pid may now name another process, never through this descriptor
+        assert files.read(first.pid) is None and files.fds == {}
+        files.keep_only([second.pid])
+    finally:
+        second.kill()
+        second.wait()
+        files.close()

@@ -47,34 +47,46 @@ def state_code(status: str) -> str:
     return status[:1].upper()
 
 
+#: a process that looks unchanged has its command line read again on one scan in this many
+#: (spread by pid): a program that rewrites its argv in place (setproctitle) changes nothing
+#: else the scan sees
+CMDLINE_RECHECK_SCANS = 4
+
+
 @dataclass(frozen=True)
 class _Seen:
     """What one scan read of a process, to spare the next scan re-reading what cannot have
-    changed: ``status`` (the real uid; the dearest file to read) and the ``exe`` link."""
+    changed: ``status`` (the real uid; the dearest file to read), the ``exe`` link, and
+    mostly the command line."""
 
     start: bytes  # its start time in clock ticks, as ``stat`` gives it
     comm: bytes  # an exec changes it (the kernel sets it to the new program's name)
     owner: int  # owner of /proc/PID: its effective uid, changed by any setuid that matters
+    vsize: bytes  # an exec replaces the address space: its size all but surely changes
     cmdline: bytes  # an exec (or setproctitle) changes it
     info: ProcessInfo
 
 
 class TableMemo:
     """Processes as the last scan read them, keyed by pid.  A process whose start time,
-    name, /proc owner and command line are all as before is the same program under the same
-    uid: its uid and executable are taken from the memo, and when its state and parent are
-    the same too, the very same :class:`ProcessInfo` is returned (matchers may then reuse
-    their verdict on it).  Anything else is read afresh."""
+    name, /proc owner and address-space size are as before is the same program under the
+    same uid: its uid and executable are taken from the memo, and so is its command line,
+    except on one scan in :data:`CMDLINE_RECHECK_SCANS`, when it is read again and must
+    match too.  When its state and parent are the same as well, the very same
+    :class:`ProcessInfo` is returned (matchers may then reuse their verdict on it).
+    Anything else is read afresh."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}
+        self._scans = 0
 
     def table(self) -> list[ProcessInfo]:
         with self._lock:
             seen, fresh = self._seen, {}
+            self._scans += 1
             try:
-                table = proc_table(seen, fresh)
+                table = proc_table(seen, fresh, self._scans)
             finally:
                 self._seen = fresh  # vanished pids are forgotten: a reused pid is read afresh
             return table
@@ -123,9 +135,11 @@ def psutil_table() -> list[ProcessInfo]:
     return table
 
 
-def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None) -> list[ProcessInfo]:
+def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None,
+               scan: int = 0) -> list[ProcessInfo]:
     """The table read from ``/proc`` (Linux).  Raises OSError when ``/proc`` is unusable.
-    ``seen``: what a previous scan read (see :class:`TableMemo`); ``fresh`` gets this one's."""
+    ``seen``: what a previous scan read (see :class:`TableMemo`); ``fresh`` gets this one's;
+    ``scan`` counts the memo's scans."""
     boot_time = _boot_time()
     ticks = os.sysconf("SC_CLK_TCK")
     usernames: dict[int, str] = {}
@@ -133,7 +147,7 @@ def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | N
     for entry in os.listdir(_PROC):
         if not entry.isdigit():
             continue
-        info = _read_proc(entry, boot_time, ticks, usernames, seen, fresh)
+        info = _read_proc(entry, boot_time, ticks, usernames, seen, fresh, scan)
         if info is not None:
             table.append(info)
     table.sort(key=lambda p: p.pid)
@@ -141,7 +155,8 @@ def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | N
 
 
 def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, str],
-               seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None) -> ProcessInfo | None:
+               seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None,
+               scan: int = 0) -> ProcessInfo | None:
     base = f"{_PROC}/{entry}"
     stat, owner = _read_owned(f"{base}/stat")
     if not stat:
@@ -149,25 +164,29 @@ def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, st
     # The name sits between the first "(" and the last ")" and may itself hold either.
     lpar = stat.find(b"(")
     rpar = stat.rfind(b")")
-    fields = stat[rpar + 2 :].split(None, 20)  # fields up to the start time (the 22nd) are used
-    if lpar < 0 or rpar < 0 or len(fields) < 20:
+    fields = stat[rpar + 2 :].split(None, 21)  # fields up to vsize (the 23rd) are used
+    if lpar < 0 or rpar < 0 or len(fields) < 21:
         return None
-    raw_cmdline = _read(f"{base}/cmdline") or b""
-    if seen is not None and fresh is not None:
-        comm = stat[lpar + 1 : rpar]
-        before = seen.get(entry)
-        if before is not None and before.start == fields[19] and before.comm == comm and before.owner == owner \
-                and before.cmdline == raw_cmdline:
+    if seen is None or fresh is None:
+        return _parse_proc(base, stat, lpar, rpar, fields, _read(f"{base}/cmdline") or b"", boot_time, ticks, usernames)
+    comm, vsize = stat[lpar + 1 : rpar], fields[20]
+    before = seen.get(entry)
+    if before is not None and (before.start, before.comm, before.owner, before.vsize) == (fields[19], comm, owner, vsize):
+        recheck = (scan + int(entry)) % CMDLINE_RECHECK_SCANS == 0
+        raw_cmdline = (_read(f"{base}/cmdline") or b"") if recheck else before.cmdline
+        if raw_cmdline == before.cmdline:
             info = before.info
-            if info.state != fields[0].decode(errors="replace") or info.ppid != int(fields[1]):
-                info = replace(info, state=fields[0].decode(errors="replace"), ppid=int(fields[1]))
+            state, ppid = fields[0].decode(errors="replace"), int(fields[1])
+            if info.state != state or info.ppid != ppid:
+                info = replace(info, state=state, ppid=ppid)
             fresh[entry] = replace(before, info=info) if info is not before.info else before
             return info
-        info = _parse_proc(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
-        if info is not None:
-            fresh[entry] = _Seen(fields[19], comm, owner, raw_cmdline, info)
-        return info
-    return _parse_proc(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
+    else:
+        raw_cmdline = _read(f"{base}/cmdline") or b""
+    info = _parse_proc(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
+    if info is not None:
+        fresh[entry] = _Seen(fields[19], comm, owner, vsize, raw_cmdline, info)
+    return info
 
 
 def _parse_proc(base: str, stat: bytes, lpar: int, rpar: int, fields: list[bytes], raw_cmdline: bytes, boot_time: float,

@@ -9,45 +9,105 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Collection
 from typing import Literal
 
 import psutil
-from arbiter.plugin import GpuReading, KindOptions, ProcessGpu, Reader
+from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader
 from pydantic import Field
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not a POSIX host
+    resource = None  # type: ignore[assignment]
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
 ENGINE = "cpu"
 _LINUX = sys.platform.startswith("linux")
 
 
-def _proc_stat_busy_ns(pid: int, ns_per_tick: float) -> int | None:
-    """utime + stime from ``/proc/PID/stat`` (fields 14 and 15), or None when it is gone or a zombie.
+def _busy_ns_of(data: bytes | None, ns_per_tick: float) -> int | None:
+    """utime + stime (fields 14 and 15) of a ``stat`` line, or None when there is none or
+    it is a zombie's."""
+    if not data:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split(None, 13)  # the name in parentheses may hold spaces
+    if len(fields) < 13 or fields[0] == b"Z":
+        return None
+    return round((int(fields[11]) + int(fields[12])) * ns_per_tick)
 
-    One read per process: psutil takes about five times as long for the same numbers, and
-    the daemon reads every protected process and job on each tick.
-    """
-    return _proc_stat_busy_ns_path(f"/proc/{pid}/stat", ns_per_tick)
+
+class _StatFiles:
+    """``/proc/PID/stat`` descriptors kept open between reads and read again with one
+    ``pread``: the daemon reads every protected process and job on each tick, and the open
+    and close cost more than the read.  A kept descriptor names its process, never a later
+    one with the same pid: once the process is gone it reads nothing, and is closed.  At
+    most ``limit`` are kept (a share of the open-file limit); the rest are opened per read."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.fds: dict[int, int] = {}
+
+    def read(self, pid: int) -> bytes | None:
+        fd = self.fds.get(pid)
+        if fd is not None:
+            try:
+                data = os.pread(fd, 4096, 0)  # a stat line is a few hundred bytes
+            except OSError:
+                data = b""
+            if data:
+                return data
+            del self.fds[pid]
+            os.close(fd)
+            return None  # gone (a new process under its pid is opened afresh on the next read)
+        try:
+            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            data = b""
+        if data and len(self.fds) < self.limit:
+            self.fds[pid] = fd
+        else:
+            os.close(fd)
+        return data or None
+
+    def keep_only(self, pids: Collection[int]) -> None:
+        """Close what was kept for pids no longer asked about."""
+        for pid in [p for p in self.fds if p not in pids]:
+            os.close(self.fds.pop(pid))
+
+    def close(self) -> None:
+        self.keep_only(())
+
+
+def _kept_limit() -> int:
+    if resource is None:
+        return 0
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 0
+    # a quarter of what the daemon may open: its sockets, watches and children need the rest
+    return 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
 
 
 def _proc_stat_busy_ns_path(path: str, ns_per_tick: float) -> int | None:
-    # os.open/os.read rather than a buffered file object: with a thousand processes under
-    # rules this runs a thousand times a tick, and the file object cost as much as the read
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        data = os.read(fd, 4096)  # a stat line is a few hundred bytes
+        data = os.read(fd, 4096)
     except OSError:
         return None
     finally:
         os.close(fd)
-    fields = data[data.rfind(b")") + 2 :].split(None, 13)  # the name in parentheses may hold spaces
-    if len(fields) < 13 or fields[0] == b"Z":
-        return None
-    return round((int(fields[11]) + int(fields[12])) * ns_per_tick)
+    return _busy_ns_of(data, ns_per_tick)
 
 
 def _threads_busy_ns(pid: int, ns_per_tick: float) -> dict[str, int]:
@@ -76,6 +136,14 @@ class CpuTimeReader(Reader):
     Options = CpuTimeOptions
     stand_in = True
 
+    def __init__(self, options: KindOptions, context: PluginContext) -> None:
+        super().__init__(options, context)
+        self._lock = threading.Lock()
+        self._files = _StatFiles(_kept_limit() if _LINUX else 0)
+
+    def __del__(self) -> None:
+        self._files.close()
+
     def read(self, pids: Collection[int]) -> GpuReading:
         if not self.context.stand_in_gpu:
             return GpuReading(readable=False, at_ns=time.monotonic_ns(), device="cpu", why=NOT_ALLOWED)
@@ -83,15 +151,19 @@ class CpuTimeReader(Reader):
         processes: dict[int, ProcessGpu] = {}
         if _LINUX:
             ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
-            for pid in pids:
-                if self.options.threads:  # type: ignore[attr-defined]
+            if self.options.threads:  # type: ignore[attr-defined]
+                for pid in pids:
                     engines = _threads_busy_ns(pid, ns_per_tick)
                     if engines:
                         processes[pid] = ProcessGpu(busy_ns=engines)
-                    continue
-                busy = _proc_stat_busy_ns(pid, ns_per_tick)
-                if busy is not None:
-                    processes[pid] = ProcessGpu(busy_ns={ENGINE: busy})
+                return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)
+            with self._lock:
+                asked = set(pids)
+                self._files.keep_only(asked)
+                for pid in asked:
+                    busy = _busy_ns_of(self._files.read(pid), ns_per_tick)
+                    if busy is not None:
+                        processes[pid] = ProcessGpu(busy_ns={ENGINE: busy})
             return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)
         for pid in pids:
             try:
