@@ -1,7 +1,9 @@
 """A protected stand-in: works in frames on the CPU and logs each to a JSONL file.
 
 Each frame is ``--step-s`` of work then ``--gap-s`` idle (a program that leaves part of its
-core free, as a renderer or a game does).  While ``--idle-flag`` exists it idles (as a program
+core free, as a renderer or a game does).  With ``--frame-s`` the frames are paced as a game
+paces them: each is ``--step-s`` of CPU time, then it waits for the next frame's start; a
+frame that overruns its slot is late, and the next starts at once (no catching up).  While ``--idle-flag`` exists it idles (as a program
 between bursts would).  ``--slow-file`` slows it on purpose: while it holds a number x, each
 frame idles x times the frame's length more.  Phases are written to the same file by
 whoever drives it (``status`` events with ``state.phase``).
@@ -31,6 +33,15 @@ def work(seconds: float) -> None:
         x += 1
 
 
+def work_cpu(seconds: float) -> None:
+    """``seconds`` of this thread's CPU time: under contention it takes longer, as a frame's
+    fixed work does."""
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+
+
 def _slowdown(path: str) -> float:
     try:
         with open(path) as fh:
@@ -45,6 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-flag", default="", help="idle while this file exists")
     parser.add_argument("--step-s", type=float, default=0.02, help="CPU time of one step")
     parser.add_argument("--gap-s", type=float, default=0.0, help="idle after each step")
+    parser.add_argument("--frame-s", type=float, default=0.0,
+                        help="pace frames to this period, each --step-s of CPU time (--gap-s is then unused)")
     parser.add_argument("--slow-file", default="", help="while it holds x, each frame idles x times longer")
     parser.add_argument("--no-pin", action="store_true", help="do not pin to the first CPU")
     parser.add_argument("--seconds", type=float, default=0, help="exit after this long (0: run until killed)")
@@ -54,13 +67,24 @@ def main(argv: list[str] | None = None) -> None:
     started = time.monotonic()
     fd = os.open(args.events, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     step = 0
+    frame_at = time.monotonic()
     while not args.seconds or time.monotonic() - started < args.seconds:
         if args.idle_flag and os.path.exists(args.idle_flag):
             time.sleep(0.1)
+            frame_at = time.monotonic()
             continue
-        work(args.step_s)
-        if args.gap_s:
-            time.sleep(args.gap_s)
+        if args.frame_s:
+            work_cpu(args.step_s)
+            frame_at += args.frame_s
+            now = time.monotonic()
+            if frame_at > now:
+                time.sleep(frame_at - now)
+            else:
+                frame_at = now  # late: the next frame starts now
+        else:
+            work(args.step_s)
+            if args.gap_s:
+                time.sleep(args.gap_s)
         if args.slow_file:
             time.sleep((args.step_s + args.gap_s) * _slowdown(args.slow_file))
         step += 1
