@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.reaction import percentile as pct
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -38,11 +39,6 @@ def call(url: str, body: dict[str, Any] | None = None) -> Any:
     with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - 127.0.0.1 only
         raw = answer.read()
     return json.loads(raw) if raw else None
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
 def fake(node: LocalNode, root: Path, program: str, *args: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -35,7 +36,9 @@ from typing import Any
 
 import psutil
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter.demo.node import LocalNode
+from arbiter_testing.reaction import percentile as pct
+from arbiter_testing.reaction import phase_reactions
 
 GOAL_TICK_MS = 50.0
 GOAL_RSS_MIB = 100.0
@@ -68,33 +71,13 @@ while True:
 """
 
 
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
-
-
 def fast_path(node: LocalNode, phases: Path, pid: int, changes: int, seed: int) -> list[float]:
     """Phase written → the job's process seen stopped (or continued), in ms."""
-    import random
-
-    rng = random.Random(seed)
-    proc = psutil.Process(pid)
-    out = []
-    for i in range(changes):
-        time.sleep(rng.uniform(0.2, 0.5))
-        on = i % 2 == 0
-        started = time.monotonic()
-        with open(phases, "a") as fh:
-            fh.write(json.dumps({"event": "status", "phase": "on" if on else "off"}) + "\n")
-        while (proc.status() == psutil.STATUS_STOPPED) != on:
-            if time.monotonic() - started > 10:
-                raise RuntimeError(f"the job did not react within 10 s\n{node.log()}")
-            time.sleep(0.0002)  # a light poll: the box has two cores and the daemon needs one
-        out.append(1000 * (time.monotonic() - started))
-    if len(out) % 2:  # leave it running
-        with open(phases, "a") as fh:
-            fh.write(json.dumps({"event": "status", "phase": "off"}) + "\n")
-    return out
+    try:
+        # a light poll: the box has two cores and the daemon needs one
+        return phase_reactions(phases, pid, changes, random.Random(seed), poll_s=0.0002)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}\n{node.log()}") from None
 
 
 def load_rules(node: LocalNode, root: Path, rules: int, groups: int) -> None:

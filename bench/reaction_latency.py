@@ -13,22 +13,15 @@ source (write seen → decided and signalled), and the same for a rule that is n
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import psutil
-
 from arbiter.demo.node import PYTHON, LocalNode
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(p * len(values)))]
+from arbiter_testing.reaction import percentile as pct
+from arbiter_testing.reaction import phase_reactions
 
 
 def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], dict]:
@@ -47,18 +40,7 @@ def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], 
         node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain", stderr=subprocess.DEVNULL)
         pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
         node.wait_for(lambda: node.status()["rules"][0]["running"])
-        proc = psutil.Process(pid)
-        latencies = []
-        for i in range(changes):
-            time.sleep(random.uniform(0.2, 0.6))
-            on = i % 2 == 0
-            started = time.monotonic()
-            with open(events, "a") as fh:
-                fh.write(json.dumps({"event": "status", "phase": "on" if on else "off"}) + "\n")
-            while (proc.status() == psutil.STATUS_STOPPED) != on:
-                if time.monotonic() - started > 10:
-                    raise RuntimeError("the job did not react within 10 s")
-            latencies.append(1000 * (time.monotonic() - started))
+        latencies = phase_reactions(events, pid, changes, random.Random())
         return latencies, node.status()["rules"][0]["sources"][0]["latency"]
     finally:
         node.close()

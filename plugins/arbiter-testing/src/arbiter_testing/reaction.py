@@ -1,0 +1,47 @@
+"""The reaction to a phase, seen from outside the daemon: what the benches measure."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import psutil
+
+
+def percentile(values: list[float], p: float) -> float:
+    """The value below which a share ``p`` of ``values`` lies (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def phase_reactions(events: Path, pid: int, changes: int, rng: random.Random, poll_s: float = 0.0,
+                    timeout_s: float = 10.0) -> list[float]:
+    """Append phase lines (``{"event": "status", "phase": "on"|"off"}``, on first) to the
+    watched file ``events`` at random gaps; for each, the ms from the write until process
+    ``pid`` is seen stopped (on) or running again (off).  It ends with the phase off.
+
+    ``poll_s``: how long to sleep between looks (0: look without pause; on a two-core host
+    under load a light poll leaves the daemon its core)."""
+    proc = psutil.Process(pid)
+    out: list[float] = []
+    for i in range(changes):
+        time.sleep(rng.uniform(0.2, 0.5))
+        on = i % 2 == 0
+        started = time.monotonic()
+        _write_phase(events, "on" if on else "off")
+        while (proc.status() == psutil.STATUS_STOPPED) != on:
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"pid {pid} did not react to the phase within {timeout_s:g}s")
+            if poll_s:
+                time.sleep(poll_s)
+        out.append(1000 * (time.monotonic() - started))
+    if len(out) % 2:
+        _write_phase(events, "off")
+    return out
+
+
+def _write_phase(events: Path, phase: str) -> None:
+    with open(events, "a") as fh:
+        fh.write(json.dumps({"event": "status", "phase": phase}) + "\n")
