@@ -18,16 +18,11 @@ import pytest
 from pydantic import ValidationError
 
 from arbiter.plugin import PluginContext
+from arbiter_testing.fake_nvml import FakeNVMLError, FakePynvmlBase
 from arbiter_readers.nvml import NOT_AVAILABLE, NOT_INSTALLED_WHY, NvmlReader, integrate, sample_utils
 
 GiB = 1 << 30
 T0 = 1_722_000_000_000_000  # µs: when the reader started NVML
-
-
-class FakeNVMLError(Exception):
-    def __init__(self, value: int) -> None:
-        super().__init__({3: "Not Supported", 6: "Not Found", 9: "Driver Not Loaded"}.get(value, f"error {value}"))
-        self.value = value
 
 
 def sample(pid: int, at_us: int, sm: int = 0, enc: int = 0, dec: int = 0, mem: int = 0) -> SimpleNamespace:
@@ -50,28 +45,12 @@ class FakeGpu:
     free: int = 60 * GiB
 
 
-class FakePynvml:
+class FakePynvml(FakePynvmlBase):
     """Stands in for the ``pynvml`` module."""
 
-    NVML_ERROR_NOT_FOUND = 6
-    NVMLError = FakeNVMLError
-
     def __init__(self, gpus: Sequence[FakeGpu], init_error: int | None = None) -> None:
-        self.gpus = list(gpus)
-        self.init_error = init_error
-        self.inits = self.shutdowns = 0
+        super().__init__(gpus, init_error)
         self.asked: list[tuple[int, int]] = []  # (device, lastSeenTimeStamp) per utilisation call
-
-    def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise FakeNVMLError(self.init_error)
-        self.inits += 1
-
-    def nvmlShutdown(self) -> None:
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index

@@ -17,20 +17,10 @@ import pytest
 from pydantic import ValidationError
 
 from arbiter.plugin import ActionResult, PluginContext, PluginError, Translator
+from arbiter_testing.fake_nvml import (DRIVER_NOT_LOADED, INVALID_ARGUMENT, LIBRARY_NOT_FOUND, NO_PERMISSION,
+                                       NOT_SUPPORTED, FakeNVMLError, FakePynvmlBase)
 from arbiter_translators import GpuProfileTranslator, arbiter_register_translators
 from arbiter_translators.gpu_profile import NOT_INSTALLED, ROOT_HINT
-
-NO_PERMISSION, NOT_SUPPORTED, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND, INVALID_ARGUMENT = 4, 3, 9, 12, 2
-
-
-class FakeNVMLError(Exception):
-    NAMES = {2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
-             9: "Driver Not Loaded", 12: "NVML Shared Library Not Found"}
-
-    def __init__(self, value: int) -> None:
-        super().__init__(self.NAMES.get(value, f"error {value}"))
-        self.value = value
-
 
 class FakeGpu:
     def __init__(self, limit_mw: int = 300_000, default_mw: int = 350_000,
@@ -46,35 +36,16 @@ class FakeGpu:
         self.unreadable_limit = False
 
 
-class FakePynvml:
+class FakePynvml(FakePynvmlBase):
     """Stands in for the ``pynvml`` module."""
 
-    NVMLError = FakeNVMLError
-    NVML_ERROR_NO_PERMISSION = NO_PERMISSION
-    NVML_ERROR_NOT_SUPPORTED = NOT_SUPPORTED
-    NVML_ERROR_DRIVER_NOT_LOADED = DRIVER_NOT_LOADED
-    NVML_ERROR_LIBRARY_NOT_FOUND = LIBRARY_NOT_FOUND
-    NVML_ERROR_INVALID_ARGUMENT = INVALID_ARGUMENT
     NVML_CLOCK_GRAPHICS = 0
     NVML_CLOCK_MEM = 2
 
     def __init__(self, gpus: Iterable[FakeGpu] = (), root: bool = True, init_error: int | None = None) -> None:
-        self.gpus = list(gpus) or [FakeGpu()]
+        super().__init__(list(gpus) or [FakeGpu()], init_error)
         self.root = root
-        self.init_error = init_error
-        self.inits = self.shutdowns = 0
         self.changes: list[tuple[Any, ...]] = []
-
-    def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise FakeNVMLError(self.init_error)
-        self.inits += 1
-
-    def nvmlShutdown(self) -> None:
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
         if not 0 <= index < len(self.gpus):
