@@ -16,36 +16,19 @@ tick of the busy probe.  Also shown: how long the render itself was starved.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter.demo.node import LocalNode
 from arbiter_testing.reaction import percentile as pct
+from arbiter_testing.tenants import http_json, start_fake
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
-
-
-def call(url: str, body: dict[str, Any] | None = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - 127.0.0.1 only
-        raw = answer.read()
-    return json.loads(raw) if raw else None
-
-
-def fake(node: LocalNode, root: Path, program: str, *args: str) -> dict[str, Any]:
-    ready = root / f"{program}.ready"
-    node.spawn([PYTHON, "-m", "arbiter_testing.fake_servers", program, "--state-file", str(root / "vram.json"),
-                "--ready-file", str(ready), "--total-gb", "16", *args], stderr=subprocess.DEVNULL)
-    return node.wait_for(lambda: ready.exists() and json.loads(ready.read_text()))  # type: ignore[no-any-return]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
     shares, starved, totals, own = [], [], [], []
     try:
-        llm = fake(node, root, "llm", "--model", "mistral:latest=13", "--unload-s", str(args.unload_s))
-        diffusion = fake(node, root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.3",
+        board = root / "vram.json"
+        llm = start_fake(node, board, root, "llm", "--model", "mistral:latest=13", "--unload-s", str(args.unload_s))
+        diffusion = start_fake(node, board, root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.3",
                          "--starved-s", "5")
         node.add_rule("my-llm", {"extends": "llm-server", "match": {"name": [], "cmdline": ["fake_servers llm"]},
                                  "busy": {"url": f"{llm['url']}/api/ps"}, "release": {"url": f"{llm['url']}/api/generate"}})
@@ -77,17 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         node.start()
         offset = time.time() - time.monotonic()  # the fakes' monotonic clock is this machine's
         for i in range(args.rounds):
-            call(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})
+            http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})
             node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == "llm-server")["vram_bytes"] == 13 * GIB,
                           timeout=30)
             time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it loaded
             before = len(node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
             queued = time.time()
-            call(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
+            http_json(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
             done = node.wait_for(lambda: (ev := node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
                                  and len(ev) > before and ev[-1], timeout=60)
-            unload = call(f"{llm['url']}/debug/unloads")[-1]
-            run = node.wait_for(lambda: len(runs := call(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30)
+            unload = http_json(f"{llm['url']}/debug/unloads")[-1]
+            run = node.wait_for(lambda: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30)
             total = done["t"] - queued
             totals.append(total * 1000)
             own.append(unload["own_s"] * 1000)

@@ -8,37 +8,17 @@ memory, and its run takes the short time, not the starved one."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.tenants import http_json, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
-
-
-def post(url: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - 127.0.0.1 only
-        raw = answer.read()
-    return json.loads(raw) if raw else None
-
-
-def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - 127.0.0.1 only
-        return json.loads(answer.read())
-
-
-def fake(node: LocalNode, tmp_path: Path, program: str, *args: str) -> dict[str, Any]:
-    ready = tmp_path / f"{program}.ready"
-    node.spawn([PYTHON, "-m", "arbiter_testing.fake_servers", program, "--state-file", str(tmp_path / "vram.json"),
-                "--ready-file", str(ready), "--total-gb", "16", *args], stderr=subprocess.DEVNULL)
-    return node.wait_for(lambda: ready.exists() and json.loads(ready.read_text()))  # type: ignore[no-any-return]
 
 
 def handoff_node(tmp_path: Path) -> LocalNode:
@@ -53,8 +33,9 @@ def handoff_node(tmp_path: Path) -> LocalNode:
 def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(tmp_path: Path) -> None:
     node = handoff_node(tmp_path)
     try:
-        llm = fake(node, tmp_path, "llm", "--model", "mistral:latest=13", "--unload-s", "0.2")
-        diffusion = fake(node, tmp_path, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.5",
+        board = tmp_path / "vram.json"
+        llm = start_fake(node, board, tmp_path, "llm", "--model", "mistral:latest=13", "--unload-s", "0.2")
+        diffusion = start_fake(node, board, tmp_path, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.5",
                          "--starved-s", "6")
         node.add_rule("my-llm", {"extends": "llm-server", "match": {"name": [], "cmdline": ["fake_servers llm"]},
                                  "busy": {"url": f"{llm['url']}/api/ps"}, "release": {"url": f"{llm['url']}/api/generate"}})
@@ -64,7 +45,7 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
             "events": {"url": diffusion["ws_url"]},
         })
         node.start()
-        post(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
+        http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
         node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
         status = node.status()
         assert status["vram"]["free_bytes"] is not None and [t["reclaimable"] for t in status["vram"]["tenants"]] == [True, True]
@@ -74,8 +55,8 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
         assert "VRAM: 3.0 GB free of 16.0 GB" in shown.stdout and "13.0" in shown.stdout, shown.stdout
 
         for attempt in (1, 2):
-            post(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
-            run = node.wait_for(lambda: (runs := get(f"{diffusion['url']}/debug/runs")) and len(runs) >= attempt
+            http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
+            run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and len(runs) >= attempt
                                 and runs[attempt - 1], timeout=30)
             print(f"\nrun {attempt}: {run['took_s']:.2f}s, starved {run['starved_s']:.2f}s")
             # the short time, not the starved 6 s
@@ -84,7 +65,7 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
             assert len(released) >= attempt
             # the LLM server reloads two seconds after yielding and is busy again
             time.sleep(2)
-            post(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": "hello"})
+            http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": "hello"})
             node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
         planned = node.events("VRAM_HANDOFF_PLANNED", subject="diffusion-server")
         requested = [e for e in node.events("VRAM_RELEASE_REQUESTED", subject="llm-server") if e["data"]["why"] == "handoff"]

@@ -7,35 +7,17 @@ fleet work stays paused while the protected program renders, and nothing else is
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from arbiter.demo.node import PYTHON
+from arbiter_testing.tenants import http_json, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
-
-
-def post(url: str, body: dict[str, Any]) -> Any:
-    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - 127.0.0.1 only
-        raw = answer.read()
-    return json.loads(raw) if raw else None
-
-
-def fake(scene: Any, program: str, *args: str) -> dict[str, Any]:
-    ready = scene.root / f"{program}.ready"
-    proc = scene.node.spawn([PYTHON, "-m", "arbiter_testing.fake_servers", program, "--state-file", str(scene.gpu_file),
-                             "--ready-file", str(ready), "--total-gb", "16", *args], stderr=subprocess.DEVNULL)
-    info: dict[str, Any] = scene.node.wait_for(lambda: ready.exists() and json.loads(ready.read_text()), timeout=30)
-    return {**info, "proc": proc}
 
 
 @pytest.mark.parametrize("fault", ["500", "hang"])
@@ -44,8 +26,10 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", scene.node.tenants / f"{name}.yaml")
     scene.protect()
     scene.start()
-    llm = fake(scene, "llm", "--model", "mistral:latest=13", "--release-fault", fault)
-    diffusion = fake(scene, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.5", "--starved-s", "60")
+    llm = start_fake(scene.node, scene.gpu_file, scene.root, "llm", "--model", "mistral:latest=13",
+                     "--release-fault", fault)
+    diffusion = start_fake(scene.node, scene.gpu_file, scene.root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12",
+                           "--fast-s", "0.5", "--starved-s", "60")
     scene.node.add_rule("my-llm", {"extends": "llm-server", "match": {"name": [], "cmdline": ["fake_servers llm"]},
                                    "busy": {"url": f"{llm['url']}/api/ps"},
                                    "release": {"url": f"{llm['url']}/api/generate", "timeout_s": 2}})
@@ -56,11 +40,11 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
         "events": {"url": diffusion["ws_url"]},
     })
     scene.node.call("reload")
-    post(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
+    http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
     scene.node.wait_for(lambda: (r := scene.rule("llm-server")) and r["vram_bytes"] == 13 * GIB, timeout=30)
     scene.run_job("fleet")
 
-    post(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})  # a render short of VRAM
+    http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})  # a render short of VRAM
     failed = scene.node.events("VRAM_RELEASE_FAILED", subject="llm-server", contains="failed")
     expected = "answered HTTP 500" if fault == "500" else "did not answer within 2s"
     assert any(expected in e["message"] for e in failed), failed
