@@ -72,7 +72,7 @@ NODE_STATE_EVERY_S = 60.0
 PROBE_DELAY_S = 60.0
 RELEASE_POLL_S = 0.02
 RELEASE_POLL_FOR_S = 5.0  # a release still pending after this (one queued behind work) waits for ticks
-FAST_SWITCH_S = 0.0001  # the interpreter's switch interval while the daemon runs (see _decide_loop)
+FAST_SWITCH_S = 0.0005  # the interpreter's switch interval while the daemon runs (see _decide_loop)
 CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
 
 
