@@ -99,8 +99,13 @@ class Actuator:
                 self.unconfirmed.discard(entry.key)
         self.persist(op, entries)
 
-    def tree_paused(self, job_id: str) -> list[PausedEntry]:
-        return [e for e in self.paused.values() if e.job_id == job_id and e.how == "tree"]
+    def trees_paused(self) -> dict[str, list[PausedEntry]]:
+        """Each job's paused processes, in one pass (a decision asks for every job's)."""
+        out: dict[str, list[PausedEntry]] = {}
+        for e in self.paused.values():
+            if e.how == "tree":
+                out.setdefault(e.job_id, []).append(e)
+        return out
 
     def apply(self, action: Action, target: JobTarget, seq: int) -> ActResult:
         """A control document, a terminate or a kill (pauses and resumes of process trees go
@@ -117,20 +122,15 @@ class Actuator:
             return ActResult(action, False, str(exc))
         return ActResult(action, True)
 
-    def pause_tree(self, target: JobTarget) -> None:
-        """Pause the processes of ``target`` not paused yet (new children too)."""
-        failed = self.pause_trees([target])
-        if failed:
-            raise failed[target.job_id]
-
     def pause_trees(self, targets: Sequence[JobTarget]) -> dict[str, PluginFailed]:
         """Pause the processes of each target not paused yet (new children too), all in one
         translator call: a phase that pauses fifty jobs must not wait for fifty hand-offs to
         a plugin thread.  Returns, per job whose pause failed, why."""
         work: list[tuple[JobTarget, list[PausedEntry]]] = []
+        paused = self.trees_paused()
         for target in targets:
             # a pause that failed is kept on record (for a resume) but is tried again here
-            done = {e.pid for e in self.tree_paused(target.job_id) if e.key not in self.unconfirmed}
+            done = {e.pid for e in paused.get(target.job_id, ()) if e.key not in self.unconfirmed}
             fresh = tuple(r for r in target.processes if r.pid not in done)
             if fresh:
                 work.append((replace(target, processes=fresh), []))

@@ -650,10 +650,11 @@ class Daemon:
         # caught here, and a resume that failed on an earlier decision is tried again.
         pauses = dict.fromkeys(a.job_id for a in decision.actions if a.op == "pause")
         resumes = dict.fromkeys(a.job_id for a in decision.actions if a.op == "resume")
+        paused = self.actuator.trees_paused()
         for jid, verdict in decision.jobs.items():
             if verdict.state == "paused" and verdict.via == "tree":
                 pauses[jid] = None
-            elif verdict.state == "run" and self.actuator.tree_paused(jid):
+            elif verdict.state == "run" and jid in paused:
                 resumes[jid] = None
         targets = [self._target(records[jid], view) for jid in pauses if jid in records]
         for jid, exc in self.actuator.pause_trees(targets).items():
@@ -671,7 +672,7 @@ class Daemon:
                 failures.append((action.job_id, f"{action.op} failed: {result.detail}"))
                 if action.op == "control":
                     self._failed_controls[action.job_id] = action
-        resuming = [e for jid in resumes if jid in records for e in self.actuator.tree_paused(jid)]
+        resuming = [e for jid in resumes if jid in records for e in paused.get(jid, ())]
         if resuming:
             messages = self.actuator.resume_entries(resuming)
             still = {e.job_id for e in resuming if e.key in self.actuator.paused}

@@ -100,10 +100,3 @@ def test_one_jobs_failure_leaves_the_others_paused_and_it_on_record(tmp_path: Pa
     assert len(translator.threads) == len(sleepers) + 1
     act.resume_entries(list(act.paused.values()))
     assert PausedJournal.replay(journal.path) == {}
-
-
-def test_pause_tree_raises_what_failed(tmp_path: Path, sleepers) -> None:
-    translator = Counting(PluginContext(state_dir=tmp_path), fail_job="solo")
-    act, _, _ = actuator(tmp_path, translator)
-    with pytest.raises(Exception, match="on purpose"):
-        act.pause_tree(target("solo", sleepers[0]))
