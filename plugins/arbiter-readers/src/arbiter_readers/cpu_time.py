@@ -62,15 +62,18 @@ class _StatFiles:
             del self.fds[pid]
             os.close(fd)
             return None  # gone (a new process under its pid is opened afresh on the next read)
+        path = f"/proc/{pid}/stat"
+        if len(self.fds) >= self.limit:
+            return _read_once(path)
         try:
-            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
             data = os.read(fd, 4096)
         except OSError:
             data = b""
-        if data and len(self.fds) < self.limit:
+        if data:
             self.fds[pid] = fd
         else:
             os.close(fd)
@@ -96,18 +99,19 @@ def _kept_limit() -> int:
     return 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
 
 
-def _proc_stat_busy_ns_path(path: str, ns_per_tick: float) -> int | None:
+def _read_once(path: str) -> bytes | None:
+    # os.open/os.read rather than a buffered file object: with a thousand processes under
+    # rules this runs a thousand times a tick, and the file object cost as much as the read
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        data = os.read(fd, 4096)
+        return os.read(fd, 4096)  # a stat line is a few hundred bytes
     except OSError:
         return None
     finally:
         os.close(fd)
-    return _busy_ns_of(data, ns_per_tick)
 
 
 def _threads_busy_ns(pid: int, ns_per_tick: float) -> dict[str, int]:
@@ -118,7 +122,7 @@ def _threads_busy_ns(pid: int, ns_per_tick: float) -> dict[str, int]:
     except OSError:
         return out
     for tid in tids:
-        busy = _proc_stat_busy_ns_path(f"/proc/{pid}/task/{tid}/stat", ns_per_tick)
+        busy = _busy_ns_of(_read_once(f"/proc/{pid}/task/{tid}/stat"), ns_per_tick)
         if busy is not None:
             out[f"thread:{tid}"] = busy
     return out
