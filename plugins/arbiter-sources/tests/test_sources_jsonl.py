@@ -670,6 +670,29 @@ def test_a_symlinked_file_is_heard_while_its_folder_is_busy_with_other_files(tmp
         noise.join()
 
 
+@pytest.mark.parametrize("exists", [True, False], ids=["followed file", "missing file"])
+def test_writes_to_other_files_in_the_folder_do_not_wake_the_watcher(tmp_path: Path, make: Make, exists: bool) -> None:
+    # twenty sources in a folder beside a log written every 5 ms each woke 200 times a second
+    path = tmp_path / "events.jsonl"
+    if exists:
+        path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    wakes = []
+    sort_events = source._sort_events
+    source._sort_events = lambda events: (wakes.append(len(events)), sort_events(events))[1]  # type: ignore[method-assign]
+    rec = started(source)
+    time.sleep(0.05)
+    wakes.clear()
+    for _ in range(100):
+        append(tmp_path / "other.log", "x\n")
+        time.sleep(0.005)
+    assert len(wakes) <= 1, f"woken {len(wakes)} times by 100 writes to another file (the create may wake it once)"
+    written = time.monotonic()
+    append(path, line("status", phase="uploading"))
+    rec.wait_for(phase_is("on"), timeout=3)
+    assert time.monotonic() - written < 0.5
+
+
 def test_a_file_renamed_away_with_nothing_in_its_place_goes_unreadable(
     tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -122,7 +122,8 @@ class FollowedFile(Source):
         self._wake_w: int | None = None
         self._inotify: inotify.Inotify | None = None
         self._kqueue: Kqueue | None = None
-        self._watches: dict[int, str] = {}
+        self._watches: dict[int, str] = {}  # wd → the directory, or the followed file's /proc/self/fd path
+        self._file_wd: int | None = None  # the watch on the followed file itself
         self._watches_stale = True  # the directories to watch may have changed
         self._closed = False
         self._moving: dict[int, str] = {}  # rename cookie -> old name of our file
@@ -188,6 +189,7 @@ class FollowedFile(Source):
                 self._kqueue.close()
                 self._kqueue = None
             self._watches.clear()
+            self._file_wd = None
             for fd in (self._wake_r, self._wake_w):
                 if fd is not None:
                     os.close(fd)
@@ -279,6 +281,7 @@ class FollowedFile(Source):
             self._kqueue = None
         ino, self._inotify = self._inotify, None
         self._watches.clear()
+        self._file_wd = None
         if ino is not None:
             try:
                 poller.unregister(ino.fileno())
@@ -287,26 +290,42 @@ class FollowedFile(Source):
             ino.close()
 
     def _ensure_watches(self, ino: inotify.Inotify) -> bool:
-        """Watch the directories that hold the file; True when one was added."""
+        """Watch the directories that hold the file, and the file itself; True when one was
+        added.  Writes to a named file are heard on the file, not its directory: a watch on
+        the directory wakes for every write to every file there, and twenty sources in one
+        directory beside a log written two hundred times a second cost a core between them."""
         if not self._watches_stale:
             return False
+        directory_events = inotify.DIRECTORY_EVENTS
+        if not self._is_glob:  # a write to another match may make it the newest: globs hear them all
+            directory_events &= ~(inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE)
         wanted = {self._dir}
         if self._fd is not None:
             real = os.path.dirname(os.path.realpath(os.path.join(self._dir, self._name)))
-            wanted.add(real)  # a symlinked file is written in its target's directory
+            wanted.add(real)  # a symlinked file is renamed or replaced in its target's directory
+            if not self._is_glob:
+                wanted.add(f"/proc/self/fd/{self._fd}")  # the descriptor: the path may already name the next file
         have = set(self._watches.values())
         added = False
-        for directory in wanted - have:
+        for path in wanted - have:
+            is_file = path.startswith("/proc/self/fd/")
             try:
-                wd = ino.add_watch(directory, inotify.DIRECTORY_EVENTS | inotify.IN_ONLYDIR)
+                if is_file:
+                    wd = ino.add_watch(path, inotify.FILE_EVENTS)
+                else:
+                    wd = ino.add_watch(path, directory_events | inotify.IN_ONLYDIR)
             except OSError:
                 continue  # missing or unreadable directory: checked on the interval instead
-            self._watches[wd] = directory
+            self._watches[wd] = path
+            if is_file:
+                self._file_wd = wd
             added = True
-        for wd, directory in list(self._watches.items()):
-            if directory not in wanted:
+        for wd, path in list(self._watches.items()):
+            if path not in wanted:
                 ino.rm_watch(wd)
                 del self._watches[wd]
+                if wd == self._file_wd:
+                    self._file_wd = None
         # Retried on every interval until each directory is watched.
         self._watches_stale = set(self._watches.values()) != wanted
         return added
@@ -322,7 +341,12 @@ class FollowedFile(Source):
                 if ev.mask & (inotify.IN_IGNORED | inotify.IN_MOVE_SELF):
                     self._watches.pop(ev.wd, None)
                     self._watches_stale = True
+                    if ev.wd == self._file_wd:
+                        self._file_wd = None
                 relevant = rescan = True
+                continue
+            if ev.wd == self._file_wd:
+                relevant = True  # written: the open file is read, the path need not be looked at
                 continue
             # a symlinked file's writes are reported under its target's name
             ours = bool(self._name) and ev.name in (self._name, self._target_name)
@@ -518,6 +542,11 @@ class FollowedFile(Source):
             self._positions[self._ident] = (self._pos, self._tail)
             while len(self._positions) > _REMEMBERED_FILES:
                 del self._positions[next(iter(self._positions))]
+        if self._file_wd is not None and self._inotify is not None:
+            # the next file may get the same descriptor number, and so the same watch path
+            self._inotify.rm_watch(self._file_wd)
+            self._watches.pop(self._file_wd, None)
+            self._file_wd = None
         os.close(self._fd)
         self._fd, self._ident, self._partial, self._tail, self._discarding = None, None, b"", b"", False
         self._watches_stale = True

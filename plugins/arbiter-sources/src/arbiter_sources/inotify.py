@@ -31,6 +31,9 @@ DIRECTORY_EVENTS = (
     | IN_DELETE_SELF | IN_MOVE_SELF
 )
 
+#: what a watch on the followed file itself asks for: written, renamed or deleted
+FILE_EVENTS = IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
+
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len: struct inotify_event without its name
 
 
