@@ -4,6 +4,7 @@ read afresh; the matcher's verdicts follow."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -123,3 +124,70 @@ def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatc
         child.wait()
         if os.path.exists(flag):
             os.unlink(flag)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_stat_files_are_kept_open_between_scans_and_closed_when_their_process_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    memo = TableMemo()
+    memo.table()
+    kept = dict(memo._stat_fds)
+    assert str(os.getpid()) in kept  # every process listed, this one included
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, *args: int) -> int:
+        opened.append(path)
+        return real_open(path, *args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", counting_open)
+        memo.table()
+    reopened = [p for p in opened if p.endswith("/stat") and p.split("/")[2] in kept]
+    assert not reopened, f"kept stat files were opened again: {reopened[:3]}"
+
+    child = subprocess.Popen(["sleep", "60"])
+    until(memo, child.pid, lambda p: p.name == "sleep")
+    fd = memo._stat_fds[str(child.pid)]
+    child.kill()
+    child.wait()
+    assert all(p.pid != child.pid for p in memo.table())
+    assert str(child.pid) not in memo._stat_fds
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed, not leaked
+
+
+def test_a_kept_stat_file_of_a_gone_process_never_stands_for_the_pid_now() -> None:
+    # a reused pid: the kept descriptor is the old process's, and reads nothing
+    live = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["sleep", "60"])
+    try:
+        memo = TableMemo()
+        until(memo, live.pid, lambda p: p.name == "sleep")
+        stale = os.open(f"/proc/{dead.pid}/stat", os.O_RDONLY)
+        dead.kill()
+        dead.wait()
+        os.close(memo._stat_fds[str(live.pid)])
+        memo._stat_fds[str(live.pid)] = stale  # as if live.pid had been dead's before
+        info = find(memo.table(), live.pid)
+        assert info.name == "sleep" and info == find(process_table(), live.pid)
+        assert os.pread(memo._stat_fds[str(live.pid)], 100, 0).startswith(f"{live.pid} (sleep)".encode())
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_past_the_limit_stat_files_are_read_and_closed_and_the_memo_closes_its_own() -> None:
+    gc.collect()  # earlier memos close theirs
+    before = open_fds()
+    memo = TableMemo()
+    memo._limit = 3
+    full = memo.table()
+    assert len(memo._stat_fds) == 3 and len(full) > 3
+    assert [p.pid for p in memo.table()] == [p.pid for p in full]
+    assert open_fds() == before + 3
+    del memo
+    gc.collect()
+    assert open_fds() == before

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 from dataclasses import dataclass, replace
 
 import psutil
@@ -21,6 +22,10 @@ try:
     import pwd
 except ImportError:  # pragma: no cover - not a POSIX host
     pwd = None  # type: ignore[assignment]
+try:
+    import resource
+except ImportError:  # pragma: no cover - not a POSIX host
+    resource = None  # type: ignore[assignment]
 
 _PSUTIL_ATTRS = ["pid", "ppid", "name", "exe", "cmdline", "uids", "username", "create_time", "status"]
 
@@ -74,22 +79,87 @@ class TableMemo:
     except on one scan in :data:`CMDLINE_RECHECK_SCANS`, when it is read again and must
     match too.  When its state and parent are the same as well, the very same
     :class:`ProcessInfo` is returned (matchers may then reuse their verdict on it).
-    Anything else is read afresh."""
+    Anything else is read afresh.
+
+    Each process's ``stat`` file is kept open between scans (up to a quarter of the
+    open-file limit) and read again in place: opening and closing it cost more than
+    reading it.  A kept descriptor reads nothing once its process has gone, so a reused
+    pid is read through a new one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] = {}
         self._scans = 0
+        self._stat_fds: dict[str, int] = {}  # /proc entry → its stat file, kept open
+        self._limit = _kept_limit()
+        weakref.finalize(self, _close_all, self._stat_fds)
 
     def table(self) -> list[ProcessInfo]:
         with self._lock:
             seen, fresh = self._seen, {}
             self._scans += 1
             try:
-                table = proc_table(seen, fresh, self._scans)
+                table = proc_table(seen, fresh, self._scans, _StatFiles(self._stat_fds, self._limit))
             finally:
                 self._seen = fresh  # vanished pids are forgotten: a reused pid is read afresh
+                for entry in [e for e in self._stat_fds if e not in fresh]:
+                    os.close(self._stat_fds.pop(entry))
             return table
+
+
+@dataclass
+class _StatFiles:
+    """The stat files a memo keeps open, and how many it may."""
+
+    fds: dict[str, int]
+    limit: int
+
+    def read(self, entry: str) -> tuple[bytes | None, int]:
+        """The stat line of /proc/ENTRY and the owner of /proc/ENTRY (-1 when unreadable)."""
+        fd = self.fds.get(entry)
+        if fd is not None:
+            try:
+                data = os.pread(fd, _READ_SIZE, 0)
+                if data:
+                    return data, os.fstat(fd).st_uid
+            except OSError:
+                pass
+            del self.fds[entry]  # its process is gone: the pid, if listed, is another's
+            os.close(fd)
+        if len(self.fds) >= self.limit:
+            return _read_owned(f"{_PROC}/{entry}/stat")
+        try:
+            fd = os.open(f"{_PROC}/{entry}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None, -1
+        try:
+            data, owner = os.read(fd, _READ_SIZE), os.fstat(fd).st_uid
+        except OSError:
+            os.close(fd)
+            return None, -1
+        if data:
+            self.fds[entry] = fd
+        else:
+            os.close(fd)
+        return data, owner
+
+
+def _close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
+
+
+def _kept_limit() -> int:
+    """How many files a memo keeps open: a quarter of the daemon's open-file limit, as its
+    sockets, watches and children need the rest."""
+    if resource is None:
+        return 0
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 0
+    return 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
 
 
 def process_table(memo: TableMemo | None = None) -> list[ProcessInfo]:
@@ -136,10 +206,10 @@ def psutil_table() -> list[ProcessInfo]:
 
 
 def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None,
-               scan: int = 0) -> list[ProcessInfo]:
+               scan: int = 0, stat_files: _StatFiles | None = None) -> list[ProcessInfo]:
     """The table read from ``/proc`` (Linux).  Raises OSError when ``/proc`` is unusable.
     ``seen``: what a previous scan read (see :class:`TableMemo`); ``fresh`` gets this one's;
-    ``scan`` counts the memo's scans."""
+    ``scan`` counts the memo's scans; ``stat_files``, the stat files it keeps open."""
     boot_time = _boot_time()
     ticks = os.sysconf("SC_CLK_TCK")
     usernames: dict[int, str] = {}
@@ -147,7 +217,7 @@ def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | N
     for entry in os.listdir(_PROC):
         if not entry.isdigit():
             continue
-        info = _read_proc(entry, boot_time, ticks, usernames, seen, fresh, scan)
+        info = _read_proc(entry, boot_time, ticks, usernames, seen, fresh, scan, stat_files)
         if info is not None:
             table.append(info)
     table.sort(key=lambda p: p.pid)
@@ -156,9 +226,9 @@ def proc_table(seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | N
 
 def _read_proc(entry: str, boot_time: float, ticks: int, usernames: dict[int, str],
                seen: dict[str, _Seen] | None = None, fresh: dict[str, _Seen] | None = None,
-               scan: int = 0) -> ProcessInfo | None:
+               scan: int = 0, stat_files: _StatFiles | None = None) -> ProcessInfo | None:
     base = f"{_PROC}/{entry}"
-    stat, owner = _read_owned(f"{base}/stat")
+    stat, owner = stat_files.read(entry) if stat_files is not None else _read_owned(f"{base}/stat")
     if not stat:
         return None  # exited since the directory was listed
     # The name sits between the first "(" and the last ")" and may itself hold either.
