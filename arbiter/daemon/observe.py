@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from arbiter.config.models import KindBlock, NodeConfig
-from arbiter.daemon.rules import RuleBook
+from arbiter.daemon.rules import LiveRule, RuleBook
 from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
 from arbiter.plugin import GpuReading, HostSignal, PluginContext, ProcessGpu, ProcessInfo, ProcessRef, Reader
@@ -134,6 +134,46 @@ def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int,
     return out
 
 
+Call = Callable[..., Any]  # PluginHost.call: (label, fn, *args) under a timeout
+
+
+def claim(rules: Iterable[LiveRule], candidates: list[ProcessInfo], call: Call) -> tuple[dict[str, frozenset[int]], dict[str, list[str]]]:
+    """Each rule's processes, and each rule's faults: a process belongs to the first rule
+    (highest priority first) whose matcher selects it.  A matcher is offered only what no
+    earlier rule claimed, except one that judges each process alone, which is offered every
+    candidate and gets what is left of its choice: with a hundred rules, building the list
+    of what is left for each of them cost more than the matching."""
+    rule_pids: dict[str, frozenset[int]] = {}
+    rule_faults: dict[str, list[str]] = {}
+    offered = {p.pid for p in candidates}
+    left, stale = candidates, False  # left: the candidates no rule claimed (stale: rebuild it)
+    for live in rules:
+        rid = live.rule.id
+        rule_faults[rid] = list(live.faults)
+        if live.matcher is None:
+            rule_pids[rid] = frozenset()
+            continue
+        alone = live.matcher.judges_each_process is True
+        if stale and not alone:
+            left, stale = [p for p in candidates if p.pid in offered], False
+        label = f"matchers/{live.rule.match.kind} ({rid})"
+        try:
+            chosen = call(label, live.matcher.select, candidates if alone else left)
+        except PluginFailed as exc:
+            rule_faults[rid].append(str(exc))
+            chosen = set()
+        problem = selection_problem(chosen)
+        if problem:
+            rule_faults[rid].append(f"{label}: returned garbage: {problem}")
+            chosen = set()
+        mine = frozenset(p for p in chosen if p in offered)
+        rule_pids[rid] = mine
+        if mine:
+            offered -= mine
+            stale = True
+    return rule_pids, rule_faults
+
+
 class Observer:
     def __init__(self, config: NodeConfig, host: PluginHost) -> None:
         self.config = config
@@ -253,35 +293,7 @@ class Observer:
             job_processes[job.id] = refs
             fleet.update(r.pid for r in refs)
 
-        # each process belongs to the first rule that claims it, highest priority first
-        claimed: set[int] = set(fleet)
-        rule_pids: dict[str, frozenset[int]] = {}
-        rule_faults: dict[str, list[str]] = {}
-        candidates = [p for p in table if p.pid not in claimed]
-        offered = {p.pid for p in candidates}
-        for live in rulebook.ordered():
-            rid = live.rule.id
-            rule_faults[rid] = list(live.faults)
-            if live.matcher is None:
-                rule_pids[rid] = frozenset()
-                continue
-            label = f"matchers/{live.rule.match.kind} ({rid})"
-            try:
-                chosen = self.host.call(label, live.matcher.select, candidates)
-            except PluginFailed as exc:
-                rule_faults[rid].append(str(exc))
-                chosen = set()
-            problem = selection_problem(chosen)
-            if problem:
-                rule_faults[rid].append(f"{label}: returned garbage: {problem}")
-                chosen = set()
-            mine = frozenset(p for p in chosen if p not in claimed and p in offered)
-            claimed.update(mine)
-            rule_pids[rid] = mine
-            if mine:  # most rules claim nothing: with a hundred rules, rebuilding each time cost more than matching
-                offered -= mine
-                candidates = [p for p in candidates if p.pid not in mine]
-
+        rule_pids, rule_faults = claim(rulebook.ordered(), [p for p in table if p.pid not in fleet], self.host.call)
         self._feed_process_sources(rulebook, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
         reader_name, reading, reader_why = self._read_gpu(wanted)

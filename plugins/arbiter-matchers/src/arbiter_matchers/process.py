@@ -77,6 +77,7 @@ class ProcessMatcher(Matcher):
         self._prefixes = tuple(os.path.expanduser(p) for p in options.path_prefix)
         self._uids, self._usernames = _resolve_users(options.user)
         self._descendants = options.tree == "descendants"
+        self.judges_each_process = not self._descendants  # descendants are found through other processes
         # pid → (the ProcessInfo judged, the verdict): the process table hands back the very
         # same object for a process that did not change, and a verdict depends on nothing
         # else, so with a hundred rules and a thousand processes most ticks judge no one anew

@@ -1,0 +1,102 @@
+"""Which rule a process belongs to: the first whose matcher selects it, highest priority first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from arbiter.daemon.observe import claim
+from arbiter.plugin import KindOptions, Matcher, ProcessInfo
+from arbiter.pluginmanager import PluginFailed
+
+
+class ByName(Matcher):
+    """Selects by name, each process on its own; records what it was offered."""
+
+    def __init__(self, names: set[str], alone: bool) -> None:
+        super().__init__(KindOptions())
+        self.names = names
+        self.judges_each_process = alone
+        self.offered: list[list[int]] = []
+
+    def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
+        self.offered.append([p.pid for p in processes])
+        return {p.pid for p in processes if p.name in self.names}
+
+
+class Children(Matcher):
+    """Selects the children of what it is offered under ``parent``: depends on other processes."""
+
+    def __init__(self, parent: int) -> None:
+        super().__init__(KindOptions())
+        self.parent = parent
+
+    def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
+        return {p.pid for p in processes if p.ppid == self.parent}
+
+
+class Broken(Matcher):
+    judges_each_process = True
+
+    def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
+        raise RuntimeError("the matcher broke")
+
+
+@dataclass
+class _Match:
+    kind: str
+
+
+@dataclass
+class _Rule:
+    id: str
+    match: _Match
+
+
+@dataclass
+class Live:
+    rule: _Rule
+    matcher: Matcher | None
+    faults: list[str] = field(default_factory=list)
+
+
+def live(rid: str, matcher: Matcher | None, kind: str = "test") -> Any:
+    return Live(_Rule(rid, _Match(kind)), matcher)
+
+
+def call(label: str, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
+
+
+TABLE = [ProcessInfo(pid=10 + i, ppid=1, name=n) for i, n in enumerate(["a", "b", "a", "c", "b"])]
+
+
+def test_the_first_rule_to_select_a_process_has_it_whatever_later_ones_are_offered() -> None:
+    for alone in (True, False):
+        first, second, third = ByName({"a"}, alone), ByName({"a", "b"}, alone), ByName({"a", "b", "c"}, alone)
+        pids, faults = claim([live("r1", first), live("r2", second), live("r3", third)], TABLE, call)
+        assert pids == {"r1": frozenset({10, 12}), "r2": frozenset({11, 14}), "r3": frozenset({13})}
+        assert faults == {"r1": [], "r2": [], "r3": []}
+        if alone:  # offered everything: no list is built per rule
+            assert second.offered == third.offered == [[10, 11, 12, 13, 14]]
+        else:  # offered only what is left
+            assert second.offered == [[11, 13, 14]] and third.offered == [[13]]
+
+
+def test_a_matcher_that_looks_at_other_processes_is_offered_only_what_is_left() -> None:
+    table = [ProcessInfo(pid=2, ppid=1, name="parent"), ProcessInfo(pid=3, ppid=2, name="kid"),
+             ProcessInfo(pid=4, ppid=2, name="kid2")]
+    pids, _ = claim([live("r1", ByName({"kid"}, True)), live("r2", Children(2))], table, call)
+    assert pids == {"r1": frozenset({3}), "r2": frozenset({4})}
+
+
+def test_a_failing_matcher_is_its_rules_fault_and_claims_nothing() -> None:
+    pids, faults = claim([live("bad", Broken(KindOptions()), "broken"), live("none", None),
+                          live("good", ByName({"a"}, True))], TABLE, call)
+    assert pids == {"bad": frozenset(), "none": frozenset(), "good": frozenset({10, 12})}
+    assert faults["bad"] == ["matchers/broken (bad): RuntimeError: the matcher broke"]
+    assert faults["good"] == [] and faults["none"] == []
