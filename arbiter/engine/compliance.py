@@ -7,11 +7,11 @@ state, what holds it and what goes on the timeline out.  Every number is a field
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.engine.types import CompliancePolicy, JobCompliance, JobObs, NameTrust, Reason, TimelineEvent
+from arbiter.engine.types import CompliancePolicy, JobCompliance, JobObs, NameTrust, Reason, TimelineEvent, evolve
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def prune(trust: NameTrust, cp: CompliancePolicy, now: float) -> NameTrust:
     """Forget strikes older than the window and a distrust that has run out."""
     strikes = tuple(t for t in trust.strikes if now - t < cp.strike_window_s)
     until = trust.untrusted_until if trust.untrusted_until is not None and now < trust.untrusted_until else None
-    return NameTrust(strikes, until)
+    return evolve(trust, strikes=strikes, untrusted_until=until)
 
 
 def check(
@@ -66,7 +66,7 @@ def check(
     events: list[TimelineEvent] = []
     trust = prune(trust, cp, now)
     if not told_paused:
-        jc = replace(jc, told_at=None, busy_while_told_paused=0)
+        jc = evolve(jc, told_at=None, busy_while_told_paused=0)
     fresh = job.measured_at is not None and (jc.last_sample_at is None or job.measured_at > jc.last_sample_at)
     if fresh:
         assert job.measured_at is not None
@@ -74,40 +74,40 @@ def check(
         under_this_duty = jc.asked_since is not None and began >= jc.asked_since
         # a sample counts against a pause only when all of it came after the job was told
         after_told = jc.told_at is not None and jc.last_sample_at is not None and jc.last_sample_at >= jc.told_at
-        jc = replace(jc, last_sample_at=job.measured_at, measured=job.measured,
+        jc = evolve(jc, last_sample_at=job.measured_at, measured=job.measured,
                      unverified=capped and job.measured is None)
         if told_paused:
             using = job.measured is None or job.measured > busy_threshold
             count = jc.busy_while_told_paused + 1 if using and after_told else 0 if not using else jc.busy_while_told_paused
-            jc = replace(jc, busy_while_told_paused=count, over=0)
+            jc = evolve(jc, busy_while_told_paused=count, over=0)
         elif asked is not None and job.measured is not None:
             if not under_this_duty:
                 pass  # part of the sample ran under another duty: it says nothing either way
             else:
-                jc = replace(jc, over=jc.over + 1 if job.measured > asked + cp.tolerance else 0)
-            jc = replace(jc, busy_while_told_paused=0)
+                jc = evolve(jc, over=jc.over + 1 if job.measured > asked + cp.tolerance else 0)
+            jc = evolve(jc, busy_while_told_paused=0)
         else:
-            jc = replace(jc, over=0, busy_while_told_paused=0)
+            jc = evolve(jc, over=0, busy_while_told_paused=0)
         if jc.over >= cp.over_samples and asked is not None:
             strikes = (*trust.strikes, now)
             data: dict[str, Any] = {"job": job.job_id, "name": job.name, "asked": asked, "measured": job.measured,
                                     "strikes": len(strikes)}
             if len(strikes) >= cp.strikes_to_stop:
                 trust = NameTrust(strikes, now + cp.untrusted_s)
-                jc = replace(jc, over=0, stopped_at=now)
+                jc = evolve(jc, over=0, stopped_at=now)
                 events.append(TimelineEvent(
                     codes.JOB_UNTRUSTED, job.job_id,
                     f"job {job.name} exceeded its duty a {len(strikes)}th time within the hour: stopped, and its name "
                     f"gets no duty for {cp.untrusted_s / 60:.0f} min", data))
             else:
                 trust = NameTrust(strikes, trust.untrusted_until)
-                jc = replace(jc, over=0, paused_until=now + cp.pause_s)
+                jc = evolve(jc, over=0, paused_until=now + cp.pause_s)
                 events.append(TimelineEvent(
                     codes.GPU_DUTY_EXCEEDED, job.job_id,
                     f"job {job.name} ran at {job.measured:.2f} for {cp.over_samples} samples, over its duty {asked:.2f} "
                     f"+ {cp.tolerance:g}: paused {cp.pause_s:g}s (strike {len(strikes)} of {cp.strikes_to_stop})", data))
     if not capped:
-        jc = replace(jc, unverified=False)
+        jc = evolve(jc, unverified=False)
 
     holds: list[Reason] = []
     stop: Reason | None = None
@@ -124,7 +124,7 @@ def check(
                 {"job": job.job_id, "paused_until_s": round(jc.paused_until - now, 1), "strikes": len(trust.strikes)},
             ))
         else:
-            jc = replace(jc, paused_until=None)
+            jc = evolve(jc, paused_until=None)
     if jc.unverified:  # until a readable sample says otherwise: fail safe between ticks too
         holds.append(Reason(
             codes.GPU_DUTY_UNVERIFIED,

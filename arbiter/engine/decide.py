@@ -7,7 +7,7 @@ the timeline.  Nothing here reads a clock, a file or a process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from arbiter.engine import codes
 from arbiter.engine.compliance import Verdict as Compliance
@@ -36,6 +36,7 @@ from arbiter.engine.types import (
     RuleVerdict,
     Scope,
     TimelineEvent,
+    evolve,
 )
 from arbiter.engine.abrun import RunState, Sees, advance, covers, work_seen
 from arbiter.engine.handoff import Seen
@@ -202,7 +203,7 @@ def _rule_holds(
     if rp.protected and rp.progress and policy.gpu_jobs != "always":
         harm = progress_harm(ro.progress, ro.running)
         if harm is not None:
-            holds.append(_Hold("gpu", replace(harm, message=f"{rid!r}: {harm.message}", evidence={"rule": rid, "progress": True})))
+            holds.append(_Hold("gpu", evolve(harm, message=f"{rid!r}: {harm.message}", evidence={"rule": rid, "progress": True})))
     return holds
 
 
@@ -503,7 +504,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             phase, why = effective_phase(po, ro.running, bool(ro.faults))
             phases.append(phase)
             if why is not None:
-                phase_reasons.append(replace(why, message=f"{rid!r}: {why.message}", evidence={"rule": rid, "during": i}))
+                phase_reasons.append(evolve(why, message=f"{rid!r}: {why.message}", evidence={"rule": rid, "during": i}))
             was = before.phases[i] if i < len(before.phases) else "off"
             if phase != was:
                 code = {"on": codes.PROTECTION_PHASE_ON, "off": codes.PROTECTION_PHASE_OFF, "soon": codes.PROTECTION_PHASE_SOON}[phase]
@@ -511,7 +512,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
                 if why is not None:
                     data["why"] = why.code
                 events.append(TimelineEvent(code, rid, f"{rid!r} phase {phase} (seen by {po.seen_by})", data))
-        rs = replace(rs, phases=tuple(phases))
+        rs = evolve(rs, phases=tuple(phases))
         rule_states[rid] = rs
         rule_hold_list = _rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons, governed, obs.reader_ok)
         holds.extend(rule_hold_list)
@@ -524,7 +525,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     handoff = handoff_step(_tenants(policy, obs, rule_states), prev.vram, obs.vram_free_bytes, now, faulty)
     events.extend(handoff.events)
     for rid, note in handoff.notes.items():
-        rule_verdicts[rid] = replace(rule_verdicts[rid], notes=(note,))
+        rule_verdicts[rid] = evolve(rule_verdicts[rid], notes=(note,))
     working = prev.profiles if faulty else frozenset(
         rid for rid, rp in policy.rules.items()
         if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running)
@@ -583,10 +584,10 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         says = _run_says(run, job) if run is not None else None
         verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked, job.job_id in throttler_ids, share, says)
         if verdict.state == "paused" and verdict.via == "control" and not (prev_v and prev_v.state == "paused"):
-            compliance[job.job_id] = replace(checked.state, told_at=now)  # told now: samples count from here
+            compliance[job.job_id] = evolve(checked.state, told_at=now)  # told now: samples count from here
         asked = verdict.duty if verdict.state == "run" else None
         if asked != compliance[job.job_id].asked:  # a new duty: samples from before it say nothing of it
-            compliance[job.job_id] = replace(compliance[job.job_id], asked=asked, asked_since=now, over=0)
+            compliance[job.job_id] = evolve(compliance[job.job_id], asked=asked, asked_since=now, over=0)
         verdicts[job.job_id] = verdict
         if verdict.state == "run" and job.uses_gpu:
             gpu_jobs_running.append(job.job_id)

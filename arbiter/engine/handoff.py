@@ -17,11 +17,11 @@ No I/O and no clock reads: the caller passes the views, the device's free VRAM a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.engine.types import Reason, Release, TenantVramState, TimelineEvent
+from arbiter.engine.types import Reason, Release, TenantVramState, TimelineEvent, evolve
 
 #: "GB" in rule files and messages means GiB, as GPU tools show VRAM
 GIB = 1 << 30
@@ -352,7 +352,7 @@ def request_over(st: TenantVramState, failed: bool, why: str, held: int, timeout
 def settled(st: TenantVramState, now: float, retry_s: float, held_after: int | None) -> TenantVramState:
     """A request is over (done, failed, or it had nothing to send): not asked again for
     ``retry_s``, and idle release waits for it to hold more than it holds now."""
-    return replace(st, requested_at=None, held_at_request=0, why="", retry_at=now + retry_s,
+    return evolve(st, requested_at=None, held_at_request=0, why="", retry_at=now + retry_s,
                    floor=held_after if held_after is not None else st.floor)
 
 
@@ -376,7 +376,7 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
     for t in seen:
         st = prev.get(t.tenant_id, TenantVramState())
         idle_since = (st.idle_since if st.idle_since is not None else now) if t.busy is False else None
-        st = replace(st, idle_since=idle_since)
+        st = evolve(st, idle_since=idle_since)
         if st.requested_at is not None and st.held_at_request > 0:
             took = now - st.requested_at
             if t.held_bytes is not None and t.held_bytes <= st.held_at_request * RELEASED_SHARE:
@@ -403,9 +403,9 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
         releases.append(Release(tenant.tenant_id, why, tenant.held_bytes or 0, tenant.timeout_s))
         st = states[tenant.tenant_id]
         if tenant.confirm:
-            states[tenant.tenant_id] = replace(st, requested_at=now, held_at_request=tenant.held_bytes or 0, why=why)
+            states[tenant.tenant_id] = evolve(st, requested_at=now, held_at_request=tenant.held_bytes or 0, why=why)
         else:  # the request's own answer is all there is to know: just not asked again at once
-            states[tenant.tenant_id] = replace(st, retry_at=now + tenant.timeout_s, floor=tenant.held_bytes)
+            states[tenant.tenant_id] = evolve(st, retry_at=now + tenant.timeout_s, floor=tenant.held_bytes)
 
     def cooling(t: Seen) -> bool:
         st = states[t.tenant_id]
@@ -446,5 +446,5 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
         events.append(idle_event(idle))
         asking(by_id[idle.tenant_id], "idle")
     for tid in states:
-        states[tid] = replace(states[tid], plan=planned.get(tid, ""))
+        states[tid] = evolve(states[tid], plan=planned.get(tid, ""))
     return Step(states, tuple(releases), tuple(events), notes)

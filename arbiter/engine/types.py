@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from arbiter.engine.abrun import RunState
@@ -13,6 +13,18 @@ Scope = Literal["gpu", "cpu", "all", "io"]
 GpuJobsMode = Literal["never", "when_no_gpu_protected", "certified", "always"]
 Phase = Literal["on", "off", "soon"]
 SeenBy = Literal["watch", "tick"]
+
+_D = TypeVar("_D")
+
+
+def evolve(record: _D, **changes: Any) -> _D:
+    """``dataclasses.replace``, but the record itself when no field changes: a decision
+    runs on every phase change over every rule and job, and most of its updates change
+    nothing (each replace costs a few microseconds; there were hundreds per decision)."""
+    for name, value in changes.items():
+        if getattr(record, name) != value:
+            return replace(record, **changes)  # type: ignore[type-var]
+    return record
 
 
 @dataclass(frozen=True)
