@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -61,6 +62,10 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     logging.getLogger("arbiter").info(
         "arbiter running: socket %s, http %s, %d rule(s)", daemon.state_dir / SOCKET_FILE, daemon.http_url or "off", len(daemon.rulebook.live)
     )
+    # What start-up made (modules, plugins, config) lives as long as the process: out of
+    # the collector's sight, a full collection, which holds every thread and so the fast
+    # path, has that much less to walk (tens of milliseconds less under load).
+    gc.freeze()
     notifier.ready(f"serving on {daemon.state_dir / SOCKET_FILE}: {status_line(daemon)}")
     try:
         while not daemon.wait(1.0):

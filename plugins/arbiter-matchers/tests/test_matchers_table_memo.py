@@ -71,8 +71,9 @@ def test_an_exec_is_seen_by_the_memo_and_by_the_matcher() -> None:
     finally:
         child.kill()
         child.wait()
-        if os.path.exists(flag):
-            os.unlink(flag)
+        for leftover in (flag, flag + ".ready"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
 
 
 def test_an_exec_of_the_same_program_with_other_arguments_is_seen_at_the_next_scan() -> None:
@@ -98,6 +99,7 @@ def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatc
     # what setproctitle does: new bytes over the old argv, nothing else about the process changes
     code = (
         "import os, sys, time\n"
+        "open(sys.argv[1] + '.ready', 'w').close()\n"
         "while not os.path.exists(sys.argv[1]): time.sleep(0.01)\n"
         "f = open('/proc/self/stat', 'rb').read(); fields = f[f.rfind(b')') + 2:].split()\n"
         "start, end = int(fields[48 - 3]), int(fields[49 - 3])\n"
@@ -110,6 +112,9 @@ def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatc
     try:
         memo = TableMemo()
         until(memo, child.pid, lambda p: flag in p.cmdline)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(flag + ".ready") and time.monotonic() < deadline:
+            time.sleep(0.01)  # started up: its address space no longer grows
         for _ in range(10):
             memo.table()  # settled: every scan now finds it unchanged
         open(flag, "w").close()
@@ -122,8 +127,9 @@ def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatc
     finally:
         child.kill()
         child.wait()
-        if os.path.exists(flag):
-            os.unlink(flag)
+        for leftover in (flag, flag + ".ready"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
 
 
 def open_fds() -> int:
