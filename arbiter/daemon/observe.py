@@ -135,49 +135,144 @@ def descendants(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int,
 
 
 Call = Callable[..., Any]  # PluginHost.call: (label, fn, *args) under a timeout
+Claims = tuple[dict[str, frozenset[int]], dict[str, list[str]]]  # each rule's processes, and its faults
 
 
-def claim(rules: Iterable[LiveRule], candidates: list[ProcessInfo], call: Call) -> tuple[dict[str, frozenset[int]], dict[str, list[str]]]:
-    """Each rule's processes, and each rule's faults: a process belongs to the first rule
-    (highest priority first) whose matcher selects it.  A matcher is offered only what no
-    earlier rule claimed, except one that judges each process alone, which is offered every
+class _Claiming:
+    """One tick's claims as they are made: a process belongs to the first rule (highest
+    priority first) whose matcher selects it.  A matcher is offered only what no earlier
+    rule claimed, except one that judges each process alone, which is offered every
     candidate and gets what is left of its choice: with a hundred rules, building the list
     of what is left for each of them cost more than the matching."""
-    rule_pids: dict[str, frozenset[int]] = {}
-    rule_faults: dict[str, list[str]] = {}
-    offered = {p.pid for p in candidates}
-    left, stale = candidates, False  # left: the candidates no rule claimed (stale: rebuild it)
-    for live in rules:
-        rid = live.rule.id
-        rule_faults[rid] = list(live.faults)
+
+    def __init__(self, rules: Sequence[LiveRule], candidates: list[ProcessInfo]) -> None:
+        self.candidates = candidates
+        self.pids: dict[str, frozenset[int]] = {live.rule.id: frozenset() for live in rules}
+        self.faults: dict[str, list[str]] = {live.rule.id: list(live.faults) for live in rules}
+        self._offered = {p.pid for p in candidates}
+        self._left, self._stale = candidates, False  # the candidates no rule claimed (stale: rebuild it)
+
+    def offer(self, live: LiveRule) -> Sequence[ProcessInfo] | None:
+        """What this rule's matcher is to choose from (None: it has no matcher)."""
         if live.matcher is None:
-            rule_pids[rid] = frozenset()
-            continue
-        alone = live.matcher.judges_each_process is True
-        if stale and not alone:
-            left, stale = [p for p in candidates if p.pid in offered], False
-        label = f"matchers/{live.rule.match.kind} ({rid})"
-        try:
-            chosen = call(label, live.matcher.select, candidates if alone else left)
-        except PluginFailed as exc:
-            rule_faults[rid].append(str(exc))
-            chosen = set()
+            return None
+        if live.matcher.judges_each_process is True:
+            return self.candidates
+        if self._stale:
+            self._left, self._stale = [p for p in self.candidates if p.pid in self._offered], False
+        return self._left
+
+    def take(self, live: LiveRule, chosen: object) -> None:
+        """What its matcher chose, or the PluginFailed it met."""
+        rid, label = live.rule.id, matcher_label(live)
+        if isinstance(chosen, PluginFailed):
+            self.faults[rid].append(str(chosen))
+            return
         problem = selection_problem(chosen)
         if problem:
-            rule_faults[rid].append(f"{label}: returned garbage: {problem}")
-            chosen = set()
-        mine = frozenset(p for p in chosen if p in offered)
-        rule_pids[rid] = mine
+            self.faults[rid].append(f"{label}: returned garbage: {problem}")
+            return
+        mine = frozenset(p for p in chosen if p in self._offered)  # type: ignore[attr-defined]
+        self.pids[rid] = mine
         if mine:
-            offered -= mine
-            stale = True
-    return rule_pids, rule_faults
+            self._offered -= mine
+            self._stale = True
+
+
+def matcher_label(live: LiveRule) -> str:
+    return f"matchers/{live.rule.match.kind} ({live.rule.id})"
+
+
+class Claimer:
+    """Runs every rule's matcher in one plugin call a tick (a hundred hand-offs to a pool
+    thread cost more than the matching), and names the one that hangs.  While a matcher a
+    batch hung in still runs, the rules are matched one call each, as a hung call cannot be
+    stopped: the hung one's rule fails at once, the others go on."""
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self._hung = ""  # the label of the matcher the last batch hung in, while it still runs
+        self._hung_why = ""
+
+    def claim(self, rules: Iterable[LiveRule], candidates: list[ProcessInfo]) -> Claims:
+        rules = list(rules)
+        claiming = _Claiming(rules, candidates)
+        if self._hung:
+            try:
+                self.call("matchers", _nothing)  # fails at once while the hung batch still runs
+                self._hung = ""
+            except PluginFailed:
+                pass
+        start = 0
+        if not self._hung:
+            start = self._batch(rules, claiming)
+            if start >= len(rules):
+                return claiming.pids, claiming.faults
+        for live in rules[start:]:
+            label = matcher_label(live)
+            if label == self._hung:
+                claiming.take(live, PluginFailed(label, f"{self._hung_why}, and that call is still running"))
+                continue
+            offer = claiming.offer(live)
+            if offer is None:
+                continue
+            try:
+                chosen = self.call(label, live.matcher.select, offer)  # type: ignore[union-attr]
+            except PluginFailed as exc:
+                chosen = exc
+            claiming.take(live, chosen)
+        return claiming.pids, claiming.faults
+
+    def _batch(self, rules: list[LiveRule], claiming: _Claiming) -> int:
+        """Every rule in one call; returns how many were done (all, or up to the one that hung)."""
+        lock = threading.Lock()
+        at = [0, 0]  # [the rule being matched, 1 once the call was given up]
+
+        def run() -> None:
+            for k, live in enumerate(rules):
+                with lock:
+                    if at[1]:
+                        return
+                    at[0] = k
+                    offer = claiming.offer(live)
+                if offer is None:
+                    continue
+                try:
+                    chosen: object = live.matcher.select(offer)  # type: ignore[union-attr]
+                except Exception as exc:  # one matcher's failure is its rule's, not the others'
+                    chosen = PluginFailed(matcher_label(live), f"{type(exc).__name__}: {exc}")
+                with lock:
+                    if at[1]:
+                        return  # too late: the tick went on without it
+                    claiming.take(live, chosen)
+            with lock:
+                at[0] = len(rules)
+
+        try:
+            self.call("matchers", run)
+            return len(rules)
+        except PluginFailed as exc:
+            why = exc.why
+            with lock:
+                at[1] = 1
+                k = at[0]
+        if k >= len(rules):
+            return k
+        label = matcher_label(rules[k])
+        self._hung, self._hung_why = label, why
+        claiming.take(rules[k], PluginFailed(label, why))
+        return k + 1
+
+
+def _nothing() -> None:
+    return None
 
 
 class Observer:
     def __init__(self, config: NodeConfig, host: PluginHost) -> None:
         self.config = config
         self.host = host
+        self.claimer = Claimer(host.call)
         self.readers: list[tuple[str, Reader | None, str]] = []
         context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid())
         installed = {name: host.kinds["readers"][name].cls for name in host.kind_names("readers")}
@@ -293,7 +388,7 @@ class Observer:
             job_processes[job.id] = refs
             fleet.update(r.pid for r in refs)
 
-        rule_pids, rule_faults = claim(rulebook.ordered(), [p for p in table if p.pid not in fleet], self.host.call)
+        rule_pids, rule_faults = self.claimer.claim(rulebook.ordered(), [p for p in table if p.pid not in fleet])
         self._feed_process_sources(rulebook, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
         reader_name, reading, reader_why = self._read_gpu(wanted)

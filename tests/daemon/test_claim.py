@@ -6,7 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.daemon.observe import claim
+import threading
+import time
+
+from arbiter.daemon.observe import Claimer
+from arbiter.pluginmanager import build_plugin_manager
 from arbiter.plugin import KindOptions, Matcher, ProcessInfo
 from arbiter.pluginmanager import PluginFailed
 
@@ -65,11 +69,22 @@ def live(rid: str, matcher: Matcher | None, kind: str = "test") -> Any:
     return Live(_Rule(rid, _Match(kind)), matcher)
 
 
-def call(label: str, fn: Any, *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except Exception as exc:
-        raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
+class Calls:
+    """PluginHost.call run in place, counting the calls by label."""
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+
+    def __call__(self, label: str, fn: Any, *args: Any) -> Any:
+        self.labels.append(label)
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
+
+
+def claim(rules: list[Any], table: list[ProcessInfo]) -> tuple[Any, Any]:
+    return Claimer(Calls()).claim(rules, table)
 
 
 TABLE = [ProcessInfo(pid=10 + i, ppid=1, name=n) for i, n in enumerate(["a", "b", "a", "c", "b"])]
@@ -78,7 +93,7 @@ TABLE = [ProcessInfo(pid=10 + i, ppid=1, name=n) for i, n in enumerate(["a", "b"
 def test_the_first_rule_to_select_a_process_has_it_whatever_later_ones_are_offered() -> None:
     for alone in (True, False):
         first, second, third = ByName({"a"}, alone), ByName({"a", "b"}, alone), ByName({"a", "b", "c"}, alone)
-        pids, faults = claim([live("r1", first), live("r2", second), live("r3", third)], TABLE, call)
+        pids, faults = claim([live("r1", first), live("r2", second), live("r3", third)], TABLE)
         assert pids == {"r1": frozenset({10, 12}), "r2": frozenset({11, 14}), "r3": frozenset({13})}
         assert faults == {"r1": [], "r2": [], "r3": []}
         if alone:  # offered everything: no list is built per rule
@@ -90,13 +105,62 @@ def test_the_first_rule_to_select_a_process_has_it_whatever_later_ones_are_offer
 def test_a_matcher_that_looks_at_other_processes_is_offered_only_what_is_left() -> None:
     table = [ProcessInfo(pid=2, ppid=1, name="parent"), ProcessInfo(pid=3, ppid=2, name="kid"),
              ProcessInfo(pid=4, ppid=2, name="kid2")]
-    pids, _ = claim([live("r1", ByName({"kid"}, True)), live("r2", Children(2))], table, call)
+    pids, _ = claim([live("r1", ByName({"kid"}, True)), live("r2", Children(2))], table)
     assert pids == {"r1": frozenset({3}), "r2": frozenset({4})}
 
 
 def test_a_failing_matcher_is_its_rules_fault_and_claims_nothing() -> None:
     pids, faults = claim([live("bad", Broken(KindOptions()), "broken"), live("none", None),
-                          live("good", ByName({"a"}, True))], TABLE, call)
+                          live("good", ByName({"a"}, True))], TABLE)
     assert pids == {"bad": frozenset(), "none": frozenset(), "good": frozenset({10, 12})}
     assert faults["bad"] == ["matchers/broken (bad): RuntimeError: the matcher broke"]
     assert faults["good"] == [] and faults["none"] == []
+
+
+def test_every_matcher_runs_in_one_plugin_call() -> None:
+    calls = Calls()
+    rules = [live(f"r{i}", ByName({"a"}, i % 2 == 0)) for i in range(50)]
+    pids, _ = Claimer(calls).claim(rules, TABLE)
+    assert calls.labels == ["matchers"]
+    assert pids["r0"] == frozenset({10, 12}) and all(not pids[f"r{i}"] for i in range(1, 50))
+
+
+class Sleepy(Matcher):
+    judges_each_process = True
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__(KindOptions())
+        self.release = release
+
+    def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
+        self.release.wait(10)
+        return {p.pid for p in processes}
+
+
+def test_a_hung_matcher_is_named_and_the_other_rules_go_on_until_it_returns() -> None:
+    host = build_plugin_manager(entry_points=False, timeout_s=0.3)
+    release = threading.Event()
+    claimer = Claimer(host.call)
+    rules = [live("before", ByName({"c"}, True)), live("hangs", Sleepy(release), "sleepy"), live("after", ByName({"a"}, False))]
+    try:
+        pids, faults = claimer.claim(rules, TABLE)
+        assert faults["hangs"] == ["matchers/sleepy (hangs): no answer within 0.3s"]
+        assert pids == {"before": frozenset({13}), "hangs": frozenset(), "after": frozenset({10, 12})}
+
+        started = time.monotonic()  # while it still hangs: the others are matched one call each, at once
+        pids, faults = claimer.claim(rules, TABLE)
+        assert time.monotonic() - started < 0.25
+        assert faults["hangs"] == ["matchers/sleepy (hangs): no answer within 0.3s, and that call is still running"]
+        assert pids["before"] == frozenset({13}) and pids["after"] == frozenset({10, 12})
+        assert faults["before"] == faults["after"] == []
+    finally:
+        release.set()
+    deadline = time.monotonic() + 5
+    while True:  # it returned: one call again, and its rule claims what it chose
+        pids, faults = claimer.claim(rules, TABLE)
+        if not faults["hangs"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert faults == {"before": [], "hangs": [], "after": []}
+    assert pids == {"before": frozenset({13}), "hangs": frozenset({10, 11, 12, 14}), "after": frozenset()}
+    host.close()
