@@ -40,6 +40,7 @@ from arbiter.daemon.notify import Notifier, status_line
 from arbiter.daemon.sources import BUSY, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
+from arbiter.engine.reflex import reflex
 from arbiter.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.certificates import status as certificate_status
 from arbiter.engine import governor
@@ -126,6 +127,8 @@ class Daemon:
         self._engine_state = EngineState()
         self._policy = Policy()
         self._view: TickView | None = None
+        self._last_obs: Observation | None = None  # what the last decision was made on
+        self._acted_ms: list[float] = []  # latencies of changes the reflex acted on, for the decision's events
         self.sources = SourceBook(config.governor.period_s)  # the decision thread writes it; others only read
         self._certs: tuple[CertView, ...] = ()
         self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
@@ -556,10 +559,14 @@ class Daemon:
                     rule_id, index, state = payload
                     changed = self.sources.own((rule_id, index), state, "watch")
                     rules = {rule_id}
+                    if changed:
+                        self._reflex(rule_id, index)
                 elif kind == "helper":
                     helper, (rule_id, index), state = payload
                     changed = self.sources.helper(helper, (rule_id, index), state)
                     rules = {rule_id}
+                    if changed:
+                        self._reflex(rule_id, index)
                 else:
                     changed = self.sources.helper_gone(payload)
                     rules = set(self._policy.rules)
@@ -573,6 +580,26 @@ class Daemon:
         if only_sources and not urgent:
             return  # a rule that is not immediate waits for the tick
         self._decide_and_act()
+
+    def _reflex(self, rule_id: str, index: int) -> None:
+        """A phase change acted on at once, from the last decision (see arbiter.engine.reflex);
+        the whole decision follows and has the last word."""
+        last, obs, view = self.snapshot.decision, self._last_obs, self._view
+        if last is None or obs is None or view is None:
+            return
+        now = time.monotonic()
+        move = reflex(obs, last, self._policy, rule_id, index, self.sources.observed((rule_id, index), now))
+        if not move.pause and not move.resume:
+            return
+        records = {r.id: r for r in self.jobs.active()}
+        # what fails here is tried again, and reported, by the decision that follows
+        self.actuator.pause_trees([self._target(records[jid], view) for jid in move.pause if jid in records])
+        if move.resume:
+            paused = self.actuator.trees_paused()
+            entries = [e for jid in move.resume if jid in records for e in paused.get(jid, ())]
+            if entries:
+                self.actuator.resume_entries(entries)
+        self._acted_ms.extend(self.sources.decided(time.monotonic()))
 
     def _read_sources(self, view: TickView) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
         """On the tick thread: every source of every rule (its kind and rule serial, and its
@@ -636,7 +663,7 @@ class Daemon:
         view = self._view
         assert view is not None
         now = time.monotonic()
-        obs = self._observation(view, now)
+        obs = self._last_obs = self._observation(view, now)
         decision = decide(obs, self._engine_state, self._policy, now)
         records = {r.id: r for r in self.jobs.active()}
         failures: list[tuple[str, str]] = []
@@ -685,7 +712,8 @@ class Daemon:
             self._wake.set()  # the tick looks more often until the VRAM is seen to fall
         if decision.profiles_on or decision.profiles_off:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)
-        latency_ms = self.sources.decided(time.monotonic())
+        latency_ms = [*self._acted_ms, *self.sources.decided(time.monotonic())]
+        self._acted_ms.clear()
         if decision.state.trust != self._engine_state.trust:
             trust = {n: trust_to_record(t, now, time.time()) for n, t in decision.state.trust.items()}
             self.recorder.write(lambda db: Store.put_trust(db, trust))
