@@ -199,3 +199,49 @@ def test_pause_latency_of_a_five_process_tree(tmp_path: Path, spawn: Spawn) -> N
     p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
     print(f"pause of a 5-process tree: p50 {p50:.0f} µs, p99 {p99:.0f} µs")
     assert p50 < 20_000
+
+
+def test_a_signalled_process_is_signalled_again_through_its_kept_descriptor(monkeypatch: pytest.MonkeyPatch, spawn: Spawn) -> None:
+    proc = spawn()
+    ref = ref_of(proc.pid)
+    signaller = Signaller()
+    assert signaller.send(ref, signal.SIGSTOP)
+    assert status_becomes(proc.pid, psutil.STATUS_STOPPED) == psutil.STATUS_STOPPED
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting_open(path: str, *args: object, **kwargs: object) -> int:
+        opened.append(path)
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "open", counting_open)
+        assert signaller.send(ref, signal.SIGCONT)  # no start-time check: the descriptor names that process
+    assert opened == []
+    assert status_becomes(proc.pid, psutil.STATUS_SLEEPING) == psutil.STATUS_SLEEPING
+    kept = signaller._kept[ref]
+    proc.kill()
+    proc.wait(timeout=10)
+    assert not signaller.send(ref, 0)  # gone: the kept descriptor is dropped, and closed
+    assert ref not in signaller._kept
+    with pytest.raises(OSError):
+        os.fstat(kept)
+
+
+def test_a_kept_descriptor_of_a_gone_process_never_stands_for_the_pid_now(spawn: Spawn) -> None:
+    # a reused pid: the kept descriptor names the old process, so the pid is checked afresh
+    dead = spawn()
+    stale = os.open(f"/proc/{dead.pid}", os.O_RDONLY | os.O_DIRECTORY)
+    dead.kill()
+    dead.wait(timeout=10)
+    alive = spawn()
+    real = ref_of(alive.pid)
+    signaller = Signaller()
+    wrong = ProcessRef(alive.pid, real.start_time + 5.0)  # the ref of an earlier process at this pid
+    signaller._kept[wrong] = stale
+    assert signaller.deliver(wrong, signal.SIGSTOP)[0] == "reused"
+    time.sleep(0.1)
+    assert psutil.Process(alive.pid).status() != psutil.STATUS_STOPPED  # never signalled
+    signaller._kept[real] = os.open(f"/proc/{alive.pid}", os.O_RDONLY | os.O_DIRECTORY)
+    signaller.close()
+    assert signaller._kept == {}
