@@ -587,18 +587,21 @@ class Daemon:
         last, obs, view = self.snapshot.decision, self._last_obs, self._view
         if last is None or obs is None or view is None:
             return
-        now = time.monotonic()
-        move = reflex(obs, last, self._policy, rule_id, index, self.sources.observed((rule_id, index), now))
-        if not move.pause and not move.resume:
+        try:
+            move = reflex(obs, last, self._policy, rule_id, index, self.sources.observed((rule_id, index), time.monotonic()))
+            if not move.pause and not move.resume:
+                return
+            records = {r.id: r for r in self.jobs.active()}
+            # what fails here is tried again, and reported, by the decision that follows
+            self.actuator.pause_trees([self._target(records[jid], view) for jid in move.pause if jid in records])
+            if move.resume:
+                paused = self.actuator.trees_paused()
+                entries = [e for jid in move.resume if jid in records for e in paused.get(jid, ())]
+                if entries:
+                    self.actuator.resume_entries(entries)
+        except Exception:  # the decision that follows must run whatever happened here
+            log.exception("the reflex to a phase change failed; the decision acts on it")
             return
-        records = {r.id: r for r in self.jobs.active()}
-        # what fails here is tried again, and reported, by the decision that follows
-        self.actuator.pause_trees([self._target(records[jid], view) for jid in move.pause if jid in records])
-        if move.resume:
-            paused = self.actuator.trees_paused()
-            entries = [e for jid in move.resume if jid in records for e in paused.get(jid, ())]
-            if entries:
-                self.actuator.resume_entries(entries)
         self._acted_ms.extend(self.sources.decided(time.monotonic()))
 
     def _read_sources(self, view: TickView) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
