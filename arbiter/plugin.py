@@ -14,6 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+try:
+    import resource
+except ImportError:  # pragma: no cover - not a POSIX host
+    resource = None  # type: ignore[assignment]
+
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
@@ -210,6 +215,20 @@ class ControlUpdate:
     state: Literal["run", "paused", "stop"]
     gpu_duty: float
     reason: str = ""
+
+
+def open_file_share(divisor: int, unlimited: int) -> int:
+    """How many files a plugin may keep open between calls (descriptors it re-reads rather
+    than reopens): a ``divisor``-th of the process's open-file limit, as the daemon's
+    sockets, watches and children need the rest; ``unlimited`` where there is no limit, and
+    0 where the limit cannot be asked."""
+    if resource is None:
+        return 0
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 0
+    return unlimited if soft == resource.RLIM_INFINITY else max(0, soft // divisor)
 
 
 # --- families ------------------------------------------------------------------------------

@@ -35,6 +35,14 @@ def until(memo: TableMemo, pid: int, ok: Callable[[ProcessInfo], bool]) -> Proce
         time.sleep(0.02)
 
 
+def end(child: subprocess.Popen[bytes], flag: str) -> None:
+    child.kill()
+    child.wait()
+    for leftover in (flag, flag + ".ready"):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+
+
 def test_the_memo_gives_what_a_fresh_read_gives_and_reuses_unchanged_processes() -> None:
     child = subprocess.Popen(["sleep", "60"])
     try:
@@ -69,11 +77,7 @@ def test_an_exec_is_seen_by_the_memo_and_by_the_matcher() -> None:
         assert after.exe.endswith("sleep")
         assert child.pid in matcher.select(memo.table())
     finally:
-        child.kill()
-        child.wait()
-        for leftover in (flag, flag + ".ready"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        end(child, flag)
 
 
 def test_an_exec_of_the_same_program_with_other_arguments_is_seen_at_the_next_scan() -> None:
@@ -125,11 +129,7 @@ def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatc
         seen = [find(memo.table(), child.pid).cmdline for _ in range(CMDLINE_RECHECK_SCANS)]
         assert seen[-1][:1] == ("renamed-by-title",), seen
     finally:
-        child.kill()
-        child.wait()
-        for leftover in (flag, flag + ".ready"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        end(child, flag)
 
 
 def open_fds() -> int:

@@ -16,16 +16,12 @@ import weakref
 from dataclasses import dataclass, replace
 
 import psutil
-from arbiter.plugin import ProcessInfo
+from arbiter.plugin import ProcessInfo, open_file_share
 
 try:
     import pwd
 except ImportError:  # pragma: no cover - not a POSIX host
     pwd = None  # type: ignore[assignment]
-try:
-    import resource
-except ImportError:  # pragma: no cover - not a POSIX host
-    resource = None  # type: ignore[assignment]
 
 _PSUTIL_ATTRS = ["pid", "ppid", "name", "exe", "cmdline", "uids", "username", "create_time", "status"]
 
@@ -91,7 +87,7 @@ class TableMemo:
         self._seen: dict[str, _Seen] = {}
         self._scans = 0
         self._stat_fds: dict[str, int] = {}  # /proc entry → its stat file, kept open
-        self._limit = _kept_limit()
+        self._limit = open_file_share(4, 4096)
         weakref.finalize(self, _close_all, self._stat_fds)
 
     def table(self) -> list[ProcessInfo]:
@@ -149,17 +145,6 @@ def _close_all(fds: dict[str, int]) -> None:
         os.close(fd)
     fds.clear()
 
-
-def _kept_limit() -> int:
-    """How many files a memo keeps open: a quarter of the daemon's open-file limit, as its
-    sockets, watches and children need the rest."""
-    if resource is None:
-        return 0
-    try:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (OSError, ValueError):
-        return 0
-    return 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
 
 
 def process_table(memo: TableMemo | None = None) -> list[ProcessInfo]:

@@ -15,13 +15,9 @@ from collections.abc import Collection
 from typing import Literal
 
 import psutil
-from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader
+from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader, open_file_share
 from pydantic import Field
 
-try:
-    import resource
-except ImportError:  # pragma: no cover - not a POSIX host
-    resource = None  # type: ignore[assignment]
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
 ENGINE = "cpu"
@@ -88,16 +84,6 @@ class _StatFiles:
         self.keep_only(())
 
 
-def _kept_limit() -> int:
-    if resource is None:
-        return 0
-    try:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (OSError, ValueError):
-        return 0
-    # a quarter of what the daemon may open: its sockets, watches and children need the rest
-    return 4096 if soft == resource.RLIM_INFINITY else max(0, soft // 4)
-
 
 def _read_once(path: str) -> bytes | None:
     # os.open/os.read rather than a buffered file object: with a thousand processes under
@@ -143,7 +129,7 @@ class CpuTimeReader(Reader):
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self._lock = threading.Lock()
-        self._files = _StatFiles(_kept_limit() if _LINUX else 0)
+        self._files = _StatFiles(open_file_share(4, 4096) if _LINUX else 0)
 
     def __del__(self) -> None:
         self._files.close()

@@ -26,7 +26,7 @@ import time
 import weakref
 
 import psutil
-from arbiter.plugin import ProcessRef
+from arbiter.plugin import ProcessRef, open_file_share
 
 #: a ref's start time and the process's may differ by rounding, never by this much
 START_TIME_TOLERANCE_S = 0.01
@@ -50,7 +50,7 @@ class Signaller:
         # Cleared the first time the kernel refuses pidfd_send_signal (old kernel, seccomp).
         self._pidfd_signals = _LINUX and hasattr(signal, "pidfd_send_signal")
         self._kept: dict[ProcessRef, int] = {}  # ref → its /proc/<pid> descriptor, start time checked
-        self._kept_max = _kept_max()
+        self._kept_max = min(KEPT_MAX, open_file_share(8, KEPT_MAX))
         weakref.finalize(self, _close_all, self._kept)
 
     def close(self) -> None:
@@ -188,14 +188,6 @@ def _read_btime() -> int:
             return int(line.split()[1])
     return int(psutil.boot_time())
 
-
-def _kept_max() -> int:
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not a POSIX host (and nothing is kept there)
-        return 0
-    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return KEPT_MAX if soft == resource.RLIM_INFINITY else min(KEPT_MAX, max(0, soft // 8))
 
 
 def _close_all(kept: dict[ProcessRef, int]) -> None:
