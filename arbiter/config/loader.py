@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -488,12 +489,36 @@ def resolve_rules(
 
 
 def rule_files(directories: Iterable[Path]) -> list[Path]:
-    files: list[Path] = []
+    """The rule files: each path that is a file, and the rule files in each that is a
+    folder, by name."""
+    return [Path(name) for name, _ in rule_file_stats(directories)]
+
+
+def rule_file_stats(directories: Iterable[Path]) -> list[tuple[str, os.stat_result | None]]:
+    """:func:`rule_files` with each one's stat (None where it cannot be read).  The daemon
+    looks on every tick, so through ``os.scandir``: with a hundred rule files the walk
+    through ``Path`` methods cost the tick about 5 ms."""
+    files: list[tuple[str, os.stat_result | None]] = []
     for directory in directories:
-        if directory.is_file():
-            files.append(directory)
-        elif directory.is_dir():
-            files.extend(sorted(p for p in directory.iterdir() if p.suffix in RULE_SUFFIXES and not p.name.startswith(".")))
+        name = os.fspath(directory)
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files.append((name, st))
+        elif stat.S_ISDIR(st.st_mode):
+            try:
+                with os.scandir(name) as it:
+                    found = sorted((e for e in it if not e.name.startswith(".") and os.path.splitext(e.name)[1] in RULE_SUFFIXES),
+                                   key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in found:
+                try:
+                    files.append((entry.path, entry.stat()))
+                except OSError:
+                    files.append((entry.path, None))
     return files
 
 
