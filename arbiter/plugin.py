@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-try:
-    import resource
-except ImportError:  # pragma: no cover - not a POSIX host
-    resource = None  # type: ignore[assignment]
-
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not a POSIX host
+    resource = None  # type: ignore[assignment]
 
 PROJECT = "arbiter"
 hookimpl = pluggy.HookimplMarker(PROJECT)
@@ -50,6 +50,7 @@ __all__ = [
     "Register",
     "NUDGE_SIGNAL",
     "write_control_document",
+    "open_file_share",
 ]
 
 
