@@ -3,7 +3,9 @@
 A probe loads a vendor's library or runs its tool; a broken driver can hang or crash the
 process that asks.  So each runs as ``python -m arbiter.probing KIND`` under a timeout, and
 a probe that times out, crashes or prints garbage counts as "not usable" with that said.
-The answer has the shape of SPEC section 10:
+Probing is discovery, never urgent: the children run at a lower priority and no more at a
+time than there are CPUs, so a probe run (a second of start-up each) does not take CPU from a
+protected program.  The answer has the shape of SPEC section 10:
 ``{"host": [...], "containers": [...], "evidence": {api: text}, "platform": ..., "arbiter_version": ...}``.
 """
 
@@ -25,6 +27,8 @@ from arbiter import __version__
 from arbiter.config.models import Manifest
 
 PROBE_TIMEOUT_S = 20.0
+#: how much nicer than the daemon a probe's process runs
+PROBE_NICE = 10
 #: the probe kind whose ``apis()`` says what a container gets (from the host's CDI specs)
 CONTAINERS = "containers"
 
@@ -41,8 +45,10 @@ def run_probe(
     started = time.monotonic()
     env = {**os.environ, "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)), "ARBITER_PROBE_DISABLE": json.dumps(list(disable))}
     try:
+        # its own process group (no terminal's signals) but the asker's session: where the
+        # scheduler groups by session, a new one would be a new group and undo the lower priority
         out = subprocess.run([sys.executable, "-m", "arbiter.probing", kind], capture_output=True, text=True,
-                             timeout=timeout_s, env=env, start_new_session=True)
+                             timeout=timeout_s, env=env, process_group=0)
     except subprocess.TimeoutExpired:
         return {"usable": False, "evidence": f"the {kind} probe did not answer within {timeout_s:g}s (a hung driver?)",
                 "seconds": round(time.monotonic() - started, 2)}
@@ -63,7 +69,7 @@ def gpu_apis(
 ) -> dict[str, Any]:
     """Run every probe (in parallel, each in its own process) and say what the host provides."""
     kinds = sorted(set(kinds))
-    with ThreadPoolExecutor(max_workers=max(1, len(kinds))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(len(kinds), os.cpu_count() or 1))) as pool:
         answers = dict(zip(kinds, pool.map(lambda k: run_probe(k, plugins, timeout_s, disable), kinds), strict=True))
     host = sorted(k for k, a in answers.items() if a["usable"] and k != CONTAINERS)
     containers = sorted(answers.get(CONTAINERS, {}).get("apis") or []) if answers.get(CONTAINERS, {}).get("usable") else []
@@ -148,8 +154,17 @@ def placement(manifest: Manifest, platform_name: str, provided: dict[str, Any]) 
     return missing_apis(gpu.apis_any, gpu.in_container, provided), warnings
 
 
+def _lower_priority() -> None:
+    if hasattr(os, "nice"):
+        try:
+            os.nice(PROBE_NICE)
+        except OSError:
+            pass  # not allowed here: the probe still runs
+
+
 def _child(kind: str) -> int:
     """In the child: load the plugins, run one probe, print one JSON line."""
+    _lower_priority()  # before the imports: they are most of a probe's CPU time
     from arbiter.plugin import PluginContext
     from arbiter.pluginmanager import build_plugin_manager
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.config.models import Manifest
-from arbiter.probing import gpu_apis, placement, run_probe
+from arbiter.probing import PROBE_NICE, gpu_apis, placement, run_probe
 from arbiter.pluginmanager import build_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +31,11 @@ BROKEN = textwrap.dedent('''
         def probe(self):
             os.abort()
 
+    class Niceness(Probe):
+        Options = KindOptions
+        def probe(self):
+            return True, f"nice {os.nice(0)}"
+
     class Garbage(Probe):
         Options = KindOptions
         def probe(self):
@@ -41,6 +47,7 @@ BROKEN = textwrap.dedent('''
         register("hangs", Hangs)
         register("crashes", Crashes)
         register("garbage", Garbage)
+        register("niceness", Niceness)
 ''')
 
 
@@ -53,7 +60,7 @@ def broken_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_a_host_without_a_gpu_provides_nothing_and_says_why_for_every_api(tmp_path: Path) -> None:
-    env = {k: v for k, v in __import__("os").environ.items() if k != "ARBITER_CONFIG"}
+    env = {k: v for k, v in os.environ.items() if k != "ARBITER_CONFIG"}
     out = subprocess.run([sys.executable, "-m", "arbiter", "gpu-apis", "--json"], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path, env={**env, "XDG_CONFIG_HOME": str(tmp_path)})
     answer = json.loads(out.stdout)
@@ -76,6 +83,11 @@ def test_a_broken_probe_cannot_hang_or_crash_the_asker(broken_plugin: str, kind:
 def test_gpu_apis_counts_only_usable_ones(broken_plugin: str) -> None:
     answer = gpu_apis(["garbage", "metal"], [broken_plugin], timeout_s=10)
     assert answer["host"] == [] and set(answer["evidence"]) == {"garbage", "metal"}
+
+
+def test_a_probe_runs_nicer_than_its_asker_so_probing_takes_no_cpu_from_a_protected_program(broken_plugin: str) -> None:
+    answer = run_probe("niceness", [broken_plugin], timeout_s=60)
+    assert answer["usable"] and answer["evidence"] == f"nice {min(19, os.nice(0) + PROBE_NICE)}", answer
 
 
 PROVIDED = {"host": ["vulkan"], "containers": ["cuda"],

@@ -70,7 +70,9 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -
         env=dict(env),
         text=True,
         errors="replace",
-        start_new_session=posix,  # its own group, so a helper it started dies with it
+        # its own group, so a helper it started dies with it; the prober's session, so it keeps
+        # the prober's lower priority where the scheduler groups by session
+        process_group=0 if posix else None,
     )
     try:
         out, err = proc.communicate(timeout=timeout_s)
