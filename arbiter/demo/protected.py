@@ -5,7 +5,8 @@ core free, as a renderer or a game does).  With ``--frame-s`` the frames are pac
 paces them: each is ``--step-s`` of CPU time, then it waits for the next frame's start; a
 frame that overruns its slot is late, and the next starts at once (no catching up).  While ``--idle-flag`` exists it idles (as a program
 between bursts would).  ``--slow-file`` slows it on purpose: while it holds a number x, each
-frame idles x times the frame's length more.  Phases are written to the same file by
+frame idles x times the frame's length more (with ``--slow-fresh-s``, only while the file was written that recently:
+a writer that stops, as a paused job does, stops slowing it).  Phases are written to the same file by
 whoever drives it (``status`` events with ``state.phase``).
 """
 
@@ -42,9 +43,11 @@ def work_cpu(seconds: float) -> None:
         x += 1
 
 
-def _slowdown(path: str) -> float:
+def _slowdown(path: str, fresh_s: float = 0.0) -> float:
     try:
         with open(path) as fh:
+            if fresh_s and time.time() - os.fstat(fh.fileno()).st_mtime > fresh_s:
+                return 0.0
             return max(0.0, float(fh.read().strip() or 0))
     except (OSError, ValueError):
         return 0.0
@@ -59,6 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frame-s", type=float, default=0.0,
                         help="pace frames to this period, each --step-s of CPU time (--gap-s is then unused)")
     parser.add_argument("--slow-file", default="", help="while it holds x, each frame idles x times longer")
+    parser.add_argument("--slow-fresh-s", type=float, default=0.0,
+                        help="the slow file counts only while written within this many seconds (0: always)")
     parser.add_argument("--no-pin", action="store_true", help="do not pin to the first CPU")
     parser.add_argument("--seconds", type=float, default=0, help="exit after this long (0: run until killed)")
     args = parser.parse_args(argv)
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.gap_s:
                 time.sleep(args.gap_s)
         if args.slow_file:
-            time.sleep((args.step_s + args.gap_s) * _slowdown(args.slow_file))
+            time.sleep((args.step_s + args.gap_s) * _slowdown(args.slow_file, args.slow_fresh_s))
         step += 1
         os.write(fd, (json.dumps({"t": time.time(), "event": "step_done", "step": step}) + "\n").encode())
 

@@ -1,7 +1,11 @@
-"""The paired ON/OFF harness end to end on one shared core: a sweep against the protected
-stand-in certifies a low duty and fails a high one, and the certified duty then drives
-``gpu_jobs: certified``; a run survives a daemon killed mid-run; killing the work earns
-nothing; and the CLI refuses a run it cannot start, saying why."""
+"""The paired ON/OFF harness end to end: a sweep against the protected stand-in certifies a
+low duty and fails a high one, and the certified duty then drives ``gpu_jobs: certified``; a
+run survives a daemon killed mid-run on one shared core; killing the work earns nothing; and
+the CLI refuses a run it cannot start, saying why.
+
+The sweep's work slows the stand-in by a known amount (``slowing_job.py``) rather than by
+contending for a core: how much a shared core costs depends on the machine, and a noisy one
+would make a sweep's verdicts, and its length, a matter of luck."""
 
 from __future__ import annotations
 
@@ -18,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 PINNED = "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
 SHORT = ["--window", "3", "--washout", "1", "--blocks", "6", "--max-hours", "1"]
+#: at most 36 blocks a run: a pilot too noisy for that is refused in seconds, not run for an hour
+SWEEP = [*SHORT[:-1], "0.06"]
+SLOWING_JOB = Path(__file__).with_name("slowing_job.py")
+#: the sweep's work slows the stand-in by GAIN · duty²: 1 % at duty 0.1, 20 % at 0.45
+GAIN = 1.0
 
 
 def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
@@ -32,19 +41,21 @@ def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
     return node, events
 
 
-def start_protected(node: LocalNode, events: Path) -> None:
-    node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.004", "--gap-s", "0.006"])
+def start_protected(node: LocalNode, events: Path, *extra: str) -> None:
+    node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.004", "--gap-s", "0.006",
+                *extra])
     node.wait_for(lambda: node.status()["rules"][0]["running"])
     node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"])
 
 
-def start_job(node: LocalNode, tmp_path: Path) -> subprocess.Popen[bytes]:
+def start_job(node: LocalNode, tmp_path: Path, argv: list[str] | None = None) -> subprocess.Popen[bytes]:
+    """The job ``llmbatch`` (by default the example, pinned to the stand-in's core)."""
     manifest = tmp_path / "llmbatch.yaml"
     manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause, cancellable]\n"
                         "gpu: {use: shared}\n")
-    launcher = node.job_run([PYTHON, "-c", PINNED, "-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "120",
-                             "--out", "/dev/null"], "--manifest", str(manifest),
-                            cwd=ROOT / "examples" / "llmbatch", stderr=subprocess.DEVNULL)
+    argv = argv or [PYTHON, "-c", PINNED, "-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "120",
+                    "--out", "/dev/null"]
+    launcher = node.job_run(argv, "--manifest", str(manifest), cwd=ROOT / "examples" / "llmbatch", stderr=subprocess.DEVNULL)
     node.wait_for(lambda: node.job("llmbatch"))
     return launcher
 
@@ -60,10 +71,11 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         node.start()
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "not running" in refused.stderr  # no program yet
-        start_protected(node, events)
+        slow = tmp_path / "slow"
+        start_protected(node, events, "--no-pin", "--slow-file", str(slow), "--slow-fresh-s", "0.25")
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "no job matches --work gpu" in refused.stderr
-        start_job(node, tmp_path)
+        start_job(node, tmp_path, [PYTHON, str(SLOWING_JOB), str(slow), str(GAIN)])
         node.reasons("llmbatch", "GPU_NOT_CERTIFIED")  # no certificate yet: it waits
 
         started = cli(node, "ab", "start", "--rule", "frames", "--duty", "0.1", *SHORT)
@@ -74,9 +86,10 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         node.reasons("llmbatch", "GPU_NOT_CERTIFIED")  # back to the usual rules, no certificate
         assert not node.call("certificates")["certificates"]
 
-        swept = cli(node, "ab", "sweep", "--rule", "frames", "--levels", "0.1,0.45", "--margin", "0.05", *SHORT, "--follow")
+        swept = cli(node, "ab", "sweep", "--rule", "frames", "--levels", "0.1,0.45", "--margin", "0.1", *SWEEP, "--follow")
         print("\n" + swept.stdout[-3000:])
-        assert swept.returncode == 0 and "certified duty 0.1" in swept.stdout  # a level passed
+        timeline = "\n".join(e["message"] for e in node.call("timeline", limit=500)["events"] if e["code"].startswith("AB_"))
+        assert swept.returncode == 0 and "certified duty 0.1" in swept.stdout, timeline  # a level passed
         assert "rule     frames" in swept.stdout and "planned" in swept.stdout  # shown before it starts
         runs = json.loads(cli(node, "ab", "status", "--json").stdout)
         by_duty = {r["duty"]: r for r in runs if r["sweep"]}  # not the run aborted above
@@ -88,7 +101,7 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         certs = node.call("certificates")["certificates"]
         assert [(c["duty"], c["status"]) for c in certs] == [(0.1, "valid")]
         report = json.loads(cli(node, "ab", "show", by_duty[0.1]["run"], "--json").stdout)
-        assert len(report["blocks"]) >= 6 and report["analysis"]["low"] >= 0.95 and report["certifies"]
+        assert len(report["blocks"]) >= 6 and report["analysis"]["low"] >= 0.9 and report["certifies"]
         plot = tmp_path / "run.png"
         assert cli(node, "ab", "show", by_duty[0.1]["run"], "--plot", str(plot)).returncode == 0
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
