@@ -3,10 +3,11 @@
 Each frame is ``--step-s`` of work then ``--gap-s`` idle (a program that leaves part of its
 core free, as a renderer or a game does).  With ``--frame-s`` the frames are paced as a game
 paces them: each is ``--step-s`` of CPU time, then it waits for the next frame's start; a
-frame that overruns its slot is late, and the next starts at once (no catching up).  While ``--idle-flag`` exists it idles (as a program
-between bursts would).  ``--slow-file`` slows it on purpose: while it holds a number x, each
-frame idles x times the frame's length more (with ``--slow-fresh-s``, only while the file was written that recently:
-a writer that stops, as a paused job does, stops slowing it).  Phases are written to the same file by
+frame that overruns its slot is late, and the next starts at once (no catching up).  While
+``--idle-flag`` exists it idles (as a program between bursts would).  ``--slow-file`` slows
+it on purpose: while it holds a number x, each frame idles x times the frame's length more
+(with ``--slow-fresh-s``, only while the file was written that recently: a writer that
+stops, as a paused job does, stops slowing it).  Phases are written to the same file by
 whoever drives it (``status`` events with ``state.phase``).
 """
 
