@@ -128,6 +128,31 @@ def test_a_cgroup_shared_with_other_processes_is_never_frozen(translator, tmp_pa
         proc.wait()
 
 
+def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_the_rest_with_one(
+        translator, tmp_path: Path, monkeypatch) -> None:
+    from arbiter_translators import cgroup
+
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
+    try:
+        mine, earlier = ref(procs[0]), ref(procs[1])
+        assert translator.pause(JobTarget("j1", "mine", (mine,))) == [mine]  # a cgroup it shares: signals
+        os.kill(earlier.pid, 19)  # SIGSTOP, as a daemon before this one left it
+        looked_up: list[int] = []
+        real = cgroup.cgroup_of
+        monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: looked_up.append(pid) or real(pid))
+        translator.resume([mine, earlier])
+        assert looked_up == [earlier.pid]
+        for proc in procs:
+            deadline = time.monotonic() + 3
+            while psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def test_the_root_of_the_hierarchy_is_never_a_jobs_own(translator, tmp_path: Path, monkeypatch) -> None:
     from arbiter_translators import cgroup
 
