@@ -154,27 +154,31 @@ class CgroupFreezeTranslator(SignalTranslator):
 
     def resume(self, refs: Sequence[ProcessRef]) -> None:
         known = {r for r in refs if r in self._signalled}
+        errors = []
         if known:
-            super().resume([r for r in refs if r in known])
+            try:
+                super().resume([r for r in refs if r in known])
+            except PluginError as exc:  # the others are still continued
+                errors.append(str(exc))
             self._signalled -= known
         # the rest may be frozen, or paused by an earlier daemon: look each one up
-        refs = [r for r in refs if r not in known]
-        if not refs:
-            return
+        rest = [r for r in refs if r not in known]
         folders = set()
-        for ref in refs:
+        for ref in rest:
             rel = cgroup_of(ref.pid) if self.mount and self._alive(ref) else None
             if rel and rel != "/":
                 folders.add(os.path.join(self.mount or "", rel.lstrip("/")))
-        errors = []
         for folder in folders:
             if self.freeze_asked(folder):
                 try:
                     self._set(folder, False)
                 except OSError as exc:
                     errors.append(f"could not thaw {folder}: {exc.strerror or exc}")
-        # anything paused with signals instead (or by an earlier daemon) continues too
-        super().resume(refs)
+        if rest:  # anything paused with signals instead (or by an earlier daemon) continues too
+            try:
+                super().resume(rest)
+            except PluginError as exc:
+                errors.append(str(exc))
         if errors:
             raise PluginError("; ".join(errors))
 
