@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -68,3 +70,37 @@ def test_stop_raises_and_older_documents_are_ignored(tmp_path) -> None:
 def test_invalid_state_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError):
         write_control_document(str(tmp_path / "c"), "sleep", 1.0, 1)
+
+
+NUDGED_WAITER = """
+import sys, time
+from arbiter.sdk.control import Control, write_control_document
+write_control_document(sys.argv[1], "paused", 1.0, 1)
+ctl = Control(sys.argv[1])
+print("ready", flush=True)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    ctl.wait(0.0002)
+print("done", flush=True)
+"""
+
+
+def test_a_nudge_at_any_moment_never_hangs_the_job(tmp_path) -> None:
+    # the nudge handler once set a threading.Event: a nudge landing while the job's own wait
+    # held that Event's lock deadlocked the job for good (paused, it never saw its resume)
+    child = subprocess.Popen([sys.executable, "-c", NUDGED_WAITER, str(tmp_path / "control.json"), "3"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        sent = 0
+        end = time.monotonic() + 2.5
+        while time.monotonic() < end and child.poll() is None:
+            os.kill(child.pid, NUDGE_SIGNAL)
+            sent += 1
+            time.sleep(0.0001)
+        out, _ = child.communicate(timeout=10)
+        assert out.strip() == "done" and sent > 1000
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

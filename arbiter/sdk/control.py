@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import tempfile
 import threading
@@ -106,7 +107,11 @@ class Control:
     def __init__(self, path: str | None = None, events: str | None = None, install_handler: bool = True) -> None:
         self.path = path if path is not None else os.environ.get(CONTROL_ENV)
         self.events = events if events is not None else os.environ.get(EVENTS_ENV)
-        self._nudged = threading.Event()
+        # a nudge is a byte in a pipe, never a threading.Event: a handler that set an Event could
+        # land while this thread held the Event's lock inside wait(), and hang the job for good
+        self._nudge_r, self._nudge_w = os.pipe()
+        os.set_blocking(self._nudge_r, False)
+        os.set_blocking(self._nudge_w, False)
         self.seq = -1
         self.state = "run"
         self.gpu_duty = 1.0
@@ -115,8 +120,19 @@ class Control:
             signal.signal(NUDGE_SIGNAL, self._on_nudge)
         self.refresh()
 
+    def __del__(self) -> None:
+        for fd in (getattr(self, "_nudge_r", -1), getattr(self, "_nudge_w", -1)):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
     def _on_nudge(self, signum: int, frame: Any) -> None:
-        self._nudged.set()
+        try:
+            os.write(self._nudge_w, b"!")
+        except OSError:
+            pass  # the pipe is full: a nudge is already waiting
 
     def refresh(self) -> bool:
         """Re-read the control document; True when it changed."""
@@ -133,8 +149,13 @@ class Control:
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds, waking early on a nudge; True when it changed."""
-        if self._nudged.wait(timeout):
-            self._nudged.clear()
+        ready, _, _ = select.select([self._nudge_r], [], [], max(0.0, timeout))
+        if ready:
+            try:
+                while os.read(self._nudge_r, 512):
+                    pass
+            except BlockingIOError:
+                pass  # drained
         return self.refresh()
 
     def safe_point(self) -> None:
