@@ -224,6 +224,7 @@ def helper(
 
     from arbiter.cli.client import daemon_info, state_dir_for
     from arbiter.cli.helper import Helper
+    from arbiter.signal_relay import relay_signals
 
     try:
         state_dir = state_dir_for(config)
@@ -232,8 +233,7 @@ def helper(
         raise _fail(exc) from None
     _, host = _node_and_plugins(config)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    relay_signals({signal.SIGTERM: stop.set, signal.SIGINT: stop.set})
     Helper(path, host, state_dir).run(stop)
 
 

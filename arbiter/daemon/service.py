@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Any
 
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
@@ -16,6 +15,7 @@ from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyR
 from arbiter.daemon.secure import UnsafeStateDir
 from arbiter.daemon.notify import Notifier, status_line
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+from arbiter.signal_relay import relay_signals
 from arbiter.store import PausedJournal, Store
 from arbiter.transport import DaemonUnavailable, request
 
@@ -46,15 +46,8 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
             4 * (cfg.tick_s + cfg.plugin_timeout_s),
         )
 
-    def on_stop(signum: int, frame: Any) -> None:
-        daemon.request_stop()
-
-    def on_reload(signum: int, frame: Any) -> None:
-        daemon.request_reload()
-
-    signal.signal(signal.SIGINT, on_stop)
-    signal.signal(signal.SIGTERM, on_stop)
-    signal.signal(signal.SIGHUP, on_reload)
+    relay_signals({signal.SIGINT: daemon.request_stop, signal.SIGTERM: daemon.request_stop,
+                   signal.SIGHUP: daemon.request_reload})
     try:
         daemon.start()
     except (DaemonAlreadyRunning, UnsafeStateDir) as exc:

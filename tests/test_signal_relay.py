@@ -1,0 +1,42 @@
+"""Signal handlers that hand their work to a thread: a signal landing at any moment, even
+while the main thread is inside the very Event the callback sets, never hangs a process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+WAITER = """
+import signal, sys, threading
+from arbiter.signal_relay import relay_signals
+stop = threading.Event()
+seen = []
+relay_signals({signal.SIGUSR2: lambda: seen.append(1), signal.SIGTERM: stop.set})
+print("ready", flush=True)
+while not stop.wait(0.0002):
+    pass
+print("stopped after", len(seen), "nudges", flush=True)
+"""
+
+
+def test_a_process_stops_on_its_signal_however_many_others_land_while_it_waits() -> None:
+    child = subprocess.Popen([sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        sent = 0
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            os.kill(child.pid, signal.SIGUSR2)
+            sent += 1
+            time.sleep(0.0001)
+        os.kill(child.pid, signal.SIGTERM)
+        out, _ = child.communicate(timeout=10)
+        assert child.returncode == 0 and out.startswith("stopped after"), out
+        assert int(out.split()[2]) > 0 and sent > 1000
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
