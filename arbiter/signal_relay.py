@@ -15,10 +15,9 @@ import threading
 from collections.abc import Callable, Mapping
 
 
-def relay_signals(callbacks: Mapping[int, Callable[[], None]]) -> Callable[[], None]:
-    """Call ``callbacks[signum]()`` on a relay thread whenever ``signum`` arrives.  Call it
-    from the main thread.  Returns a function that restores the default handlers and ends
-    the relay."""
+def relay_signals(callbacks: Mapping[int, Callable[[], None]]) -> None:
+    """Call ``callbacks[signum]()`` on a relay thread whenever ``signum`` arrives, for the
+    life of the process.  Call it from the main thread."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
 
@@ -30,23 +29,11 @@ def relay_signals(callbacks: Mapping[int, Callable[[], None]]) -> Callable[[], N
 
     def relay() -> None:
         while True:
-            try:
-                data = os.read(read_fd, 64)
-            except OSError:
-                return
-            if not data:
-                return  # the write end is closed: stopped
-            for signum in data:
+            for signum in os.read(read_fd, 64):
                 callback = callbacks.get(signum)
                 if callback is not None:
                     callback()
 
-    previous = {signum: signal.signal(signum, on_signal) for signum in callbacks}
+    for signum in callbacks:
+        signal.signal(signum, on_signal)
     threading.Thread(target=relay, name="signals", daemon=True).start()
-
-    def stop() -> None:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        os.close(write_fd)
-
-    return stop
