@@ -4,9 +4,14 @@ Threads and what they may do:
 
 - ``tick``: process table, matching, readers, rule-file reloads (slow), then hands a
   :class:`TickView` to the decision thread;
-- ``decide`` (the fast path): takes tick views, source changes and job changes from its
-  inbox, re-decides from the last view with only what changed, acts through translators and
-  hands timeline entries to the recorder.  Nothing slow runs here;
+- ``reflex`` (the fast path): takes source and helper reports from its own queue, keeps
+  the source book and, where a phase of an immediate rule changed, pauses or resumes at once
+  from the last decision (arbiter.engine.reflex), then tells the decision thread;
+- ``decide``: takes tick views, source changes and job changes from its inbox, re-decides
+  from the last view with only what changed, acts through translators and hands timeline
+  entries to the recorder.  Nothing slow runs here either.  The two take turns on the
+  actuator and the source book (``_act_lock``), and a decision made while the reflex acted
+  is made again on what the reflex saw, so it never undoes it;
 - ``recorder``: SQLite commits and timeline observers;
 - the socket and HTTP servers answer from the last published snapshot.
 """
@@ -72,6 +77,7 @@ TOKEN_FILE = "token"
 NODE_STATE_EVERY_S = 60.0
 PROBE_DELAY_S = 60.0
 RELEASE_POLL_S = 0.02
+REDECIDE_AT_MOST = 3  # then the reflex waits for the decision: a flapping source must not starve it
 RELEASE_POLL_FOR_S = 5.0  # a release still pending after this (one queued behind work) waits for ticks
 FAST_SWITCH_S = 0.0005  # the interpreter's switch interval while the daemon runs (see _decide_loop)
 CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
@@ -106,6 +112,7 @@ class Snapshot:
     """What the last decision saw and said; replaced whole after every decision."""
 
     decision: Decision | None = None
+    obs: Observation | None = None  # what it was made on
     view: TickView | None = None
     jobs: list[JobRecord] = field(default_factory=list)
     decided_at: float = 0.0
@@ -120,6 +127,11 @@ class Daemon:
         self.uid = os.geteuid()
         self.started_wall = time.time()
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._reports: queue.Queue[tuple[str, Any]] = queue.Queue()  # sources' and helpers': the reflex thread's
+        # the actuator, the source book and the snapshot's commit: the reflex and the
+        # decision take turns, never holding it while they decide
+        self._act_lock = threading.RLock()
+        self._reflexes = 0  # how often the reflex has acted: a decision begun before is made again
         self._stop = threading.Event()
         self._wake = threading.Event()  # ends the tick's wait early (reload, stop)
         self._reload_wanted = threading.Event()
@@ -127,9 +139,8 @@ class Daemon:
         self._engine_state = EngineState()
         self._policy = Policy()
         self._view: TickView | None = None
-        self._last_obs: Observation | None = None  # what the last decision was made on
         self._acted_ms: list[float] = []  # latencies of changes the reflex acted on, for the decision's events
-        self.sources = SourceBook(config.governor.period_s)  # the decision thread writes it; others only read
+        self.sources = SourceBook(config.governor.period_s)  # written under _act_lock; other threads only read
         self._certs: tuple[CertView, ...] = ()
         self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
         self.hasher = ExeHasher()
@@ -142,7 +153,7 @@ class Daemon:
         self._node_state_at = 0.0
         # CPU seconds of ticking and deciding: the thread's own, plus what the plugin calls it
         # made spent on pool threads (not the whole process: source watchers run beside them)
-        self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0}
+        self.costs = {"ticks": 0, "tick_cpu_s": 0.0, "decisions": 0, "decide_cpu_s": 0.0, "redecisions": 0}
         self.snapshot = Snapshot()
         self._faults = Ongoing()  # plugin faults seen on the tick
         self._failures = Ongoing()  # actions that failed on the decision thread
@@ -209,6 +220,7 @@ class Daemon:
         timer.daemon = True
         timer.start()
         self._spawn("decide", self._decide_loop)
+        self._spawn("reflex", self._reflex_loop)
         self._tick_once()  # the first decision waits for a full view
         self._spawn("tick", self._tick_loop)
         self.helpers = Helpers(self)
@@ -261,6 +273,7 @@ class Daemon:
         self._stop.set()
         self._wake.set()
         self._inbox.put(("stop", None))
+        self._reports.put(("stop", None))
 
     def request_reload(self) -> None:
         """Read the rule files again at once (on the tick thread, which owns the rule book)."""
@@ -491,22 +504,14 @@ class Daemon:
 
     def _on_source(self, rule_id: str, index: int, state: SourceState) -> None:
         """Called from a source's own thread: hand over and return."""
-        self._inbox.put(("source", (rule_id, index, state)))
+        self._reports.put(("source", (rule_id, index, state)))
 
     def _decide_loop(self) -> None:
         # the GIL is handed on every FAST_SWITCH_S instead of every 5 ms: a phase change waits
-        # for it behind the tick and the source watchers at every step (the inbox, each
+        # for it behind the tick and the source watchers at every step (the queue, each
         # signal's pool call), and under load those waits were most of the fast path's time
         sys.setswitchinterval(FAST_SWITCH_S)
-        while True:
-            batch = [self._inbox.get()]
-            while True:
-                try:
-                    batch.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    break
-            if any(kind == "stop" for kind, _ in batch):
-                return
+        while (batch := _drained(self._inbox)) is not None:
             cpu = self._cpu()
             try:
                 self._take(batch)
@@ -516,21 +521,49 @@ class Daemon:
             self.costs["decisions"] += 1
             self.costs["decide_cpu_s"] += self._cpu() - cpu
 
+    def _reflex_loop(self) -> None:
+        """Source and helper reports: into the source book, a reflex where a phase changed,
+        then the decision thread is told which rules' sources changed."""
+        while (batch := _drained(self._reports)) is not None:
+            changed: set[str] = set()
+            try:
+                with self._act_lock:
+                    for kind, payload in batch:
+                        if kind == "helper_gone":
+                            if self.sources.helper_gone(payload):
+                                changed.update(self._policy.rules)
+                            continue
+                        if kind == "source":
+                            rule_id, index, state = payload
+                            moved = self.sources.own((rule_id, index), state, "watch")
+                        else:
+                            helper, (rule_id, index), state = payload
+                            moved = self.sources.helper(helper, (rule_id, index), state)
+                        if moved:
+                            changed.add(rule_id)
+                            self._reflex(rule_id, index)
+            except Exception as exc:  # this thread must outlive anything one report meets
+                log.exception("taking a source report failed")
+                self._record(codes.PLUGIN_FAILED, "node", f"a source report failed: {type(exc).__name__}: {exc}")
+            if changed:
+                self._inbox.put(("sourced", frozenset(changed)))
+
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
         """A session helper's report (from a socket thread): hand over and return."""
-        self._inbox.put(("helper", (helper, key, state)))
+        self._reports.put(("helper", (helper, key, state)))
 
     def helper_gone(self, helper: HelperKey) -> None:
-        self._inbox.put(("helper_gone", helper))
+        self._reports.put(("helper_gone", helper))
 
     def _take(self, batch: list[tuple[str, Any]]) -> None:
         urgent = False  # a change an immediate rule must act on now, between ticks
         for kind, payload in batch:
             if kind == "tick":
                 self._view, wanted, readings, self._certs = payload
-                self.sources.sync(wanted, dict(self._view.rule_uids))
-                for key, state in readings.items():
-                    self.sources.own(key, state, "tick")
+                with self._act_lock:
+                    self.sources.sync(wanted, dict(self._view.rule_uids))
+                    for key, state in readings.items():
+                        self.sources.own(key, state, "tick")
             elif kind == "policy":
                 self._policy = payload
             elif kind in ("release_failed", "release_moot"):  # no VRAM is coming back from that request
@@ -552,45 +585,32 @@ class Daemon:
                     finally:
                         box["done"].set()
             elif kind == "ended":
-                for failure in self.actuator.end_job(payload):
+                with self._act_lock:
+                    failures = self.actuator.end_job(payload)
+                for failure in failures:
                     self._record(codes.PLUGIN_FAILED, payload, f"could not continue what was left of it: {failure}")
-            elif kind in ("source", "helper", "helper_gone"):
-                if kind == "source":
-                    rule_id, index, state = payload
-                    changed = self.sources.own((rule_id, index), state, "watch")
-                    rules = {rule_id}
-                    if changed:
-                        self._reflex(rule_id, index)
-                elif kind == "helper":
-                    helper, (rule_id, index), state = payload
-                    changed = self.sources.helper(helper, (rule_id, index), state)
-                    rules = {rule_id}
-                    if changed:
-                        self._reflex(rule_id, index)
-                else:
-                    changed = self.sources.helper_gone(payload)
-                    rules = set(self._policy.rules)
-                if changed:
-                    # a busy probe's change may starve a tenant or free one: the handoff acts now
-                    urgent = urgent or any(rp.immediate or rp.progress or rp.busy_probe
-                                           for rid in rules if (rp := self._policy.rules.get(rid)))
+            elif kind == "sourced":
+                # a busy probe's change may starve a tenant or free one: the handoff acts now
+                urgent = urgent or any(rp.immediate or rp.progress or rp.busy_probe
+                                       for rid in payload if (rp := self._policy.rules.get(rid)))
         if self._view is None:
             return
-        only_sources = all(kind in ("source", "helper", "helper_gone") for kind, _ in batch)
-        if only_sources and not urgent:
+        if all(kind == "sourced" for kind, _ in batch) and not urgent:
             return  # a rule that is not immediate waits for the tick
         self._decide_and_act()
 
     def _reflex(self, rule_id: str, index: int) -> None:
         """A phase change acted on at once, from the last decision (see arbiter.engine.reflex);
-        the whole decision follows and has the last word."""
-        last, obs, view = self.snapshot.decision, self._last_obs, self._view
+        the whole decision follows and has the last word.  Under ``_act_lock``."""
+        snap = self.snapshot
+        last, obs, view = snap.decision, snap.obs, snap.view
         if last is None or obs is None or view is None:
             return
         try:
             move = reflex(obs, last, self._policy, rule_id, index, self.sources.observed((rule_id, index), time.monotonic()))
             if not move.pause and not move.resume:
                 return
+            self._reflexes += 1
             records = {r.id: r for r in self.jobs.active()}
             # what fails here is tried again, and reported, by the decision that follows
             self.actuator.pause_trees([self._target(records[jid], view) for jid in move.pause if jid in records])
@@ -632,13 +652,14 @@ class Daemon:
         stale = now - view.now > 3 * self.config.tick_s + self.config.plugin_timeout_s
         node_faults = view.faults + ((f"no fresh observation for {now - view.now:.0f}s",) if stale else ())
         rules = {}
-        for rid, ro in view.rules.items():
-            faults = ro.faults + node_faults
-            rp = self._policy.rules.get(rid)
-            phases = tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during) if rp else 0))
-            progress = self.sources.observed((rid, PROGRESS), now) if rp and rp.progress else None
-            busy = self.sources.observed((rid, BUSY), now) if rp and rp.busy_probe else None
-            rules[rid] = replace(ro, phases=phases, progress=progress, busy=busy, faults=faults)
+        with self._act_lock:  # the reflex thread writes the source book
+            for rid, ro in view.rules.items():
+                faults = ro.faults + node_faults
+                rp = self._policy.rules.get(rid)
+                phases = tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during) if rp else 0))
+                progress = self.sources.observed((rid, PROGRESS), now) if rp and rp.progress else None
+                busy = self.sources.observed((rid, BUSY), now) if rp and rp.busy_probe else None
+                rules[rid] = replace(ro, phases=phases, progress=progress, busy=busy, faults=faults)
         return Observation(
             now=now,
             node_faults=node_faults,
@@ -665,9 +686,23 @@ class Daemon:
     def _decide_and_act(self) -> None:
         view = self._view
         assert view is not None
-        now = time.monotonic()
-        obs = self._last_obs = self._observation(view, now)
-        decision = decide(obs, self._engine_state, self._policy, now)
+        for _ in range(REDECIDE_AT_MOST):
+            seen, now = self._reflexes, time.monotonic()
+            obs = self._observation(view, now)
+            decision = decide(obs, self._engine_state, self._policy, now)
+            with self._act_lock:
+                if self._reflexes == seen:
+                    self._act(view, obs, decision, now)
+                    return
+            # the reflex acted on a newer phase meanwhile: this decision could undo it
+            self.costs["redecisions"] += 1
+        with self._act_lock:  # a source flapping this fast waits for one decision
+            now = time.monotonic()
+            obs = self._observation(view, now)
+            self._act(view, obs, decide(obs, self._engine_state, self._policy, now), now)
+
+    def _act(self, view: TickView, obs: Observation, decision: Decision, now: float) -> None:
+        """Carry a decision out and publish it.  Under ``_act_lock``."""
         records = {r.id: r for r in self.jobs.active()}
         failures: list[tuple[str, str]] = []
         retry = self._failed_controls
@@ -725,7 +760,7 @@ class Daemon:
             self.recorder.write(lambda db: Store.put_governors(db, govs))
         self._keep_runs(self._engine_state.ab, decision)
         self._engine_state = decision.state
-        self.snapshot = Snapshot(decision, view, list(records.values()), time.time())
+        self.snapshot = Snapshot(decision, obs, view, list(records.values()), time.time())
         with self.jobs.changed:
             self.jobs.changed.notify_all()
         # recording comes after the signals are sent
@@ -768,3 +803,14 @@ class Daemon:
     def latency_figures(self) -> dict[str, Any]:
         """From a source seeing a write to the decision it caused, over every source."""
         return percentiles(list(self.sources.latencies))  # list() copies atomically
+
+
+def _drained(inbox: queue.Queue[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
+    """Everything waiting (at least one item), or None once a stop is among it."""
+    batch = [inbox.get()]
+    while True:
+        try:
+            batch.append(inbox.get_nowait())
+        except queue.Empty:
+            break
+    return None if any(kind == "stop" for kind, _ in batch) else batch

@@ -149,6 +149,7 @@ def _costs(c: dict[str, Any]) -> dict[str, Any]:
         "tick_cpu_ms": round(1000 * c["tick_cpu_s"] / c["ticks"], 3) if c["ticks"] else None,
         "decisions": c["decisions"],
         "decide_cpu_ms": round(1000 * c["decide_cpu_s"] / c["decisions"], 3) if c["decisions"] else None,
+        "redecisions": c["redecisions"],
     }
 
 

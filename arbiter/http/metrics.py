@@ -50,6 +50,8 @@ METRICS: dict[str, MetricDoc] = {
     "arbiter_tick_cpu_seconds": MetricDoc("counter", (), "CPU time of the tick thread and of the plugin calls it made (not the source watchers')."),
     "arbiter_decisions": MetricDoc("counter", (), "Decisions taken since start."),
     "arbiter_decision_cpu_seconds": MetricDoc("counter", (), "CPU time of the decision thread and of the plugin calls it made."),
+    "arbiter_redecisions": MetricDoc("counter", (), "Decisions made again because a phase changed, and was acted on at "
+                                                    "once, while they were being made."),
     "arbiter_recording_failures": MetricDoc("counter", (), "Batches the state store could not write (disk full or read-only)."),
 }
 
@@ -122,6 +124,7 @@ def families(data: dict[str, Any]) -> Iterator[Metric]:
     f.set("arbiter_tick_cpu_seconds", costs.get("tick_cpu_s"))
     f.set("arbiter_decisions", costs.get("decisions"))
     f.set("arbiter_decision_cpu_seconds", costs.get("decide_cpu_s"))
+    f.set("arbiter_redecisions", costs.get("redecisions"))
     f.set("arbiter_recording_failures", status.get("recorder", {}).get("failures"))
     # a family with no sample still says it exists (and what it means) to whoever scrapes
     for name in METRICS:

@@ -33,7 +33,7 @@ def full_data() -> dict:
         "events": {"JOB_PAUSED": 3, "DAEMON_STARTED": 1},
         "latency": [{"rule": "trainer", "slot": "during.0", "kind": "jsonl",
                      "buckets": [(0.5, 1), (1.0, 3), (float("inf"), 4)], "sum_ms": 9.5}],
-        "costs": {"ticks": 10, "tick_cpu_s": 0.05, "decisions": 12, "decide_cpu_s": 0.01},
+        "costs": {"ticks": 10, "tick_cpu_s": 0.05, "decisions": 12, "decide_cpu_s": 0.01, "redecisions": 1},
     }
 
 

@@ -153,6 +153,29 @@ def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_th
             proc.wait()
 
 
+def test_a_job_found_sharing_its_cgroup_is_paused_again_with_signals_without_a_lookup_until_the_recheck(
+        translator, monkeypatch) -> None:
+    from arbiter_translators import cgroup
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # in the runner's cgroup
+    looked_up: list[int] = []
+    real = cgroup.cgroup_of
+    monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: looked_up.append(pid) or real(pid))
+    try:
+        target = JobTarget("j1", "mine", (ref(proc),))
+        for _ in range(3):
+            assert translator.pause(target) == [ref(proc)]
+            translator.resume([ref(proc)])
+        assert looked_up == [proc.pid]  # found shared once; paused twice more with signals alone
+        monkeypatch.setattr(cgroup, "SHARED_RECHECK_S", 0.0)
+        assert translator.pause(target) == [ref(proc)]
+        assert looked_up == [proc.pid, proc.pid]  # looked at again once the recheck is due
+        translator.resume([ref(proc)])
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_the_root_of_the_hierarchy_is_never_a_jobs_own(translator, tmp_path: Path, monkeypatch) -> None:
     from arbiter_translators import cgroup
 

@@ -4,7 +4,8 @@ Freezing stops every task of the group at once, children started a moment ago in
 and nothing in the job can notice or undo it (a SIGSTOP can be caught by a debugger or
 undone by a SIGCONT from the job itself).  It is used only for a cgroup that holds the
 job's processes and nothing else (a ``systemd-run --scope`` or a container), and only where
-the daemon may write ``cgroup.freeze``; otherwise the job is paused with signals.
+the daemon may write ``cgroup.freeze``; otherwise the job is paused with signals, and
+again with signals, without looking, for the next ``SHARED_RECHECK_S``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from pydantic import Field
 from arbiter_translators.signals import SignalOptions, SignalTranslator
 
 _POLL_S = 0.005
+#: a job found without a cgroup of its own is paused with signals, without looking again,
+#: for this long: a look reads files (for a cgroup shared with a login session, every
+#: member's pid), and each read waits for the interpreter lock again; fifty of them were
+#: most of a phase's fast path under load.  Signals always pause a job correctly, and a
+#: freeze is only ever made on a fresh look.
+SHARED_RECHECK_S = 30.0
 
 
 def cgroup2_mount(mountinfo: str = "/proc/self/mountinfo") -> str | None:
@@ -64,6 +71,7 @@ class CgroupFreezeTranslator(SignalTranslator):
         # what this translator stopped with signals: their resume needs no cgroup lookup, which
         # for fifty jobs took milliseconds before the first of them was continued
         self._signalled: set[ProcessRef] = set()
+        self._shared: dict[ProcessRef, float] = {}  # job root → when it was last found without a cgroup of its own
 
     def available(self) -> tuple[bool, str]:
         ok, why = super().available()
@@ -102,6 +110,18 @@ class CgroupFreezeTranslator(SignalTranslator):
             return None
         return folder
 
+    def _own_cgroup_unless_shared(self, target: JobTarget) -> str | None:
+        if not target.processes:
+            return None
+        root, now = target.processes[0], time.monotonic()
+        if now - self._shared.get(root, -SHARED_RECHECK_S) < SHARED_RECHECK_S:
+            return None
+        folder = self.own_cgroup(target)
+        if folder is None:
+            self._shared = {r: at for r, at in self._shared.items() if now - at < SHARED_RECHECK_S}
+            self._shared[root] = now
+        return folder
+
     def _alive(self, ref: ProcessRef) -> bool:
         try:
             return self._signaller.send(ref, 0)  # signal 0: only the start-time check
@@ -131,7 +151,7 @@ class CgroupFreezeTranslator(SignalTranslator):
             return False
 
     def pause(self, target: JobTarget) -> list[ProcessRef]:
-        folder = self.own_cgroup(target)
+        folder = self._own_cgroup_unless_shared(target)
         if folder is None:
             paused = super().pause(target)
             self._signalled.update(paused)

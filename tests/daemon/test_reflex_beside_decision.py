@@ -1,0 +1,124 @@
+"""The reflex runs on its own thread: a phase change pauses work while a decision is still
+being made, and that decision, made on the phase before, is made again rather than undo it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import arbiter.daemon.core as core
+from arbiter.config.loader import load_node_config
+from arbiter.daemon.core import Daemon
+from arbiter.demo.node import LocalNode
+
+
+def phase(path: Path, value: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
+
+
+def stopped(pid: int) -> bool:
+    return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+
+
+def wait_until(test: Any, timeout: float) -> float:
+    started = time.monotonic()
+    while not test():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"not within {timeout}s")
+        time.sleep(0.002)
+    return time.monotonic() - started
+
+
+def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(tmp_path: Path, monkeypatch) -> None:
+    events = tmp_path / "phase.jsonl"
+    events.touch()
+    node = LocalNode(tmp_path, tick_s=5)  # a long tick: the decisions here are the test's
+    node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1003"]}, "immediate": True,
+                        "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase",
+                                               "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
+    config, _ = load_node_config(node.config_path)
+    daemon = Daemon(config, node.config_path)
+    daemon.start()
+    try:
+        node.spawn(["sleep", "1003"])
+        node.job_run(["sleep", "3003"], "--name", "j")
+        pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
+        daemon.request_reload()  # a tick now: the protected program is seen
+        node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running, timeout=30)
+
+        real = core.decide
+        held, entered = threading.Event(), threading.Event()
+        first = [True]
+
+        def slow_decide(*args: Any) -> Any:
+            decision = real(*args)
+            if first[0]:  # the next decision is made on the phase off, then held
+                first[0] = False
+                entered.set()
+                held.wait(10)
+            return decision
+
+        resumes: list[float] = []
+        real_resume = daemon.actuator.resume_entries
+
+        def resume_entries(entries: Any) -> list[str]:
+            resumes.append(time.monotonic())
+            return real_resume(entries)
+
+        monkeypatch.setattr(core, "decide", slow_decide)
+        monkeypatch.setattr(daemon.actuator, "resume_entries", resume_entries)
+        daemon.notify_jobs()
+        assert entered.wait(10)
+
+        phase(events, "on")
+        took = wait_until(lambda: stopped(pid), timeout=5)
+        print(f"\nphase on -> job stopped, a decision held meanwhile: {1000 * took:.1f} ms")
+        assert took < 2.0
+
+        redecisions = daemon.costs["redecisions"]
+        held.set()  # the held decision said "run": carried out, it would continue the job
+        node.wait_for(lambda: daemon.costs["redecisions"] > redecisions, timeout=10)
+        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.job("j")["id"]].state == "paused", timeout=10)
+        time.sleep(0.3)
+        assert stopped(pid) and resumes == []  # never continued, not even for a moment
+
+        phase(events, "off")
+        wait_until(lambda: not stopped(pid), timeout=5)
+        assert len(resumes) >= 1
+    finally:
+        daemon.shutdown()
+        node.close()
+
+
+def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carried_out(tmp_path: Path, monkeypatch) -> None:
+    """Past ``REDECIDE_AT_MOST`` tries (here at once) a decision is made under the lock,
+    the reflex waiting for it: a source flapping faster than decisions never starves them."""
+    monkeypatch.setattr(core, "REDECIDE_AT_MOST", 0)
+    events = tmp_path / "phase.jsonl"
+    events.touch()
+    node = LocalNode(tmp_path, tick_s=0.2)
+    node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1004"]}, "immediate": True,
+                        "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase",
+                                               "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
+    config, _ = load_node_config(node.config_path)
+    daemon = Daemon(config, node.config_path)
+    daemon.start()
+    try:
+        node.spawn(["sleep", "1004"])
+        node.job_run(["sleep", "3004"], "--name", "j")
+        pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
+        node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running, timeout=30)
+        phase(events, "on")
+        wait_until(lambda: stopped(pid), timeout=5)
+        phase(events, "off")
+        wait_until(lambda: not stopped(pid), timeout=5)
+        assert daemon.costs["redecisions"] == 0
+    finally:
+        daemon.shutdown()
+        node.close()
