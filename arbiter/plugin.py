@@ -245,10 +245,12 @@ class _Kind:
 class Matcher(_Kind):
     """Selects the processes a rule's ``match:`` block names."""
 
-    #: True when ``select`` judges each process on its own, so that what it selects from a
-    #: list is what it would select from any part of that list.  The daemon then offers it
-    #: processes an earlier rule claimed too, and drops those from its choice; leave it
-    #: False where a choice depends on other processes (a walk down the process tree).
+    #: True when ``select`` judges each process on its own, by its ProcessInfo alone, so that
+    #: what it selects from a list is what it would select from any part of that list.  The
+    #: daemon then offers it processes an earlier rule claimed too, and drops those from its
+    #: choice, and on most ticks offers it only the processes new or changed since the last
+    #: (every process on every 20th tick); leave it False where a choice
+    #: depends on other processes (a walk down the process tree).
     judges_each_process: bool = False
 
     def __init__(self, options: KindOptions) -> None:

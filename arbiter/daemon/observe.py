@@ -138,25 +138,48 @@ Call = Callable[..., Any]  # PluginHost.call: (label, fn, *args) under a timeout
 Claims = tuple[dict[str, frozenset[int]], dict[str, list[str]]]  # each rule's processes, and its faults
 
 
+#: a matcher that judges each process alone is offered, on most ticks, only the processes
+#: new or changed since the last (the process table hands back the very object of one that
+#: did not change), and every process on one tick in this many: a verdict that depends on
+#: more than the process (a file, the time) is at most that many ticks late
+FULL_OFFER_TICKS = 20
+
+Chosen = dict[str, tuple[LiveRule, frozenset[int]]]  # rule id → (its rule, what its matcher chose of every candidate)
+
+
 class _Claiming:
     """One tick's claims as they are made: a process belongs to the first rule (highest
     priority first) whose matcher selects it.  A matcher is offered only what no earlier
-    rule claimed, except one that judges each process alone, which is offered every
-    candidate and gets what is left of its choice: with a hundred rules, building the list
-    of what is left for each of them cost more than the matching."""
+    rule claimed, except one that judges each process alone, which is offered the
+    candidates new or changed since the last tick (every candidate when ``chosen`` has no
+    choice of its rule from then) and gets what is left of its whole choice: with a hundred
+    rules and a thousand processes, building the list of what is left for each rule, or
+    offering each the whole table, cost more than anything else on the tick."""
 
-    def __init__(self, rules: Sequence[LiveRule], candidates: list[ProcessInfo]) -> None:
+    def __init__(self, rules: Sequence[LiveRule], candidates: list[ProcessInfo],
+                 changed: list[ProcessInfo] | None = None, stale: set[int] | None = None,
+                 chosen: Chosen | None = None) -> None:
         self.candidates = candidates
         self.pids: dict[str, frozenset[int]] = {live.rule.id: frozenset() for live in rules}
         self.faults: dict[str, list[str]] = {live.rule.id: list(live.faults) for live in rules}
-        self._offered = {p.pid for p in candidates}
+        self._all = {p.pid for p in candidates}
+        self._offered = set(self._all)  # what no rule claimed yet
         self._left, self._stale = candidates, False  # the candidates no rule claimed (stale: rebuild it)
+        self._changed = changed if changed is not None else candidates
+        self._changed_pids = {p.pid for p in self._changed}
+        self._gone = stale if stale is not None else set()  # new, changed or vanished since the last tick
+        self.chosen: Chosen = chosen if chosen is not None else {}
+        self._partial: set[str] = set()  # rules offered only what changed
 
     def offer(self, live: LiveRule) -> Sequence[ProcessInfo] | None:
         """What this rule's matcher is to choose from (None: it has no matcher)."""
         if live.matcher is None:
             return None
         if live.matcher.judges_each_process is True:
+            before = self.chosen.get(live.rule.id)
+            if before is not None and before[0] is live:
+                self._partial.add(live.rule.id)
+                return self._changed
             return self.candidates
         if self._stale:
             self._left, self._stale = [p for p in self.candidates if p.pid in self._offered], False
@@ -167,12 +190,20 @@ class _Claiming:
         rid, label = live.rule.id, matcher_label(live)
         if isinstance(chosen, PluginFailed):
             self.faults[rid].append(str(chosen))
+            self.chosen.pop(rid, None)
             return
         problem = selection_problem(chosen)
         if problem:
             self.faults[rid].append(f"{label}: returned garbage: {problem}")
+            self.chosen.pop(rid, None)
             return
-        mine = frozenset(p for p in chosen if p in self._offered)  # type: ignore[attr-defined]
+        if rid in self._partial:
+            whole = (self.chosen[rid][1] - self._gone) | (self._changed_pids & set(chosen))  # type: ignore[call-overload]
+        else:
+            whole = frozenset(p for p in chosen if p in self._all)  # type: ignore[attr-defined]
+        if live.matcher is not None and live.matcher.judges_each_process is True:
+            self.chosen[rid] = (live, frozenset(whole))
+        mine = frozenset(whole) & self._offered
         self.pids[rid] = mine
         if mine:
             self._offered -= mine
@@ -193,10 +224,22 @@ class Claimer:
         self.call = call
         self._hung = ""  # the label of the matcher the last batch hung in, while it still runs
         self._hung_why = ""
+        self._last: dict[int, ProcessInfo] = {}  # the last tick's candidates
+        self._chosen: Chosen = {}
+        self._ticks = 0
 
     def claim(self, rules: Iterable[LiveRule], candidates: list[ProcessInfo]) -> Claims:
         rules = list(rules)
-        claiming = _Claiming(rules, candidates)
+        last, self._last = self._last, {p.pid: p for p in candidates}
+        self._ticks += 1
+        if self._ticks % FULL_OFFER_TICKS == 0:
+            self._chosen = {}
+        ids = {live.rule.id for live in rules}
+        chosen = {rid: c for rid, c in self._chosen.items() if rid in ids}
+        changed = [p for p in candidates if last.get(p.pid) is not p]
+        stale = {p.pid for p in changed} | (last.keys() - self._last.keys())
+        claiming = _Claiming(rules, candidates, changed, stale, chosen)
+        self._chosen = claiming.chosen
         if self._hung:
             try:
                 self.call("matchers", _nothing)  # fails at once while the hung batch still runs

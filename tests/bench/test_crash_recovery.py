@@ -3,7 +3,6 @@ random moments, every invariant checked after each restart, and its figures prin
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import ModuleType
 

@@ -125,6 +125,44 @@ def test_every_matcher_runs_in_one_plugin_call() -> None:
     assert pids["r0"] == frozenset({10, 12}) and all(not pids[f"r{i}"] for i in range(1, 50))
 
 
+def test_a_matcher_that_judges_each_process_alone_is_offered_only_what_changed_since_the_last_tick(monkeypatch) -> None:
+    from dataclasses import replace
+
+    from arbiter.daemon import observe
+
+    monkeypatch.setattr(observe, "FULL_OFFER_TICKS", 4)
+    alone, tree = ByName({"a"}, True), ByName({"a", "b"}, False)
+    rules = [live("r1", alone), live("r2", tree)]
+    claimer = Claimer(Calls())
+    table = list(TABLE)
+    assert claimer.claim(rules, table)[0] == {"r1": frozenset({10, 12}), "r2": frozenset({11, 14})}
+    assert claimer.claim(rules, list(table))[0] == {"r1": frozenset({10, 12}), "r2": frozenset({11, 14})}
+    assert alone.offered[-1] == []  # the very same processes: nothing to judge again
+    assert tree.offered[-1] == [11, 13, 14]  # one that looks at others is offered what is left, every tick
+    # 12 renamed (a new object for its pid), 10 gone, 15 new: only those two are judged
+    table = [p for p in table if p.pid != 10]
+    table[1] = replace(table[1], name="b")
+    table.append(ProcessInfo(pid=15, ppid=1, name="a"))
+    assert claimer.claim(rules, table)[0] == {"r1": frozenset({15}), "r2": frozenset({11, 12, 14})}
+    assert alone.offered[-1] == [12, 15]
+    assert claimer.claim(rules, list(table))[0]["r1"] == frozenset({15})
+    assert alone.offered[-1] == [11, 12, 13, 14, 15]  # the fourth tick offers every process again
+
+
+def test_a_rule_loaded_anew_or_whose_matcher_failed_is_offered_every_process_again() -> None:
+    flaky = ByName({"a"}, True)
+    rules = [live("r1", flaky)]
+    claimer = Claimer(Calls())
+    claimer.claim(rules, TABLE)
+    reloaded = [live("r1", flaky)]  # a new rule object: what was chosen for the old one does not count
+    assert claimer.claim(reloaded, TABLE)[0]["r1"] == frozenset({10, 12})
+    assert flaky.offered[-1] == [10, 11, 12, 13, 14]
+    broken = [live("r1", Broken(KindOptions()))]
+    assert claimer.claim(broken, TABLE)[0]["r1"] == frozenset()
+    assert claimer.claim(reloaded, TABLE)[0]["r1"] == frozenset({10, 12})
+    assert flaky.offered[-1] == [10, 11, 12, 13, 14]
+
+
 class Sleepy(Matcher):
     judges_each_process = True
 

@@ -117,6 +117,22 @@ def test_select_is_pure_over_its_input() -> None:
     assert m.select(TABLE) == m.select(list(TABLE)) == {100, 101, 102}
 
 
+def test_a_process_unchanged_since_it_was_judged_is_not_judged_again_even_after_offers_of_only_a_few(monkeypatch) -> None:
+    m = matcher(name="python3")
+    judged: list[int] = []
+    real = m._matches
+    monkeypatch.setattr(m, "_matches", lambda p: judged.append(p.pid) or real(p))
+    assert m.select(TABLE) == {200, 300}
+    assert m.select(TABLE[4:5]) == {200}  # the daemon offers only what changed: nothing of the rest is forgotten
+    assert m.select(TABLE) == {200, 300}
+    assert judged == [p.pid for p in TABLE]  # each once
+    for k in range(4):  # tables of processes that each replaced the last: the memory stays bounded
+        wide = [proc(10**7 * (k + 1) + i, name="python3") for i in range(200)]  # no real pid
+        assert len(m.select(wide)) == 200
+        assert m.select(wide[:3]) == {p.pid for p in wide[:3]}
+    assert set(m._judged) == {p.pid for p in wide}  # a wide offer forgot the pids that are gone
+
+
 @pytest.mark.parametrize("block", [{}, {"kind": "process"}, {"user": ["alice"]}, {"tree": "descendants"}])
 def test_a_block_without_a_selector_is_refused(block: dict[str, object]) -> None:
     with pytest.raises(ValidationError) as err:

@@ -86,10 +86,14 @@ class ProcessMatcher(Matcher):
         # holds every thread, the fast path's too) take 70 ms.
         self._judged: dict[int, ProcessInfo] = {}
         self._hits: set[int] = set()
+        self._widest = 0  # the most processes one call offered
 
     def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
         judged, hits = self._judged, self._hits
-        if len(judged) > 2 * len(processes) + 64:  # forget the pids that are gone
+        self._widest = max(self._widest, len(processes))
+        # forget the pids that are gone, from a call offered about every process (the daemon
+        # offers most calls only the processes that changed: those say nothing of the rest)
+        if 2 * len(processes) >= self._widest and len(judged) > 2 * len(processes) + 64:
             listed = {p.pid for p in processes}
             judged = self._judged = {pid: p for pid, p in judged.items() if pid in listed}
             hits &= listed
