@@ -156,19 +156,18 @@ class _Claiming:
     rules and a thousand processes, building the list of what is left for each rule, or
     offering each the whole table, cost more than anything else on the tick."""
 
-    def __init__(self, rules: Sequence[LiveRule], candidates: list[ProcessInfo],
-                 changed: list[ProcessInfo] | None = None, stale: set[int] | None = None,
-                 chosen: Chosen | None = None) -> None:
+    def __init__(self, rules: Sequence[LiveRule], candidates: list[ProcessInfo], changed: list[ProcessInfo],
+                 changed_or_gone: set[int], chosen: Chosen) -> None:
         self.candidates = candidates
         self.pids: dict[str, frozenset[int]] = {live.rule.id: frozenset() for live in rules}
         self.faults: dict[str, list[str]] = {live.rule.id: list(live.faults) for live in rules}
         self._all = {p.pid for p in candidates}
         self._offered = set(self._all)  # what no rule claimed yet
         self._left, self._stale = candidates, False  # the candidates no rule claimed (stale: rebuild it)
-        self._changed = changed if changed is not None else candidates
-        self._changed_pids = {p.pid for p in self._changed}
-        self._gone = stale if stale is not None else set()  # new, changed or vanished since the last tick
-        self.chosen: Chosen = chosen if chosen is not None else {}
+        self._changed = changed  # the candidates new or changed since the last tick
+        self._changed_pids = {p.pid for p in changed}
+        self._changed_or_gone = changed_or_gone  # and the pids that vanished since
+        self.chosen = chosen
         self._partial: set[str] = set()  # rules offered only what changed
 
     def offer(self, live: LiveRule) -> Sequence[ProcessInfo] | None:
@@ -198,12 +197,13 @@ class _Claiming:
             self.chosen.pop(rid, None)
             return
         if rid in self._partial:
-            whole = (self.chosen[rid][1] - self._gone) | (self._changed_pids & set(chosen))  # type: ignore[call-overload]
+            kept = self.chosen[rid][1] - self._changed_or_gone
+            whole = kept | (self._changed_pids & set(chosen))  # type: ignore[call-overload]
         else:
             whole = frozenset(p for p in chosen if p in self._all)  # type: ignore[attr-defined]
         if live.matcher is not None and live.matcher.judges_each_process is True:
-            self.chosen[rid] = (live, frozenset(whole))
-        mine = frozenset(whole) & self._offered
+            self.chosen[rid] = (live, whole)
+        mine = whole & self._offered
         self.pids[rid] = mine
         if mine:
             self._offered -= mine
@@ -237,8 +237,8 @@ class Claimer:
         ids = {live.rule.id for live in rules}
         chosen = {rid: c for rid, c in self._chosen.items() if rid in ids}
         changed = [p for p in candidates if last.get(p.pid) is not p]
-        stale = {p.pid for p in changed} | (last.keys() - self._last.keys())
-        claiming = _Claiming(rules, candidates, changed, stale, chosen)
+        gone = last.keys() - self._last.keys()
+        claiming = _Claiming(rules, candidates, changed, {p.pid for p in changed} | gone, chosen)
         self._chosen = claiming.chosen
         if self._hung:
             try:
