@@ -204,10 +204,12 @@ def resume_all(config: ConfigOpt = None) -> None:
 
     try:
         cfg, _ = node_config(config)
-        resumed, failures = resume_recorded(cfg)
+        resumed, failures, reused = resume_recorded(cfg)
     except CliError as exc:
         raise _fail(exc) from None
     print(f"resumed {resumed} item(s)")
+    for why in reused:
+        print(f"arbiter: {why}")
     for failure in failures:
         print(f"arbiter: could not resume: {failure}", file=sys.stderr)
     raise typer.Exit(1 if failures else 0)

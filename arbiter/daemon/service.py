@@ -70,32 +70,35 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     return 0
 
 
-def resume_recorded(cfg: NodeConfig) -> tuple[int, list[str]]:
-    """Resume every process and control document recorded as paused; (count, failures)."""
+def resume_recorded(cfg: NodeConfig) -> tuple[int, list[str], list[str]]:
+    """Resume every process and control document recorded as paused; (count, failures,
+    what was left alone because its pid now names another process)."""
     state = cfg.state_path()
     db = state / "state.db"
     journal_path = state / "paused.journal"
     if not db.exists() and not journal_path.exists():
-        return 0, []
+        return 0, [], []
     if _running_daemon(cfg):
         raise CliError("a daemon is running and resumes what it paused when it stops; stop it instead")
     store = Store(db)
     try:
         entries = {**{e.key: e for e in store.paused()}, **PausedJournal.replay(journal_path)}
         if not entries:
-            return 0, []
+            return 0, [], []
         try:
             host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
         except PluginLoadError as exc:
             raise CliError(str(exc), 2) from None
         journal = PausedJournal(journal_path)
-        actuator = Actuator(host, make_translators(cfg, host), journal, lambda op, entries: None)
+        reused: list[str] = []
+        translators = make_translators(cfg, host, lambda job_id, ref, why: reused.append(why))
+        actuator = Actuator(host, translators, journal, lambda op, entries: None)
         failures = actuator.resume_entries(list(entries.values()))
         if not failures:
             store.clear_paused()
             journal.truncate()
         journal.close()
         host.close()
-        return len(entries), failures
+        return len(entries), failures, reused
     finally:
         store.close()
