@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +37,34 @@ def wait_until(test: Any, timeout: float) -> float:
     return time.monotonic() - started
 
 
-def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(tmp_path: Path, monkeypatch) -> None:
+@contextmanager
+def running(tmp_path: Path, tick_s: float, n: int) -> Iterator[tuple[LocalNode, Daemon, Path, int]]:
+    """An in-process daemon with an immediate rule protecting ``sleep 1000+n`` by a JSONL
+    phase, that program running and seen, and a job ``j`` (``sleep 3000+n``) started:
+    (node, daemon, the phase file, the job's pid)."""
     events = tmp_path / "phase.jsonl"
     events.touch()
-    node = LocalNode(tmp_path, tick_s=5)  # a long tick: the decisions here are the test's
-    node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1003"]}, "immediate": True,
+    node = LocalNode(tmp_path, tick_s=tick_s)
+    node.add_rule("p", {"id": "p", "match": {"cmdline": [f"sleep {1000 + n}"]}, "immediate": True,
                         "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase",
                                                "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
     config, _ = load_node_config(node.config_path)
     daemon = Daemon(config, node.config_path)
     daemon.start()
     try:
-        node.spawn(["sleep", "1003"])
-        node.job_run(["sleep", "3003"], "--name", "j")
+        node.spawn(["sleep", str(1000 + n)])
+        node.job_run(["sleep", str(3000 + n)], "--name", "j")
         pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
         daemon.request_reload()  # a tick now: the protected program is seen
         node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running, timeout=30)
+        yield node, daemon, events, pid
+    finally:
+        daemon.shutdown()
+        node.close()
 
+
+def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(tmp_path: Path, monkeypatch) -> None:
+    with running(tmp_path, 5, 3) as (node, daemon, events, pid):  # a long tick: the decisions here are the test's
         real = core.decide
         held, entered = threading.Event(), threading.Event()
         first = [True]
@@ -91,34 +104,15 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
         phase(events, "off")
         wait_until(lambda: not stopped(pid), timeout=5)
         assert len(resumes) >= 1
-    finally:
-        daemon.shutdown()
-        node.close()
 
 
 def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carried_out(tmp_path: Path, monkeypatch) -> None:
     """Past ``REDECIDE_AT_MOST`` tries (here at once) a decision is made under the lock,
     the reflex waiting for it: a source flapping faster than decisions never starves them."""
     monkeypatch.setattr(core, "REDECIDE_AT_MOST", 0)
-    events = tmp_path / "phase.jsonl"
-    events.touch()
-    node = LocalNode(tmp_path, tick_s=0.2)
-    node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1004"]}, "immediate": True,
-                        "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase",
-                                               "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
-    config, _ = load_node_config(node.config_path)
-    daemon = Daemon(config, node.config_path)
-    daemon.start()
-    try:
-        node.spawn(["sleep", "1004"])
-        node.job_run(["sleep", "3004"], "--name", "j")
-        pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
-        node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running, timeout=30)
+    with running(tmp_path, 0.2, 4) as (node, daemon, events, pid):
         phase(events, "on")
         wait_until(lambda: stopped(pid), timeout=5)
         phase(events, "off")
         wait_until(lambda: not stopped(pid), timeout=5)
         assert daemon.costs["redecisions"] == 0
-    finally:
-        daemon.shutdown()
-        node.close()
