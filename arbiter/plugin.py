@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
+from arbiter.childwork import ChildWorker, ChildWorkFailed
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
 
 try:
@@ -51,6 +52,8 @@ __all__ = [
     "NUDGE_SIGNAL",
     "write_control_document",
     "open_file_share",
+    "ChildWorker",
+    "ChildWorkFailed",
 ]
 
 

@@ -118,6 +118,20 @@ def counted_rate(node: LocalNode) -> float | None:
     return None if rate is None else float(rate)
 
 
+def helper_cpu_s(daemon: psutil.Process) -> float:
+    """CPU seconds so far of the daemon's child workers (the process table's scan, the
+    reader's reads): the tick's own figure leaves them out, this bench counts them in."""
+    spent = 0.0
+    for child in daemon.children():
+        try:
+            if any(arg.endswith("childwork.py") for arg in child.cmdline()):
+                times = child.cpu_times()
+                spent += times.user + times.system
+        except psutil.Error:
+            continue
+    return spent
+
+
 def tick_costs(node: LocalNode) -> tuple[int, float]:
     costs = node.status()["costs"]
     return int(costs["ticks"]), float(costs["tick_cpu_ms"] or 0.0) * int(costs["ticks"])
@@ -190,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
 
         t0, lines0 = written(report)
         ticks0, cpu0 = tick_costs(node)
-        proc0 = daemon.cpu_times()
+        proc0, helper0 = daemon.cpu_times(), helper_cpu_s(daemon)
         counted: list[float] = []
         wrote: list[float] = []
         deadline = time.monotonic() + args.seconds
@@ -205,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             prev = now
         t1, lines1 = written(report)
         ticks1, cpu1 = tick_costs(node)
-        proc1 = daemon.cpu_times()
+        proc1, helper1 = daemon.cpu_times(), helper_cpu_s(daemon)
         loaded = fast_path(node, phases, pid, args.changes, args.seed + 1)
         t2, lines2 = written(report)
         status = node.status()
@@ -237,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
     ticks = ticks1 - ticks0
-    tick_ms = (cpu1 - cpu0) / max(ticks, 1)
+    helper_ms = 1000 * (helper1 - helper0) / max(ticks, 1)
+    tick_ms = (cpu1 - cpu0) / max(ticks, 1) + helper_ms
     proc_cpu = (proc1.user + proc1.system) - (proc0.user + proc0.system)
     write_rate = (lines1 - lines0) / max(t1 - t0, 1e-9)
     write_rate_fast = (lines2 - lines1) / max(t2 - t1, 1e-9)
@@ -250,9 +265,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"load: {status['processes']} processes on the host, {len(status['rules'])} rules, {len(status['jobs'])} jobs, "
           f"tick {args.tick:g}s; set up in {set_up_s:.0f}s, measured over {t1 - t0:.1f}s")
-    print(f"tick CPU per tick (scan, match, read: the tick thread's CPU plus what its plugin calls spent on "
-          f"pool threads; not the source watchers'), mean over {ticks} ticks: {tick_ms:.2f} ms"
-          f"   goal < {GOAL_TICK_MS:g} ms  {mark(tick_ms < GOAL_TICK_MS)}")
+    print(f"tick CPU per tick (scan, match, read: the tick thread's CPU, what its plugin calls spent on pool "
+          f"threads, and its child workers'; not the source watchers'), mean over {ticks} ticks: "
+          f"{tick_ms:.2f} ms   goal < {GOAL_TICK_MS:g} ms  {mark(tick_ms < GOAL_TICK_MS)}")
+    print(f"  of which in the daemon {tick_ms - helper_ms:.2f} ms, in its child workers {helper_ms:.2f} ms")
     print(f"  last scan wall time {status['scan_ms']} ms; decision CPU per decision (since start) "
           f"{status['costs']['decide_cpu_ms']} ms over {status['costs']['decisions']} decisions")
     print(f"  whole daemon process CPU: {1000 * proc_cpu / max(ticks, 1):.2f} ms per tick "

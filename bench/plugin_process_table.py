@@ -41,7 +41,7 @@ def main() -> None:
     sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(extra)]
     try:
         memo, memo_unkept = TableMemo(), TableMemo()
-        memo_unkept._limit = 0  # every stat file opened and closed each scan
+        memo_unkept._scanners.scan._limit = 0  # every stat file opened and closed each scan
         for label, read in (
             ("process_table, memo", memo.table),  # as the tick reads it
             ("  memo, no kept files", memo_unkept.table),

@@ -69,6 +69,12 @@ def test_sdk_uses_only_the_standard_library_and_itself() -> None:
         assert _imports(path) <= stdlib, f"{path.name} imports {_imports(path) - stdlib}"
 
 
+def test_child_work_uses_only_the_standard_library() -> None:
+    # a plugin's child runs it with ``python -I -S``: nothing else is importable there
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    assert _imports(CORE / "childwork.py") <= stdlib, _imports(CORE / "childwork.py") - stdlib
+
+
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-c", code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],

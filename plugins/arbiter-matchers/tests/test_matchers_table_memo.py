@@ -16,10 +16,14 @@ import pytest
 
 from arbiter.plugin import ProcessInfo
 from arbiter_matchers.process import ProcessMatcher, ProcessOptions
-from arbiter_matchers import table
-from arbiter_matchers.table import CMDLINE_RECHECK_SCANS, TableMemo, process_table
+from arbiter_matchers import _procscan
+from arbiter_matchers._procscan import CMDLINE_RECHECK_SCANS
+from arbiter_matchers.table import TableMemo, process_table
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the memo serves the /proc table")
+
+#: what the memo gives is the same whether it scans here or in its child
+IN_CHILD = pytest.mark.parametrize("in_child", [False, True], ids=["here", "in-child"])
 
 
 def find(table: list[ProcessInfo], pid: int) -> ProcessInfo:
@@ -43,14 +47,16 @@ def end(child: subprocess.Popen[bytes], flag: str) -> None:
             os.unlink(leftover)
 
 
-def test_the_memo_gives_what_a_fresh_read_gives_and_reuses_unchanged_processes() -> None:
+@IN_CHILD
+def test_the_memo_gives_what_a_fresh_read_gives_and_reuses_unchanged_processes(in_child: bool) -> None:
     child = subprocess.Popen(["sleep", "60"])
     try:
-        memo = TableMemo()
+        memo = TableMemo(in_child=in_child)
         first = until(memo, child.pid, lambda p: p.name == "sleep")
         again = find(memo.table(), child.pid)
         assert again is first  # nothing changed: the same object, so matchers may reuse their verdict
         assert again == find(process_table(), child.pid)  # and what a read without the memo says
+        assert (memo.child_pid is not None) == in_child and not memo.child_failure
 
         os.kill(child.pid, signal.SIGSTOP)
         stopped = until(memo, child.pid, lambda p: p.state == "T")
@@ -61,14 +67,15 @@ def test_the_memo_gives_what_a_fresh_read_gives_and_reuses_unchanged_processes()
         child.wait()
 
 
-def test_an_exec_is_seen_by_the_memo_and_by_the_matcher() -> None:
+@IN_CHILD
+def test_an_exec_is_seen_by_the_memo_and_by_the_matcher(in_child: bool) -> None:
     # a shell that waits for a file, then execs sleep: the same pid and start time, another program
     flag = f"/tmp/arbiter-memo-{os.getpid()}"
     script = f"while [ ! -e {flag} ]; do sleep 0.05; done; exec sleep 61"
     child = subprocess.Popen(["sh", "-c", script])
     matcher = ProcessMatcher(ProcessOptions(kind="process", name=["sleep"]))
     try:
-        memo = TableMemo()
+        memo = TableMemo(in_child=in_child)
         before = until(memo, child.pid, lambda p: p.name == "sh")
         assert child.pid not in matcher.select(memo.table())
         open(flag, "w").close()
@@ -80,12 +87,13 @@ def test_an_exec_is_seen_by_the_memo_and_by_the_matcher() -> None:
         end(child, flag)
 
 
-def test_an_exec_of_the_same_program_with_other_arguments_is_seen_at_the_next_scan() -> None:
+@IN_CHILD
+def test_an_exec_of_the_same_program_with_other_arguments_is_seen_at_the_next_scan(in_child: bool) -> None:
     # python execs python: the name, the pid and the start time stay; the address space does not
     code = "import os, sys, time; time.sleep(0.3); os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', 'second'])"
     child = subprocess.Popen([sys.executable, "-c", code, "first"])
     try:
-        memo = TableMemo()
+        memo = TableMemo(in_child=in_child)
         before = until(memo, child.pid, lambda p: p.cmdline[-1:] == ("first",))
         scans = 0
         while find(memo.table(), child.pid).cmdline[-1:] != ("second",):
@@ -124,7 +132,7 @@ def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatc
         open(flag, "w").close()
         time.sleep(0.5)  # rewritten by now
         with monkeypatch.context() as m:  # nothing else changed: without the recheck it stays unseen
-            m.setattr(table, "CMDLINE_RECHECK_SCANS", 10**9)
+            m.setattr(_procscan, "CMDLINE_RECHECK_SCANS", 10**9)
             assert all(find(memo.table(), child.pid).cmdline[:1] != ("renamed-by-title",) for _ in range(8))
         seen = [find(memo.table(), child.pid).cmdline for _ in range(CMDLINE_RECHECK_SCANS)]
         assert seen[-1][:1] == ("renamed-by-title",), seen
@@ -139,7 +147,7 @@ def open_fds() -> int:
 def test_stat_files_are_kept_open_between_scans_and_closed_when_their_process_goes(monkeypatch: pytest.MonkeyPatch) -> None:
     memo = TableMemo()
     memo.table()
-    kept = dict(memo._stat_fds)
+    kept = dict(memo._scan._stat_fds)
     assert str(os.getpid()) in kept  # every process listed, this one included
     opened: list[str] = []
     real_open = os.open
@@ -156,11 +164,11 @@ def test_stat_files_are_kept_open_between_scans_and_closed_when_their_process_go
 
     child = subprocess.Popen(["sleep", "60"])
     until(memo, child.pid, lambda p: p.name == "sleep")
-    fd = memo._stat_fds[str(child.pid)]
+    fd = memo._scan._stat_fds[str(child.pid)]
     child.kill()
     child.wait()
     assert all(p.pid != child.pid for p in memo.table())
-    assert str(child.pid) not in memo._stat_fds
+    assert str(child.pid) not in memo._scan._stat_fds
     with pytest.raises(OSError):
         os.fstat(fd)  # closed, not leaked
 
@@ -175,11 +183,11 @@ def test_a_kept_stat_file_of_a_gone_process_never_stands_for_the_pid_now() -> No
         stale = os.open(f"/proc/{dead.pid}/stat", os.O_RDONLY)
         dead.kill()
         dead.wait()
-        os.close(memo._stat_fds[str(live.pid)])
-        memo._stat_fds[str(live.pid)] = stale  # as if live.pid had been dead's before
+        os.close(memo._scan._stat_fds[str(live.pid)])
+        memo._scan._stat_fds[str(live.pid)] = stale  # as if live.pid had been dead's before
         info = find(memo.table(), live.pid)
         assert info.name == "sleep" and info == find(process_table(), live.pid)
-        assert os.pread(memo._stat_fds[str(live.pid)], 100, 0).startswith(f"{live.pid} (sleep)".encode())
+        assert os.pread(memo._scan._stat_fds[str(live.pid)], 100, 0).startswith(f"{live.pid} (sleep)".encode())
     finally:
         live.kill()
         live.wait()
@@ -189,9 +197,9 @@ def test_past_the_limit_stat_files_are_read_and_closed_and_the_memo_closes_its_o
     gc.collect()  # earlier memos close theirs
     before = open_fds()
     memo = TableMemo()
-    memo._limit = 3
+    memo._scan._limit = 3
     full = memo.table()
-    assert len(memo._stat_fds) == 3 and len(full) > 3
+    assert len(memo._scan._stat_fds) == 3 and len(full) > 3
     assert [p.pid for p in memo.table()] == [p.pid for p in full]
     assert open_fds() == before + 3
     del memo

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from arbiter.plugin import PluginContext
+from arbiter.plugin import ChildWorker, PluginContext
 from arbiter_readers import CpuTimeReader, DrmFdinfoReader, MacosIoregReader, NvmlReader, arbiter_register_readers
 from arbiter_readers.cpu_time import NOT_ALLOWED
 
@@ -103,7 +103,7 @@ def test_not_readable_without_stand_in_gpu(tmp_path: Path, busy: int) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_linux_fast_path_agrees_with_psutil() -> None:
-    from arbiter_readers.cpu_time import _busy_ns_of, _StatFiles
+    from arbiter_readers._cpustat import _busy_ns_of, _StatFiles
     files = _StatFiles(limit=1)
     for _ in range(3):  # the first read opens and keeps the descriptor, the next re-read it
         end = time.process_time() + 0.1
@@ -118,7 +118,7 @@ def test_linux_fast_path_agrees_with_psutil() -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_kept_descriptor_reads_nothing_once_its_process_is_gone_and_the_limit_holds() -> None:
-    from arbiter_readers.cpu_time import _StatFiles
+    from arbiter_readers._cpustat import _StatFiles
     files = _StatFiles(limit=1)
     first, second = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
     try:
@@ -132,3 +132,39 @@ def test_a_kept_descriptor_reads_nothing_once_its_process_is_gone_and_the_limit_
         second.kill()
         second.wait()
         files.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
+def test_the_reads_run_in_a_child_and_an_unchanged_process_is_the_same_object(tmp_path: Path, busy: int, idle: int) -> None:
+    r = reader(tmp_path)
+    try:
+        first = r.read([busy, idle])
+        assert r._child is not None and r._child.pid is not None and not r._child.failure
+        here = r._busy(([busy, idle], False))
+        assert set(first.processes) == set(here) == {busy, idle}
+        assert abs(first.processes[idle].busy_ns["cpu"] - here[idle]) < 50_000_000
+        assert r.read([busy, idle]).processes[idle] is first.processes[idle]  # idle: nothing to build again
+    finally:
+        r.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
+def test_a_child_that_dies_or_answers_garbage_costs_no_reading(tmp_path: Path, idle: int) -> None:
+    r = reader(tmp_path)
+    try:
+        r.read([idle])
+        assert r._child is not None and r._child.pid is not None
+        os.kill(r._child.pid, 9)
+        reading = r.read([idle])
+        assert reading.readable and set(reading.processes) == {idle}  # read here
+        assert "it exited" in r._child.failure and r._child.pid is None
+
+        liar = tmp_path / "liar.py"
+        liar.write_text("class Liar:\n    def __init__(self):\n        pass\n\n    def __call__(self, request):\n"
+                        "        return {'not a pid': 1}\n")
+        r._child = ChildWorker(str(liar), "Liar")
+        reading = r.read([idle])
+        assert reading.readable and set(reading.processes) == {idle}
+        assert "something other than busy times" in r._child.failure and r._child.pid is None
+    finally:
+        r.close()

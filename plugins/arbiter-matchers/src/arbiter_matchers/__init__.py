@@ -24,6 +24,7 @@ def arbiter_register_matchers(register: Callable[[str, type], None]) -> None:
 @hookimpl
 def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo]:
     # the memo spares re-reading /proc/PID/status and the exe link of processes that did
-    # not change: with a thousand processes that is half of the tick's cost
-    memo = scratch.setdefault("arbiter_matchers.table", TableMemo())
+    # not change (with a thousand processes that is half of the scan's cost); its child
+    # scans outside the daemon's interpreter, where the fast path does not wait for it
+    memo = scratch.setdefault("arbiter_matchers.table", TableMemo(in_child=True))
     return process_table(memo if isinstance(memo, TableMemo) else None)

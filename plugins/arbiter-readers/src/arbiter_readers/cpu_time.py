@@ -2,21 +2,25 @@
 
 A stand-in for demos and tests on hosts without a readable GPU.  It never counts unless
 the node config says ``stand_in_gpu: true``: a CPU reading must not silently stand in
-for a GPU reader that failed.
+for a GPU reader that failed.  On Linux a child worker reads ``/proc`` (see
+:mod:`arbiter_readers._cpustat`).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from collections.abc import Collection
-from typing import Literal
+from typing import Any, Literal
 
 import psutil
-from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader, open_file_share
+from arbiter.plugin import (ChildWorker, ChildWorkFailed, GpuReading, KindOptions, PluginContext, ProcessGpu, Reader,
+                            open_file_share)
 from pydantic import Field
+
+from arbiter_readers import _cpustat
+from arbiter_readers._cpustat import BusyTimes, Request
 
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
@@ -24,94 +28,18 @@ ENGINE = "cpu"
 _LINUX = sys.platform.startswith("linux")
 
 
-def _busy_ns_of(data: bytes | None, ns_per_tick: float) -> int | None:
-    """utime + stime (fields 14 and 15) of a ``stat`` line, or None when there is none or
-    it is a zombie's."""
-    if not data:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split(None, 13)  # the name in parentheses may hold spaces
-    if len(fields) < 13 or fields[0] == b"Z":
-        return None
-    return round((int(fields[11]) + int(fields[12])) * ns_per_tick)
-
-
-class _StatFiles:
-    """``/proc/PID/stat`` descriptors kept open between reads and read again with one
-    ``pread``: the daemon reads every protected process and job on each tick, and the open
-    and close cost more than the read.  A kept descriptor names its process, never a later
-    one with the same pid: once the process is gone it reads nothing, and is closed.  At
-    most ``limit`` are kept (a share of the open-file limit); the rest are opened per read."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.fds: dict[int, int] = {}
-
-    def read(self, pid: int) -> bytes | None:
-        fd = self.fds.get(pid)
-        if fd is not None:
-            try:
-                data = os.pread(fd, 4096, 0)  # a stat line is a few hundred bytes
-            except OSError:
-                data = b""
-            if data:
-                return data
-            del self.fds[pid]
-            os.close(fd)
-            return None  # gone (a new process under its pid is opened afresh on the next read)
-        path = f"/proc/{pid}/stat"
-        if len(self.fds) >= self.limit:
-            return _read_once(path)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            data = os.read(fd, 4096)
-        except OSError:
-            data = b""
-        if data:
-            self.fds[pid] = fd
-        else:
-            os.close(fd)
-        return data or None
-
-    def keep_only(self, pids: Collection[int]) -> None:
-        """Close what was kept for pids no longer asked about."""
-        for pid in [p for p in self.fds if p not in pids]:
-            os.close(self.fds.pop(pid))
-
-    def close(self) -> None:
-        self.keep_only(())
-
-
-
-def _read_once(path: str) -> bytes | None:
-    # os.open/os.read rather than a buffered file object: with a thousand processes under
-    # rules this runs a thousand times a tick, and the file object cost as much as the read
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 4096)  # a stat line is a few hundred bytes
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _threads_busy_ns(pid: int, ns_per_tick: float) -> dict[str, int]:
-    """Each thread's utime + stime, as engine ``thread:<tid>``."""
-    out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        busy = _busy_ns_of(_read_once(f"/proc/{pid}/task/{tid}/stat"), ns_per_tick)
-        if busy is not None:
-            out[f"thread:{tid}"] = busy
-    return out
+def _well_formed(answer: object) -> bool:
+    if type(answer) is not dict:
+        return False
+    for pid, busy in answer.items():
+        if type(pid) is not int:
+            return False
+        if type(busy) is dict:
+            if not all(type(k) is str and type(v) is int for k, v in busy.items()):
+                return False
+        elif type(busy) is not int:
+            return False
+    return True
 
 
 class CpuTimeOptions(KindOptions):
@@ -129,32 +57,30 @@ class CpuTimeReader(Reader):
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self._lock = threading.Lock()
-        self._files = _StatFiles(open_file_share(4, 4096) if _LINUX else 0)
+        keep = open_file_share(4, 4096) if _LINUX else 0
+        self._busy = BusyTimes(keep)
+        # the reads run in a child, out of the daemon's interpreter; here when it fails
+        self._child = ChildWorker(_cpustat.__file__, "BusyTimes", keep) if _LINUX else None
+        self._last: dict[int, ProcessGpu] = {}  # the last reading's, reused while unchanged
 
-    def __del__(self) -> None:
-        self._files.close()
+    def close(self) -> None:
+        if self._child is not None:
+            self._child.close()
+        self._busy.close()
 
     def read(self, pids: Collection[int]) -> GpuReading:
         if not self.context.stand_in_gpu:
             return GpuReading(readable=False, at_ns=time.monotonic_ns(), device="cpu", why=NOT_ALLOWED)
         at_ns = time.monotonic_ns()
-        processes: dict[int, ProcessGpu] = {}
         if _LINUX:
-            ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
-            if self.options.threads:  # type: ignore[attr-defined]
-                for pid in pids:
-                    engines = _threads_busy_ns(pid, ns_per_tick)
-                    if engines:
-                        processes[pid] = ProcessGpu(busy_ns=engines)
-                return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)
+            request = (list(pids), bool(self.options.threads))  # type: ignore[attr-defined]
             with self._lock:
-                asked = set(pids)
-                self._files.keep_only(asked)
-                for pid in asked:
-                    busy = _busy_ns_of(self._files.read(pid), ns_per_tick)
-                    if busy is not None:
-                        processes[pid] = ProcessGpu(busy_ns={ENGINE: busy})
+                answer = self._from_child(request)
+                if answer is None:
+                    answer = self._busy(request)
+                processes = self._processes(answer)
             return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)
+        processes: dict[int, ProcessGpu] = {}
         for pid in pids:
             try:
                 proc = psutil.Process(pid)
@@ -174,3 +100,24 @@ class CpuTimeReader(Reader):
             busy_ns = round((times.user + times.system) * 1e9)
             processes[pid] = ProcessGpu(busy_ns={ENGINE: busy_ns})
         return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)
+
+    def _from_child(self, request: Request) -> dict[int, Any] | None:
+        if self._child is None:
+            return None
+        try:
+            answer = self._child.call(request)
+        except ChildWorkFailed:
+            return None  # the worker keeps why, and starts another child later
+        if not _well_formed(answer):
+            self._child.give_up(f"it answered something other than busy times: {str(answer)[:80]}")
+            return None
+        return answer  # type: ignore[no-any-return]
+
+    def _processes(self, answer: dict[int, Any]) -> dict[int, ProcessGpu]:
+        last, processes = self._last, {}
+        for pid, busy in answer.items():
+            engines = busy if type(busy) is dict else {ENGINE: busy}
+            before = last.get(pid)
+            processes[pid] = before if before is not None and before.busy_ns == engines else ProcessGpu(busy_ns=engines)
+        self._last = processes
+        return processes

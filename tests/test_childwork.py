@@ -1,0 +1,180 @@
+"""A plugin's work in a child process: answers, state, and every way a child can fail."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from arbiter.childwork import ChildWorker, ChildWorkFailed
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="children talk over POSIX pipes")
+
+WORK = """\
+import os, sys, time
+
+
+class Counter:
+    def __init__(self, start):
+        self.n = start
+
+    def __call__(self, request):
+        self.n += 1
+        if request == "modules":
+            return sorted(sys.modules)
+        if request == "raise":
+            raise ValueError("asked to")
+        if request == "hang":
+            time.sleep(60)
+        if request == "exit":
+            os._exit(3)
+        if request == "object":
+            return object()
+        return (self.n, request)
+"""
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> str:
+    path = tmp_path / "work.py"
+    path.write_text(WORK)
+    return str(path)
+
+
+def gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True  # exited; reaping is its new parent's business
+        except FileNotFoundError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_the_child_keeps_its_state_between_calls_and_answers_marshal_values(work: str) -> None:
+    worker = ChildWorker(work, "Counter", 10)
+    try:
+        assert worker.pid is None  # started by the first call
+        assert worker.call({"a": [1, 2.5, b"x"]}) == (11, {"a": [1, 2.5, b"x"]})
+        pid = worker.pid
+        assert worker.call(None) == (12, None) and worker.pid == pid and not worker.failure
+    finally:
+        worker.close()
+
+
+def test_the_child_imports_only_the_standard_library(work: str) -> None:
+    worker = ChildWorker(work, "Counter", 0)
+    try:
+        loaded = set(worker.call("modules"))
+    finally:
+        worker.close()
+    foreign = {m.split(".")[0] for m in loaded} - set(sys.stdlib_module_names) - {"__main__", "arbiter_child_work"}
+    assert not foreign, foreign  # neither arbiter nor pydantic nor the plugin's package
+    assert "site" not in loaded
+
+
+@pytest.mark.parametrize(("request_", "why"), [
+    ("raise", "it raised ValueError: asked to"),
+    ("exit", "it exited (status 3)"),
+    ("object", "it raised ValueError: unmarshallable object"),
+])
+def test_a_child_that_fails_is_ended_and_a_new_one_starts_only_after_the_retry_time(work: str, request_: str, why: str) -> None:
+    worker = ChildWorker(work, "Counter", 0, retry_s=60)
+    try:
+        worker.call(None)
+        pid = worker.pid
+        assert pid is not None
+        with pytest.raises(ChildWorkFailed, match="the child worker was given up: " + why.replace("(", r"\(").replace(")", r"\)")):
+            worker.call(request_)
+        assert worker.pid is None and gone(pid) and why in worker.failure
+        with pytest.raises(ChildWorkFailed, match="another child starts in 60s"):
+            worker.call(None)
+        worker.retry_s = 0.0
+        worker._retry_at = 0.0
+        assert worker.call(None) == (1, None)  # a new child, with none of the last one's state
+        assert worker.pid not in (None, pid)
+    finally:
+        worker.close()
+
+
+def test_a_child_that_hangs_is_killed_after_the_timeout(work: str) -> None:
+    worker = ChildWorker(work, "Counter", 0, timeout_s=0.3)
+    try:
+        worker.call(None)
+        pid = worker.pid
+        assert pid is not None
+        started = time.monotonic()
+        with pytest.raises(ChildWorkFailed, match="did not answer within 0.3s"):
+            worker.call("hang")
+        assert 0.3 <= time.monotonic() - started < 2.0
+        assert gone(pid)
+    finally:
+        worker.close()
+
+
+def test_a_stopped_child_is_killed_after_the_timeout_too(work: str) -> None:
+    worker = ChildWorker(work, "Counter", 0, timeout_s=0.3)
+    try:
+        worker.call(None)
+        pid = worker.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(ChildWorkFailed, match="did not answer"):
+            worker.call(None)
+        assert gone(pid)
+    finally:
+        worker.close()
+
+
+def test_a_request_that_is_no_marshal_value_is_the_callers_error_and_keeps_the_child(work: str) -> None:
+    worker = ChildWorker(work, "Counter", 0)
+    try:
+        worker.call(None)
+        with pytest.raises(TypeError, match="marshal value"):
+            worker.call(object())
+        assert worker.call(None) == (2, None) and not worker.failure
+    finally:
+        worker.close()
+
+
+def test_a_work_module_that_cannot_load_fails_the_call(tmp_path: Path) -> None:
+    worker = ChildWorker(str(tmp_path / "missing.py"), "Counter")
+    with pytest.raises(ChildWorkFailed, match="it exited"):
+        worker.call(None)
+
+
+def test_the_child_ends_when_closed_collected_or_its_starter_is_killed(work: str) -> None:
+    worker = ChildWorker(work, "Counter", 0)
+    worker.call(None)
+    pid = worker.pid
+    assert pid is not None
+    worker.close()
+    assert gone(pid) and worker.pid is None
+
+    worker = ChildWorker(work, "Counter", 0)
+    worker.call(None)
+    pid = worker.pid
+    del worker
+    assert pid is not None and gone(pid)
+
+    code = ("import sys, time\nfrom arbiter.childwork import ChildWorker\nw = ChildWorker(sys.argv[1], 'Counter', 0)\n"
+            "w.call(None)\nprint(w.pid, flush=True)\ntime.sleep(60)\n")
+    starter = subprocess.Popen([sys.executable, "-c", code, work], stdout=subprocess.PIPE)
+    try:
+        assert starter.stdout is not None
+        pid = int(starter.stdout.readline())
+        assert not gone(pid, timeout=0.2)
+        starter.kill()
+        starter.wait()
+        assert gone(pid)  # its request pipe closed
+    finally:
+        starter.kill()
+        starter.wait()
