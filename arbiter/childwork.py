@@ -18,6 +18,7 @@ str, bytes, tuple, list, dict, set), each after its length in 4 bytes.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import marshal
 import os
 import select
@@ -83,13 +84,16 @@ class ChildWorker:
                                                         bufsize=0, close_fds=True))
                 except OSError as exc:
                     self._fail(f"it could not be started ({exc.strerror or exc})")
-            child = self._child[0]
+                assert self._child[0].stdin is not None
+                os.set_blocking(self._child[0].stdin.fileno(), False)  # a hung child must not hang a write
             try:
-                answer = self._exchange(child, marshal.dumps(request))
+                data = marshal.dumps(request)
+            except ValueError as exc:  # the caller's error: the child is left as it is
+                raise TypeError(f"a child worker's request must be a marshal value: {exc}") from None
+            try:
+                answer = self._exchange(self._child[0], data)
             except ChildWorkFailed as exc:
                 self._fail(str(exc))
-            except ValueError as exc:  # the request is no marshal value: the caller's error
-                raise TypeError(f"a child worker's request must be a marshal value: {exc}") from None
             if answer[0] != "ok":
                 self._fail(f"it raised {answer[1]}")
             return answer[1]
@@ -102,10 +106,7 @@ class ChildWorker:
     def _exchange(self, child: subprocess.Popen[bytes], request: bytes) -> tuple[str, Any]:
         assert child.stdin is not None and child.stdout is not None
         deadline = time.monotonic() + self.timeout_s
-        try:
-            _write_frame(child.stdin.fileno(), request)
-        except OSError as exc:
-            raise ChildWorkFailed(f"its request pipe broke ({exc.strerror or exc})") from None
+        self._send(child.stdin.fileno(), len(request).to_bytes(HEADER, "big") + request, deadline)
         fd = child.stdout.fileno()
         size = int.from_bytes(self._read(child, fd, HEADER, deadline), "big")
         try:
@@ -116,15 +117,29 @@ class ChildWorker:
             raise ChildWorkFailed("it answered something other than an answer")
         return answer
 
+    def _send(self, fd: int, data: bytes, deadline: float) -> None:
+        while data:
+            if not _ready(fd, select.POLLOUT, deadline):
+                raise ChildWorkFailed(f"it did not take the request within {self.timeout_s:g}s")
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise ChildWorkFailed(f"its request pipe broke ({exc.strerror or exc})") from None
+
     def _read(self, child: subprocess.Popen[bytes], fd: int, size: int, deadline: float) -> bytes:
         chunks: list[bytes] = []
         while size > 0:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
+            if not _ready(fd, select.POLLIN, deadline):
                 raise ChildWorkFailed(f"it did not answer within {self.timeout_s:g}s")
             chunk = os.read(fd, size)
             if not chunk:
-                raise ChildWorkFailed(f"it exited (status {child.wait()})")
+                try:
+                    status = str(child.wait(timeout=1))
+                except subprocess.TimeoutExpired:
+                    status = "unknown: it closed its answers but runs on"
+                raise ChildWorkFailed(f"it exited (status {status})")
             chunks.append(chunk)
             size -= len(chunk)
         return b"".join(chunks)
@@ -138,10 +153,20 @@ class ChildWorker:
         self.failure = f"the child worker was given up: {why}"
         _end(self._child)
         self._retry_at = time.monotonic() + self.retry_s
+        # the work is still done (by the caller), only dearer: a warning, not a fault
+        logging.getLogger(__name__).warning("%s (%s); the work is done in this process until another child starts "
+                                            "in %gs", self.failure, os.path.basename(self._argv[4]), self.retry_s)
 
     def _fail(self, why: str) -> NoReturn:
         self._end_child(why)
         raise ChildWorkFailed(self.failure)
+
+
+def _ready(fd: int, event: int, deadline: float) -> bool:
+    # poll, not select: a daemon keeping files open has descriptors past select's 1024
+    poller = select.poll()
+    poller.register(fd, event)
+    return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
 
 
 def _end(children: list[subprocess.Popen[bytes]]) -> None:

@@ -77,7 +77,12 @@ def fast_path(node: LocalNode, phases: Path, pid: int, changes: int, seed: int) 
         # a light poll: the box has two cores and the daemon needs one
         return phase_reactions(phases, pid, changes, random.Random(seed), poll_s=0.0002)
     except RuntimeError as exc:
-        raise RuntimeError(f"{exc}\n{node.log()}") from None
+        try:
+            seen = json.dumps({"rule": next(r for r in node.status()["rules"] if r["id"] == FAST),
+                               "job": next(j for j in node.status()["jobs"] if pid in j["pids"])}, default=str)[:4000]
+        except Exception as why:  # noqa: BLE001 - the daemon may be what failed
+            seen = f"(no status: {why})"
+        raise RuntimeError(f"{exc}\n{seen}\n{node.log()}") from None
 
 
 def load_rules(node: LocalNode, root: Path, rules: int, groups: int) -> None:
@@ -224,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         t2, lines2 = written(report)
         status = node.status()
         faults = [e["message"] for e in node.call("timeline", code="PLUGIN_FAILED", limit=1000)["events"]]
+        given_up = [line for line in node.log().splitlines() if "child worker was given up" in line]
         loaded_daemon = next(r for r in status["rules"] if r["id"] == FAST)["sources"][0]["latency"]
         stop.set()
         sampler.join(2)
@@ -283,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
           f" lag {100 * lag:+.2f} %   goal within {100 * GOAL_LAG:g} %  {mark(abs(lag) <= GOAL_LAG)}")
     print(f"plugin failures on the timeline (a late process table among them): {len(faults)}"
           + "".join(f"\n  {m[:160]}" for m in faults[:5]))
+    print(f"child workers given up (their work then done in the daemon): {len(given_up)}"
+          + "".join(f"\n  {m[:200]}" for m in given_up[:3]))
     print(f"fast path, write -> job stopped/continued: bare p50 {pct(bare, 0.5):.2f} ms, p90 {pct(bare, 0.9):.2f} ms,"
           f" p99 {p99_bare:.2f} ms; under load p50 {pct(loaded, 0.5):.2f} ms, p90 {pct(loaded, 0.9):.2f} ms,"
           f" p99 {p99_loaded:.2f} ms ({len(loaded)} changes each)"

@@ -86,7 +86,8 @@ def test_the_child_imports_only_the_standard_library(work: str) -> None:
     ("exit", "it exited (status 3)"),
     ("object", "it raised ValueError: unmarshallable object"),
 ])
-def test_a_child_that_fails_is_ended_and_a_new_one_starts_only_after_the_retry_time(work: str, request_: str, why: str) -> None:
+def test_a_child_that_fails_is_ended_and_a_new_one_starts_only_after_the_retry_time(
+        work: str, request_: str, why: str, caplog: pytest.LogCaptureFixture) -> None:
     worker = ChildWorker(work, "Counter", 0, retry_s=60)
     try:
         worker.call(None)
@@ -95,6 +96,7 @@ def test_a_child_that_fails_is_ended_and_a_new_one_starts_only_after_the_retry_t
         with pytest.raises(ChildWorkFailed, match="the child worker was given up: " + why.replace("(", r"\(").replace(")", r"\)")):
             worker.call(request_)
         assert worker.pid is None and gone(pid) and why in worker.failure
+        assert f"{worker.failure} (work.py); the work is done in this process" in caplog.text
         with pytest.raises(ChildWorkFailed, match="another child starts in 60s"):
             worker.call(None)
         worker.retry_s = 0.0
@@ -132,6 +134,41 @@ def test_a_stopped_child_is_killed_after_the_timeout_too(work: str) -> None:
         assert gone(pid)
     finally:
         worker.close()
+
+
+def test_a_stopped_child_cannot_hang_a_request_larger_than_the_pipe_holds(work: str) -> None:
+    worker = ChildWorker(work, "Counter", 0, timeout_s=0.3)
+    try:
+        worker.call(None)
+        pid = worker.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(ChildWorkFailed, match="did not take the request within 0.3s"):
+            worker.call(b"x" * 4_000_000)
+        assert time.monotonic() - started < 2.0 and gone(pid)
+    finally:
+        worker.close()
+
+
+def test_the_pipes_work_past_descriptor_1024(work: str) -> None:
+    # the daemon keeps a stat file open per process: its pipes to a child come after them
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the open-file limit ({hard}) leaves no room past 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200) if hard == resource.RLIM_INFINITY else max(soft, min(hard, 1200)), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    worker = ChildWorker(work, "Counter", 0)
+    try:
+        assert worker.call("past") == (1, "past")
+        assert worker._child[0].stdout.fileno() > 1024  # type: ignore[union-attr]
+    finally:
+        worker.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_a_request_that_is_no_marshal_value_is_the_callers_error_and_keeps_the_child(work: str) -> None:

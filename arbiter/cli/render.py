@@ -147,6 +147,12 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         if j["state"] == "run":
             title.append(f" at duty {j['duty']:.2f}")
         console.print(title)
+        said = _reported(j.get("reported", {}))
+        if said:
+            console.print(f"  it reports: {said}")
+        for trouble in (j.get("reported", {}).get(k) for k in ("why", "problem")):
+            if trouble:
+                console.print(Text(f"  its events file: {trouble}", style="yellow"))
         if j["reasons"] or j.get("problems"):
             console.print(_reasons(j["reasons"] + j.get("problems", [])))
         elif j["state"] == "run":
@@ -173,6 +179,22 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
             console.print(_reasons(r["notes"]))
         if r.get("problems"):  # what failed when the daemon asked it (a release)
             console.print(_reasons(r["problems"]))
+
+
+def _reported(r: dict[str, Any]) -> str:
+    """What a job says of itself (its events file), in one line."""
+    parts = []
+    if "phase" in r:
+        parts.append(f"phase {r['phase']['name']}")
+    if "progress" in r:
+        done, total = r["progress"]["done"], r["progress"]["total"]
+        parts.append(f"{done}/{total} done ({100 * done / total:.0f}%)" if total else f"{done} done")
+    if "duty" in r:
+        d = r["duty"]
+        parts.append(f"holds duty {d['duty']:.2f} ({d['device']} busy {d['busy']:.2f} by its own measure)")
+    if "stop_acked_at" in r:
+        parts.append("acknowledged the stop")
+    return ", ".join(parts)
 
 
 def print_timeline(console: Console, events: list[dict[str, Any]]) -> None:
@@ -216,13 +238,14 @@ def print_duty(console: Console, d: dict[str, Any]) -> None:
                           "-" if r["pressure"] is None else f"{100 * r['pressure']:.1f}%")
         console.print(table)
     table = Table(title="Jobs", expand=True)
-    for col in ("job", "asked", "measured", "state", "why"):
+    for col in ("job", "asked", "measured", "reported", "state", "why"):
         table.add_column(col, overflow="fold")
     for j in d["jobs"]:
-        table.add_row(j["id"], f"{j['asked']:.2f}", "-" if j["measured"] is None else f"{j['measured']:.2f}", j["state"],
-                      _reasons(j["reasons"][:1]))
+        reported = j.get("reported")
+        table.add_row(j["id"], f"{j['asked']:.2f}", "-" if j["measured"] is None else f"{j['measured']:.2f}",
+                      "-" if reported is None else f"{reported:.2f}", j["state"], _reasons(j["reasons"][:1]))
     if not d["jobs"]:
-        table.add_row("(none)", "", "", "", "")
+        table.add_row("(none)", "", "", "", "", "")
     console.print(table)
 
 

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
 from arbiter.config.models import KindBlock, NodeConfig
+from arbiter.daemon.jobevents import JobEventLog, JobReport
 from arbiter.daemon.rules import LiveRule, RuleBook
 from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
@@ -43,6 +44,7 @@ class TickView:
     gpus: tuple[str, ...] = ()  # the GPUs the reader read, by name
     reader_faults: tuple[str, ...] = ()  # readers that raised, hung or returned garbage (not "cannot read")
     clock_jump_s: float | None = None  # how far the wall clock jumped since the last tick, if it did
+    job_reports: Mapping[str, JobReport] = field(default_factory=dict)  # what each job says in its events file
 
 
 #: the wall clock moving this much more (or less) than the monotonic one over one tick was
@@ -346,6 +348,7 @@ class Observer:
         self._machine_reading: dict[str, Any] | None = None
         self.reader_faults: list[str] = []
         self._scan_lock = threading.Lock()
+        self.job_events = JobEventLog()
         self._table_scratch: dict[str, Any] = {}  # the process table plugin's memory between scans
         self._last_scan: tuple[float, list[ProcessInfo]] | None = None  # (when its read began, the table)
         self._clock_offset: float | None = None  # wall − monotonic on the last tick
@@ -491,6 +494,7 @@ class Observer:
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
             reader_faults=tuple(self.reader_faults),
             clock_jump_s=self._clock(),
+            job_reports=self.job_events.read({j.id: j.events_path for j in jobs}),
         )
 
     def _job_sample(
@@ -572,6 +576,7 @@ class Observer:
                     faults.setdefault(live.rule.id, []).append(str(exc))
 
     def close(self) -> None:
+        self.job_events.close()
         for name, reader, _ in self.readers:
             if reader is not None:
                 try:

@@ -26,6 +26,7 @@ def _job_item(daemon: Daemon, record: Any, verdict: JobVerdict | None) -> dict[s
     view = daemon.snapshot.view
     refs = view.job_processes.get(record.id, ()) if view else ()
     busy = view.job_busy.get(record.id) if view else None
+    report = view.job_reports.get(record.id) if view else None
     started = record.root_pid is not None
     return {
         "kind": "job",
@@ -40,6 +41,8 @@ def _job_item(daemon: Daemon, record: Any, verdict: JobVerdict | None) -> dict[s
         "capabilities": manifest.get("capabilities", []),
         "pids": [r.pid for r in refs] or ([record.root_pid] if started else []),
         "measured_busy": None if busy is None else round(busy, 4),
+        # what it says of itself in its events file: shown, never believed over the measure
+        "reported": report.to_dict() if report else {},
         "cmd": record.cmd,
         "submitted": record.submitted,
         "reasons": [r.to_dict() for r in verdict.reasons] if verdict else [],
@@ -253,6 +256,7 @@ def duty_view(daemon: Daemon) -> dict[str, Any]:
     for record in snap.jobs:
         item = _job_item(daemon, record, verdicts.get(record.id))
         jobs.append({"id": item["id"], "name": item["name"], "asked": item["duty"], "measured": item["measured_busy"],
+                     "reported": item["reported"].get("duty", {}).get("duty"),
                      "state": _job_duty_state(item, verdicts.get(record.id)), "reasons": item["reasons"]})
     if active:
         lowest = min(active, key=lambda r: r["budget"] if r["state"] == "running" else 0.0)

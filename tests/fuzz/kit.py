@@ -716,8 +716,25 @@ class Harness:
             bad = [e for e in errors if not e["loc"] and e["type"] not in _WHOLE_LINE]
             if not errors or bad:
                 return Verdict("unlocated", str(bad[0] if bad else exc)[:300])
-            return Verdict("wrong_reject" if case.valid else "rejected", str(errors[0])[:300])
-        return Verdict("accepted")
+            return self._read_by_daemon(case.data, False) or Verdict(
+                "wrong_reject" if case.valid else "rejected", str(errors[0])[:300])
+        return self._read_by_daemon(case.data, True) or Verdict("accepted")
+
+    def _read_by_daemon(self, data: bytes, valid: bool) -> Verdict | None:
+        """The line as the daemon reads it from a job's events file: taken when the model
+        takes it, else counted and named by file and line.  None when it agrees."""
+        from arbiter.daemon.jobevents import MAX_LINE_BYTES, JobEventLog
+
+        if b"\n" in data or not data.strip() or len(data) > MAX_LINE_BYTES:
+            return None  # not one line of a file
+        path = self.root / "job-events.jsonl"
+        path.write_bytes(data + b"\n")
+        report = JobEventLog().read({"job": str(path)})["job"]
+        if valid and report.lines != 1:
+            return Verdict("wrong_reject", f"the daemon refused a line the schema takes: {report.problem}"[:300])
+        if not valid and (report.malformed != 1 or f"{path} line 1: " not in report.problem):
+            return Verdict("unlocated", f"the daemon did not name the bad line: {report}"[:300])
+        return None
 
     def _follow(self, case: Case, make: Callable[[str], Any], expect: Callable[[bytes], tuple[bool, bool]]) -> Verdict:
         from arbiter_sources.follow import MAX_LINE_BYTES
