@@ -5,7 +5,7 @@
 Each input (see tests/fuzz/kit.py for how they are made and judged) goes through the entry
 point a user hits: the rule-file check on a file in a tenants dir, the node config loader,
 ``arbiter job run --manifest``'s manifest loading, the SDK's control-document reader, the job
-event model, the jsonl and log sources following a real file, the daemon's Unix socket, and
+event model and the daemon's reading of a job's events file, the jsonl and log sources following a real file, the daemon's Unix socket, and
 the HTTP app.  Exits 1 when any input crashed, was refused without saying where, or was a
 known-valid input refused.
 """

@@ -107,46 +107,24 @@ def test_a_child_that_fails_is_ended_and_a_new_one_starts_only_after_the_retry_t
         worker.close()
 
 
-def test_a_child_that_hangs_is_killed_after_the_timeout(work: str) -> None:
+@pytest.mark.parametrize(("request_", "stop", "why"), [
+    ("hang", False, "did not answer within 0.3s"),  # busy in its work
+    (None, True, "did not answer within 0.3s"),  # stopped: reads nothing
+    (b"x" * 4_000_000, True, "did not take the request within 0.3s"),  # more than the pipe holds
+], ids=["hangs", "stopped", "stopped-big-request"])
+def test_a_child_that_does_not_answer_is_killed_after_the_timeout(work: str, request_: object, stop: bool, why: str) -> None:
     worker = ChildWorker(work, "Counter", 0, timeout_s=0.3)
     try:
         worker.call(None)
         pid = worker.pid
         assert pid is not None
+        if stop:
+            os.kill(pid, signal.SIGSTOP)
         started = time.monotonic()
-        with pytest.raises(ChildWorkFailed, match="did not answer within 0.3s"):
-            worker.call("hang")
+        with pytest.raises(ChildWorkFailed, match=why):
+            worker.call(request_)
         assert 0.3 <= time.monotonic() - started < 2.0
         assert gone(pid)
-    finally:
-        worker.close()
-
-
-def test_a_stopped_child_is_killed_after_the_timeout_too(work: str) -> None:
-    worker = ChildWorker(work, "Counter", 0, timeout_s=0.3)
-    try:
-        worker.call(None)
-        pid = worker.pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
-        with pytest.raises(ChildWorkFailed, match="did not answer"):
-            worker.call(None)
-        assert gone(pid)
-    finally:
-        worker.close()
-
-
-def test_a_stopped_child_cannot_hang_a_request_larger_than_the_pipe_holds(work: str) -> None:
-    worker = ChildWorker(work, "Counter", 0, timeout_s=0.3)
-    try:
-        worker.call(None)
-        pid = worker.pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
-        started = time.monotonic()
-        with pytest.raises(ChildWorkFailed, match="did not take the request within 0.3s"):
-            worker.call(b"x" * 4_000_000)
-        assert time.monotonic() - started < 2.0 and gone(pid)
     finally:
         worker.close()
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -53,9 +54,10 @@ def test_the_child_gives_the_table_a_scan_here_gives() -> None:
         memo = TableMemo(in_child=True)
         mine = {p.pid: p for p in memo.table()}
         here = {p.pid: p for p in proc_table()}
-        both = (pids(mine.values()) & pids(here.values())) - {memo.child_pid}  # type: ignore[arg-type]
-        assert sleeper.pid in both
-        assert all(mine[p] == here[p] for p in both if here[p].state == mine[p].state)
+        # processes that do not change between the two scans (others may exec or exit meanwhile)
+        for pid in (sleeper.pid, os.getpid(), 1):
+            assert replace(mine[pid], state="") == replace(here[pid], state="")
+        assert len(set(mine) & set(here)) >= 0.9 * len(here)
         assert not memo.child_failure
     finally:
         sleeper.kill()

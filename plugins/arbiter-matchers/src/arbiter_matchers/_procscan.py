@@ -15,6 +15,7 @@ before: a caller that keeps the previous records has the whole table.
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 
 try:
@@ -67,6 +68,7 @@ class ProcScan:
         self._scans = 0
         self._stat_fds: dict[str, int] = {}  # /proc entry → its stat file, kept open
         self._limit = keep
+        weakref.finalize(self, _close_all, self._stat_fds)
 
     def scan(self) -> tuple[list[int], list[Record]]:
         """(every pid found, ascending; the records new or changed since the last scan).
@@ -99,9 +101,7 @@ class ProcScan:
         return self.scan()
 
     def close(self) -> None:
-        for fd in self._stat_fds.values():
-            os.close(fd)
-        self._stat_fds.clear()
+        _close_all(self._stat_fds)
         self._seen = {}
 
     def _read(self, entry: str, before: _Seen | None, boot_time: float, ticks: int,
@@ -164,6 +164,12 @@ class ProcScan:
         else:
             os.close(fd)
         return data, owner
+
+
+def _close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()
 
 
 def _parse(base: str, stat: bytes, lpar: int, rpar: int, fields: list[bytes], raw_cmdline: bytes, boot_time: float,

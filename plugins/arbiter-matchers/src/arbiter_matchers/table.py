@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import weakref
 
 import psutil
 from arbiter.plugin import ChildWorker, ChildWorkFailed, ProcessInfo, open_file_share
@@ -75,7 +74,6 @@ class TableMemo:
                                    retry_s=CHILD_RETRY_S) if in_child else None)
         self._from_child = False  # whether the last table came from the child's scan
         self._infos: dict[int, ProcessInfo] = {}
-        weakref.finalize(self, self._scan.close)
 
     @property
     def child_pid(self) -> int | None:

@@ -9,6 +9,7 @@ daemon's interpreter its fast path would wait for them.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Collection
 
 #: a request: (the pids, whether each thread is its own engine); the answer maps each
@@ -111,6 +112,7 @@ class BusyTimes:
 
     def __init__(self, keep: int) -> None:
         self.files = _StatFiles(keep)
+        weakref.finalize(self, self.files.close)
 
     def __call__(self, request: Request) -> dict[int, int] | dict[int, dict[str, int]]:
         pids, threads = request
