@@ -74,6 +74,10 @@ class ChildWorker:
 
     def call(self, request: Any) -> Any:
         """The answer of the child's work to ``request`` (raises :class:`ChildWorkFailed`)."""
+        try:
+            data = marshal.dumps(request)
+        except ValueError as exc:  # the caller's error: no child is started or given up for it
+            raise TypeError(f"a child worker's request must be a marshal value: {exc}") from None
         with self._lock:
             if not self._child:
                 if time.monotonic() < self._retry_at:
@@ -86,10 +90,6 @@ class ChildWorker:
                     self._fail(f"it could not be started ({exc.strerror or exc})")
                 assert self._child[0].stdin is not None
                 os.set_blocking(self._child[0].stdin.fileno(), False)  # a hung child must not hang a write
-            try:
-                data = marshal.dumps(request)
-            except ValueError as exc:  # the caller's error: the child is left as it is
-                raise TypeError(f"a child worker's request must be a marshal value: {exc}") from None
             try:
                 answer = self._exchange(self._child[0], data)
             except ChildWorkFailed as exc:
@@ -117,7 +117,8 @@ class ChildWorker:
             raise ChildWorkFailed("it answered something other than an answer")
         return answer
 
-    def _send(self, fd: int, data: bytes, deadline: float) -> None:
+    def _send(self, fd: int, frame: bytes, deadline: float) -> None:
+        data = memoryview(frame)  # a request larger than the pipe goes in pieces, uncopied
         while data:
             if not _ready(fd, select.POLLOUT, deadline):
                 raise ChildWorkFailed(f"it did not take the request within {self.timeout_s:g}s")

@@ -52,7 +52,7 @@ def test_the_memo_gives_what_a_fresh_read_gives_and_reuses_unchanged_processes(i
     child = subprocess.Popen(["sleep", "60"])
     try:
         memo = TableMemo(in_child=in_child)
-        first = until(memo, child.pid, lambda p: p.name == "sleep")
+        first = until(memo, child.pid, lambda p: p.name == "sleep" and p.state == "S")  # settled: asleep, not starting
         again = find(memo.table(), child.pid)
         assert again is first  # nothing changed: the same object, so matchers may reuse their verdict
         assert again == find(process_table(), child.pid)  # and what a read without the memo says
