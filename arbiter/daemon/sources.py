@@ -47,7 +47,8 @@ def percentiles(values: list[float]) -> dict[str, Any]:
     ordered = sorted(values)
 
     def pct(p: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
+        # nearest rank: the p99 of a hundred is the 99th, not the slowest
+        return round(ordered[max(0, math.ceil(p * len(ordered)) - 1)], 3)
 
     return {"count": len(ordered), "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
 

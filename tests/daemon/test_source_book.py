@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from arbiter.daemon.sources import SourceBook
+from arbiter.daemon.sources import SourceBook, percentiles
 from arbiter.plugin import SourceState
 
 KEY = ("trainer", 0)
@@ -114,3 +114,12 @@ def test_an_older_helper_report_never_replaces_a_newer_one() -> None:
     b.helper(HELPER, KEY, SourceState(readable=True, phase="on", changed_at=5.0))
     b.helper(HELPER, KEY, SourceState(readable=True, phase="off", changed_at=4.0))
     assert b.observed(KEY, 0).phase == "on"
+
+
+def test_latency_percentiles_are_nearest_rank() -> None:
+    """The p99 of a hundred latencies is the 99th of them, not the slowest (one outlier);
+    the p50 of an even count is the lower middle."""
+    figures = percentiles([float(v) for v in range(100, 0, -1)])
+    assert figures == {"count": 100, "p50_ms": 50.0, "p99_ms": 99.0}
+    assert percentiles([7.0]) == {"count": 1, "p50_ms": 7.0, "p99_ms": 7.0}
+    assert percentiles([1.0, 2.0, 3.0])["p99_ms"] == 3.0

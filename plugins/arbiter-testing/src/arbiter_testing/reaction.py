@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -11,9 +12,10 @@ import psutil
 
 
 def percentile(values: list[float], p: float) -> float:
-    """The value below which a share ``p`` of ``values`` lies (nearest rank)."""
+    """The smallest value that at least a share ``p`` of ``values`` are at or below (nearest
+    rank): the p99 of a hundred values is the 99th, not the slowest."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
 def phase_reactions(events: Path, pid: int, changes: int, rng: random.Random, poll_s: float = 0.0,
