@@ -12,11 +12,13 @@ plugin's package nor arbiter (nor pydantic) is imported there, and the child sta
 interpreter.  The work module must import the standard library only, too.
 
 Requests and answers cross the pipes as :mod:`marshal` values (None, bool, int, float,
-str, bytes, tuple, list, dict, set), each after its length in 4 bytes.
+str, bytes, tuple, list, dict, set), each after its length in 4 bytes.  Each answer says
+the CPU time the child spent on it, which the daemon counts in what its tick costs.
 """
 
 from __future__ import annotations
 
+import contextvars
 import importlib.util
 import logging
 import marshal
@@ -32,6 +34,10 @@ from typing import Any, NoReturn
 
 #: a marshalled request or answer's length comes first, in this many bytes
 HEADER = 4
+
+#: where each call adds the CPU seconds its child spent on it, where set: the daemon sets
+#: it around each plugin call, so that what a tick costs counts the work handed to children
+CHILD_CPU: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("arbiter_child_cpu", default=None)
 
 
 class ChildWorkFailed(Exception):
@@ -94,6 +100,9 @@ class ChildWorker:
                 answer = self._exchange(self._child[0], data)
             except ChildWorkFailed as exc:
                 self._fail(str(exc))
+            spent = CHILD_CPU.get()
+            if spent is not None:
+                spent[0] += answer[2]
             if answer[0] != "ok":
                 self._fail(f"it raised {answer[1]}")
             return answer[1]
@@ -113,7 +122,8 @@ class ChildWorker:
             answer = marshal.loads(self._read(child, fd, size, deadline))
         except (EOFError, ValueError, TypeError) as exc:
             raise ChildWorkFailed(f"its answer did not decode ({exc})") from None
-        if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ("ok", "raised")):
+        if not (isinstance(answer, tuple) and len(answer) == 3 and answer[0] in ("ok", "raised")
+                and isinstance(answer[2], float) and 0.0 <= answer[2] < 3600.0):
             raise ChildWorkFailed("it answered something other than an answer")
         return answer
 
@@ -210,10 +220,12 @@ def serve(module_file: str, factory: str, args: tuple[Any, ...], requests: int =
     spec.loader.exec_module(module)
     work = getattr(module, factory)(*args)
     while (request := _read_frame(requests)) is not None:
+        started = time.process_time()  # what each answer cost is sent with it
         try:
-            answer = marshal.dumps(("ok", work(marshal.loads(request))))
+            value = work(marshal.loads(request))
+            answer = marshal.dumps(("ok", value, time.process_time() - started))
         except Exception as exc:  # the daemon gives this child up and does the work itself
-            answer = marshal.dumps(("raised", f"{type(exc).__name__}: {exc}"))
+            answer = marshal.dumps(("raised", f"{type(exc).__name__}: {exc}", time.process_time() - started))
         _write_frame(answers, answer)
 
 

@@ -14,6 +14,7 @@ import pluggy
 from pydantic import BaseModel
 
 from arbiter import hookspecs
+from arbiter.childwork import CHILD_CPU
 from arbiter.plugin import PROJECT, HostSignal, Matcher, Probe, Reader, Source, Translator
 
 T = TypeVar("T")
@@ -101,10 +102,7 @@ class PluginHost:
         tying up another worker (fail safe: the caller treats the plugin as failed).
         """
         with self._pool_lock:
-            hung = self._hung.get(label)
-            if hung is not None and not hung.done():
-                raise PluginFailed(label, f"no answer within {hung.limit_s:g}s, and that call is still running")  # type: ignore[attr-defined]
-            self._hung.pop(label, None)
+            self._refuse_while_hung(label)
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
             pool = self._pool
@@ -112,10 +110,13 @@ class PluginHost:
 
         def timed() -> T:
             started = time.thread_time()
+            children = [0.0]
+            token = CHILD_CPU.set(children)
             try:
                 return fn(*args)
             finally:
-                cell[0] = time.thread_time() - started
+                CHILD_CPU.reset(token)
+                cell[0] = time.thread_time() - started + children[0]
 
         future = pool.submit(timed)
         limit = timeout if timeout is not None else self.timeout_s
@@ -132,10 +133,34 @@ class PluginHost:
             self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cell[0]
             raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
 
+    def call_here(self, label: str, fn: Callable[..., T], *args: Any) -> T:
+        """:meth:`call` on the calling thread, without a timeout, for plugin code that bounds
+        its own time (:attr:`arbiter.plugin.Translator.bounded`): its exceptions are isolated
+        the same way, and a label with a call still hung on a pool thread fails at once."""
+        with self._pool_lock:
+            self._refuse_while_hung(label)
+        children = [0.0]
+        token = CHILD_CPU.set(children)
+        try:
+            return fn(*args)
+        except Exception as exc:  # any plugin exception is isolated here
+            raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            CHILD_CPU.reset(token)
+            self._spent.cpu = getattr(self._spent, "cpu", 0.0) + children[0]
+
+    def _refuse_while_hung(self, label: str) -> None:
+        """Under ``_pool_lock``: fail at once while an earlier call with ``label`` still hangs."""
+        hung = self._hung.get(label)
+        if hung is not None and not hung.done():
+            raise PluginFailed(label, f"no answer within {hung.limit_s:g}s, and that call is still running")  # type: ignore[attr-defined]
+        self._hung.pop(label, None)
+
     def worker_cpu(self) -> float:
-        """CPU seconds that this thread's calls have spent on pool threads so far (a call
-        still running past its timeout is not counted): with ``time.thread_time()`` of the
-        caller, what one piece of work cost, whatever else the process was doing."""
+        """CPU seconds that this thread's calls have spent on pool threads, and their child
+        workers (:class:`arbiter.plugin.ChildWorker`), so far (a call still running past its
+        timeout is not counted): with ``time.thread_time()`` of the caller, what one piece
+        of work cost, whatever else the process was doing."""
         return float(getattr(self._spent, "cpu", 0.0))
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.childwork import ChildWorker, ChildWorkFailed
+from arbiter.childwork import CHILD_CPU, ChildWorker, ChildWorkFailed
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="children talk over POSIX pipes")
 
@@ -35,6 +35,10 @@ class Counter:
             os._exit(3)
         if request == "object":
             return object()
+        if request == "burn":
+            end = time.process_time() + 0.05
+            while time.process_time() < end:
+                pass
         return (self.n, request)
 """
 
@@ -68,6 +72,42 @@ def test_the_child_keeps_its_state_between_calls_and_answers_marshal_values(work
         assert worker.call(None) == (12, None) and worker.pid == pid and not worker.failure
     finally:
         worker.close()
+
+
+def test_the_cpu_a_child_spends_is_added_where_the_caller_counts_it(work: str) -> None:
+    """The daemon's tick counts what its children cost (arbiter.pluginmanager sets the cell)."""
+    worker = ChildWorker(work, "Counter", 0)
+    try:
+        worker.call("burn")  # nothing to add to: the answer alone
+        spent = [0.0]
+        token = CHILD_CPU.set(spent)
+        try:
+            assert worker.call("burn") == (2, "burn")
+        finally:
+            CHILD_CPU.reset(token)
+        assert 0.045 <= spent[0] < 1.0
+        counted = spent[0]
+        worker.call("burn")  # after the caller stopped counting
+        assert spent[0] == counted and CHILD_CPU.get() is None
+    finally:
+        worker.close()
+
+
+def test_a_plugin_call_counts_its_child_workers_cpu_as_its_own(work: str) -> None:
+    from arbiter.pluginmanager import build_plugin_manager
+
+    host = build_plugin_manager(entry_points=False)
+    worker = ChildWorker(work, "Counter", 0)
+    try:
+        before = host.worker_cpu()
+        host.call("readers/child", worker.call, "burn")
+        assert host.worker_cpu() - before >= 0.045  # on a pool thread, the child's 50 ms counted
+        before = host.worker_cpu()
+        host.call_here("translators/child", worker.call, "burn")
+        assert host.worker_cpu() - before >= 0.045  # here: the thread's own time is the caller's to read
+    finally:
+        worker.close()
+        host.close()
 
 
 def test_the_child_imports_only_the_standard_library(work: str) -> None:

@@ -47,7 +47,7 @@ METRICS: dict[str, MetricDoc] = {
     "arbiter_gpu_api_usable": MetricDoc("gauge", ("api", "scope"), "1 for each GPU API the probes found usable, on the host or in containers."),
     "arbiter_timeline_events": MetricDoc("counter", ("code",), "Timeline events recorded since the daemon started, by code."),
     "arbiter_ticks": MetricDoc("counter", (), "Ticks (process scans and readings) since start."),
-    "arbiter_tick_cpu_seconds": MetricDoc("counter", (), "CPU time of the tick thread and of the plugin calls it made (not the source watchers')."),
+    "arbiter_tick_cpu_seconds": MetricDoc("counter", (), "CPU time of the tick thread and of the plugin calls it made, their child workers' included (not the source watchers')."),
     "arbiter_decisions": MetricDoc("counter", (), "Decisions taken since start."),
     "arbiter_decision_cpu_seconds": MetricDoc("counter", (), "CPU time of the decision thread and of the plugin calls it made."),
     "arbiter_redecisions": MetricDoc("counter", (), "Decisions made again because a phase changed, and was acted on at "
