@@ -238,3 +238,20 @@ def test_a_job_partly_outside_its_cgroup_is_paused_with_signals(translator, own_
         for proc in (inside, outside):
             proc.kill()
             proc.wait()
+
+
+def test_a_cgroup_whose_pids_match_the_job_but_not_its_processes_is_never_frozen(translator, own_group: Path) -> None:
+    """Membership is judged by process, not by pid: a member whose start time is not the one
+    the job recorded is another process that took a pid of the job's."""
+    procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
+    try:
+        for proc in procs:
+            (own_group / "cgroup.procs").write_text(str(proc.pid))
+        root, other = ref(procs[0]), ref(procs[1])
+        assert translator.own_cgroup(JobTarget("j1", "x", (root, other))) == str(own_group)
+        reused = ProcessRef(other.pid, other.start_time - 5.0)
+        assert translator.own_cgroup(JobTarget("j1", "x", (root, reused))) is None
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -63,6 +63,7 @@ class CgroupFreezeTranslator(SignalTranslator):
     """Freezes the job's own cgroup; falls back to signals where it cannot (see the module)."""
 
     Options = CgroupFreezeOptions
+    bounded = True  # besides signals, cgroup files, and a wait for the freeze with its own deadline
 
     def __init__(self, options: CgroupFreezeOptions, context: PluginContext) -> None:
         super().__init__(options, context)
@@ -106,6 +107,8 @@ class CgroupFreezeTranslator(SignalTranslator):
             return None  # others share it: freezing it would pause them too
         if members != job:
             return None  # some of the job lives elsewhere: only signals reach all of it
+        if not all(self._alive(r) for r in target.processes[1:]):
+            return None  # a pid of the job's now names another process, which a freeze would stop
         if not os.access(os.path.join(folder, "cgroup.freeze"), os.W_OK):
             return None
         return folder
