@@ -334,6 +334,14 @@ class Translator(_Kind):
     """
 
     actions: ClassVar[frozenset[str]] = frozenset()
+    #: True when ``pause`` and ``resume`` bound their own time: they make only system calls
+    #: that return at once (signals, reads of the kernel's process files), or wait with a
+    #: deadline of their own.  The daemon then calls them on the thread that decided, with
+    #: their exceptions isolated but without a timeout, instead of handing each call to a
+    #: plugin thread: under load that hand-off waited for the interpreter lock and for a
+    #: CPU, and was the largest part of the time a phase took to pause its jobs.  Leave it
+    #: False for anything that can wait on a network, another process or a lock.
+    bounded: ClassVar[bool] = False
 
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         self.options = options

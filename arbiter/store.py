@@ -343,14 +343,16 @@ class PausedJournal:
         self.append_many(op, [entry])
 
     def append_many(self, op: str, entries: Iterable[PausedEntry]) -> None:
-        """:meth:`append` for several entries, in one write."""
-        # vars(), not asdict(): this is on the fast path, and asdict's deep copy took three times as long
-        lines = "".join(json.dumps({"op": op, **vars(entry)}) + "\n" for entry in entries)
-        if not lines:
+        """:meth:`append` for several entries, in one line and one write."""
+        # one line of field lists, not a line of a dict per entry: this is on the fast path, and
+        # fifty entries took three times as long that way
+        rows = [[e.job_id, e.how, e.pid, e.start_time, e.translator, e.control_path] for e in entries]
+        if not rows:
             return
+        line = json.dumps({"op": op, "entries": rows}) + "\n"
         with self._lock:
             try:
-                os.write(self._fd, lines.encode())
+                os.write(self._fd, line.encode())
             except OSError as exc:
                 self.failures += 1
                 self.last_error = f"{self.path}: {exc.strerror or exc}"
@@ -375,11 +377,13 @@ class PausedJournal:
             try:
                 raw = json.loads(line)
                 op = raw.pop("op")
-                entry = PausedEntry(**raw)
-            except (ValueError, TypeError, KeyError):
+                # a line of field lists; a dict per line from daemons before that
+                entries = [PausedEntry(*row) for row in raw["entries"]] if "entries" in raw else [PausedEntry(**raw)]
+            except (ValueError, TypeError, KeyError, AttributeError):
                 continue
-            if op == "pause":
-                out[entry.key] = entry
-            else:
-                out.pop(entry.key, None)
+            for entry in entries:
+                if op == "pause":
+                    out[entry.key] = entry
+                else:
+                    out.pop(entry.key, None)
         return out

@@ -18,6 +18,24 @@ def test_journal_replay_keeps_what_is_still_paused(tmp_path) -> None:
     assert PausedJournal.replay(tmp_path / "j") == {b.key: b}
 
 
+def test_a_batch_is_one_line_and_lines_of_an_earlier_daemon_still_replay(tmp_path) -> None:
+    path = tmp_path / "j"
+    with open(path, "w") as fh:  # a dict per line, as daemons before the batched form wrote
+        fh.write('{"op": "pause", "job_id": "old", "how": "control", "pid": 9, "start_time": 0.5, '
+                 '"translator": "control_doc", "control_path": "/c.json"}\n')
+    journal = PausedJournal(path)
+    batch = [PausedEntry(f"job{i}", "tree", 100 + i, 1.25 + i, "signal") for i in range(3)]
+    journal.append_many("pause", batch)
+    journal.append_many("resume", batch[1:2])
+    journal.append_many("resume", [])  # writes nothing
+    journal.close()
+    assert len(path.read_text().splitlines()) == 3
+    with open(path, "a") as fh:
+        fh.write('{"op": "pause", "entries": [["short", "tree"]]}\n')  # a row that names no process
+    old = PausedEntry("old", "control", 9, 0.5, "control_doc", "/c.json")
+    assert PausedJournal.replay(path) == {old.key: old, batch[0].key: batch[0], batch[2].key: batch[2]}
+
+
 def test_timeline_paused_and_jobs_survive_reopening(tmp_path) -> None:
     store = Store(tmp_path / "s.db")
     with store.transaction() as db:

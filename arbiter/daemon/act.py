@@ -10,6 +10,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from arbiter.config.models import NodeConfig
 from arbiter.engine.types import Action
@@ -17,6 +18,7 @@ from arbiter.plugin import ControlUpdate, JobTarget, PluginContext, ProcessRef, 
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import PausedEntry, PausedJournal
 
+T = TypeVar("T")
 ACTION_NEEDS = {"pause": "pause", "resume": "pause", "control": "control", "terminate": "terminate", "kill": "terminate"}
 #: called with (op, entries) after each change to the paused set, to persist it off this thread
 Persist = Callable[[str, Sequence[PausedEntry]], None]
@@ -87,6 +89,11 @@ class Actuator:
             return entry.translator, self.by_name[entry.translator]
         return self._translator(op)
 
+    def _call(self, translator: Translator, label: str, fn: Callable[..., T], *args: Any) -> T:
+        """A pause or a resume: on this thread where the translator bounds its own time."""
+        call = self.host.call_here if translator.bounded else self.host.call
+        return call(label, fn, *args)
+
     def _note(self, op: str, entries: Sequence[PausedEntry]) -> None:
         if not entries:
             return
@@ -132,7 +139,9 @@ class Actuator:
             # a pause that failed is kept on record (for a resume) but is tried again here
             done = {e.pid for e in paused.get(target.job_id, ()) if e.key not in self.unconfirmed}
             fresh = tuple(r for r in target.processes if r.pid not in done)
-            if fresh:
+            if len(fresh) == len(target.processes):
+                work.append((target, []))
+            elif fresh:
                 work.append((replace(target, processes=fresh), []))
         if not work:
             return {}
@@ -156,7 +165,7 @@ class Actuator:
             return out
 
         try:
-            results = self.host.call(label, pause_all)
+            results = self._call(translator, label, pause_all)
         except PluginFailed as exc:  # it hung, or failed outside any one job's pause
             results = [exc] * len(work)
         failed: dict[str, PluginFailed] = {}
@@ -201,7 +210,7 @@ class Actuator:
         for group in by_translator.values():
             try:
                 name, translator = self._for_entry(group[0], "resume")
-                self.host.call(f"translators/{name}", translator.resume, [ProcessRef(e.pid, e.start_time) for e in group])
+                self._call(translator, f"translators/{name}", translator.resume, [ProcessRef(e.pid, e.start_time) for e in group])
                 self._note("resume", group)
             except PluginFailed as exc:
                 failures.append(str(exc))

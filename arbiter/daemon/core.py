@@ -140,6 +140,9 @@ class Daemon:
         self._policy = Policy()
         self._view: TickView | None = None
         self._acted_ms: list[float] = []  # latencies of changes the reflex acted on, for the decision's events
+        # the targets built from one view, under _act_lock: a phase pausing fifty jobs built
+        # them all on its way to the first signal
+        self._targets: tuple[TickView | None, dict[tuple[Any, ...], JobTarget]] = (None, {})
         self.sources = SourceBook(config.governor.period_s)  # written under _act_lock; other threads only read
         self._certs: tuple[CertView, ...] = ()
         self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
@@ -676,12 +679,21 @@ class Daemon:
         )
 
     def _target(self, record: JobRecord, view: TickView) -> JobTarget:
-        refs = view.job_processes.get(record.id) or ()
-        if not refs and record.root_pid is not None and record.root_start is not None:
-            refs = (ProcessRef(record.root_pid, record.root_start),)
-        manifest = self.jobs.manifest(record)
-        cooperative = bool({"cooperative_pause", "cooperative_throttle"} & set(manifest.capabilities))
-        return JobTarget(record.id, record.name, tuple(refs), record.control_path, cooperative)
+        """What a translator acts on for ``record`` in ``view``.  Under ``_act_lock``."""
+        seen, made = self._targets
+        if seen is not view:
+            made = {}
+            self._targets = (view, made)
+        key = (record.id, record.name, record.root_pid, record.root_start, record.control_path)
+        target = made.get(key)
+        if target is None:
+            refs = view.job_processes.get(record.id) or ()
+            if not refs and record.root_pid is not None and record.root_start is not None:
+                refs = (ProcessRef(record.root_pid, record.root_start),)
+            manifest = self.jobs.manifest(record)
+            cooperative = bool({"cooperative_pause", "cooperative_throttle"} & set(manifest.capabilities))
+            target = made[key] = JobTarget(record.id, record.name, tuple(refs), record.control_path, cooperative)
+        return target
 
     def _decide_and_act(self) -> None:
         view = self._view

@@ -100,3 +100,39 @@ def test_one_jobs_failure_leaves_the_others_paused_and_it_on_record(tmp_path: Pa
     assert len(translator.threads) == len(sleepers) + 1
     act.resume_entries(list(act.paused.values()))
     assert PausedJournal.replay(journal.path) == {}
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_translator_that_bounds_its_own_time_pauses_and_resumes_on_the_deciding_thread(
+        tmp_path: Path, sleepers, bounded: bool) -> None:
+    """No hand-off to a plugin thread for a bounded translator (the hand-off waited for the
+    interpreter lock and a CPU under load); any other keeps its timeout on a pool thread."""
+
+    class Resuming(Counting):
+        def resume(self, refs):
+            self.threads.append(threading.get_ident())
+            return super().resume(refs)
+
+    translator = Resuming(PluginContext(state_dir=tmp_path))
+    translator.bounded = bounded  # type: ignore[misc]
+    act, _, _ = actuator(tmp_path, translator)
+    assert act.pause_trees([target("job-0", sleepers[0])]) == {}
+    assert act.resume_entries(list(act.paused.values())) == []
+    here = threading.get_ident()
+    assert len(translator.threads) == 2
+    assert (set(translator.threads) == {here}) if bounded else (here not in translator.threads)
+
+
+def test_a_bounded_translator_that_fails_outside_any_job_is_isolated_and_its_jobs_stay_on_record(
+        tmp_path: Path, sleepers) -> None:
+    class Broken(Counting):
+        bounded = True
+
+        def resume(self, refs):
+            raise RuntimeError("the resume broke (on purpose)")
+
+    act, _, _ = actuator(tmp_path, Broken(PluginContext(state_dir=tmp_path)))
+    assert act.pause_trees([target("job-0", sleepers[0])]) == {}
+    failures = act.resume_entries(list(act.paused.values()))
+    assert len(failures) == 1 and "RuntimeError: the resume broke" in failures[0]
+    assert ("job-0", "tree", sleepers[0].pid) in act.paused  # the next decision tries again

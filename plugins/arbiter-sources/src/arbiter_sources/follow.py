@@ -555,18 +555,25 @@ class FollowedFile(Source):
         fd = self._fd
         assert fd is not None
         try:
-            size = os.fstat(fd).st_size
-            if size < self._pos or (self._tail and os.pread(fd, len(self._tail), self._pos - len(self._tail)) != self._tail):
-                # Truncated (copytruncate, or the program started over), perhaps already
-                # written past where we were: read from the top.
-                self._pos, self._partial, self._tail, self._discarding = 0, b"", b"", False
             while True:
-                chunk = os.pread(fd, _CHUNK, self._pos)
-                if not chunk:
-                    return
-                self._pos += len(chunk)
-                self._tail = (self._tail + chunk)[-_TAIL_BYTES:] if len(chunk) < _TAIL_BYTES else chunk[-_TAIL_BYTES:]
-                self._feed(chunk)
+                # One read from just before where we were: those bytes must still be the ones
+                # read last (else the file was truncated or rewritten in place), and what
+                # follows them is new.  Each system call here lets the interpreter lock go
+                # and, under load, waits to take it back: a wake made four, now one.
+                back = len(self._tail)
+                data = os.pread(fd, back + _CHUNK, self._pos - back)
+                if data[:back] != self._tail or (not back and self._pos and os.fstat(fd).st_size < self._pos):
+                    # Truncated (copytruncate, or the program started over), perhaps already
+                    # written past where we were: read from the top.
+                    self._pos, self._partial, self._tail, self._discarding = 0, b"", b"", False
+                    continue
+                chunk = data[back:]
+                if chunk:
+                    self._pos += len(chunk)
+                    self._tail = data[-_TAIL_BYTES:]
+                    self._feed(chunk)
+                if len(chunk) < _CHUNK:
+                    return  # the end for now: a later write is heard anew
         except OSError as exc:
             path = os.path.join(self._dir, self._name)
             self._close_file()

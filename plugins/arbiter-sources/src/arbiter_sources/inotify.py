@@ -35,6 +35,8 @@ DIRECTORY_EVENTS = (
 FILE_EVENTS = IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
 
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len: struct inotify_event without its name
+_READ_BYTES = 65536
+_LARGEST_EVENT = _HEADER.size + 256  # a name of NAME_MAX (255) bytes and its NUL
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ class Inotify:
         events: list[Event] = []
         while True:
             try:
-                data = os.read(self.fileno(), 65536)
+                data = os.read(self.fileno(), _READ_BYTES)
             except BlockingIOError:
                 return events
             if not data:
@@ -104,6 +106,11 @@ class Inotify:
                 raw = data[offset : offset + length].split(b"\0", 1)[0]
                 offset += length
                 events.append(Event(wd, mask, cookie, os.fsdecode(raw)))
+            if len(data) <= _READ_BYTES - _LARGEST_EVENT:
+                # all that was queued fitted: no second read to be told so (each read lets
+                # the interpreter lock go, and waits for it under load); later events wake
+                # the next poll
+                return events
 
     def close(self) -> None:
         if self._fd is not None:
