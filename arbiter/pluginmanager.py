@@ -51,6 +51,15 @@ class KindInfo:
     distribution: str  # "name version", or "" for a module named in the config
 
 
+def _counting_children(spent: list[float], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, adding to ``spent[0]`` the CPU seconds its child workers report."""
+    token = CHILD_CPU.set(spent)
+    try:
+        return fn(*args)
+    finally:
+        CHILD_CPU.reset(token)
+
+
 @dataclass
 class PluginHost:
     """The pluggy manager plus the kinds every plugin registered."""
@@ -111,11 +120,9 @@ class PluginHost:
         def timed() -> T:
             started = time.thread_time()
             children = [0.0]
-            token = CHILD_CPU.set(children)
             try:
-                return fn(*args)
+                return _counting_children(children, fn, *args)
             finally:
-                CHILD_CPU.reset(token)
                 cell[0] = time.thread_time() - started + children[0]
 
         future = pool.submit(timed)
@@ -140,13 +147,11 @@ class PluginHost:
         with self._pool_lock:
             self._refuse_while_hung(label)
         children = [0.0]
-        token = CHILD_CPU.set(children)
         try:
-            return fn(*args)
+            return _counting_children(children, fn, *args)
         except Exception as exc:  # any plugin exception is isolated here
             raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
         finally:
-            CHILD_CPU.reset(token)
             self._spent.cpu = getattr(self._spent, "cpu", 0.0) + children[0]
 
     def _refuse_while_hung(self, label: str) -> None:

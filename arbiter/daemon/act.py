@@ -133,24 +133,25 @@ class Actuator:
         """Pause the processes of each target not paused yet (new children too), all in one
         translator call: a phase that pauses fifty jobs must not wait for fifty hand-offs to
         a plugin thread.  Returns, per job whose pause failed, why."""
-        work: list[tuple[JobTarget, list[PausedEntry]]] = []
-        paused = self.trees_paused()
+        todo: list[JobTarget] = []
+        paused = self.trees_paused() if self.paused else {}
         for target in targets:
-            # a pause that failed is kept on record (for a resume) but is tried again here
-            done = {e.pid for e in paused.get(target.job_id, ()) if e.key not in self.unconfirmed}
-            fresh = tuple(r for r in target.processes if r.pid not in done)
-            if len(fresh) == len(target.processes):
-                work.append((target, []))
-            elif fresh:
-                work.append((replace(target, processes=fresh), []))
-        if not work:
+            mine = paused.get(target.job_id)
+            if mine:
+                # a pause that failed is kept on record (for a resume) but is tried again here
+                done = {e.pid for e in mine if e.key not in self.unconfirmed}
+                fresh = tuple(r for r in target.processes if r.pid not in done)
+                if len(fresh) < len(target.processes):
+                    target = replace(target, processes=fresh)
+            if target.processes:
+                todo.append(target)
+        if not todo:
             return {}
         try:
             name, translator = self._translator("pause")
         except PluginFailed as exc:
-            return {target.job_id: exc for target, _ in work}
-        for target, entries in work:
-            entries.extend(PausedEntry(target.job_id, "tree", r.pid, r.start_time, name) for r in target.processes)
+            return {target.job_id: exc for target in todo}
+        work = [(t, [PausedEntry(t.job_id, "tree", r.pid, r.start_time, name) for r in t.processes]) for t in todo]
         # recorded before the pause: a crash in between must not leave it frozen
         self.journal.append_many("pause", [e for _, entries in work for e in entries])
         label = f"translators/{name}"
