@@ -62,6 +62,8 @@ from arbiter.engine.types import (
     GovernorPolicy,
     Observation,
     Policy,
+    SourceObs,
+    evolve,
 )
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
@@ -654,15 +656,19 @@ class Daemon:
     def _observation(self, view: TickView, now: float) -> Observation:
         stale = now - view.now > 3 * self.config.tick_s + self.config.plugin_timeout_s
         node_faults = view.faults + ((f"no fresh observation for {now - view.now:.0f}s",) if stale else ())
+        read: dict[str, tuple[tuple[SourceObs, ...], SourceObs | None, SourceObs | None]] = {}
+        # the reflex thread writes the source book: only the reads of it hold the lock (the
+        # reflex waited behind this whole loop, a hundred rules long, on every decision)
+        with self._act_lock:
+            for rid, rp in self._policy.rules.items():
+                if rid in view.rules and (rp.during or rp.progress or rp.busy_probe):
+                    read[rid] = (tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during))),
+                                 self.sources.observed((rid, PROGRESS), now) if rp.progress else None,
+                                 self.sources.observed((rid, BUSY), now) if rp.busy_probe else None)
         rules = {}
-        with self._act_lock:  # the reflex thread writes the source book
-            for rid, ro in view.rules.items():
-                faults = ro.faults + node_faults
-                rp = self._policy.rules.get(rid)
-                phases = tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during) if rp else 0))
-                progress = self.sources.observed((rid, PROGRESS), now) if rp and rp.progress else None
-                busy = self.sources.observed((rid, BUSY), now) if rp and rp.busy_probe else None
-                rules[rid] = replace(ro, phases=phases, progress=progress, busy=busy, faults=faults)
+        for rid, ro in view.rules.items():
+            phases, progress, busy = read.get(rid, ((), None, None))
+            rules[rid] = evolve(ro, phases=phases, progress=progress, busy=busy, faults=ro.faults + node_faults)
         return Observation(
             now=now,
             node_faults=node_faults,
