@@ -14,9 +14,8 @@ subprocess appending ``--lines`` JSONL step lines a second to a protected rule's
 Under that load it measures the tick's CPU time (``status`` costs, over the window: the tick
 thread's own CPU time plus that of the plugin calls it hands to pool threads and to child
 workers, so the source watchers' work beside it is not counted; the whole process's CPU is
-printed too), the
-daemon's RSS (psutil, the peak), the rate the daemon counts against the rate the writer
-achieved, and the fast path again.  Every figure is printed beside its goal.
+printed too), the daemon's RSS (psutil, the peak), the rate the daemon counts against the
+rate the writer achieved, and the fast path again.  Every figure is printed beside its goal.
 """
 
 from __future__ import annotations
