@@ -789,6 +789,10 @@ class Daemon:
             self._record(event.code, event.subject, event.message, data)
         for job_id, message in self._failures.started(set(failures)):
             self._record(codes.PLUGIN_FAILED, job_id, message)
+        # the reflex to the next phase change finds every job's target made: with fifty jobs,
+        # making them there came before its first signal, 0.7 ms of it under load
+        for record in records.values():
+            self._target(record, view)
 
     def _persist_run(self, run: RunState | None) -> None:
         if run is None:

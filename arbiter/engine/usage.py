@@ -27,6 +27,8 @@ def busy_share(
         if not now:
             continue
         then = before.get(pid, {})
+        if now is then:
+            continue  # a reader hands back the same counters for an idle process: nothing gained
         for engine, busy in now.items():
             delta = busy - then.get(engine, 0)
             if delta < 0:  # counter reset (pid reused): count from zero

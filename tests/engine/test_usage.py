@@ -28,6 +28,12 @@ def test_counter_reset_counts_from_zero() -> None:
     assert busy_share({1: {"c": 10 * S}}, 0, {1: {"c": S // 5}}, S, [1]) == pytest.approx(0.2)
 
 
+def test_counters_handed_back_unchanged_count_nothing_beside_a_busy_process() -> None:
+    idle = {"c": 7 * S}  # a reader reuses an idle process's counters: the same object in both
+    assert busy_share({1: idle, 2: {"c": 0}}, 0, {1: idle, 2: {"c": S // 4}}, S, [1, 2]) == pytest.approx(0.25)
+    assert busy_share({1: idle}, 0, {1: idle}, S, [1]) == 0.0
+
+
 def test_no_previous_reading_is_unknown() -> None:
     assert busy_share(None, 0, {1: {"c": 1}}, S, [1]) is None
     assert busy_share({}, S, {}, S, [1]) is None

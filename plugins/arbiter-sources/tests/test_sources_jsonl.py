@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from arbiter.plugin import PluginContext, PluginError, SourceState
 from arbiter_sources import JsonlSource, arbiter_register_sources
+from arbiter_sources import follow
 from arbiter_sources import inotify as inotify_module
 from arbiter_testing import run_as
 
@@ -262,6 +265,48 @@ def test_malformed_lines_are_counted_and_skipped(tmp_path: Path, make: Make) -> 
     assert source.malformed == 5
 
 
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@st.composite
+def _lines(draw: st.DrawFn) -> bytes:
+    """Lines a program might write, and what it might write by mistake: JSON in each
+    encoding json.loads reads, with or without a byte-order mark, and cut or spliced."""
+    text = json.dumps(draw(_JSON_VALUES), ensure_ascii=draw(st.booleans()))
+    raw = text.encode(draw(st.sampled_from(["utf-8", "utf-8-sig", "utf-16-le", "utf-16-be", "utf-32"])))
+    cut = draw(st.integers(0, len(raw)))
+    raw = draw(st.sampled_from([raw, raw[:cut], raw[:cut] + draw(st.binary(max_size=4)) + raw[cut:], raw + b" 1"]))
+    return draw(st.one_of(st.just(raw), st.binary(max_size=12)))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_lines())
+def test_a_line_reads_as_json_loads_reads_it(raw: bytes) -> None:
+    # the source parses each line with the decoder's scanner, not json.loads: it must take
+    # and refuse exactly the lines json.loads does, and read the same value from them
+    source = JsonlSource(JsonlSource.Options(path="/nonexistent/events.jsonl", event="step_done"), PluginContext(state_dir=Path(".")))
+    stripped = raw.strip()
+    if not stripped:
+        return  # an empty line never reaches the parser
+    try:
+        expected = json.loads(stripped)
+    except (ValueError, RecursionError):
+        expected = None
+    assert repr(source._parsed(stripped)) == repr(expected)  # repr: NaN equals itself there
+
+
+def test_a_line_nested_too_deep_or_with_a_mark_in_front_is_read_as_json_loads_reads_it(make: Make, tmp_path: Path) -> None:
+    source = make(path=str(tmp_path / "events.jsonl"), event="step_done")
+    assert source._parsed(b"[" * 100_000 + b"]" * 100_000) is None
+    assert source._parsed(b'\xef\xbb\xbf{"event": "step_done"}') == {"event": "step_done"}
+    assert source.match_line('{"event": "step_done"}'.encode("utf-16")) == (True, None)
+    assert source._parsed(b'{"event": "step_done"} {}') is None
+
+
 def test_crlf_line_endings(tmp_path: Path, make: Make) -> None:
     path = tmp_path / "events.jsonl"
     path.touch()
@@ -486,6 +531,29 @@ def test_write_to_on_change_latency(tmp_path: Path, make: Make) -> None:
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     print(f"jsonl write -> on_change over 200 writes: p50 {p50 * 1e6:.0f} µs, p99 {p99 * 1e6:.0f} µs")
     assert p99 < 0.2
+
+
+def test_a_count_only_source_reads_at_its_pace_and_loses_nothing(tmp_path: Path, make: Make) -> None:
+    # two hundred writes a second: a source that gives no phase reports a count, at most
+    # once per COUNT_PACE_S, and every line is in it; close() does not wait out a rest
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="step_done")
+    rec = started(source)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    began = time.monotonic()
+    try:
+        for _ in range(200):
+            os.write(fd, line("step_done").encode())
+            time.sleep(0.005)
+    finally:
+        os.close(fd)
+    rec.wait_for(lambda s: s.count == 200)
+    spent = time.monotonic() - began
+    assert len(rec.states) <= spent / follow.COUNT_PACE_S + 2
+    closing = time.monotonic()
+    source.close()
+    assert time.monotonic() - closing < follow.COUNT_PACE_S + 0.5
 
 
 def test_checks_on_an_interval_without_inotify(tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,7 @@ class _Seen:
     changed: ``status`` (the real uid; the dearest file to read), the ``exe`` link, and
     mostly the command line."""
 
+    stat: bytes  # the whole line: an idle process's is the same from one scan to the next
     start: bytes  # its start time in clock ticks, as ``stat`` gives it
     comm: bytes  # an exec changes it (the kernel sets it to the new program's name)
     owner: int  # owner of /proc/PID: its effective uid, changed by any setuid that matters
@@ -110,6 +111,9 @@ class ProcScan:
         stat, owner = self._read_stat(entry)
         if not stat:
             return None  # exited since the directory was listed
+        if before is not None and stat == before.stat and owner == before.owner and (
+                self._scans + before.record[0]) % CMDLINE_RECHECK_SCANS:
+            return before  # nothing this scan reads has changed, and its command line is not due
         # The name sits between the first "(" and the last ")" and may itself hold either.
         lpar = stat.find(b"(")
         rpar = stat.rfind(b")")
@@ -128,12 +132,14 @@ class ProcScan:
                 record = before.record
                 if record[8] != state or record[1] != ppid:
                     record = (record[0], ppid, *record[2:8], state)
-                    return _Seen(before.start, comm, owner, vsize, raw_cmdline, record)
+                    return _Seen(stat, before.start, comm, owner, vsize, raw_cmdline, record)
+                if stat != before.stat:
+                    return _Seen(stat, before.start, comm, owner, vsize, raw_cmdline, record)
                 return before
         else:
             raw_cmdline = _read(f"{base}/cmdline") or b""
         record = _parse(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
-        return None if record is None else _Seen(fields[19], comm, owner, vsize, raw_cmdline, record)
+        return None if record is None else _Seen(stat, fields[19], comm, owner, vsize, raw_cmdline, record)
 
     def _read_stat(self, entry: str) -> tuple[bytes | None, int]:
         """The stat line of /proc/ENTRY and the owner of /proc/ENTRY (-1 when unreadable)."""
