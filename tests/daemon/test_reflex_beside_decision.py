@@ -116,3 +116,20 @@ def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carri
         phase(events, "off")
         wait_until(lambda: not stopped(pid), timeout=5)
         assert daemon.costs["redecisions"] == 0
+
+
+def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp_path: Path) -> None:
+    # with fifty jobs, making their targets in the reflex came before its first signal
+    with running(tmp_path, 5, 5) as (node, daemon, events, pid):
+        def made_for_this_view() -> bool:
+            view, made = daemon._targets
+            return view is daemon.snapshot.view and {r.id for r in daemon.jobs.active()} <= {key[0] for key in made}
+
+        node.wait_for(made_for_this_view, timeout=5)
+        view, made = daemon._targets
+        before = dict(made)
+        phase(events, "on")
+        wait_until(lambda: stopped(pid), timeout=5)
+        if daemon._targets[0] is view:  # no tick came between: the reflex made nothing new
+            assert daemon._targets[1].keys() == before.keys()
+            assert all(daemon._targets[1][key] is target for key, target in before.items())

@@ -4,7 +4,7 @@ A glob in the last path component follows the newest match; renames and truncati
 followed; partial lines wait for their newline.  Changes are seen through inotify on
 Linux and kqueue on macOS and the BSDs (a line reaches ``on_change`` within a millisecond),
 and by checking every 250 ms elsewhere.  A source that only counts lines reads at most
-every 20 ms (:data:`COUNT_PACE_S`); one that gives a phase reads at every write.
+every 10 ms (:data:`COUNT_PACE_S`); one that gives a phase reads at every write.
 Subclasses say what a line means.
 """
 
@@ -50,9 +50,10 @@ _TAIL_BYTES = 256
 #: file notifications wake it: the count becomes a rate over seconds, and a program that
 #: writes two hundred times a second otherwise wakes this thread, and the daemon's reflex
 #: thread with each report, as often, each time taking the interpreter from the fast path.
-#: A rate taken between two reads misses what came since the last: over a 5 s window, 0.2 %
-#: on average and 0.4 % at most
-COUNT_PACE_S = 0.02
+#: A rate taken between two reads misses what came since the last: over a 5 s window, 0.1 %
+#: on average and 0.2 % at most; a program that writes a hundred times a second or less is
+#: read at every write, as before
+COUNT_PACE_S = 0.01
 #: positions remembered for files followed before (a glob may switch back to one)
 _REMEMBERED_FILES = 16
 
