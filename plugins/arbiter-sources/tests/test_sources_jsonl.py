@@ -540,14 +540,10 @@ def test_a_count_only_source_reads_at_its_pace_and_loses_nothing(tmp_path: Path,
     path.touch()
     source = make(path=str(path), event="step_done")
     rec = started(source)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     began = time.monotonic()
-    try:
-        for _ in range(200):
-            os.write(fd, line("step_done").encode())
-            time.sleep(0.005)
-    finally:
-        os.close(fd)
+    for _ in range(200):
+        append(path, line("step_done"))
+        time.sleep(0.005)
     rec.wait_for(lambda s: s.count == 200)
     spent = time.monotonic() - began
     assert len(rec.states) <= spent / follow.COUNT_PACE_S + 2

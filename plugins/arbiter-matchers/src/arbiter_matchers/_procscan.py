@@ -132,10 +132,9 @@ class ProcScan:
                 record = before.record
                 if record[8] != state or record[1] != ppid:
                     record = (record[0], ppid, *record[2:8], state)
-                    return _Seen(stat, before.start, comm, owner, vsize, raw_cmdline, record)
-                if stat != before.stat:
-                    return _Seen(stat, before.start, comm, owner, vsize, raw_cmdline, record)
-                return before
+                elif stat == before.stat:
+                    return before
+                return _Seen(stat, before.start, comm, owner, vsize, raw_cmdline, record)
         else:
             raw_cmdline = _read(f"{base}/cmdline") or b""
         record = _parse(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
