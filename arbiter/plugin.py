@@ -284,8 +284,11 @@ class Source(_Kind):
     """A protected program's progress (a count) and/or phase, watched for changes.
 
     ``start(on_change)`` begins watching; the source calls ``on_change(state)`` from its own
-    thread the moment it sees a change.  ``on_change`` must be cheap: it only hands the
-    state over.  ``state()`` returns the current reading without blocking.
+    thread the moment it sees a change.  The daemon acts on a phase change on that thread
+    where it can (the jobs it pauses are signalled before ``on_change`` returns, a
+    millisecond or two) and queues it otherwise: ``on_change`` never waits for the daemon's
+    locks, and the source must not hold a lock that ``state()`` needs while it calls it.
+    ``state()`` returns the current reading without blocking.
 
     A source that watches processes names the option holding a match block in
     ``match_option``; the daemon builds that matcher and, on every tick, calls

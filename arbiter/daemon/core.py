@@ -4,9 +4,13 @@ Threads and what they may do:
 
 - ``tick``: process table, matching, readers, rule-file reloads (slow), then hands a
   :class:`TickView` to the decision thread;
-- ``reflex`` (the fast path): takes source and helper reports from its own queue, keeps
-  the source book and, where a phase of an immediate rule changed, pauses or resumes at once
-  from the last decision (arbiter.engine.reflex), then tells the decision thread;
+- the fast path: a source's or helper's report is taken on the thread that made it (a
+  source's own thread, a socket thread), which keeps the source book and, where a phase of
+  an immediate rule changed, pauses or resumes at once from the last decision
+  (arbiter.engine.reflex), then tells the decision thread.  A hand-off to another thread
+  cost a thread wake-up, half a millisecond and more under load, before the first signal.
+  Where that would wait (the lock is held, or older reports wait) the report is queued for
+  ``reflex``, which takes them in order;
 - ``decide``: takes tick views, source changes and job changes from its inbox, re-decides
   from the last view with only what changed, acts through translators and hands timeline
   entries to the recorder.  Nothing slow runs here either.  The two take turns on the
@@ -129,7 +133,9 @@ class Daemon:
         self.uid = os.geteuid()
         self.started_wall = time.time()
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._reports: queue.Queue[tuple[str, Any]] = queue.Queue()  # sources' and helpers': the reflex thread's
+        self._reports: queue.Queue[tuple[str, Any]] = queue.Queue()  # sources' and helpers' that could not be taken at once
+        self._queued = 0  # reports put in _reports and not taken yet (under _queued_lock)
+        self._queued_lock = threading.Lock()
         # the actuator, the source book and the snapshot's commit: the reflex and the
         # decision take turns, never holding it while they decide
         self._act_lock = threading.RLock()
@@ -298,7 +304,8 @@ class Daemon:
             self._socket.close()
         if self._http:
             self._http.stop()
-        failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
+        with self._act_lock:  # after a reflex still acting on a source's thread, if one is
+            failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
         self.tenants.close()
         self.tenants.restore_all("arbiter stopped")
         self._record(codes.DAEMON_STOPPED, "node", "arbiter stopped; paused work resumed", {"failures": failures})
@@ -508,8 +515,31 @@ class Daemon:
     # --- the decision thread (fast path) --------------------------------------------------------
 
     def _on_source(self, rule_id: str, index: int, state: SourceState) -> None:
-        """Called from a source's own thread: hand over and return."""
-        self._reports.put(("source", (rule_id, index, state)))
+        """Called from a source's own thread."""
+        self._report(("source", (rule_id, index, state)))
+
+    def _report(self, report: tuple[str, Any]) -> None:
+        """Take a report on this thread, or queue it for the reflex thread; never waits.
+
+        It is taken here only when the lock is free, nothing older waits in the queue (a
+        source's reports are acted on in the order it made them), the daemon is not stopping
+        (what was paused after the shutdown's resume would stay paused) and this thread does
+        not hold the lock already (no plugin code of a source runs under it, but a report
+        taken inside a decision's act would act in the middle of it)."""
+        lock = self._act_lock
+        if not lock._is_owned() and lock.acquire(blocking=False):  # type: ignore[attr-defined]
+            try:
+                taken = self._queued == 0 and not self._stop.is_set()
+                changed = self._take_reports([report]) if taken else set()
+            finally:
+                lock.release()
+            if taken:
+                if changed:
+                    self._inbox.put(("sourced", frozenset(changed)))
+                return
+        with self._queued_lock:
+            self._queued += 1
+            self._reports.put(report)
 
     def _decide_loop(self) -> None:
         # the GIL is handed on every FAST_SWITCH_S instead of every 5 ms: a phase change waits
@@ -527,38 +557,45 @@ class Daemon:
             self.costs["decide_cpu_s"] += self._cpu() - cpu
 
     def _reflex_loop(self) -> None:
-        """Source and helper reports: into the source book, a reflex where a phase changed,
-        then the decision thread is told which rules' sources changed."""
+        """The reports that could not be taken on the thread that made them, in order."""
         while (batch := _drained(self._reports)) is not None:
-            changed: set[str] = set()
-            try:
-                with self._act_lock:
-                    for kind, payload in batch:
-                        if kind == "helper_gone":
-                            if self.sources.helper_gone(payload):
-                                changed.update(self._policy.rules)
-                            continue
-                        if kind == "source":
-                            rule_id, index, state = payload
-                            moved = self.sources.own((rule_id, index), state, "watch")
-                        else:
-                            helper, (rule_id, index), state = payload
-                            moved = self.sources.helper(helper, (rule_id, index), state)
-                        if moved:
-                            changed.add(rule_id)
-                            self._reflex(rule_id, index)
-            except Exception as exc:  # this thread must outlive anything one report meets
-                log.exception("taking a source report failed")
-                self._record(codes.PLUGIN_FAILED, "node", f"a source report failed: {type(exc).__name__}: {exc}")
+            with self._act_lock:
+                changed = self._take_reports(batch)
+                with self._queued_lock:
+                    self._queued -= len(batch)
             if changed:
                 self._inbox.put(("sourced", frozenset(changed)))
 
+    def _take_reports(self, batch: list[tuple[str, Any]]) -> set[str]:
+        """Into the source book, a reflex where a phase changed; the rules whose sources
+        changed.  Under ``_act_lock``; raises nothing (it runs on plugins' and socket threads)."""
+        changed: set[str] = set()
+        try:
+            for kind, payload in batch:
+                if kind == "helper_gone":
+                    if self.sources.helper_gone(payload):
+                        changed.update(self._policy.rules)
+                    continue
+                if kind == "source":
+                    rule_id, index, state = payload
+                    moved = self.sources.own((rule_id, index), state, "watch")
+                else:
+                    helper, (rule_id, index), state = payload
+                    moved = self.sources.helper(helper, (rule_id, index), state)
+                if moved:
+                    changed.add(rule_id)
+                    self._reflex(rule_id, index)
+        except Exception as exc:  # the thread that reported must outlive anything one report meets
+            log.exception("taking a source report failed")
+            self._record(codes.PLUGIN_FAILED, "node", f"a source report failed: {type(exc).__name__}: {exc}")
+        return changed
+
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
-        """A session helper's report (from a socket thread): hand over and return."""
-        self._reports.put(("helper", (helper, key, state)))
+        """A session helper's report (from a socket thread)."""
+        self._report(("helper", (helper, key, state)))
 
     def helper_gone(self, helper: HelperKey) -> None:
-        self._reports.put(("helper_gone", helper))
+        self._report(("helper_gone", helper))
 
     def _take(self, batch: list[tuple[str, Any]]) -> None:
         urgent = False  # a change an immediate rule must act on now, between ticks
@@ -789,10 +826,9 @@ class Daemon:
             self._record(event.code, event.subject, event.message, data)
         for job_id, message in self._failures.started(set(failures)):
             self._record(codes.PLUGIN_FAILED, job_id, message)
-        # the reflex to the next phase change finds every job's target made: with fifty jobs,
-        # making them there came before its first signal, 0.7 ms of it under load
-        for record in records.values():
-            self._target(record, view)
+        # the reflex to the next phase change finds every job's target, paused entries and
+        # journal rows made: with fifty jobs, making them there came before its first signal
+        self.actuator.prepare([self._target(record, view) for record in records.values()])
 
     def _persist_run(self, run: RunState | None) -> None:
         if run is None:

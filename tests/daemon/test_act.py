@@ -102,6 +102,30 @@ def test_one_jobs_failure_leaves_the_others_paused_and_it_on_record(tmp_path: Pa
     assert PausedJournal.replay(journal.path) == {}
 
 
+def test_targets_prepared_ahead_are_paused_with_what_was_made_for_them(tmp_path: Path, sleepers, monkeypatch) -> None:
+    # fifty jobs' entries and journal rows, made on the way to the first signal, were a
+    # millisecond under load: the decision makes them ahead
+    import arbiter.daemon.act as act_module
+
+    act, journal, _ = actuator(tmp_path, Counting(PluginContext(state_dir=tmp_path)))
+    targets = [target(f"job-{i}", p) for i, p in enumerate(sleepers)]
+    act.prepare(targets)
+    made: list[object] = []
+    real_entry = act_module.PausedEntry
+    monkeypatch.setattr(act_module, "PausedEntry", lambda *a: made.append(a) or real_entry(*a))
+    assert act.pause_trees(targets[:3]) == {}
+    assert made == [] and all(wait_stopped(p) for p in sleepers[:3])
+    # one made anew (equal, but not the one prepared) is paused all the same, its entries made now
+    again = JobTarget(targets[3].job_id, targets[3].name, targets[3].processes, None)
+    assert act.pause_trees([again]) == {} and len(made) == 1 and wait_stopped(sleepers[3])
+    assert sorted(PausedJournal.replay(journal.path)) == sorted(act.paused) and len(act.paused) == 4
+    assert act.resume_entries(list(act.paused.values())) == []
+    act.prepare(targets[4:])  # the others are forgotten
+    assert act.pause_trees([targets[0], targets[4]]) == {} and len(made) == 2  # the forgotten one's made now
+    assert act.resume_entries(list(act.paused.values())) == []
+    assert PausedJournal.replay(journal.path) == {}
+
+
 @pytest.mark.parametrize("bounded", [True, False])
 def test_a_translator_that_bounds_its_own_time_pauses_and_resumes_on_the_deciding_thread(
         tmp_path: Path, sleepers, bounded: bool) -> None:

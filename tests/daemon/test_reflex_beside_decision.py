@@ -1,5 +1,6 @@
-"""The reflex runs on its own thread: a phase change pauses work while a decision is still
-being made, and that decision, made on the phase before, is made again rather than undo it."""
+"""The reflex runs beside the decision, on the thread that read the change: a phase change
+pauses work while a decision is still being made, and that decision, made on the phase
+before, is made again rather than undo it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import arbiter.daemon.core as core
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
 from arbiter.demo.node import LocalNode
+from arbiter.plugin import SourceState
 
 
 def phase(path: Path, value: str) -> None:
@@ -119,7 +121,7 @@ def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carri
 
 
 def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp_path: Path) -> None:
-    # with fifty jobs, making their targets in the reflex came before its first signal
+    # with fifty jobs, making their targets (and paused entries) in the reflex came before its first signal
     with running(tmp_path, 5, 5) as (node, daemon, events, pid):
         def made_for_this_view() -> bool:
             view, made = daemon._targets
@@ -128,8 +130,71 @@ def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp
         node.wait_for(made_for_this_view, timeout=5)
         view, made = daemon._targets
         before = dict(made)
+        assert all(daemon.actuator._prepared[id(t)][0] is t for t in before.values())
         phase(events, "on")
         wait_until(lambda: stopped(pid), timeout=5)
         if daemon._targets[0] is view:  # no tick came between: the reflex made nothing new
             assert daemon._targets[1].keys() == before.keys()
             assert all(daemon._targets[1][key] is target for key, target in before.items())
+
+
+def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, monkeypatch) -> None:
+    # a hand-off to another thread cost a wake-up (half a millisecond and more under load)
+    with running(tmp_path, 5, 6) as (node, daemon, events, pid):
+        pausing: list[str] = []
+        real = daemon.actuator.pause_trees
+
+        def pause_trees(targets: Any) -> Any:
+            pausing.append(threading.current_thread().name)
+            return real(targets)
+
+        monkeypatch.setattr(daemon.actuator, "pause_trees", pause_trees)
+        phase(events, "on")
+        wait_until(lambda: stopped(pid), timeout=5)
+        assert pausing[0].startswith("arbiter-jsonl:"), pausing  # the source's own watcher
+
+
+def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_path: Path, monkeypatch) -> None:
+    """A report that meets the lock held waits for the reflex thread; one made after it, with
+    the lock free again, must not overtake it (here: on, then off, must end running)."""
+    with running(tmp_path, 5, 7) as (node, daemon, events, pid):
+        taken: list[tuple[str, str | None]] = []
+        real_take = daemon._take_reports
+
+        def take(batch: Any) -> Any:
+            taken.extend((threading.current_thread().name, payload[2].phase) for kind, payload in batch if kind == "source")
+            return real_take(batch)
+
+        real_drained = core._drained
+        late = threading.Event()
+
+        def drained(inbox: Any) -> Any:  # the reflex thread is slow to take what waits
+            batch = real_drained(inbox)
+            late.wait(10)
+            return batch
+
+        monkeypatch.setattr(daemon, "_take_reports", take)
+        monkeypatch.setattr(core, "_drained", drained)
+        with daemon._act_lock:  # a report of no helper, queued: the reflex thread's next wait is the slow one
+            daemon.helper_gone((0, 0))
+        node.wait_for(lambda: daemon._queued == 0, timeout=5)
+        with daemon._act_lock:
+            phase(events, "on")
+            node.wait_for(lambda: daemon._queued == 1, timeout=5)
+        phase(events, "off")
+        node.wait_for(lambda: daemon._queued == 2, timeout=5)  # queued behind "on", though the lock is free
+        assert taken == [] and not stopped(pid)
+        late.set()
+        node.wait_for(lambda: len(taken) == 2, timeout=5)
+        assert [p for _, p in taken] == ["on", "off"] and {t for t, _ in taken} == {"reflex"}
+        time.sleep(0.2)
+        assert not stopped(pid)
+
+
+def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path: Path) -> None:
+    # the shutdown resumes what is paused: a pause after that would be left in place
+    with running(tmp_path, 5, 8) as (node, daemon, events, pid):
+        daemon.request_stop()
+        daemon._on_source("p", 0, SourceState(readable=True, phase="on", changed_at=time.monotonic()))
+        time.sleep(0.2)
+        assert not stopped(pid) and not daemon.actuator.paused
