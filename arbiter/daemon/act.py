@@ -137,13 +137,11 @@ class Actuator:
         first signal: a millisecond under load); those of other targets are forgotten."""
         if "pause" not in self.translators:
             return
-        kept = self._prepared
-        self._prepared = {id(t): self._made(t, kept) for t in targets}
+        self._prepared = {id(t): self._made(t) for t in targets}  # read from the old one while made
 
-    def _made(self, target: JobTarget, prepared: dict[int, tuple[JobTarget, list[PausedEntry], str]],
-              ) -> tuple[JobTarget, list[PausedEntry], str]:
-        """``target``, its entries and their journal rows: from ``prepared``, or made now."""
-        made = prepared.get(id(target))
+    def _made(self, target: JobTarget) -> tuple[JobTarget, list[PausedEntry], str]:
+        """``target``, its entries and their journal rows: as prepared, or made now."""
+        made = self._prepared.get(id(target))
         if made is not None and made[0] is target:  # an id is reused once its target is gone
             return made
         name = self.translators["pause"][0]  # the translators are fixed for the actuator's life
@@ -172,7 +170,7 @@ class Actuator:
             name, translator = self._translator("pause")
         except PluginFailed as exc:
             return {target.job_id: exc for target in todo}
-        made = [self._made(t, self._prepared) for t in todo]
+        made = [self._made(t) for t in todo]
         work = [(t, entries) for t, entries, _ in made]
         # recorded before the pause: a crash in between must not leave it frozen
         self.journal.append_rows("pause", [rows for _, _, rows in made])
