@@ -4,8 +4,9 @@ run survives a daemon killed mid-run on one shared core; killing the work earns 
 the CLI refuses a run it cannot start, saying why.
 
 The sweep's work slows the stand-in by a known amount (``slowing_job.py``) rather than by
-contending for a core: how much a shared core costs depends on the machine, and a noisy one
-would make a sweep's verdicts, and its length, a matter of luck."""
+contending for a core, and that stand-in's frames are sleeps rather than CPU time: how much a
+shared core costs depends on the machine, and a noisy one (a VM whose cores are taken by its
+neighbours) would make a sweep's verdicts, and its length, a matter of luck."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
     return node, events
 
 
-def start_protected(node: LocalNode, events: Path, *extra: str) -> None:
-    node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.004", "--gap-s", "0.006",
+def start_protected(node: LocalNode, events: Path, *extra: str, step_s: float = 0.004, gap_s: float = 0.006) -> None:
+    node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", str(step_s), "--gap-s", str(gap_s),
                 *extra])
     node.wait_for(lambda: node.status()["rules"][0]["running"])
     node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"])
@@ -72,7 +73,8 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "not running" in refused.stderr  # no program yet
         slow = tmp_path / "slow"
-        start_protected(node, events, "--no-pin", "--slow-file", str(slow), "--slow-fresh-s", "0.25")
+        # frames of 10 ms sleep, no CPU time: only the slow file, not the job's spinning, slows them
+        start_protected(node, events, "--no-pin", "--slow-file", str(slow), "--slow-fresh-s", "0.25", step_s=0, gap_s=0.01)
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "no job matches --work gpu" in refused.stderr
         start_job(node, tmp_path, [PYTHON, str(SLOWING_JOB), str(slow), str(GAIN)])
