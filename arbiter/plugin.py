@@ -106,6 +106,9 @@ class ProcessInfo:
     username: str = ""
     start_time: float = 0.0  # identity check: a pid reused later has another start time
     state: str = ""  # one-letter process state where the platform has one
+    #: user + system CPU time so far, where the table reads it at no extra cost (None where
+    #: it does not); left out of comparisons, so a process that only ran is equal to itself
+    cpu_ns: int | None = field(default=None, compare=False)
 
     @property
     def ref(self) -> ProcessRef:
@@ -278,6 +281,16 @@ class Reader(_Kind):
 
     def read(self, pids: Collection[int]) -> GpuReading:
         raise NotImplementedError
+
+    def read_table(self, processes: Mapping[int, ProcessInfo], at_ns: int) -> GpuReading | None:
+        """The reading taken from what the process table read, or None to be asked
+        :meth:`read`: a reader whose figures the table holds (CPU time) need not read them
+        again.  Called on the tick before :meth:`read`.
+
+        :param processes: each pid to read, with this tick's :class:`ProcessInfo` of it.
+        :param at_ns: the monotonic time the table was read (the reading's ``at_ns``).
+        """
+        return None
 
 
 class Source(_Kind):

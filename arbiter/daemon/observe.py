@@ -238,7 +238,8 @@ class Claimer:
             self._chosen = {}
         ids = {live.rule.id for live in rules}
         chosen = {rid: c for rid, c in self._chosen.items() if rid in ids}
-        changed = [p for p in candidates if last.get(p.pid) is not p]
+        # a process that only ran is a new object equal to its last: not changed
+        changed = [p for p in candidates if (before := last.get(p.pid)) is not p and before != p]
         gone = last.keys() - self._last.keys()
         claiming = _Claiming(rules, candidates, changed, {p.pid for p in changed} | gone, chosen)
         self._chosen = claiming.chosen
@@ -313,6 +314,15 @@ def _nothing() -> None:
     return None
 
 
+def _read_one(reader: Reader, pids: set[int], processes: Mapping[int, ProcessInfo], at_ns: int) -> GpuReading:
+    """One reader's reading: taken from the process table where it can, read where not."""
+    if len(processes) == len(pids):  # the table has every pid (none came from elsewhere)
+        taken = reader.read_table(processes, at_ns)
+        if taken is not None:
+            return taken
+    return reader.read(pids)
+
+
 class Observer:
     def __init__(self, config: NodeConfig, host: PluginHost) -> None:
         self.config = config
@@ -350,7 +360,7 @@ class Observer:
         self._scan_lock = threading.Lock()
         self.job_events = JobEventLog()
         self._table_scratch: dict[str, Any] = {}  # the process table plugin's memory between scans
-        self._last_scan: tuple[float, list[ProcessInfo]] | None = None  # (when its read began, the table)
+        self._last_scan: tuple[float, list[ProcessInfo], int] | None = None  # (when its read began, the table, its at_ns)
         self._clock_offset: float | None = None  # wall − monotonic on the last tick
         self.clock_jump: tuple[float, float] | None = None  # (monotonic time, seconds) of the last jump
 
@@ -363,22 +373,31 @@ class Observer:
         return offset - before
 
     def process_table(self) -> list[ProcessInfo]:
-        """The host's processes, read after this call began.  One read at a time: callers
-        that waited for another's read take the next one together (fifty jobs registering
-        at once once read it fifty times over and starved the tick past its timeout)."""
+        """The host's processes, read after this call began."""
+        return self._read_table()[0]
+
+    def _read_table(self) -> tuple[list[ProcessInfo], int]:
+        """The host's processes, read after this call began, and the monotonic ns halfway
+        through their read.  One read at a time: callers that waited for another's read take
+        the next one together (fifty jobs registering at once once read it fifty times over
+        and starved the tick past its timeout)."""
         asked = time.monotonic()
         with self._scan_lock:
             last = self._last_scan
             if last is not None and last[0] >= asked:
-                return list(last[1])
-            started = time.monotonic()
+                return list(last[1]), last[2]
+            started, started_ns = time.monotonic(), time.monotonic_ns()
             table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch))
             if table is None:
                 raise PluginFailed("process table", "no installed plugin provides arbiter_process_table")
-            self._last_scan = (started, list(table))
-            return list(table)
+            at_ns = (started_ns + time.monotonic_ns()) // 2
+            self._last_scan = (started, list(table), at_ns)
+            return list(table), at_ns
 
-    def _read_gpu(self, pids: set[int]) -> tuple[str, GpuReading | None, str]:
+    def _read_gpu(self, pids: set[int], processes: Mapping[int, ProcessInfo],
+                  at_ns: int) -> tuple[str, GpuReading | None, str]:
+        """The first reader's reading that reads, from the table where the reader takes one
+        (``processes``, read at ``at_ns``), and (reader, reading, why) where none reads."""
         whys = []
         self.reader_faults = []
         results: dict[str, tuple[bool, str]] = {}
@@ -389,7 +408,7 @@ class Observer:
                     results[name] = (False, f"not loaded: {why}")
                     continue
                 try:
-                    reading = self.host.call(f"readers/{name}", reader.read, pids)
+                    reading = self.host.call(f"readers/{name}", _read_one, reader, pids, processes, at_ns)
                 except PluginFailed as exc:
                     whys.append(f"{name}: {exc.why}")
                     results[name] = (False, f"failed: {exc.why}")
@@ -414,8 +433,9 @@ class Observer:
     def observe(self, rulebook: RuleBook, jobs: Sequence[JobRecord], own_pids: Iterable[int]) -> TickView:
         started = time.monotonic()
         faults: list[str] = []
+        table_at_ns = 0
         try:
-            table = self.process_table()
+            table, table_at_ns = self._read_table()
         except PluginFailed as exc:
             table = []
             faults.append(str(exc))
@@ -437,7 +457,8 @@ class Observer:
         rule_pids, rule_faults = self.claimer.claim(rulebook.ordered(), [p for p in table if p.pid not in fleet])
         self._feed_process_sources(rulebook, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
-        reader_name, reading, reader_why = self._read_gpu(wanted)
+        in_table = {pid: by_pid[pid] for pid in wanted if pid in by_pid}
+        reader_name, reading, reader_why = self._read_gpu(wanted, in_table, table_at_ns)
         before: BusyCounters | None = None
         if reading is not None and self._prev is not None and self._prev_reader == reader_name:
             before = {pid: pg.busy_ns for pid, pg in self._prev.processes.items()}

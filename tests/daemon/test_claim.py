@@ -139,9 +139,11 @@ def test_a_matcher_that_judges_each_process_alone_is_offered_only_what_changed_s
     assert claimer.claim(rules, list(table))[0] == {"r1": frozenset({10, 12}), "r2": frozenset({11, 14})}
     assert alone.offered[-1] == []  # the very same processes: nothing to judge again
     assert tree.offered[-1] == [11, 13, 14]  # one that looks at others is offered what is left, every tick
-    # 12 renamed (a new object for its pid), 10 gone, 15 new: only those two are judged
+    # 12 renamed (a new object for its pid), 10 gone, 15 new: only those two are judged; 13
+    # only ran (a new object, equal to the last but for its CPU time) and is not
     table = [p for p in table if p.pid != 10]
     table[1] = replace(table[1], name="b")
+    table[2] = replace(table[2], cpu_ns=10_000_000)
     table.append(ProcessInfo(pid=15, ppid=1, name="a"))
     assert claimer.claim(rules, table)[0] == {"r1": frozenset({15}), "r2": frozenset({11, 12, 14})}
     assert alone.offered[-1] == [12, 15]

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import psutil
 import pytest
 
 from arbiter.plugin import ProcessInfo
@@ -65,6 +66,38 @@ def test_the_memo_gives_what_a_fresh_read_gives_and_reuses_unchanged_processes(i
     finally:
         child.kill()
         child.wait()
+
+
+@IN_CHILD
+def test_a_process_that_only_ran_is_an_equal_one_with_its_cpu_time_and_its_verdict_stands(in_child: bool) -> None:
+    spinner = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.001); sum(range(20000))"])
+    matcher = ProcessMatcher(ProcessOptions(kind="process", cmdline=["sum(range"]))
+
+    def asleep(after_ns: int) -> tuple[list[ProcessInfo], ProcessInfo]:
+        """A table in which it is asleep, having run past ``after_ns`` of CPU time."""
+        deadline = time.monotonic() + 10
+        while True:
+            table = memo.table()
+            info = find(table, spinner.pid)
+            if info.cmdline[-1:] == (spinner.args[-1],) and info.state == "S" and (info.cpu_ns or 0) > after_ns:
+                return table, info
+            assert time.monotonic() < deadline, info
+            time.sleep(0.02)
+
+    try:
+        memo = TableMemo(in_child=in_child)
+        table, first = asleep(-1)
+        assert spinner.pid in matcher.select(table)
+        judge = matcher._matches
+        matcher._matches = lambda p: pytest.fail(f"{p} judged again") if p.pid == spinner.pid else judge(p)  # type: ignore[method-assign]
+        table, later = asleep((first.cpu_ns or 0) + 20_000_000)
+        assert later == first and later is not first
+        t = psutil.Process(spinner.pid).cpu_times()
+        assert later.cpu_ns is not None and abs(later.cpu_ns / 1e9 - (t.user + t.system)) < 0.1  # the stat line's
+        assert spinner.pid in matcher.select(table)  # its verdict stands, not judged again
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 @IN_CHILD
@@ -144,11 +177,12 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_stat_files_are_kept_open_between_scans_and_closed_when_their_process_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stat_and_cmdline_files_are_kept_open_between_scans_and_closed_when_their_process_goes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     memo = TableMemo()
     memo.table()
     kept = dict(memo._scan._stat_fds)
-    assert str(os.getpid()) in kept  # every process listed, this one included
+    assert str(os.getpid()) in kept and memo._scan._cmdline_fds.keys() == kept.keys()  # every process listed
     opened: list[str] = []
     real_open = os.open
 
@@ -156,21 +190,23 @@ def test_stat_files_are_kept_open_between_scans_and_closed_when_their_process_go
         opened.append(path)
         return real_open(path, *args)
 
-    with monkeypatch.context() as patch:
-        patch.setattr(os, "open", counting_open)
-        memo.table()
-    reopened = [p for p in opened if p.endswith("/stat") and p.split("/")[2] in kept]
-    assert not reopened, f"kept stat files were opened again: {reopened[:3]}"
+    for _ in range(CMDLINE_RECHECK_SCANS):  # every command line is read again once
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "open", counting_open)
+            memo.table()
+    reopened = [p for p in opened if p.split("/")[2] in kept and p.split("/")[3] in ("stat", "cmdline")]
+    assert not reopened, f"kept files were opened again: {reopened[:3]}"
 
     child = subprocess.Popen(["sleep", "60"])
     until(memo, child.pid, lambda p: p.name == "sleep")
-    fd = memo._scan._stat_fds[str(child.pid)]
+    fds = memo._scan._stat_fds[str(child.pid)], memo._scan._cmdline_fds[str(child.pid)]
     child.kill()
     child.wait()
     assert all(p.pid != child.pid for p in memo.table())
-    assert str(child.pid) not in memo._scan._stat_fds
-    with pytest.raises(OSError):
-        os.fstat(fd)  # closed, not leaked
+    assert str(child.pid) not in memo._scan._stat_fds and str(child.pid) not in memo._scan._cmdline_fds
+    for fd in fds:
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed, not leaked
 
 
 def test_a_kept_stat_file_of_a_gone_process_never_stands_for_the_pid_now() -> None:
@@ -199,7 +235,8 @@ def test_past_the_limit_stat_files_are_read_and_closed_and_the_memo_closes_its_o
     memo = TableMemo()
     memo._scan._limit = 3
     full = memo.table()
-    assert len(memo._scan._stat_fds) == 3 and len(full) > 3
+    kept = len(memo._scan._stat_fds) + len(memo._scan._cmdline_fds)
+    assert kept == 3 and memo._scan._cmdline_fds.keys() <= memo._scan._stat_fds.keys() and len(full) > 3
     assert [p.pid for p in memo.table()] == [p.pid for p in full]
     assert open_fds() == before + 3
     del memo

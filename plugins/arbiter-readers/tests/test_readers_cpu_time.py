@@ -13,7 +13,7 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from arbiter.plugin import ChildWorker, PluginContext
+from arbiter.plugin import ChildWorker, PluginContext, ProcessInfo
 from arbiter_readers import CpuTimeReader, DrmFdinfoReader, MacosIoregReader, NvmlReader, arbiter_register_readers
 from arbiter_readers.cpu_time import NOT_ALLOWED
 
@@ -166,5 +166,26 @@ def test_a_child_that_dies_or_answers_garbage_costs_no_reading(tmp_path: Path, i
         reading = r.read([idle])
         assert reading.readable and set(reading.processes) == {idle}
         assert "something other than busy times" in r._child.failure and r._child.pid is None
+    finally:
+        r.close()
+
+
+def test_a_reading_is_taken_from_the_process_tables_cpu_times_where_it_holds_them(tmp_path: Path) -> None:
+    r = reader(tmp_path)
+    try:
+        table = {10: ProcessInfo(10, 1, state="S", cpu_ns=5_000_000), 11: ProcessInfo(11, 1, state="Z", cpu_ns=9)}
+        first = r.read_table(table, at_ns=123)
+        assert first is not None and first.readable and first.at_ns == 123 and first.device == "cpu"
+        assert {pid: p.busy_ns for pid, p in first.processes.items()} == {10: {"cpu": 5_000_000}}  # a zombie is gone
+        again = r.read_table(table, at_ns=456)
+        assert again is not None and again.processes[10] is first.processes[10]  # unchanged: nothing built again
+        assert r._child is not None and r._child.pid is None  # no child was asked
+        # a table without CPU times (psutil's), each thread's time, or no leave to stand in: read
+        assert r.read_table({10: ProcessInfo(10, 1, state="S")}, at_ns=1) is None
+        threads = CpuTimeReader(CpuTimeReader.Options.model_validate({"kind": "cpu_time", "threads": True}),
+                                PluginContext(state_dir=tmp_path, stand_in_gpu=True))
+        assert threads.read_table(table, at_ns=1) is None
+        threads.close()
+        assert reader(tmp_path, stand_in_gpu=False).read_table(table, at_ns=1) is None
     finally:
         r.close()

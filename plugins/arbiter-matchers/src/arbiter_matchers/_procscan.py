@@ -23,9 +23,9 @@ try:
 except ImportError:  # pragma: no cover - not a POSIX host
     pwd = None  # type: ignore[assignment]
 
-#: (pid, ppid, name, exe, cmdline, uid, username, start_time, state)
-Record = tuple[int, int, str, str, tuple[str, ...], int, str, float, str]
-RECORD_TYPES = (int, int, str, str, tuple, int, str, float, str)
+#: (pid, ppid, name, exe, cmdline, uid, username, start_time, state, cpu_ns)
+Record = tuple[int, int, str, str, tuple[str, ...], int, str, float, str, int]
+RECORD_TYPES = (int, int, str, str, tuple, int, str, float, str, int)
 
 #: a process that looks unchanged has its command line read again on one scan in this many
 #: (spread by pid): a program that rewrites its argv in place (setproctitle) changes nothing
@@ -56,20 +56,23 @@ class ProcScan:
     name, /proc owner and address-space size are as before is the same program under the
     same uid: its uid and executable are taken from the last scan, and so is its command
     line, except on one scan in :data:`CMDLINE_RECHECK_SCANS`, when it is read again and
-    must match too.  When its state and parent are the same as well, it is not among the
-    changed records.  Anything else is read afresh.
+    must match too.  When its state, parent and CPU time are the same as well, it is not among
+    the changed records.  Anything else is read afresh.
 
     Each process's ``stat`` file is kept open between scans (up to ``keep``) and read
     again in place: opening and closing it cost more than reading it.  A kept descriptor
     reads nothing once its process has gone, so a reused pid is read through a new one.
-    Not thread-safe: one caller at a time."""
+    Its ``cmdline`` file is kept too, while its ``stat`` file is and ``keep`` (the two
+    together) leaves room, and closed with it.  Not thread-safe: one caller at a time."""
 
     def __init__(self, keep: int) -> None:
         self._seen: dict[str, _Seen] = {}
         self._scans = 0
         self._stat_fds: dict[str, int] = {}  # /proc entry → its stat file, kept open
+        self._cmdline_fds: dict[str, int] = {}  # /proc entry → its cmdline file, kept with its stat file
         self._limit = keep
         weakref.finalize(self, _close_all, self._stat_fds)
+        weakref.finalize(self, _close_all, self._cmdline_fds)
 
     def scan(self) -> tuple[list[int], list[Record]]:
         """(every pid found, ascending; the records new or changed since the last scan).
@@ -93,8 +96,9 @@ class ProcScan:
                     changed.append(now.record)
         finally:
             self._seen = fresh  # vanished pids are forgotten: a reused pid is read afresh
-            for entry in [e for e in self._stat_fds if e not in fresh]:
-                os.close(self._stat_fds.pop(entry))
+            for fds in (self._stat_fds, self._cmdline_fds):
+                for entry in [e for e in fds if e not in fresh]:
+                    os.close(fds.pop(entry))
         return sorted(int(entry) for entry in fresh), changed
 
     def __call__(self, request: None = None) -> tuple[list[int], list[Record]]:
@@ -103,6 +107,7 @@ class ProcScan:
 
     def close(self) -> None:
         _close_all(self._stat_fds)
+        _close_all(self._cmdline_fds)
         self._seen = {}
 
     def _read(self, entry: str, before: _Seen | None, boot_time: float, ticks: int,
@@ -123,20 +128,20 @@ class ProcScan:
         comm, vsize = stat[lpar + 1 : rpar], fields[20]
         if before is not None and (before.start, before.comm, before.owner, before.vsize) == (fields[19], comm, owner, vsize):
             recheck = (self._scans + int(entry)) % CMDLINE_RECHECK_SCANS == 0
-            raw_cmdline = (_read(f"{base}/cmdline") or b"") if recheck else before.cmdline
+            raw_cmdline = self._read_cmdline(entry) if recheck else before.cmdline
             if raw_cmdline == before.cmdline:
                 try:
-                    state, ppid = fields[0].decode(), int(fields[1])
+                    state, ppid, cpu_ns = fields[0].decode(), int(fields[1]), _cpu_ns(fields, ticks)
                 except (ValueError, UnicodeDecodeError):
                     return None
                 record = before.record
-                if record[8] != state or record[1] != ppid:
-                    record = (record[0], ppid, *record[2:8], state)
+                if record[8] != state or record[1] != ppid or record[9] != cpu_ns:
+                    record = (record[0], ppid, *record[2:8], state, cpu_ns)
                 elif stat == before.stat:
                     return before
                 return _Seen(stat, before.start, comm, owner, vsize, raw_cmdline, record)
         else:
-            raw_cmdline = _read(f"{base}/cmdline") or b""
+            raw_cmdline = self._read_cmdline(entry)
         record = _parse(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
         return None if record is None else _Seen(stat, fields[19], comm, owner, vsize, raw_cmdline, record)
 
@@ -153,7 +158,9 @@ class ProcScan:
                 pass
             del fds[entry]  # its process is gone: the pid, if listed, is another's
             os.close(fd)
-        if len(fds) >= self._limit:
+            if entry in self._cmdline_fds:
+                os.close(self._cmdline_fds.pop(entry))
+        if len(fds) + len(self._cmdline_fds) >= self._limit:
             return _read_owned(f"{_PROC}/{entry}/stat")
         try:
             fd = os.open(f"{_PROC}/{entry}/stat", os.O_RDONLY | os.O_CLOEXEC)
@@ -170,6 +177,25 @@ class ProcScan:
             os.close(fd)
         return data, owner
 
+    def _read_cmdline(self, entry: str) -> bytes:
+        """The command line of /proc/ENTRY, read through a kept descriptor where its stat
+        file is kept (which vouches that the process is the one it was opened for)."""
+        fds = self._cmdline_fds
+        fd = fds.get(entry)
+        if fd is None:
+            path = f"{_PROC}/{entry}/cmdline"
+            if entry not in self._stat_fds or len(self._stat_fds) + len(fds) >= self._limit:
+                return _read(path) or b""
+            try:
+                fd = fds[entry] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return b""
+        try:
+            return _pread_all(fd)
+        except OSError:
+            os.close(fds.pop(entry))
+            return b""
+
 
 def _close_all(fds: dict[str, int]) -> None:
     for fd in fds.values():
@@ -184,6 +210,7 @@ def _parse(base: str, stat: bytes, lpar: int, rpar: int, fields: list[bytes], ra
         state = fields[0].decode()
         ppid = int(fields[1])
         start_time = float(fields[19]) / ticks + boot_time
+        cpu_ns = _cpu_ns(fields, ticks)
     except (ValueError, UnicodeDecodeError):
         return None  # not the format this reader knows: leave the process out, not the table
 
@@ -204,7 +231,12 @@ def _parse(base: str, stat: bytes, lpar: int, rpar: int, fields: list[bytes], ra
 
     uid = _real_uid(f"{base}/status")
     username = _username(uid, usernames) if uid >= 0 else ""
-    return (int(base.rsplit("/", 1)[1]), ppid, name, exe, cmdline, uid, username, start_time, state)
+    return (int(base.rsplit("/", 1)[1]), ppid, name, exe, cmdline, uid, username, start_time, state, cpu_ns)
+
+
+def _cpu_ns(fields: list[bytes], ticks: int) -> int:
+    """utime + stime (the stat line's 14th and 15th fields) in nanoseconds."""
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // ticks
 
 
 def _split_cmdline(data: bytes) -> tuple[str, ...]:
@@ -240,6 +272,16 @@ def _read(path: str) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def _pread_all(fd: int) -> bytes:
+    data = os.pread(fd, _READ_SIZE, 0)
+    if len(data) < _READ_SIZE:
+        return data
+    chunks = [data]
+    while chunk := os.pread(fd, _READ_SIZE, sum(map(len, chunks))):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _read_owned(path: str) -> tuple[bytes | None, int]:

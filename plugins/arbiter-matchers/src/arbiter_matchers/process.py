@@ -79,11 +79,12 @@ class ProcessMatcher(Matcher):
         self._descendants = options.tree == "descendants"
         self.judges_each_process = not self._descendants  # descendants are found through other processes
         # pid → the ProcessInfo last judged, and the pids judged to match: the process
-        # table hands back the very same object for a process that did not change, and a
-        # verdict depends on nothing else, so with a hundred rules and a thousand processes
-        # most ticks judge no one anew.  Two flat containers, not a (process, verdict) pair
-        # per pid: a hundred thousand small tuples made each full garbage collection (which
-        # holds every thread, the fast path's too) take 70 ms.
+        # table hands back the very same object for a process that did not change (an
+        # equal one for a process that only ran), and a verdict depends on nothing else, so
+        # with a hundred rules and a thousand processes most ticks judge no one anew.  Two
+        # flat containers, not a (process, verdict) pair per pid: a hundred thousand small
+        # tuples made each full garbage collection (which holds every thread, the fast
+        # path's too) take 70 ms.
         self._judged: dict[int, ProcessInfo] = {}
         self._hits: set[int] = set()
         self._widest = 0  # the most processes one call offered
@@ -101,12 +102,14 @@ class ProcessMatcher(Matcher):
         selected: set[int] = set()
         for p in processes:
             pid = p.pid
-            if get(pid) is not p:
+            before = get(pid)
+            if before is not p:
                 judged[pid] = p
-                if matches(p):
-                    hits.add(pid)
-                else:
-                    hits.discard(pid)
+                if before != p:  # an equal one only ran: its verdict stands
+                    if matches(p):
+                        hits.add(pid)
+                    else:
+                        hits.discard(pid)
             if pid in hits:
                 selected.add(pid)
         if self._descendants and selected:

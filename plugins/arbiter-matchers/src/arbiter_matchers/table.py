@@ -58,8 +58,9 @@ CHILD_RETRY_S = 60.0
 
 class TableMemo:
     """The table between scans: a process that did not change is the very same
-    :class:`ProcessInfo` (matchers may reuse their verdict on it), and what cannot have
-    changed is not read again (see :class:`~arbiter_matchers._procscan.ProcScan`).
+    :class:`ProcessInfo`, and one that only ran (its CPU time alone changed) an equal one
+    (matchers may reuse their verdict on either), and what cannot have changed is not read
+    again (see :class:`~arbiter_matchers._procscan.ProcScan`).
 
     With ``in_child``, the scans run in a child worker and this process only builds what
     changed.  A child that exits, hangs, raises or answers what no scan gives is killed
