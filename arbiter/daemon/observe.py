@@ -316,7 +316,7 @@ def _nothing() -> None:
 
 def _read_one(reader: Reader, pids: set[int], processes: Mapping[int, ProcessInfo], at_ns: int) -> GpuReading:
     """One reader's reading: taken from the process table where it can, read where not."""
-    if len(processes) == len(pids):  # the table has every pid (none came from elsewhere)
+    if len(processes) == len(pids):  # every pid is in the table, as every pid a tick asks about is
         taken = reader.read_table(processes, at_ns)
         if taken is not None:
             return taken
@@ -396,8 +396,9 @@ class Observer:
 
     def _read_gpu(self, pids: set[int], processes: Mapping[int, ProcessInfo],
                   at_ns: int) -> tuple[str, GpuReading | None, str]:
-        """The first reader's reading that reads, from the table where the reader takes one
-        (``processes``, read at ``at_ns``), and (reader, reading, why) where none reads."""
+        """(name, reading, note) of the first reader that reads, taken from ``processes``
+        (this tick's table, read at ``at_ns``) where that reader can; ("", None, why) when
+        none reads."""
         whys = []
         self.reader_faults = []
         results: dict[str, tuple[bool, str]] = {}
