@@ -1,0 +1,52 @@
+"""The protected stand-in's ``--steady`` schedule: its rate is what was asked beside a busy
+core, and only the slow file moves it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from arbiter.demo.protected import _slowdown
+
+SPIN = "import time\nwhile True: pass"
+
+
+def rate(events: Path, *extra: str, seconds: float = 2.0) -> float:
+    """Frames a second over ``seconds``, counted from the events' own times."""
+    proc = subprocess.Popen([sys.executable, "-m", "arbiter.demo.protected", "--events", str(events), "--no-pin",
+                             "--steady", "--step-s", "0", "--gap-s", "0.01", "--seconds", str(seconds + 0.5), *extra])
+    try:
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    times = [json.loads(line)["t"] for line in events.read_text().splitlines()]
+    settled = [t for t in times if t >= times[0] + 0.5]  # past its start-up
+    return (len(settled) - 1) / (settled[-1] - settled[0])
+
+
+def test_a_steady_stand_in_keeps_its_rate_beside_busy_cores_and_the_slow_file_alone_moves_it(tmp_path: Path) -> None:
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]  # every core busy
+    try:
+        plain = rate(tmp_path / "plain.jsonl")
+        slow = tmp_path / "slow"
+        slow.write_text("0.25")
+        slowed = rate(tmp_path / "slowed.jsonl", "--slow-file", str(slow))
+    finally:
+        for s in spinners:
+            s.kill()
+            s.wait()
+    print(f"steady: {plain:.1f}/s; slowed by 0.25: {slowed:.1f}/s")
+    assert abs(plain - 100) < 3  # 100 frames a second, late wake-ups caught up
+    assert abs(slowed - 80) < 3  # each frame 1.25 times as long
+
+
+def test_the_slow_file_counts_only_while_fresh(tmp_path: Path) -> None:
+    slow = tmp_path / "slow"
+    assert _slowdown(str(slow)) == 0.0  # none yet
+    slow.write_text("0.5")
+    assert _slowdown(str(slow), fresh_s=5) == 0.5
+    time.sleep(0.3)
+    assert _slowdown(str(slow), fresh_s=0.2) == 0.0 and _slowdown(str(slow)) == 0.5
