@@ -3,15 +3,14 @@
 Each frame is ``--step-s`` of work then ``--gap-s`` idle (a program that leaves part of its
 core free, as a renderer or a game does).  With ``--frame-s`` the frames are paced as a game
 paces them: each is ``--step-s`` of CPU time, then it waits for the next frame's start; a
-frame that overruns its slot is late, and the next starts at once (no catching up).  With
-``--steady`` each frame of ``--step-s`` then ``--gap-s`` starts on a fixed schedule and a
-late wake-up is caught up, so the rate is what was asked whatever the scheduler's latency
-(a stand-in whose rate only ``--slow-file`` moves).  While ``--idle-flag`` exists it idles
-(as a program between bursts would).  ``--slow-file`` slows it on purpose: while it holds a
-number x, each frame idles x times the frame's length more (with ``--slow-fresh-s``, only
-while the file was written that recently: a writer that stops, as a paused job does, stops
-slowing it).  Phases are written to the same file by
-whoever drives it (``status`` events with ``state.phase``).
+frame that overruns its slot is late, and the next starts at once (no catching up), unless
+``--catch-up`` is given: then late frames are made up (up to a second's stall), so the rate
+is what was asked whatever the scheduler's latency (a stand-in whose rate only
+``--slow-file`` moves).  While ``--idle-flag`` exists it idles (as a program between
+bursts would).  ``--slow-file`` slows it on purpose: while it holds a number x, each frame
+lasts x times its length more (with ``--slow-fresh-s``, only while the file was written that
+recently: a writer that stops, as a paused job does, stops slowing it).  Phases are written
+to the same file by whoever drives it (``status`` events with ``state.phase``).
 """
 
 from __future__ import annotations
@@ -22,8 +21,8 @@ import os
 import time
 
 
-#: with ``--steady``, a frame later than this is not caught up: the schedule starts again
-STEADY_CATCH_UP_S = 1.0
+#: with ``--catch-up``, a frame later than this is not made up: the schedule starts again
+CATCH_UP_S = 1.0
 
 
 def pin_to_first_cpu() -> None:
@@ -69,8 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gap-s", type=float, default=0.0, help="idle after each step")
     parser.add_argument("--frame-s", type=float, default=0.0,
                         help="pace frames to this period, each --step-s of CPU time (--gap-s is then unused)")
-    parser.add_argument("--steady", action="store_true",
-                        help="frames of --step-s then --gap-s on a fixed schedule, late wake-ups caught up")
+    parser.add_argument("--catch-up", action="store_true",
+                        help="with --frame-s, make up late frames (a rate that only --slow-file moves)")
     parser.add_argument("--slow-file", default="", help="while it holds x, each frame idles x times longer")
     parser.add_argument("--slow-fresh-s", type=float, default=0.0,
                         help="the slow file counts only while written within this many seconds (0: always)")
@@ -89,28 +88,20 @@ def main(argv: list[str] | None = None) -> None:
             frame_at = time.monotonic()
             continue
         slowdown = _slowdown(args.slow_file, args.slow_fresh_s) if args.slow_file else 0.0
-        if args.steady:
-            work(args.step_s)
-            frame_at += (args.step_s + args.gap_s) * (1.0 + slowdown)
-            now = time.monotonic()
-            if frame_at > now:
-                time.sleep(frame_at - now)
-            elif now - frame_at > STEADY_CATCH_UP_S:
-                frame_at = now  # stalled (stopped, suspended): not made up
-        elif args.frame_s:
+        if args.frame_s:
             work_cpu(args.step_s)
-            frame_at += args.frame_s
+            frame_at += args.frame_s * (1.0 + slowdown)  # slowed: a longer slot
             now = time.monotonic()
             if frame_at > now:
                 time.sleep(frame_at - now)
-            else:
-                frame_at = now  # late: the next frame starts now
+            elif not args.catch_up or now - frame_at > CATCH_UP_S:
+                frame_at = now  # late (or, catching up, stalled): the next frame starts now
         else:
             work(args.step_s)
             if args.gap_s:
                 time.sleep(args.gap_s)
-        if slowdown and not args.steady:
-            time.sleep((args.step_s + args.gap_s) * slowdown)
+            if slowdown:
+                time.sleep((args.step_s + args.gap_s) * slowdown)
         step += 1
         os.write(fd, (json.dumps({"t": time.time(), "event": "step_done", "step": step}) + "\n").encode())
 

@@ -1,4 +1,4 @@
-"""The protected stand-in's ``--steady`` schedule: its rate is what was asked beside a busy
+"""The protected stand-in's frames paced with ``--catch-up``: its rate is what was asked beside a busy
 core, and only the slow file moves it."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ SPIN = "import time\nwhile True: pass"
 def rate(events: Path, *extra: str, seconds: float = 2.0) -> float:
     """Frames a second over ``seconds``, counted from the events' own times."""
     proc = subprocess.Popen([sys.executable, "-m", "arbiter.demo.protected", "--events", str(events), "--no-pin",
-                             "--steady", "--step-s", "0", "--gap-s", "0.01", "--seconds", str(seconds + 0.5), *extra])
+                             "--frame-s", "0.01", "--catch-up", "--step-s", "0", "--seconds", str(seconds + 0.5), *extra])
     try:
         proc.wait(timeout=60)
     finally:
@@ -27,7 +27,7 @@ def rate(events: Path, *extra: str, seconds: float = 2.0) -> float:
     return (len(settled) - 1) / (settled[-1] - settled[0])
 
 
-def test_a_steady_stand_in_keeps_its_rate_beside_busy_cores_and_the_slow_file_alone_moves_it(tmp_path: Path) -> None:
+def test_a_catching_up_stand_in_keeps_its_rate_beside_busy_cores_and_the_slow_file_alone_moves_it(tmp_path: Path) -> None:
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]  # every core busy
     try:
         plain = rate(tmp_path / "plain.jsonl")
@@ -38,7 +38,7 @@ def test_a_steady_stand_in_keeps_its_rate_beside_busy_cores_and_the_slow_file_al
         for s in spinners:
             s.kill()
             s.wait()
-    print(f"steady: {plain:.1f}/s; slowed by 0.25: {slowed:.1f}/s")
+    print(f"caught up: {plain:.1f}/s; slowed by 0.25: {slowed:.1f}/s")
     assert abs(plain - 100) < 3  # 100 frames a second, late wake-ups caught up
     assert abs(slowed - 80) < 3  # each frame 1.25 times as long
 

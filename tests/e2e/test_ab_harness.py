@@ -4,9 +4,9 @@ run survives a daemon killed mid-run on one shared core; killing the work earns 
 the CLI refuses a run it cannot start, saying why.
 
 The sweep's work slows the stand-in by a known amount (``slowing_job.py``) rather than by
-contending for a core, and that stand-in keeps a steady schedule that only the known slowing
-moves: how much a shared core costs, and how late a sleeper wakes beside a busy job, depend
-on the machine, and a noisy one (a VM whose cores its neighbours take: 3 ms late wake-ups,
+contending for a core, and that stand-in keeps its frames on a schedule that only the known
+slowing moves: how much a shared core costs, and how late a sleeper wakes beside a busy job,
+depend on the machine, and a noisy one (a VM whose cores its neighbours take: 3 ms late wake-ups,
 10 % slower frames while the job ran at duty 0.1) would make a sweep's verdicts, and its
 length, a matter of luck."""
 
@@ -76,8 +76,8 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         assert refused.returncode != 0 and "not running" in refused.stderr  # no program yet
         slow = tmp_path / "slow"
         # 100 frames a second on a fixed schedule, no CPU time: only the slow file slows them
-        start_protected(node, events, "--no-pin", "--steady", "--slow-file", str(slow), "--slow-fresh-s", "0.25",
-                        step_s=0, gap_s=0.01)
+        start_protected(node, events, "--no-pin", "--frame-s", "0.01", "--catch-up", "--slow-file", str(slow),
+                        "--slow-fresh-s", "0.25", step_s=0)
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "no job matches --work gpu" in refused.stderr
         start_job(node, tmp_path, [PYTHON, str(SLOWING_JOB), str(slow), str(GAIN)])
