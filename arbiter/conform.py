@@ -4,8 +4,8 @@
 and for each spec starts the job with a control document at duty 1, waits for its first
 phase event, writes the spec's duty and nudges it, lets it settle, then measures for
 ``window_s``: the job's own ``gpu_duty`` reports, and the kit's own measure of its processes
-(GPU time where a reader reads it; CPU time of its busiest thread where the job says its
-units run on the CPU).  A spec passes when the job reports the duty it was given, its
+(GPU time where a reader reads it; where the job says its units run on the CPU, the time
+its busiest thread ran or was ready to run, so a crowded host does not read it short).  A spec passes when the job reports the duty it was given, its
 reports and the kit's measure both stay within duty + 0.1, and the two agree within 0.1.
 Specs whose GPU APIs this host lacks are skipped with the reason.  The job is stopped after
 each spec: its document says stop, then SIGTERM, then SIGKILL.
@@ -61,7 +61,7 @@ class ConformFile(BaseModel):
     command: list[str] = Field(min_length=1, description="argv; {python} is the interpreter running arbiter")
     cwd: str = Field(".", description="relative to this file's folder")
     env: dict[str, str] = Field(default_factory=dict)
-    cpu_reader: KindBlock = Field(default_factory=lambda: KindBlock(kind="cpu_time", threads=True),
+    cpu_reader: KindBlock = Field(default_factory=lambda: KindBlock(kind="cpu_time", threads=True, waiting=True),
                                   description="the reader that measures a job whose units run on the CPU")
     specs: list[Spec] = Field(min_length=1)
 
@@ -245,7 +245,7 @@ class Kit:
             share = busy_share({p: g.busy_ns for p, g in a.processes.items()}, a.at_ns,
                                {p: g.busy_ns for p, g in b.processes.items()}, b.at_ns, pids)
             if share is not None:
-                what = "CPU time of its busiest thread" if name == "cpu" else f"GPU time read by {name}"
+                what = "CPU time of its busiest thread, with its waits for a CPU" if name == "cpu" else f"GPU time read by {name}"
                 return share, what
         return None, "; ".join(whys) or "no reader reads GPU time here, and it says its units run on the GPU"
 

@@ -28,7 +28,7 @@ def test_llmbatch_holds_its_duties() -> None:
     for r in results.values():
         print(f"\n{r['name']}: asked {r['asked']}, reported {r['reported']:.3f}, measured {r['measured']:.3f}")
         assert r["verdict"] == "pass", r
-        assert abs(r["measured"] - r["asked"]) < 0.1 and r["measured_by"] == "CPU time of its busiest thread"
+        assert abs(r["measured"] - r["asked"]) < 0.1 and r["measured_by"] == "CPU time of its busiest thread, with its waits for a CPU"
     assert code == 0
 
 
@@ -36,9 +36,8 @@ def test_a_job_that_lies_about_its_duty_fails() -> None:
     code, report = conform(HERE / "liar")
     [r] = report["results"]
     assert code == 1 and r["verdict"] == "fail"
-    # it spins flat out (about 1.0 alone); inside the whole suite it was measured as low as 0.43,
-    # so this asks only what failing means: over its duty + 0.1
-    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.4
+    # it spins flat out: about 1.0, its waits for a CPU on a crowded host counted
+    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.8
     assert any("over 0.40" in why for why in r["why"]) and any("disagree" in why for why in r["why"])
 
 

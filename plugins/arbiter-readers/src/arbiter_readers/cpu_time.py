@@ -47,6 +47,9 @@ class CpuTimeOptions(KindOptions):
     kind: Literal["cpu_time"] = "cpu_time"
     threads: bool = Field(False, description="count each thread as its own engine, so the busiest thread is the "
                                              "measure (a job whose units run on one thread beside others)")
+    waiting: bool = Field(False, description="with threads, count the time a thread was ready but waited for a CPU "
+                                             "as busy (Linux schedstat): the time it wanted the engine, so a duty "
+                                             "measured on a crowded host is not read short")
 
 
 class CpuTimeReader(Reader):
@@ -74,7 +77,7 @@ class CpuTimeReader(Reader):
             return GpuReading(readable=False, at_ns=time.monotonic_ns(), device="cpu", why=NOT_ALLOWED)
         at_ns = time.monotonic_ns()
         if _LINUX:
-            request = (list(pids), bool(self.options.threads))  # type: ignore[attr-defined]
+            request = (list(pids), bool(self.options.threads), bool(self.options.waiting))  # type: ignore[attr-defined]
             with self._lock:
                 answer = self._from_child(request)
                 if answer is None:
