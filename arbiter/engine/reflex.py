@@ -5,8 +5,9 @@ several milliseconds, and under load more, between a phase line being written an
 first job stopping.  The reflex answers from the last decision alone, in microseconds:
 
 - a phase that turns on pauses, by its process tree, every started job its scope covers
-  that the last decision let run (pausing is the safe direction; a cooperative job is told
-  through its control document by the decision itself);
+  that the last decision let run, those measured using the most GPU time first (pausing is
+  the safe direction; a cooperative job is told through its control document by the
+  decision itself);
 - a phase that turns off resumes the jobs the last decision paused by their tree for this
   phase and nothing else.
 
@@ -53,6 +54,9 @@ def reflex(obs: Observation, last: Decision, policy: Policy, rule_id: str, index
             pause.append(job_id)
         elif phase == "off" and _held_by_this_phase_alone(verdict, rule_id, index):
             resume.append(job_id)
+    # each signal wakes its target, and fifty of them take a millisecond or more: the jobs
+    # taking the most GPU time from the protected program stop first
+    pause.sort(key=lambda jid: -(obs.jobs[jid].measured or 0.0))
     return Reflex(tuple(pause), tuple(resume))
 
 

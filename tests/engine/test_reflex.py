@@ -98,3 +98,11 @@ def test_a_phase_of_a_program_that_is_not_running_pauses_nothing() -> None:
     obs = observe("off", running=False)
     last = decide(obs, BASE_STATE, pol, 0.0)
     assert reflex(obs, last, pol, "game", 0, source("on")) == Reflex()
+
+
+def test_the_jobs_using_the_most_gpu_time_are_paused_first() -> None:
+    pol = policy("all")
+    jobs = [replace(job(name), measured=duty) for name, duty in (("light", 0.1), ("unread", None), ("heavy", 0.8), ("mid", 0.4))]
+    obs = replace(observe("off"), jobs={j.job_id: j for j in jobs})
+    last = decide(obs, decide(obs, BASE_STATE, pol, 0.0).state, pol, 0.0)
+    assert reflex(obs, last, pol, "game", 0, source("on")).pause == ("heavy", "mid", "light", "unread")
