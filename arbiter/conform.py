@@ -5,8 +5,9 @@ and for each spec starts the job with a control document at duty 1, waits for it
 phase event, writes the spec's duty and nudges it, lets it settle, then measures for
 ``window_s``: the job's own ``gpu_duty`` reports, and the kit's own measure of its processes
 (GPU time where a reader reads it; where the job says its units run on the CPU, the time
-its busiest thread ran or was ready to run, so a crowded host does not read it short).  A spec passes when the job reports the duty it was given, its
-reports and the kit's measure both stay within duty + 0.1, and the two agree within 0.1.
+its busiest thread ran or was ready to run, so a crowded host does not read it short).  A
+spec passes when the job reports the duty it was given, its reports and the kit's measure
+both stay within duty + 0.1, and the two agree within 0.1.
 Specs whose GPU APIs this host lacks are skipped with the reason.  The job is stopped after
 each spec: its document says stop, then SIGTERM, then SIGKILL.
 """
