@@ -96,10 +96,12 @@ def signal_floor(pid: int, changes: int, seed: int) -> list[float]:
     proc, rng, out = psutil.Process(pid), random.Random(seed), []
     for i in range(changes):
         time.sleep(rng.uniform(0.02, 0.05))
-        stop = i % 2 == 0
+        stopping = i % 2 == 0
         started = time.monotonic()
-        os.kill(pid, signal.SIGSTOP if stop else signal.SIGCONT)
-        while (proc.status() == psutil.STATUS_STOPPED) != stop:
+        os.kill(pid, signal.SIGSTOP if stopping else signal.SIGCONT)
+        while (proc.status() == psutil.STATUS_STOPPED) != stopping:
+            if time.monotonic() - started > 10:
+                raise RuntimeError(f"pid {pid} was not seen {'stopped' if stopping else 'continued'} within 10s")
             time.sleep(0.0002)
         out.append(1000 * (time.monotonic() - started))
     os.kill(pid, signal.SIGCONT)
