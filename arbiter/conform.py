@@ -66,6 +66,13 @@ class ConformFile(BaseModel):
                                   description="the reader that measures a job whose units run on the CPU")
     specs: list[Spec] = Field(min_length=1)
 
+    def cpu_measure(self) -> str:
+        """What ``cpu_reader`` measures, as a result names it."""
+        options = self.cpu_reader.options()
+        if not options.get("threads"):
+            return "CPU time of its processes"
+        return "CPU time of its busiest thread" + (", with its waits for a CPU" if options.get("waiting") else "")
+
 
 Verdict = Literal["pass", "fail", "skip"]
 
@@ -191,7 +198,7 @@ class Kit:
                 last = self._read(pids, conf)
                 reports = _metrics(events, offset)
                 device = reports[-1].get("device", "gpu") if reports else "gpu"
-                result.measured, result.measured_by = self._measure(first, last, pids, device)
+                result.measured, result.measured_by = self._measure(first, last, pids, device, conf.cpu_measure())
                 if proc.poll() is not None:
                     result.why.append(f"it exited with {proc.returncode} while being measured")
                     return result
@@ -233,7 +240,8 @@ class Kit:
         return out
 
     @staticmethod
-    def _measure(first: dict[str, GpuReading], last: dict[str, GpuReading], pids: list[int], device: str) -> tuple[float | None, str]:
+    def _measure(first: dict[str, GpuReading], last: dict[str, GpuReading], pids: list[int], device: str,
+                 cpu_measure: str) -> tuple[float | None, str]:
         # GPU time wherever a reader reads it, whatever the job says; its CPU time only when
         # no GPU reader reads and the job says its units run on the CPU
         names = [n for n in first if n != "cpu"] + (["cpu"] if device == "cpu" else [])
@@ -246,7 +254,7 @@ class Kit:
             share = busy_share({p: g.busy_ns for p, g in a.processes.items()}, a.at_ns,
                                {p: g.busy_ns for p, g in b.processes.items()}, b.at_ns, pids)
             if share is not None:
-                what = "CPU time of its busiest thread, with its waits for a CPU" if name == "cpu" else f"GPU time read by {name}"
+                what = cpu_measure if name == "cpu" else f"GPU time read by {name}"
                 return share, what
         return None, "; ".join(whys) or "no reader reads GPU time here, and it says its units run on the GPU"
 

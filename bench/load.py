@@ -41,7 +41,7 @@ import psutil
 
 from arbiter.demo.node import LocalNode
 from arbiter_testing.reaction import percentile as pct
-from arbiter_testing.reaction import phase_reactions
+from arbiter_testing.reaction import ms_until_seen, phase_reactions
 
 GOAL_TICK_MS = 50.0
 GOAL_RSS_MIB = 100.0
@@ -50,6 +50,7 @@ GOAL_FAST_MS = 1.0  # "unchanged by the load": the loaded p99 within a milliseco
 FAST = "fast"
 STREAM = "stream"
 GOVERNOR_PERIOD_S = 5.0  # the window the daemon counts rates over
+POLL_S = 0.0002  # a light poll: the box has two cores and the daemon needs one
 
 WRITER = """\
 import json, os, sys, time
@@ -78,8 +79,7 @@ while True:
 def fast_path(node: LocalNode, phases: Path, pid: int, changes: int, seed: int) -> list[float]:
     """Phase written → the job's process seen stopped (or continued), in ms."""
     try:
-        # a light poll: the box has two cores and the daemon needs one
-        return phase_reactions(phases, pid, changes, random.Random(seed), poll_s=0.0002)
+        return phase_reactions(phases, pid, changes, random.Random(seed), poll_s=POLL_S)
     except RuntimeError as exc:
         try:
             seen = json.dumps({"rule": next(r for r in node.status()["rules"] if r["id"] == FAST),
@@ -99,11 +99,7 @@ def signal_floor(pid: int, changes: int, seed: int) -> list[float]:
         stopping = i % 2 == 0
         started = time.monotonic()
         os.kill(pid, signal.SIGSTOP if stopping else signal.SIGCONT)
-        while (proc.status() == psutil.STATUS_STOPPED) != stopping:
-            if time.monotonic() - started > 10:
-                raise RuntimeError(f"pid {pid} was not seen {'stopped' if stopping else 'continued'} within 10s")
-            time.sleep(0.0002)
-        out.append(1000 * (time.monotonic() - started))
+        out.append(ms_until_seen(proc, stopping, started, POLL_S))
     os.kill(pid, signal.SIGCONT)
     return out
 

@@ -105,17 +105,16 @@ def _ran_and_waited_ns(data: bytes | None) -> int | None:
 
 def _threads_busy_ns(pid: int, ns_per_tick: float, waiting: bool) -> dict[str, int]:
     """Each thread's utime + stime, as engine ``thread:<tid>``; with ``waiting``, the time it
-    ran or waited to run, where the kernel keeps ``schedstat``."""
+    ran or waited to run (``schedstat``)."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return out
     for tid in tids:
-        busy = None
         if waiting:
             busy = _ran_and_waited_ns(_read_once(f"/proc/{pid}/task/{tid}/schedstat"))
-        if busy is None:
+        else:
             busy = _busy_ns_of(_read_once(f"/proc/{pid}/task/{tid}/stat"), ns_per_tick)
         if busy is not None:
             out[f"thread:{tid}"] = busy
@@ -128,11 +127,15 @@ class BusyTimes:
     def __init__(self, keep: int) -> None:
         self.files = _StatFiles(keep)
         weakref.finalize(self, self.files.close)
+        # one measure per kernel, never mixed within a thread's readings: a kernel without
+        # schedstat is read from stat, its waits uncounted
+        self.schedstat = os.path.exists("/proc/self/schedstat")
 
     def __call__(self, request: Request) -> dict[int, int] | dict[int, dict[str, int]]:
         pids, threads, waiting = request
         ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
         if threads:
+            waiting = waiting and self.schedstat
             return {pid: engines for pid in pids if (engines := _threads_busy_ns(pid, ns_per_tick, waiting))}
         asked = set(pids)
         self.files.keep_only(asked)

@@ -33,15 +33,22 @@ def phase_reactions(events: Path, pid: int, changes: int, rng: random.Random, po
         on = i % 2 == 0
         started = time.monotonic()
         _write_phase(events, "on" if on else "off")
-        while (proc.status() == psutil.STATUS_STOPPED) != on:
-            if time.monotonic() - started > timeout_s:
-                raise RuntimeError(f"pid {pid} did not react to the phase within {timeout_s:g}s")
-            if poll_s:
-                time.sleep(poll_s)
-        out.append(1000 * (time.monotonic() - started))
+        out.append(ms_until_seen(proc, on, started, poll_s, timeout_s))
     if len(out) % 2:
         _write_phase(events, "off")
     return out
+
+
+def ms_until_seen(proc: psutil.Process, stopped: bool, started: float, poll_s: float = 0.0,
+                  timeout_s: float = 10.0) -> float:
+    """The ms from ``started`` (monotonic) until ``proc`` is seen stopped, or running again;
+    looking every ``poll_s`` (0: without pause)."""
+    while (proc.status() == psutil.STATUS_STOPPED) != stopped:
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"pid {proc.pid} was not seen {'stopped' if stopped else 'running'} within {timeout_s:g}s")
+        if poll_s:
+            time.sleep(poll_s)
+    return 1000 * (time.monotonic() - started)
 
 
 def _write_phase(events: Path, phase: str) -> None:
