@@ -85,6 +85,24 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
 
 
 @hookspec
+def arbiter_fast_thread(role: str) -> str | None:
+    """Ask the host to run the calling thread as soon as it wakes.
+
+    :param role: what the thread does: ``"decide"``, ``"reflex"``, or ``"source RULE/SLOT"``
+        (a watcher that reports a phase of an ``immediate`` rule).
+
+    The thread carries the fast path (a phase change reaching a paused job within a
+    millisecond or two) and mostly sleeps; on a busy host most of its delay is waiting for a
+    core.  An implementation may ask the OS scheduler for less of that wait, never for more
+    than the thread's fair share of the CPU nor for any privilege, and must return at once.
+    Called on that thread, once, before its first fast-path work (a source's watcher: at its
+    first report); an exception is logged and the thread goes on.  Return what was done, or
+    why nothing could be, in a few words (``status`` shows it under ``fast_path.threads``);
+    None when the plugin has nothing to say on this host.
+    """
+
+
+@hookspec
 def arbiter_timeline_event(event: dict[str, Any]) -> None:
     """Observe a timeline entry after it has been recorded (for exporters).
 

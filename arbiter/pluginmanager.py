@@ -154,6 +154,15 @@ class PluginHost:
         finally:
             self._spent.cpu = getattr(self._spent, "cpu", 0.0) + children[0]
 
+    def fast_thread(self, role: str) -> str:
+        """Run ``arbiter_fast_thread`` on the calling thread (see that hook): what the
+        plugins did, or why nothing was done.  Raises nothing."""
+        try:
+            said = [s for s in self.pm.hook.arbiter_fast_thread(role=role) if s]
+        except Exception as exc:  # a hint is never worth a fast-path thread
+            return f"a plugin failed: {type(exc).__name__}: {exc}"
+        return "; ".join(str(s) for s in said) or "nothing: no plugin gives this host a hint"
+
     def _refuse_while_hung(self, label: str) -> None:
         """Under ``_pool_lock``: fail at once while an earlier call with ``label`` still hangs."""
         hung = self._hung.get(label)

@@ -111,6 +111,11 @@ def status_renderable(s: dict[str, Any]) -> Group:
     fp = s["fast_path"]
     if fp["count"]:
         head.append(f"\nfast path: {fp['count']} phase changes, p50 {fp['p50_ms']} ms, p99 {fp['p99_ms']} ms")
+    said: dict[str, list[str]] = {}
+    for role, did in (fp.get("threads") or {}).items():
+        said.setdefault(did, []).append(role)
+    for did, roles in said.items():
+        head.append(f"\nfast-path threads ({', '.join(roles)}): {did}")
     vram = s.get("vram") or {}
     if vram.get("total_bytes") is not None:
         head.append(f"\nVRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "

@@ -31,6 +31,7 @@ import sqlite3
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.secure import check_state_dir, ensure_token
 from arbiter.daemon.notify import Notifier, status_line
-from arbiter.daemon.sources import BUSY, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles
+from arbiter.daemon.sources import BUSY, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles, slot_name
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
 from arbiter.engine.reflex import reflex
@@ -144,6 +145,10 @@ class Daemon:
         self._wake = threading.Event()  # ends the tick's wait early (reload, stop)
         self._reload_wanted = threading.Event()
         self._threads: list[threading.Thread] = []
+        # each fast-path thread → what arbiter_fast_thread did for it (status shows it); the
+        # source watchers that already asked, by their thread (a dead one's entry goes with it)
+        self.fast_threads: dict[str, str] = {}
+        self._fast_asked: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
         self._engine_state = EngineState()
         self._policy = Policy()
         self._view: TickView | None = None
@@ -516,7 +521,18 @@ class Daemon:
 
     def _on_source(self, rule_id: str, index: int, state: SourceState) -> None:
         """Called from a source's own thread."""
+        if index >= 0 and threading.current_thread() not in self._fast_asked:
+            rp = self._policy.rules.get(rule_id)
+            if rp is not None and rp.immediate:
+                self._fast_asked.add(threading.current_thread())
+                self._fast_thread(f"source {rule_id}/{slot_name(index)}")
         self._report(("source", (rule_id, index, state)))
+
+    def _fast_thread(self, role: str) -> None:
+        """The calling thread carries the fast path: the host may let it have a core sooner."""
+        did = self.host.fast_thread(role)
+        self.fast_threads[role] = did
+        log.info("fast-path thread %s: %s", role, did)
 
     def _report(self, report: tuple[str, Any]) -> None:
         """Take a report on this thread, or queue it for the reflex thread; never waits.
@@ -546,6 +562,7 @@ class Daemon:
         # for it behind the tick and the source watchers at every step (the queue, each
         # signal's pool call), and under load those waits were most of the fast path's time
         sys.setswitchinterval(FAST_SWITCH_S)
+        self._fast_thread("decide")
         while (batch := _drained(self._inbox)) is not None:
             cpu = self._cpu()
             try:
@@ -558,6 +575,7 @@ class Daemon:
 
     def _reflex_loop(self) -> None:
         """The reports that could not be taken on the thread that made them, in order."""
+        self._fast_thread("reflex")
         while (batch := _drained(self._reports)) is not None:
             with self._act_lock:
                 changed = self._take_reports(batch)
@@ -859,8 +877,10 @@ class Daemon:
         return handle(self, op, args, peer)
 
     def latency_figures(self) -> dict[str, Any]:
-        """From a source seeing a write to the decision it caused, over every source."""
-        return percentiles(list(self.sources.latencies))  # list() copies atomically
+        """From a source seeing a write to the decision it caused, over every source; and
+        what the host was asked for each fast-path thread."""
+        return {**percentiles(list(self.sources.latencies)),  # list() copies atomically
+                "threads": dict(sorted(dict(self.fast_threads).items()))}
 
 
 def _drained(inbox: queue.Queue[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
@@ -872,3 +892,4 @@ def _drained(inbox: queue.Queue[tuple[str, Any]]) -> list[tuple[str, Any]] | Non
         except queue.Empty:
             break
     return None if any(kind == "stop" for kind, _ in batch) else batch
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -56,6 +57,11 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
         assert launcher.wait(timeout=10) == 0
         fast = node.status()["fast_path"]
         assert fast["count"] >= 3 and fast["p99_ms"] is not None
+        # each thread on the way asked the host for a core sooner, and status tells what it got
+        assert {"decide", "reflex", "source p/during.0"} <= set(fast["threads"])
+        shown = subprocess.run([PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)], capture_output=True,
+                               text=True, timeout=60, env=node.env())
+        assert "fast-path threads (" in shown.stdout and "source p/during.0" in shown.stdout, shown.stdout
     finally:
         node.close()
 
