@@ -672,8 +672,13 @@ class Daemon:
                 return
             self._reflexes += 1
             records = {r.id: r for r in self.jobs.active()}
-            # what fails here is tried again, and reported, by the decision that follows
-            self.actuator.pause_trees([self._target(records[jid], view) for jid in move.pause if jid in records])
+            # what fails here is tried again, and reported, by the decision that follows;
+            # the job using the most GPU time is paused alone first: its signal waits for no
+            # other job's target and journal row (fifty of them took half a millisecond)
+            pause = [jid for jid in move.pause if jid in records]
+            for batch in (pause[:1], pause[1:]):
+                if batch:
+                    self.actuator.pause_trees([self._target(records[jid], view) for jid in batch])
             if move.resume:
                 paused = self.actuator.trees_paused()
                 entries = [e for jid in move.resume if jid in records for e in paused.get(jid, ())]
@@ -892,4 +897,3 @@ def _drained(inbox: queue.Queue[tuple[str, Any]]) -> list[tuple[str, Any]] | Non
         except queue.Empty:
             break
     return None if any(kind == "stop" for kind, _ in batch) else batch
-

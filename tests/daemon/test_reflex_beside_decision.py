@@ -154,6 +154,28 @@ def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, m
         assert pausing[0].startswith("arbiter-jsonl:"), pausing  # the source's own watcher
 
 
+def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, monkeypatch) -> None:
+    # the job using the most GPU time stops first; fifty others' targets and journal rows
+    # made before its signal took half a millisecond
+    with running(tmp_path, 5, 8) as (node, daemon, events, pid):
+        node.job_run(["sleep", "3108"], "--name", "k")
+        other = node.wait_for(lambda: ((node.job("k") or {}).get("pids") or [None])[0], timeout=30)
+        node.wait_for(lambda: daemon.snapshot.decision is not None and len(daemon.snapshot.decision.jobs) == 2
+                      and all(v.state == "run" for v in daemon.snapshot.decision.jobs.values()), timeout=30)
+        calls: list[list[str]] = []
+        real = daemon.actuator.pause_trees
+
+        def pause_trees(targets: Any) -> Any:
+            if threading.current_thread().name.startswith("arbiter-jsonl:"):
+                calls.append([t.job_id for t in targets])
+            return real(targets)
+
+        monkeypatch.setattr(daemon.actuator, "pause_trees", pause_trees)
+        phase(events, "on")
+        wait_until(lambda: stopped(pid) and stopped(other), timeout=5)
+        assert [len(c) for c in calls] == [1, 1] and calls[0] != calls[1], calls
+
+
 def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_path: Path, monkeypatch) -> None:
     """A report that meets the lock held waits for the reflex thread; one made after it, with
     the lock free again, must not overtake it (here: on, then off, must end running)."""
