@@ -76,3 +76,10 @@ def test_a_refused_call_is_a_reason_not_an_exception(monkeypatch: pytest.MonkeyP
 def test_off_linux_it_has_nothing_to_say(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "platform", "darwin")
     assert ask_short_slice() is None
+
+
+@linux
+def test_a_machine_without_the_call_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SchedCalls, "available", property(lambda self: False))
+    said = ask_short_slice()
+    assert said is not None and said.startswith("no scheduler hint: this libc has no sched_setattr")

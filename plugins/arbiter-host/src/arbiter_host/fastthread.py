@@ -97,7 +97,8 @@ def ask_short_slice() -> str | None:
     except OSError as exc:
         return f"no scheduler hint: libc cannot be loaded ({exc})"
     if not calls.available:
-        return f"no scheduler hint: no sched_setattr for {platform.machine()} in this libc"
+        return (f"no scheduler hint: this libc has no sched_setattr, and its system call number on "
+                f"{platform.machine()} is not known here")
     try:
         before = calls.get()
         if before.policy not in _FAIR_POLICIES:
