@@ -31,9 +31,9 @@ class Recorder:
         return f"noted {role}"
 
 
-def run_with(tmp_path: Path, plugin: Recorder) -> tuple[dict[str, str], int]:
+def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
     """A daemon with an immediate rule (a JSONL phase) and a rule that is not; a phase turned
-    on, and its job seen paused: (status' fast_path.threads, the job's pid)."""
+    on, and its job seen paused: status' fast_path.threads."""
     events, other = tmp_path / "phase.jsonl", tmp_path / "other.jsonl"
     events.touch()
     other.touch()
@@ -59,7 +59,10 @@ def run_with(tmp_path: Path, plugin: Recorder) -> tuple[dict[str, str], int]:
                 fh.write(json.dumps({"event": "status", "phase": "on"}) + "\n")
         node.wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=10)
         node.wait_for(lambda: "source p/during.0" in node.status()["fast_path"]["threads"], timeout=10)
-        return node.status()["fast_path"]["threads"], pid
+        # q's watcher has reported its phase too (and was not hinted: q is not immediate)
+        node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == "q")["sources"][0]["phase"] == "on",
+                      timeout=10)
+        return node.status()["fast_path"]["threads"]
     finally:
         daemon.shutdown()
         node.close()
@@ -67,7 +70,7 @@ def run_with(tmp_path: Path, plugin: Recorder) -> tuple[dict[str, str], int]:
 
 def test_each_fast_path_thread_asks_once_on_itself_and_status_says_what_it_got(tmp_path: Path) -> None:
     plugin = Recorder()
-    threads, _ = run_with(tmp_path, plugin)
+    threads = run_with(tmp_path, plugin)
     roles = dict(plugin.asked)
     assert roles["decide"] == "decide" and roles["reflex"] == "reflex"
     assert roles["source p/during.0"].startswith("arbiter-jsonl:")  # the watcher's own thread
@@ -78,5 +81,5 @@ def test_each_fast_path_thread_asks_once_on_itself_and_status_says_what_it_got(t
 
 
 def test_a_plugin_that_fails_there_is_named_and_the_phase_still_pauses(tmp_path: Path) -> None:
-    threads, _ = run_with(tmp_path, Recorder(fail=True))  # run_with saw the job stopped
+    threads = run_with(tmp_path, Recorder(fail=True))  # run_with saw the job stopped
     assert threads["source p/during.0"] == "a plugin failed: RuntimeError: no scheduler here"
