@@ -157,7 +157,8 @@ def test_a_child_that_dies_or_answers_garbage_costs_no_reading(tmp_path: Path, i
         os.kill(r._child.pid, 9)
         reading = r.read([idle])
         assert reading.readable and set(reading.processes) == {idle}  # read here
-        assert "it exited" in r._child.failure and r._child.pid is None
+        # killed before or after the request was written: its pipe broke, or it exited
+        assert ("it exited" in r._child.failure or "its request pipe broke" in r._child.failure) and r._child.pid is None
 
         liar = tmp_path / "liar.py"
         liar.write_text("class Liar:\n    def __init__(self):\n        pass\n\n    def __call__(self, request):\n"
