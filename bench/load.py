@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the source's figure in status (write seen -> decided and signalled): bare p50 {bare_daemon['p50_ms']} ms,"
           f" p99 {bare_daemon['p99_ms']} ms; with the load p50 {loaded_daemon['p50_ms']} ms, p99 {loaded_daemon['p99_ms']} ms"
           f" (over all {loaded_daemon['count']} changes)")
-    for role, did in sorted(status["fast_path"]["threads"].items()):
+    for role, did in status["fast_path"]["threads"].items():  # sorted by role
         print(f"  fast-path thread {role}: {did}")
     return 0
 

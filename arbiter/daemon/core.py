@@ -31,7 +31,6 @@ import sqlite3
 import sys
 import threading
 import time
-import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -145,10 +144,10 @@ class Daemon:
         self._wake = threading.Event()  # ends the tick's wait early (reload, stop)
         self._reload_wanted = threading.Event()
         self._threads: list[threading.Thread] = []
-        # each fast-path thread → what arbiter_fast_thread did for it (status shows it); the
-        # source watchers that already asked, by their thread (a dead one's entry goes with it)
+        # each fast-path thread's role → what arbiter_fast_thread did for it (status shows
+        # it); a source watcher that asked already is marked in its own thread-local
         self.fast_threads: dict[str, str] = {}
-        self._fast_asked: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        self._fast_asked = threading.local()
         self._engine_state = EngineState()
         self._policy = Policy()
         self._view: TickView | None = None
@@ -521,11 +520,11 @@ class Daemon:
 
     def _on_source(self, rule_id: str, index: int, state: SourceState) -> None:
         """Called from a source's own thread."""
-        if index >= 0 and threading.current_thread() not in self._fast_asked:
-            rp = self._policy.rules.get(rule_id)
-            if rp is not None and rp.immediate:
-                self._fast_asked.add(threading.current_thread())
-                self._fast_thread(f"source {rule_id}/{slot_name(index)}")
+        # every report of every source passes here: the rule is looked up, and nothing made
+        rp = self._policy.rules.get(rule_id) if index >= 0 else None
+        if rp is not None and rp.immediate and not getattr(self._fast_asked, "done", False):
+            self._fast_asked.done = True
+            self._fast_thread(f"source {rule_id}/{slot_name(index)}")
         self._report(("source", (rule_id, index, state)))
 
     def _fast_thread(self, role: str) -> None:
@@ -883,9 +882,11 @@ class Daemon:
 
     def latency_figures(self) -> dict[str, Any]:
         """From a source seeing a write to the decision it caused, over every source; and
-        what the host was asked for each fast-path thread."""
-        return {**percentiles(list(self.sources.latencies)),  # list() copies atomically
-                "threads": dict(sorted(dict(self.fast_threads).items()))}
+        what the host was asked for each fast-path thread (a removed rule's watcher gone)."""
+        live = {f"source {rid}/{slot_name(index)}" for rid, index in list(self.sources.slots)}
+        threads = {role: did for role, did in sorted(dict(self.fast_threads).items())  # dict() copies atomically
+                   if not role.startswith("source ") or role in live}
+        return {**percentiles(list(self.sources.latencies)), "threads": threads}  # list() copies atomically
 
 
 def _drained(inbox: queue.Queue[tuple[str, Any]]) -> list[tuple[str, Any]] | None:
