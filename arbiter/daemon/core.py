@@ -31,6 +31,8 @@ import sqlite3
 import sys
 import threading
 import time
+from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,19 @@ class Snapshot:
     decided_at: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Acted:
+    """A decision carried out, for what follows it outside the act lock."""
+
+    view: TickView
+    decision: Decision
+    before: EngineState  # the engine state the decision was made from
+    now: float
+    records: dict[str, JobRecord]  # the jobs it acted on
+    failures: list[tuple[str, str]]  # (job id, what failed)
+    latency_ms: list[float]  # the fast path's, since the last decision
+
+
 class Daemon:
     def __init__(self, config: NodeConfig, config_path: Path | None = None, host: PluginHost | None = None) -> None:
         self.config = config
@@ -134,7 +149,9 @@ class Daemon:
         self.started_wall = time.time()
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._reports: queue.Queue[tuple[str, Any]] = queue.Queue()  # sources' and helpers' that could not be taken at once
-        self._queued = 0  # reports put in _reports and not taken yet (under _queued_lock)
+        # per origin (a source's slot, a helper), its reports put in _reports and not taken
+        # yet (under _queued_lock): only an origin's own older reports hold a report back
+        self._queued: Counter[Hashable] = Counter()
         self._queued_lock = threading.Lock()
         # the actuator, the source book and the snapshot's commit: the reflex and the
         # decision take turns, never holding it while they decide
@@ -536,15 +553,18 @@ class Daemon:
     def _report(self, report: tuple[str, Any]) -> None:
         """Take a report on this thread, or queue it for the reflex thread; never waits.
 
-        It is taken here only when the lock is free, nothing older waits in the queue (a
-        source's reports are acted on in the order it made them), the daemon is not stopping
-        (what was paused after the shutdown's resume would stay paused) and this thread does
-        not hold the lock already (no plugin code of a source runs under it, but a report
-        taken inside a decision's act would act in the middle of it)."""
+        It is taken here only when the lock is free, nothing older from the same origin waits
+        in the queue (a source's reports are acted on in the order it made them; another
+        source's do not hold them back: a log counted a hundred times a second, queued behind
+        a decision's act, would make a phase change wait for the reflex thread), the daemon is
+        not stopping (what was paused after the shutdown's resume would stay paused) and this
+        thread does not hold the lock already (no plugin code of a source runs under it, but
+        a report taken inside a decision's act would act in the middle of it)."""
+        origin = _origin(report)
         lock = self._act_lock
         if not lock._is_owned() and lock.acquire(blocking=False):  # type: ignore[attr-defined]
             try:
-                taken = self._queued == 0 and not self._stop.is_set()
+                taken = not self._queued[origin] and not self._stop.is_set()
                 changed = self._take_reports([report]) if taken else set()
             finally:
                 lock.release()
@@ -553,7 +573,7 @@ class Daemon:
                     self._inbox.put(("sourced", frozenset(changed)))
                 return
         with self._queued_lock:
-            self._queued += 1
+            self._queued[origin] += 1
             self._reports.put(report)
 
     def _decide_loop(self) -> None:
@@ -579,7 +599,11 @@ class Daemon:
             with self._act_lock:
                 changed = self._take_reports(batch)
                 with self._queued_lock:
-                    self._queued -= len(batch)
+                    for report in batch:
+                        origin = _origin(report)
+                        self._queued[origin] -= 1
+                        if not self._queued[origin]:
+                            del self._queued[origin]
             if changed:
                 self._inbox.put(("sourced", frozenset(changed)))
 
@@ -744,7 +768,9 @@ class Daemon:
         )
 
     def _target(self, record: JobRecord, view: TickView) -> JobTarget:
-        """What a translator acts on for ``record`` in ``view``.  Under ``_act_lock``."""
+        """What a translator acts on for ``record`` in ``view``.  Under ``_act_lock``, or
+        from :meth:`_after_act` beside a reflex: the two may then make a target twice, each
+        a right one, and the reflex makes its rows itself (see Actuator.prepare)."""
         seen, made = self._targets
         if seen is not view:
             made = {}
@@ -768,18 +794,23 @@ class Daemon:
             obs = self._observation(view, now)
             decision = decide(obs, self._engine_state, self._policy, now)
             with self._act_lock:
-                if self._reflexes == seen:
-                    self._act(view, obs, decision, now)
-                    return
+                acted = self._act(view, obs, decision, now) if self._reflexes == seen else None
+            if acted is not None:
+                self._after_act(acted)
+                return
             # the reflex acted on a newer phase meanwhile: this decision could undo it
             self.costs["redecisions"] += 1
         with self._act_lock:  # a source flapping this fast waits for one decision
             now = time.monotonic()
             obs = self._observation(view, now)
-            self._act(view, obs, decide(obs, self._engine_state, self._policy, now), now)
+            decision = decide(obs, self._engine_state, self._policy, now)
+            acted = self._act(view, obs, decision, now)
+        self._after_act(acted)
 
-    def _act(self, view: TickView, obs: Observation, decision: Decision, now: float) -> None:
-        """Carry a decision out and publish it.  Under ``_act_lock``."""
+    def _act(self, view: TickView, obs: Observation, decision: Decision, now: float) -> _Acted:
+        """Carry a decision out and publish it.  Under ``_act_lock``; what the reflex does
+        not need is left to :meth:`_after_act`, after the lock (a phase change that meets the
+        lock held waits for the reflex thread)."""
         records = {r.id: r for r in self.jobs.active()}
         failures: list[tuple[str, str]] = []
         retry = self._failed_controls
@@ -829,28 +860,33 @@ class Daemon:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)
         latency_ms = [*self._acted_ms, *self.sources.decided(time.monotonic())]
         self._acted_ms.clear()
-        if decision.state.trust != self._engine_state.trust:
+        before, self._engine_state = self._engine_state, decision.state
+        self.snapshot = Snapshot(decision, obs, view, list(records.values()), time.time())
+        return _Acted(view, decision, before, now, records, failures, latency_ms)
+
+    def _after_act(self, acted: _Acted) -> None:
+        """What a decision's act leaves for after the lock: keeping, telling, recording,
+        preparing (on the decision thread, which alone writes the engine state)."""
+        decision, before, now = acted.decision, acted.before, acted.now
+        if decision.state.trust != before.trust:
             trust = {n: trust_to_record(t, now, time.time()) for n, t in decision.state.trust.items()}
             self.recorder.write(lambda db: Store.put_trust(db, trust))
-        if decision.state.governors != self._engine_state.governors:
+        if decision.state.governors != before.governors:
             govs = {r: governor.to_record(g, now, time.time()) for r, g in decision.state.governors.items()}
             self.recorder.write(lambda db: Store.put_governors(db, govs))
-        self._keep_runs(self._engine_state.ab, decision)
-        self._engine_state = decision.state
-        self.snapshot = Snapshot(decision, obs, view, list(records.values()), time.time())
+        self._keep_runs(before.ab, decision)
         with self.jobs.changed:
             self.jobs.changed.notify_all()
-        # recording comes after the signals are sent
         for event in decision.events:
             data = dict(event.data)
-            if latency_ms and event.code.startswith("PROTECTION_PHASE"):
-                data["latency_ms"] = round(max(latency_ms), 3)
+            if acted.latency_ms and event.code.startswith("PROTECTION_PHASE"):
+                data["latency_ms"] = round(max(acted.latency_ms), 3)
             self._record(event.code, event.subject, event.message, data)
-        for job_id, message in self._failures.started(set(failures)):
+        for job_id, message in self._failures.started(set(acted.failures)):
             self._record(codes.PLUGIN_FAILED, job_id, message)
         # the reflex to the next phase change finds every job's target, paused entries and
         # journal rows made: with fifty jobs, making them there came before its first signal
-        self.actuator.prepare([self._target(record, view) for record in records.values()])
+        self.actuator.prepare([self._target(record, acted.view) for record in acted.records.values()])
 
     def _persist_run(self, run: RunState | None) -> None:
         if run is None:
@@ -887,6 +923,15 @@ class Daemon:
         threads = {role: did for role, did in sorted(dict(self.fast_threads).items())  # dict() copies atomically
                    if not role.startswith("source ") or role in live}
         return {**percentiles(list(self.sources.latencies)), "threads": threads}  # list() copies atomically
+
+
+def _origin(report: tuple[str, Any]) -> Hashable:
+    """Whose report it is: a source's slot, or a session helper (its reports and its going
+    away are one sequence)."""
+    kind, payload = report
+    if kind == "source":
+        return payload[:2]
+    return payload[0] if kind == "helper" else payload
 
 
 def _drained(inbox: queue.Queue[tuple[str, Any]]) -> list[tuple[str, Any]] | None:

@@ -199,18 +199,53 @@ def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_
         monkeypatch.setattr(core, "_drained", drained)
         with daemon._act_lock:  # a report of no helper, queued: the reflex thread's next wait is the slow one
             daemon.helper_gone((0, 0))
-        node.wait_for(lambda: daemon._queued == 0, timeout=5)
+        node.wait_for(lambda: not daemon._queued, timeout=5)
         with daemon._act_lock:
             phase(events, "on")
-            node.wait_for(lambda: daemon._queued == 1, timeout=5)
+            node.wait_for(lambda: daemon._queued[("p", 0)] == 1, timeout=5)
         phase(events, "off")
-        node.wait_for(lambda: daemon._queued == 2, timeout=5)  # queued behind "on", though the lock is free
+        node.wait_for(lambda: daemon._queued[("p", 0)] == 2, timeout=5)  # queued behind "on", though the lock is free
         assert taken == [] and not stopped(pid)
         late.set()
         node.wait_for(lambda: len(taken) == 2, timeout=5)
         assert [p for _, p in taken] == ["on", "off"] and {t for t, _ in taken} == {"reflex"}
         time.sleep(0.2)
         assert not stopped(pid)
+
+
+def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path: Path, monkeypatch) -> None:
+    """A helper's report queued while the lock was held does not make a phase change wait
+    for the reflex thread: the source's watcher pauses the job itself."""
+    with running(tmp_path, 5, 9) as (node, daemon, events, pid):
+        taken: list[tuple[str, str]] = []
+        real_take = daemon._take_reports
+
+        def take(batch: Any) -> Any:
+            taken.extend((threading.current_thread().name, kind) for kind, _ in batch)
+            return real_take(batch)
+
+        real_drained = core._drained
+        late = threading.Event()
+
+        def drained(inbox: Any) -> Any:
+            batch = real_drained(inbox)
+            late.wait(10)
+            return batch
+
+        monkeypatch.setattr(daemon, "_take_reports", take)
+        monkeypatch.setattr(core, "_drained", drained)
+        with daemon._act_lock:  # taken by the reflex thread, whose next wait is the slow one
+            daemon.helper_gone((0, 0))
+        node.wait_for(lambda: not daemon._queued, timeout=5)
+        with daemon._act_lock:
+            daemon.helper_gone((1, 1))
+        assert daemon._queued == {(1, 1): 1}
+        phase(events, "on")
+        wait_until(lambda: stopped(pid), timeout=5)
+        assert [(t.split(":")[0], k) for t, k in taken if k == "source"] == [("arbiter-jsonl", "source")]
+        assert daemon._queued == {(1, 1): 1}  # still waiting, overtaken by another origin's report
+        late.set()
+        node.wait_for(lambda: not daemon._queued, timeout=5)
 
 
 def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path: Path) -> None:
