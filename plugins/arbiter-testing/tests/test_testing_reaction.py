@@ -1,8 +1,10 @@
-"""The benches' percentile."""
+"""The benches' percentile, and how far a difference of two could be chance."""
 
 from __future__ import annotations
 
-from arbiter_testing.reaction import percentile
+import random
+
+from arbiter_testing.reaction import difference_interval, percentile
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -12,3 +14,22 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 1.0) == 100.0
     assert percentile([3.0, 1.0, 2.0], 0.99) == 3.0
     assert percentile([5.0], 0.5) == 5.0
+
+
+def test_the_interval_of_a_difference_holds_it_and_excludes_zero_only_for_a_real_one() -> None:
+    rng = random.Random(7)
+    same = [rng.expovariate(1.0) for _ in range(400)]
+    other = [rng.expovariate(1.0) for _ in range(400)]
+    lo, hi = difference_interval(same, other, 0.5, random.Random(1))
+    assert lo < 0.0 < hi  # two draws of one distribution
+    shifted = [v + 3.0 for v in other]
+    lo, hi = difference_interval(same, shifted, 0.5, random.Random(1))
+    assert 2.0 < lo <= 3.0 <= hi < 4.0
+    assert difference_interval(same, shifted, 0.5, random.Random(1)) == (lo, hi)  # the seed decides it
+
+
+def test_a_wider_level_gives_a_wider_interval() -> None:
+    values = [float(v % 37) for v in range(300)]
+    narrow = difference_interval(values, values, 0.9, random.Random(3), level=0.5)
+    wide = difference_interval(values, values, 0.9, random.Random(3), level=0.99)
+    assert wide[0] <= narrow[0] <= narrow[1] <= wide[1]

@@ -18,6 +18,19 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
+def difference_interval(before: list[float], after: list[float], p: float, rng: random.Random,
+                        resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:
+    """How far the percentile ``p`` of ``after`` minus that of ``before`` could be from
+    chance alone: the central ``level`` of that difference over ``resamples`` bootstrap
+    resamples of each (drawn with replacement, each its own size).  On a shared box the
+    p99 of a few hundred reactions moves by milliseconds between two runs of the same
+    code: an interval that holds 0 says a difference seen once may be noise."""
+    diffs = sorted(percentile(rng.choices(after, k=len(after)), p) - percentile(rng.choices(before, k=len(before)), p)
+                   for _ in range(resamples))
+    tail = (1.0 - level) / 2
+    return percentile(diffs, tail), percentile(diffs, 1.0 - tail)
+
+
 def phase_reactions(events: Path, pid: int, changes: int, rng: random.Random, poll_s: float = 0.0,
                     timeout_s: float = 10.0) -> list[float]:
     """Append phase lines (``{"event": "status", "phase": "on"|"off"}``, on first) to the
