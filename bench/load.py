@@ -18,9 +18,9 @@ printed too), the daemon's RSS (psutil, the peak), the rate the daemon counts ag
 rate the writer achieved, and the fast path again.  Beside each fast-path figure, its floor:
 the bench signals a process of its own and polls it the same way, with no daemon in the
 path, so what the load costs any process on the box shows apart from what it costs the
-daemon.  Beside the p99's change, a bootstrap interval says how far chance alone moves it
-(the p99 of a few hundred reactions on a shared box moves by milliseconds between two runs
-of the same code).  Every figure is printed beside its goal.
+daemon.  Beside the p99's change, a bootstrap interval says how sure that change is (the
+p99 of a few hundred reactions on a shared box moves by milliseconds between two runs of
+the same code).  Every figure is printed beside its goal.
 """
 
 from __future__ import annotations
@@ -324,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
           f" p99 {p99_loaded:.2f} ms ({len(loaded)} changes each); p99 {p99_loaded - p99_bare:+.2f} ms under load"
           f"   goal: unchanged (within {GOAL_FAST_MS:g} ms)  {mark(p99_loaded - p99_bare <= GOAL_FAST_MS)}")
     lo, hi = difference_interval(bare, loaded, 0.99, random.Random(args.seed))
-    print(f"  the p99's change from chance alone (95 % bootstrap interval, bare and loaded resampled): {lo:+.2f} .. {hi:+.2f} ms;"
-          f" {'it holds 0: this difference may be noise' if lo <= 0 <= hi else 'it does not hold 0: the load changed the p99'}")
+    print(f"  the p99's change, 95 % bootstrap interval (bare and loaded resampled): {lo:+.2f} .. {hi:+.2f} ms;"
+          f" {'it holds 0: the change may be sampling noise' if lo <= 0 <= hi else 'it does not hold 0: the load changed the p99'}")
     print(f"  the floor, the bench's own signal -> seen stopped/continued: bare p50 {pct(floor_bare, 0.5):.2f} ms,"
           f" p99 {pct(floor_bare, 0.99):.2f} ms; under load p50 {pct(floor_loaded, 0.5):.2f} ms,"
           f" p99 {pct(floor_loaded, 0.99):.2f} ms (no daemon in it: what the load costs any process on this box)")

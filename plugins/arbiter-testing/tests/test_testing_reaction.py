@@ -1,4 +1,4 @@
-"""The benches' percentile, and how far a difference of two could be chance."""
+"""The benches' percentile, and an interval for the change of one."""
 
 from __future__ import annotations
 

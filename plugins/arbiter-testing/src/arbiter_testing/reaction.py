@@ -20,11 +20,11 @@ def percentile(values: list[float], p: float) -> float:
 
 def difference_interval(before: list[float], after: list[float], p: float, rng: random.Random,
                         resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:
-    """How far the percentile ``p`` of ``after`` minus that of ``before`` could be from
-    chance alone: the central ``level`` of that difference over ``resamples`` bootstrap
-    resamples of each (drawn with replacement, each its own size).  On a shared box the
-    p99 of a few hundred reactions moves by milliseconds between two runs of the same
-    code: an interval that holds 0 says a difference seen once may be noise."""
+    """An interval for the change of percentile ``p`` from ``before`` to ``after``, given
+    that each is a sample: the central ``level`` of that change over ``resamples``
+    bootstrap resamples of each (drawn with replacement, each its own size).  On a shared
+    box the p99 of a few hundred reactions moves by milliseconds between two runs of the
+    same code: an interval that holds 0 says a change seen once may be sampling noise."""
     diffs = sorted(percentile(rng.choices(after, k=len(after)), p) - percentile(rng.choices(before, k=len(before)), p)
                    for _ in range(resamples))
     tail = (1.0 - level) / 2
