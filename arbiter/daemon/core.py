@@ -128,13 +128,10 @@ class Snapshot:
 
 @dataclass(frozen=True)
 class _Acted:
-    """A decision carried out, for what follows it outside the act lock."""
+    """What carrying the snapshot's decision out leaves for after the act lock."""
 
-    view: TickView
-    decision: Decision
     before: EngineState  # the engine state the decision was made from
     now: float
-    records: dict[str, JobRecord]  # the jobs it acted on
     failures: list[tuple[str, str]]  # (job id, what failed)
     latency_ms: list[float]  # the fast path's, since the last decision
 
@@ -862,12 +859,15 @@ class Daemon:
         self._acted_ms.clear()
         before, self._engine_state = self._engine_state, decision.state
         self.snapshot = Snapshot(decision, obs, view, list(records.values()), time.time())
-        return _Acted(view, decision, before, now, records, failures, latency_ms)
+        return _Acted(before, now, failures, latency_ms)
 
     def _after_act(self, acted: _Acted) -> None:
         """What a decision's act leaves for after the lock: keeping, telling, recording,
-        preparing (on the decision thread, which alone writes the engine state)."""
-        decision, before, now = acted.decision, acted.before, acted.now
+        preparing.  On the decision thread, which alone writes the engine state and the
+        snapshot: the snapshot is still the one just acted on."""
+        snap, before, now = self.snapshot, acted.before, acted.now
+        decision, view = snap.decision, snap.view
+        assert decision is not None and view is not None
         if decision.state.trust != before.trust:
             trust = {n: trust_to_record(t, now, time.time()) for n, t in decision.state.trust.items()}
             self.recorder.write(lambda db: Store.put_trust(db, trust))
@@ -886,7 +886,7 @@ class Daemon:
             self._record(codes.PLUGIN_FAILED, job_id, message)
         # the reflex to the next phase change finds every job's target, paused entries and
         # journal rows made: with fifty jobs, making them there came before its first signal
-        self.actuator.prepare([self._target(record, acted.view) for record in acted.records.values()])
+        self.actuator.prepare([self._target(record, view) for record in snap.jobs])
 
     def _persist_run(self, run: RunState | None) -> None:
         if run is None:

@@ -39,6 +39,34 @@ def wait_until(test: Any, timeout: float) -> float:
     return time.monotonic() - started
 
 
+def sources_taken(daemon: Daemon, monkeypatch: Any) -> list[tuple[str, str | None]]:
+    """From now on, each source report taken: (the thread that took it, its phase)."""
+    taken: list[tuple[str, str | None]] = []
+    real_take = daemon._take_reports
+
+    def take(batch: Any) -> Any:
+        taken.extend((threading.current_thread().name, payload[2].phase) for kind, payload in batch if kind == "source")
+        return real_take(batch)
+
+    monkeypatch.setattr(daemon, "_take_reports", take)
+    return taken
+
+
+def slow_reflex_thread(monkeypatch: Any) -> threading.Event:
+    """The reflex thread takes the batch it waits for now at once; each batch after that,
+    once fetched, waits until the event returned is set."""
+    real_drained = core._drained
+    late = threading.Event()
+
+    def drained(inbox: Any) -> Any:
+        batch = real_drained(inbox)
+        late.wait(10)
+        return batch
+
+    monkeypatch.setattr(core, "_drained", drained)
+    return late
+
+
 @contextmanager
 def running(tmp_path: Path, tick_s: float, n: int) -> Iterator[tuple[LocalNode, Daemon, Path, int]]:
     """An in-process daemon with an immediate rule protecting ``sleep 1000+n`` by a JSONL
@@ -180,23 +208,8 @@ def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_
     """A report that meets the lock held waits for the reflex thread; one made after it, with
     the lock free again, must not overtake it (here: on, then off, must end running)."""
     with running(tmp_path, 5, 7) as (node, daemon, events, pid):
-        taken: list[tuple[str, str | None]] = []
-        real_take = daemon._take_reports
-
-        def take(batch: Any) -> Any:
-            taken.extend((threading.current_thread().name, payload[2].phase) for kind, payload in batch if kind == "source")
-            return real_take(batch)
-
-        real_drained = core._drained
-        late = threading.Event()
-
-        def drained(inbox: Any) -> Any:  # the reflex thread is slow to take what waits
-            batch = real_drained(inbox)
-            late.wait(10)
-            return batch
-
-        monkeypatch.setattr(daemon, "_take_reports", take)
-        monkeypatch.setattr(core, "_drained", drained)
+        taken = sources_taken(daemon, monkeypatch)
+        late = slow_reflex_thread(monkeypatch)
         with daemon._act_lock:  # a report of no helper, queued: the reflex thread's next wait is the slow one
             daemon.helper_gone((0, 0))
         node.wait_for(lambda: not daemon._queued, timeout=5)
@@ -217,23 +230,8 @@ def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path:
     """A helper's report queued while the lock was held does not make a phase change wait
     for the reflex thread: the source's watcher pauses the job itself."""
     with running(tmp_path, 5, 9) as (node, daemon, events, pid):
-        taken: list[tuple[str, str]] = []
-        real_take = daemon._take_reports
-
-        def take(batch: Any) -> Any:
-            taken.extend((threading.current_thread().name, kind) for kind, _ in batch)
-            return real_take(batch)
-
-        real_drained = core._drained
-        late = threading.Event()
-
-        def drained(inbox: Any) -> Any:
-            batch = real_drained(inbox)
-            late.wait(10)
-            return batch
-
-        monkeypatch.setattr(daemon, "_take_reports", take)
-        monkeypatch.setattr(core, "_drained", drained)
+        taken = sources_taken(daemon, monkeypatch)
+        late = slow_reflex_thread(monkeypatch)
         with daemon._act_lock:  # taken by the reflex thread, whose next wait is the slow one
             daemon.helper_gone((0, 0))
         node.wait_for(lambda: not daemon._queued, timeout=5)
@@ -242,7 +240,7 @@ def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path:
         assert daemon._queued == {(1, 1): 1}
         phase(events, "on")
         wait_until(lambda: stopped(pid), timeout=5)
-        assert [(t.split(":")[0], k) for t, k in taken if k == "source"] == [("arbiter-jsonl", "source")]
+        assert [(t.split(":")[0], p) for t, p in taken] == [("arbiter-jsonl", "on")]
         assert daemon._queued == {(1, 1): 1}  # still waiting, overtaken by another origin's report
         late.set()
         node.wait_for(lambda: not daemon._queued, timeout=5)
