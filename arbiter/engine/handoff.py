@@ -391,11 +391,11 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
                 events.append(TimelineEvent(
                     codes.VRAM_RELEASE_FAILED, t.tenant_id,
                     f"{t.tenant_id!r} was asked to release {gb(st.held_at_request)} {took:.0f}s ago ({st.why}) and "
-                    f"still holds {still}: less than half of it came back within its timeout_s {t.timeout_s:g} "
-                    "(raise timeout_s if its unloads wait for long requests; check that its release: request "
-                    "really unloads)",
+                    f"still holds {still}: less than half of it came back within its timeout_s {t.timeout_s:g}",
                     {"tenant": t.tenant_id, "held_at_request": st.held_at_request, "held_bytes": t.held_bytes,
-                     "timeout_s": t.timeout_s, "why": st.why}))
+                     "timeout_s": t.timeout_s, "why": st.why,
+                     "remedy": "raise the release's timeout_s if its unloads wait for long requests; check that its "
+                               "release: request really unloads"}))
                 st = settled(st, now, t.timeout_s, t.held_bytes)
         states[t.tenant_id] = st
 
