@@ -20,7 +20,9 @@ the bench signals a process of its own and polls it the same way, with no daemon
 path, so what the load costs any process on the box shows apart from what it costs the
 daemon.  Beside the p99's change, a bootstrap interval says how sure that change is (the
 p99 of a few hundred reactions on a shared box moves by milliseconds between two runs of
-the same code).  Every figure is printed beside its goal.
+the same code), and the goal is judged on that interval: met when all of it is within a
+millisecond, missed when none of it is, undecided otherwise (``--changes 2000``, about half
+an hour, narrows it to about a millisecond).  Every figure is printed beside its goal.
 """
 
 from __future__ import annotations
@@ -104,6 +106,17 @@ def signal_floor(pid: int, changes: int, seed: int) -> list[float]:
         out.append(ms_until_seen(proc, stopping, started, POLL_S))
     os.kill(pid, signal.SIGCONT)
     return out
+
+
+def fast_verdict(lo: float, hi: float) -> str:
+    """The fast-path goal judged on the p99's change as an interval, not one draw of it: the
+    p99 of 400 reactions on this box moves by milliseconds between runs of the same code, so
+    a single figure passed one run and failed the next."""
+    if hi <= GOAL_FAST_MS:
+        return "ok"
+    if lo > GOAL_FAST_MS:
+        return "OVER"
+    return f"UNDECIDED (the interval below holds {GOAL_FAST_MS:g} ms: more --changes narrow it)"
 
 
 def load_rules(node: LocalNode, root: Path, rules: int, groups: int) -> None:
@@ -319,11 +332,11 @@ def main(argv: list[str] | None = None) -> int:
           + "".join(f"\n  {m[:160]}" for m in faults[:5]))
     print(f"child workers given up (their work then done in the daemon): {len(given_up)}"
           + "".join(f"\n  {m[:200]}" for m in given_up[:3]))
+    lo, hi = difference_interval(bare, loaded, 0.99, random.Random(args.seed))
     print(f"fast path, write -> job stopped/continued: bare p50 {pct(bare, 0.5):.2f} ms, p90 {pct(bare, 0.9):.2f} ms,"
           f" p99 {p99_bare:.2f} ms; under load p50 {pct(loaded, 0.5):.2f} ms, p90 {pct(loaded, 0.9):.2f} ms,"
           f" p99 {p99_loaded:.2f} ms ({len(loaded)} changes each); p99 {p99_loaded - p99_bare:+.2f} ms under load"
-          f"   goal: unchanged (within {GOAL_FAST_MS:g} ms)  {mark(p99_loaded - p99_bare <= GOAL_FAST_MS)}")
-    lo, hi = difference_interval(bare, loaded, 0.99, random.Random(args.seed))
+          f"   goal: unchanged (within {GOAL_FAST_MS:g} ms)  {fast_verdict(lo, hi)}")
     print(f"  the p99's change, 95 % bootstrap interval (bare and loaded resampled): {lo:+.2f} .. {hi:+.2f} ms;"
           f" {'it holds 0: the change may be sampling noise' if lo <= 0 <= hi else 'it does not hold 0: the load changed the p99'}")
     print(f"  the floor, the bench's own signal -> seen stopped/continued: bare p50 {pct(floor_bare, 0.5):.2f} ms,"

@@ -40,3 +40,11 @@ def test_a_small_load_runs_and_prints_every_figure(capsys: pytest.CaptureFixture
     written = float(re.search(r"JSONL writer: (\d+) lines/s", out).group(1))  # type: ignore[union-attr]
     counted = float(re.search(r"counted rate .*?: mean (\d+) lines/s", out).group(1))  # type: ignore[union-attr]
     assert written > 0 and counted > 0  # the daemon counted the writer's lines
+
+
+def test_the_fast_path_goal_is_met_only_when_the_whole_interval_of_the_p99s_change_is_within_it() -> None:
+    bench = _load()
+    goal = bench.GOAL_FAST_MS
+    assert bench.fast_verdict(-1.0, goal) == "ok"
+    assert bench.fast_verdict(goal + 0.01, goal + 2) == "OVER"
+    assert bench.fast_verdict(-1.0, goal + 0.01).startswith("UNDECIDED")  # one draw of it may have been within
