@@ -342,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the floor, the bench's own signal -> seen stopped/continued: bare p50 {pct(floor_bare, 0.5):.2f} ms,"
           f" p99 {pct(floor_bare, 0.99):.2f} ms; under load p50 {pct(floor_loaded, 0.5):.2f} ms,"
           f" p99 {pct(floor_loaded, 0.99):.2f} ms (no daemon in it: what the load costs any process on this box)")
+    for what, start in (("pauses (phase on)", 0), ("resumes (phase off)", 1)):
+        some_bare, some_loaded = bare[start::2], loaded[start::2]  # the changes alternate, on first
+        print(f"  {what} alone: bare p50 {pct(some_bare, 0.5):.2f} ms, p99 {pct(some_bare, 0.99):.2f} ms;"
+              f" under load p50 {pct(some_loaded, 0.5):.2f} ms,"
+              f" p99 {pct(some_loaded, 0.99):.2f} ms")
     print(f"  the source's figure in status (write seen -> decided and signalled): bare p50 {bare_daemon['p50_ms']} ms,"
           f" p99 {bare_daemon['p99_ms']} ms; with the load p50 {loaded_daemon['p50_ms']} ms, p99 {loaded_daemon['p99_ms']} ms"
           f" (over all {loaded_daemon['count']} changes)")
