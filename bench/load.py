@@ -14,7 +14,9 @@ subprocess appending ``--lines`` JSONL step lines a second to a protected rule's
 Under that load it measures the tick's CPU time (``status`` costs, over the window: the tick
 thread's own CPU time plus that of the plugin calls it hands to pool threads and to child
 workers, so the source watchers' work beside it is not counted; the whole process's CPU is
-printed too), the daemon's RSS (psutil, the peak), the rate the daemon counts against the
+printed too, and its reflex process's), the daemon's RSS (psutil, the peak; and with its
+reflex process and child workers, the RSS together and their PSS, which counts each shared
+page once), the rate the daemon counts against the
 rate the writer achieved, and the fast path again.  Beside each fast-path figure, its floor:
 the bench signals a process of its own and polls it the same way, with no daemon in the
 path, so what the load costs any process on the box shows apart from what it costs the
@@ -49,6 +51,7 @@ from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_r
 
 GOAL_TICK_MS = 50.0
 GOAL_RSS_MIB = 100.0
+REFLEX_MODULE = "arbiter.reflexhost"  # the daemon's reflex process runs it
 GOAL_LAG = 0.02  # the counted rate within 2 % of the written one
 GOAL_FAST_MS = 1.0  # "unchanged by the load": the loaded p99 within a millisecond of the bare one
 FAST = "fast"
@@ -138,12 +141,35 @@ def load_rules(node: LocalNode, root: Path, rules: int, groups: int) -> None:
 
 
 def sample_rss(pid: int, stop: threading.Event, peak: list[float]) -> None:
+    """The peaks of the daemon's RSS (``peak[0]``) and of its processes' together: the daemon,
+    its reflex process and its child workers (``peak[1]``, RSS, so shared pages count twice)."""
     proc = psutil.Process(pid)
     while not stop.wait(0.2):
         try:
-            peak[0] = max(peak[0], proc.memory_info().rss / 2**20)
+            own = proc.memory_info().rss
+            peak[0] = max(peak[0], own / 2**20)
+            peak[1] = max(peak[1], (own + sum(rss(child) for child in proc.children())) / 2**20)
         except psutil.NoSuchProcess:
             return
+
+
+def rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def pss_mib(procs: list[psutil.Process]) -> float:
+    """Their proportional set size together: each shared page counted once, split between
+    the processes that map it (what they cost the host's memory together)."""
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_full_info().pss
+        except (psutil.Error, AttributeError):
+            continue
+    return total / 2**20
 
 
 def written(report: Path) -> tuple[float, int]:
@@ -157,14 +183,14 @@ def counted_rate(node: LocalNode) -> float | None:
     return None if rate is None else float(rate)
 
 
-def helper_cpu_s(daemon: psutil.Process) -> float:
+def helper_cpu_s(daemon: psutil.Process, module: str | None = None) -> float:
     """CPU seconds so far of the daemon's child workers (the process table's scan, the
     reader's reads), as the OS counts them: a check of what the children report, which the
-    tick's own figure includes."""
+    tick's own figure includes.  ``module``: of its process running that module instead."""
     spent = 0.0
     for child in daemon.children():
         try:
-            if any(arg.endswith("childwork.py") for arg in child.cmdline()):
+            if any(arg.endswith("childwork.py") for arg in child.cmdline()) if module is None else module in child.cmdline():
                 times = child.cpu_times()
                 spent += times.user + times.system
         except psutil.Error:
@@ -200,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     writer: subprocess.Popen[bytes] | None = None
     control: subprocess.Popen[bytes] | None = None
     stop = threading.Event()
-    peak = [0.0]
+    peak = [0.0, 0.0]
     groups = max(1, min(args.rules, (args.rules * 6) // 10))  # six rules in ten match a group
     try:
         node.add_rule(FAST, {"id": FAST, "match": {"cmdline": ["sleep 4999"]}, "immediate": True, "priority": 90,
@@ -248,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
 
         t0, lines0 = written(report)
         ticks0, cpu0 = tick_costs(node)
-        proc0, helper0 = daemon.cpu_times(), helper_cpu_s(daemon)
+        proc0, helper0, reflex0 = daemon.cpu_times(), helper_cpu_s(daemon), helper_cpu_s(daemon, REFLEX_MODULE)
         counted: list[float] = []
         wrote: list[float] = []
         deadline = time.monotonic() + args.seconds
@@ -263,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             prev = now
         t1, lines1 = written(report)
         ticks1, cpu1 = tick_costs(node)
-        proc1, helper1 = daemon.cpu_times(), helper_cpu_s(daemon)
+        proc1, helper1, reflex1 = daemon.cpu_times(), helper_cpu_s(daemon), helper_cpu_s(daemon, REFLEX_MODULE)
         loaded = fast_path(node, phases, pid, args.changes, args.seed + 1)
         floor_loaded = signal_floor(control.pid, args.changes, args.seed + 1)
         t2, lines2 = written(report)
@@ -275,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         sampler.join(2)
         rss_end = daemon.memory_info().rss / 2**20
         peak[0] = max(peak[0], rss_end)
+        family = [daemon, *daemon.children()]
+        reflex_rss = sum(rss(p) for p in family if REFLEX_MODULE in p.cmdline()) / 2**20
+        pss_end = pss_mib(family)
     finally:
         stop.set()
         for helper in (writer, control):
@@ -299,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ticks = ticks1 - ticks0
     helper_ms = 1000 * (helper1 - helper0) / max(ticks, 1)
+    reflex_ms = 1000 * (reflex1 - reflex0) / max(ticks, 1)
     tick_ms = (cpu1 - cpu0) / max(ticks, 1)
     proc_cpu = (proc1.user + proc1.system) - (proc0.user + proc0.system)
     write_rate = (lines1 - lines0) / max(t1 - t0, 1e-9)
@@ -319,9 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  last scan wall time {status['scan_ms']} ms; decision CPU per decision (since start) "
           f"{status['costs']['decide_cpu_ms']} ms over {status['costs']['decisions']} decisions")
     print(f"  whole daemon process CPU: {1000 * proc_cpu / max(ticks, 1):.2f} ms per tick "
-          f"({100 * proc_cpu / max(t1 - t0, 1e-9):.1f}% of one core)")
+          f"({100 * proc_cpu / max(t1 - t0, 1e-9):.1f}% of one core); its reflex process: {reflex_ms:.2f} ms per tick")
     print(f"daemon RSS: bare {rss_bare:.1f} MiB, peak under load {peak[0]:.1f} MiB"
           f"   goal < {GOAL_RSS_MIB:g} MiB  {mark(peak[0] < GOAL_RSS_MIB)}")
+    print(f"  with its reflex process ({reflex_rss:.1f} MiB RSS at the end) and child workers: RSS together peak"
+          f" {peak[1]:.1f} MiB (shared pages counted in each); PSS together at the end {pss_end:.1f} MiB"
+          f" (each shared page once)   {mark(pss_end < GOAL_RSS_MIB)} against the same goal")
     print(f"JSONL writer: {write_rate:.0f} lines/s achieved over the window (asked {args.lines:g}), "
           f"{write_rate_fast:.0f} lines/s during the loaded fast-path run; per sample "
           f"{min(wrote):.0f}..{max(wrote):.0f}" if wrote else "JSONL writer: no samples")
@@ -350,6 +383,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the source's figure in status (write seen -> decided and signalled): bare p50 {bare_daemon['p50_ms']} ms,"
           f" p99 {bare_daemon['p99_ms']} ms; with the load p50 {loaded_daemon['p50_ms']} ms, p99 {loaded_daemon['p99_ms']} ms"
           f" (over all {loaded_daemon['count']} changes)")
+    process = status["fast_path"].get("reflex_process")
+    if process:
+        print(f"  the reflex process (pid {process['pid']}, {process['sources']} sources): acted on {process['armed']} changes,"
+              f" left {process['not_armed']} to the daemon (not armed yet); reading -> lock taken p50"
+              f" {process['locked']['p50_ms']} ms, p99 {process['locked']['p99_ms']} ms; -> signalled p50"
+              f" {process['acted']['p50_ms']} ms, p99 {process['acted']['p99_ms']} ms")
     for role, did in status["fast_path"]["threads"].items():  # sorted by role
         print(f"  fast-path thread {role}: {did}")
     return 0

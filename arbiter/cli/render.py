@@ -116,6 +116,10 @@ def status_renderable(s: dict[str, Any]) -> Group:
         said.setdefault(did, []).append(role)
     for did, roles in said.items():
         head.append(f"\nfast-path threads ({', '.join(roles)}): {did}")
+    process = fp.get("reflex_process")
+    if process and (process["pid"] or process["failure"]):
+        head.append(f"\nreflex process: pid {process['pid']}, {process['sources']} phase source(s)" if process["pid"]
+                    else f"\nreflex process: none ({process['failure']}); the daemon acts on phase changes itself")
     vram = s.get("vram") or {}
     if vram.get("total_bytes") is not None:
         head.append(f"\nVRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "

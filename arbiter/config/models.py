@@ -170,6 +170,11 @@ class NodeConfig(Strict):
     )
     stop_grace_s: float = Field(10.0, ge=0, description="seconds between asking a job to stop and terminating it")
     plugin_timeout_s: float = Field(5.0, gt=0, description="every call into a plugin fails after this many seconds")
+    reflex_process: bool = Field(
+        True,
+        description="act on the phase changes of immediate rules in a process of their own, beside the daemon (the "
+        "daemon's own work under load delayed them); off: inside the daemon",
+    )
 
     def reader_blocks(self) -> list[KindBlock]:
         return [KindBlock(kind=r) if isinstance(r, str) else r for r in self.readers]

@@ -10,13 +10,15 @@ import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from arbiter.config.models import NodeConfig
-from arbiter.engine.types import Action
 from arbiter.plugin import ControlUpdate, JobTarget, PluginContext, ProcessRef, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import PausedEntry, PausedJournal
+
+if TYPE_CHECKING:  # not imported at run time: the reflex process uses this module, and is kept small
+    from arbiter.config.models import NodeConfig
+    from arbiter.engine.types import Action
 
 T = TypeVar("T")
 ACTION_NEEDS = {"pause": "pause", "resume": "pause", "control": "control", "terminate": "terminate", "kill": "terminate"}
@@ -107,6 +109,18 @@ class Actuator:
                 self.paused.pop(entry.key, None)
                 self.unconfirmed.discard(entry.key)
         self.persist(op, entries)
+
+    def adopt(self, op: str, entries: Sequence[PausedEntry]) -> None:
+        """Take into the paused set what another process paused or resumed (its journal rows
+        are written; see arbiter.reflexhost)."""
+        for entry in entries:
+            if op == "pause":
+                self.paused[entry.key] = entry
+            else:
+                self.paused.pop(entry.key, None)
+            self.unconfirmed.discard(entry.key)
+        if entries:
+            self.persist(op, entries)
 
     def trees_paused(self) -> dict[str, list[PausedEntry]]:
         """Each job's paused processes, in one pass (a decision asks for every job's)."""

@@ -22,6 +22,7 @@ Threads and what they may do:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -31,8 +32,8 @@ import sqlite3
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Hashable
+from collections import Counter, deque
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,14 @@ from arbiter.daemon.act import Actuator, make_translators, next_seq
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import Observer, TickView, clock_jump_message
 from arbiter.daemon.recorder import Recorder
+from arbiter.daemon.reflexlink import Arm, ReflexLink, Spec
 from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.secure import check_state_dir, ensure_token
 from arbiter.daemon.notify import Notifier, status_line
-from arbiter.daemon.sources import BUSY, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles, slot_name
+from arbiter.daemon.sources import (BUSY, LATENCY_WINDOW, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles,
+                                    slot_name)
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
 from arbiter.engine.reflex import reflex
@@ -74,7 +77,8 @@ from arbiter.engine.types import (
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost, build_plugin_manager
 from arbiter.probing import Prober
-from arbiter.store import JobRecord, PausedJournal, Store
+from arbiter.reflexhost import arm_key
+from arbiter.store import JobRecord, PausedEntry, PausedJournal, Store
 from arbiter.transport import SocketServer
 
 log = logging.getLogger("arbiter.daemon")
@@ -191,6 +195,14 @@ class Daemon:
         self._http: Any = None
         self._socket: SocketServer | None = None
         self.notifier = Notifier(None, None)  # serve() gives it the service manager's, if any
+        self.link: ReflexLink | None = None  # the reflex process, where the pause translator allows one
+        # the sources the reflex process watches (slot → rule serial), under _act_lock: the
+        # daemon's own watchers' readings of them are dropped, its lines are their readings
+        self._covered: dict[SlotKey, int] = {}
+        # phase changes it acted on (armed) or left to the daemon (not armed yet), and per
+        # change it acted on, ms from the source's reading to the lock taken and to the last signal
+        self._link_counts = Counter[str]()
+        self._link_ms: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
 
     # --- start and stop -----------------------------------------------------------------------
 
@@ -229,6 +241,15 @@ class Daemon:
         for entry in self.actuator.paused.values():  # what could not be resumed stays on record
             self.journal.append("pause", entry)
             self.recorder.paused("pause", entry)
+        pause = translators.get("pause")
+        if self.config.reflex_process and pause is not None and pause[1].bounded:
+            only = {info.plugin for info in self.host.kinds.get("sources", {}).values()}
+            only |= {self.host.kind("translators", pause[0]).plugin}  # type: ignore[union-attr]
+            only |= {impl.plugin_name for impl in self.host.hook.arbiter_fast_thread.get_hookimpls()}
+            setup = {"plugins": self.config.plugins, "disable": self.config.disable_plugins, "only": sorted(only),
+                     "timeout_s": self.config.plugin_timeout_s, "state_dir": str(self.state_dir),
+                     "stand_in_gpu": self.config.stand_in_gpu, "translator": pause[0], "journal": str(journal_path)}
+            self.link = ReflexLink(setup, self.state_dir, lambda: self._report(("link", "link")))
 
         now, now_wall = time.monotonic(), time.time()
         trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
@@ -322,7 +343,11 @@ class Daemon:
             self._socket.close()
         if self._http:
             self._http.stop()
+        if self.link is not None:
+            self.link.close()
         with self._act_lock:  # after a reflex still acting on a source's thread, if one is
+            if self.link is not None:
+                self._take_reports([("link", "link")])  # what it paused last is resumed below
             failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
         self.tenants.close()
         self.tenants.restore_all("arbiter stopped")
@@ -535,6 +560,8 @@ class Daemon:
     def _on_source(self, rule_id: str, index: int, state: SourceState) -> None:
         """Called from a source's own thread."""
         # every report of every source passes here: the rule is looked up, and nothing made
+        if (rule_id, index) in self._covered:
+            return  # the reflex process reads this source; its readings stand for it
         rp = self._policy.rules.get(rule_id) if index >= 0 else None
         if rp is not None and rp.immediate and not getattr(self._fast_asked, "done", False):
             self._fast_asked.done = True
@@ -610,6 +637,10 @@ class Daemon:
         changed: set[str] = set()
         try:
             for kind, payload in batch:
+                if kind == "link":
+                    for line in self.link.take() if self.link is not None else ():
+                        self._from_link(line, changed)
+                    continue
                 if kind == "helper_gone":
                     if self.sources.helper_gone(payload):
                         changed.update(self._policy.rules)
@@ -628,6 +659,41 @@ class Daemon:
             self._record(codes.PLUGIN_FAILED, "node", f"a source report failed: {type(exc).__name__}: {exc}")
         return changed
 
+    def _from_link(self, line: dict[str, Any], changed: set[str]) -> None:
+        """A line of the reflex process: its reading of a source, and what it did on it."""
+        if "gone" in line:
+            self._covered.clear()
+            self._record(codes.PLUGIN_FAILED, "node", f"the reflex process was given up ({line['gone']}): phase "
+                         "changes are acted on inside the daemon until another starts")
+            return
+        rid, index, serial = line["slot"]
+        key = (rid, index)
+        slot = self.sources.slots.get(key)
+        if slot is None or slot.serial != serial:
+            return  # of a rule since reloaded
+        if "state" not in line:
+            self._covered.pop(key, None)
+            log.info("the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why"))
+            return
+        for op, rows in line.get("did", ()):
+            self.actuator.adopt(op, [PausedEntry(*row) for row in rows])
+        if line.get("did"):
+            self._reflexes += 1  # a decision begun before could undo it
+        self._covered[key] = serial
+        if "thread" in line:
+            self.fast_threads[f"source {rid}/{slot_name(index)}"] = f"{line['thread']} (in the reflex process)"
+        raw = line["state"]
+        if "armed" in line:
+            self._link_counts["armed" if line["armed"] else "not armed"] += 1
+            if line["armed"]:
+                self._link_ms.append(((line["locked_at"] - raw["changed_at"]) * 1000, (line["acted_at"] - raw["changed_at"]) * 1000))
+        if self.sources.own(key, SourceState(**{**raw, "models": tuple(raw["models"])}), "watch"):
+            changed.add(rid)
+            if line.get("armed"):
+                self._acted_ms.extend(self.sources.decided(line["acted_at"]))
+            else:
+                self._reflex(rid, index)
+
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
         """A session helper's report (from a socket thread)."""
         self._report(("helper", (helper, key, state)))
@@ -643,7 +709,9 @@ class Daemon:
                 with self._act_lock:
                     self.sources.sync(wanted, dict(self._view.rule_uids))
                     for key, state in readings.items():
-                        self.sources.own(key, state, "tick")
+                        if key not in self._covered:
+                            self.sources.own(key, state, "tick")
+                    self._sync_link()
             elif kind == "policy":
                 self._policy = payload
             elif kind in ("release_failed", "release_moot"):  # no VRAM is coming back from that request
@@ -665,7 +733,7 @@ class Daemon:
                     finally:
                         box["done"].set()
             elif kind == "ended":
-                with self._act_lock:
+                with self._acting():
                     failures = self.actuator.end_job(payload)
                 for failure in failures:
                     self._record(codes.PLUGIN_FAILED, payload, f"could not continue what was left of it: {failure}")
@@ -692,18 +760,20 @@ class Daemon:
                 return
             self._reflexes += 1
             records = {r.id: r for r in self.jobs.active()}
+            signalling = self.link.held() if self.link is not None else contextlib.nullcontext()
             # what fails here is tried again, and reported, by the decision that follows;
             # the job using the most GPU time is paused alone first: its signal waits for no
             # other job's target and journal row (fifty of them took half a millisecond)
             pause = [jid for jid in move.pause if jid in records]
-            for batch in (pause[:1], pause[1:]):
-                if batch:
-                    self.actuator.pause_trees([self._target(records[jid], view) for jid in batch])
-            if move.resume:
-                paused = self.actuator.trees_paused()
-                entries = [e for jid in move.resume if jid in records for e in paused.get(jid, ())]
-                if entries:
-                    self.actuator.resume_entries(entries)
+            with signalling:
+                for batch in (pause[:1], pause[1:]):
+                    if batch:
+                        self.actuator.pause_trees([self._target(records[jid], view) for jid in batch])
+                if move.resume:
+                    paused = self.actuator.trees_paused()
+                    entries = [e for jid in move.resume if jid in records for e in paused.get(jid, ())]
+                    if entries:
+                        self.actuator.resume_entries(entries)
         except Exception:  # the decision that follows must run whatever happened here
             log.exception("the reflex to a phase change failed; the decision acts on it")
             return
@@ -790,14 +860,14 @@ class Daemon:
             seen, now = self._reflexes, time.monotonic()
             obs = self._observation(view, now)
             decision = decide(obs, self._engine_state, self._policy, now)
-            with self._act_lock:
+            with self._acting():
                 acted = self._act(view, obs, decision, now) if self._reflexes == seen else None
             if acted is not None:
                 self._after_act(acted)
                 return
             # the reflex acted on a newer phase meanwhile: this decision could undo it
             self.costs["redecisions"] += 1
-        with self._act_lock:  # a source flapping this fast waits for one decision
+        with self._acting():  # a source flapping this fast waits for one decision
             now = time.monotonic()
             obs = self._observation(view, now)
             decision = decide(obs, self._engine_state, self._policy, now)
@@ -859,7 +929,58 @@ class Daemon:
         self._acted_ms.clear()
         before, self._engine_state = self._engine_state, decision.state
         self.snapshot = Snapshot(decision, obs, view, list(records.values()), time.time())
+        if self.link is not None:
+            self.link.arm(self._arm(obs, decision, view, records))
         return _Acted(before, now, failures, latency_ms)
+
+    @contextlib.contextmanager
+    def _acting(self) -> Iterator[None]:
+        """The act lock, and the lock the reflex process signals under, with what it did
+        taken in first (a decision made before must not undo it: it is made again)."""
+        with self._act_lock:
+            if self.link is None:
+                yield
+                return
+            with self.link.held():
+                changed = self._take_reports([("link", "link")])
+                if changed:
+                    self._inbox.put(("sourced", frozenset(changed)))
+                yield
+
+    def _sync_link(self) -> None:
+        """Tell the reflex process the phase sources of the immediate rules.  Under _act_lock."""
+        if self.link is None:
+            return
+        specs: list[Spec] = []
+        for rid, rp in self._policy.rules.items():
+            live = self.rulebook.live.get(rid)
+            if not rp.immediate or live is None:
+                continue
+            for index, during in enumerate(live.rule.during):
+                source = live.phases[index] if index < len(live.phases) else None
+                # a source fed processes on each tick (its match_option) reads nothing by itself
+                if source is not None and type(source).match_option is None:
+                    specs.append((rid, index, live.serial, during.source.kind, during.source.options()))
+        self.link.sync(specs)
+        self._covered = {key: serial for key, serial in self._covered.items()
+                         if (slot := self.sources.slots.get(key)) is not None and slot.serial == serial}
+
+    def _arm(self, obs: Observation, decision: Decision, view: TickView, records: dict[str, JobRecord]) -> Arm:
+        """Per source the reflex process watches, per phase value, what the reflex would do
+        from this decision: the targets to pause and the entries to resume."""
+        arm: Arm = {}
+        paused = self.actuator.trees_paused()
+        now = time.monotonic()
+        for rid, index in self._covered:
+            seen = self.sources.observed((rid, index), now)
+            moves: dict[str, list[Any]] = {}
+            for phase in ("on", "off"):
+                move = reflex(obs, decision, self._policy, rid, index, replace(seen, readable=True, phase=phase))
+                targets = [self._target(records[jid], view) for jid in move.pause if jid in records]
+                moves[phase] = [[[t.job_id, t.name, [[r.pid, r.start_time] for r in t.processes]] for t in targets],
+                                [e.fields() for jid in move.resume if jid in records for e in paused.get(jid, ())]]
+            arm[arm_key(rid, index)] = moves
+        return arm
 
     def _after_act(self, acted: _Acted) -> None:
         """What a decision's act leaves for after the lock: keeping, telling, recording,
@@ -922,7 +1043,15 @@ class Daemon:
         live = {f"source {rid}/{slot_name(index)}" for rid, index in list(self.sources.slots)}
         threads = {role: did for role, did in sorted(dict(self.fast_threads).items())  # dict() copies atomically
                    if not role.startswith("source ") or role in live}
-        return {**percentiles(list(self.sources.latencies)), "threads": threads}  # list() copies atomically
+        link = self.link
+        process = None
+        if link is not None:
+            timed = list(self._link_ms)
+            process = {"pid": link.pid, "sources": len(self._covered), "failure": link.failure,
+                       "armed": self._link_counts["armed"], "not_armed": self._link_counts["not armed"],
+                       "locked": percentiles([t[0] for t in timed]), "acted": percentiles([t[1] for t in timed])}
+        return {**percentiles(list(self.sources.latencies)), "threads": threads,  # list() copies atomically
+                "reflex_process": process}
 
 
 def _origin(report: tuple[str, Any]) -> Hashable:

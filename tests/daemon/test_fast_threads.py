@@ -37,7 +37,9 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
     events, other = tmp_path / "phase.jsonl", tmp_path / "other.jsonl"
     events.touch()
     other.touch()
-    node = LocalNode(tmp_path, tick_s=0.2)
+    # the daemon's own watcher: the reflex process, which has its own (tests/e2e/test_reflex_process.py),
+    # does not load a plugin given to this daemon only
+    node = LocalNode(tmp_path, tick_s=0.2, reflex_process=False)
     source = {"kind": "jsonl", "event": "status", "field": "phase", "on": ["on"]}
     node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1071"]}, "immediate": True,
                         "during": [{"source": {**source, "path": str(events)}, "pause_fleet": {"scope": "all"}}]})

@@ -1,6 +1,7 @@
 """The reflex runs beside the decision, on the thread that read the change: a phase change
 pauses work while a decision is still being made, and that decision, made on the phase
-before, is made again rather than undo it."""
+before, is made again rather than undo it.  These daemons run their reflex inside (no
+reflex process), but for the first test, which holds for the reflex process too."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 import arbiter.daemon.core as core
 from arbiter.config.loader import load_node_config
@@ -68,13 +70,13 @@ def slow_reflex_thread(monkeypatch: Any) -> threading.Event:
 
 
 @contextmanager
-def running(tmp_path: Path, tick_s: float, n: int) -> Iterator[tuple[LocalNode, Daemon, Path, int]]:
+def running(tmp_path: Path, tick_s: float, n: int, reflex_process: bool = False) -> Iterator[tuple[LocalNode, Daemon, Path, int]]:
     """An in-process daemon with an immediate rule protecting ``sleep 1000+n`` by a JSONL
     phase, that program running and seen, and a job ``j`` (``sleep 3000+n``) started:
     (node, daemon, the phase file, the job's pid)."""
     events = tmp_path / "phase.jsonl"
     events.touch()
-    node = LocalNode(tmp_path, tick_s=tick_s)
+    node = LocalNode(tmp_path, tick_s=tick_s, reflex_process=reflex_process)
     node.add_rule("p", {"id": "p", "match": {"cmdline": [f"sleep {1000 + n}"]}, "immediate": True,
                         "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase",
                                                "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
@@ -87,14 +89,21 @@ def running(tmp_path: Path, tick_s: float, n: int) -> Iterator[tuple[LocalNode, 
         pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
         daemon.request_reload()  # a tick now: the protected program is seen
         node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running, timeout=30)
+        if reflex_process:  # the process watches the phase, and a decision has armed it
+            node.wait_for(lambda: daemon.latency_figures()["reflex_process"]["sources"] == 1, timeout=30)
+            daemon.notify_jobs()
+            time.sleep(0.3)
         yield node, daemon, events, pid
     finally:
         daemon.shutdown()
         node.close()
 
 
-def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(tmp_path: Path, monkeypatch) -> None:
-    with running(tmp_path, 5, 3) as (node, daemon, events, pid):  # a long tick: the decisions here are the test's
+@pytest.mark.parametrize("reflex_process", [False, True], ids=["inside", "reflex-process"])
+def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(tmp_path: Path, monkeypatch,
+                                                                                   reflex_process: bool) -> None:
+    # a long tick: the decisions here are the test's
+    with running(tmp_path, 5, 3, reflex_process) as (node, daemon, events, pid):
         real = core.decide
         held, entered = threading.Event(), threading.Event()
         first = [True]
@@ -133,7 +142,11 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
 
         phase(events, "off")
         wait_until(lambda: not stopped(pid), timeout=5)
-        assert len(resumes) >= 1
+        if reflex_process:  # the reflex process continued it, and the daemon's record says so
+            assert daemon.latency_figures()["reflex_process"]["armed"] >= 2
+            node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
+        else:
+            assert len(resumes) >= 1
 
 
 def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carried_out(tmp_path: Path, monkeypatch) -> None:

@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 from pydantic import Field, field_validator
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +221,8 @@ class HttpCountSource(Source):
     # --- the probe thread ---------------------------------------------------------------
 
     def _loop(self) -> None:
+        import httpx  # here: a process that never probes over HTTP does not carry it (it is large)
+
         headers = {"Accept": "application/json", **self.options.headers}
         # trust_env off: a tenant on this host is never reached through a proxy from the environment
         with httpx.Client(timeout=self.options.timeout_s, headers=headers, trust_env=False) as client:
@@ -250,6 +254,8 @@ class HttpCountSource(Source):
         return state
 
     def _fetch(self, client: httpx.Client) -> tuple[Answer | None, str]:
+        import httpx
+
         url = self.options.url
         try:
             response = client.get(url)

@@ -20,8 +20,6 @@ from typing import Any, Literal
 
 from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 from pydantic import Field, field_validator, model_validator
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI, WebSocketException
-from websockets.sync.client import connect
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +122,10 @@ class WebsocketSource(Source):
 
     def _session(self) -> str:
         """One connection, kept until it drops; returns why it ended."""
+        # here: a process with no websocket source does not carry the library (it is large)
+        from websockets.exceptions import InvalidHandshake, InvalidURI, WebSocketException
+        from websockets.sync.client import connect
+
         url = self.options.url
         self._session_opened = False
         try:
@@ -142,6 +144,8 @@ class WebsocketSource(Source):
 
     def _listen(self, conn: Any) -> str:
         """Hand over a wake-up per message until the connection ends; returns why it ended."""
+        from websockets.exceptions import ConnectionClosed, WebSocketException
+
         url = self.options.url
         with self._conn_lock:
             self._conn = conn

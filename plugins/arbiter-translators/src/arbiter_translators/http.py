@@ -14,11 +14,13 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 from arbiter.plugin import ActionResult, KindOptions, PluginContext, Translator
 from pydantic import Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    import httpx
 
 #: at most this much of an error answer is quoted back
 QUOTE_CHARS = 200
@@ -35,7 +37,18 @@ def _answer_text(response: httpx.Response) -> str:
     return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
 
 
+def _client(headers: dict[str, str]) -> httpx.Client:
+    """A client kept open between requests: the next one starts without a new connection.
+    httpx is imported here: a process that never makes one (the reflex process, a daemon
+    with no such rule) does not carry it, and it is large."""
+    import httpx
+
+    return httpx.Client(trust_env=False, headers=headers)
+
+
 def _failure(what: str, url: str, exc: Exception, timeout_s: float) -> str:
+    import httpx
+
     if isinstance(exc, httpx.TimeoutException):
         return f"{what}: {url} did not answer within {timeout_s:.3g}s"
     if isinstance(exc, httpx.HTTPError):
@@ -84,8 +97,7 @@ class HttpPostTranslator(Translator):
         super().__init__(options, context)
         self.options: HttpPostOptions = options
         self._lock = threading.Lock()  # one release of this tenant at a time, on one client
-        # kept open between releases: the next one starts without a new connection
-        self._client = httpx.Client(trust_env=False, headers=options.headers)
+        self._client = _client(options.headers)
 
     def close(self) -> None:
         self._client.close()
@@ -214,7 +226,7 @@ class HttpKnobTranslator(Translator):
         super().__init__(options, context)
         self.options: HttpKnobOptions = options
         self._lock = threading.Lock()
-        self._client = httpx.Client(trust_env=False, headers=options.headers)
+        self._client = _client(options.headers)
         self._applied: tuple[str, str, str] | None = None  # the last request that succeeded
 
     def close(self) -> None:

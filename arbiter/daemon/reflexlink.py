@@ -1,0 +1,223 @@
+"""The daemon's end of the reflex process (:mod:`arbiter.reflexhost`).
+
+The link starts the process when an immediate rule has a phase source, tells it which
+sources to watch, arms it after each decision, and hands the daemon the process's lines
+(its readings, and what it paused and resumed) in the order it wrote them.  A process that
+exits or stops answering is killed and started again later; meanwhile, and for any source
+it cannot watch, the daemon's own watchers and reflex act as they do without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from arbiter.reflexhost import ARMS_AT, CATCH_UP_S, LINES_AT, arm_key, read_count, write_count
+
+log = logging.getLogger(__name__)
+
+#: after the process was given up, how long before another is started
+RETRY_S = 10.0
+#: how long the daemon waits for the lock the process holds while it signals
+LOCK_WAIT_S = 2.0
+
+#: per source (:func:`arm_key`), per phase value (on, off), what the process does:
+#: ``[pauses, resumes]``, a pause as ``[job id, name, [[pid, start time], ...]]``, a resume
+#: as a paused entry's fields
+Arm = dict[str, dict[str, list[Any]]]
+Spec = tuple[str, int, int, str, dict[str, Any]]  # rule, index, serial, source kind, options
+
+
+class ReflexLink:
+    """:param deliver: called on the link's reader thread after lines arrive (the daemon
+    then takes them, with :meth:`take`, in order)."""
+
+    def __init__(self, setup: dict[str, Any], state_dir: Path, deliver: Callable[[], None]) -> None:
+        self.setup = {**setup, "lock": str(state_dir / "reflex.lock")}
+        self.deliver = deliver
+        self.failure = ""  # why the last process was given up
+        self._lock_fd = os.open(self.setup["lock"], os.O_RDWR | os.O_CREAT, 0o600)
+        write_count(self._lock_fd, ARMS_AT, 0)
+        write_count(self._lock_fd, LINES_AT, 0)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._specs: list[Spec] = []
+        self._arm: Arm | None = None
+        self._arms = 0
+        self._received = 0  # lines read from the process now running
+        self._pending: deque[dict[str, Any]] = deque()
+        self._cv = threading.Condition()
+        self._depth = 0  # held() is re-entered by the daemon's reflex inside a decision's act
+        self._retry_at = 0.0
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    # --- the process ------------------------------------------------------------------------
+
+    def sync(self, specs: list[Spec]) -> None:
+        """The sources the process is to watch now (starting it, if it is not running)."""
+        if self._closed:
+            return
+        if self._proc is None:
+            if not specs or time.monotonic() < self._retry_at:
+                self._specs = []
+                return
+            self._spawn()
+        if specs != self._specs:
+            self._specs = specs
+            self._send({"sources": [list(s) for s in specs]})
+
+    def _spawn(self) -> None:
+        # the counts in the lock file are this process's: the last one's are void
+        write_count(self._lock_fd, ARMS_AT, 0)
+        write_count(self._lock_fd, LINES_AT, 0)
+        self._arms, self._received, self._arm = 0, 0, None
+        self._proc = subprocess.Popen([sys.executable, "-m", "arbiter.reflexhost"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, close_fds=True)
+        assert self._proc.stdin is not None
+        os.set_blocking(self._proc.stdin.fileno(), False)
+        threading.Thread(target=self._read, args=(self._proc,), name="reflex-link", daemon=True).start()
+        self._send({"setup": self.setup})
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            with self._cv:
+                if proc is not self._proc:
+                    return
+                self._pending.append(line)
+                self._received += 1
+                self._cv.notify_all()
+            self.deliver()
+        proc.stdout.close()
+        code = proc.wait()
+        with self._cv:
+            if proc is not self._proc:
+                return
+            self._give_up(f"it exited with status {code}")
+        self.deliver()
+
+    def _give_up(self, why: str) -> None:
+        """Under ``_cv``: end the process; the daemon hears of it through a ``gone`` line."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.kill()  # its reader meets the end of its output and closes it
+        with contextlib.suppress(OSError, ValueError):
+            if proc.stdin is not None:
+                proc.stdin.close()
+        self._specs = []
+        self._cv.notify_all()
+        if self._closed:
+            return
+        self.failure = why
+        self._retry_at = time.monotonic() + RETRY_S
+        self._pending.append({"gone": why})
+        log.warning("the reflex process was given up (%s): the daemon acts on phase changes itself", why)
+
+    def _send(self, message: dict[str, Any]) -> bool:
+        """One line to the process, or give it up when it takes none for a second."""
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            return False
+        data = (json.dumps(message) + "\n").encode()
+        fd, deadline = proc.stdin.fileno(), time.monotonic() + CATCH_UP_S
+        try:
+            while data:
+                if not select.select([], [fd], [], max(0.0, deadline - time.monotonic()))[1]:
+                    raise TimeoutError("it took no message for a second")
+                data = data[os.write(fd, data):]
+        except (OSError, ValueError, TimeoutError) as exc:
+            with self._cv:
+                if proc is self._proc:
+                    self._give_up(f"a message to it failed: {exc}")
+            return False
+        return True
+
+    def close(self) -> None:
+        """Stop the process; its lines not yet taken stay for :meth:`take`."""
+        self._closed = True
+        proc = self._proc
+        if proc is not None:
+            with contextlib.suppress(OSError, ValueError):
+                assert proc.stdin is not None
+                proc.stdin.close()  # it exits when its input closes
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            with self._cv:  # the reader takes every line it wrote, then gives it up
+                if not self._cv.wait_for(lambda: self._proc is not proc, timeout=2):
+                    self._give_up("the daemon stopped")
+        os.close(self._lock_fd)
+
+    # --- acting beside it ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """The lock both processes signal under; once it is held, every line the process
+        wrote under it has arrived.  Under the daemon's act lock (which makes it
+        re-entrant)."""
+        if self._depth or self._proc is None or self._closed:
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+            return
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    with self._cv:
+                        self._give_up("it held the signalling lock for two seconds")  # its death frees the lock
+                    deadline = time.monotonic() + LOCK_WAIT_S
+                time.sleep(0.0002)
+        self._depth += 1
+        try:
+            wanted = read_count(self._lock_fd, LINES_AT)
+            with self._cv:
+                if self._proc is not None and not self._cv.wait_for(lambda: self._received >= wanted, timeout=CATCH_UP_S):
+                    self._give_up("its lines stopped arriving")
+            yield
+        finally:
+            self._depth -= 1
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def take(self) -> list[dict[str, Any]]:
+        """The lines that arrived, in order (under the daemon's act lock)."""
+        with self._cv:
+            out = list(self._pending)
+            self._pending.clear()
+        return out
+
+    def arm(self, arm: Arm) -> None:
+        """What the process does on each phase change from now on; under :meth:`held`."""
+        if self._proc is None or arm == self._arm:
+            return
+        self._arms += 1
+        if self._send({"arm": self._arms, "slots": arm}):
+            self._arm = arm
+            write_count(self._lock_fd, ARMS_AT, self._arms)

@@ -1,0 +1,153 @@
+"""The daemon's link to the reflex process, with a real process, a real JSONL file and a
+real job process: it acts on what it was armed with, under the lock both sides signal
+under, and tells the daemon what it did, in order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from arbiter.daemon.reflexlink import ReflexLink
+from arbiter.reflexhost import arm_key
+from arbiter.store import PausedJournal
+
+SPEC = ("r", 0, 1, "jsonl", {"event": "status", "field": "phase", "on": ["busy"]})
+
+
+class Linked:
+    def __init__(self, tmp_path: Path) -> None:
+        self.events = tmp_path / "events.jsonl"
+        self.events.touch()
+        self.journal = tmp_path / "paused.journal"
+        self.arrived = threading.Event()
+        setup = {"plugins": [], "disable": [], "only": ["sources", "translators"], "timeout_s": 5.0, "state_dir": str(tmp_path), "stand_in_gpu": False,
+                 "translator": "signal", "journal": str(self.journal)}
+        self.link = ReflexLink(setup, tmp_path, self.arrived.set)
+        self.lines: list[dict[str, Any]] = []
+        self.act = threading.RLock()  # the daemon's act lock, which held() is taken under
+
+    def sync(self) -> None:
+        self.link.sync([(*SPEC[:4], {**SPEC[4], "path": str(self.events)})])
+
+    def phase(self, value: str) -> None:
+        with open(self.events, "a") as fh:
+            fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
+
+    def wait_line(self, test: Any, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.act:
+                self.lines.extend(self.link.take())
+            for line in self.lines:
+                if test(line):
+                    self.lines.remove(line)
+                    return line
+            self.arrived.wait(0.05)
+            self.arrived.clear()
+        raise AssertionError(f"no such line in {self.lines}")
+
+    def arm(self, on: list[Any], off: list[Any]) -> None:
+        with self.act, self.link.held():
+            self.link.arm({arm_key("r", 0): {"on": [on, []], "off": [[], off]}})
+
+
+@pytest.fixture
+def linked(tmp_path: Path) -> Iterator[Linked]:
+    made = Linked(tmp_path)
+    yield made
+    made.link.close()
+
+
+@pytest.fixture
+def job() -> Iterator[psutil.Process]:
+    proc = subprocess.Popen(["sleep", "60"])
+    yield psutil.Process(proc.pid)
+    proc.kill()
+    proc.wait()
+
+
+def stopped(proc: psutil.Process, timeout: float = 2.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.status() == psutil.STATUS_STOPPED:
+            return True
+        time.sleep(0.002)
+    return False
+
+
+def test_armed_it_pauses_and_resumes_writes_the_journal_first_and_reports_what_it_did(linked: Linked, job: psutil.Process) -> None:
+    linked.sync()
+    first = linked.wait_line(lambda line: "state" in line)
+    assert first["slot"] == ["r", 0, 1] and "armed" not in first  # a first reading is never acted on
+    linked.phase("idle")
+    linked.wait_line(lambda line: line.get("state", {}).get("phase") == "off")
+    entry = ["j", "tree", job.pid, job.create_time(), "signal", None]
+    linked.arm([["j", "job", [[job.pid, job.create_time()]]]], [entry])
+
+    linked.phase("busy")
+    assert stopped(job)
+    line = linked.wait_line(lambda line: "did" in line)
+    assert line["armed"] and line["state"]["phase"] == "on" and line["acted_at"] >= line["state"]["changed_at"]
+    assert [op for op, _ in line["did"]] == ["pause"] and [row[2] for row in line["did"][0][1]] == [job.pid]
+    assert job.pid in {e.pid for e in PausedJournal.replay(linked.journal).values()}
+
+    linked.phase("idle")
+    line = linked.wait_line(lambda line: "did" in line)
+    assert [op for op, _ in line["did"]] == ["resume"]
+    assert job.status() != psutil.STATUS_STOPPED
+    assert not PausedJournal.replay(linked.journal)
+
+
+def test_it_waits_for_the_lock_and_acts_on_the_arm_given_under_it(linked: Linked, job: psutil.Process) -> None:
+    linked.sync()
+    linked.wait_line(lambda line: "state" in line)
+    linked.phase("idle")
+    linked.wait_line(lambda line: line.get("state", {}).get("phase") == "off")
+    linked.arm([], [])  # armed with nothing to pause
+    with linked.act, linked.link.held():
+        linked.phase("busy")
+        time.sleep(0.3)
+        assert job.status() != psutil.STATUS_STOPPED  # it waits while the daemon acts
+        # the daemon's act ends with a new arm: the process acts on this one, not the last
+        linked.link.arm({arm_key("r", 0): {"on": [[["j", "job", [[job.pid, job.create_time()]]]], []], "off": [[], []]}})
+    assert stopped(job)
+    line = linked.wait_line(lambda line: "did" in line)
+    assert line["armed"] and [op for op, _ in line["did"]] == ["pause"]
+
+
+def test_unarmed_it_acts_on_nothing_and_says_so(linked: Linked, job: psutil.Process) -> None:
+    linked.sync()
+    linked.wait_line(lambda line: "state" in line)
+    linked.phase("idle")
+    linked.wait_line(lambda line: "state" in line)
+    linked.phase("busy")
+    line = linked.wait_line(lambda line: line.get("state", {}).get("phase") == "on")
+    assert line["armed"] is False and "did" not in line
+    assert job.status() != psutil.STATUS_STOPPED
+
+
+def test_a_source_it_cannot_watch_is_left_to_the_daemon(linked: Linked) -> None:
+    linked.link.sync([("r", 0, 1, "no-such-kind", {})])
+    line = linked.wait_line(lambda line: line.get("covered") is False)
+    assert "no-such-kind" in line["why"] and "state" not in line
+
+
+def test_a_process_that_dies_is_reported_gone_and_the_lock_is_not_waited_for(linked: Linked) -> None:
+    linked.sync()
+    linked.wait_line(lambda line: "state" in line)
+    pid = linked.link.pid
+    assert pid is not None
+    psutil.Process(pid).kill()
+    gone = linked.wait_line(lambda line: "gone" in line)
+    assert "exited" in gone["gone"] and linked.link.pid is None
+    with linked.act, linked.link.held():  # nothing holds it: no wait
+        pass
+    linked.sync()  # not restarted before the retry time
+    assert linked.link.pid is None

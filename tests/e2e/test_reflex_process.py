@@ -1,0 +1,102 @@
+"""The reflex process acts on an immediate rule's phase changes beside the daemon; killed,
+it is replaced, and meanwhile the daemon acts on them itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from arbiter.demo.node import PYTHON, LocalNode
+from arbiter.store import PausedJournal
+
+
+def phase(path: Path, value: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
+
+
+def start(tmp_path: Path, **config: object) -> tuple[LocalNode, Path, int]:
+    events = tmp_path / "events.jsonl"
+    events.touch()
+    node = LocalNode(tmp_path, tick_s=5, **config)  # a long tick: only a watch can be this quick
+    node.add_rule("p", {
+        "id": "p", "match": {"cmdline": ["sleep 1011"]}, "immediate": True,
+        "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["busy"]},
+                    "pause_fleet": {"scope": "gpu"}}],
+    })
+    node.start()
+    node.spawn(["sleep", "1011"])
+    node.call("reload")
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
+    node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
+    return node, events, pid
+
+
+def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(tmp_path: Path, procs) -> None:
+    node, events, pid = start(tmp_path)
+    try:
+        process = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p, timeout=20)
+        assert process["pid"] and not process["failure"]
+        node.call("reload")  # a decision after the process reported: it is armed
+        time.sleep(0.3)
+
+        phase(events, "busy")
+        assert procs.wait(pid, {"stopped"}, timeout=2) < 1.0
+        # the pause was the reflex process's: it says so, and its journal row is there
+        node.wait_for(lambda: node.status()["fast_path"]["reflex_process"]["armed"] >= 1)
+        journal = PausedJournal.replay(node.state_dir / "paused.journal")
+        assert pid in {e.pid for e in journal.values()}
+        threads = node.status()["fast_path"]["threads"]
+        assert "in the reflex process" in threads["source p/during.0"]
+        node.wait_for(lambda: node.job("plain")["state"] == "paused")
+
+        phase(events, "idle")
+        assert procs.wait(pid, {"running", "sleeping"}, timeout=2) < 1.0
+        node.wait_for(lambda: node.job("plain")["state"] == "run")
+        assert node.status()["fast_path"]["count"] >= 2
+    finally:
+        node.close()
+    assert procs.state(pid) in {"gone", "running", "sleeping"}
+
+
+def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_path: Path, procs) -> None:
+    node, events, pid = start(tmp_path)
+    try:
+        first = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p["pid"], timeout=20)
+        node.call("reload")
+        time.sleep(0.3)
+        phase(events, "busy")
+        procs.wait(pid, {"stopped"}, timeout=2)
+        os.kill(first, signal.SIGKILL)
+        gone = node.wait_for(lambda: [e for e in node.events("PLUGIN_FAILED") if "reflex process" in e["message"]], timeout=10)
+        assert "given up" in gone[-1]["message"]
+
+        # the daemon's own watcher and reflex act meanwhile, and what the process paused is resumed
+        phase(events, "idle")
+        assert procs.wait(pid, {"running", "sleeping"}, timeout=2) < 1.0
+        phase(events, "busy")
+        assert procs.wait(pid, {"stopped"}, timeout=2) < 1.0
+        phase(events, "idle")
+        procs.wait(pid, {"running", "sleeping"}, timeout=2)
+
+        # another process starts once the retry time has passed
+        second = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"])["pid"] not in (None, first)
+                               and p["sources"] and p["pid"], timeout=30)
+        assert second != first
+    finally:
+        node.close()
+
+
+def test_reflex_process_off_keeps_the_fast_path_in_the_daemon(tmp_path: Path, procs) -> None:
+    node, events, pid = start(tmp_path, reflex_process=False)
+    try:
+        assert node.status()["fast_path"]["reflex_process"] is None
+        phase(events, "busy")
+        assert procs.wait(pid, {"stopped"}, timeout=2) < 1.0
+        assert "reflex process" not in node.status()["fast_path"]["threads"]["source p/during.0"]
+    finally:
+        node.close()
