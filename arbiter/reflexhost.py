@@ -35,6 +35,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import queue
 import struct
 import sys
 import threading
@@ -58,9 +59,9 @@ SWITCH_S = 0.0005
 Slot = tuple[str, int, int]  # rule id, source index, rule serial
 
 
-def arm_key(rule_id: str, index: int) -> str:
-    """A source's key in an arm (JSON keys are strings)."""
-    return f"{rule_id}\t{index}"
+def arm_key(rule_id: str, index: int, serial: int) -> str:
+    """A source's key in an arm (JSON keys are strings): a rule loaded anew is armed anew."""
+    return f"{rule_id}\t{index}\t{serial}"
 
 
 def read_count(fd: int, at: int) -> int:
@@ -84,10 +85,10 @@ class ReflexHost:
         name = setup["translator"]
         info = self.host.kind("translators", name)
         if info is None:
-            raise SystemExit(f"the pause translator {name!r} is not installed here")
+            raise ValueError(f"the pause translator {name!r} is not installed here")
         translator = info.cls(info.cls.Options(), PluginContext(**self.context))  # type: ignore[attr-defined]
         if not translator.bounded:
-            raise SystemExit(f"the pause translator {name!r} does not bound its own time")
+            raise ValueError(f"the pause translator {name!r} does not bound its own time")
         self.done: list[tuple[str, list[PausedEntry]]] = []  # what the actuator's last call did
         self.actuator = Actuator(self.host, {"pause": (name, translator)}, PausedJournal(setup["journal"]),
                                  lambda op, entries: self.done.append((op, list(entries))))
@@ -98,14 +99,20 @@ class ReflexHost:
         self.armed = 0
         self.armed_cv = threading.Condition()
         self.lines = 0
-        self.out_lock = threading.Lock()
+        # one reading at a time, from taking the lock to its line sent: the flock is the
+        # process's, so it keeps the daemon out but not this process's other threads
+        self.acting = threading.Lock()
         self.asked = threading.local()  # a source's thread asked the host for a core sooner
+        # sources start and stop on a thread of their own: their first readings wait for the
+        # lock, and the thread reading the daemon's messages must not (an arm may be on its way)
+        self.wanted: queue.Queue[list[Any]] = queue.Queue()
+        threading.Thread(target=self._sync_loop, name="sources", daemon=True).start()
 
     # --- from the daemon ---------------------------------------------------------------------
 
     def take(self, message: dict[str, Any]) -> None:
         if "sources" in message:
-            self.sync([tuple(s) for s in message["sources"]])
+            self.wanted.put(message["sources"])
         elif "arm" in message:
             arm = {key: {phase: ([JobTarget(jid, name, tuple(ProcessRef(*r) for r in refs)) for jid, name, refs in pause],
                                  [PausedEntry(*row) for row in resume])
@@ -115,6 +122,10 @@ class ReflexHost:
             with self.armed_cv:
                 self.arm, self.armed = arm, message["arm"]
                 self.armed_cv.notify_all()
+
+    def _sync_loop(self) -> None:
+        while True:
+            self.sync(self.wanted.get())
 
     def sync(self, wanted: list[Any]) -> None:
         by_slot = {(rid, index, serial): [kind, options] for rid, index, serial, kind, options in wanted}
@@ -142,33 +153,40 @@ class ReflexHost:
             self.sources[slot] = source
             self.specs[slot] = [kind, options]
             source.start(lambda state: self.reading(slot, state))
-            self.reading(slot, source.state())
+            self.reading(slot, source.state(), first=True)
         except Exception as exc:  # noqa: BLE001 - the daemon watches this source itself
             self.sources.pop(slot, None)
             self.specs.pop(slot, None)
-            self.send({"slot": [rid, index, serial], "covered": False, "why": f"{type(exc).__name__}: {exc}"})
+            with self.acting:
+                self.send({"slot": [rid, index, serial], "covered": False, "why": f"{type(exc).__name__}: {exc}"})
 
     # --- a source's reading ------------------------------------------------------------------
 
-    def reading(self, slot: Slot, state: SourceState) -> None:
+    def reading(self, slot: Slot, state: SourceState, first: bool = False) -> None:
         """On the source's thread: act on a phase change (not on the first reading: the
-        decision the arm comes from has seen that one), then tell the daemon."""
+        decision the arm comes from has seen that one), then tell the daemon, whatever
+        happened: it takes these lines as the source's readings."""
         if slot not in self.specs:
             return  # a source closed meanwhile
-        fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
-        try:
-            line: dict[str, Any] = {"slot": list(slot), "state": asdict(state)}
-            if not getattr(self.asked, "done", False) and threading.current_thread() is not threading.main_thread():
-                self.asked.done = True
-                line["thread"] = self.host.fast_thread(f"source {slot[0]}/during.{slot[1]}")
-            phase = state.phase if state.readable else None
-            if phase in ("on", "off"):
-                before, self.last_phase[slot] = self.last_phase.get(slot), phase
-                if before is not None and phase != before:
-                    line.update(self.act(slot, phase))
-            self.send(line)
-        finally:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+        with self.acting:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
+            try:
+                line: dict[str, Any] = {"slot": list(slot), "state": asdict(state)}
+                try:
+                    if not first and not getattr(self.asked, "done", False):
+                        self.asked.done = True
+                        line["thread"] = self.host.fast_thread(f"source {slot[0]}/during.{slot[1]}")
+                    phase = state.phase if state.readable else None
+                    if phase in ("on", "off"):
+                        before, self.last_phase[slot] = self.last_phase.get(slot), phase
+                        if before is not None and phase != before:
+                            line.update(self.act(slot, phase))
+                except Exception as exc:  # noqa: BLE001 - the daemon acts on the reading itself
+                    line.update({"armed": False, "why": f"{type(exc).__name__}: {exc}"})
+                    line.update(self.did())
+                self.send(line)
+            finally:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
     def act(self, slot: Slot, phase: str) -> dict[str, Any]:
         """What the arm says for this phase, done; under the lock."""
@@ -177,7 +195,7 @@ class ReflexHost:
         with self.armed_cv:
             if not self.armed_cv.wait_for(lambda: self.armed >= wanted, timeout=CATCH_UP_S):
                 return {"armed": False, "why": "the daemon's last arm did not arrive"}
-            moves = self.arm.get(arm_key(slot[0], slot[1]))
+            moves = self.arm.get(arm_key(*slot))
         if moves is None:
             return {"armed": False}
         pause, resume = moves[phase]
@@ -190,30 +208,47 @@ class ReflexHost:
                 self.actuator.pause_trees(batch)
         if resume:
             self.actuator.resume_entries(resume)
+        return {"armed": True, **self.did(), "locked_at": locked_at, "acted_at": time.monotonic()}
+
+    def did(self) -> dict[str, Any]:
+        """What the last act changed: the daemon takes it into its record (a pause that
+        failed stays unconfirmed there, to be tried again)."""
         did = [[op, [e.fields() for e in entries]] for op, entries in self.done if entries]
-        return {"armed": True, "did": did, "locked_at": locked_at, "acted_at": time.monotonic()}
+        self.done.clear()
+        unconfirmed = [e.fields() for e in self.actuator.paused.values() if e.key in self.actuator.unconfirmed]
+        return {"did": did, "unconfirmed": unconfirmed} if did else {}
 
     def send(self, line: dict[str, Any]) -> None:
-        with self.out_lock:
-            self.out.write(json.dumps(line) + "\n")
-            self.out.flush()
-            self.lines += 1
-            write_count(self.lock_fd, LINES_AT, self.lines)
+        """Under ``acting`` (or before any source runs)."""
+        self.out.write(json.dumps(line) + "\n")
+        self.out.flush()
+        self.lines += 1
+        write_count(self.lock_fd, LINES_AT, self.lines)
 
 
 def main() -> None:
     inp = sys.stdin
-    out = sys.stdout
-    sys.stdout = sys.stderr  # a plugin's print must not corrupt the lines to the daemon
+    # the lines to the daemon go to a descriptor of their own: what a plugin, a library or
+    # a child process writes to standard output goes to standard error
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     # a source's thread waits at most this long for the interpreter while an arm is read
     sys.setswitchinterval(SWITCH_S)
     first = inp.readline()
     if not first:
         return
-    host = ReflexHost(json.loads(first)["setup"], out)
+    try:
+        host = ReflexHost(json.loads(first)["setup"], out)
+    except Exception as exc:  # noqa: BLE001 - the daemon says why, and acts on phase changes itself
+        out.write(json.dumps({"fatal": f"it could not start: {type(exc).__name__}: {exc}"}) + "\n")
+        out.flush()
+        raise SystemExit(1) from exc
     for raw in inp:
         host.take(json.loads(raw))
-    os._exit(0)  # the daemon is gone: source threads are not waited for
+    # the daemon is gone or stopping: a reading being acted on ends and is told first
+    host.acting.acquire(timeout=CATCH_UP_S)
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -110,15 +110,17 @@ class Actuator:
                 self.unconfirmed.discard(entry.key)
         self.persist(op, entries)
 
-    def adopt(self, op: str, entries: Sequence[PausedEntry]) -> None:
+    def adopt(self, op: str, entries: Sequence[PausedEntry], unconfirmed: Iterable[PausedEntry] = ()) -> None:
         """Take into the paused set what another process paused or resumed (its journal rows
-        are written; see arbiter.reflexhost)."""
+        are written; see arbiter.reflexhost); ``unconfirmed``: of those paused, the ones whose
+        pause failed (a later pause tries them again)."""
         for entry in entries:
             if op == "pause":
                 self.paused[entry.key] = entry
             else:
                 self.paused.pop(entry.key, None)
             self.unconfirmed.discard(entry.key)
+        self.unconfirmed.update(e.key for e in unconfirmed if e.key in self.paused)
         if entries:
             self.persist(op, entries)
 

@@ -249,7 +249,9 @@ class Daemon:
             setup = {"plugins": self.config.plugins, "disable": self.config.disable_plugins, "only": sorted(only),
                      "timeout_s": self.config.plugin_timeout_s, "state_dir": str(self.state_dir),
                      "stand_in_gpu": self.config.stand_in_gpu, "translator": pause[0], "journal": str(journal_path)}
-            self.link = ReflexLink(setup, self.state_dir, lambda: self._report(("link", "link")))
+            # its lines are taken on the reflex thread, never on the link's reader: a reflex
+            # taken there would wait for lines only that reader can read
+            self.link = ReflexLink(setup, self.state_dir, lambda: self._enqueue(("link", "link")))
 
         now, now_wall = time.monotonic(), time.time()
         trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
@@ -346,8 +348,9 @@ class Daemon:
         if self.link is not None:
             self.link.close()
         with self._act_lock:  # after a reflex still acting on a source's thread, if one is
-            if self.link is not None:
-                self._take_reports([("link", "link")])  # what it paused last is resumed below
+            if self.link is not None:  # what it paused last is resumed below
+                self._take_reports([("link", "link")])
+                self._reconcile()
             failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
         self.tenants.close()
         self.tenants.restore_all("arbiter stopped")
@@ -596,8 +599,12 @@ class Daemon:
                 if changed:
                     self._inbox.put(("sourced", frozenset(changed)))
                 return
+        self._enqueue(report)
+
+    def _enqueue(self, report: tuple[str, Any]) -> None:
+        """For the reflex thread, after what waits there already."""
         with self._queued_lock:
-            self._queued[origin] += 1
+            self._queued[_origin(report)] += 1
             self._reports.put(report)
 
     def _decide_loop(self) -> None:
@@ -639,7 +646,12 @@ class Daemon:
             for kind, payload in batch:
                 if kind == "link":
                     for line in self.link.take() if self.link is not None else ():
-                        self._from_link(line, changed)
+                        try:
+                            self._from_link(line, changed)
+                        except Exception as exc:  # the lines after it are still taken
+                            log.exception("a line of the reflex process failed")
+                            self._record(codes.PLUGIN_FAILED, "node", f"a line of the reflex process failed: "
+                                         f"{type(exc).__name__}: {exc}")
                     continue
                 if kind == "helper_gone":
                     if self.sources.helper_gone(payload):
@@ -660,25 +672,27 @@ class Daemon:
         return changed
 
     def _from_link(self, line: dict[str, Any], changed: set[str]) -> None:
-        """A line of the reflex process: its reading of a source, and what it did on it."""
+        """A line of the reflex process: its reading of a source, and what it did on it
+        (taken into the record first, whoever the line is from now)."""
         if "gone" in line:
             self._covered.clear()
+            self._reconcile()
             self._record(codes.PLUGIN_FAILED, "node", f"the reflex process was given up ({line['gone']}): phase "
                          "changes are acted on inside the daemon until another starts")
             return
+        for op, rows in line.get("did", ()):
+            self.actuator.adopt(op, [PausedEntry(*row) for row in rows], [PausedEntry(*row) for row in line["unconfirmed"]])
+        if line.get("did"):
+            self._reflexes += 1  # a decision begun before could undo it
         rid, index, serial = line["slot"]
         key = (rid, index)
         slot = self.sources.slots.get(key)
-        if slot is None or slot.serial != serial:
-            return  # of a rule since reloaded
+        if slot is None or slot.serial != serial or line.get("stale"):
+            return  # of a rule since reloaded, or of a process given up: the reading no longer counts
         if "state" not in line:
             self._covered.pop(key, None)
             log.info("the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why"))
             return
-        for op, rows in line.get("did", ()):
-            self.actuator.adopt(op, [PausedEntry(*row) for row in rows])
-        if line.get("did"):
-            self._reflexes += 1  # a decision begun before could undo it
         self._covered[key] = serial
         if "thread" in line:
             self.fast_threads[f"source {rid}/{slot_name(index)}"] = f"{line['thread']} (in the reflex process)"
@@ -693,6 +707,22 @@ class Daemon:
                 self._acted_ms.extend(self.sources.decided(line["acted_at"]))
             else:
                 self._reflex(rid, index)
+
+    def _reconcile(self) -> None:
+        """After the reflex process is gone: what the journal holds paused that the record
+        lacks (it wrote the row, then died before its line went out) is taken in, and what
+        the record holds that the journal says was resumed is kept but tried again.  Both
+        are kept unconfirmed: a decision pauses them again where it must, and resumes them
+        where it must.  Under _act_lock."""
+        if self.journal.failures:
+            return  # a journal with rows missing says nothing of what was resumed
+        journal = PausedJournal.replay(self.journal.path)
+        paused = self.actuator.paused
+        missing = [e for key, e in journal.items() if key not in paused]
+        resumed = [e for key, e in paused.items() if key not in journal]
+        if missing:
+            self.actuator.adopt("pause", missing, missing)
+        self.actuator.unconfirmed.update(e.key for e in resumed)
 
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
         """A session helper's report (from a socket thread)."""
@@ -709,8 +739,9 @@ class Daemon:
                 with self._act_lock:
                     self.sources.sync(wanted, dict(self._view.rule_uids))
                     for key, state in readings.items():
-                        if key not in self._covered:
-                            self.sources.own(key, state, "tick")
+                        # the reflex process's readings stand for a source it watches, but
+                        # a newer reading here still counts (its watcher may have stalled)
+                        self.sources.own(key, state, "tick")
                     self._sync_link()
             elif kind == "policy":
                 self._policy = payload
@@ -971,7 +1002,7 @@ class Daemon:
         arm: Arm = {}
         paused = self.actuator.trees_paused()
         now = time.monotonic()
-        for rid, index in self._covered:
+        for (rid, index), serial in self._covered.items():
             seen = self.sources.observed((rid, index), now)
             moves: dict[str, list[Any]] = {}
             for phase in ("on", "off"):
@@ -979,7 +1010,7 @@ class Daemon:
                 targets = [self._target(records[jid], view) for jid in move.pause if jid in records]
                 moves[phase] = [[[t.job_id, t.name, [[r.pid, r.start_time] for r in t.processes]] for t in targets],
                                 [e.fields() for jid in move.resume if jid in records for e in paused.get(jid, ())]]
-            arm[arm_key(rid, index)] = moves
+            arm[arm_key(rid, index, serial)] = moves
         return arm
 
     def _after_act(self, acted: _Acted) -> None:

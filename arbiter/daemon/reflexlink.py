@@ -49,8 +49,6 @@ class ReflexLink:
         self.deliver = deliver
         self.failure = ""  # why the last process was given up
         self._lock_fd = os.open(self.setup["lock"], os.O_RDWR | os.O_CREAT, 0o600)
-        write_count(self._lock_fd, ARMS_AT, 0)
-        write_count(self._lock_fd, LINES_AT, 0)
         self._proc: subprocess.Popen[bytes] | None = None
         self._specs: list[Spec] = []
         self._arm: Arm | None = None
@@ -76,7 +74,13 @@ class ReflexLink:
             if not specs or time.monotonic() < self._retry_at:
                 self._specs = []
                 return
-            self._spawn()
+            try:
+                self._spawn()
+            except OSError as exc:  # out of processes or descriptors: the daemon acts itself meanwhile
+                self.failure = f"it could not be started: {exc.strerror or exc}"
+                self._retry_at = time.monotonic() + RETRY_S
+                log.warning("the reflex process %s", self.failure)
+                return
         if specs != self._specs:
             self._specs = specs
             self._send({"sources": [list(s) for s in specs]})
@@ -95,16 +99,22 @@ class ReflexLink:
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
-        for raw in proc.stdout:
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue
+        fatal = ""
+        for raw in proc.stdout:  # to its end, even once given up: what it did still counts
             with self._cv:
-                if proc is not self._proc:
-                    return
+                current = proc is self._proc
+                if current:
+                    self._received += 1
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue
+                if not current:
+                    line["stale"] = True  # its readings no longer count
+                if "fatal" in line:
+                    fatal = line["fatal"]
+                    continue
                 self._pending.append(line)
-                self._received += 1
                 self._cv.notify_all()
             self.deliver()
         proc.stdout.close()
@@ -112,7 +122,7 @@ class ReflexLink:
         with self._cv:
             if proc is not self._proc:
                 return
-            self._give_up(f"it exited with status {code}")
+            self._give_up(fatal or f"it exited with status {code}")
         self.deliver()
 
     def _give_up(self, why: str) -> None:
@@ -184,27 +194,29 @@ class ReflexLink:
             finally:
                 self._depth -= 1
             return
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
+        deadline, locked = time.monotonic() + LOCK_WAIT_S, False
+        while not locked:
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
+                locked = True
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    with self._cv:
-                        self._give_up("it held the signalling lock for two seconds")  # its death frees the lock
-                    deadline = time.monotonic() + LOCK_WAIT_S
+                    with self._cv:  # killed, it signals nothing more: go on without the lock
+                        self._give_up("it held the signalling lock for two seconds")
+                    break
                 time.sleep(0.0002)
         self._depth += 1
         try:
-            wanted = read_count(self._lock_fd, LINES_AT)
-            with self._cv:
-                if self._proc is not None and not self._cv.wait_for(lambda: self._received >= wanted, timeout=CATCH_UP_S):
-                    self._give_up("its lines stopped arriving")
+            if locked:
+                wanted = read_count(self._lock_fd, LINES_AT)
+                with self._cv:
+                    if self._proc is not None and not self._cv.wait_for(lambda: self._received >= wanted, timeout=CATCH_UP_S):
+                        self._give_up("its lines stopped arriving")
             yield
         finally:
             self._depth -= 1
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def take(self) -> list[dict[str, Any]]:
         """The lines that arrived, in order (under the daemon's act lock)."""

@@ -143,7 +143,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
         phase(events, "off")
         wait_until(lambda: not stopped(pid), timeout=5)
         if reflex_process:  # the reflex process continued it, and the daemon's record says so
-            assert daemon.latency_figures()["reflex_process"]["armed"] >= 2
+            node.wait_for(lambda: daemon.latency_figures()["reflex_process"]["armed"] >= 2, timeout=5)
             node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
         else:
             assert len(resumes) >= 1
@@ -266,3 +266,23 @@ def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path
         daemon._on_source("p", 0, SourceState(readable=True, phase="on", changed_at=time.monotonic()))
         time.sleep(0.2)
         assert not stopped(pid) and not daemon.actuator.paused
+
+
+def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_nothing_stopped(tmp_path: Path) -> None:
+    """Its journal row written and its job stopped, but its line never sent: the daemon takes
+    the row in from the journal when the process is gone, and the decision continues the job."""
+    import os
+    import signal
+
+    from arbiter.store import PausedEntry, PausedJournal
+
+    with running(tmp_path, 0.2, 13, reflex_process=True) as (node, daemon, events, pid):
+        job_id = node.job("j")["id"]
+        assert daemon.link is not None and daemon.link.pid is not None
+        journal = PausedJournal(daemon.journal.path)  # as the reflex process does: the row, then the signal
+        journal.append("pause", PausedEntry(job_id, "tree", pid, psutil.Process(pid).create_time(), "signal"))
+        journal.close()
+        os.kill(pid, signal.SIGSTOP)
+        os.kill(daemon.link.pid, signal.SIGKILL)
+        wait_until(lambda: not stopped(pid), timeout=10)
+        node.wait_for(lambda: not daemon.actuator.paused, timeout=5)

@@ -55,7 +55,7 @@ class Linked:
 
     def arm(self, on: list[Any], off: list[Any]) -> None:
         with self.act, self.link.held():
-            self.link.arm({arm_key("r", 0): {"on": [on, []], "off": [[], off]}})
+            self.link.arm({arm_key("r", 0, 1): {"on": [on, []], "off": [[], off]}})
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_it_waits_for_the_lock_and_acts_on_the_arm_given_under_it(linked: Linked
         time.sleep(0.3)
         assert job.status() != psutil.STATUS_STOPPED  # it waits while the daemon acts
         # the daemon's act ends with a new arm: the process acts on this one, not the last
-        linked.link.arm({arm_key("r", 0): {"on": [[["j", "job", [[job.pid, job.create_time()]]]], []], "off": [[], []]}})
+        linked.link.arm({arm_key("r", 0, 1): {"on": [[["j", "job", [[job.pid, job.create_time()]]]], []], "off": [[], []]}})
     assert stopped(job)
     line = linked.wait_line(lambda line: "did" in line)
     assert line["armed"] and [op for op, _ in line["did"]] == ["pause"]
@@ -139,6 +139,23 @@ def test_a_source_it_cannot_watch_is_left_to_the_daemon(linked: Linked) -> None:
     assert "no-such-kind" in line["why"] and "state" not in line
 
 
+def test_a_process_that_cannot_start_says_why(tmp_path: Path) -> None:
+    arrived = threading.Event()
+    setup = {"plugins": [], "disable": [], "only": ["sources"], "timeout_s": 5.0, "state_dir": str(tmp_path),
+             "stand_in_gpu": False, "translator": "signal", "journal": str(tmp_path / "j")}
+    link = ReflexLink(setup, tmp_path, arrived.set)  # the translators' plugin left out
+    try:
+        link.sync([(*SPEC[:4], {**SPEC[4], "path": str(tmp_path / "e.jsonl")})])
+        assert arrived.wait(20)
+        deadline = time.monotonic() + 10
+        while link.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "the pause translator 'signal' is not installed here" in link.failure
+        assert [line for line in link.take() if "gone" in line]
+    finally:
+        link.close()
+
+
 def test_a_process_that_dies_is_reported_gone_and_the_lock_is_not_waited_for(linked: Linked) -> None:
     linked.sync()
     linked.wait_line(lambda line: "state" in line)
@@ -151,3 +168,32 @@ def test_a_process_that_dies_is_reported_gone_and_the_lock_is_not_waited_for(lin
         pass
     linked.sync()  # not restarted before the retry time
     assert linked.link.pid is None
+
+
+def test_two_sources_changing_at_once_each_report_what_they_did(linked: Linked, tmp_path: Path) -> None:
+    other = tmp_path / "other.jsonl"
+    other.touch()
+    jobs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        procs = [psutil.Process(p.pid) for p in jobs]
+        linked.link.sync([(*SPEC[:4], {**SPEC[4], "path": str(linked.events)}),
+                          ("r", 1, 1, "jsonl", {**SPEC[4], "path": str(other)})])
+        for index, path in enumerate((linked.events, other)):
+            linked.wait_line(lambda line, i=index: line.get("slot") == ["r", i, 1])
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"event": "status", "phase": "idle"}) + "\n")
+            linked.wait_line(lambda line, i=index: line.get("slot") == ["r", i, 1] and line["state"]["phase"] == "off")
+        with linked.act, linked.link.held():
+            linked.link.arm({arm_key("r", i, 1): {"on": [[[f"j{i}", "job", [[p.pid, p.create_time()]]]], []], "off": [[], []]}
+                             for i, p in enumerate(procs)})
+        for path in (linked.events, other):  # as close together as two writes come
+            with open(path, "a") as fh:
+                fh.write(json.dumps({"event": "status", "phase": "busy"}) + "\n")
+        assert all(stopped(p) for p in procs)
+        for i, p in enumerate(procs):
+            line = linked.wait_line(lambda line, i=i: line.get("slot") == ["r", i, 1] and "did" in line)
+            assert [[row[0], row[2]] for op, rows in line["did"] for row in rows] == [[f"j{i}", p.pid]]
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait()
