@@ -32,6 +32,7 @@ last reflex.  The process exits when its standard input closes (the daemon is go
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -155,8 +156,11 @@ class ReflexHost:
             source.start(lambda state: self.reading(slot, state))
             self.reading(slot, source.state(), first=True)
         except Exception as exc:  # noqa: BLE001 - the daemon watches this source itself
-            self.sources.pop(slot, None)
             self.specs.pop(slot, None)
+            started = self.sources.pop(slot, None)
+            if started is not None:
+                with contextlib.suppress(Exception):
+                    started.close()
             with self.acting:
                 self.send({"slot": [rid, index, serial], "covered": False, "why": f"{type(exc).__name__}: {exc}"})
 

@@ -199,6 +199,7 @@ class Daemon:
         # the sources the reflex process watches (slot → rule serial), under _act_lock: the
         # daemon's own watchers' readings of them are dropped, its lines are their readings
         self._covered: dict[SlotKey, int] = {}
+        self._link_seen: dict[SlotKey, float] = {}  # when its last reading of each came
         # phase changes it acted on (armed) or left to the daemon (not armed yet), and per
         # change it acted on, ms from the source's reading to the lock taken and to the last signal
         self._link_counts = Counter[str]()
@@ -694,6 +695,7 @@ class Daemon:
             log.info("the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why"))
             return
         self._covered[key] = serial
+        self._link_seen[key] = time.monotonic()
         if "thread" in line:
             self.fast_threads[f"source {rid}/{slot_name(index)}"] = f"{line['thread']} (in the reflex process)"
         raw = line["state"]
@@ -714,15 +716,20 @@ class Daemon:
         the record holds that the journal says was resumed is kept but tried again.  Both
         are kept unconfirmed: a decision pauses them again where it must, and resumes them
         where it must.  Under _act_lock."""
-        if self.journal.failures:
-            return  # a journal with rows missing says nothing of what was resumed
-        journal = PausedJournal.replay(self.journal.path)
+        try:
+            journal = PausedJournal.replay(self.journal.path)
+        except OSError as exc:
+            log.error("cannot read the pause journal after the reflex process: %s", exc)
+            return
         paused = self.actuator.paused
         missing = [e for key, e in journal.items() if key not in paused]
-        resumed = [e for key, e in paused.items() if key not in journal]
+        # a journal with rows of the daemon's own missing says nothing of what was resumed
+        resumed = [] if self.journal.failures else [e for key, e in paused.items() if key not in journal]
         if missing:
             self.actuator.adopt("pause", missing, missing)
         self.actuator.unconfirmed.update(e.key for e in resumed)
+        if missing or resumed:
+            self._reflexes += 1  # a decision made before this could undo it
 
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
         """A session helper's report (from a socket thread)."""
@@ -738,10 +745,13 @@ class Daemon:
                 self._view, wanted, readings, self._certs = payload
                 with self._act_lock:
                     self.sources.sync(wanted, dict(self._view.rule_uids))
+                    quiet = time.monotonic() - 2 * self.config.tick_s
                     for key, state in readings.items():
-                        # the reflex process's readings stand for a source it watches, but
-                        # a newer reading here still counts (its watcher may have stalled)
-                        self.sources.own(key, state, "tick")
+                        # the reflex process's readings stand for a source it watches (the
+                        # daemon's own watcher may lag behind it), but one quiet for two ticks
+                        # may have stalled: then this reading counts where it is newer
+                        if key not in self._covered or self._link_seen.get(key, 0.0) < quiet:
+                            self.sources.own(key, state, "tick")
                     self._sync_link()
             elif kind == "policy":
                 self._policy = payload

@@ -28,8 +28,10 @@ from arbiter.reflexhost import ARMS_AT, CATCH_UP_S, LINES_AT, arm_key, read_coun
 
 log = logging.getLogger(__name__)
 
-#: after the process was given up, how long before another is started
+#: after the process was given up, how long before another is started (doubling up to the
+#: second while each fails)
 RETRY_S = 10.0
+RETRY_MAX_S = 600.0
 #: how long the daemon waits for the lock the process holds while it signals
 LOCK_WAIT_S = 2.0
 
@@ -58,6 +60,8 @@ class ReflexLink:
         self._cv = threading.Condition()
         self._depth = 0  # held() is re-entered by the daemon's reflex inside a decision's act
         self._retry_at = 0.0
+        self._retry_s = RETRY_S
+        self._readers = 0  # reader threads running (the process's, and one given up still being read)
         self._closed = False
 
     @property
@@ -94,44 +98,55 @@ class ReflexLink:
                                       stdout=subprocess.PIPE, close_fds=True)
         assert self._proc.stdin is not None
         os.set_blocking(self._proc.stdin.fileno(), False)
+        self._readers += 1
         threading.Thread(target=self._read, args=(self._proc,), name="reflex-link", daemon=True).start()
         self._send({"setup": self.setup})
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        """Every line of ``proc`` to the end of its output, even once it was given up (what
+        it did still counts; its readings then do not), and then ``gone``: after all of them."""
         assert proc.stdout is not None
         fatal = ""
-        for raw in proc.stdout:  # to its end, even once given up: what it did still counts
+        try:
+            for raw in proc.stdout:
+                with self._cv:
+                    current = proc is self._proc
+                    if current:
+                        self._received += 1
+                    try:
+                        line = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if "fatal" in line:
+                        fatal = line["fatal"]
+                        continue
+                    if not current:
+                        line["stale"] = True
+                    elif "state" in line:
+                        self._retry_s = RETRY_S  # it works: a later failure is tried again soon
+                    self._pending.append(line)
+                    self._cv.notify_all()
+                self.deliver()
+        finally:
+            proc.stdout.close()
+            code = proc.wait()
             with self._cv:
-                current = proc is self._proc
-                if current:
-                    self._received += 1
-                try:
-                    line = json.loads(raw)
-                except ValueError:
-                    continue
-                if not current:
-                    line["stale"] = True  # its readings no longer count
-                if "fatal" in line:
-                    fatal = line["fatal"]
-                    continue
-                self._pending.append(line)
+                if proc is self._proc:
+                    self._give_up(fatal or f"it exited with status {code}")
+                if not self._closed:
+                    self._pending.append({"gone": self.failure})
+                self._readers -= 1
                 self._cv.notify_all()
             self.deliver()
-        proc.stdout.close()
-        code = proc.wait()
-        with self._cv:
-            if proc is not self._proc:
-                return
-            self._give_up(fatal or f"it exited with status {code}")
-        self.deliver()
 
     def _give_up(self, why: str) -> None:
-        """Under ``_cv``: end the process; the daemon hears of it through a ``gone`` line."""
+        """Under ``_cv``: end the process (its reader then says ``gone``); another starts
+        after a wait that doubles with each failure in a row."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
         with contextlib.suppress(OSError):
-            proc.kill()  # its reader meets the end of its output and closes it
+            proc.kill()
         with contextlib.suppress(OSError, ValueError):
             if proc.stdin is not None:
                 proc.stdin.close()
@@ -140,9 +155,14 @@ class ReflexLink:
         if self._closed:
             return
         self.failure = why
-        self._retry_at = time.monotonic() + RETRY_S
-        self._pending.append({"gone": why})
+        self._retry_at = time.monotonic() + self._retry_s
+        self._retry_s = min(2 * self._retry_s, RETRY_MAX_S)
         log.warning("the reflex process was given up (%s): the daemon acts on phase changes itself", why)
+
+    def _drained(self) -> bool:
+        """Under ``_cv``, after a give-up: wait until every line of the processes given up
+        is read (each reader ends with ``gone``)."""
+        return self._cv.wait_for(lambda: not self._readers, timeout=CATCH_UP_S)
 
     def _send(self, message: dict[str, Any]) -> bool:
         """One line to the process, or give it up when it takes none for a second."""
@@ -164,20 +184,21 @@ class ReflexLink:
         return True
 
     def close(self) -> None:
-        """Stop the process; its lines not yet taken stay for :meth:`take`."""
+        """Stop the process and read its last lines; they stay for :meth:`take`."""
         self._closed = True
         proc = self._proc
         if proc is not None:
             with contextlib.suppress(OSError, ValueError):
                 assert proc.stdin is not None
-                proc.stdin.close()  # it exits when its input closes
+                proc.stdin.close()  # it exits when its input closes, once a reading in hand is told
             try:
                 proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 proc.kill()
-            with self._cv:  # the reader takes every line it wrote, then gives it up
-                if not self._cv.wait_for(lambda: self._proc is not proc, timeout=2):
-                    self._give_up("the daemon stopped")
+        with self._cv:
+            if not self._cv.wait_for(lambda: not self._readers, timeout=2):
+                self._give_up("the daemon stopped")
+                self._cv.wait_for(lambda: not self._readers, timeout=2)
         os.close(self._lock_fd)
 
     # --- acting beside it ---------------------------------------------------------------------
@@ -201,8 +222,9 @@ class ReflexLink:
                 locked = True
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    with self._cv:  # killed, it signals nothing more: go on without the lock
+                    with self._cv:  # killed, it signals nothing more: go on without the lock, with its lines
                         self._give_up("it held the signalling lock for two seconds")
+                        self._drained()
                     break
                 time.sleep(0.0002)
         self._depth += 1
@@ -212,6 +234,7 @@ class ReflexLink:
                 with self._cv:
                     if self._proc is not None and not self._cv.wait_for(lambda: self._received >= wanted, timeout=CATCH_UP_S):
                         self._give_up("its lines stopped arriving")
+                        self._drained()
             yield
         finally:
             self._depth -= 1
