@@ -102,13 +102,7 @@ class Actuator:
         if not entries:
             return
         self.journal.append_many(op, entries)
-        for entry in entries:
-            if op == "pause":
-                self.paused[entry.key] = entry
-            else:
-                self.paused.pop(entry.key, None)
-                self.unconfirmed.discard(entry.key)
-        self.persist(op, entries)
+        self.adopt(op, entries)
 
     def adopt(self, op: str, entries: Sequence[PausedEntry], unconfirmed: Iterable[PausedEntry] = ()) -> None:
         """Take into the paused set what another process paused or resumed (its journal rows
