@@ -46,6 +46,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from arbiter.daemon.act import Actuator
+from arbiter.daemon.limits import cap_malloc_arenas
 from arbiter.plugin import JobTarget, PluginContext, ProcessRef, Source, SourceState
 from arbiter.pluginmanager import PROJECT, PluginHost, build_plugin_manager
 from arbiter.store import PausedEntry, PausedJournal
@@ -239,6 +240,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     # a source's thread waits at most this long for the interpreter while an arm is read
     sys.setswitchinterval(SWITCH_S)
+    cap_malloc_arenas()
     first = inp.readline()
     if not first:
         return

@@ -8,44 +8,17 @@ import os
 import signal
 from pathlib import Path
 
-try:
-    import resource
-except ImportError:  # pragma: no cover - not a POSIX host
-    resource = None  # type: ignore[assignment]
-
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
+from arbiter.daemon.limits import cap_malloc_arenas, raise_open_file_limit
 from arbiter.daemon.secure import UnsafeStateDir
 from arbiter.daemon.notify import Notifier, status_line
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 from arbiter.signal_relay import relay_signals
 from arbiter.store import PausedJournal, Store
 from arbiter.transport import DaemonUnavailable, request
-
-
-#: the soft open-file limit the daemon raises itself to, where the hard limit allows
-OPEN_FILES_WANTED = 65536
-
-
-def raise_open_file_limit(wanted: int = OPEN_FILES_WANTED) -> tuple[int, int] | None:
-    """Raise this process's soft open-file limit to ``wanted`` (or the hard limit, if lower):
-    plugins keep a share of it open between ticks (``open_file_share``), and a service
-    manager's usual soft limit, 1024, leaves the process table a quarter of a thousand
-    processes' files, so it opens and closes the rest on every tick.  Returns (before,
-    after) when it raised it, None when it did not need to or could not."""
-    if resource is None:
-        return None
-    try:
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        if soft == resource.RLIM_INFINITY or soft >= target:
-            return None
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (OSError, ValueError):
-        return None
-    return soft, target
 
 
 def _running_daemon(cfg: NodeConfig) -> str | None:
@@ -62,6 +35,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if _running_daemon(cfg):
         raise CliError(f"a daemon already runs with state_dir {cfg.state_path()}; `arbiter status` shows it")
+    cap_malloc_arenas()  # before any thread, each of which would take an arena
     raised = raise_open_file_limit()  # before the plugins, which size what they keep open by it
     if raised is not None:
         logging.getLogger("arbiter").info("open-file limit raised from %d to %d", *raised)

@@ -11,21 +11,36 @@ entry point group like any plugin.
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from arbiter.plugin import hookimpl
 
 from arbiter_testing.fake_profile import FakeProfileTranslator
 from arbiter_testing.fake_reader import FakeReader, write_state
-from arbiter_testing.fake_servers import (
-    FakeDiffusionServer,
-    FakeLlmServer,
-    FakeModel,
-    RecordingServer,
-    wait_until,
-)
-from arbiter_testing.users import ChildFailed, run_as
-from arbiter_testing.vram_board import GIB, VramBoard
+
+if TYPE_CHECKING:
+    from arbiter_testing.fake_servers import FakeDiffusionServer, FakeLlmServer, FakeModel, RecordingServer, wait_until
+    from arbiter_testing.users import ChildFailed, run_as
+    from arbiter_testing.vram_board import GIB, VramBoard
+
+#: the helpers tests import, loaded on first use: a daemon loads this plugin for its two
+#: kinds, and the fake servers would bring it an HTTP server and a websocket library
+#: (megabytes of its memory) it never uses
+_LAZY = {
+    "FakeDiffusionServer": "fake_servers", "FakeLlmServer": "fake_servers", "FakeModel": "fake_servers",
+    "RecordingServer": "fake_servers", "wait_until": "fake_servers",
+    "ChildFailed": "users", "run_as": "users",
+    "GIB": "vram_board", "VramBoard": "vram_board",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+
 
 __all__ = [
     "GIB",
