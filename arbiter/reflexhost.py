@@ -209,12 +209,15 @@ class ReflexHost:
         self.actuator.paused.clear()  # the daemon keeps the record; each act starts afresh
         self.actuator.unconfirmed.clear()
         # the job taking the most GPU time comes first, alone (see the daemon's reflex)
+        first_at = None
         for batch in (pause[:1], pause[1:]):
             if batch:
                 self.actuator.pause_trees(batch)
+                first_at = first_at or time.monotonic()
         if resume:
             self.actuator.resume_entries(resume)
-        return {"armed": True, **self.did(), "locked_at": locked_at, "acted_at": time.monotonic()}
+        acted_at = time.monotonic()
+        return {"armed": True, **self.did(), "locked_at": locked_at, "first_at": first_at or acted_at, "acted_at": acted_at}
 
     def did(self) -> dict[str, Any]:
         """What the last act changed: the daemon takes it into its record (a pause that

@@ -201,9 +201,10 @@ class Daemon:
         self._covered: dict[SlotKey, int] = {}
         self._link_seen: dict[SlotKey, float] = {}  # when its last reading of each came
         # phase changes it acted on (armed) or left to the daemon (not armed yet), and per
-        # change it acted on, ms from the source's reading to the lock taken and to the last signal
+        # change it acted on, ms from the source's reading to the lock taken, to the first
+        # signal (the job taking the most GPU time, or the resumes) and to the last
         self._link_counts = Counter[str]()
-        self._link_ms: deque[tuple[float, float]] = deque(maxlen=LATENCY_WINDOW)
+        self._link_ms: deque[tuple[float, ...]] = deque(maxlen=LATENCY_WINDOW)
 
     # --- start and stop -----------------------------------------------------------------------
 
@@ -702,7 +703,8 @@ class Daemon:
         if "armed" in line:
             self._link_counts["armed" if line["armed"] else "not armed"] += 1
             if line["armed"]:
-                self._link_ms.append(((line["locked_at"] - raw["changed_at"]) * 1000, (line["acted_at"] - raw["changed_at"]) * 1000))
+                self._link_ms.append(tuple((line.get(at, line["acted_at"]) - raw["changed_at"]) * 1000
+                                           for at in ("locked_at", "first_at", "acted_at")))
         if self.sources.own(key, SourceState(**{**raw, "models": tuple(raw["models"])}), "watch"):
             changed.add(rid)
             if line.get("armed"):
@@ -1090,7 +1092,8 @@ class Daemon:
             timed = list(self._link_ms)
             process = {"pid": link.pid, "sources": len(self._covered), "failure": link.failure,
                        "armed": self._link_counts["armed"], "not_armed": self._link_counts["not armed"],
-                       "locked": percentiles([t[0] for t in timed]), "acted": percentiles([t[1] for t in timed])}
+                       "locked": percentiles([t[0] for t in timed]), "first": percentiles([t[1] for t in timed]),
+                       "acted": percentiles([t[2] for t in timed])}
         return {**percentiles(list(self.sources.latencies)), "threads": threads,  # list() copies atomically
                 "reflex_process": process}
 

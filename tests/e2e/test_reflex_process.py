@@ -58,6 +58,9 @@ def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(t
         assert procs.wait(pid, {"running", "sleeping"}, timeout=2) < 1.0
         node.wait_for(lambda: node.job("plain")["state"] == "run")
         assert node.status()["fast_path"]["count"] >= 2
+        timed = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"])["acted"]["count"] >= 2 and p)
+        assert timed["locked"]["count"] == timed["first"]["count"] == timed["acted"]["count"]
+        assert timed["locked"]["p50_ms"] <= timed["first"]["p50_ms"] <= timed["acted"]["p50_ms"]
     finally:
         node.close()
     assert procs.state(pid) in {"gone", "running", "sleeping"}
