@@ -208,14 +208,18 @@ class ReflexHost:
         self.done.clear()
         self.actuator.paused.clear()  # the daemon keeps the record; each act starts afresh
         self.actuator.unconfirmed.clear()
-        # the job taking the most GPU time comes first, alone (see the daemon's reflex)
+        # the job taking the most GPU time comes first, alone (see the daemon's reflex), and
+        # the first job to resume too: the others' signals wake fifty processes at once
         first_at = None
         for batch in (pause[:1], pause[1:]):
             if batch:
                 self.actuator.pause_trees(batch)
                 first_at = first_at or time.monotonic()
-        if resume:
-            self.actuator.resume_entries(resume)
+        lead = resume[0].job_id if resume else None
+        for entries in ([e for e in resume if e.job_id == lead], [e for e in resume if e.job_id != lead]):
+            if entries:
+                self.actuator.resume_entries(entries)
+                first_at = first_at or time.monotonic()
         acted_at = time.monotonic()
         return {"armed": True, **self.did(), "locked_at": locked_at, "first_at": first_at or acted_at, "acted_at": acted_at}
 

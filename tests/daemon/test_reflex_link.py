@@ -106,6 +106,33 @@ def test_armed_it_pauses_and_resumes_writes_the_journal_first_and_reports_what_i
     assert not PausedJournal.replay(linked.journal)
 
 
+def test_the_first_job_is_paused_and_resumed_alone_then_the_others(linked: Linked) -> None:
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    try:
+        jobs = [psutil.Process(p.pid) for p in procs]
+        linked.sync()
+        linked.wait_line(lambda line: "state" in line)
+        linked.phase("idle")
+        linked.wait_line(lambda line: line.get("state", {}).get("phase") == "off")
+        linked.arm([[f"j{i}", f"job{i}", [[j.pid, j.create_time()]]] for i, j in enumerate(jobs)], [])
+        linked.phase("busy")
+        line = linked.wait_line(lambda line: "did" in line)
+        assert [[row[0] for row in rows] for _, rows in line["did"]] == [["j0"], ["j1", "j2"]]
+        assert all(stopped(j) for j in jobs)
+
+        linked.arm([], [row for _, rows in reversed(line["did"]) for row in rows])  # j1, j2, then j0
+        linked.phase("idle")
+        line = linked.wait_line(lambda line: "did" in line)
+        assert [op for op, _ in line["did"]] == ["resume", "resume"]
+        assert [[row[0] for row in rows] for _, rows in line["did"]] == [["j1"], ["j2", "j0"]]
+        assert line["locked_at"] <= line["first_at"] <= line["acted_at"]
+        assert all(j.status() != psutil.STATUS_STOPPED for j in jobs)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
 def test_it_waits_for_the_lock_and_acts_on_the_arm_given_under_it(linked: Linked, job: psutil.Process) -> None:
     linked.sync()
     linked.wait_line(lambda line: "state" in line)
