@@ -196,9 +196,11 @@ class Daemon:
         self._socket: SocketServer | None = None
         self.notifier = Notifier(None, None)  # serve() gives it the service manager's, if any
         self.link: ReflexLink | None = None  # the reflex process, where the pause translator allows one
-        # the sources the reflex process watches (slot → rule serial), under _act_lock: the
-        # daemon's own watchers' readings of them are dropped, its lines are their readings
+        # the sources the reflex process watches (slot → rule serial), under _act_lock: its
+        # lines are their readings; the daemon's own watchers' last reports of them are set
+        # aside, to be taken if it goes
         self._covered: dict[SlotKey, int] = {}
+        self._set_aside: dict[SlotKey, SourceState] = {}
         self._link_seen: dict[SlotKey, float] = {}  # when its last reading of each came
         # phase changes it acted on (armed) or left to the daemon (not armed yet), and per
         # change it acted on, ms from the source's reading to the lock taken, to the first
@@ -566,6 +568,7 @@ class Daemon:
         """Called from a source's own thread."""
         # every report of every source passes here: the rule is looked up, and nothing made
         if (rule_id, index) in self._covered:
+            self._set_aside[(rule_id, index)] = state
             return  # the reflex process reads this source; its readings stand for it
         rp = self._policy.rules.get(rule_id) if index >= 0 else None
         if rp is not None and rp.immediate and not getattr(self._fast_asked, "done", False):
@@ -677,10 +680,19 @@ class Daemon:
         """A line of the reflex process: its reading of a source, and what it did on it
         (taken into the record first, whoever the line is from now)."""
         if "gone" in line:
-            self._covered.clear()
+            covered, self._covered = list(self._covered), {}
+            aside, self._set_aside = self._set_aside, {}
             self._reconcile()
             self._record(codes.PLUGIN_FAILED, "node", f"the reflex process was given up ({line['gone']}): phase "
                          "changes are acted on inside the daemon until another starts")
+            for key in covered:
+                # a phase the process read, acted on and never told is the daemon's own
+                # watcher's last report, set aside; it and the pauses taken in from the
+                # journal are judged now, not at the next tick
+                changed.add(key[0])
+                state = aside.get(key)
+                if state is not None and self.sources.own(key, state, "watch"):
+                    self._reflex(*key)
             return
         for op, rows in line.get("did", ()):
             self.actuator.adopt(op, [PausedEntry(*row) for row in rows], [PausedEntry(*row) for row in line["unconfirmed"]])

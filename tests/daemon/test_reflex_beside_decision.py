@@ -286,3 +286,21 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
         os.kill(daemon.link.pid, signal.SIGKILL)
         wait_until(lambda: not stopped(pid), timeout=10)
         node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
+
+
+def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tmp_path: Path) -> None:
+    """The daemon's own watcher's report of a source the process watches is set aside, not
+    lost: when the process is given up, that phase is acted on at once (a tick is seconds
+    away)."""
+    import os
+    import signal
+
+    with running(tmp_path, 5.0, 14, reflex_process=True) as (node, daemon, events, pid):
+        assert daemon.link is not None and daemon.link.pid is not None
+        os.kill(daemon.link.pid, signal.SIGSTOP)  # it reads nothing more, and tells nothing
+        phase(events, "on")
+        node.wait_for(lambda: ("p", 0) in daemon._set_aside, timeout=5)
+        assert not stopped(pid)
+        os.kill(daemon.link.pid, signal.SIGKILL)
+        wait_until(lambda: stopped(pid), timeout=3)
+        node.wait_for(lambda: node.job("j")["state"] == "paused", timeout=3)
