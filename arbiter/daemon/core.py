@@ -570,6 +570,8 @@ class Daemon:
         if (rule_id, index) in self._covered:
             self._set_aside[(rule_id, index)] = state
             return  # the reflex process reads this source; its readings stand for it
+        if self._set_aside:
+            self._set_aside.pop((rule_id, index), None)  # older than this report, taken now
         rp = self._policy.rules.get(rule_id) if index >= 0 else None
         if rp is not None and rp.immediate and not getattr(self._fast_asked, "done", False):
             self._fast_asked.done = True
