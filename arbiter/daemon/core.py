@@ -570,8 +570,6 @@ class Daemon:
         if (rule_id, index) in self._covered:
             self._set_aside[(rule_id, index)] = state
             return  # the reflex process reads this source; its readings stand for it
-        if self._set_aside:
-            self._set_aside.pop((rule_id, index), None)  # older than this report, taken now
         rp = self._policy.rules.get(rule_id) if index >= 0 else None
         if rp is not None and rp.immediate and not getattr(self._fast_asked, "done", False):
             self._fast_asked.done = True
@@ -707,6 +705,7 @@ class Daemon:
             return  # of a rule since reloaded, or of a process given up: the reading no longer counts
         if "state" not in line:
             self._covered.pop(key, None)
+            self._set_aside.pop(key, None)  # its watcher's reports are taken again from now
             log.info("the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why"))
             return
         self._covered[key] = serial
@@ -1021,6 +1020,9 @@ class Daemon:
         self.link.sync(specs)
         self._covered = {key: serial for key, serial in self._covered.items()
                          if (slot := self.sources.slots.get(key)) is not None and slot.serial == serial}
+        for key in list(self._set_aside):  # list() copies atomically: source threads add to it
+            if key not in self._covered:
+                self._set_aside.pop(key, None)
 
     def _arm(self, obs: Observation, decision: Decision, view: TickView, records: dict[str, JobRecord]) -> Arm:
         """Per source the reflex process watches, per phase value, what the reflex would do

@@ -44,7 +44,7 @@ def arenas_after(cap: str, **env: str) -> tuple[str, int]:
 
 
 def test_capped_arenas_stay_at_the_cap_where_eight_threads_would_take_more() -> None:
-    said, uncapped = arenas_after("-")
+    _, uncapped = arenas_after("-")
     assert uncapped > 2, f"eight threads took {uncapped} arena(s) uncapped: this check proves nothing here"
     assert arenas_after("2") == ("True", 2)
 
