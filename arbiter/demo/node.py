@@ -107,7 +107,10 @@ class LocalNode:
             reasons = (self.job(name) or {}).get("reasons") or []
             return reasons if any(r["code"] == code for r in reasons) else None
 
-        return self.wait_for(found, timeout=timeout)  # type: ignore[no-any-return]
+        try:
+            return self.wait_for(found, timeout=timeout)  # type: ignore[no-any-return]
+        except TimeoutError as e:
+            raise TimeoutError(f"job {name!r} never had {code} within {timeout:g}s; it has: {self.job(name)!r}\n{e}") from None
 
     def events(self, code: str | None = None, subject: str | None = None, contains: str = "", limit: int = 200) -> list[dict[str, Any]]:
         """Timeline entries, waiting until one with ``code`` (and ``contains`` in its message)

@@ -75,9 +75,11 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "not running" in refused.stderr  # no program yet
         slow = tmp_path / "slow"
-        # 100 frames a second on a fixed schedule, no CPU time: only the slow file slows them
+        # 100 frames a second on a fixed schedule: only the slow file slows them (a late frame is
+        # made up).  Each frame's 2 ms of CPU time is its GPU use under the cpu_time reader: with
+        # none, it idled below gpu_busy_threshold on a quick machine and no hold was ever needed
         start_protected(node, events, "--no-pin", "--frame-s", "0.01", "--catch-up", "--slow-file", str(slow),
-                        "--slow-fresh-s", "0.25", step_s=0)
+                        "--slow-fresh-s", "0.25", step_s=0.002)
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "no job matches --work gpu" in refused.stderr
         start_job(node, tmp_path, [PYTHON, str(SLOWING_JOB), str(slow), str(GAIN)])
