@@ -208,13 +208,10 @@ class ReflexHost:
         self.done.clear()
         self.actuator.paused.clear()  # the daemon keeps the record; each act starts afresh
         self.actuator.unconfirmed.clear()
-        # the job taking the most GPU time comes first, alone (see the daemon's reflex), and
-        # the first job to resume too: the others' signals wake fifty processes at once
-        first_at = None
-        for batch in (pause[:1], pause[1:]):
-            if batch:
-                self.actuator.pause_trees(batch)
-                first_at = first_at or time.monotonic()
+        # the job taking the most GPU time is paused first, alone (see the daemon's reflex),
+        # and the first job to resume is resumed alone too: the others' signals wake fifty
+        # processes at once
+        first_at = self.actuator.pause_in_turn(pause)
         lead = resume[0].job_id if resume else None
         for entries in ([e for e in resume if e.job_id == lead], [e for e in resume if e.job_id != lead]):
             if entries:

@@ -6,8 +6,10 @@ leaves a record from which the next start (or ``arbiter resume-all``) resumes it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,6 +24,9 @@ if TYPE_CHECKING:  # not imported at run time: the reflex process uses this modu
 
 T = TypeVar("T")
 ACTION_NEEDS = {"pause": "pause", "resume": "pause", "control": "control", "terminate": "terminate", "kill": "terminate"}
+#: how long the job paused first may take to stop before the others are signalled: a phase
+#: must reach them within a millisecond or two as well
+FIRST_STOP_S = 0.001
 #: called with (op, entries) after each change to the paused set, to persist it off this thread
 Persist = Callable[[str, Sequence[PausedEntry]], None]
 
@@ -229,6 +234,31 @@ class Actuator:
         if dropped:
             self.persist("resume", dropped)
         return failed
+
+    def pause_in_turn(self, targets: Iterable[JobTarget]) -> float | None:
+        """A phase's pauses: the first target (the job taking the most GPU time) alone, then,
+        once it has stopped or :data:`FIRST_STOP_S` has passed, the others in one batch.
+        Each signal wakes its target, which must run once to stop: fifty of them woken at
+        once kept the first waiting for a core.  ``targets`` may be lazy: the others are
+        made while the first stops.  Returns when the first was signalled
+        (``time.monotonic()``), None for no targets.  Failures stay on record for the
+        decision that follows to try again and report."""
+        them = iter(targets)
+        first = next(them, None)
+        if first is None:
+            return None
+        failed = self.pause_trees([first])
+        first_at = time.monotonic()
+        rest = list(them)
+        if rest and not failed:
+            name, translator = self.translators["pause"]  # it paused the first
+            if translator.bounded:  # only one that bounds its own time may wait on this thread
+                left = max(FIRST_STOP_S - (time.monotonic() - first_at), 0.0)
+                with contextlib.suppress(PluginFailed):  # a settle that fails only ends the wait
+                    self.host.call_here(f"translators/{name}", translator.settle, first.processes, left)
+        if rest:
+            self.pause_trees(rest)
+        return first_at
 
     def resume_entries(self, entries: Iterable[PausedEntry]) -> list[str]:
         """Resume what was paused; returns what could not be (and why).  What failed stays

@@ -818,13 +818,9 @@ class Daemon:
             records = {r.id: r for r in self.jobs.active()}
             signalling = self.link.held() if self.link is not None else contextlib.nullcontext()
             # what fails here is tried again, and reported, by the decision that follows;
-            # the job using the most GPU time is paused alone first: its signal waits for no
-            # other job's target and journal row (fifty of them took half a millisecond)
-            pause = [jid for jid in move.pause if jid in records]
+            # the job using the most GPU time is paused alone first (see pause_in_turn)
             with signalling:
-                for batch in (pause[:1], pause[1:]):
-                    if batch:
-                        self.actuator.pause_trees([self._target(records[jid], view) for jid in batch])
+                self.actuator.pause_in_turn(self._target(records[jid], view) for jid in move.pause if jid in records)
                 if move.resume:
                     paused = self.actuator.trees_paused()
                     entries = [e for jid in move.resume if jid in records for e in paused.get(jid, ())]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,3 +161,71 @@ def test_a_bounded_translator_that_fails_outside_any_job_is_isolated_and_its_job
     failures = act.resume_entries(list(act.paused.values()))
     assert len(failures) == 1 and "RuntimeError: the resume broke" in failures[0]
     assert ("job-0", "tree", sleepers[0].pid) in act.paused  # the next decision tries again
+
+
+class Ordered(Counting):
+    """Notes, as each pause is asked for, which jobs had stopped by then."""
+
+    def __init__(self, context: PluginContext, procs: dict[str, subprocess.Popen[bytes]], fail_job: str = "") -> None:
+        super().__init__(context, fail_job)
+        self.procs = procs
+        self.seen: list[tuple[str, list[str]]] = []
+        self.settled: list[tuple[int, ...]] = []
+
+    def pause(self, target: JobTarget) -> list[ProcessRef]:
+        self.seen.append((target.job_id, sorted(j for j, p in self.procs.items() if stopped(p))))
+        return super().pause(target)
+
+    def settle(self, refs, timeout_s):
+        self.settled.append(tuple(r.pid for r in refs))
+        return super().settle(refs, timeout_s)
+
+
+def test_the_first_job_has_stopped_before_the_others_are_signalled(tmp_path: Path, sleepers, monkeypatch) -> None:
+    import arbiter.daemon.act as act_module
+
+    monkeypatch.setattr(act_module, "FIRST_STOP_S", 5.0)  # a bound, not a wait: it returns once stopped
+    procs = {f"job-{i}": p for i, p in enumerate(sleepers)}
+    translator = Ordered(PluginContext(state_dir=tmp_path), procs)
+    act, journal, _ = actuator(tmp_path, translator)
+    made: list[str] = []
+
+    def targets() -> Iterator[JobTarget]:
+        for job, proc in procs.items():
+            made.append(job)
+            yield target(job, proc)
+
+    before = time.monotonic()
+    first_at = act.pause_in_turn(targets())
+    assert first_at is not None and before <= first_at <= time.monotonic()
+    assert translator.seen[0] == ("job-0", [])
+    assert translator.seen[1] == ("job-1", ["job-0"]) and all("job-0" in then for _, then in translator.seen[2:])
+    assert [j for j, _ in translator.seen] == list(procs) == made
+    assert translator.settled == [(sleepers[0].pid,)]
+    assert all(wait_stopped(p) for p in sleepers)
+    assert sorted(PausedJournal.replay(journal.path)) == sorted(act.paused) and len(act.paused) == len(sleepers)
+    assert act.pause_in_turn([]) is None
+
+
+def test_no_wait_for_one_job_alone_a_first_pause_that_failed_or_a_translator_that_does_not_bound_its_time(
+        tmp_path: Path, sleepers) -> None:
+    procs = {f"job-{i}": p for i, p in enumerate(sleepers)}
+    translator = Ordered(PluginContext(state_dir=tmp_path), procs, fail_job="job-0")
+    act, _, _ = actuator(tmp_path, translator)
+    act.pause_in_turn([target("job-5", sleepers[5])])
+    act.pause_in_turn([target(j, procs[j]) for j in ("job-0", "job-1", "job-2")])  # the first one fails
+    assert translator.settled == []
+    assert all(wait_stopped(p) for p in sleepers[1:3]) and ("job-0", "tree", sleepers[0].pid) in act.paused
+    translator.fail_job, translator.bounded = "", False  # type: ignore[misc]
+    act.pause_in_turn([target(j, procs[j]) for j in ("job-3", "job-4")])
+    assert translator.settled == [] and all(wait_stopped(p) for p in sleepers[3:5])
+
+
+def test_a_settle_that_fails_still_lets_the_others_be_paused(tmp_path: Path, sleepers) -> None:
+    class Failing(Counting):
+        def settle(self, refs, timeout_s):
+            raise RuntimeError("settle broke (on purpose)")
+
+    act, _, _ = actuator(tmp_path, Failing(PluginContext(state_dir=tmp_path)))
+    assert act.pause_in_turn([target(f"job-{i}", p) for i, p in enumerate(sleepers)]) is not None
+    assert all(wait_stopped(p) for p in sleepers) and len(act.paused) == len(sleepers)

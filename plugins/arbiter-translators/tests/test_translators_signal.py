@@ -245,3 +245,39 @@ def test_a_kept_descriptor_of_a_gone_process_never_stands_for_the_pid_now(spawn:
     signaller._kept[real] = os.open(f"/proc/{alive.pid}", os.O_RDONLY | os.O_DIRECTORY)
     signaller.close()
     assert signaller._kept == {}
+
+
+def test_settle_returns_once_a_paused_process_has_stopped(tmp_path: Path, spawn: Spawn) -> None:
+    t = translator(tmp_path)
+    refs = [ref_of(spawn().pid) for _ in range(3)]
+    t.pause(target(*refs))
+    assert t.settle(refs, timeout_s=5.0)
+    # no wait after it: each has stopped already
+    assert [psutil.Process(r.pid).status() for r in refs] == [psutil.STATUS_STOPPED] * 3
+
+
+def test_settle_gives_up_at_its_deadline_on_a_process_that_runs(tmp_path: Path, spawn: Spawn) -> None:
+    t = translator(tmp_path)
+    proc = spawn()
+    ref = ref_of(proc.pid)
+    t.pause(target(ref))
+    os.kill(proc.pid, signal.SIGCONT)  # continued by someone else: it will not stop
+    started = time.monotonic()
+    assert not t.settle([ref], timeout_s=0.05)
+    assert 0.05 <= time.monotonic() - started < 2.0
+
+
+def test_settle_counts_an_exited_process_as_settled_and_one_never_signalled_as_untold(tmp_path: Path, spawn: Spawn) -> None:
+    t = translator(tmp_path)
+    ended, zombie, other = spawn(), spawn(), spawn()
+    refs = [ref_of(ended.pid), ref_of(zombie.pid)]
+    t.pause(target(*refs))
+    ended.kill()
+    ended.wait()
+    os.kill(zombie.pid, signal.SIGKILL)  # not reaped: a zombie
+    assert status_becomes(zombie.pid, psutil.STATUS_ZOMBIE) == psutil.STATUS_ZOMBIE
+    assert t.settle(refs, timeout_s=5.0)
+    # no descriptor kept for it, so nothing tells whether it stopped: no wait, and not True
+    started = time.monotonic()
+    assert not t.settle([ref_of(other.pid)], timeout_s=5.0)
+    assert time.monotonic() - started < 1.0

@@ -122,6 +122,26 @@ class Signaller:
             if dirfd >= 0:
                 os.close(dirfd)
 
+    def stopped(self, ref: ProcessRef) -> bool | None:
+        """Whether the process ``ref`` names has stopped (or exited), read through the
+        descriptor kept when it was last signalled; None where none is kept (no check of
+        its start time would be cheap enough to poll)."""
+        dirfd = self._kept.get(ref)
+        if dirfd is None:
+            return None
+        try:
+            fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=dirfd)
+        except OSError:
+            return True  # the process has gone: /proc/<pid> of a reaped one is empty
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+        state = data[data.rfind(b")") + 2 :][:1]
+        return state in (b"T", b"t", b"Z", b"X", b"")
+
     def _keep(self, ref: ProcessRef, dirfd: int) -> bool:
         if self._kept_max <= 0:
             return False

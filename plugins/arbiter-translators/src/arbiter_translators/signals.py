@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, PluginError, ProcessRef, Translator
 
 from arbiter_translators.identity import REUSED, SENT, Signaller
+
+
+#: how often :meth:`SignalTranslator.settle` looks whether its processes have stopped
+SETTLE_POLL_S = 0.00005
 
 
 class SignalOptions(KindOptions):
@@ -43,6 +48,21 @@ class SignalTranslator(Translator):
 
     def resume(self, refs: Sequence[ProcessRef]) -> None:
         self._send_all(refs, signal.SIGCONT, "resume", None)
+
+    def settle(self, refs: Sequence[ProcessRef], timeout_s: float) -> bool:
+        # A stopped process must run once to stop: the kernel stops it on its way back to
+        # user space.  Sleeping between reads leaves it this thread's core.
+        deadline = time.monotonic() + timeout_s
+        waiting, untold = list(refs), False
+        while True:
+            seen = [(r, self._signaller.stopped(r)) for r in waiting]
+            untold = untold or any(stopped is None for _, stopped in seen)  # not waited for
+            waiting = [r for r, stopped in seen if stopped is False]
+            if not waiting:
+                return not untold
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(SETTLE_POLL_S)
 
     def terminate(self, target: JobTarget) -> None:
         ended = self._send_all(target.processes, signal.SIGTERM, "terminate", target.name, target.job_id)
