@@ -3,9 +3,12 @@
     uv run python bench/load.py [--processes 1000] [--rules 100] [--jobs 50] [--lines 10000] [--seconds 20]
 
 One daemon, measured twice in the same run.  First bare: one protected stand-in (``sleep``)
-under an ``immediate`` rule whose phase is read from a JSONL file, and one plain job under
-``arbiter job run``; the bench appends phase lines and polls the job's process until it is
-stopped (or continued), as bench/reaction_latency.py does.  Then the load is added:
+under an ``immediate`` rule whose phase is read from a JSONL file, and one job under ``arbiter
+job run``, the probe; the bench appends phase lines and polls the probe's process until it is
+stopped (or continued), as bench/reaction_latency.py does.  The probe spends 5 % of a core,
+its GPU time under the stand-in reader, so under load it is the job taking the most GPU time,
+the one a phase pauses first (the others are idle: among equals the order was chance, and
+put the probe among the last fifty in one pause in twenty).  Then the load is added:
 ``--processes`` idle processes (``sleep``, a tenth of them in each of ten command-line
 groups per ten rules), ``--rules`` rule files of several kinds (most match some of them; a
 few match nothing; some protect by GPU share, some have a phase source of their own, some
@@ -58,6 +61,15 @@ FAST = "fast"
 STREAM = "stream"
 GOVERNOR_PERIOD_S = 5.0  # the window the daemon counts rates over
 POLL_S = 0.0002  # a light poll: the box has two cores and the daemon needs one
+#: the probe job: half a millisecond of CPU time in every ten
+PROBE = """\
+import time
+while True:
+    end = time.perf_counter() + 0.0005
+    while time.perf_counter() < end:
+        pass
+    time.sleep(0.0095)
+"""
 
 WRITER = """\
 import json, os, sys, time
@@ -239,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         daemon = psutil.Process(node.daemon.pid)  # type: ignore[union-attr]
         for tenant in ("4999", "4998"):
             node.spawn(["sleep", tenant])
-        node.job_run(["sleep", "3999"], "--name", "probe", stderr=subprocess.DEVNULL)
+        node.job_run([sys.executable, "-c", PROBE], "--name", "probe", stderr=subprocess.DEVNULL)
         pid = node.wait_for(lambda: ((node.job("probe") or {}).get("pids") or [None])[0], timeout=30)
         node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == FAST)["running"], timeout=30)
         rss_bare = daemon.memory_info().rss / 2**20
