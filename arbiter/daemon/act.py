@@ -240,9 +240,10 @@ class Actuator:
         once it has stopped or :data:`FIRST_STOP_S` has passed, the others in one batch.
         Each signal wakes its target, which must run once to stop: fifty of them woken at
         once kept the first waiting for a core.  ``targets`` may be lazy: the others are
-        made while the first stops.  Returns when the first was signalled
-        (``time.monotonic()``), None for no targets.  Failures stay on record for the
-        decision that follows to try again and report."""
+        made while the first stops.  A first pause that failed, even in part, is not waited
+        for.  Returns when the first was signalled (``time.monotonic()``), None for no
+        targets.  Failures stay on record for the decision that follows to try again and
+        report."""
         them = iter(targets)
         first = next(them, None)
         if first is None:
@@ -250,12 +251,13 @@ class Actuator:
         failed = self.pause_trees([first])
         first_at = time.monotonic()
         rest = list(them)
-        if rest and not failed:
-            name, translator = self.translators["pause"]  # it paused the first
-            if translator.bounded:  # only one that bounds its own time may wait on this thread
-                left = max(FIRST_STOP_S - (time.monotonic() - first_at), 0.0)
-                with contextlib.suppress(PluginFailed):  # a settle that fails only ends the wait
-                    self.host.call_here(f"translators/{name}", translator.settle, first.processes, left)
+        pausing = self.translators.get("pause")
+        # only a translator that bounds its own time may wait on this thread
+        if rest and not failed and pausing is not None and pausing[1].bounded:
+            name, translator = pausing
+            left = max(FIRST_STOP_S - (time.monotonic() - first_at), 0.0)
+            with contextlib.suppress(PluginFailed):  # a settle that fails only ends the wait
+                self.host.call_here(f"translators/{name}", translator.settle, first.processes, left)
         if rest:
             self.pause_trees(rest)
         return first_at

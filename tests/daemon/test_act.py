@@ -170,15 +170,16 @@ class Ordered(Counting):
         super().__init__(context, fail_job)
         self.procs = procs
         self.seen: list[tuple[str, list[str]]] = []
-        self.settled: list[tuple[int, ...]] = []
+        self.settled: list[tuple[tuple[int, ...], bool]] = []
 
     def pause(self, target: JobTarget) -> list[ProcessRef]:
         self.seen.append((target.job_id, sorted(j for j, p in self.procs.items() if stopped(p))))
         return super().pause(target)
 
     def settle(self, refs, timeout_s):
-        self.settled.append(tuple(r.pid for r in refs))
-        return super().settle(refs, timeout_s)
+        settled = super().settle(refs, timeout_s)
+        self.settled.append((tuple(r.pid for r in refs), settled))
+        return settled
 
 
 def test_the_first_job_has_stopped_before_the_others_are_signalled(tmp_path: Path, sleepers, monkeypatch) -> None:
@@ -201,7 +202,7 @@ def test_the_first_job_has_stopped_before_the_others_are_signalled(tmp_path: Pat
     assert translator.seen[0] == ("job-0", [])
     assert translator.seen[1] == ("job-1", ["job-0"]) and all("job-0" in then for _, then in translator.seen[2:])
     assert [j for j, _ in translator.seen] == list(procs) == made
-    assert translator.settled == [(sleepers[0].pid,)]
+    assert translator.settled == [((sleepers[0].pid,), True)]  # it waited, and saw the first stopped
     assert all(wait_stopped(p) for p in sleepers)
     assert sorted(PausedJournal.replay(journal.path)) == sorted(act.paused) and len(act.paused) == len(sleepers)
     assert act.pause_in_turn([]) is None
@@ -229,3 +230,11 @@ def test_a_settle_that_fails_still_lets_the_others_be_paused(tmp_path: Path, sle
     act, _, _ = actuator(tmp_path, Failing(PluginContext(state_dir=tmp_path)))
     assert act.pause_in_turn([target(f"job-{i}", p) for i, p in enumerate(sleepers)]) is not None
     assert all(wait_stopped(p) for p in sleepers) and len(act.paused) == len(sleepers)
+
+
+def test_no_pause_translator_leaves_the_others_to_the_decision_without_an_error(tmp_path: Path, sleepers) -> None:
+    host = build_plugin_manager(entry_points=False)
+    act = Actuator(host, {}, PausedJournal(tmp_path / "paused.journal"), lambda op, es: None)
+    nothing = JobTarget("job-0", "job-0", (), None)  # nothing left to pause: no translator asked for
+    assert act.pause_in_turn([nothing, target("job-1", sleepers[1])]) is not None
+    assert not stopped(sleepers[1]) and act.paused == {}

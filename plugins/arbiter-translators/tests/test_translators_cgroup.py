@@ -176,6 +176,23 @@ def test_a_job_found_sharing_its_cgroup_is_paused_again_with_signals_without_a_l
         proc.wait()
 
 
+def test_settle_waits_only_for_what_it_stopped_with_signals(translator) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # in the runner's cgroup
+    try:
+        target = JobTarget("j1", "mine", (ref(proc),))
+        assert translator.pause(target) == [ref(proc)]  # with signals: a cgroup it shares
+        assert translator.settle([ref(proc)], timeout_s=5.0)
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+        translator.resume([ref(proc)])
+        # not stopped by it now (as a frozen task never reads as stopped): nothing to wait for
+        started = time.monotonic()
+        assert translator.settle([ref(proc)], timeout_s=5.0)
+        assert time.monotonic() - started < 1.0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_the_root_of_the_hierarchy_is_never_a_jobs_own(translator, tmp_path: Path, monkeypatch) -> None:
     from arbiter_translators import cgroup
 

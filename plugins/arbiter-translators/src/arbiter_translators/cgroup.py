@@ -175,6 +175,10 @@ class CgroupFreezeTranslator(SignalTranslator):
             time.sleep(_POLL_S)
         return list(target.processes)
 
+    def settle(self, refs: Sequence[ProcessRef], timeout_s: float) -> bool:
+        # a frozen group was waited for by pause (its tasks read as sleeping, never stopped)
+        return super().settle([r for r in refs if r in self._signalled], timeout_s)
+
     def resume(self, refs: Sequence[ProcessRef]) -> None:
         known = {r for r in refs if r in self._signalled}
         errors = []

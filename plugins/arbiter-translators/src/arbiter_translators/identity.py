@@ -123,24 +123,22 @@ class Signaller:
                 os.close(dirfd)
 
     def stopped(self, ref: ProcessRef) -> bool | None:
-        """Whether the process ``ref`` names has stopped (or exited), read through the
-        descriptor kept when it was last signalled; None where none is kept (no check of
-        its start time would be cheap enough to poll)."""
+        """Whether the process ``ref`` names has stopped (its main thread, for one of many
+        threads) or exited, read through the descriptor kept when it was last signalled;
+        None where none is kept (no check of its start time would be cheap enough to poll),
+        or where its state cannot be read.  Like every use of a kept descriptor, not to be
+        called beside another call of this signaller: a translator's calls come one at a
+        time."""
         dirfd = self._kept.get(ref)
         if dirfd is None:
             return None
         try:
-            fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=dirfd)
+            tail = _stat_tail(dirfd)
+        except (FileNotFoundError, ProcessLookupError):
+            return True  # /proc/<pid> of a process that has gone is empty
         except OSError:
-            return True  # the process has gone: /proc/<pid> of a reaped one is empty
-        try:
-            data = os.read(fd, 4096)
-        except OSError:
-            return True
-        finally:
-            os.close(fd)
-        state = data[data.rfind(b")") + 2 :][:1]
-        return state in (b"T", b"t", b"Z", b"X", b"")
+            return None
+        return not tail or tail[:1] in (b"T", b"t", b"Z", b"X")  # nothing read: no process left
 
     def _keep(self, ref: ProcessRef, dirfd: int) -> bool:
         if self._kept_max <= 0:
@@ -152,16 +150,9 @@ class Signaller:
 
     def _start_time(self, dirfd: int) -> float | None:
         try:
-            fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=dirfd)
-        except OSError:
-            return None
-        try:
-            data = os.read(fd, 4096)
+            fields = _stat_tail(dirfd).split()
         except OSError:
             return None  # ESRCH: exited after /proc/<pid> was opened
-        finally:
-            os.close(fd)
-        fields = data[data.rfind(b")") + 2 :].split()
         if len(fields) < 20:
             return None
         # psutil's arithmetic exactly, so refs from the process table compare equal.
@@ -193,6 +184,17 @@ class Signaller:
         except ProcessLookupError:
             return GONE, None
         return SENT, start
+
+
+def _stat_tail(dirfd: int) -> bytes:
+    """``stat`` of the process whose ``/proc/<pid>`` folder ``dirfd`` is, from its state
+    (the field after the command name, which may hold spaces and parentheses) on."""
+    fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=dirfd)
+    try:
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
+    return data[data.rfind(b")") + 2 :]
 
 
 def _read_btime() -> int:
