@@ -376,11 +376,16 @@ class Translator(_Kind):
 
     def settle(self, refs: Sequence[ProcessRef], timeout_s: float) -> bool:
         """Wait, at most ``timeout_s``, until the processes ``pause`` was just given have
-        stopped (for a process of many threads, the kernel's state of its main thread); True
-        once they have (or have exited), False at the deadline or where it cannot tell.  The daemon asks this of a bounded translator for the job it pauses
-        first, before it signals the others: their wake-ups would compete for a core with
-        the process that must run to stop.  The default waits for nothing, for a pause that
-        has taken hold when ``pause`` returns."""
+        stopped (for a process of many threads, the kernel's state of its main thread).
+
+        The daemon asks this of a bounded translator for the job it pauses first, before it
+        signals the others: their wake-ups would compete for a core with the process that
+        must run to stop.  The default waits for nothing, for a pause that has taken hold
+        when ``pause`` returns.
+
+        :returns: True once they have stopped (or exited); False at the deadline, or where
+            it cannot tell.
+        """
         return True
 
     def control(self, target: JobTarget, update: ControlUpdate, seq: int) -> None:
