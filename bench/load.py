@@ -21,9 +21,11 @@ printed too, and its reflex process's), the daemon's RSS (psutil, the peak; and 
 reflex process and child workers, the RSS together and their PSS, which counts each shared
 page once), the rate the daemon counts against the
 rate the writer achieved, and the fast path again.  Beside each fast-path figure, its floor:
-the bench signals a process of its own and polls it the same way, with no daemon in the
-path, so what the load costs any process on the box shows apart from what it costs the
-daemon.  Beside the p99's change, a bootstrap interval says how sure that change is (the
+the bench signals a process of its own (from a process of its own, as the daemon's reflex
+process signals) and polls it the same way, with no daemon in the path, so what the load
+costs any process on the box shows apart from what it costs the daemon; and once more under
+load with as many idle processes as the load has jobs signalled right after it, so what the
+jobs' own wake-ups cost shows apart too.  Beside the p99's change, a bootstrap interval says how sure that change is (the
 p99 of a few hundred reactions on a shared box moves by milliseconds between two runs of
 the same code), and the goal is judged on that interval: met when all of it is within a
 millisecond, missed when none of it is, undecided otherwise (``--changes 2000``, about half
@@ -61,6 +63,26 @@ FAST = "fast"
 STREAM = "stream"
 GOVERNOR_PERIOD_S = 5.0  # the window the daemon counts rates over
 POLL_S = 0.0002  # a light poll: the box has two cores and the daemon needs one
+#: signals a process (argv 1) at each line, and with "1" after it the others (argv 2) too,
+#: as the daemon does: a pause waits for the first to stop (a millisecond at most)
+SIGNALLER = """\
+import os, signal, sys, time
+first, others = int(sys.argv[1]), [int(p) for p in sys.argv[2].split(",") if p]
+def stopped(pid):
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        data = fh.read()
+    return data[data.rfind(b")") + 2:][:1] == b"T"
+for line in sys.stdin:
+    stopping, burst = line.split()
+    sig = signal.SIGSTOP if stopping == "1" else signal.SIGCONT
+    os.kill(first, sig)
+    if burst == "1":
+        end = time.monotonic() + 0.001
+        while stopping == "1" and not stopped(first) and time.monotonic() < end:
+            time.sleep(0.00005)
+        for pid in others:
+            os.kill(pid, sig)
+"""
 #: the probe job: half a millisecond of CPU time in every ten
 PROBE = """\
 import time
@@ -108,18 +130,23 @@ def fast_path(node: LocalNode, phases: Path, pid: int, changes: int, seed: int) 
         raise RuntimeError(f"{exc}\n{seen}\n{node.log()}") from None
 
 
-def signal_floor(pid: int, changes: int, seed: int) -> list[float]:
-    """The bench's own signal → the process seen stopped (or continued), in ms, polled as
-    :func:`fast_path` polls: the part of the fast-path figure that is the box (the target's
-    wake-up, the poller's turn on a core), not the daemon."""
+def signal_floor(signaller: subprocess.Popen[str], pid: int, changes: int, seed: int, burst: bool = False) -> list[float]:
+    """The bench's own signal, sent by :data:`SIGNALLER` → the process seen stopped (or
+    continued), in ms, polled as :func:`fast_path` polls: the part of the fast-path figure
+    that is the box (the target's wake-up, the poller's turn on a core), not the daemon.
+    With ``burst``, the signaller's other processes are signalled right after, in the
+    daemon's order."""
+    assert signaller.stdin is not None
     proc, rng, out = psutil.Process(pid), random.Random(seed), []
     for i in range(changes):
         time.sleep(rng.uniform(0.02, 0.05))
         stopping = i % 2 == 0
         started = time.monotonic()
-        os.kill(pid, signal.SIGSTOP if stopping else signal.SIGCONT)
+        signaller.stdin.write(f"{int(stopping)} {int(burst)}\n")
+        signaller.stdin.flush()
         out.append(ms_until_seen(proc, stopping, started, POLL_S))
-    os.kill(pid, signal.SIGCONT)
+    signaller.stdin.write(f"0 {int(burst)}\n")  # left running
+    signaller.stdin.flush()
     return out
 
 
@@ -235,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     stream.touch()
     node = LocalNode(root, tick_s=args.tick, governor={"period_s": GOVERNOR_PERIOD_S})
     sleepers: list[subprocess.Popen[bytes]] = []
+    bystanders: list[subprocess.Popen[bytes]] = []
     writer: subprocess.Popen[bytes] | None = None
     control: subprocess.Popen[bytes] | None = None
+    signaller: subprocess.Popen[str] | None = None
     stop = threading.Event()
     peak = [0.0, 0.0]
     groups = max(1, min(args.rules, (args.rules * 6) // 10))  # six rules in ten match a group
@@ -257,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         rss_bare = daemon.memory_info().rss / 2**20
         bare = fast_path(node, phases, pid, args.changes, args.seed)
         control = subprocess.Popen(["sleep", "3998"])  # no rule matches it: only the bench signals it
-        floor_bare = signal_floor(control.pid, args.changes, args.seed)
+        # as many idle processes as the load has jobs, matched by no rule: the floor with a burst
+        bystanders = [subprocess.Popen(["sleep", "3997"]) for _ in range(args.jobs)]
+        signaller = subprocess.Popen([sys.executable, "-c", SIGNALLER, str(control.pid), ",".join(str(b.pid) for b in bystanders)],
+                                     stdin=subprocess.PIPE, text=True)
+        floor_bare = signal_floor(signaller, control.pid, args.changes, args.seed)
         bare_status = node.status()
         bare_daemon = next(r for r in bare_status["rules"] if r["id"] == FAST)["sources"][0]["latency"]
         bare_process = bare_status["fast_path"].get("reflex_process")
@@ -305,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         ticks1, cpu1 = tick_costs(node)
         proc1, helper1, reflex1 = daemon.cpu_times(), helper_cpu_s(daemon), helper_cpu_s(daemon, REFLEX_MODULE)
         loaded = fast_path(node, phases, pid, args.changes, args.seed + 1)
-        floor_loaded = signal_floor(control.pid, args.changes, args.seed + 1)
+        floor_loaded = signal_floor(signaller, control.pid, args.changes, args.seed + 1)
+        floor_burst = signal_floor(signaller, control.pid, args.changes, args.seed + 2, burst=True)
         t2, lines2 = written(report)
         status = node.status()
         faults = [e["message"] for e in node.call("timeline", code="PLUGIN_FAILED", limit=1000)["events"]]
@@ -320,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         pss_end = pss_mib(family)
     finally:
         stop.set()
-        for helper in (writer, control):
+        for helper in (writer, control, signaller, *bystanders):
             if helper is not None:
                 helper.kill()
                 helper.wait()
@@ -389,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the floor, the bench's own signal -> seen stopped/continued: bare p50 {pct(floor_bare, 0.5):.2f} ms,"
           f" p99 {pct(floor_bare, 0.99):.2f} ms; under load p50 {pct(floor_loaded, 0.5):.2f} ms,"
           f" p99 {pct(floor_loaded, 0.99):.2f} ms (no daemon in it: what the load costs any process on this box)")
+    print(f"  the floor with {args.jobs} more signals after each (under load, to {args.jobs} idle processes of the bench's,"
+          f" a pause's once the first has stopped, as the daemon sends them): p50 {pct(floor_burst, 0.5):.2f} ms,"
+          f" p99 {pct(floor_burst, 0.99):.2f} ms; of which pauses p99 {pct(floor_burst[0::2], 0.99):.2f} ms,"
+          f" resumes p99 {pct(floor_burst[1::2], 0.99):.2f} ms (what the load's jobs' own wake-ups cost any observer)")
     for what, start in (("pauses (phase on)", 0), ("resumes (phase off)", 1)):
         some_bare, some_loaded = bare[start::2], loaded[start::2]  # the changes alternate, on first
         print(f"  {what} alone: bare p50 {pct(some_bare, 0.5):.2f} ms, p99 {pct(some_bare, 0.99):.2f} ms;"
