@@ -33,3 +33,16 @@ def test_a_wider_level_gives_a_wider_interval() -> None:
     narrow = difference_interval(values, values, 0.9, random.Random(3), level=0.5)
     wide = difference_interval(values, values, 0.9, random.Random(3), level=0.99)
     assert wide[0] <= narrow[0] <= narrow[1] <= wide[1]
+
+
+def test_over_floors_a_change_the_box_made_alone_is_taken_out_and_one_of_its_own_stays() -> None:
+    rng = random.Random(11)
+    box = [rng.expovariate(2.0) for _ in range(400)]
+    ours = [rng.expovariate(2.0) for _ in range(400)]
+    floor_before, floor_after = box, [v + 1.5 for v in box]  # the box got slower
+    before, after = [v + 1.0 for v in ours], [v + 2.5 for v in ours]  # by as much
+    assert difference_interval(before, after, 0.5, random.Random(1))[0] > 1.0
+    lo, hi = difference_interval(before, after, 0.5, random.Random(1), floors=(floor_before, floor_after))
+    assert lo < 0.0 < hi
+    lo, hi = difference_interval(before, [v + 1.0 for v in after], 0.5, random.Random(1), floors=(floor_before, floor_after))
+    assert 0.5 < lo <= 1.0 <= hi < 1.5  # a second more than the box's own change

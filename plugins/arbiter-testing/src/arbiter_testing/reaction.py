@@ -19,14 +19,23 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def difference_interval(before: list[float], after: list[float], p: float, rng: random.Random,
-                        resamples: int = 2000, level: float = 0.95) -> tuple[float, float]:
+                        resamples: int = 2000, level: float = 0.95,
+                        floors: tuple[list[float], list[float]] | None = None) -> tuple[float, float]:
     """An interval for the change of percentile ``p`` from ``before`` to ``after``, given
     that each is a sample: the central ``level`` of that change over ``resamples``
     bootstrap resamples of each (drawn with replacement, each its own size).  On a shared
     box the p99 of a few hundred reactions moves by milliseconds between two runs of the
-    same code: an interval that holds 0 says a change seen once may be sampling noise."""
-    diffs = [percentile(rng.choices(after, k=len(after)), p) - percentile(rng.choices(before, k=len(before)), p)
-             for _ in range(resamples)]  # percentile() orders them
+    same code: an interval that holds 0 says a change seen once may be sampling noise.
+
+    ``floors`` (before's, after's): samples of what the box alone adds, taken beside each;
+    the change is then of each side's percentile less its floor's, each resampled too."""
+
+    def side(values: list[float], floor: list[float]) -> float:
+        at = percentile(rng.choices(values, k=len(values)), p)
+        return at - percentile(rng.choices(floor, k=len(floor)), p) if floor else at
+
+    floor_before, floor_after = floors or ([], [])
+    diffs = [side(after, floor_after) - side(before, floor_before) for _ in range(resamples)]  # percentile() orders them
     tail = (1.0 - level) / 2
     return percentile(diffs, tail), percentile(diffs, 1.0 - tail)
 
