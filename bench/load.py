@@ -161,7 +161,8 @@ def signal_floor(signaller: subprocess.Popen[str], pid: int, changes: int, seed:
 def fast_verdict(lo: float, hi: float) -> str:
     """The fast-path goal judged on the p99's change as an interval, not one draw of it: the
     p99 of 400 reactions on this box moves by milliseconds between runs of the same code, so
-    a single figure passed one run and failed the next."""
+    a single figure passed one run and failed the next.  Only a slower p99 counts against
+    it: one faster under load harms nothing."""
     if hi <= GOAL_FAST_MS:
         return "ok"
     if lo > GOAL_FAST_MS:
