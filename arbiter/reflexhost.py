@@ -212,11 +212,8 @@ class ReflexHost:
         # and the first job to resume is resumed alone too: the others' signals wake fifty
         # processes at once
         first_at = self.actuator.pause_in_turn(pause)
-        lead = resume[0].job_id if resume else None
-        for entries in ([e for e in resume if e.job_id == lead], [e for e in resume if e.job_id != lead]):
-            if entries:
-                self.actuator.resume_entries(entries)
-                first_at = first_at or time.monotonic()
+        resumed_at = self.actuator.resume_in_turn(resume)
+        first_at = first_at or resumed_at
         acted_at = time.monotonic()
         return {"armed": True, **self.did(), "locked_at": locked_at, "first_at": first_at or acted_at, "acted_at": acted_at}
 

@@ -262,6 +262,18 @@ class Actuator:
             self.pause_trees(rest)
         return first_at
 
+    def resume_in_turn(self, entries: Sequence[PausedEntry]) -> float | None:
+        """A phase's resumes: the first entry's job alone, then the others (their signals
+        wake fifty processes at once).  Returns when the first was resumed
+        (``time.monotonic()``), None for no entries."""
+        lead = entries[0].job_id if entries else None
+        first_at = None
+        for batch in ([e for e in entries if e.job_id == lead], [e for e in entries if e.job_id != lead]):
+            if batch:
+                self.resume_entries(batch)
+                first_at = first_at or time.monotonic()
+        return first_at
+
     def resume_entries(self, entries: Iterable[PausedEntry]) -> list[str]:
         """Resume what was paused; returns what could not be (and why).  What failed stays
         in the paused set, so the next decision (or the next start) tries again."""
