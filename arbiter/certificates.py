@@ -59,17 +59,24 @@ def fingerprint(machine: Mapping[str, Any] | None, gpus: list[str]) -> dict[str,
     }
 
 
-def status(cert: Certificate, now_wall: float, current: Mapping[str, Any], exe: tuple[str, str] | None) -> tuple[Status, str]:
+def status(
+    cert: Certificate, now_wall: float, current: Mapping[str, Any], exe: tuple[str, str] | None
+) -> tuple[Status, str]:
     """Whether ``cert`` holds now, and why not.  ``exe`` is the protected program's (path,
     SHA-256) now, or None when it does not run (then only its age and the node count)."""
     age = now_wall - cert.issued_at
     if cert.superseded:
         return "stale", cert.superseded
     if age < -FUTURE_SLACK_S:  # a clock set back: its age cannot be told, so it does not hold
-        return "stale", (f"issued {-age / 86400:.1f} days from now by this machine's clock (was it set back?); "
-                         f"run `arbiter ab sweep --rule {cert.rule}` again")
+        return "stale", (
+            f"issued {-age / 86400:.1f} days from now by this machine's clock (was it set back?); "
+            f"run `arbiter ab sweep --rule {cert.rule}` again"
+        )
     if age >= VALID_S:
-        return "expired", f"issued {age / 86400:.1f} days ago; certificates hold 14 days (run `arbiter ab sweep --rule {cert.rule}`)"
+        return (
+            "expired",
+            f"issued {age / 86400:.1f} days ago; certificates hold 14 days (run `arbiter ab sweep --rule {cert.rule}`)",
+        )
     changed = [k for k in ("cpu", "gpus", "os", "arbiter") if cert.fingerprint.get(k) != current.get(k)]
     if changed:
         what = ", ".join(f"{k} was {cert.fingerprint.get(k)!r}, now {current.get(k)!r}" for k in changed)

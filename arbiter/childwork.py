@@ -62,8 +62,9 @@ class ChildWorker:
     threads wait).
     """
 
-    def __init__(self, module_file: str, factory: str, *args: Any, timeout_s: float = 3.0,
-                 retry_s: float = 60.0) -> None:
+    def __init__(
+        self, module_file: str, factory: str, *args: Any, timeout_s: float = 3.0, retry_s: float = 60.0
+    ) -> None:
         self._argv = [sys.executable, "-I", "-S", __file__, module_file, factory, marshal.dumps(args).hex()]
         self.timeout_s = timeout_s
         self.retry_s = retry_s
@@ -87,11 +88,15 @@ class ChildWorker:
         with self._lock:
             if not self._child:
                 if time.monotonic() < self._retry_at:
-                    raise ChildWorkFailed(f"{self.failure}; another child starts in "
-                                          f"{self._retry_at - time.monotonic():.0f}s")
+                    raise ChildWorkFailed(
+                        f"{self.failure}; another child starts in {self._retry_at - time.monotonic():.0f}s"
+                    )
                 try:
-                    self._child.append(subprocess.Popen(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                        bufsize=0, close_fds=True))
+                    self._child.append(
+                        subprocess.Popen(
+                            self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True
+                        )
+                    )
                 except OSError as exc:
                     self._fail(f"it could not be started ({exc.strerror or exc})")
                 assert self._child[0].stdin is not None
@@ -122,8 +127,13 @@ class ChildWorker:
             answer = marshal.loads(self._read(child, fd, size, deadline))
         except (EOFError, ValueError, TypeError) as exc:
             raise ChildWorkFailed(f"its answer did not decode ({exc})") from None
-        if not (isinstance(answer, tuple) and len(answer) == 3 and answer[0] in ("ok", "raised")
-                and isinstance(answer[2], float) and 0.0 <= answer[2] < 3600.0):
+        if not (
+            isinstance(answer, tuple)
+            and len(answer) == 3
+            and answer[0] in ("ok", "raised")
+            and isinstance(answer[2], float)
+            and 0.0 <= answer[2] < 3600.0
+        ):
             raise ChildWorkFailed("it answered something other than an answer")
         return answer
 
@@ -165,8 +175,12 @@ class ChildWorker:
         _end(self._child)
         self._retry_at = time.monotonic() + self.retry_s
         # the work is still done (by the caller), only dearer: a warning, not a fault
-        logging.getLogger(__name__).warning("%s (%s); the work is done in this process until another child starts "
-                                            "in %gs", self.failure, os.path.basename(self._argv[4]), self.retry_s)
+        logging.getLogger(__name__).warning(
+            "%s (%s); the work is done in this process until another child starts in %gs",
+            self.failure,
+            os.path.basename(self._argv[4]),
+            self.retry_s,
+        )
 
     def _fail(self, why: str) -> NoReturn:
         self._end_child(why)

@@ -62,8 +62,10 @@ class ConformFile(BaseModel):
     command: list[str] = Field(min_length=1, description="argv; {python} is the interpreter running arbiter")
     cwd: str = Field(".", description="relative to this file's folder")
     env: dict[str, str] = Field(default_factory=dict)
-    cpu_reader: KindBlock = Field(default_factory=lambda: KindBlock(kind="cpu_time", threads=True, waiting=True),
-                                  description="the reader that measures a job whose units run on the CPU")
+    cpu_reader: KindBlock = Field(
+        default_factory=lambda: KindBlock(kind="cpu_time", threads=True, waiting=True),
+        description="the reader that measures a job whose units run on the CPU",
+    )
     specs: list[Spec] = Field(min_length=1)
 
     def cpu_measure(self) -> str:
@@ -88,8 +90,15 @@ class SpecResult:
     why: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "asked": self.asked, "reported": self.reported, "measured": self.measured,
-                "measured_by": self.measured_by, "verdict": self.verdict, "why": self.why}
+        return {
+            "name": self.name,
+            "asked": self.asked,
+            "reported": self.reported,
+            "measured": self.measured,
+            "measured_by": self.measured_by,
+            "verdict": self.verdict,
+            "why": self.why,
+        }
 
 
 def load(path: Path) -> tuple[ConformFile, Path]:
@@ -105,7 +114,9 @@ def judge(result: SpecResult, reports: list[dict[str, Any]]) -> SpecResult:
         return result
     held = sorted({float(r["duty"]) for r in reports})
     if any(abs(d - result.asked) > 1e-9 for d in held):
-        result.why.append(f"it reports holding duty {', '.join(f'{d:g}' for d in held)}, not the {result.asked:g} it was given")
+        result.why.append(
+            f"it reports holding duty {', '.join(f'{d:g}' for d in held)}, not the {result.asked:g} it was given"
+        )
     result.reported = sum(float(r["busy"]) for r in reports) / len(reports)
     limit = result.asked + TOLERANCE
     if result.reported > limit:
@@ -116,7 +127,9 @@ def judge(result: SpecResult, reports: list[dict[str, Any]]) -> SpecResult:
         if result.measured > limit:
             result.why.append(f"the kit measured {result.measured:.2f} ({result.measured_by}), over {limit:.2f}")
         if abs(result.measured - result.reported) > TOLERANCE:
-            result.why.append(f"its reports ({result.reported:.2f}) disagree with the kit's measure ({result.measured:.2f})")
+            result.why.append(
+                f"its reports ({result.reported:.2f}) disagree with the kit's measure ({result.measured:.2f})"
+            )
     result.verdict = "fail" if result.why else "pass"
     return result
 
@@ -173,8 +186,13 @@ class Kit:
             control, events = Path(tmp) / "control.json", Path(tmp) / "events.jsonl"
             write_control_document(str(control), "run", 1.0, 1, "conformance kit: warming up")
             argv = [sys.executable if a == "{python}" else a for a in conf.command]
-            env = {**os.environ, **conf.env, CONTROL_ENV: str(control), EVENTS_ENV: str(events),
-                   PAYLOAD_ENV: json.dumps(spec.payload)}
+            env = {
+                **os.environ,
+                **conf.env,
+                CONTROL_ENV: str(control),
+                EVENTS_ENV: str(events),
+                PAYLOAD_ENV: json.dumps(spec.payload),
+            }
             try:
                 proc = subprocess.Popen(argv, cwd=folder / conf.cwd, env=env, start_new_session=True)
             except OSError as exc:
@@ -182,8 +200,10 @@ class Kit:
                 return result
             try:
                 if not self._wait_for_phase(proc, events):
-                    result.why.append(f"it reported no phase within {FIRST_PHASE_TIMEOUT_S:g}s"
-                                      + (f" (it exited with {proc.returncode})" if proc.poll() is not None else ""))
+                    result.why.append(
+                        f"it reported no phase within {FIRST_PHASE_TIMEOUT_S:g}s"
+                        + (f" (it exited with {proc.returncode})" if proc.poll() is not None else "")
+                    )
                     return result
                 write_control_document(str(control), "run", spec.duty, 2, f"conformance kit: hold {spec.duty:g}")
                 os.kill(proc.pid, NUDGE_SIGNAL)
@@ -220,7 +240,9 @@ class Kit:
 
     def _tree(self, root: int) -> list[int]:
         try:
-            table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch))
+            table = self.host.call(
+                "process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch)
+            )
         except PluginFailed:
             table = None
         return descendants(list(table), [root])[root] if table else [root]
@@ -240,8 +262,9 @@ class Kit:
         return out
 
     @staticmethod
-    def _measure(first: dict[str, GpuReading], last: dict[str, GpuReading], pids: list[int], device: str,
-                 cpu_measure: str) -> tuple[float | None, str]:
+    def _measure(
+        first: dict[str, GpuReading], last: dict[str, GpuReading], pids: list[int], device: str, cpu_measure: str
+    ) -> tuple[float | None, str]:
         # GPU time wherever a reader reads it, whatever the job says; its CPU time only when
         # no GPU reader reads and the job says its units run on the CPU
         names = [n for n in first if n != "cpu"] + (["cpu"] if device == "cpu" else [])
@@ -251,8 +274,13 @@ class Kit:
             if not (a.readable and b.readable):
                 whys.append(f"{name}: {b.why or a.why or 'cannot read'}")
                 continue
-            share = busy_share({p: g.busy_ns for p, g in a.processes.items()}, a.at_ns,
-                               {p: g.busy_ns for p, g in b.processes.items()}, b.at_ns, pids)
+            share = busy_share(
+                {p: g.busy_ns for p, g in a.processes.items()},
+                a.at_ns,
+                {p: g.busy_ns for p, g in b.processes.items()},
+                b.at_ns,
+                pids,
+            )
             if share is not None:
                 what = cpu_measure if name == "cpu" else f"GPU time read by {name}"
                 return share, what

@@ -86,7 +86,11 @@ class ModelDoc:
             return self.type_of(args[0], path)
         if origin is Literal:
             kinds = {type(a) for a in args}
-            return {str: "string", int: "integer", bool: "boolean"}.get(kinds.pop(), "value") if len(kinds) == 1 else "value"
+            return (
+                {str: "string", int: "integer", bool: "boolean"}.get(kinds.pop(), "value")
+                if len(kinds) == 1
+                else "value"
+            )
         if origin in (Union, types.UnionType):
             return " or ".join(self.type_of(a, path) for a in args)
         if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
@@ -374,18 +378,27 @@ def http_reference(root: Path) -> str:
                     kind = _schema_type(schema, components)
                     bounds = _bounds(schema)
                     default = f"`{schema['default']}`" if "default" in schema else ""
-                    row = (f"`{p['name']}`", p["in"], kind + (f" ({bounds})" if bounds else ""),
-                           "yes" if p.get("required") else "no", default, p.get("description", ""))
+                    row = (
+                        f"`{p['name']}`",
+                        p["in"],
+                        kind + (f" ({bounds})" if bounds else ""),
+                        "yes" if p.get("required") else "no",
+                        default,
+                        p.get("description", ""),
+                    )
                     out.append("| " + " | ".join(cell(c) for c in row) + " |")
             if "requestBody" in op:
                 content = op["requestBody"].get("content", {})
-                body = ", ".join(f"{media} ({_schema_type(c.get('schema', {}), components)})" for media, c in content.items())
+                body = ", ".join(
+                    f"{media} ({_schema_type(c.get('schema', {}), components)})" for media, c in content.items()
+                )
                 out += ["", f"Request body: {body}."]
             out += ["", "| status | meaning | content |", "|---|---|---|"]
             for status, response in op.get("responses", {}).items():
                 content = response.get("content", {})
                 body = ", ".join(
-                    f"`{media}`" + (f" {_schema_type(c['schema'], components)}" if c.get("schema") else "") for media, c in content.items()
+                    f"`{media}`" + (f" {_schema_type(c['schema'], components)}" if c.get("schema") else "")
+                    for media, c in content.items()
                 )
                 out.append(f"| {status} | {cell(response.get('description', ''))} | {cell(body)} |")
     return "\n".join(out)
@@ -394,8 +407,11 @@ def http_reference(root: Path) -> str:
 #: page -> region name -> what writes it
 REGIONS: dict[str, dict[str, Callable[[Path], str]]] = {
     "docs/rule-files.md": {"rule reference": rule_reference, "rule kinds": rule_kinds},
-    "docs/node-config.md": {"node reference": node_reference, "reader kinds": node_kinds,
-                            "manifest reference": manifest_reference},
+    "docs/node-config.md": {
+        "node reference": node_reference,
+        "reader kinds": node_kinds,
+        "manifest reference": manifest_reference,
+    },
     "docs/http-api.md": {"http reference": http_reference},
 }
 
@@ -427,7 +443,9 @@ def generate(root: Path = ROOT) -> dict[str, tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arbiter.docs", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser = argparse.ArgumentParser(
+        prog="python -m arbiter.docs", description=__doc__.splitlines()[0] if __doc__ else ""
+    )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when a page is out of date")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout holding docs/ (default: this one)")
     args = parser.parse_args(argv)

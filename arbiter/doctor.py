@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
 if TYPE_CHECKING:
     from arbiter.daemon.core import Daemon
 
@@ -43,7 +42,10 @@ def local_items(config: str | None) -> list[Item]:
     try:
         host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
     except PluginLoadError as exc:
-        return [*items, Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml")]
+        return [
+            *items,
+            Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml"),
+        ]
     listing = host.plugins()
     items.append(Item("plugins", True, f"{len(listing)} loaded: " + ", ".join(sorted(p["name"] for p in listing))))
     dirs = cfg.tenants_paths()
@@ -51,12 +53,27 @@ def local_items(config: str | None) -> list[Item]:
     if ruleset.problems:
         count = sum(len(p) for p in ruleset.problems.values())
         first = next(iter(ruleset.problems.values()))[0]
-        items.append(Item("rule files", False, f"{count} problem(s), first: {first}", "run `arbiter check` and fix what it reports"))
+        items.append(
+            Item(
+                "rule files",
+                False,
+                f"{count} problem(s), first: {first}",
+                "run `arbiter check` and fix what it reports",
+            )
+        )
     elif not ruleset.rules:
-        items.append(Item("rule files", False, f"no rule file in {', '.join(map(str, dirs))}: nothing is protected",
-                          "drop a rule file in tenants.d/ (see the shipped ones)"))
+        items.append(
+            Item(
+                "rule files",
+                False,
+                f"no rule file in {', '.join(map(str, dirs))}: nothing is protected",
+                "drop a rule file in tenants.d/ (see the shipped ones)",
+            )
+        )
     else:
-        items.append(Item("rule files", True, f"{len(ruleset.rules)} rule(s) valid: {', '.join(sorted(ruleset.rules))}"))
+        items.append(
+            Item("rule files", True, f"{len(ruleset.rules)} rule(s) valid: {', '.join(sorted(ruleset.rules))}")
+        )
     return items
 
 
@@ -68,20 +85,43 @@ def daemon_items(daemon: Daemon) -> list[Item]:
     results = dict(daemon.observer.reader_results)
     reading_one = any(ok for ok, _ in results.values())
     for name, (ok, detail) in results.items():
-        fix = "" if ok else ("needed only where no other reader reads this GPU" if reading_one
-                             else "install this GPU's driver and library, or check the access items below")
+        fix = (
+            ""
+            if ok
+            else (
+                "needed only where no other reader reads this GPU"
+                if reading_one
+                else "install this GPU's driver and library, or check the access items below"
+            )
+        )
         items.append(Item(f"reader {name}", ok or reading_one, detail, fix))
     if not reading_one:
-        items.append(Item("GPU time", False, "no reader reads per-process GPU time here: protected programs count as "
-                          "using the GPU (fail safe) and certified runs no GPU work",
-                          "install the reader plugin for this GPU, or check its permissions below"))
+        items.append(
+            Item(
+                "GPU time",
+                False,
+                "no reader reads per-process GPU time here: protected programs count as "
+                "using the GPU (fail safe) and certified runs no GPU work",
+                "install the reader plugin for this GPU, or check its permissions below",
+            )
+        )
     apis = daemon.prober.refresh(wait_s=60.0) or {"evidence": {"probes": "they did not answer within 60s"}}
-    items.append(Item("GPU APIs", True, f"host provides {', '.join(apis.get('host') or []) or 'none'}; containers get "
-                      f"{', '.join(apis.get('containers') or []) or 'none'}"))
+    items.append(
+        Item(
+            "GPU APIs",
+            True,
+            f"host provides {', '.join(apis.get('host') or []) or 'none'}; containers get "
+            f"{', '.join(apis.get('containers') or []) or 'none'}",
+        )
+    )
     provided = set(apis.get("host") or []) | ({"containers"} if apis.get("containers") else set())
     for api, evidence in sorted((apis.get("evidence") or {}).items()):
         # an API this host lacks is no fault of the node; the fix says what would provide it
-        fix = "" if api in provided else f"jobs that need {api} run elsewhere; install its driver where this host has such a GPU"
+        fix = (
+            ""
+            if api in provided
+            else f"jobs that need {api} run elsewhere; install its driver where this host has such a GPU"
+        )
         items.append(Item(f"GPU API {api}", True, ("usable: " if api in provided else "not usable: ") + evidence, fix))
     for live in daemon.rulebook.ordered():
         rid = live.rule.id
@@ -90,14 +130,27 @@ def daemon_items(daemon: Daemon) -> list[Item]:
         for src in daemon.sources.view(rid, 0.0):
             fix = ""
             if not src["readable"]:
-                fix = ("run `arbiter helper` in the session of the user who owns the file" if src["needs_helper"]
-                       else "fix the source's path or permissions")
-            detail = f"{src['slot']} ({src['kind']}) read by {src['read_by']}" if src["readable"] else f"{src['slot']} ({src['kind']}): {src['why']}"
+                fix = (
+                    "run `arbiter helper` in the session of the user who owns the file"
+                    if src["needs_helper"]
+                    else "fix the source's path or permissions"
+                )
+            detail = (
+                f"{src['slot']} ({src['kind']}) read by {src['read_by']}"
+                if src["readable"]
+                else f"{src['slot']} ({src['kind']}): {src['why']}"
+            )
             items.append(Item(f"rule {rid} source", src["readable"], detail, fix))
     access = daemon.observer.host_signal("access")
     for check in getattr(access, "items", ()):
         items.append(Item(f"{check.what} ({getattr(access, 'user', '?')})", check.ok, check.detail, check.fix))
     if daemon.recorder.failures:
-        items.append(Item("state database", False, f"{daemon.recorder.failures} write(s) failed: {daemon.recorder.last_error}",
-                          f"check free space and permissions of {Path(daemon.state_dir)}"))
+        items.append(
+            Item(
+                "state database",
+                False,
+                f"{daemon.recorder.failures} write(s) failed: {daemon.recorder.last_error}",
+                f"check free space and permissions of {Path(daemon.state_dir)}",
+            )
+        )
     return items

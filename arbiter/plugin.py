@@ -29,31 +29,31 @@ PROJECT = "arbiter"
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 __all__ = [
-    "PROJECT",
-    "hookimpl",
-    "KindOptions",
-    "PluginContext",
-    "ProcessInfo",
-    "ProcessGpu",
-    "GpuReading",
-    "SourceState",
-    "ProcessRef",
-    "JobTarget",
-    "ControlUpdate",
-    "ActionResult",
-    "Matcher",
-    "Reader",
-    "Source",
-    "Translator",
-    "Probe",
-    "HostSignal",
-    "PluginError",
-    "Register",
     "NUDGE_SIGNAL",
-    "write_control_document",
-    "open_file_share",
-    "ChildWorker",
+    "PROJECT",
+    "ActionResult",
     "ChildWorkFailed",
+    "ChildWorker",
+    "ControlUpdate",
+    "GpuReading",
+    "HostSignal",
+    "JobTarget",
+    "KindOptions",
+    "Matcher",
+    "PluginContext",
+    "PluginError",
+    "Probe",
+    "ProcessGpu",
+    "ProcessInfo",
+    "ProcessRef",
+    "Reader",
+    "Register",
+    "Source",
+    "SourceState",
+    "Translator",
+    "hookimpl",
+    "open_file_share",
+    "write_control_document",
 ]
 
 
@@ -406,8 +406,10 @@ class Translator(_Kind):
             (a translator that releases per model sends one request per name, none for none).
         :returns: what was sent and every error, which are returned, never raised.
         """
-        raise PluginError(f"this translator cannot release VRAM (asked for tenant {tenant!r}); "
-                          "use a kind whose actions include release, such as http_post")
+        raise PluginError(
+            f"this translator cannot release VRAM (asked for tenant {tenant!r}); "
+            "use a kind whose actions include release, such as http_post"
+        )
 
     def set_duty(self, tenant: str, duty: float) -> ActionResult:
         """Turn a duty into the program's own setting (a batch size, a rate limit).
@@ -416,8 +418,10 @@ class Translator(_Kind):
         :param duty: the share of each second it may keep the GPU busy, 0..1.
         :returns: what was sent and every error, which are returned, never raised.
         """
-        raise PluginError(f"this translator cannot set a duty (asked for tenant {tenant!r}); "
-                          "use a kind whose actions include duty, such as http_knob")
+        raise PluginError(
+            f"this translator cannot set a duty (asked for tenant {tenant!r}); "
+            "use a kind whose actions include duty, such as http_knob"
+        )
 
     def read_profile(self, tenant: str) -> dict[str, Any]:
         """Read the device settings the profile will change, before it is applied.
@@ -431,8 +435,10 @@ class Translator(_Kind):
             (it is stored as JSON and may be restored by another process of the daemon).
         :raises PluginError: when the device cannot be read at all; then nothing is applied.
         """
-        raise PluginError(f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
-                          "use a kind whose actions include profile, such as gpu_profile")
+        raise PluginError(
+            f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
+            "use a kind whose actions include profile, such as gpu_profile"
+        )
 
     def apply_profile(self, tenant: str) -> ActionResult:
         """Apply the profile its options describe, while the tenant works on the GPU.
@@ -441,8 +447,10 @@ class Translator(_Kind):
         :returns: each setting it changed (and, in ``note``, any value it had to adjust to what
             the device allows) and every error, which are returned, never raised.
         """
-        raise PluginError(f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
-                          "use a kind whose actions include profile, such as gpu_profile")
+        raise PluginError(
+            f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
+            "use a kind whose actions include profile, such as gpu_profile"
+        )
 
     def restore_profile(self, tenant: str, saved: dict[str, Any]) -> ActionResult:
         """Put back what :meth:`apply_profile` changed.
@@ -452,8 +460,10 @@ class Translator(_Kind):
             daemon stored it (possibly by a process that has since crashed).
         :returns: each setting it restored and every error, which are returned, never raised.
         """
-        raise PluginError(f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
-                          "use a kind whose actions include profile, such as gpu_profile")
+        raise PluginError(
+            f"this translator applies no GPU profile (asked for tenant {tenant!r}); "
+            "use a kind whose actions include profile, such as gpu_profile"
+        )
 
 
 class Probe(_Kind):

@@ -97,7 +97,10 @@ class PluginHost:
             if name is None or name == "arbiter.hookspecs":
                 continue
             kinds = sorted(
-                f"{info.family}/{info.name}" for fam in self.kinds.values() for info in fam.values() if info.plugin == name
+                f"{info.family}/{info.name}"
+                for fam in self.kinds.values()
+                for info in fam.values()
+                if info.plugin == name
             )
             out.append({"name": name, "distribution": dists.get(name, ""), "kinds": kinds})
         blocked = [{"name": n, "distribution": "", "kinds": [], "blocked": True} for n in sorted(self.blocked)]
@@ -192,7 +195,9 @@ def _collect(host: PluginHost) -> None:
                 if plugin is impl.plugin:
                     dist = f"{distinfo.project_name} {distinfo.version}"
 
-            def register(name: str, cls: type, _plugin: str = plugin_name, _dist: str = dist, _family: str = family) -> None:
+            def register(
+                name: str, cls: type, _plugin: str = plugin_name, _dist: str = dist, _family: str = family
+            ) -> None:
                 if not isinstance(cls, type) or not issubclass(cls, FAMILIES[_family]):
                     raise PluginLoadError(
                         f"plugin {_plugin} registered {_family} kind {name!r} with {cls!r}, which is not a "
@@ -237,7 +242,9 @@ def build_plugin_manager(
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise PluginLoadError(f"plugin module {module_name!r} (named in plugins:) cannot be imported: {exc}") from exc
+            raise PluginLoadError(
+                f"plugin module {module_name!r} (named in plugins:) cannot be imported: {exc}"
+            ) from exc
         if pm.get_plugin(module_name) is None:
             pm.register(module, name=module_name)
     for name, plugin in extra:

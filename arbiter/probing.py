@@ -43,15 +43,28 @@ def run_probe(
 ) -> dict[str, Any]:
     """One probe in a child process: ``{"usable", "evidence", "apis"?, "seconds"}``."""
     started = time.monotonic()
-    env = {**os.environ, "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)), "ARBITER_PROBE_DISABLE": json.dumps(list(disable))}
+    env = {
+        **os.environ,
+        "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)),
+        "ARBITER_PROBE_DISABLE": json.dumps(list(disable)),
+    }
     try:
         # its own process group (no terminal's signals) but the asker's session: where the
         # scheduler groups by session, a new one would be a new group and undo the lower priority
-        out = subprocess.run([sys.executable, "-m", "arbiter.probing", kind], capture_output=True, text=True,
-                             timeout=timeout_s, env=env, process_group=0)
+        out = subprocess.run(
+            [sys.executable, "-m", "arbiter.probing", kind],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            process_group=0,
+        )
     except subprocess.TimeoutExpired:
-        return {"usable": False, "evidence": f"the {kind} probe did not answer within {timeout_s:g}s (a hung driver?)",
-                "seconds": round(time.monotonic() - started, 2)}
+        return {
+            "usable": False,
+            "evidence": f"the {kind} probe did not answer within {timeout_s:g}s (a hung driver?)",
+            "seconds": round(time.monotonic() - started, 2),
+        }
     seconds = round(time.monotonic() - started, 2)
     try:
         answer = json.loads(out.stdout.strip().splitlines()[-1])
@@ -72,7 +85,9 @@ def gpu_apis(
     with ThreadPoolExecutor(max_workers=max(1, min(len(kinds), os.cpu_count() or 1))) as pool:
         answers = dict(zip(kinds, pool.map(lambda k: run_probe(k, plugins, timeout_s, disable), kinds), strict=True))
     host = sorted(k for k, a in answers.items() if a["usable"] and k != CONTAINERS)
-    containers = sorted(answers.get(CONTAINERS, {}).get("apis") or []) if answers.get(CONTAINERS, {}).get("usable") else []
+    containers = (
+        sorted(answers.get(CONTAINERS, {}).get("apis") or []) if answers.get(CONTAINERS, {}).get("usable") else []
+    )
     return {
         "host": host,
         "containers": containers,
@@ -87,7 +102,9 @@ class Prober:
     """Runs the probes off the fast path: on first need, again on request; one run at a time,
     and a caller asking during a run waits for that run rather than starting another."""
 
-    def __init__(self, kinds: Callable[[], Sequence[str]], plugins: Sequence[str] = (), disable: Sequence[str] = ()) -> None:
+    def __init__(
+        self, kinds: Callable[[], Sequence[str]], plugins: Sequence[str] = (), disable: Sequence[str] = ()
+    ) -> None:
         self._kinds = kinds
         self._plugins = list(plugins)
         self._disable = list(disable)
@@ -100,8 +117,13 @@ class Prober:
         try:
             result = gpu_apis(self._kinds(), self._plugins, disable=self._disable)
         except Exception as exc:  # a failing runner must not leave callers waiting
-            result = {"host": [], "containers": [], "evidence": {"probes": f"could not run: {exc}"},
-                      "platform": platform_tag(), "arbiter_version": __version__}
+            result = {
+                "host": [],
+                "containers": [],
+                "evidence": {"probes": f"could not run: {exc}"},
+                "platform": platform_tag(),
+                "arbiter_version": __version__,
+            }
         with self._cond:
             self.answer, self._running = result, False
             self._finished += 1
@@ -149,8 +171,11 @@ def placement(manifest: Manifest, platform_name: str, provided: dict[str, Any]) 
     probe checks is accepted with a warning (and then is never provided)."""
     gpu = manifest.gpu_for(platform_name)
     known = set(provided.get("evidence") or {})  # the APIs the installed probes check
-    warnings = [f"unknown GPU API {api!r}: accepted, but no installed probe checks it, so no host provides it"
-                for api in gpu.apis_any if api not in known]
+    warnings = [
+        f"unknown GPU API {api!r}: accepted, but no installed probe checks it, so no host provides it"
+        for api in gpu.apis_any
+        if api not in known
+    ]
     return missing_apis(gpu.apis_any, gpu.in_container, provided), warnings
 
 

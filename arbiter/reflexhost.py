@@ -81,8 +81,9 @@ class ReflexHost:
         self.out = out
         only = set(setup["only"])
         others = [ep.name for ep in entry_points(group=PROJECT) if ep.name not in only]
-        self.host: PluginHost = build_plugin_manager([m for m in setup["plugins"] if m in only], [*setup["disable"], *others],
-                                                     timeout_s=setup["timeout_s"])
+        self.host: PluginHost = build_plugin_manager(
+            [m for m in setup["plugins"] if m in only], [*setup["disable"], *others], timeout_s=setup["timeout_s"]
+        )
         self.context = dict(state_dir=setup["state_dir"], stand_in_gpu=setup["stand_in_gpu"], daemon_uid=os.geteuid())
         self.lock_fd = os.open(setup["lock"], os.O_RDWR | os.O_CREAT, 0o600)
         name = setup["translator"]
@@ -93,8 +94,12 @@ class ReflexHost:
         if not translator.bounded:
             raise ValueError(f"the pause translator {name!r} does not bound its own time")
         self.done: list[tuple[str, list[PausedEntry]]] = []  # what the actuator's last call did
-        self.actuator = Actuator(self.host, {"pause": (name, translator)}, PausedJournal(setup["journal"]),
-                                 lambda op, entries: self.done.append((op, list(entries))))
+        self.actuator = Actuator(
+            self.host,
+            {"pause": (name, translator)},
+            PausedJournal(setup["journal"]),
+            lambda op, entries: self.done.append((op, list(entries))),
+        )
         self.sources: dict[Slot, Source] = {}
         self.specs: dict[Slot, list[Any]] = {}
         self.last_phase: dict[Slot, str] = {}
@@ -117,10 +122,16 @@ class ReflexHost:
         if "sources" in message:
             self.wanted.put(message["sources"])
         elif "arm" in message:
-            arm = {key: {phase: ([JobTarget(jid, name, tuple(ProcessRef(*r) for r in refs)) for jid, name, refs in pause],
-                                 [PausedEntry(*row) for row in resume])
-                         for phase, (pause, resume) in moves.items()}
-                   for key, moves in message["slots"].items()}
+            arm = {
+                key: {
+                    phase: (
+                        [JobTarget(jid, name, tuple(ProcessRef(*r) for r in refs)) for jid, name, refs in pause],
+                        [PausedEntry(*row) for row in resume],
+                    )
+                    for phase, (pause, resume) in moves.items()
+                }
+                for key, moves in message["slots"].items()
+            }
             self.actuator.prepare([t for moves in arm.values() for pause, _ in moves.values() for t in pause])
             with self.armed_cv:
                 self.arm, self.armed = arm, message["arm"]
@@ -138,7 +149,7 @@ class ReflexHost:
             self.last_phase.pop(slot, None)
             try:
                 source.close()
-            except Exception:  # noqa: BLE001 - a source that fails to close is dropped all the same
+            except Exception:
                 pass
         for slot, (kind, options) in by_slot.items():
             if slot not in self.sources:
@@ -157,7 +168,7 @@ class ReflexHost:
             self.specs[slot] = [kind, options]
             source.start(lambda state: self.reading(slot, state))
             self.reading(slot, source.state(), first=True)
-        except Exception as exc:  # noqa: BLE001 - the daemon watches this source itself
+        except Exception as exc:
             self.specs.pop(slot, None)
             started = self.sources.pop(slot, None)
             if started is not None:
@@ -187,7 +198,7 @@ class ReflexHost:
                         before, self.last_phase[slot] = self.last_phase.get(slot), phase
                         if before is not None and phase != before:
                             line.update(self.act(slot, phase))
-                except Exception as exc:  # noqa: BLE001 - the daemon acts on the reading itself
+                except Exception as exc:
                     line.update({"armed": False, "why": f"{type(exc).__name__}: {exc}"})
                     line.update(self.did())
                 self.send(line)
@@ -215,7 +226,13 @@ class ReflexHost:
         resumed_at = self.actuator.resume_in_turn(resume)
         first_at = first_at or resumed_at
         acted_at = time.monotonic()
-        return {"armed": True, **self.did(), "locked_at": locked_at, "first_at": first_at or acted_at, "acted_at": acted_at}
+        return {
+            "armed": True,
+            **self.did(),
+            "locked_at": locked_at,
+            "first_at": first_at or acted_at,
+            "acted_at": acted_at,
+        }
 
     def did(self) -> dict[str, Any]:
         """What the last act changed: the daemon takes it into its record (a pause that
@@ -248,7 +265,7 @@ def main() -> None:
         return
     try:
         host = ReflexHost(json.loads(first)["setup"], out)
-    except Exception as exc:  # noqa: BLE001 - the daemon says why, and acts on phase changes itself
+    except Exception as exc:
         out.write(json.dumps({"fatal": f"it could not start: {type(exc).__name__}: {exc}"}) + "\n")
         out.flush()
         raise SystemExit(1) from exc

@@ -168,7 +168,13 @@ class Store:
     def add_event(db: sqlite3.Connection, event: Mapping[str, Any]) -> None:
         db.execute(
             "INSERT INTO timeline (t, code, subject, message, data) VALUES (?, ?, ?, ?, ?)",
-            (event["t"], event["code"], event["subject"], event["message"], json.dumps(event.get("data", {}), default=str)),
+            (
+                event["t"],
+                event["code"],
+                event["subject"],
+                event["message"],
+                json.dumps(event.get("data", {}), default=str),
+            ),
         )
 
     def timeline(self, limit: int = 50, subject: str | None = None, code: str | None = None) -> list[dict[str, Any]]:
@@ -267,23 +273,39 @@ class Store:
         return cur.rowcount
 
     def certificates(self) -> list[Certificate]:
-        rows = self._query("SELECT c.*, s.why AS superseded FROM certificates c"
-                           " LEFT JOIN cert_superseded s ON s.cert_id = c.id ORDER BY c.issued_at")
+        rows = self._query(
+            "SELECT c.*, s.why AS superseded FROM certificates c"
+            " LEFT JOIN cert_superseded s ON s.cert_id = c.id ORDER BY c.issued_at"
+        )
         return [
-            Certificate(rule=r["rule"], work=r["work"], duty=r["duty"], r=r["r"], r_low=r["r_low"], r_high=r["r_high"],
-                        margin=r["margin"], run_id=r["run_id"], issued_at=r["issued_at"], node=r["node"],
-                        fingerprint=json.loads(r["fingerprint"]), exe_path=r["exe_path"], exe_sha256=r["exe_sha256"],
-                        id=r["id"], superseded=r["superseded"] or "")
+            Certificate(
+                rule=r["rule"],
+                work=r["work"],
+                duty=r["duty"],
+                r=r["r"],
+                r_low=r["r_low"],
+                r_high=r["r_high"],
+                margin=r["margin"],
+                run_id=r["run_id"],
+                issued_at=r["issued_at"],
+                node=r["node"],
+                fingerprint=json.loads(r["fingerprint"]),
+                exe_path=r["exe_path"],
+                exe_sha256=r["exe_sha256"],
+                id=r["id"],
+                superseded=r["superseded"] or "",
+            )
             for r in rows
         ]
-
 
     # --- GPU profiles applied (what to restore, also after a crash) ----------------------------
 
     def put_profile(self, rule: str, kind: str, options: Mapping[str, Any], saved: Mapping[str, Any]) -> None:
         with self.transaction() as db:  # committed before the profile is applied
-            db.execute("INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?)",
-                       (rule, kind, json.dumps(dict(options)), json.dumps(dict(saved)), time.time()))
+            db.execute(
+                "INSERT OR REPLACE INTO profiles VALUES (?, ?, ?, ?, ?)",
+                (rule, kind, json.dumps(dict(options)), json.dumps(dict(saved)), time.time()),
+            )
 
     def drop_profile(self, rule: str) -> None:
         with self.transaction() as db:
@@ -291,8 +313,10 @@ class Store:
 
     def profiles(self) -> dict[str, dict[str, Any]]:
         rows = self._query("SELECT rule, kind, options, saved FROM profiles")
-        return {r["rule"]: {"kind": r["kind"], "options": json.loads(r["options"]), "saved": json.loads(r["saved"])}
-                for r in rows}
+        return {
+            r["rule"]: {"kind": r["kind"], "options": json.loads(r["options"]), "saved": json.loads(r["saved"])}
+            for r in rows
+        }
 
     # --- paired ON/OFF runs (their blocks and verdicts; see arbiter.engine.abrun) -------------
 
@@ -301,7 +325,14 @@ class Store:
         spec = record["spec"]
         db.execute(
             "INSERT OR REPLACE INTO ab_runs VALUES (?, ?, ?, ?, ?, ?)",
-            (spec["run_id"], spec["rule_id"], record["status"], json.dumps(record), record["started_wall"], time.time()),
+            (
+                spec["run_id"],
+                spec["rule_id"],
+                record["status"],
+                json.dumps(record),
+                record["started_wall"],
+                time.time(),
+            ),
         )
 
     def runs(self, limit: int = 100) -> list[dict[str, Any]]:
@@ -321,8 +352,21 @@ class Store:
         cur = db.execute(
             "INSERT INTO certificates (rule, work, duty, r, r_low, r_high, margin, run_id, issued_at, node,"
             " fingerprint, exe_path, exe_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (cert.rule, cert.work, cert.duty, cert.r, cert.r_low, cert.r_high, cert.margin, cert.run_id,
-             cert.issued_at, cert.node, json.dumps(dict(cert.fingerprint)), cert.exe_path, cert.exe_sha256),
+            (
+                cert.rule,
+                cert.work,
+                cert.duty,
+                cert.r,
+                cert.r_low,
+                cert.r_high,
+                cert.margin,
+                cert.run_id,
+                cert.issued_at,
+                cert.node,
+                json.dumps(dict(cert.fingerprint)),
+                cert.exe_path,
+                cert.exe_sha256,
+            ),
         )
         return int(cur.lastrowid or 0)
 

@@ -53,7 +53,10 @@ FALSE_CERT_GOAL = 0.05
 
 # verdict codes, indexing abstats's verdict names; REFUSED: stopped after the pilot
 VERDICTS: tuple[abstats.Verdict, ...] = (
-    "no slowdown shown", "slowdown smaller than the margin", "slowdown", "inconclusive",
+    "no slowdown shown",
+    "slowdown smaller than the margin",
+    "slowdown",
+    "inconclusive",
 )
 NO_SLOWDOWN, SMALLER, SLOWDOWN, INCONCLUSIVE = range(4)
 REFUSED = -1
@@ -78,7 +81,13 @@ def t_quantiles(df: np.ndarray) -> np.ndarray:
 
 
 def generate_d(
-    noise: str, r: float, sd: float, replicates: int, blocks: int, rng: np.random.Generator, phi: float = PHI,
+    noise: str,
+    r: float,
+    sd: float,
+    replicates: int,
+    blocks: int,
+    rng: np.random.Generator,
+    phi: float = PHI,
 ) -> tuple[np.ndarray, np.ndarray]:
     """d (replicates × blocks) around ln r with SD ``sd`` under ``noise``, and each block's order
     (True: ON first).  The order is drawn for every model, as the harness always randomises it."""
@@ -161,7 +170,9 @@ def affordable_blocks(window_s: float, washout_s: float, max_hours: float, limit
 
 
 def most_blocks(
-    planned_blocks: int = PLANNED_BLOCKS, window_s: float = WINDOW_S, washout_s: float = WASHOUT_S,
+    planned_blocks: int = PLANNED_BLOCKS,
+    window_s: float = WINDOW_S,
+    washout_s: float = WASHOUT_S,
     max_hours: float = MAX_HOURS,
 ) -> int:
     """The most blocks a run that is not refused can total: how many to simulate."""
@@ -171,8 +182,14 @@ def most_blocks(
 
 
 def run_procedure(
-    d: np.ndarray, margin: float = MARGIN, *, pilot_blocks: int = PILOT_BLOCKS, planned_blocks: int = PLANNED_BLOCKS,
-    window_s: float = WINDOW_S, washout_s: float = WASHOUT_S, max_hours: float = MAX_HOURS,
+    d: np.ndarray,
+    margin: float = MARGIN,
+    *,
+    pilot_blocks: int = PILOT_BLOCKS,
+    planned_blocks: int = PLANNED_BLOCKS,
+    window_s: float = WINDOW_S,
+    washout_s: float = WASHOUT_S,
+    max_hours: float = MAX_HOURS,
 ) -> dict[str, np.ndarray]:
     """The harness's run on each row of d (the blocks in the order they would be measured; only
     the first ones a run needs are used): n from the pilot (0: None), the blocks used, the
@@ -215,16 +232,31 @@ def summarise(runs: dict[str, np.ndarray], true_r: float) -> dict[str, float]:
 
 
 def simulate(
-    r: float, sd: float, noise: str, replicates: int, rng: np.random.Generator, *, margin: float = MARGIN,
-    pilot_blocks: int = PILOT_BLOCKS, planned_blocks: int = PLANNED_BLOCKS, window_s: float = WINDOW_S,
-    washout_s: float = WASHOUT_S, max_hours: float = MAX_HOURS, phi: float = PHI,
+    r: float,
+    sd: float,
+    noise: str,
+    replicates: int,
+    rng: np.random.Generator,
+    *,
+    margin: float = MARGIN,
+    pilot_blocks: int = PILOT_BLOCKS,
+    planned_blocks: int = PLANNED_BLOCKS,
+    window_s: float = WINDOW_S,
+    washout_s: float = WASHOUT_S,
+    max_hours: float = MAX_HOURS,
+    phi: float = PHI,
 ) -> dict[str, Any]:
     """One cell: ``replicates`` whole runs at true R ``r``, SD of d ``sd``, under ``noise``."""
     blocks = max(pilot_blocks, most_blocks(planned_blocks, window_s, washout_s, max_hours))
     d, _ = generate_d(noise, r, sd, replicates, blocks, rng, phi)
     runs = run_procedure(
-        d, margin, pilot_blocks=pilot_blocks, planned_blocks=planned_blocks, window_s=window_s,
-        washout_s=washout_s, max_hours=max_hours,
+        d,
+        margin,
+        pilot_blocks=pilot_blocks,
+        planned_blocks=planned_blocks,
+        window_s=window_s,
+        washout_s=washout_s,
+        max_hours=max_hours,
     )
     return {"r": r, "sd": sd, "noise": noise, "replicates": replicates, **summarise(runs, r)}
 
@@ -290,8 +322,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = np.random.SeedSequence(args.seed).spawn(len(grid))
     cells = [
         simulate(
-            r, sd, noise, args.replicates, np.random.default_rng(stream), margin=args.margin,
-            planned_blocks=args.blocks, window_s=args.window, washout_s=args.washout, max_hours=args.max_hours,
+            r,
+            sd,
+            noise,
+            args.replicates,
+            np.random.default_rng(stream),
+            margin=args.margin,
+            planned_blocks=args.blocks,
+            window_s=args.window,
+            washout_s=args.washout,
+            max_hours=args.max_hours,
         )
         for (r, sd, noise), stream in zip(grid, streams, strict=True)
     ]
@@ -303,8 +343,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("coverage: of the 90 % interval for the true R, over runs not refused; blocks: refused runs used the pilot")
     print("\n".join(report(cells, args.margin)))
     se = math.sqrt(0.9 * 0.1 / args.replicates)
-    print(f"Monte Carlo SE: about {se:.4f} on a coverage near 0.90, {math.sqrt(0.05 * 0.95 / args.replicates):.4f}"
-          " on a rate near 0.05")
+    print(
+        f"Monte Carlo SE: about {se:.4f} on a coverage near 0.90, {math.sqrt(0.05 * 0.95 / args.replicates):.4f}"
+        " on a rate near 0.05"
+    )
     print(f"took {time.perf_counter() - started:.1f} s")
     return 0
 

@@ -49,8 +49,18 @@ RULE = "frames"
 PHASED = "uplink"
 ORIGINAL_W, PROFILE_W = 300, 200
 SETTLE_S = 3.0  # how long a state that looks wrong may last before it counts (the daemon may be acting on it)
-CHECKS = ("integrity", "timeline", "profile_at_kill", "stopped", "control_doc", "certificates", "trust",
-          "profile_reapplied", "ab_resumed", "stops_honoured")
+CHECKS = (
+    "integrity",
+    "timeline",
+    "profile_at_kill",
+    "stopped",
+    "control_doc",
+    "certificates",
+    "trust",
+    "profile_reapplied",
+    "ab_resumed",
+    "stops_honoured",
+)
 
 COOP = """\
 import time
@@ -83,6 +93,7 @@ class Tally:
 
 # --- the database, read from outside ---------------------------------------------------------
 
+
 def read_only(db: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     conn.row_factory = sqlite3.Row
@@ -106,15 +117,20 @@ def on_disk(db: Path, run_id: str | None) -> OnDisk:
     try:
         integrity = "; ".join(r[0] for r in conn.execute("PRAGMA integrity_check").fetchall())
         rows, max_id = conn.execute("SELECT COUNT(*), COALESCE(MAX(id), 0) FROM timeline").fetchone()
-        certs = {r["id"]: hashlib.sha256(json.dumps(dict(r), sort_keys=True).encode()).hexdigest()
-                 for r in conn.execute("SELECT * FROM certificates ORDER BY id")}
+        certs = {
+            r["id"]: hashlib.sha256(json.dumps(dict(r), sort_keys=True).encode()).hexdigest()
+            for r in conn.execute("SELECT * FROM certificates ORDER BY id")
+        }
         trust = {r["name"]: json.loads(r["record"]) for r in conn.execute("SELECT name, record FROM trust")}
         prof = conn.execute("SELECT saved FROM profiles WHERE rule = ?", (RULE,)).fetchone()
         run = None
         if run_id:
             found = conn.execute("SELECT record FROM ab_runs WHERE id = ?", (run_id,)).fetchone()
             run = json.loads(found["record"]) if found else None
-        controls = {r["name"]: r["control_path"] for r in conn.execute("SELECT name, control_path FROM jobs WHERE state != 'ended'")}
+        controls = {
+            r["name"]: r["control_path"]
+            for r in conn.execute("SELECT name, control_path FROM jobs WHERE state != 'ended'")
+        }
     finally:
         conn.close()
     return OnDisk(integrity, rows, max_id, certs, trust, json.loads(prof["saved"]) if prof else None, run, controls)
@@ -147,6 +163,7 @@ def trust_same(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any
 
 # --- the node ---------------------------------------------------------------------------------
 
+
 class Bench:
     def __init__(self, root: Path, rng: random.Random, tick_s: float) -> None:
         self.root = root
@@ -157,9 +174,15 @@ class Bench:
         self.phases.touch()
         self.card = root / "device.json"
         self.card.write_text(json.dumps({"power_limit_w": ORIGINAL_W}))
-        self.node = LocalNode(root, tick_s=tick_s, gpu_jobs="certified", gpu_release_after_s=600, stop_grace_s=1,
-                              compliance={"sample_s": 0.5},
-                              governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05})
+        self.node = LocalNode(
+            root,
+            tick_s=tick_s,
+            gpu_jobs="certified",
+            gpu_release_after_s=600,
+            stop_grace_s=1,
+            compliance={"sample_s": 0.5},
+            governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05},
+        )
         self.db = self.node.state_dir / "state.db"
         self.run_id: str | None = None
         self.flips = 0
@@ -170,26 +193,53 @@ class Bench:
 
     def setup(self, certificates: int) -> None:
         n = self.node
-        n.add_rule(RULE, {
-            "id": RULE, "match": {"cmdline": [str(self.events)]}, "immediate": True,
-            "protect": {"source": {"kind": "jsonl", "path": str(self.events), "event": "step_done"}, "max_slowdown": 0.05},
-            "profile": {"kind": "fake_profile", "device_file": str(self.card), "power_limit_w": PROFILE_W},
-        })
+        n.add_rule(
+            RULE,
+            {
+                "id": RULE,
+                "match": {"cmdline": [str(self.events)]},
+                "immediate": True,
+                "protect": {
+                    "source": {"kind": "jsonl", "path": str(self.events), "event": "step_done"},
+                    "max_slowdown": 0.05,
+                },
+                "profile": {"kind": "fake_profile", "device_file": str(self.card), "power_limit_w": PROFILE_W},
+            },
+        )
         # the phases on a rule of their own: a phase change on the run's rule leaves its block out
-        n.add_rule(PHASED, {
-            "id": PHASED, "match": {"cmdline": ["sleep 1031"]}, "immediate": True,
-            "during": [{"source": {"kind": "jsonl", "path": str(self.phases), "event": "status", "field": "state.phase",
-                                   "on": ["uploading"]},
-                        "pause_fleet": {"scope": "cpu"}}],
-        })
+        n.add_rule(
+            PHASED,
+            {
+                "id": PHASED,
+                "match": {"cmdline": ["sleep 1031"]},
+                "immediate": True,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(self.phases),
+                            "event": "status",
+                            "field": "state.phase",
+                            "on": ["uploading"],
+                        },
+                        "pause_fleet": {"scope": "cpu"},
+                    }
+                ],
+            },
+        )
         store = Store(self.db)
         try:
             for i in range(certificates - 1):
                 store.add_certificate(self._certificate(i))
             now = time.time()
             with store.transaction() as db:  # a name stopped for its duty, and one with a strike
-                Store.put_trust(db, {"greedy": {"strikes": [now - 300, now - 200, now - 100], "untrusted_until": now + 3 * 3600},
-                                     "careful": {"strikes": [now - 50], "untrusted_until": None}})
+                Store.put_trust(
+                    db,
+                    {
+                        "greedy": {"strikes": [now - 300, now - 200, now - 100], "untrusted_until": now + 3 * 3600},
+                        "careful": {"strikes": [now - 50], "untrusted_until": None},
+                    },
+                )
         finally:
             store.close()
         n.start()
@@ -204,16 +254,25 @@ class Bench:
         coop = self.root / "coop.yaml"
         coop.write_text("name: coop\ncapabilities: [cooperative_pause, cancellable]\ngpu: {use: none}\n")
         gpu = self.root / "llmbatch.yaml"
-        gpu.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause, cancellable]\ngpu: {use: shared}\n")
+        gpu.write_text(
+            "name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause, cancellable]\ngpu: {use: shared}\n"
+        )
         greedy = self.root / "greedy.yaml"
         greedy.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.3}\n")
         quiet = {"stderr": subprocess.DEVNULL}
         n.job_run([PYTHON, "-c", IDLE], "--manifest", str(none), "--name", "plain", **quiet)
         n.job_run([PYTHON, "-c", COOP], "--manifest", str(coop), **quiet)
-        n.job_run([PYTHON, "-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "60", "--out", "/dev/null"],
-                  "--manifest", str(gpu), cwd=ROOT / "examples" / "llmbatch", **quiet)
+        n.job_run(
+            [PYTHON, "-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "60", "--out", "/dev/null"],
+            "--manifest",
+            str(gpu),
+            cwd=ROOT / "examples" / "llmbatch",
+            **quiet,
+        )
         n.job_run([PYTHON, "-c", "pass"], "--manifest", str(greedy), **quiet)  # held: its name is not trusted
-        n.wait_for(lambda: {"plain", "coop", "llmbatch", "greedy"} <= {j["name"] for j in n.status()["jobs"]}, timeout=30)
+        n.wait_for(
+            lambda: {"plain", "coop", "llmbatch", "greedy"} <= {j["name"] for j in n.status()["jobs"]}, timeout=30
+        )
         n.wait_for(lambda: all(j["pids"] for j in n.status()["jobs"] if j["name"] in ("plain", "coop")), timeout=30)
         self.start_run()
         store = Store(self.db)  # one more while the daemon runs: it shares the file
@@ -225,14 +284,27 @@ class Bench:
         self._writer.start()
 
     def _certificate(self, i: int) -> Certificate:
-        return Certificate(rule=RULE, work="cpu", duty=round(0.1 + 0.05 * i, 2), r=0.995, r_low=0.97, r_high=1.02,
-                           margin=0.05, run_id=f"bench-{i}", issued_at=time.time() - 3600, node="bench",
-                           fingerprint={"cpu": "bench", "gpus": [], "os": "bench", "arbiter": "0"},
-                           exe_path="/nonexistent/bench", exe_sha256="0" * 64)
+        return Certificate(
+            rule=RULE,
+            work="cpu",
+            duty=round(0.1 + 0.05 * i, 2),
+            r=0.995,
+            r_low=0.97,
+            r_high=1.02,
+            margin=0.05,
+            run_id=f"bench-{i}",
+            issued_at=time.time() - 3600,
+            node="bench",
+            fingerprint={"cpu": "bench", "gpus": [], "os": "bench", "arbiter": "0"},
+            exe_path="/nonexistent/bench",
+            exe_sha256="0" * 64,
+        )
 
     def start_run(self) -> None:
         """A run that will not end by itself: 10,000 blocks of two 1 s windows."""
-        self.node.call("ab.start", rule=RULE, duty=0.1, window=1, washout=0.2, blocks=10_000, margin=0.5, max_hours=24 * 14)
+        self.node.call(
+            "ab.start", rule=RULE, duty=0.1, window=1, washout=0.2, blocks=10_000, margin=0.5, max_hours=24 * 14
+        )
         self.run_id = self.node.call("ab.status")["runs"][0]["run"]
 
     def _flip_phases(self) -> None:
@@ -249,8 +321,14 @@ class Bench:
         deadline = time.monotonic() + wait_s
         if self.rng.random() < 0.3 and len(self.doomed) < 4:
             name = f"doomed-{len(self.doomed)}"
-            launcher = self.node.job_run([PYTHON, "-c", IDLE], "--manifest", str(self.root / "cpu-job.yaml"), "--name", name,
-                                         stderr=subprocess.DEVNULL)
+            launcher = self.node.job_run(
+                [PYTHON, "-c", IDLE],
+                "--manifest",
+                str(self.root / "cpu-job.yaml"),
+                "--name",
+                name,
+                stderr=subprocess.DEVNULL,
+            )
             self.doomed[name] = (launcher, None)
         asked = [name for name, (_, at) in self.doomed.items() if at is None]
         if asked and self.rng.random() < 0.5:
@@ -280,6 +358,7 @@ class Bench:
 
 
 # --- the checks after a restart --------------------------------------------------------------
+
 
 def settled(check: Any, timeout: float = SETTLE_S) -> str:
     """'' once ``check()`` returns ''; else its last complaint after ``timeout``."""
@@ -320,8 +399,11 @@ def control_wrongly_paused(b: Bench, controls: dict[str, str]) -> str:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return ""  # not written yet
-    return f"coop's control document says {doc.get('state')!r} while the daemon says {job['state']!r}" \
-        if doc.get("state") == "paused" else ""
+    return (
+        f"coop's control document says {doc.get('state')!r} while the daemon says {job['state']!r}"
+        if doc.get("state") == "paused"
+        else ""
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,14 +436,20 @@ def main(argv: list[str] | None = None) -> int:
             n.kill_daemon()
             disk = on_disk(b.db, b.run_id)
             t.check("integrity", disk.integrity == "ok", f"kill {kill}: integrity_check says {disk.integrity}")
-            t.check("timeline", disk.timeline_rows >= timeline[0] and disk.timeline_max_id >= timeline[1],
-                    f"kill {kill}: {disk.timeline_rows} rows (max id {disk.timeline_max_id}), "
-                    f"had {timeline[0]} (max id {timeline[1]})")
+            t.check(
+                "timeline",
+                disk.timeline_rows >= timeline[0] and disk.timeline_max_id >= timeline[1],
+                f"kill {kill}: {disk.timeline_rows} rows (max id {disk.timeline_max_id}), "
+                f"had {timeline[0]} (max id {timeline[1]})",
+            )
             timeline = (disk.timeline_rows, disk.timeline_max_id)
             w = power(b.card)
             saved = None if disk.profile_saved is None else disk.profile_saved.get("power_limit_w")
-            t.check("profile_at_kill", (saved in (None, ORIGINAL_W)) and (w == ORIGINAL_W or saved == ORIGINAL_W),
-                    f"kill {kill}: the device is at {w} W, the record keeps {saved}")
+            t.check(
+                "profile_at_kill",
+                (saved in (None, ORIGINAL_W)) and (w == ORIGINAL_W or saved == ORIGINAL_W),
+                f"kill {kill}: the device is at {w} W, the record keeps {saved}",
+            )
             run_before = disk.run
             left_stopped += any(_status(p) == psutil.STATUS_STOPPED for p in b.processes())
             left_applied += w == PROFILE_W
@@ -371,18 +459,45 @@ def main(argv: list[str] | None = None) -> int:
             n.wait_for(lambda: n.status()["decided_at"] > 0, timeout=30)
             restart_s.append(time.monotonic() - t0)
             t.check("stopped", not (why := settled(lambda: frozen_wrongly(b))), f"kill {kill}: {why}")
-            t.check("control_doc", not (why := settled(lambda: control_wrongly_paused(b, disk.controls))), f"kill {kill}: {why}")
+            t.check(
+                "control_doc",
+                not (why := settled(lambda: control_wrongly_paused(b, disk.controls))),
+                f"kill {kill}: {why}",
+            )
             after = on_disk(b.db, b.run_id)
             lost = {i for i in known_certs if i not in after.certificates}
             changed = {i for i in known_certs if i in after.certificates and after.certificates[i] != known_certs[i]}
-            t.check("certificates", not lost and not changed, f"kill {kill}: lost {sorted(lost)}, changed {sorted(changed)}")
+            t.check(
+                "certificates", not lost and not changed, f"kill {kill}: lost {sorted(lost)}, changed {sorted(changed)}"
+            )
             known_certs.update(after.certificates)
-            held = settled(lambda: "" if any(r["code"] == "JOB_UNTRUSTED" for j in n.status()["jobs"] if j["name"] == "greedy"
-                                             for r in j["reasons"]) else "greedy is not held as untrusted")
+            held = settled(
+                lambda: (
+                    ""
+                    if any(
+                        r["code"] == "JOB_UNTRUSTED"
+                        for j in n.status()["jobs"]
+                        if j["name"] == "greedy"
+                        for r in j["reasons"]
+                    )
+                    else "greedy is not held as untrusted"
+                )
+            )
             t.check("trust", not (why := trust_same(trust0, after.trust) or held), f"kill {kill}: {why}")
-            t.check("profile_reapplied", not (why := settled(
-                lambda: "" if power(b.card) == PROFILE_W and rule(n, RULE)["profile_applied"]
-                else f"the device is at {power(b.card)} W", timeout=15)), f"kill {kill}: {why}")
+            t.check(
+                "profile_reapplied",
+                not (
+                    why := settled(
+                        lambda: (
+                            ""
+                            if power(b.card) == PROFILE_W and rule(n, RULE)["profile_applied"]
+                            else f"the device is at {power(b.card)} W"
+                        ),
+                        timeout=15,
+                    )
+                ),
+                f"kill {kill}: {why}",
+            )
             if run_before is not None and run_before["status"] == "running":
                 runs = {r["run"]: r for r in n.call("ab.status")["runs"]}
                 now = runs.get(b.run_id or "")
@@ -392,11 +507,17 @@ def main(argv: list[str] | None = None) -> int:
                 blocks_seen = max(blocks_seen, now["blocks_done"] if now else 0)
             elif run_before is not None:  # it ended by its own rules before this kill: a new one
                 b.runs_ended += 1
-                print(f"  run {b.run_id} ended ({run_before['status']}: {run_before.get('why', '')}); starting another", flush=True)
+                print(
+                    f"  run {b.run_id} ended ({run_before['status']}: {run_before.get('why', '')}); starting another",
+                    flush=True,
+                )
                 b.start_run()
             if kill % 10 == 0 or kill == args.kills:
-                print(f"kill {kill}/{args.kills}: {sum(t.violated.values())} violations so far, "
-                      f"{blocks_seen} blocks in the run, {b.flips} phase flips, {time.monotonic() - started:.0f}s", flush=True)
+                print(
+                    f"kill {kill}/{args.kills}: {sum(t.violated.values())} violations so far, "
+                    f"{blocks_seen} blocks in the run, {b.flips} phase flips, {time.monotonic() - started:.0f}s",
+                    flush=True,
+                )
 
         # every job asked to stop has ended (the daemon stops it even across restarts)
         deadline = time.monotonic() + 30
@@ -413,10 +534,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     total_pass, total_bad = sum(t.passed.values()), sum(t.violated.values())
-    print(f"\n{args.kills} SIGKILLs (seed {args.seed}) in {time.monotonic() - started:.0f}s; "
-          f"restart to first decision p50 {sorted(restart_s)[len(restart_s) // 2]:.2f}s, max {max(restart_s):.2f}s")
-    print(f"phase flips written: {b.flips}; blocks recorded by the A/B run: {blocks_seen}; runs that ended on their own: "
-          f"{b.runs_ended}; jobs asked to stop: {asked}")
+    print(
+        f"\n{args.kills} SIGKILLs (seed {args.seed}) in {time.monotonic() - started:.0f}s; "
+        f"restart to first decision p50 {sorted(restart_s)[len(restart_s) // 2]:.2f}s, max {max(restart_s):.2f}s"
+    )
+    print(
+        f"phase flips written: {b.flips}; blocks recorded by the A/B run: {blocks_seen}; runs that ended on their own: "
+        f"{b.runs_ended}; jobs asked to stop: {asked}"
+    )
     print(f"kills that left a process SIGSTOPped: {left_stopped}; that left the profile applied: {left_applied}")
     print(f"{'check':<20}{'passed':>8}{'violated':>10}")
     for name in CHECKS:

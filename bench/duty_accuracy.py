@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "llmbatch"))
 
-from llmbatch.standin import StandInModel  # noqa: E402
+from llmbatch.standin import StandInModel
 
-from arbiter.sdk import Duty  # noqa: E402
+from arbiter.sdk import Duty
 
 DUTIES = [round(0.1 * i, 1) for i in range(1, 10)]
 UNITS_MS = [5, 20, 100]

@@ -30,16 +30,24 @@ def load_kit() -> ModuleType:
     return load_script(ROOT / "tests" / "fuzz" / "kit.py", "arbiter_fuzz_kit")
 
 
-def run_format(kit: ModuleType, harness: Any, fmt: str, inputs: int, seed: int) -> tuple[Counter[str], list[Any], float]:
-    from hypothesis import HealthCheck, Phase, given, seed as fixed_seed, settings
+def run_format(
+    kit: ModuleType, harness: Any, fmt: str, inputs: int, seed: int
+) -> tuple[Counter[str], list[Any], float]:
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as fixed_seed
 
     counts: Counter[str] = Counter()
     failures: list[Any] = []
 
     # generate only: a failure is recorded with its input rather than shrunk, so the run goes on
     @fixed_seed(seed)
-    @settings(max_examples=inputs, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=inputs,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(kit.cases(fmt))
     def one(case: Any) -> None:
         verdict = harness.feed(fmt, case)
@@ -74,13 +82,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for fmt in formats:
                 counts, failures, took = run_format(kit, harness, fmt, args.inputs, args.seed)
-                rows.append(f"{fmt:<9} {sum(counts.values()):>7} {counts['accepted']:>9} {counts['rejected']:>15} "
-                            f"{counts['crash']:>8} {counts['unlocated']:>9} {counts['wrong_reject']:>14} {took:>7.1f}s")
+                rows.append(
+                    f"{fmt:<9} {sum(counts.values()):>7} {counts['accepted']:>9} {counts['rejected']:>15} "
+                    f"{counts['crash']:>8} {counts['unlocated']:>9} {counts['wrong_reject']:>14} {took:>7.1f}s"
+                )
                 print(rows[-1], file=sys.stderr, flush=True)  # progress while the rest runs
                 bad += len(failures)
                 for verdict, case in failures[: args.show]:
-                    shown.append(f"{fmt} {verdict.outcome}: {verdict.detail}\n    input ({case.how}): {case.data[:300]!r}"
-                                 + (f" {case.extra!r}"[:300] if case.extra is not None else ""))
+                    shown.append(
+                        f"{fmt} {verdict.outcome}: {verdict.detail}\n    input ({case.how}): {case.data[:300]!r}"
+                        + (f" {case.extra!r}"[:300] if case.extra is not None else "")
+                    )
         finally:
             harness.close()
     print("\n".join(rows))

@@ -38,7 +38,9 @@ JOB_DIR = ROOT / "examples" / "llmbatch"
 TARGET = 0.05
 CEILING = 0.5
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-PINNED = "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
+PINNED = (
+    "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
+)
 
 
 #: the protected stand-in's frames: 5 ms of CPU work in each 10 ms slot (paced, as a game's),
@@ -52,8 +54,22 @@ def protected_cmd(events: Path, frames: list[str]) -> list[str]:
 
 
 def job_cmd(out: Path) -> list[str]:
-    return [PYTHON, "-c", PINNED, "-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "120",
-            "--out", str(out)]
+    return [
+        PYTHON,
+        "-c",
+        PINNED,
+        "-m",
+        "llmbatch",
+        "run",
+        "--repeat",
+        "0",
+        "--steps",
+        "4",
+        "--width",
+        "120",
+        "--out",
+        str(out),
+    ]
 
 
 def off_core(pid: int) -> None:
@@ -104,7 +120,9 @@ def sweep(window: float, frames: list[str], tmp: Path) -> tuple[float, list[tupl
                 time.sleep(1.0)
                 fps, prompts = rates(events, out, window)
                 rows.append((duty, 1 - fps / base, prompts))
-                print(f"  constant duty {duty:.2f}: slowdown {100 * (1 - fps / base):5.1f}%  job {prompts:6.2f} prompts/s")
+                print(
+                    f"  constant duty {duty:.2f}: slowdown {100 * (1 - fps / base):5.1f}%  job {prompts:6.2f} prompts/s"
+                )
         finally:
             job.kill()
             job.wait()
@@ -119,15 +137,33 @@ def governed(window_periods: int, period: float, frames: list[str], tmp: Path) -
     root = tmp / "node"
     events, out = root / "events.jsonl", root / "out.jsonl"
     manifest = root / "llmbatch.yaml"
-    node = LocalNode(root, gpu_jobs="certified", tick_s=0.5, gpu_release_after_s=10,
-                     governor={"period_s": period, "baseline_s": period, "rebaseline_s": 3600, "take_back_s": 2 * period,
-                               "grow_step": 0.05})
+    node = LocalNode(
+        root,
+        gpu_jobs="certified",
+        tick_s=0.5,
+        gpu_release_after_s=10,
+        governor={
+            "period_s": period,
+            "baseline_s": period,
+            "rebaseline_s": 3600,
+            "take_back_s": 2 * period,
+            "grow_step": 0.05,
+        },
+    )
     manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause]\n")
     summaries: list[str] = []
     try:
-        node.add_rule("frames", {"id": "frames", "match": {"cmdline": ["arbiter.demo.protected"]},
-                                 "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
-                                             "max_slowdown": TARGET}})
+        node.add_rule(
+            "frames",
+            {
+                "id": "frames",
+                "match": {"cmdline": ["arbiter.demo.protected"]},
+                "protect": {
+                    "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
+                    "max_slowdown": TARGET,
+                },
+            },
+        )
         node.start()
         off_core(node.daemon.pid)  # type: ignore[union-attr]
         protected = node.spawn(protected_cmd(events, frames))
@@ -135,10 +171,23 @@ def governed(window_periods: int, period: float, frames: list[str], tmp: Path) -
         base, _ = rates(events, out, 2 * period)
         exe = psutil.Process(protected.pid).exe()
         store = Store(node.state_dir / "state.db")
-        store.add_certificate(Certificate(
-            rule="frames", work="gpu", duty=CEILING, r=1.0, r_low=0.99, r_high=1.01, margin=0.02, run_id="bench",
-            issued_at=time.time(), node="bench", fingerprint=node.call("certificates")["node"], exe_path=exe,
-            exe_sha256=ExeHasher().digest(exe) or ""))
+        store.add_certificate(
+            Certificate(
+                rule="frames",
+                work="gpu",
+                duty=CEILING,
+                r=1.0,
+                r_low=0.99,
+                r_high=1.01,
+                margin=0.02,
+                run_id="bench",
+                issued_at=time.time(),
+                node="bench",
+                fingerprint=node.call("certificates")["node"],
+                exe_path=exe,
+                exe_sha256=ExeHasher().digest(exe) or "",
+            )
+        )
         store.close()
         node.job_run(job_cmd(out), "--manifest", str(manifest), cwd=JOB_DIR, stderr=subprocess.DEVNULL)
         node.wait_for(lambda: (r := node.call("duty")["duty"]["rules"]) and r[0]["state"] == "running", timeout=60)
@@ -161,9 +210,12 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=6.0, help="seconds measured per constant duty")
     parser.add_argument("--period", type=float, default=5.0, help="the governor's period_s (and baseline_s)")
     parser.add_argument("--periods", type=int, default=12, help="periods measured under the governor (at least 10)")
-    parser.add_argument("--free", action="store_true",
-                        help="a free-running stand-in (4 ms of work, 6 ms idle) instead of paced frames: every "
-                             "frame then slows with the job's duty")
+    parser.add_argument(
+        "--free",
+        action="store_true",
+        help="a free-running stand-in (4 ms of work, 6 ms idle) instead of paced frames: every "
+        "frame then slows with the job's duty",
+    )
     args = parser.parse_args()
     frames = FREE if args.free else PACED
     with tempfile.TemporaryDirectory(prefix="arbiter-governor-") as tmp:
@@ -171,19 +223,31 @@ def main() -> None:
         base, rows = sweep(args.window, frames, Path(tmp))
         within = [r for r in rows if r[1] <= TARGET]
         oracle = max(within, key=lambda r: r[0]) if within else (0.0, 0.0, 0.0)
-        print(f"oracle: duty {oracle[0]:.2f} (slowdown {100 * oracle[1]:.1f}%, job {oracle[2]:.2f} prompts/s); "
-              f"protected alone {base:.1f} frames/s")
+        print(
+            f"oracle: duty {oracle[0]:.2f} (slowdown {100 * oracle[1]:.1f}%, job {oracle[2]:.2f} prompts/s); "
+            f"protected alone {base:.1f} frames/s"
+        )
         print(f"governor: period {args.period:g}s, ceiling {CEILING}, target {100 * TARGET:.0f}%:")
         gbase, frames, prompts, summaries = governed(max(10, args.periods), args.period, frames, Path(tmp))
         for line in summaries:
             print(f"  {line}")
         slowdown = 1 - frames / gbase
         share = prompts / oracle[2] if oracle[2] else float("nan")
-        print(json.dumps({"oracle_duty": oracle[0], "oracle_prompts_per_s": round(oracle[2], 3),
-                          "steady_slowdown": round(slowdown, 4), "job_prompts_per_s": round(prompts, 3),
-                          "throughput_share_of_oracle": round(share, 3)}))
-        print(f"steady-state slowdown {100 * slowdown:.1f}% (target {100 * TARGET:.0f}%), "
-              f"job throughput {100 * share:.0f}% of the oracle's (goal ≥ 80%)")
+        print(
+            json.dumps(
+                {
+                    "oracle_duty": oracle[0],
+                    "oracle_prompts_per_s": round(oracle[2], 3),
+                    "steady_slowdown": round(slowdown, 4),
+                    "job_prompts_per_s": round(prompts, 3),
+                    "throughput_share_of_oracle": round(share, 3),
+                }
+            )
+        )
+        print(
+            f"steady-state slowdown {100 * slowdown:.1f}% (target {100 * TARGET:.0f}%), "
+            f"job throughput {100 * share:.0f}% of the oracle's (goal ≥ 80%)"
+        )
 
 
 if __name__ == "__main__":

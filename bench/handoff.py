@@ -41,20 +41,43 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="arbiter-bench-handoff-"))
     (root / "vram.json").write_text("{}")
-    node = LocalNode(root, tick_s=args.tick, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(root / "vram.json")}])
+    node = LocalNode(
+        root, tick_s=args.tick, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(root / "vram.json")}]
+    )
     for name in ("llm-server", "diffusion-server"):
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
     shares, starved, totals, own = [], [], [], []
     try:
         board = root / "vram.json"
         llm = start_fake(node, board, root, "llm", "--model", "mistral:latest=13", "--unload-s", str(args.unload_s))
-        diffusion = start_fake(node, board, root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.3",
-                         "--starved-s", "5")
-        node.add_rule("my-llm", {"extends": "llm-server", "match": {"name": [], "cmdline": ["fake_servers llm"]},
-                                 "busy": {"url": f"{llm['url']}/api/ps"}, "release": {"url": f"{llm['url']}/api/generate"}})
+        diffusion = start_fake(
+            node,
+            board,
+            root,
+            "diffusion",
+            "--model-gb",
+            "1.6",
+            "--needs-gb",
+            "12",
+            "--fast-s",
+            "0.3",
+            "--starved-s",
+            "5",
+        )
+        node.add_rule(
+            "my-llm",
+            {
+                "extends": "llm-server",
+                "match": {"name": [], "cmdline": ["fake_servers llm"]},
+                "busy": {"url": f"{llm['url']}/api/ps"},
+                "release": {"url": f"{llm['url']}/api/generate"},
+            },
+        )
         diffusion_rule: dict[str, Any] = {
-            "extends": "diffusion-server", "match": {"cmdline": ["fake_servers diffusion"]},
-            "busy": {"url": f"{diffusion['url']}/queue"}, "release": {"url": f"{diffusion['url']}/free"},
+            "extends": "diffusion-server",
+            "match": {"cmdline": ["fake_servers diffusion"]},
+            "busy": {"url": f"{diffusion['url']}/queue"},
+            "release": {"url": f"{diffusion['url']}/free"},
             "events": None if args.no_websocket else {"url": diffusion["ws_url"]},
         }
         node.add_rule("my-diffusion", diffusion_rule)
@@ -62,24 +85,37 @@ def main(argv: list[str] | None = None) -> int:
         offset = time.time() - time.monotonic()  # the fakes' monotonic clock is this machine's
         for i in range(args.rounds):
             http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})
-            node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == "llm-server")["vram_bytes"] == 13 * GIB,
-                          timeout=30)
+            node.wait_for(
+                lambda: next(r for r in node.status()["rules"] if r["id"] == "llm-server")["vram_bytes"] == 13 * GIB,
+                timeout=30,
+            )
             time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it loaded
             before = len(node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
             queued = time.time()
             http_json(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
-            done = node.wait_for(lambda: (ev := node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
-                                 and len(ev) > before and ev[-1], timeout=60)
+            done = node.wait_for(
+                lambda: (
+                    (ev := node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
+                    and len(ev) > before
+                    and ev[-1]
+                ),
+                timeout=60,
+            )
             unload = http_json(f"{llm['url']}/debug/unloads")[-1]
-            run = node.wait_for(lambda: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30)
+            run = node.wait_for(
+                lambda: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30
+            )
             total = done["t"] - queued
             totals.append(total * 1000)
             own.append(unload["own_s"] * 1000)
             shares.append((total - unload["own_s"]) * 1000)
             starved.append(run["starved_s"] * 1000)
-            print(f"round {i + 1}: starved → confirmed {1000 * total:.1f} ms, unload {1000 * unload['own_s']:.1f} ms, "
-                  f"arbiter {shares[-1]:.1f} ms; render starved {1000 * run['starved_s']:.0f} ms "
-                  f"(unload started {1000 * (unload['started_at'] + offset - queued):.1f} ms after the prompt)", flush=True)
+            print(
+                f"round {i + 1}: starved → confirmed {1000 * total:.1f} ms, unload {1000 * unload['own_s']:.1f} ms, "
+                f"arbiter {shares[-1]:.1f} ms; render starved {1000 * run['starved_s']:.0f} ms "
+                f"(unload started {1000 * (unload['started_at'] + offset - queued):.1f} ms after the prompt)",
+                flush=True,
+            )
     finally:
         node.close()
         shutil.rmtree(root, ignore_errors=True)

@@ -59,8 +59,8 @@ from typing import Any
 import psutil
 
 from arbiter.demo.node import LocalNode
-from arbiter_testing.reaction import percentile as pct
 from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_reactions
+from arbiter_testing.reaction import percentile as pct
 
 GOAL_TICK_MS = 50.0
 GOAL_RSS_MIB = 100.0
@@ -131,14 +131,21 @@ def fast_path(node: LocalNode, phases: Path, pid: int, changes: int, seed: int) 
         return phase_reactions(phases, pid, changes, random.Random(seed), poll_s=POLL_S)
     except RuntimeError as exc:
         try:
-            seen = json.dumps({"rule": next(r for r in node.status()["rules"] if r["id"] == FAST),
-                               "job": next(j for j in node.status()["jobs"] if pid in j["pids"])}, default=str)[:4000]
-        except Exception as why:  # noqa: BLE001 - the daemon may be what failed
+            seen = json.dumps(
+                {
+                    "rule": next(r for r in node.status()["rules"] if r["id"] == FAST),
+                    "job": next(j for j in node.status()["jobs"] if pid in j["pids"]),
+                },
+                default=str,
+            )[:4000]
+        except Exception as why:
             seen = f"(no status: {why})"
         raise RuntimeError(f"{exc}\n{seen}\n{node.log()}") from None
 
 
-def signal_floor(signaller: subprocess.Popen[str], pid: int, changes: int, seed: int, burst: bool = False) -> list[float]:
+def signal_floor(
+    signaller: subprocess.Popen[str], pid: int, changes: int, seed: int, burst: bool = False
+) -> list[float]:
     """The bench's own signal, sent by :data:`SIGNALLER` → the process seen stopped (or
     continued), in ms, polled as :func:`fast_path` polls: the part of the fast-path figure
     that is the box (the target's wake-up, the poller's turn on a core), not the daemon.
@@ -181,8 +188,12 @@ def load_rules(node: LocalNode, root: Path, rules: int, groups: int) -> None:
         elif shape == 1 and j % 8 == 1:  # a phase source of its own (a watch each), never written
             quiet = root / f"quiet-{j}.jsonl"
             quiet.touch()
-            rule["during"] = [{"source": {"kind": "jsonl", "path": str(quiet), "event": "status", "field": "phase",
-                                          "on": ["on"]}, "pause_fleet": {"scope": "gpu"}}]
+            rule["during"] = [
+                {
+                    "source": {"kind": "jsonl", "path": str(quiet), "event": "status", "field": "phase", "on": ["on"]},
+                    "pause_fleet": {"scope": "gpu"},
+                }
+            ]
         else:
             rule["kind"] = ("trainer", "desktop", "other", "diffusion")[j % 4]
         node.add_rule(f"load-{j:03d}", rule)
@@ -238,7 +249,11 @@ def helper_cpu_s(daemon: psutil.Process, module: str | None = None) -> float:
     spent = 0.0
     for child in daemon.children():
         try:
-            if any(arg.endswith("childwork.py") for arg in child.cmdline()) if module is None else module in child.cmdline():
+            if (
+                any(arg.endswith("childwork.py") for arg in child.cmdline())
+                if module is None
+                else module in child.cmdline()
+            ):
                 times = child.cpu_times()
                 spent += times.user + times.system
         except psutil.Error:
@@ -256,11 +271,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=1000)
     parser.add_argument("--rules", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=50)
-    parser.add_argument("--lines", type=float, default=10_000, help="JSONL lines a second written to a protected source")
+    parser.add_argument(
+        "--lines", type=float, default=10_000, help="JSONL lines a second written to a protected source"
+    )
     parser.add_argument("--seconds", type=float, default=20, help="the measuring window under load")
-    parser.add_argument("--changes", type=int, default=400,
-                        help="phase changes per fast-path measurement (the p99 of 400 leaves the four slowest out: "
-                             "of 200, two slow wake-ups on this shared box decided it)")
+    parser.add_argument(
+        "--changes",
+        type=int,
+        default=400,
+        help="phase changes per fast-path measurement (the p99 of 400 leaves the four slowest out: "
+        "of 200, two slow wake-ups on this shared box decided it)",
+    )
     parser.add_argument("--tick", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
@@ -279,12 +300,39 @@ def main(argv: list[str] | None = None) -> int:
     peak = [0.0, 0.0]
     groups = max(1, min(args.rules, (args.rules * 6) // 10))  # six rules in ten match a group
     try:
-        node.add_rule(FAST, {"id": FAST, "match": {"cmdline": ["sleep 4999"]}, "immediate": True, "priority": 90,
-                             "during": [{"source": {"kind": "jsonl", "path": str(phases), "event": "status", "field": "phase",
-                                                    "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
-        node.add_rule(STREAM, {"id": STREAM, "match": {"cmdline": ["sleep 4998"]}, "priority": 80,
-                               "protect": {"metric": "progress_rate",
-                                           "source": {"kind": "jsonl", "path": str(stream), "event": "step_done"}}})
+        node.add_rule(
+            FAST,
+            {
+                "id": FAST,
+                "match": {"cmdline": ["sleep 4999"]},
+                "immediate": True,
+                "priority": 90,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(phases),
+                            "event": "status",
+                            "field": "phase",
+                            "on": ["on"],
+                        },
+                        "pause_fleet": {"scope": "all"},
+                    }
+                ],
+            },
+        )
+        node.add_rule(
+            STREAM,
+            {
+                "id": STREAM,
+                "match": {"cmdline": ["sleep 4998"]},
+                "priority": 80,
+                "protect": {
+                    "metric": "progress_rate",
+                    "source": {"kind": "jsonl", "path": str(stream), "event": "step_done"},
+                },
+            },
+        )
         node.start()
         daemon = psutil.Process(node.daemon.pid)  # type: ignore[union-attr]
         for tenant in ("4999", "4998"):
@@ -297,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         control = subprocess.Popen(["sleep", "3998"])  # no rule matches it: only the bench signals it
         # as many idle processes as the load has jobs, matched by no rule: the floor with a burst
         bystanders = [subprocess.Popen(["sleep", "3997"]) for _ in range(args.jobs)]
-        signaller = subprocess.Popen([sys.executable, "-c", SIGNALLER, str(control.pid), ",".join(str(b.pid) for b in bystanders)],
-                                     stdin=subprocess.PIPE, text=True)
+        signaller = subprocess.Popen(
+            [sys.executable, "-c", SIGNALLER, str(control.pid), ",".join(str(b.pid) for b in bystanders)],
+            stdin=subprocess.PIPE,
+            text=True,
+        )
         floor_bare = signal_floor(signaller, control.pid, args.changes, args.seed)
         bare_status = node.status()
         bare_daemon = next(r for r in bare_status["rules"] if r["id"] == FAST)["sources"][0]["latency"]
@@ -314,12 +365,16 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(args.jobs):
                 node.job_run(["sleep", str(3000 + k)], "--name", f"load-job-{k}", stderr=err)
         try:
-            node.wait_for(lambda: sum(1 for j in node.status()["jobs"] if j["pids"]) >= args.jobs + 1, timeout=180, every=0.5)
+            node.wait_for(
+                lambda: sum(1 for j in node.status()["jobs"] if j["pids"]) >= args.jobs + 1, timeout=180, every=0.5
+            )
         except TimeoutError:
             jobs = node.status()["jobs"]
-            raise RuntimeError(f"{sum(1 for j in jobs if j['pids'])} of {args.jobs + 1} jobs started; the rest: "
-                               f"{[(j['name'], j['state'], [r['message'] for r in j['reasons']]) for j in jobs if not j['pids']][:3]}"
-                               f"\nthe launchers said:\n{errs.read_text()[-3000:]}\n{node.log()}") from None
+            raise RuntimeError(
+                f"{sum(1 for j in jobs if j['pids'])} of {args.jobs + 1} jobs started; the rest: "
+                f"{[(j['name'], j['state'], [r['message'] for r in j['reasons']]) for j in jobs if not j['pids']][:3]}"
+                f"\nthe launchers said:\n{errs.read_text()[-3000:]}\n{node.log()}"
+            ) from None
         node.wait_for(lambda: len(node.status()["rules"]) == args.rules + 2, timeout=60, every=0.5)
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(stream), str(args.lines), str(report)])
         node.wait_for(report.exists, timeout=30)
@@ -369,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                 helper.wait()
         try:  # the jobs' own processes: a launcher killed mid-wait may leave its command behind
             job_pids = [pid for j in node.status()["jobs"] for pid in j["pids"]]
-        except Exception:  # noqa: BLE001 - a daemon that is gone lists nothing
+        except Exception:
             job_pids = []
         node.close()
         for pid in job_pids:
@@ -397,72 +452,116 @@ def main(argv: list[str] | None = None) -> int:
     def mark(ok: bool) -> str:
         return "ok" if ok else "OVER"
 
-    print(f"load: {status['processes']} processes on the host, {len(status['rules'])} rules, {len(status['jobs'])} jobs, "
-          f"tick {args.tick:g}s; set up in {set_up_s:.0f}s, measured over {t1 - t0:.1f}s")
-    print(f"tick CPU per tick (scan, match, read: the tick thread's CPU, what its plugin calls spent on pool "
-          f"threads, and its child workers'; not the source watchers'), mean over {ticks} ticks: "
-          f"{tick_ms:.2f} ms   goal < {GOAL_TICK_MS:g} ms  {mark(tick_ms < GOAL_TICK_MS)}")
-    print(f"  its child workers, as the OS counts them: {helper_ms:.2f} ms a tick (the figure above has what they report)")
-    print(f"  last scan wall time {status['scan_ms']} ms; decision CPU per decision (since start) "
-          f"{status['costs']['decide_cpu_ms']} ms over {status['costs']['decisions']} decisions")
-    print(f"  whole daemon process CPU: {1000 * proc_cpu / max(ticks, 1):.2f} ms per tick "
-          f"({100 * proc_cpu / max(t1 - t0, 1e-9):.1f}% of one core); its reflex process: {reflex_ms:.2f} ms per tick")
-    print(f"daemon RSS: bare {rss_bare:.1f} MiB, peak under load {peak[0]:.1f} MiB"
-          f"   goal < {GOAL_RSS_MIB:g} MiB  {mark(peak[0] < GOAL_RSS_MIB)}")
-    print(f"  with its reflex process ({reflex_rss:.1f} MiB RSS at the end) and child workers: RSS together peak"
-          f" {peak[1]:.1f} MiB (shared pages counted in each); PSS together at the end {pss_end:.1f} MiB"
-          f" (each shared page once)   {mark(pss_end < GOAL_RSS_MIB)} against the same goal")
-    print(f"JSONL writer: {write_rate:.0f} lines/s achieved over the window (asked {args.lines:g}), "
-          f"{write_rate_fast:.0f} lines/s during the loaded fast-path run; per sample "
-          f"{min(wrote):.0f}..{max(wrote):.0f}" if wrote else "JSONL writer: no samples")
-    print(f"counted rate (status, {GOVERNOR_PERIOD_S:g}s window): mean {count_rate:.0f} lines/s over {len(counted)} samples"
-          f" ({min(counted) if counted else float('nan'):.0f}..{max(counted) if counted else float('nan'):.0f});"
-          f" lag {100 * lag:+.2f} %   goal within {100 * GOAL_LAG:g} %  {mark(abs(lag) <= GOAL_LAG)}")
-    print(f"plugin failures on the timeline (a late process table among them): {len(faults)}"
-          + "".join(f"\n  {m[:160]}" for m in faults[:5]))
-    print(f"child workers given up (their work then done in the daemon): {len(given_up)}"
-          + "".join(f"\n  {m[:200]}" for m in given_up[:3]))
+    print(
+        f"load: {status['processes']} processes on the host, {len(status['rules'])} rules, {len(status['jobs'])} jobs, "
+        f"tick {args.tick:g}s; set up in {set_up_s:.0f}s, measured over {t1 - t0:.1f}s"
+    )
+    print(
+        f"tick CPU per tick (scan, match, read: the tick thread's CPU, what its plugin calls spent on pool "
+        f"threads, and its child workers'; not the source watchers'), mean over {ticks} ticks: "
+        f"{tick_ms:.2f} ms   goal < {GOAL_TICK_MS:g} ms  {mark(tick_ms < GOAL_TICK_MS)}"
+    )
+    print(
+        f"  its child workers, as the OS counts them: {helper_ms:.2f} ms a tick (the figure above has what they report)"
+    )
+    print(
+        f"  last scan wall time {status['scan_ms']} ms; decision CPU per decision (since start) "
+        f"{status['costs']['decide_cpu_ms']} ms over {status['costs']['decisions']} decisions"
+    )
+    print(
+        f"  whole daemon process CPU: {1000 * proc_cpu / max(ticks, 1):.2f} ms per tick "
+        f"({100 * proc_cpu / max(t1 - t0, 1e-9):.1f}% of one core); its reflex process: {reflex_ms:.2f} ms per tick"
+    )
+    print(
+        f"daemon RSS: bare {rss_bare:.1f} MiB, peak under load {peak[0]:.1f} MiB"
+        f"   goal < {GOAL_RSS_MIB:g} MiB  {mark(peak[0] < GOAL_RSS_MIB)}"
+    )
+    print(
+        f"  with its reflex process ({reflex_rss:.1f} MiB RSS at the end) and child workers: RSS together peak"
+        f" {peak[1]:.1f} MiB (shared pages counted in each); PSS together at the end {pss_end:.1f} MiB"
+        f" (each shared page once)   {mark(pss_end < GOAL_RSS_MIB)} against the same goal"
+    )
+    print(
+        f"JSONL writer: {write_rate:.0f} lines/s achieved over the window (asked {args.lines:g}), "
+        f"{write_rate_fast:.0f} lines/s during the loaded fast-path run; per sample "
+        f"{min(wrote):.0f}..{max(wrote):.0f}"
+        if wrote
+        else "JSONL writer: no samples"
+    )
+    print(
+        f"counted rate (status, {GOVERNOR_PERIOD_S:g}s window): mean {count_rate:.0f} lines/s over {len(counted)} samples"
+        f" ({min(counted) if counted else float('nan'):.0f}..{max(counted) if counted else float('nan'):.0f});"
+        f" lag {100 * lag:+.2f} %   goal within {100 * GOAL_LAG:g} %  {mark(abs(lag) <= GOAL_LAG)}"
+    )
+    print(
+        f"plugin failures on the timeline (a late process table among them): {len(faults)}"
+        + "".join(f"\n  {m[:160]}" for m in faults[:5])
+    )
+    print(
+        f"child workers given up (their work then done in the daemon): {len(given_up)}"
+        + "".join(f"\n  {m[:200]}" for m in given_up[:3])
+    )
     lo, hi = difference_interval(bare, loaded, 0.99, random.Random(args.seed))
     floor_p99_bare, floor_p99_loaded = pct(floor_bare, 0.99), pct(floor_loaded, 0.99)
-    print(f"fast path, write -> job stopped/continued: bare p50 {pct(bare, 0.5):.2f} ms, p90 {pct(bare, 0.9):.2f} ms,"
-          f" p99 {p99_bare:.2f} ms; under load p50 {pct(loaded, 0.5):.2f} ms, p90 {pct(loaded, 0.9):.2f} ms,"
-          f" p99 {p99_loaded:.2f} ms ({len(loaded)} changes each); p99 {p99_loaded - p99_bare:+.2f} ms under load,"
-          f" 95 % bootstrap interval {lo:+.2f} .. {hi:+.2f} ms"
-          f" ({'it holds 0: the change may be sampling noise' if lo <= 0 <= hi else 'it does not hold 0: the load changed it'})")
-    print(f"  the floor, the bench's own signal -> seen stopped/continued: bare p50 {pct(floor_bare, 0.5):.2f} ms,"
-          f" p99 {floor_p99_bare:.2f} ms; under load p50 {pct(floor_loaded, 0.5):.2f} ms,"
-          f" p99 {floor_p99_loaded:.2f} ms, {floor_p99_loaded - floor_p99_bare:+.2f} ms (no daemon in it: what the load"
-          f" costs any process on this box)")
-    print(f"  the floor with {args.jobs} more signals after each (under load, to {args.jobs} idle processes of the bench's,"
-          f" a pause's once the first has stopped, as the daemon sends them): p50 {pct(floor_burst, 0.5):.2f} ms,"
-          f" p99 {pct(floor_burst, 0.99):.2f} ms; of which pauses p99 {pct(floor_burst[0::2], 0.99):.2f} ms,"
-          f" resumes p99 {pct(floor_burst[1::2], 0.99):.2f} ms (what the load's jobs' own wake-ups cost any observer)")
+    print(
+        f"fast path, write -> job stopped/continued: bare p50 {pct(bare, 0.5):.2f} ms, p90 {pct(bare, 0.9):.2f} ms,"
+        f" p99 {p99_bare:.2f} ms; under load p50 {pct(loaded, 0.5):.2f} ms, p90 {pct(loaded, 0.9):.2f} ms,"
+        f" p99 {p99_loaded:.2f} ms ({len(loaded)} changes each); p99 {p99_loaded - p99_bare:+.2f} ms under load,"
+        f" 95 % bootstrap interval {lo:+.2f} .. {hi:+.2f} ms"
+        f" ({'it holds 0: the change may be sampling noise' if lo <= 0 <= hi else 'it does not hold 0: the load changed it'})"
+    )
+    print(
+        f"  the floor, the bench's own signal -> seen stopped/continued: bare p50 {pct(floor_bare, 0.5):.2f} ms,"
+        f" p99 {floor_p99_bare:.2f} ms; under load p50 {pct(floor_loaded, 0.5):.2f} ms,"
+        f" p99 {floor_p99_loaded:.2f} ms, {floor_p99_loaded - floor_p99_bare:+.2f} ms (no daemon in it: what the load"
+        f" costs any process on this box)"
+    )
+    print(
+        f"  the floor with {args.jobs} more signals after each (under load, to {args.jobs} idle processes of the bench's,"
+        f" a pause's once the first has stopped, as the daemon sends them): p50 {pct(floor_burst, 0.5):.2f} ms,"
+        f" p99 {pct(floor_burst, 0.99):.2f} ms; of which pauses p99 {pct(floor_burst[0::2], 0.99):.2f} ms,"
+        f" resumes p99 {pct(floor_burst[1::2], 0.99):.2f} ms (what the load's jobs' own wake-ups cost any observer)"
+    )
     over_bare, over_loaded = p99_bare - floor_p99_bare, p99_loaded - floor_p99_loaded
-    lo_over, hi_over = difference_interval(bare, loaded, 0.99, random.Random(args.seed), floors=(floor_bare, floor_loaded))
-    print(f"fast path, the daemon's part (each p99 less its floor's): bare {over_bare:+.2f} ms, under load"
-          f" {over_loaded:+.2f} ms; {over_loaded - over_bare:+.2f} ms under load   goal: unchanged (within"
-          f" {GOAL_FAST_MS:g} ms)  {fast_verdict(lo_over, hi_over)}")
-    print(f"  its change, 95 % bootstrap interval (all four samples resampled): {lo_over:+.2f} .. {hi_over:+.2f} ms;"
-          f" {'it holds 0: the change may be sampling noise' if lo_over <= 0 <= hi_over else 'it does not hold 0: the load changed it'}")
+    lo_over, hi_over = difference_interval(
+        bare, loaded, 0.99, random.Random(args.seed), floors=(floor_bare, floor_loaded)
+    )
+    print(
+        f"fast path, the daemon's part (each p99 less its floor's): bare {over_bare:+.2f} ms, under load"
+        f" {over_loaded:+.2f} ms; {over_loaded - over_bare:+.2f} ms under load   goal: unchanged (within"
+        f" {GOAL_FAST_MS:g} ms)  {fast_verdict(lo_over, hi_over)}"
+    )
+    print(
+        f"  its change, 95 % bootstrap interval (all four samples resampled): {lo_over:+.2f} .. {hi_over:+.2f} ms;"
+        f" {'it holds 0: the change may be sampling noise' if lo_over <= 0 <= hi_over else 'it does not hold 0: the load changed it'}"
+    )
     for what, start in (("pauses (phase on)", 0), ("resumes (phase off)", 1)):
         some_bare, some_loaded = bare[start::2], loaded[start::2]  # the changes alternate, on first
-        print(f"  {what} alone: bare p50 {pct(some_bare, 0.5):.2f} ms, p99 {pct(some_bare, 0.99):.2f} ms;"
-              f" under load p50 {pct(some_loaded, 0.5):.2f} ms,"
-              f" p99 {pct(some_loaded, 0.99):.2f} ms")
-    print(f"  the source's figure in status (write seen -> decided and signalled): bare p50 {bare_daemon['p50_ms']} ms,"
-          f" p99 {bare_daemon['p99_ms']} ms; with the load p50 {loaded_daemon['p50_ms']} ms, p99 {loaded_daemon['p99_ms']} ms"
-          f" (over all {loaded_daemon['count']} changes)")
+        print(
+            f"  {what} alone: bare p50 {pct(some_bare, 0.5):.2f} ms, p99 {pct(some_bare, 0.99):.2f} ms;"
+            f" under load p50 {pct(some_loaded, 0.5):.2f} ms,"
+            f" p99 {pct(some_loaded, 0.99):.2f} ms"
+        )
+    print(
+        f"  the source's figure in status (write seen -> decided and signalled): bare p50 {bare_daemon['p50_ms']} ms,"
+        f" p99 {bare_daemon['p99_ms']} ms; with the load p50 {loaded_daemon['p50_ms']} ms, p99 {loaded_daemon['p99_ms']} ms"
+        f" (over all {loaded_daemon['count']} changes)"
+    )
     process = status["fast_path"].get("reflex_process")
     if process:
-        print(f"  the reflex process (pid {process['pid']}, {process['sources']} sources): acted on {process['armed']} changes,"
-              f" left {process['not_armed']} to the daemon (not armed yet); reading -> lock taken p50"
-              f" {process['locked']['p50_ms']} ms, p99 {process['locked']['p99_ms']} ms; -> the first job signalled p50"
-              f" {process['first']['p50_ms']} ms, p99 {process['first']['p99_ms']} ms; -> all {args.jobs + 1} signalled p50"
-              f" {process['acted']['p50_ms']} ms, p99 {process['acted']['p99_ms']} ms")
+        print(
+            f"  the reflex process (pid {process['pid']}, {process['sources']} sources): acted on {process['armed']} changes,"
+            f" left {process['not_armed']} to the daemon (not armed yet); reading -> lock taken p50"
+            f" {process['locked']['p50_ms']} ms, p99 {process['locked']['p99_ms']} ms; -> the first job signalled p50"
+            f" {process['first']['p50_ms']} ms, p99 {process['first']['p99_ms']} ms; -> all {args.jobs + 1} signalled p50"
+            f" {process['acted']['p50_ms']} ms, p99 {process['acted']['p99_ms']} ms"
+        )
         if bare_process:
-            print(f"    bare (one job), reading -> the job signalled: p50 {bare_process['first']['p50_ms']} ms,"
-                  f" p99 {bare_process['first']['p99_ms']} ms (the figures above are over the last"
-                  f" {process['first']['count']} readings, {max(0, process['first']['count'] - len(loaded))} of them bare)")
+            print(
+                f"    bare (one job), reading -> the job signalled: p50 {bare_process['first']['p50_ms']} ms,"
+                f" p99 {bare_process['first']['p99_ms']} ms (the figures above are over the last"
+                f" {process['first']['count']} readings, {max(0, process['first']['count'] - len(loaded))} of them bare)"
+            )
     for role, did in status["fast_path"]["threads"].items():  # sorted by role
         print(f"  fast-path thread {role}: {did}")
     return 0

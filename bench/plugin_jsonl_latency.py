@@ -38,8 +38,9 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="arbiter-bench-jsonl-"))
     path = directory / "events.jsonl"
     path.touch()
-    options = JsonlSource.Options.model_validate({"kind": "jsonl", "path": str(path), "event": "status",
-                                                  "field": "phase", "on": ["uploading"]})
+    options = JsonlSource.Options.model_validate(
+        {"kind": "jsonl", "path": str(path), "event": "status", "field": "phase", "on": ["uploading"]}
+    )
     source = JsonlSource(options, PluginContext(state_dir=directory))
     seen: list[float] = []
     done = threading.Event()
@@ -60,8 +61,10 @@ def main() -> None:
         print(f"saw {len(seen)} changes for {len(written)} writes (some writes were read together)")
     latencies = sorted((s - w) * 1e6 for s, w in zip(seen, written))
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
-    print(f"jsonl write -> on_change over {len(latencies)} writes (writer in another process): "
-          f"p50 {p50:.0f} µs, p99 {p99:.0f} µs")
+    print(
+        f"jsonl write -> on_change over {len(latencies)} writes (writer in another process): "
+        f"p50 {p50:.0f} µs, p99 {p99:.0f} µs"
+    )
 
 
 if __name__ == "__main__":

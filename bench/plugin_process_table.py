@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> None:
             ("psutil_table", psutil_table),
         ):
             p50, p99, cpu_ms, size = timed(read, args.rounds)
-            print(f"{label:22s} {size} processes: p50 {p50:.1f} ms, p99 {p99:.1f} ms; "
-                  f"CPU of the calling thread {cpu_ms:.2f} ms a read")
+            print(
+                f"{label:22s} {size} processes: p50 {p50:.1f} ms, p99 {p99:.1f} ms; "
+                f"CPU of the calling thread {cpu_ms:.2f} ms a read"
+            )
     finally:
         for proc in sleepers:
             proc.kill()

@@ -30,14 +30,31 @@ def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], 
     events.touch()
     node = LocalNode(root, tick_s=tick_s)
     try:
-        node.add_rule("p", {
-            "id": "p", "match": {"cmdline": ["sleep 999"]}, "immediate": immediate,
-            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["on"]},
-                        "pause_fleet": {"scope": "all"}}],
-        })
+        node.add_rule(
+            "p",
+            {
+                "id": "p",
+                "match": {"cmdline": ["sleep 999"]},
+                "immediate": immediate,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(events),
+                            "event": "status",
+                            "field": "phase",
+                            "on": ["on"],
+                        },
+                        "pause_fleet": {"scope": "all"},
+                    }
+                ],
+            },
+        )
         node.start()
         node.spawn(["sleep", "999"])
-        node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain", stderr=subprocess.DEVNULL)
+        node.job_run(
+            [PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain", stderr=subprocess.DEVNULL
+        )
         pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
         node.wait_for(lambda: node.status()["rules"][0]["running"])
         latencies = phase_reactions(events, pid, changes, random.Random())
@@ -58,10 +75,14 @@ def main() -> None:
     finally:
         load.kill()
         load.wait()
-    print(f"immediate rule, write -> job stopped/continued: p50 {pct(watch, 0.5):.2f} ms, p99 {pct(watch, 0.99):.2f} ms"
-          f" over {len(watch)} changes")
-    print(f"  the source's figure in status (write seen -> decided and signalled): p50 {daemon['p50_ms']} ms,"
-          f" p99 {daemon['p99_ms']} ms over {daemon['count']} changes")
+    print(
+        f"immediate rule, write -> job stopped/continued: p50 {pct(watch, 0.5):.2f} ms, p99 {pct(watch, 0.99):.2f} ms"
+        f" over {len(watch)} changes"
+    )
+    print(
+        f"  the source's figure in status (write seen -> decided and signalled): p50 {daemon['p50_ms']} ms,"
+        f" p99 {daemon['p99_ms']} ms over {daemon['count']} changes"
+    )
     print(f"rule without immediate (tick {args.tick:g}s): p50 {pct(tick, 0.5):.0f} ms, p99 {pct(tick, 0.99):.0f} ms")
 
 

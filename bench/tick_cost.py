@@ -40,12 +40,20 @@ def main() -> None:
     node = LocalNode(root, tick_s=0.25, http={"listen": "127.0.0.1:0"})
     try:
         for i in range(10):
-            node.add_rule(f"r{i}", {"id": f"r{i}", "priority": 10 * i, "match": {"cmdline": [f"bench-group-{i}"]},
-                                     **({"protect": {"metric": "gpu_share"}} if i % 2 else {})})
+            node.add_rule(
+                f"r{i}",
+                {
+                    "id": f"r{i}",
+                    "priority": 10 * i,
+                    "match": {"cmdline": [f"bench-group-{i}"]},
+                    **({"protect": {"metric": "gpu_share"}} if i % 2 else {}),
+                },
+            )
         node.start()
         for name in ("a", "b"):
-            node.job_run([PYTHON, "-c", "import time; time.sleep(600)"], "--name", f"bench-{name}",
-                         stderr=subprocess.DEVNULL)
+            node.job_run(
+                [PYTHON, "-c", "import time; time.sleep(600)"], "--name", f"bench-{name}", stderr=subprocess.DEVNULL
+            )
         node.wait_for(lambda: len(node.status()["jobs"]) == 2)
         daemon = psutil.Process(node.daemon.pid)  # type: ignore[union-attr]
         before, cpu0, t0 = node.status()["costs"], daemon.cpu_times(), time.monotonic()
@@ -58,8 +66,10 @@ def main() -> None:
         print(f"ticks: {ticks} in {t1 - t0:.1f}s")
         print(f"tick CPU (scan, match, read) per tick, mean since start: {costs['tick_cpu_ms']} ms")
         print(f"decision CPU per decision, mean since start: {costs['decide_cpu_ms']} ms")
-        print(f"whole daemon process CPU per tick: {1000 * proc_cpu / max(ticks, 1):.2f} ms "
-              f"({100 * proc_cpu / (t1 - t0):.1f}% of one core)")
+        print(
+            f"whole daemon process CPU per tick: {1000 * proc_cpu / max(ticks, 1):.2f} ms "
+            f"({100 * proc_cpu / (t1 - t0):.1f}% of one core)"
+        )
         print(f"last scan wall time: {after['scan_ms']} ms; daemon RSS: {daemon.memory_info().rss / 2**20:.0f} MiB")
     finally:
         node.close()

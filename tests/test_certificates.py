@@ -14,8 +14,21 @@ EXE = ("/opt/trainer/bin/train", "ab" * 32)
 
 
 def cert(issued_at: float = 1000.0, **kw) -> Certificate:
-    fields = dict(rule="trainer", work="gpu", duty=0.35, r=0.99, r_low=0.981, r_high=1.002, margin=0.02, run_id="ab-7",
-                  issued_at=issued_at, node="gpu-box", fingerprint=NODE, exe_path=EXE[0], exe_sha256=EXE[1])
+    fields = dict(
+        rule="trainer",
+        work="gpu",
+        duty=0.35,
+        r=0.99,
+        r_low=0.981,
+        r_high=1.002,
+        margin=0.02,
+        run_id="ab-7",
+        issued_at=issued_at,
+        node="gpu-box",
+        fingerprint=NODE,
+        exe_path=EXE[0],
+        exe_sha256=EXE[1],
+    )
     return Certificate(**{**fields, **kw})
 
 

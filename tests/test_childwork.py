@@ -121,19 +121,25 @@ def test_the_child_imports_only_the_standard_library(work: str) -> None:
     assert "site" not in loaded
 
 
-@pytest.mark.parametrize(("request_", "why"), [
-    ("raise", "it raised ValueError: asked to"),
-    ("exit", "it exited (status 3)"),
-    ("object", "it raised ValueError: unmarshallable object"),
-])
+@pytest.mark.parametrize(
+    ("request_", "why"),
+    [
+        ("raise", "it raised ValueError: asked to"),
+        ("exit", "it exited (status 3)"),
+        ("object", "it raised ValueError: unmarshallable object"),
+    ],
+)
 def test_a_child_that_fails_is_ended_and_a_new_one_starts_only_after_the_retry_time(
-        work: str, request_: str, why: str, caplog: pytest.LogCaptureFixture) -> None:
+    work: str, request_: str, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
     worker = ChildWorker(work, "Counter", 0, retry_s=60)
     try:
         worker.call(None)
         pid = worker.pid
         assert pid is not None
-        with pytest.raises(ChildWorkFailed, match="the child worker was given up: " + why.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(
+            ChildWorkFailed, match="the child worker was given up: " + why.replace("(", r"\(").replace(")", r"\)")
+        ):
             worker.call(request_)
         assert worker.pid is None and gone(pid) and why in worker.failure
         assert f"{worker.failure} (work.py); the work is done in this process" in caplog.text
@@ -147,12 +153,18 @@ def test_a_child_that_fails_is_ended_and_a_new_one_starts_only_after_the_retry_t
         worker.close()
 
 
-@pytest.mark.parametrize(("request_", "stop", "why"), [
-    ("hang", False, "did not answer within 0.3s"),  # busy in its work
-    (None, True, "did not answer within 0.3s"),  # stopped: reads nothing
-    (b"x" * 4_000_000, True, "did not take the request within 0.3s"),  # more than the pipe holds
-], ids=["hangs", "stopped", "stopped-big-request"])
-def test_a_child_that_does_not_answer_is_killed_after_the_timeout(work: str, request_: object, stop: bool, why: str) -> None:
+@pytest.mark.parametrize(
+    ("request_", "stop", "why"),
+    [
+        ("hang", False, "did not answer within 0.3s"),  # busy in its work
+        (None, True, "did not answer within 0.3s"),  # stopped: reads nothing
+        (b"x" * 4_000_000, True, "did not take the request within 0.3s"),  # more than the pipe holds
+    ],
+    ids=["hangs", "stopped", "stopped-big-request"],
+)
+def test_a_child_that_does_not_answer_is_killed_after_the_timeout(
+    work: str, request_: object, stop: bool, why: str
+) -> None:
     worker = ChildWorker(work, "Counter", 0, timeout_s=0.3)
     try:
         worker.call(None)
@@ -176,7 +188,10 @@ def test_the_pipes_work_past_descriptor_1024(work: str) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 1200:
         pytest.skip(f"the open-file limit ({hard}) leaves no room past 1024")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200) if hard == resource.RLIM_INFINITY else max(soft, min(hard, 1200)), hard))
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE,
+        (max(soft, 1200) if hard == resource.RLIM_INFINITY else max(soft, min(hard, 1200)), hard),
+    )
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     worker = ChildWorker(work, "Counter", 0)
     try:
@@ -220,8 +235,10 @@ def test_the_child_ends_when_closed_collected_or_its_starter_is_killed(work: str
     del worker
     assert pid is not None and gone(pid)
 
-    code = ("import sys, time\nfrom arbiter.childwork import ChildWorker\nw = ChildWorker(sys.argv[1], 'Counter', 0)\n"
-            "w.call(None)\nprint(w.pid, flush=True)\ntime.sleep(60)\n")
+    code = (
+        "import sys, time\nfrom arbiter.childwork import ChildWorker\nw = ChildWorker(sys.argv[1], 'Counter', 0)\n"
+        "w.call(None)\nprint(w.pid, flush=True)\ntime.sleep(60)\n"
+    )
     starter = subprocess.Popen([sys.executable, "-c", code, work], stdout=subprocess.PIPE)
     try:
         assert starter.stdout is not None

@@ -15,8 +15,19 @@ class FakeProvider:
         self.reloads = 0
 
     def status(self):
-        return {"version": "x", "gpu_jobs": "when_no_gpu_protected", "rules": [], "jobs": [
-            {"id": "j1", "state": "paused", "duty": 0.0, "reasons": [{"code": "PROTECTED_GPU_BUSY", "message": "m <b>", "remedy": "r"}]}]}
+        return {
+            "version": "x",
+            "gpu_jobs": "when_no_gpu_protected",
+            "rules": [],
+            "jobs": [
+                {
+                    "id": "j1",
+                    "state": "paused",
+                    "duty": 0.0,
+                    "reasons": [{"code": "PROTECTED_GPU_BUSY", "message": "m <b>", "remedy": "r"}],
+                }
+            ],
+        }
 
     def explain(self, subject):
         if subject == "nope":
@@ -41,9 +52,15 @@ class FakeProvider:
     def ab_report(self, run_id):
         if run_id != "ab-1":
             raise LookupError(f"no run {run_id!r}")
-        return {"run": "ab-1", "rule": "p", "status": "done", "verdict": "no slowdown shown", "margin": 0.02,
-                "blocks": [{"block": 1, "off": 10.0, "on": 9.9}, {"block": 2, "off": 10.1, "on": 10.0}],
-                "analysis": {"r": 0.99, "low": 0.985, "high": 0.995}}
+        return {
+            "run": "ab-1",
+            "rule": "p",
+            "status": "done",
+            "verdict": "no slowdown shown",
+            "margin": 0.02,
+            "blocks": [{"block": 1, "off": 10.0, "on": 9.9}, {"block": 2, "off": 10.1, "on": 10.0}],
+            "analysis": {"r": 0.99, "low": 0.985, "high": 0.995},
+        }
 
     def metrics(self):
         return {"status": self.status(), "duty": {"rules": [], "jobs": []}}
@@ -92,7 +109,9 @@ def test_mutation_needs_token_and_loopback_host() -> None:
 
 def test_loopback_hosts() -> None:
     assert is_loopback_host("127.0.0.1:7807") and is_loopback_host("localhost") and is_loopback_host("[::1]:80")
-    assert not is_loopback_host("10.0.0.5:7807") and not is_loopback_host("arbiter.local") and not is_loopback_host(None)
+    assert (
+        not is_loopback_host("10.0.0.5:7807") and not is_loopback_host("arbiter.local") and not is_loopback_host(None)
+    )
 
 
 def test_a_loopback_listener_refuses_other_host_names_dns_rebinding() -> None:

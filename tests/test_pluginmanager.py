@@ -35,14 +35,44 @@ def plugin_module(name: str, kind: str = "every", cls: type = Every) -> types.Mo
 SHIPPED = {
     "matchers": ("arbiter-matchers", {"matchers/process"}),
     "readers": ("arbiter-readers", {"readers/cpu_time", "readers/drm_fdinfo", "readers/nvml", "readers/macos_ioreg"}),
-    "sources": ("arbiter-sources", {"sources/jsonl", "sources/log", "sources/exec", "sources/on_exec",
-                                        "sources/http_count", "sources/vram", "sources/websocket"}),
-    "translators": ("arbiter-translators", {"translators/signal", "translators/cgroup_freeze", "translators/control_doc",
-                                                "translators/http_post", "translators/http_knob", "translators/gpu_profile"}),
+    "sources": (
+        "arbiter-sources",
+        {
+            "sources/jsonl",
+            "sources/log",
+            "sources/exec",
+            "sources/on_exec",
+            "sources/http_count",
+            "sources/vram",
+            "sources/websocket",
+        },
+    ),
+    "translators": (
+        "arbiter-translators",
+        {
+            "translators/signal",
+            "translators/cgroup_freeze",
+            "translators/control_doc",
+            "translators/http_post",
+            "translators/http_knob",
+            "translators/gpu_profile",
+        },
+    ),
     "testing": ("arbiter-testing", {"readers/fake", "translators/fake_profile"}),
     "host": ("arbiter-host", {"host/memory", "host/power", "host/machine", "host/access"}),
     "nfd": ("arbiter-nfd", set()),
-    "probes": ("arbiter-probes", {"probes/cuda", "probes/rocm", "probes/vulkan", "probes/opencl", "probes/metal", "probes/directml", "probes/containers"}),
+    "probes": (
+        "arbiter-probes",
+        {
+            "probes/cuda",
+            "probes/rocm",
+            "probes/vulkan",
+            "probes/opencl",
+            "probes/metal",
+            "probes/directml",
+            "probes/containers",
+        },
+    ),
 }
 
 

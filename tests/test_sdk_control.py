@@ -88,8 +88,9 @@ print("done", flush=True)
 def test_a_nudge_at_any_moment_never_hangs_the_job(tmp_path) -> None:
     # the nudge handler once set a threading.Event: a nudge landing while the job's own wait
     # held that Event's lock deadlocked the job for good (paused, it never saw its resume)
-    child = subprocess.Popen([sys.executable, "-c", NUDGED_WAITER, str(tmp_path / "control.json"), "3"],
-                             stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", NUDGED_WAITER, str(tmp_path / "control.json"), "3"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         sent = 0

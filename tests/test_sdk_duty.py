@@ -37,7 +37,9 @@ def run_unit(duty: Duty, clock: FakeClock, busy: float) -> None:
         clock.now += busy
 
 
-@pytest.mark.parametrize(("d", "busy", "idle"), [(0.25, 0.1, 0.3), (0.5, 0.02, 0.02), (0.1, 0.005, 0.045), (1.0, 0.2, 0.0)])
+@pytest.mark.parametrize(
+    ("d", "busy", "idle"), [(0.25, 0.1, 0.3), (0.5, 0.02, 0.02), (0.1, 0.005, 0.045), (1.0, 0.2, 0.0)]
+)
 def test_a_unit_of_b_seconds_at_duty_d_idles_b_times_1_minus_d_over_d(d: float, busy: float, idle: float) -> None:
     clock = FakeClock()
     duty = Duty(clock=clock, sleep=clock.sleep)
@@ -176,7 +178,11 @@ def test_supervisor_follows_duty_pause_and_stop_of_a_real_workload(tmp_path: Pat
     ctl = control(tmp_path, duty=0.4)
     seen: list[float] = []
     ticks = tmp_path / "ticks"
-    workload = [sys.executable, "-c", f"import time\nwhile True:\n    open({str(ticks)!r}, 'a').write('.')\n    time.sleep(0.01)"]
+    workload = [
+        sys.executable,
+        "-c",
+        f"import time\nwhile True:\n    open({str(ticks)!r}, 'a').write('.')\n    time.sleep(0.01)",
+    ]
     sup = Supervisor(workload, gpu_duty=seen.append, ctl=ctl, stop_grace_s=2)
     result: list[int] = []
     runner = threading.Thread(target=lambda: result.append(sup.run()))

@@ -21,11 +21,15 @@ def test_journal_replay_keeps_what_is_still_paused(tmp_path) -> None:
 def test_a_batch_is_one_line_and_lines_of_an_earlier_daemon_still_replay(tmp_path) -> None:
     path = tmp_path / "j"
     with open(path, "w") as fh:  # a dict per line, as daemons before the batched form wrote
-        fh.write('{"op": "pause", "job_id": "old", "how": "control", "pid": 9, "start_time": 0.5, '
-                 '"translator": "control_doc", "control_path": "/c.json"}\n')
+        fh.write(
+            '{"op": "pause", "job_id": "old", "how": "control", "pid": 9, "start_time": 0.5, '
+            '"translator": "control_doc", "control_path": "/c.json"}\n'
+        )
     journal = PausedJournal(path)
-    batch = [PausedEntry(f"job{i}", "tree", 100 + i, 1.25 + i, "signal", '/run/"ü"\\doc.json' if i else None)
-             for i in range(3)]
+    batch = [
+        PausedEntry(f"job{i}", "tree", 100 + i, 1.25 + i, "signal", '/run/"ü"\\doc.json' if i else None)
+        for i in range(3)
+    ]
     journal.append_many("pause", batch)
     journal.append_many("resume", batch[1:2])
     journal.append_many("resume", [])  # writes nothing

@@ -23,9 +23,13 @@ def print_plan(console: Console, plan: dict[str, Any], started: bool) -> None:
     console.print(f"rule     {plan['rule']}")
     console.print(f"source   {source['kind']} {where}" + ("" if rate is None else f" (now {rate:.3g} events/s)"))
     console.print(f"work     {plan['work']}: {', '.join(plan['jobs'])} at duty {duty}; off = {plan['off']}")
-    console.print(f"design   {plan['blocks']} blocks of an ON and an OFF {plan['window_s']:g}s window "
-                  f"({plan['washout_s']:g}s washout), margin {100 * plan['margin']:g} %")
-    console.print(f"planned  {plan['planned_hours']:.2f} h per run (at most {plan['max_hours']:g} h; the pilot may add blocks)")
+    console.print(
+        f"design   {plan['blocks']} blocks of an ON and an OFF {plan['window_s']:g}s window "
+        f"({plan['washout_s']:g}s washout), margin {100 * plan['margin']:g} %"
+    )
+    console.print(
+        f"planned  {plan['planned_hours']:.2f} h per run (at most {plan['max_hours']:g} h; the pilot may add blocks)"
+    )
     if started:
         console.print(f"started  run {plan['run']}" + (f" of sweep {plan['sweep']}" if plan.get("sweep") else ""))
 
@@ -37,18 +41,35 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     for r in runs:
         live = r.get("live") or {}
         window = live.get("window")
-        now = (f"block {window['block']} {window['arm'].upper()} ({window['ends_in_s']:.0f}s left)" if window
-               else r["verdict"] or r["why"])
+        now = (
+            f"block {window['block']} {window['arm'].upper()} ({window['ends_in_s']:.0f}s left)"
+            if window
+            else r["verdict"] or r["why"]
+        )
         duty = "-" if r["duty"] is None else f"{r['duty']:g}"
-        table.add_row(r["run"], r["rule"], r["work"], duty, r["status"], f"{r['blocks_done']}/{r['target']}",
-                      str(r["excluded"]), now)
+        table.add_row(
+            r["run"],
+            r["rule"],
+            r["work"],
+            duty,
+            r["status"],
+            f"{r['blocks_done']}/{r['target']}",
+            str(r["excluded"]),
+            now,
+        )
     return table
 
 
 def follow(console: Console, ask: Any, run_id: str, sweep: str | None) -> dict[str, Any]:
     """Show the run's progress until it (or its sweep) ends; returns its last status."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f} blocks"),
-                  TimeRemainingColumn(), console=console, transient=False) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} blocks"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    ) as bar:
         task = bar.add_task(run_id, total=1)
         last: dict[str, Any] = {}
         while True:
@@ -62,7 +83,9 @@ def follow(console: Console, ask: Any, run_id: str, sweep: str | None) -> dict[s
             window = live.get("window")
             what = f"{current['run']} duty {current['duty']}" if current["duty"] is not None else current["run"]
             if window:
-                what += f": block {window['block']} {window['arm'].upper()}" + ("" if window["measuring"] else " (washout)")
+                what += f": block {window['block']} {window['arm'].upper()}" + (
+                    "" if window["measuring"] else " (washout)"
+                )
             bar.update(task, description=what, total=current["target"], completed=current["blocks_done"])
             if all(r["status"] != "running" for r in mine):
                 return current
@@ -78,5 +101,7 @@ def sweep_summary(runs: list[dict[str, Any]]) -> tuple[list[float], str]:
     passed = [r["duty"] for r in ordered if r["verdict"] in CERTIFYING and r["duty"] is not None]
     lines = [f"sweep {ordered[0]['sweep']} on {ordered[0]['rule']!r}:" if ordered else "sweep: no runs"]
     lines += [f"  duty {r['duty']:g}: {r['verdict'] or r['status']}" for r in ordered]
-    lines.append(f"certified duty {max(passed):g} (`arbiter certificates`)" if passed else "no level passed: no certificate")
+    lines.append(
+        f"certified duty {max(passed):g} (`arbiter certificates`)" if passed else "no level passed: no certificate"
+    )
     return passed, "\n".join(lines)

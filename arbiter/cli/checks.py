@@ -31,7 +31,14 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
         info = host.kind("readers", block.kind)
         if info is not None and info.cls.stand_in and not cfg.stand_in_gpu:  # type: ignore[attr-defined]
             problems.append(
-                Problem(where, 0, 0, "readers", f"{block.kind} is a stand-in for a GPU reader", "set stand_in_gpu: true (demos and tests only) or remove it")
+                Problem(
+                    where,
+                    0,
+                    0,
+                    "readers",
+                    f"{block.kind} is a stand-in for a GPU reader",
+                    "set stand_in_gpu: true (demos and tests only) or remove it",
+                )
             )
     targets = paths or cfg.tenants_paths()
     for target in targets:

@@ -60,7 +60,9 @@ def daemon_info(state_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     except FileNotFoundError:
-        raise CliError(f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`") from None
+        raise CliError(
+            f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`"
+        ) from None
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot read {path}: {exc}") from None
 

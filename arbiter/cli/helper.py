@@ -98,7 +98,9 @@ class Helper:
             return
         try:
             options = validate_kind_options(KindBlock(kind=kind, **spec["options"]), cls.Options)
-            source: Source = self.host.call(f"sources/{kind}", cls, options, PluginContext(self.state_dir, rule_id=key[0]))
+            source: Source = self.host.call(
+                f"sources/{kind}", cls, options, PluginContext(self.state_dir, rule_id=key[0])
+            )
             self.running[key] = (json.dumps(spec, sort_keys=True), source)
             self.host.call(f"sources/{kind} start", source.start, lambda state: self._send(key, state))
             self._send(key, self.host.call(f"sources/{kind}", source.state))
@@ -113,8 +115,16 @@ class Helper:
                 return
             try:
                 self._conn.call(
-                    "report", rule=key[0], index=key[1], readable=state.readable, count=state.count, rate=state.rate,
-                    phase=state.phase, why=state.why, needs_helper=state.needs_helper, changed_at=state.changed_at,
+                    "report",
+                    rule=key[0],
+                    index=key[1],
+                    readable=state.readable,
+                    count=state.count,
+                    rate=state.rate,
+                    phase=state.phase,
+                    why=state.why,
+                    needs_helper=state.needs_helper,
+                    changed_at=state.changed_at,
                 )
                 self.reports += 1
             except RequestRefused as exc:

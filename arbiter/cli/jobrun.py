@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arbiter.cli.client import CliError, Client
+from arbiter.cli.client import Client, CliError
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
 from arbiter.transport import DaemonUnavailable, RequestRefused
-
 
 COOPERATIVE = ("cooperative_throttle", "cooperative_pause")
 
@@ -31,7 +30,10 @@ def build_manifest(cmd: list[str], name: str | None, manifest_path: str | None, 
             manifest["name"] = name
     else:
         base = Path(cmd[0]).name or "job"
-        manifest = {"name": name or "".join(c if c.isalnum() or c in "._-" else "-" for c in base), "gpu": {"use": "shared"}}
+        manifest = {
+            "name": name or "".join(c if c.isalnum() or c in "._-" else "-" for c in base),
+            "gpu": {"use": "shared"},
+        }
     if cooperative:
         manifest["capabilities"] = sorted(set(manifest.get("capabilities", [])) | set(COOPERATIVE))
     return manifest

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from arbiter import __version__
-from arbiter.cli.client import CliError, Client, node_config
+from arbiter.cli.client import Client, CliError, node_config
 
 app = typer.Typer(
     name="arbiter",
@@ -97,8 +97,17 @@ class LogFormat(str, Enum):
 @app.callback()
 def _main(
     ctx: typer.Context,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")] = False,
-    log_format: Annotated[LogFormat, typer.Option("--log-format", envvar="ARBITER_LOG_FORMAT", help="daemon log lines on stderr: text, or JSON lines for a log collector")] = LogFormat.text,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version")
+    ] = False,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format",
+            envvar="ARBITER_LOG_FORMAT",
+            help="daemon log lines on stderr: text, or JSON lines for a log collector",
+        ),
+    ] = LogFormat.text,
 ) -> None:
     ctx.obj = {"log_format": log_format.value}
 
@@ -147,7 +156,9 @@ def timeline(
 
 @app.command()
 def check(
-    paths: Annotated[Optional[list[Path]], typer.Argument(help="rule files or directories (default: tenants_dirs)")] = None,  # noqa: UP045
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="rule files or directories (default: tenants_dirs)")
+    ] = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -193,7 +204,9 @@ def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     for col in ("plugin", "distribution", "kinds"):
         table.add_column(col)
     for p in listing:
-        table.add_row(p["name"], p["distribution"] or ("blocked" if p.get("blocked") else "(module)"), ", ".join(p["kinds"]))
+        table.add_row(
+            p["name"], p["distribution"] or ("blocked" if p.get("blocked") else "(module)"), ", ".join(p["kinds"])
+        )
     _console().print(table)
 
 
@@ -248,8 +261,14 @@ def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     try:
         items += Client(config).call("doctor", timeout=90)["items"]
     except CliError as exc:
-        items.append(Item("daemon", False, str(exc).split(";")[0],
-                          "start it with `arbiter run` (readers, probes and sources are checked as its account)").to_dict())
+        items.append(
+            Item(
+                "daemon",
+                False,
+                str(exc).split(";")[0],
+                "start it with `arbiter run` (readers, probes and sources are checked as its account)",
+            ).to_dict()
+        )
     healthy = all(i["ok"] for i in items)
     _show({"healthy": healthy, "items": items} if as_json else items, as_json, "print_doctor")
     raise typer.Exit(0 if healthy else 1)
@@ -336,15 +355,15 @@ def demo(
     raise typer.Exit(run_demo(keep=keep))
 
 
-@job_app.command(
-    "run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
-)
+@job_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def job_run(
     cmd: Annotated[list[str], typer.Argument(help="the command, after --")],
     config: ConfigOpt = None,
     name: Annotated[Optional[str], typer.Option(help="the job name (the kind of work; trust is kept per name)")] = None,  # noqa: UP045
     manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
-    cooperative: Annotated[bool, typer.Option(help="the job obeys its control document (cooperative_throttle and _pause)")] = False,
+    cooperative: Annotated[
+        bool, typer.Option(help="the job obeys its control document (cooperative_throttle and _pause)")
+    ] = False,
 ) -> None:
     """Register a job, wait until it is admitted, run it, exit with its exit code."""
     from arbiter.cli.jobrun import run_job
@@ -400,9 +419,13 @@ BlocksOpt = Annotated[int, typer.Option(help="planned blocks of one ON and one O
 WindowOpt = Annotated[float, typer.Option(help="each window, seconds")]
 WashoutOpt = Annotated[float, typer.Option(help="seconds discarded after each switch")]
 MarginOpt = Annotated[float, typer.Option(help="the slowdown that counts (0.02: 2 %)")]
-OffOpt = Annotated[str, typer.Option(help="how OFF windows hold the work: paused, or evicted (stopped, freeing its memory)")]
+OffOpt = Annotated[
+    str, typer.Option(help="how OFF windows hold the work: paused, or evicted (stopped, freeing its memory)")
+]
 HoursOpt = Annotated[float, typer.Option("--max-hours", help="the run's cap")]
-FollowOpt = Annotated[bool, typer.Option("--follow/--detach", help="show progress until it ends (the run outlives the CLI)")]
+FollowOpt = Annotated[
+    bool, typer.Option("--follow/--detach", help="show progress until it ends (the run outlives the CLI)")
+]
 
 
 def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, **args: Any) -> None:
@@ -461,14 +484,29 @@ def ab_start(
     as_json: JsonOpt = False,
 ) -> None:
     """Measure what the work costs a protected program: blocks of ON and OFF windows in random order."""
-    _ab_start("ab.start", config, as_json, follow, rule=rule, work=work, duty=duty, blocks=blocks, window=window,
-              washout=washout, margin=margin, off=off, max_hours=max_hours)
+    _ab_start(
+        "ab.start",
+        config,
+        as_json,
+        follow,
+        rule=rule,
+        work=work,
+        duty=duty,
+        blocks=blocks,
+        window=window,
+        washout=washout,
+        margin=margin,
+        off=off,
+        max_hours=max_hours,
+    )
 
 
 @ab_app.command("sweep")
 def ab_sweep(
     rule: RuleOpt,
-    levels: Annotated[str, typer.Option(help="duties to run in order; it stops at the first that does not pass")] = "0.1,0.2,0.35,0.5,0.65,0.8,1.0",
+    levels: Annotated[
+        str, typer.Option(help="duties to run in order; it stops at the first that does not pass")
+    ] = "0.1,0.2,0.35,0.5,0.65,0.8,1.0",
     work: WorkOpt = "gpu",
     blocks: BlocksOpt = 12,
     window: WindowOpt = 300,
@@ -485,8 +523,21 @@ def ab_sweep(
         parsed = [float(x) for x in levels.split(",") if x.strip()]
     except ValueError:
         raise _fail(CliError(f"--levels must be numbers separated by commas, not {levels!r}", 2)) from None
-    _ab_start("ab.sweep", config, as_json, follow, rule=rule, work=work, levels=parsed, blocks=blocks, window=window,
-              washout=washout, margin=margin, off=off, max_hours=max_hours)
+    _ab_start(
+        "ab.sweep",
+        config,
+        as_json,
+        follow,
+        rule=rule,
+        work=work,
+        levels=parsed,
+        blocks=blocks,
+        window=window,
+        washout=washout,
+        margin=margin,
+        off=off,
+        max_hours=max_hours,
+    )
 
 
 @ab_app.command("status")
@@ -528,7 +579,9 @@ def ab_show(
 
 
 @ab_app.command("abort")
-def ab_abort(run_id: Annotated[str, typer.Argument(help="the run (or sweep) to end")], config: ConfigOpt = None) -> None:
+def ab_abort(
+    run_id: Annotated[str, typer.Argument(help="the run (or sweep) to end")], config: ConfigOpt = None
+) -> None:
     """End a run (and its sweep): no certificate, the work goes back to the usual rules."""
     answer = _ask(config, "ab.abort", "run", id=run_id)
     print(f"arbiter: run {answer} aborted")

@@ -118,12 +118,17 @@ def status_renderable(s: dict[str, Any]) -> Group:
         head.append(f"\nfast-path threads ({', '.join(roles)}): {did}")
     process = fp.get("reflex_process")
     if process and (process["pid"] or process["failure"]):
-        head.append(f"\nreflex process: pid {process['pid']}, {process['sources']} phase source(s)" if process["pid"]
-                    else f"\nreflex process: none ({process['failure']}); the daemon acts on phase changes itself")
+        head.append(
+            f"\nreflex process: pid {process['pid']}, {process['sources']} phase source(s)"
+            if process["pid"]
+            else f"\nreflex process: none ({process['failure']}); the daemon acts on phase changes itself"
+        )
     vram = s.get("vram") or {}
     if vram.get("total_bytes") is not None:
-        head.append(f"\nVRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "
-                    f"{_gb(vram.get('jobs_bytes'))}, unmanaged (no rule claims it) {_gb(vram.get('unmanaged_bytes'))}")
+        head.append(
+            f"\nVRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "
+            f"{_gb(vram.get('jobs_bytes'))}, unmanaged (no rule claims it) {_gb(vram.get('unmanaged_bytes'))}"
+        )
     parts: list[Any] = [head, rules_table(s["rules"])]
     if any(r.get("sources") for r in s["rules"]):
         parts.append(sources_table(s["rules"]))
@@ -151,7 +156,12 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         console.print("No jobs are registered. Start one with `arbiter job run -- CMD`.")
     for j in jobs:
         title = Text(f"{j['id']} ", style="bold")
-        verb = {"run": "runs", "held": "waits (not started)", "paused": f"is paused ({j['via']})", "stopping": "is stopping"}
+        verb = {
+            "run": "runs",
+            "held": "waits (not started)",
+            "paused": f"is paused ({j['via']})",
+            "stopping": "is stopping",
+        }
         title.append(verb.get(j["state"], j["state"]), style=STATE_STYLE.get(j["state"], ""))
         if j["state"] == "run":
             title.append(f" at duty {j['duty']:.2f}")
@@ -241,18 +251,29 @@ def print_duty(console: Console, d: dict[str, Any]) -> None:
             table.add_column(col)
         for r in d["rules"]:
             state = r["state"] + (f" ({r['take_back_left_s']:.0f}s left)" if r["take_back_left_s"] else "")
-            table.add_row(r["rule"], state, f"{r['budget']:.2f}", f"{r['ceiling']:.2f}",
-                          "-" if r["baseline"] is None else f"{r['baseline']:.3g}",
-                          "-" if r["baseline_age_s"] is None else f"{r['baseline_age_s']:.0f}s",
-                          "-" if r["pressure"] is None else f"{100 * r['pressure']:.1f}%")
+            table.add_row(
+                r["rule"],
+                state,
+                f"{r['budget']:.2f}",
+                f"{r['ceiling']:.2f}",
+                "-" if r["baseline"] is None else f"{r['baseline']:.3g}",
+                "-" if r["baseline_age_s"] is None else f"{r['baseline_age_s']:.0f}s",
+                "-" if r["pressure"] is None else f"{100 * r['pressure']:.1f}%",
+            )
         console.print(table)
     table = Table(title="Jobs", expand=True)
     for col in ("job", "asked", "measured", "reported", "state", "why"):
         table.add_column(col, overflow="fold")
     for j in d["jobs"]:
         reported = j.get("reported")
-        table.add_row(j["id"], f"{j['asked']:.2f}", "-" if j["measured"] is None else f"{j['measured']:.2f}",
-                      "-" if reported is None else f"{reported:.2f}", j["state"], _reasons(j["reasons"][:1]))
+        table.add_row(
+            j["id"],
+            f"{j['asked']:.2f}",
+            "-" if j["measured"] is None else f"{j['measured']:.2f}",
+            "-" if reported is None else f"{reported:.2f}",
+            j["state"],
+            _reasons(j["reasons"][:1]),
+        )
     if not d["jobs"]:
         table.add_row("(none)", "", "", "", "", "")
     console.print(table)
@@ -264,8 +285,15 @@ def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
         table.add_column(col, overflow="fold")
     style = {"valid": "green", "expired": "yellow", "stale": "red"}
     for c in certs:
-        table.add_row(c["rule"], c["work"], f"{c['duty']:.2f}", f"{c['r']:.3f} [{c['r_low']:.3f}, {c['r_high']:.3f}]",
-                      f"{c['margin']:.2f}", Text(c["status"], style=style[c["status"]]), c["why"])
+        table.add_row(
+            c["rule"],
+            c["work"],
+            f"{c['duty']:.2f}",
+            f"{c['r']:.3f} [{c['r_low']:.3f}, {c['r_high']:.3f}]",
+            f"{c['margin']:.2f}",
+            Text(c["status"], style=style[c["status"]]),
+            c["why"],
+        )
     if not certs:
         table.add_row("(none)", "", "", "", "", "", "run `arbiter ab sweep --rule RULE` to earn one")
     console.print(table)
@@ -273,7 +301,9 @@ def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
 
 def print_gpu_apis(console: Console, a: dict[str, Any]) -> None:
     head = Text(f"{a.get('platform', '')}: ", style="bold")
-    head.append(f"host provides {', '.join(a['host']) or 'no GPU API'}; containers get {', '.join(a['containers']) or 'none'}")
+    head.append(
+        f"host provides {', '.join(a['host']) or 'no GPU API'}; containers get {', '.join(a['containers']) or 'none'}"
+    )
     console.print(head)
     table = Table(expand=True)
     table.add_column("api")

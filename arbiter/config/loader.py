@@ -52,7 +52,11 @@ def _field_path(loc: Iterable[str | int]) -> str:
 
 
 def problems_from(
-    exc: ValidationError, filename: str, positions: Positions, prefix: Path_ = (), origins: Mapping[Path_, str] | None = None
+    exc: ValidationError,
+    filename: str,
+    positions: Positions,
+    prefix: Path_ = (),
+    origins: Mapping[Path_, str] | None = None,
 ) -> list[Problem]:
     """Each validation error as a Problem at its line.  ``origins`` (a position's key → the
     file it is in) is for a rule merged from several files: each problem then names the file
@@ -73,7 +77,12 @@ def problems_from(
 
 
 def validate(
-    model: type[M], data: Any, filename: str, positions: Positions, prefix: Path_ = (), origins: Mapping[Path_, str] | None = None
+    model: type[M],
+    data: Any,
+    filename: str,
+    positions: Positions,
+    prefix: Path_ = (),
+    origins: Mapping[Path_, str] | None = None,
 ) -> M:
     try:
         return model.model_validate(data)
@@ -87,8 +96,18 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         before = exc.object[: exc.start]
         line, col = before.count(b"\n") + 1, exc.start - (before.rfind(b"\n") + 1) + 1
-        raise ConfigError([Problem(str(path), line, col, "", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})",
-                                   "save the file as UTF-8")]) from None
+        raise ConfigError(
+            [
+                Problem(
+                    str(path),
+                    line,
+                    col,
+                    "",
+                    f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x})",
+                    "save the file as UTF-8",
+                )
+            ]
+        ) from None
     except OSError as exc:
         raise ConfigError([Problem(str(path), 0, 0, "", f"cannot read: {exc.strerror or exc}")]) from None
 
@@ -127,8 +146,18 @@ def resolve_paths(config: NodeConfig, path: Path) -> NodeConfig:
         try:
             return str(relative_to_config(value, path))
         except RuntimeError:  # ~name of a user this host does not know
-            raise ConfigError([Problem(str(path), 0, 0, field_path, f"{value!r} starts with ~ but names no user of this host",
-                                       "write an absolute path, or ~/ for the daemon's own home")]) from None
+            raise ConfigError(
+                [
+                    Problem(
+                        str(path),
+                        0,
+                        0,
+                        field_path,
+                        f"{value!r} starts with ~ but names no user of this host",
+                        "write an absolute path, or ~/ for the daemon's own home",
+                    )
+                ]
+            ) from None
 
     config.state_dir = resolved(config.state_dir, "state_dir")
     config.tenants_dirs = [resolved(d, f"tenants_dirs.{i}") for i, d in enumerate(config.tenants_dirs)]
@@ -245,7 +274,8 @@ class MergedRule:
 def _is_block(path: Path_) -> bool:
     """Whether a rule file holds a plugin block at ``path`` (see RULE_BLOCKS)."""
     return any(
-        len(pattern) == len(path) and all(want == part or (want == "*" and isinstance(part, int)) for want, part in zip(pattern, path))
+        len(pattern) == len(path)
+        and all(want == part or (want == "*" and isinstance(part, int)) for want, part in zip(pattern, path))
         for pattern, _family in RULE_BLOCKS
     )
 
@@ -292,7 +322,9 @@ def merge_rule_files(layers: Sequence[RuleFile]) -> MergedRule:
     return merged
 
 
-def _validate_rule(layers: Sequence[RuleFile], options_for: OptionsLookup, kinds: KindsLookup, command_check: CommandCheck) -> Rule:
+def _validate_rule(
+    layers: Sequence[RuleFile], options_for: OptionsLookup, kinds: KindsLookup, command_check: CommandCheck
+) -> Rule:
     """Both stages over the rule ``layers`` make: one file, or a base and its extensions (base
     first).  Each problem names the file that holds the value; what is missing, the top one."""
     top = layers[-1]
@@ -323,7 +355,11 @@ def _validate_rule(layers: Sequence[RuleFile], options_for: OptionsLookup, kinds
         if model is None:
             file, line, col = where((*loc, "kind"))
             known = ", ".join(sorted(kinds(family))) or "none installed"
-            problems.append(Problem(file, line, col, f"{field_path}.kind", f"unknown {family[:-1]} kind {kind!r}", f"known: {known}"))
+            problems.append(
+                Problem(
+                    file, line, col, f"{field_path}.kind", f"unknown {family[:-1]} kind {kind!r}", f"known: {known}"
+                )
+            )
             continue
         try:
             validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
@@ -335,9 +371,16 @@ def _validate_rule(layers: Sequence[RuleFile], options_for: OptionsLookup, kinds
                 unsafe = command_check(layer.path)
                 if unsafe:
                     line, col = position_of(layer.positions, (*loc, "kind"))
-                    problems.append(Problem(layer.path, line, col, f"{field_path}.kind",
-                                            f"kind {kind!r} runs a command, and this file is not safe to take one from: {unsafe}",
-                                            COMMAND_FILE_HINT))
+                    problems.append(
+                        Problem(
+                            layer.path,
+                            line,
+                            col,
+                            f"{field_path}.kind",
+                            f"kind {kind!r} runs a command, and this file is not safe to take one from: {unsafe}",
+                            COMMAND_FILE_HINT,
+                        )
+                    )
     if problems or rule is None:
         raise ConfigError(_in_order(problems, [layer.path for layer in layers]))
     return rule
@@ -358,7 +401,9 @@ class Resolution:
     """
 
     rules: dict[str, Rule] = field(default_factory=dict)  # top file → its rule (an extension's: the merged one)
-    problems: dict[str, list[Problem]] = field(default_factory=dict)  # top file → why it has no rule; each names its file
+    problems: dict[str, list[Problem]] = field(
+        default_factory=dict
+    )  # top file → why it has no rule; each names its file
     chains: dict[str, list[str]] = field(default_factory=dict)  # top file → every file its rule is made of, base first
     extended: dict[str, str] = field(default_factory=dict)  # base file → the top file whose rule stands in its place
 
@@ -407,15 +452,21 @@ def resolve_rules(
         if name is None:
             continue
         if not isinstance(name, str) or not name:
-            fail(path, f"must name one rule by its id, not {type(name).__name__} {name!r}",
-                 "write extends: ID, where ID is the id: of the rule file this one builds on")
+            fail(
+                path,
+                f"must name one rule by its id, not {type(name).__name__} {name!r}",
+                "write extends: ID, where ID is the id: of the rule file this one builds on",
+            )
             continue
         bases = [p for p in writers.get(name, []) if p != path]
         if len(bases) == 1:
             base_of[path] = bases[0]
         elif bases:
-            fail(path, f"more than one rule file has id {name!r}: {', '.join(bases)}",
-                 "give each rule its own id, so that extends names one")
+            fail(
+                path,
+                f"more than one rule file has id {name!r}: {', '.join(bases)}",
+                "give each rule its own id, so that extends names one",
+            )
         else:
             known = sorted({i for i, ps in writers.items() if any(p != path for p in ps)})
             close = difflib.get_close_matches(name, known, n=1)
@@ -423,8 +474,11 @@ def resolve_rules(
             hint += f"known ids: {', '.join(known)}" if known else "no other rule file has an id"
             if unreadable:
                 hint += f"; these files could not be read and may hold it: {', '.join(unreadable)}"
-            fail(path, f"no other rule file in the tenants dirs has id {name!r}",
-                 f"{hint}; the base must be a rule file in one of the tenants_dirs")
+            fail(
+                path,
+                f"no other rule file in the tenants dirs has id {name!r}",
+                f"{hint}; the base must be a rule file in one of the tenants_dirs",
+            )
 
     # A base extended twice: which one's changes win would depend on file names, so neither does.
     twice: dict[str, list[str]] = {}
@@ -434,9 +488,12 @@ def resolve_rules(
     for base, exts in twice.items():
         for ext in exts:
             others = ", ".join(e for e in exts if e != ext)
-            fail(ext, f"{parsed[base].own_id!r} ({base}) is extended by {others} too",
-                 "a rule can be extended once: put these changes in one file, or give one of them its own id: "
-                 "and extend that from the other")
+            fail(
+                ext,
+                f"{parsed[base].own_id!r} ({base}) is extended by {others} too",
+                "a rule can be extended once: put these changes in one file, or give one of them its own id: "
+                "and extend that from the other",
+            )
             del base_of[ext]
 
     in_cycle: dict[str, list[str]] = {}
@@ -450,12 +507,15 @@ def resolve_rules(
             cur = base_of.get(cur)
         if cur is None:
             continue
-        cycle = seen[seen.index(cur):]
+        cycle = seen[seen.index(cur) :]
         shown = " → ".join(f"{Path(p).name} (id {parsed[p].own_id})" for p in [*cycle, cycle[0]])
         for member in cycle:
             in_cycle[member] = cycle
-            fail(member, f"{parsed[member].data['extends']!r} leads back to this file, a cycle: {shown}",
-                 "a chain of extends must end at a rule file without extends: remove extends from one of these")
+            fail(
+                member,
+                f"{parsed[member].data['extends']!r} leads back to this file, a cycle: {shown}",
+                "a chain of extends must end at a rule file without extends: remove extends from one of these",
+            )
         for member in cycle:
             del base_of[member]
 
@@ -510,8 +570,10 @@ def rule_file_stats(directories: Iterable[Path]) -> list[tuple[str, os.stat_resu
         elif stat.S_ISDIR(st.st_mode):
             try:
                 with os.scandir(name) as it:
-                    found = sorted((e for e in it if not e.name.startswith(".") and os.path.splitext(e.name)[1] in RULE_SUFFIXES),
-                                   key=lambda e: e.name)
+                    found = sorted(
+                        (e for e in it if not e.name.startswith(".") and os.path.splitext(e.name)[1] in RULE_SUFFIXES),
+                        key=lambda e: e.name,
+                    )
             except OSError:
                 continue
             for entry in found:
@@ -545,7 +607,14 @@ class RuleSet:
         if rule.id in self.rules:
             other = self.files[rule.id]
             self.problems.setdefault(path, []).append(
-                Problem(path, positions_line, 1, "id", f"rule id {rule.id!r} is already used by {other}", "give each rule its own id")
+                Problem(
+                    path,
+                    positions_line,
+                    1,
+                    "id",
+                    f"rule id {rule.id!r} is already used by {other}",
+                    "give each rule its own id",
+                )
             )
             return
         self.rules[rule.id] = rule

@@ -80,7 +80,8 @@ class ComplianceConfig(Strict):
 
 class MemoryGuardConfig(Strict):
     min_available: Share = Field(
-        0.10, description="the share of host memory that must stay available; below it GPU work beside protected programs is taken back"
+        0.10,
+        description="the share of host memory that must stay available; below it GPU work beside protected programs is taken back",
     )
 
 
@@ -118,7 +119,10 @@ class NodeConfig(Strict):
         ),
     )
     tick_s: float = Field(
-        2.0, gt=0, le=60, description="seconds between two full observations and decisions (phase changes do not wait for it)"
+        2.0,
+        gt=0,
+        le=60,
+        description="seconds between two full observations and decisions (phase changes do not wait for it)",
     )
     gpu_busy_threshold: Share = Field(
         0.05, description="a protected program uses the GPU once its share of GPU time passes this"
@@ -191,7 +195,8 @@ class NodeConfig(Strict):
 
 class PauseFleet(Strict):
     scope: Scope = Field(
-        "gpu", description="the fleet work paused: gpu (jobs that use the GPU), cpu (jobs with gpu.use: none), all or io (every job)"
+        "gpu",
+        description="the fleet work paused: gpu (jobs that use the GPU), cpu (jobs with gpu.use: none), all or io (every job)",
     )
 
 
@@ -223,7 +228,9 @@ class Rule(Strict):
     """One tenant: how to recognise it, how much it matters, and what protects it."""
 
     id: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64, description="the tenant's name, unique across the tenants dirs"
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description="the tenant's name, unique across the tenants dirs",
     )
     extends: str | None = Field(
         None,
@@ -243,7 +250,10 @@ class Rule(Strict):
     )
     enabled: bool = Field(True, description="false: the rule is kept but claims no process")
     priority: int = Field(
-        50, ge=0, le=1000, description="higher wins contention: a process belongs to the first matching rule by priority"
+        50,
+        ge=0,
+        le=1000,
+        description="higher wins contention: a process belongs to the first matching rule by priority",
     )
     match: MatchBlock = Field(description="a matcher block: which processes are this tenant's")
     immediate: bool = Field(
@@ -355,5 +365,7 @@ class StopAckEvent(_Event):
     event: Literal["stop_ack"]
 
 
-class JobEvent(RootModel[Annotated[PhaseEvent | ProgressEvent | MetricEvent | StopAckEvent, Field(discriminator="event")]]):
+class JobEvent(
+    RootModel[Annotated[PhaseEvent | ProgressEvent | MetricEvent | StopAckEvent, Field(discriminator="event")]]
+):
     """One line of a job's events file (path in ``ARBITER_EVENTS``)."""

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
+from typing import Any
 
 import yaml
 
@@ -40,16 +39,22 @@ def _problem_at(node: yaml.Node, message: str, hint: str = "") -> ConfigError:
 def _construct(node: yaml.Node, path: Path_, positions: Positions, loader: _Loader, budget: list[int]) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
-        raise _problem_at(node, f"the file expands to more than {MAX_VALUES} values (aliases of aliases?)",
-                          "write the values out instead of nesting aliases")
+        raise _problem_at(
+            node,
+            f"the file expands to more than {MAX_VALUES} values (aliases of aliases?)",
+            "write the values out instead of nesting aliases",
+        )
     positions[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, _value in node.value:
             if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
                 if key_node.value in seen:
-                    raise _problem_at(key_node, f"{key_node.value!r} is written twice in this mapping",
-                                      "keep one of them: only the last would count")
+                    raise _problem_at(
+                        key_node,
+                        f"{key_node.value!r} is written twice in this mapping",
+                        "keep one of them: only the last would count",
+                    )
                 seen.add(key_node.value)
         loader.flatten_mapping(node)
         out: dict[Any, Any] = {}
@@ -87,26 +92,50 @@ def load_with_positions(text: str, filename: str) -> tuple[Any, Positions]:
         except RecursionError:
             # PyYAML composes nested values recursively; where it stood is where the nesting went too deep
             mark = loader.get_mark()
-            raise ConfigError([Problem(filename, mark.line + 1, mark.column + 1, "", "nested too deeply",
-                                       "flatten the nesting: no arbiter file needs more than a few levels")]) from None
+            raise ConfigError(
+                [
+                    Problem(
+                        filename,
+                        mark.line + 1,
+                        mark.column + 1,
+                        "",
+                        "nested too deeply",
+                        "flatten the nesting: no arbiter file needs more than a few levels",
+                    )
+                ]
+            ) from None
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
         message = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        raise ConfigError([Problem(filename, line, col, "", f"not valid YAML: {message}", "check indentation and quoting")]) from None
+        raise ConfigError(
+            [Problem(filename, line, col, "", f"not valid YAML: {message}", "check indentation and quoting")]
+        ) from None
     except yaml.reader.ReaderError as exc:
         # a character YAML does not allow (a control character, NUL); its position is an offset
         line, col = _line_col(text, exc.position) if isinstance(exc.name, str) and exc.name.startswith("<") else (0, 0)
         code = exc.character if isinstance(exc.character, int) else 0
         escape = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-        raise ConfigError([Problem(filename, line, col, "", f"not valid YAML: the character #x{code:04x} is not allowed",
-                                   f"remove it, or write it as {escape} inside double quotes")]) from None
+        raise ConfigError(
+            [
+                Problem(
+                    filename,
+                    line,
+                    col,
+                    "",
+                    f"not valid YAML: the character #x{code:04x} is not allowed",
+                    f"remove it, or write it as {escape} inside double quotes",
+                )
+            ]
+        ) from None
     except yaml.YAMLError as exc:
         raise ConfigError([Problem(filename, 0, 0, "", f"not valid YAML: {exc}")]) from None
     except ConfigError as exc:
-        raise ConfigError([Problem(filename, p.line, p.column, p.field, p.message, p.hint) for p in exc.problems]) from None
+        raise ConfigError(
+            [Problem(filename, p.line, p.column, p.field, p.message, p.hint) for p in exc.problems]
+        ) from None
     return data, positions
 
 

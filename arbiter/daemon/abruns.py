@@ -64,10 +64,19 @@ def spec_from(args: dict[str, Any], run_id: str, sweep_id: str | None = None) ->
             raise RunRefused("--levels must be rising duties above 0 and at most 1, e.g. 0.1,0.2,0.35,0.5")
         duty, levels = levels[0], levels[1:]
     return abrun.RunSpec(
-        run_id=run_id, rule_id=rule, work=str(args.get("work") or "gpu"), duty=duty,
-        blocks=int(_number(args, "blocks", 12, 2, 10_000)), window_s=window, washout_s=washout,
-        margin=_number(args, "margin", 0.02, 0.001, 0.5), off=off,  # type: ignore[arg-type]
-        max_hours=_number(args, "max_hours", 8.0, 0.001, 24 * 14), seed=run_id, sweep_id=sweep_id, levels=levels,
+        run_id=run_id,
+        rule_id=rule,
+        work=str(args.get("work") or "gpu"),
+        duty=duty,
+        blocks=int(_number(args, "blocks", 12, 2, 10_000)),
+        window_s=window,
+        washout_s=washout,
+        margin=_number(args, "margin", 0.02, 0.001, 0.5),
+        off=off,  # type: ignore[arg-type]
+        max_hours=_number(args, "max_hours", 8.0, 0.001, 24 * 14),
+        seed=run_id,
+        sweep_id=sweep_id,
+        levels=levels,
     )
 
 
@@ -79,47 +88,71 @@ def plan(daemon: Daemon, spec: abrun.RunSpec) -> dict[str, Any]:
     if rp is None or live is None:
         raise RunRefused(f"no rule {spec.rule_id!r} is in force (`arbiter status` lists the rules)")
     if not rp.protected or not rp.progress or live.rule.protect is None or live.rule.protect.source is None:
-        raise RunRefused(f"rule {spec.rule_id!r} reads no progress: give it `protect: {{source: ...}}` "
-                         "(a jsonl or log source the program writes) so a run can measure it")
+        raise RunRefused(
+            f"rule {spec.rule_id!r} reads no progress: give it `protect: {{source: ...}}` "
+            "(a jsonl or log source the program writes) so a run can measure it"
+        )
     if policy.gpu_jobs == "never":
         raise RunRefused("this node runs no GPU fleet work (gpu_jobs: never): nothing to measure")
     current = daemon.engine_state.ab
     if current is not None and current.running:
-        raise RunRefused(f"run {current.spec.run_id} is in progress; one run at a time "
-                         f"(`arbiter ab abort {current.spec.run_id}` ends it)")
+        raise RunRefused(
+            f"run {current.spec.run_id} is in progress; one run at a time "
+            f"(`arbiter ab abort {current.spec.run_id}` ends it)"
+        )
     decision = daemon.snapshot.decision
     verdict = decision.rules.get(spec.rule_id) if decision else None
     if verdict is None or not verdict.running:
         raise RunRefused(f"{spec.rule_id!r}'s program is not running: start it first (a run measures it working)")
     source = daemon.sources.observed((spec.rule_id, -1), time.monotonic())
     if not source.readable or source.count is None:
-        raise RunRefused(f"{spec.rule_id!r}'s progress source does not read ({source.why or 'not read yet'}); "
-                         "`arbiter status` shows it")
+        raise RunRefused(
+            f"{spec.rule_id!r}'s progress source does not read ({source.why or 'not read yet'}); "
+            "`arbiter status` shows it"
+        )
     view = daemon.snapshot.view
     jobs = daemon.jobs.observations(view.job_processes if view else {}, time.monotonic())
     matching = [j for j in jobs.values() if abrun.covers(spec.work, j)]
     if not matching:
-        raise RunRefused(f"no job matches --work {spec.work} (gpu, cpu, all or a job name): start the work first "
-                         "with `arbiter job run`")
+        raise RunRefused(
+            f"no job matches --work {spec.work} (gpu, cpu, all or a job name): start the work first "
+            "with `arbiter job run`"
+        )
     if spec.duty is not None and spec.duty < 1 and not any("cooperative_throttle" in j.capabilities for j in matching):
-        raise RunRefused(f"--duty {spec.duty:g} needs work that holds a duty (capability cooperative_throttle); "
-                         f"{', '.join(sorted({j.name for j in matching}))} cannot: leave --duty out")
+        raise RunRefused(
+            f"--duty {spec.duty:g} needs work that holds a duty (capability cooperative_throttle); "
+            f"{', '.join(sorted({j.name for j in matching}))} cannot: leave --duty out"
+        )
     if spec.off == "evicted":
         stuck = sorted({j.name for j in matching if "cancellable" not in j.capabilities})
         if stuck:
-            raise RunRefused(f"--off evicted stops the work in OFF windows to free its memory; {', '.join(stuck)} "
-                             "do(es) not declare cancellable: use --off paused")
+            raise RunRefused(
+                f"--off evicted stops the work in OFF windows to free its memory; {', '.join(stuck)} "
+                "do(es) not declare cancellable: use --off paused"
+            )
     hours = spec.planned_hours(max(spec.blocks, spec.pilot))
     if hours > spec.max_hours:
-        raise RunRefused(f"{spec.blocks} blocks of two {spec.window_s:g}s windows take {hours:.2f} h, more than "
-                         f"--max-hours {spec.max_hours:g}: fewer blocks, shorter windows or more hours")
+        raise RunRefused(
+            f"{spec.blocks} blocks of two {spec.window_s:g}s windows take {hours:.2f} h, more than "
+            f"--max-hours {spec.max_hours:g}: fewer blocks, shorter windows or more hours"
+        )
     block = live.rule.protect.source
     return {
-        "run": spec.run_id, "sweep": spec.sweep_id, "rule": spec.rule_id,
+        "run": spec.run_id,
+        "sweep": spec.sweep_id,
+        "rule": spec.rule_id,
         "source": {"kind": block.kind, **block.options()},
-        "source_rate": source.rate, "work": spec.work, "jobs": sorted(j.job_id for j in matching),
-        "duty": spec.duty, "levels": list(spec.levels), "blocks": spec.blocks, "window_s": spec.window_s,
-        "washout_s": spec.washout_s, "margin": spec.margin, "off": spec.off, "max_hours": spec.max_hours,
+        "source_rate": source.rate,
+        "work": spec.work,
+        "jobs": sorted(j.job_id for j in matching),
+        "duty": spec.duty,
+        "levels": list(spec.levels),
+        "blocks": spec.blocks,
+        "window_s": spec.window_s,
+        "washout_s": spec.washout_s,
+        "margin": spec.margin,
+        "off": spec.off,
+        "max_hours": spec.max_hours,
         "planned_hours": round(hours, 4),
     }
 
@@ -152,8 +185,13 @@ def start(daemon: Daemon, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
     def change(current: abrun.RunState | None) -> tuple[abrun.RunState, dict[str, Any]]:
         if current is not None and current.running:  # another start won the race
             raise RunRefused(f"run {current.spec.run_id} is in progress; one run at a time")
-        daemon.record(codes.AB_RUN_STARTED, spec.rule_id, f"paired run {spec.run_id} started on {spec.rule_id!r} "
-                      f"({spec.work} work, {planned['planned_hours']:.2f} h planned) by uid {uid}", planned)
+        daemon.record(
+            codes.AB_RUN_STARTED,
+            spec.rule_id,
+            f"paired run {spec.run_id} started on {spec.rule_id!r} "
+            f"({spec.work} work, {planned['planned_hours']:.2f} h planned) by uid {uid}",
+            planned,
+        )
         return abrun.start(spec, time.time()), planned
 
     return apply(daemon, change)  # type: ignore[no-any-return]
@@ -165,13 +203,21 @@ def abort(daemon: Daemon, run_id: str, uid: int) -> dict[str, Any]:
             raise RunRefused(f"no run {run_id!r} is in progress (`arbiter ab status` lists the runs)")
         ended = abrun.abort(current, f"aborted by uid {uid}", time.time())
         spec = ended.spec
-        daemon.record(codes.AB_RUN_DONE, spec.rule_id, f"run {spec.run_id} aborted by uid {uid}: no certificate",
-                      {"run": spec.run_id, "rule": spec.rule_id, "status": "aborted", "uid": uid})
+        daemon.record(
+            codes.AB_RUN_DONE,
+            spec.rule_id,
+            f"run {spec.run_id} aborted by uid {uid}: no certificate",
+            {"run": spec.run_id, "rule": spec.rule_id, "status": "aborted", "uid": uid},
+        )
         if spec.sweep_id is not None:
             best = max(ended.passed) if ended.passed else None
-            daemon.record(codes.AB_SWEEP_DONE, spec.rule_id, f"sweep {spec.sweep_id} aborted by uid {uid}" + (
-                f"; the levels passed before stand (certified duty {best:g})" if best is not None else ""),
-                {"sweep": spec.sweep_id, "passed": list(ended.passed), "certified_duty": best})
+            daemon.record(
+                codes.AB_SWEEP_DONE,
+                spec.rule_id,
+                f"sweep {spec.sweep_id} aborted by uid {uid}"
+                + (f"; the levels passed before stand (certified duty {best:g})" if best is not None else ""),
+                {"sweep": spec.sweep_id, "passed": list(ended.passed), "certified_duty": best},
+            )
         return ended, {"run": spec.run_id}
 
     return apply(daemon, change)  # type: ignore[no-any-return]
@@ -190,23 +236,50 @@ def certificate(daemon: Daemon, run: abrun.RunState) -> None:
     def issue() -> None:
         digest = daemon.hasher.digest(exe) if exe else None
         if duty is None or not exe or digest is None:
-            why = ("the work's duty was not measured in every block" if duty is None else
-                   f"{spec.rule_id!r}'s executable cannot be read to bind the certificate to it")
-            daemon.record(codes.CERT_NOT_ISSUED, spec.rule_id, f"run {spec.run_id} passed but earns no certificate: {why}",
-                          {"run": spec.run_id, "exe": exe, "remedy": "keep the program running until the run ends, and "
-                           "let the daemon's account read its executable; then run it again"})
+            why = (
+                "the work's duty was not measured in every block"
+                if duty is None
+                else f"{spec.rule_id!r}'s executable cannot be read to bind the certificate to it"
+            )
+            daemon.record(
+                codes.CERT_NOT_ISSUED,
+                spec.rule_id,
+                f"run {spec.run_id} passed but earns no certificate: {why}",
+                {
+                    "run": spec.run_id,
+                    "exe": exe,
+                    "remedy": "keep the program running until the run ends, and "
+                    "let the daemon's account read its executable; then run it again",
+                },
+            )
             return
-        cert = Certificate(rule=spec.rule_id, work=spec.work, duty=duty, r=a.r, r_low=a.low, r_high=a.high,
-                           margin=spec.margin, run_id=spec.run_id, issued_at=time.time(), node=socket.gethostname(),
-                           fingerprint=node, exe_path=exe, exe_sha256=digest)
+        cert = Certificate(
+            rule=spec.rule_id,
+            work=spec.work,
+            duty=duty,
+            r=a.r,
+            r_low=a.low,
+            r_high=a.high,
+            margin=spec.margin,
+            run_id=spec.run_id,
+            issued_at=time.time(),
+            node=socket.gethostname(),
+            fingerprint=node,
+            exe_path=exe,
+            exe_sha256=digest,
+        )
 
         def write(db: Any) -> None:
             from arbiter.store import Store
 
             cert_id = Store.insert_certificate(db, cert)
-            daemon.record(codes.CERT_ISSUED, spec.rule_id, f"certificate {cert_id}: {spec.work} work at duty {duty:g} "
-                          f"beside {spec.rule_id!r}, R {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}), margin {spec.margin:g}",
-                          {"certificate": cert_id, "run": spec.run_id, "duty": duty, "work": spec.work, "r": a.r})
+            daemon.record(
+                codes.CERT_ISSUED,
+                spec.rule_id,
+                f"certificate {cert_id}: {spec.work} work at duty {duty:g} "
+                f"beside {spec.rule_id!r}, R {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}), margin {spec.margin:g}",
+                {"certificate": cert_id, "run": spec.run_id, "duty": duty, "work": spec.work, "r": a.r},
+            )
             daemon.certificates_changed()
 
         daemon.recorder.write(write)
@@ -224,8 +297,13 @@ def supersede(daemon: Daemon, run: abrun.RunState) -> None:
         from arbiter.store import Store
 
         if Store.supersede(db, spec.rule_id, spec.work, duty, spec.run_id, why):
-            daemon.record(codes.CERT_SUPERSEDED, spec.rule_id, f"certificates of {spec.rule_id!r} for {spec.work} work at "
-                          f"duty {duty:g} or more no longer stand: {why}", {"run": spec.run_id, "superseded": True})
+            daemon.record(
+                codes.CERT_SUPERSEDED,
+                spec.rule_id,
+                f"certificates of {spec.rule_id!r} for {spec.work} work at "
+                f"duty {duty:g} or more no longer stand: {why}",
+                {"run": spec.run_id, "superseded": True},
+            )
             daemon.certificates_changed()
 
     daemon.recorder.write(write)
@@ -237,8 +315,13 @@ def live(daemon: Daemon, rs: abrun.RunState) -> dict[str, Any]:
     w = rs.window
     if w is not None and rs.running:
         now = time.monotonic()
-        out["window"] = {"block": w.attempt + 1, "arm": w.arm, "second": w.second,
-                         "measuring": now >= w.measure_from, "ends_in_s": round(max(0.0, w.ends_at - now), 2)}
+        out["window"] = {
+            "block": w.attempt + 1,
+            "arm": w.arm,
+            "second": w.second,
+            "measuring": now >= w.measure_from,
+            "ends_in_s": round(max(0.0, w.ends_at - now), 2),
+        }
     spec = rs.spec
     block_s = 2 * spec.window_s
     left = max(0, rs.target - len(rs.blocks)) * block_s
@@ -274,10 +357,20 @@ def find(daemon: Daemon, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | 
 def brief(rec: dict[str, Any], live_part: dict[str, Any] | None) -> dict[str, Any]:
     spec = rec["spec"]
     return {
-        "run": spec["run_id"], "sweep": spec.get("sweep_id"), "rule": spec["rule_id"], "work": spec["work"],
-        "duty": spec["duty"], "status": rec["status"], "verdict": rec.get("verdict") or "", "why": rec.get("why") or "",
-        "blocks_done": len(rec.get("blocks") or ()), "target": rec["target"], "excluded": len(rec.get("excluded") or ()),
-        "started": rec["started_wall"], "ended": rec.get("ended_wall"), "live": live_part,
+        "run": spec["run_id"],
+        "sweep": spec.get("sweep_id"),
+        "rule": spec["rule_id"],
+        "work": spec["work"],
+        "duty": spec["duty"],
+        "status": rec["status"],
+        "verdict": rec.get("verdict") or "",
+        "why": rec.get("why") or "",
+        "blocks_done": len(rec.get("blocks") or ()),
+        "target": rec["target"],
+        "excluded": len(rec.get("excluded") or ()),
+        "started": rec["started_wall"],
+        "ended": rec.get("ended_wall"),
+        "live": live_part,
     }
 
 
@@ -285,8 +378,11 @@ def status(daemon: Daemon) -> list[dict[str, Any]]:
     current = daemon.engine_state.ab
     out = []
     for rec in records(daemon):
-        live_part = live(daemon, current) if current is not None and current.running and \
-            rec["spec"]["run_id"] == current.spec.run_id else None
+        live_part = (
+            live(daemon, current)
+            if current is not None and current.running and rec["spec"]["run_id"] == current.spec.run_id
+            else None
+        )
         out.append(brief(rec, live_part))
     return out
 
@@ -299,4 +395,3 @@ def resumed_from(rec: dict[str, Any] | None) -> tuple[abrun.RunState | None, str
         return abrun.from_record(rec), ""  # its blocks stand; the window in progress was never kept
     except (KeyError, TypeError, ValueError) as exc:
         return None, f"run {rec.get('spec', {}).get('run_id', '?')} could not be resumed from its record: {exc}"
-

@@ -23,7 +23,13 @@ if TYPE_CHECKING:  # not imported at run time: the reflex process uses this modu
     from arbiter.engine.types import Action
 
 T = TypeVar("T")
-ACTION_NEEDS = {"pause": "pause", "resume": "pause", "control": "control", "terminate": "terminate", "kill": "terminate"}
+ACTION_NEEDS = {
+    "pause": "pause",
+    "resume": "pause",
+    "control": "control",
+    "terminate": "terminate",
+    "kill": "terminate",
+}
 #: how long the job paused first may take to stop before the others are signalled: a phase
 #: must reach them within a millisecond or two as well
 FIRST_STOP_S = 0.001
@@ -38,8 +44,9 @@ class ActResult:
     detail: str = ""
 
 
-def make_translators(config: NodeConfig, host: PluginHost,
-                     pid_reused: Callable[[str, ProcessRef, str], None] | None = None) -> dict[str, tuple[str, Translator]]:
+def make_translators(
+    config: NodeConfig, host: PluginHost, pid_reused: Callable[[str, ProcessRef, str], None] | None = None
+) -> dict[str, tuple[str, Translator]]:
     """Per need (pause, control, terminate), the translator that serves it.
 
     ``translators:`` in the node config names kinds in order; otherwise every installed
@@ -47,13 +54,16 @@ def make_translators(config: NodeConfig, host: PluginHost,
     available here wins.  ``pid_reused`` hears of each recorded process a translator left
     alone because its pid now names another process.
     """
-    context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid(),
-                            pid_reused=pid_reused)
+    context = PluginContext(
+        state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid(), pid_reused=pid_reused
+    )
     chosen: dict[str, tuple[str, Translator]] = {}
     made: dict[str, Translator] = {}
     for need in ("pause", "control", "terminate"):
         names = config.translators.get(need) or [
-            n for n in host.kind_names("translators") if need in host.kinds["translators"][n].cls.actions  # type: ignore[attr-defined]
+            n
+            for n in host.kind_names("translators")
+            if need in host.kinds["translators"][n].cls.actions  # type: ignore[attr-defined]
         ]
         for name in names:
             info = host.kind("translators", name)
@@ -75,7 +85,9 @@ class Actuator:
     """Applies actions and keeps the paused set (in memory, the journal and, via ``persist``,
     SQLite).  Runs on the decision thread, or alone in ``resume-all``."""
 
-    def __init__(self, host: PluginHost, translators: dict[str, tuple[str, Translator]], journal: PausedJournal, persist: Persist) -> None:
+    def __init__(
+        self, host: PluginHost, translators: dict[str, tuple[str, Translator]], journal: PausedJournal, persist: Persist
+    ) -> None:
         self.host = host
         self.translators = translators
         self.by_name = {name: t for name, t in translators.values()}
@@ -196,7 +208,7 @@ class Actuator:
             for target, _ in work:
                 try:
                     out.append(translator.pause(target))
-                except Exception as exc:  # noqa: BLE001 - one job's failure must not stop the others' pauses
+                except Exception as exc:
                     out.append(exc)
             return out
 
@@ -213,8 +225,11 @@ class Actuator:
                 # some may be stopped already: keep them all on record, so a resume reaches them
                 kept.extend(entries)
                 self.unconfirmed.update(e.key for e in entries)
-                failed[target.job_id] = result if isinstance(result, PluginFailed) else \
-                    PluginFailed(label, f"{type(result).__name__}: {result}")
+                failed[target.job_id] = (
+                    result
+                    if isinstance(result, PluginFailed)
+                    else PluginFailed(label, f"{type(result).__name__}: {result}")
+                )
                 continue
             stopped = {r.pid for r in result}
             for entry in entries:
@@ -285,7 +300,12 @@ class Actuator:
         for group in by_translator.values():
             try:
                 name, translator = self._for_entry(group[0], "resume")
-                self._call(translator, f"translators/{name}", translator.resume, [ProcessRef(e.pid, e.start_time) for e in group])
+                self._call(
+                    translator,
+                    f"translators/{name}",
+                    translator.resume,
+                    [ProcessRef(e.pid, e.start_time) for e in group],
+                )
                 self._note("resume", group)
             except PluginFailed as exc:
                 failures.append(str(exc))

@@ -39,29 +39,36 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
+from arbiter.certificates import Certificate, ExeHasher, fingerprint
+from arbiter.certificates import status as certificate_status
 from arbiter.config.models import NodeConfig
+from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators, next_seq
+from arbiter.daemon.handoff import TenantActions
+from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.jobs import JobRegistry
+from arbiter.daemon.notify import Notifier, status_line
 from arbiter.daemon.observe import Observer, TickView, clock_jump_message
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.reflexlink import Arm, ReflexLink, Spec
 from arbiter.daemon.rules import RuleBook
-from arbiter.daemon.handoff import TenantActions
-from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.secure import check_state_dir, ensure_token
-from arbiter.daemon.notify import Notifier, status_line
-from arbiter.daemon.sources import (BUSY, LATENCY_WINDOW, PROGRESS, HelperKey, SlotKey, SourceBook, percentiles,
-                                    slot_name)
-from arbiter.engine import codes
-from arbiter.engine.decide import decide
-from arbiter.engine.reflex import reflex
-from arbiter.certificates import Certificate, ExeHasher, fingerprint
-from arbiter.certificates import status as certificate_status
-from arbiter.engine import governor
-from arbiter.daemon.abruns import certificate, resumed_from, supersede
+from arbiter.daemon.sources import (
+    BUSY,
+    LATENCY_WINDOW,
+    PROGRESS,
+    HelperKey,
+    SlotKey,
+    SourceBook,
+    percentiles,
+    slot_name,
+)
+from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunState, to_record
-from arbiter.engine.handoff import request_over
 from arbiter.engine.compliance import trust_from_record, trust_to_record
+from arbiter.engine.decide import decide
+from arbiter.engine.handoff import request_over
+from arbiter.engine.reflex import reflex
 from arbiter.engine.types import (
     Action,
     CertView,
@@ -144,12 +151,16 @@ class Daemon:
     def __init__(self, config: NodeConfig, config_path: Path | None = None, host: PluginHost | None = None) -> None:
         self.config = config
         self.config_path = config_path
-        self.host = host or build_plugin_manager(config.plugins, config.disable_plugins, timeout_s=config.plugin_timeout_s)
+        self.host = host or build_plugin_manager(
+            config.plugins, config.disable_plugins, timeout_s=config.plugin_timeout_s
+        )
         self.state_dir = config.state_path()
         self.uid = os.geteuid()
         self.started_wall = time.time()
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._reports: queue.Queue[tuple[str, Any]] = queue.Queue()  # sources' and helpers' that could not be taken at once
+        self._reports: queue.Queue[tuple[str, Any]] = (
+            queue.Queue()
+        )  # sources' and helpers' that could not be taken at once
         # per origin (a source's slot, a helper), its reports put in _reports and not taken
         # yet (under _queued_lock): only an origin's own older reports hold a report back
         self._queued: Counter[Hashable] = Counter()
@@ -231,7 +242,9 @@ class Daemon:
             self.actuator.paused.update(recovered)
             failures = self.actuator.resume_entries(list(recovered.values()))
             self.recorder.event(
-                codes.JOB_RESUMED, "node", f"resumed {len(recovered)} paused item(s) left by a previous daemon",
+                codes.JOB_RESUMED,
+                "node",
+                f"resumed {len(recovered)} paused item(s) left by a previous daemon",
                 {"failures": failures},
             )
         self.tenants = TenantActions(self)
@@ -250,9 +263,16 @@ class Daemon:
             only = {info.plugin for info in self.host.kinds.get("sources", {}).values()}
             only |= {self.host.kind("translators", pause[0]).plugin}  # type: ignore[union-attr]
             only |= {impl.plugin_name for impl in self.host.hook.arbiter_fast_thread.get_hookimpls()}
-            setup = {"plugins": self.config.plugins, "disable": self.config.disable_plugins, "only": sorted(only),
-                     "timeout_s": self.config.plugin_timeout_s, "state_dir": str(self.state_dir),
-                     "stand_in_gpu": self.config.stand_in_gpu, "translator": pause[0], "journal": str(journal_path)}
+            setup = {
+                "plugins": self.config.plugins,
+                "disable": self.config.disable_plugins,
+                "only": sorted(only),
+                "timeout_s": self.config.plugin_timeout_s,
+                "state_dir": str(self.state_dir),
+                "stand_in_gpu": self.config.stand_in_gpu,
+                "translator": pause[0],
+                "journal": str(journal_path),
+            }
             # its lines are taken on the reflex thread, never on the link's reader: a reflex
             # taken there would wait for lines only that reader can read
             self.link = ReflexLink(setup, self.state_dir, lambda: self._enqueue(("link", "link")))
@@ -285,11 +305,20 @@ class Daemon:
         if self.config.http.enabled:
             self._start_http()
         self._write_daemon_file()
-        self._record(codes.DAEMON_STARTED, "node", f"arbiter {__version__} started (pid {os.getpid()})", {"config": str(self.config_path or "")})
+        self._record(
+            codes.DAEMON_STARTED,
+            "node",
+            f"arbiter {__version__} started (pid {os.getpid()})",
+            {"config": str(self.config_path or "")},
+        )
         if run is not None and run.running:
-            self._record(codes.AB_RUN_STARTED, run.spec.rule_id, f"paired run {run.spec.run_id} resumed with "
-                         f"{len(run.blocks)} of {run.target} blocks done (the window in progress was discarded)",
-                         {"run": run.spec.run_id, "resumed": True})
+            self._record(
+                codes.AB_RUN_STARTED,
+                run.spec.rule_id,
+                f"paired run {run.spec.run_id} resumed with "
+                f"{len(run.blocks)} of {run.target} blocks done (the window in progress was discarded)",
+                {"run": run.spec.run_id, "resumed": True},
+            )
         if run_problem:
             self._record(codes.PLUGIN_FAILED, "node", run_problem)
 
@@ -305,7 +334,9 @@ class Daemon:
             self._http = HttpServer(self, self.config.http.host, self.config.http.port)
             self.http_url = self._http.start()
         except Exception as exc:  # a port in use must not stop protection
-            self._record(codes.PLUGIN_FAILED, "http", f"HTTP listener did not start: {exc}", {"listen": self.config.http.listen})
+            self._record(
+                codes.PLUGIN_FAILED, "http", f"HTTP listener did not start: {exc}", {"listen": self.config.http.listen}
+            )
             self._http = None
 
     def _write_daemon_file(self) -> None:
@@ -421,8 +452,11 @@ class Daemon:
     def _base_policy(self) -> Policy:
         c = self.config
         return Policy(
-            gpu_jobs=c.gpu_jobs, busy_threshold=c.gpu_busy_threshold, release_after_s=c.gpu_release_after_s,
-            stop_grace_s=c.stop_grace_s, compliance=CompliancePolicy(**c.compliance.model_dump()),
+            gpu_jobs=c.gpu_jobs,
+            busy_threshold=c.gpu_busy_threshold,
+            release_after_s=c.gpu_release_after_s,
+            stop_grace_s=c.stop_grace_s,
+            compliance=CompliancePolicy(**c.compliance.model_dump()),
             governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
         )
 
@@ -433,8 +467,10 @@ class Daemon:
             # while a release awaits its VRAM falling, look every RELEASE_POLL_S: the tenant
             # waiting for that memory should not wait for a whole tick to be told
             now = time.monotonic()
-            releasing = any(st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
-                            for st in self._engine_state.vram.values())
+            releasing = any(
+                st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
+                for st in self._engine_state.vram.values()
+            )
             self._wake.wait(min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s)
             self._wake.clear()
             if self._stop.is_set():
@@ -474,7 +510,9 @@ class Daemon:
         apis = self.prober.answer
         return {
             # None until the probes have answered: no labels rather than "no GPU API"
-            "gpu_apis": None if apis is None else {"host": list(apis.get("host") or []), "containers": list(apis.get("containers") or [])},
+            "gpu_apis": None
+            if apis is None
+            else {"host": list(apis.get("host") or []), "containers": list(apis.get("containers") or [])},
             "gpu_jobs_admitted": bool(decision and decision.admits_gpu),
             "certified_duty": certified,
             "gpu_jobs": self.config.gpu_jobs,
@@ -490,7 +528,9 @@ class Daemon:
             return
         self._node_state, self._node_state_at = state, now
         try:
-            self.host.call("node state observers", lambda: self.host.hook.arbiter_node_state(state={**state, "at": time.time()}))
+            self.host.call(
+                "node state observers", lambda: self.host.hook.arbiter_node_state(state={**state, "at": time.time()})
+            )
         except PluginFailed as exc:
             log.warning("a node state observer failed: %s", exc)
 
@@ -536,9 +576,13 @@ class Daemon:
         now = {(rid, f) for rid, ro in view.rules.items() for f in ro.faults} | {("node", f) for f in view.faults}
         now |= {("node", f) for f in view.reader_faults}  # GPU time it cannot give counts as busy
         for subject, fault in self._faults.started(now):
-            self._record(codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault})
+            self._record(
+                codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault}
+            )
         if view.clock_jump_s is not None:
-            self._record(codes.CLOCK_JUMPED, "node", clock_jump_message(view.clock_jump_s), {"jump_s": view.clock_jump_s})
+            self._record(
+                codes.CLOCK_JUMPED, "node", clock_jump_message(view.clock_jump_s), {"jump_s": view.clock_jump_s}
+            )
 
     def _reload_rules(self) -> None:
         if self.prober.answer is not None:
@@ -655,8 +699,11 @@ class Daemon:
                             self._from_link(line, changed)
                         except Exception as exc:  # the lines after it are still taken
                             log.exception("a line of the reflex process failed")
-                            self._record(codes.PLUGIN_FAILED, "node", f"a line of the reflex process failed: "
-                                         f"{type(exc).__name__}: {exc}")
+                            self._record(
+                                codes.PLUGIN_FAILED,
+                                "node",
+                                f"a line of the reflex process failed: {type(exc).__name__}: {exc}",
+                            )
                     continue
                 if kind == "helper_gone":
                     if self.sources.helper_gone(payload):
@@ -683,8 +730,12 @@ class Daemon:
             covered, self._covered = list(self._covered), {}
             aside, self._set_aside = self._set_aside, {}
             self._reconcile()
-            self._record(codes.PLUGIN_FAILED, "node", f"the reflex process was given up ({line['gone']}): phase "
-                         "changes are acted on inside the daemon until another starts")
+            self._record(
+                codes.PLUGIN_FAILED,
+                "node",
+                f"the reflex process was given up ({line['gone']}): phase "
+                "changes are acted on inside the daemon until another starts",
+            )
             for key in covered:
                 # a phase the process read, acted on and never told is the daemon's own
                 # watcher's last report, set aside; it and the pauses taken in from the
@@ -695,7 +746,9 @@ class Daemon:
                     self._reflex(*key)
             return
         for op, rows in line.get("did", ()):
-            self.actuator.adopt(op, [PausedEntry(*row) for row in rows], [PausedEntry(*row) for row in line["unconfirmed"]])
+            self.actuator.adopt(
+                op, [PausedEntry(*row) for row in rows], [PausedEntry(*row) for row in line["unconfirmed"]]
+            )
         if line.get("did"):
             self._reflexes += 1  # a decision begun before could undo it
         rid, index, serial = line["slot"]
@@ -706,7 +759,9 @@ class Daemon:
         if "state" not in line:
             self._covered.pop(key, None)
             self._set_aside.pop(key, None)  # its watcher's reports are taken again from now
-            log.info("the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why"))
+            log.info(
+                "the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why")
+            )
             return
         self._covered[key] = serial
         self._link_seen[key] = time.monotonic()
@@ -716,8 +771,12 @@ class Daemon:
         if "armed" in line:
             self._link_counts["armed" if line["armed"] else "not armed"] += 1
             if line["armed"]:
-                self._link_ms.append(tuple((line.get(at, line["acted_at"]) - raw["changed_at"]) * 1000
-                                           for at in ("locked_at", "first_at", "acted_at")))
+                self._link_ms.append(
+                    tuple(
+                        (line.get(at, line["acted_at"]) - raw["changed_at"]) * 1000
+                        for at in ("locked_at", "first_at", "acted_at")
+                    )
+                )
         if self.sources.own(key, SourceState(**{**raw, "models": tuple(raw["models"])}), "watch"):
             changed.add(rid)
             if line.get("armed"):
@@ -774,7 +833,9 @@ class Daemon:
                 rel = payload
                 st = self._engine_state.vram.get(rel.rule_id)
                 if st is not None:
-                    st = request_over(st, kind == "release_failed", rel.why, rel.held_bytes, rel.timeout_s, time.monotonic())
+                    st = request_over(
+                        st, kind == "release_failed", rel.why, rel.held_bytes, rel.timeout_s, time.monotonic()
+                    )
                     self._engine_state = replace(self._engine_state, vram={**self._engine_state.vram, rel.rule_id: st})
             elif kind == "ab":  # start or abort a paired run: the engine state is this thread's
                 change, box = payload
@@ -795,8 +856,11 @@ class Daemon:
                     self._record(codes.PLUGIN_FAILED, payload, f"could not continue what was left of it: {failure}")
             elif kind == "sourced":
                 # a busy probe's change may starve a tenant or free one: the handoff acts now
-                urgent = urgent or any(rp.immediate or rp.progress or rp.busy_probe
-                                       for rid in payload if (rp := self._policy.rules.get(rid)))
+                urgent = urgent or any(
+                    rp.immediate or rp.progress or rp.busy_probe
+                    for rid in payload
+                    if (rp := self._policy.rules.get(rid))
+                )
         if self._view is None:
             return
         if all(kind == "sourced" for kind, _ in batch) and not urgent:
@@ -811,7 +875,9 @@ class Daemon:
         if last is None or obs is None or view is None:
             return
         try:
-            move = reflex(obs, last, self._policy, rule_id, index, self.sources.observed((rule_id, index), time.monotonic()))
+            move = reflex(
+                obs, last, self._policy, rule_id, index, self.sources.observed((rule_id, index), time.monotonic())
+            )
             if not move.pause and not move.resume:
                 return
             self._reflexes += 1
@@ -843,7 +909,9 @@ class Daemon:
                 wanted[key] = (block.kind, live.serial)
                 # a failure is news now: it must override whatever the watch said last
                 if source is None:
-                    readings[key] = SourceState(readable=False, why="its source plugin failed", changed_at=time.monotonic())
+                    readings[key] = SourceState(
+                        readable=False, why="its source plugin failed", changed_at=time.monotonic()
+                    )
                     continue
                 try:
                     if type(source).uses_vram:
@@ -864,9 +932,11 @@ class Daemon:
         with self._act_lock:
             for rid, rp in self._policy.rules.items():
                 if rid in view.rules and (rp.during or rp.progress or rp.busy_probe):
-                    read[rid] = (tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during))),
-                                 self.sources.observed((rid, PROGRESS), now) if rp.progress else None,
-                                 self.sources.observed((rid, BUSY), now) if rp.busy_probe else None)
+                    read[rid] = (
+                        tuple(self.sources.observed((rid, i), now) for i in range(len(rp.during))),
+                        self.sources.observed((rid, PROGRESS), now) if rp.progress else None,
+                        self.sources.observed((rid, BUSY), now) if rp.busy_probe else None,
+                    )
         rules = {}
         for rid, ro in view.rules.items():
             phases, progress, busy = read.get(rid, ((), None, None))
@@ -1014,8 +1084,11 @@ class Daemon:
                 if source is not None and type(source).match_option is None:
                     specs.append((rid, index, live.serial, during.source.kind, during.source.options()))
         self.link.sync(specs)
-        self._covered = {key: serial for key, serial in self._covered.items()
-                         if (slot := self.sources.slots.get(key)) is not None and slot.serial == serial}
+        self._covered = {
+            key: serial
+            for key, serial in self._covered.items()
+            if (slot := self.sources.slots.get(key)) is not None and slot.serial == serial
+        }
         for key in list(self._set_aside):  # list() copies atomically: source threads add to it
             if key not in self._covered:
                 self._set_aside.pop(key, None)
@@ -1032,8 +1105,10 @@ class Daemon:
             for phase in ("on", "off"):
                 move = reflex(obs, decision, self._policy, rid, index, replace(seen, readable=True, phase=phase))
                 targets = [self._target(records[jid], view) for jid in move.pause if jid in records]
-                moves[phase] = [[[t.job_id, t.name, [[r.pid, r.start_time] for r in t.processes]] for t in targets],
-                                [e.fields() for jid in move.resume if jid in records for e in paused.get(jid, ())]]
+                moves[phase] = [
+                    [[t.job_id, t.name, [[r.pid, r.start_time] for r in t.processes]] for t in targets],
+                    [e.fields() for jid in move.resume if jid in records for e in paused.get(jid, ())],
+                ]
             arm[arm_key(rid, index, serial)] = moves
         return arm
 
@@ -1096,18 +1171,30 @@ class Daemon:
         """From a source seeing a write to the decision it caused, over every source; and
         what the host was asked for each fast-path thread (a removed rule's watcher gone)."""
         live = {f"source {rid}/{slot_name(index)}" for rid, index in list(self.sources.slots)}
-        threads = {role: did for role, did in sorted(dict(self.fast_threads).items())  # dict() copies atomically
-                   if not role.startswith("source ") or role in live}
+        threads = {
+            role: did
+            for role, did in sorted(dict(self.fast_threads).items())  # dict() copies atomically
+            if not role.startswith("source ") or role in live
+        }
         link = self.link
         process = None
         if link is not None:
             timed = list(self._link_ms)
-            process = {"pid": link.pid, "sources": len(self._covered), "failure": link.failure,
-                       "armed": self._link_counts["armed"], "not_armed": self._link_counts["not armed"],
-                       "locked": percentiles([t[0] for t in timed]), "first": percentiles([t[1] for t in timed]),
-                       "acted": percentiles([t[2] for t in timed])}
-        return {**percentiles(list(self.sources.latencies)), "threads": threads,  # list() copies atomically
-                "reflex_process": process}
+            process = {
+                "pid": link.pid,
+                "sources": len(self._covered),
+                "failure": link.failure,
+                "armed": self._link_counts["armed"],
+                "not_armed": self._link_counts["not armed"],
+                "locked": percentiles([t[0] for t in timed]),
+                "first": percentiles([t[1] for t in timed]),
+                "acted": percentiles([t[2] for t in timed]),
+            }
+        return {
+            **percentiles(list(self.sources.latencies)),
+            "threads": threads,  # list() copies atomically
+            "reflex_process": process,
+        }
 
 
 def _origin(report: tuple[str, Any]) -> Hashable:

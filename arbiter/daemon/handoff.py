@@ -65,16 +65,22 @@ class TenantActions:
             assert live is not None
             kind = live.rule.release.kind if live.rule.release else "?"
             try:
-                result = d.host.call(f"translators/{kind} release", translator.release, rel.rule_id, models,
-                                     timeout=timeout_s + GRACE_S)
+                result = d.host.call(
+                    f"translators/{kind} release", translator.release, rel.rule_id, models, timeout=timeout_s + GRACE_S
+                )
                 if not result.errors and not result.requested and rel.why != "idle":
                     # nothing to ask, as its probe last read (no model loaded), though it holds
                     # VRAM: read the probe again now and ask once more with what it says (not for
                     # an idle release: a probe that now lists models says it is not idle)
                     fresh = self._fresh_models(live, models)
                     if fresh:
-                        result = d.host.call(f"translators/{kind} release", translator.release, rel.rule_id, fresh,
-                                             timeout=timeout_s + GRACE_S)
+                        result = d.host.call(
+                            f"translators/{kind} release",
+                            translator.release,
+                            rel.rule_id,
+                            fresh,
+                            timeout=timeout_s + GRACE_S,
+                        )
                 errors.extend(result.errors)
                 if not result.errors and not result.requested:
                     log.info("release of %s sent nothing: %s", rel.rule_id, result.note)
@@ -83,13 +89,19 @@ class TenantActions:
                 errors.append(exc.why)
         if errors:
             message = f"asking {rel.rule_id!r} to release its {gb(held)} ({rel.why}) failed: {'; '.join(errors)}"
-            remedy = (f"check that {rel.rule_id!r} runs and answers its release: request (its own log says why it "
-                      f"refused); raise the release's timeout_s if it is only slow; it is asked again after "
-                      f"{timeout_s:g}s, and work waiting for that memory waits until then")
+            remedy = (
+                f"check that {rel.rule_id!r} runs and answers its release: request (its own log says why it "
+                f"refused); raise the release's timeout_s if it is only slow; it is asked again after "
+                f"{timeout_s:g}s, and work waiting for that memory waits until then"
+            )
             evidence = {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors}
             with self._lock:
-                self.release_failed[rel.rule_id] = {"code": codes.VRAM_RELEASE_FAILED, "message": message,
-                                                    "remedy": remedy, "evidence": evidence}
+                self.release_failed[rel.rule_id] = {
+                    "code": codes.VRAM_RELEASE_FAILED,
+                    "message": message,
+                    "remedy": remedy,
+                    "evidence": evidence,
+                }
             d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id, message, {**evidence, "remedy": remedy})
             d.put("release_failed", rel)
         else:
@@ -144,16 +156,30 @@ class TenantActions:
                     d.store.put_profile(rid, block.kind, block.options(), saved)  # before anything changes
                 result = d.host.call(f"translators/{block.kind} apply", live.profile.apply_profile, rid)
             except (PluginFailed, OSError, ValueError) as exc:
-                d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was not applied: {exc}", {"profile": block.kind})
+                d.record(
+                    codes.PLUGIN_FAILED,
+                    rid,
+                    f"the GPU profile of {rid!r} was not applied: {exc}",
+                    {"profile": block.kind},
+                )
                 return
             if result.requested:
                 self.applied.add(rid)
         if result.errors:
-            d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was {'applied in part' if result.requested else 'not applied'}: "
-                     f"{'; '.join(result.errors)}", {"profile": block.kind, "errors": list(result.errors)})
+            d.record(
+                codes.PLUGIN_FAILED,
+                rid,
+                f"the GPU profile of {rid!r} was {'applied in part' if result.requested else 'not applied'}: "
+                f"{'; '.join(result.errors)}",
+                {"profile": block.kind, "errors": list(result.errors)},
+            )
         if result.requested:
-            d.record(codes.PROFILE_APPLIED, rid, f"{rid!r} works on the GPU: its GPU profile is applied",
-                     {"profile": block.kind, "requested": list(result.requested)})
+            d.record(
+                codes.PROFILE_APPLIED,
+                rid,
+                f"{rid!r} works on the GPU: its GPU profile is applied",
+                {"profile": block.kind, "requested": list(result.requested)},
+            )
 
     def _restore_rule(self, rid: str) -> None:
         row = self.daemon.store.profiles().get(rid)
@@ -170,28 +196,42 @@ class TenantActions:
                 translator = self._translator(row["kind"], row["options"], rid)
                 if translator is None:
                     raise PluginFailed(f"translators/{row['kind']}", "no installed plugin registers this kind")
-                result = d.host.call(f"translators/{row['kind']} restore", translator.restore_profile, rid, row["saved"])
+                result = d.host.call(
+                    f"translators/{row['kind']} restore", translator.restore_profile, rid, row["saved"]
+                )
             except (PluginFailed, ValueError) as exc:  # ValueError: stored options no longer valid
-                d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} could not be restored: {exc}; "
-                         "it is kept on record and tried again at the next start (put the device's settings back "
-                         f"by hand, then delete its row from the profiles table of {d.store.path})",
-                         {"profile": row["kind"]})
+                d.record(
+                    codes.PLUGIN_FAILED,
+                    rid,
+                    f"the GPU profile of {rid!r} could not be restored: {exc}; "
+                    "it is kept on record and tried again at the next start (put the device's settings back "
+                    f"by hand, then delete its row from the profiles table of {d.store.path})",
+                    {"profile": row["kind"]},
+                )
                 return False
             finally:
                 if translator is not None:
                     try:
                         translator.close()
-                    except Exception:  # noqa: BLE001 - a close failing must not keep the profile on record
+                    except Exception:
                         pass
             if result.errors:  # kept on record: restoring is safe to repeat, at the next stop or start
-                d.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r} was not fully restored ({why}): "
-                         f"{'; '.join(result.errors)}; it is tried again at the next start",
-                         {"profile": row["kind"], "errors": list(result.errors)})
+                d.record(
+                    codes.PLUGIN_FAILED,
+                    rid,
+                    f"the GPU profile of {rid!r} was not fully restored ({why}): "
+                    f"{'; '.join(result.errors)}; it is tried again at the next start",
+                    {"profile": row["kind"], "errors": list(result.errors)},
+                )
                 return False
             d.store.drop_profile(rid)
             self.applied.discard(rid)
-        d.record(codes.PROFILE_RESTORED, rid, f"the GPU settings before {rid!r}'s profile are restored ({why})",
-                 {"profile": row["kind"]})
+        d.record(
+            codes.PROFILE_RESTORED,
+            rid,
+            f"the GPU settings before {rid!r}'s profile are restored ({why})",
+            {"profile": row["kind"]},
+        )
         return True
 
     def _translator(self, kind: str, options: dict[str, Any], rid: str) -> Translator | None:
@@ -200,8 +240,9 @@ class TenantActions:
         if info is None:
             return None
         parsed = validate_kind_options(KindBlock(kind=kind, **options), info.cls.Options)  # type: ignore[attr-defined]
-        context = PluginContext(state_dir=d.state_dir, stand_in_gpu=d.config.stand_in_gpu, daemon_uid=os.geteuid(),
-                                rule_id=rid)
+        context = PluginContext(
+            state_dir=d.state_dir, stand_in_gpu=d.config.stand_in_gpu, daemon_uid=os.geteuid(), rule_id=rid
+        )
         return d.host.call(f"translators/{kind}", info.cls, parsed, context)  # type: ignore[no-any-return]
 
     def restore_all(self, why: str) -> None:

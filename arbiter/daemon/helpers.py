@@ -103,21 +103,39 @@ class HelperSession:
         if op == "ping":
             return {"ok": True, "generation": self.helpers.generation()}
         if op != "report":
-            return {"ok": False, "error": f"a helper session knows sources, ping and report, not {op!r}", "code": "BAD_REQUEST"}
+            return {
+                "ok": False,
+                "error": f"a helper session knows sources, ping and report, not {op!r}",
+                "code": "BAD_REQUEST",
+            }
         try:
             report = Report.model_validate(args)
         except ValidationError as exc:
-            return {"ok": False, "error": f"bad report: {exc.errors(include_url=False)[0]['msg']}", "code": "BAD_REQUEST"}
+            return {
+                "ok": False,
+                "error": f"bad report: {exc.errors(include_url=False)[0]['msg']}",
+                "code": "BAD_REQUEST",
+            }
         key = (report.rule, report.index)
         if self._allowed_at != self.helpers.generation():
             self._listing()  # the rules changed: a path may have left this home
         if key not in self.allowed:
-            return {"ok": False, "error": f"{report.rule} {report.index} is not a source in the home of uid {self.uid}",
-                    "code": "REFUSED"}
+            return {
+                "ok": False,
+                "error": f"{report.rule} {report.index} is not a source in the home of uid {self.uid}",
+                "code": "REFUSED",
+            }
         now = time.monotonic()
         changed_at = min(now, max(now - MAX_REPORT_AGE_S, report.changed_at)) if report.changed_at else now
-        state = SourceState(readable=report.readable, count=report.count, rate=report.rate, phase=report.phase,
-                            why=report.why, changed_at=changed_at, needs_helper=report.needs_helper)
+        state = SourceState(
+            readable=report.readable,
+            count=report.count,
+            rate=report.rate,
+            phase=report.phase,
+            why=report.why,
+            changed_at=changed_at,
+            needs_helper=report.needs_helper,
+        )
         self.helpers.report(self.key, key, state)
         return {"ok": True, "generation": self.helpers.generation()}
 
@@ -164,7 +182,11 @@ class Helpers:
             return {"ok": False, "error": f"no session helper for this account: {why}", "code": "REFUSED"}, None
         with self._lock:
             if sum(1 for k in self.sessions if k[0] == uid) >= MAX_SESSIONS_PER_UID:
-                return {"ok": False, "error": f"uid {uid} already has {MAX_SESSIONS_PER_UID} helpers", "code": "REFUSED"}, None
+                return {
+                    "ok": False,
+                    "error": f"uid {uid} already has {MAX_SESSIONS_PER_UID} helpers",
+                    "code": "REFUSED",
+                }, None
             session = HelperSession(self, uid, home, next(self._numbers))
             self.sessions[session.key] = session
         try:
@@ -182,5 +204,7 @@ class Helpers:
         self.daemon.helper_gone(session.key)
 
     def view(self) -> list[dict[str, Any]]:
-        return [{"uid": s.uid, "session": s.key[1], "home": s.home, "sources": len(s.allowed)}
-                for s in list(self.sessions.values())]
+        return [
+            {"uid": s.uid, "session": s.key[1], "home": s.home, "sources": len(s.allowed)}
+            for s in list(self.sessions.values())
+        ]

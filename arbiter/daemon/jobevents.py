@@ -167,8 +167,11 @@ class _Follow:
         return replace(_applied(report, event), lines=report.lines + 1)
 
     def _bad(self, report: JobReport, why: str) -> JobReport:
-        return replace(report, malformed=report.malformed + 1,
-                       problem=f"{self.path} line {self.line_no}: {why} (see `arbiter schema event`)")
+        return replace(
+            report,
+            malformed=report.malformed + 1,
+            problem=f"{self.path} line {self.line_no}: {why} (see `arbiter schema event`)",
+        )
 
 
 class JobEventLog:

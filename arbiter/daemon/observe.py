@@ -54,8 +54,10 @@ CLOCK_JUMP_S = 30.0
 
 def clock_jump_message(jump_s: float) -> str:
     way = "forward" if jump_s > 0 else "back"
-    return (f"the wall clock jumped {way} by {abs(jump_s):.0f}s (set by hand or by time sync, or the machine slept): "
-            "holds, grace periods and budgets run on the monotonic clock and did not move; timeline times jump with it")
+    return (
+        f"the wall clock jumped {way} by {abs(jump_s):.0f}s (set by hand or by time sync, or the machine slept): "
+        "holds, grace periods and budgets run on the monotonic clock and did not move; timeline times jump with it"
+    )
 
 
 #: busy time or VRAM beyond these is no GPU's: a reader that says so is broken (31 years; 1 EiB)
@@ -158,8 +160,14 @@ class _Claiming:
     rules and a thousand processes, building the list of what is left for each rule, or
     offering each the whole table, cost more than anything else on the tick."""
 
-    def __init__(self, rules: Sequence[LiveRule], candidates: list[ProcessInfo], changed: list[ProcessInfo],
-                 changed_or_gone: set[int], chosen: Chosen) -> None:
+    def __init__(
+        self,
+        rules: Sequence[LiveRule],
+        candidates: list[ProcessInfo],
+        changed: list[ProcessInfo],
+        changed_or_gone: set[int],
+        chosen: Chosen,
+    ) -> None:
         self.candidates = candidates
         self.pids: dict[str, frozenset[int]] = {live.rule.id: frozenset() for live in rules}
         self.faults: dict[str, list[str]] = {live.rule.id: list(live.faults) for live in rules}
@@ -329,7 +337,9 @@ class Observer:
         self.host = host
         self.claimer = Claimer(host.call)
         self.readers: list[tuple[str, Reader | None, str]] = []
-        context = PluginContext(state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid())
+        context = PluginContext(
+            state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid()
+        )
         installed = {name: host.kinds["readers"][name].cls for name in host.kind_names("readers")}
         blocks = config.reader_blocks() or [
             KindBlock(kind=name)
@@ -360,7 +370,9 @@ class Observer:
         self._scan_lock = threading.Lock()
         self.job_events = JobEventLog()
         self._table_scratch: dict[str, Any] = {}  # the process table plugin's memory between scans
-        self._last_scan: tuple[float, list[ProcessInfo], int] | None = None  # (when its read began, the table, its at_ns)
+        self._last_scan: tuple[float, list[ProcessInfo], int] | None = (
+            None  # (when its read began, the table, its at_ns)
+        )
         self._clock_offset: float | None = None  # wall − monotonic on the last tick
         self.clock_jump: tuple[float, float] | None = None  # (monotonic time, seconds) of the last jump
 
@@ -387,15 +399,18 @@ class Observer:
             if last is not None and last[0] >= asked:
                 return list(last[1]), last[2]
             started, started_ns = time.monotonic(), time.monotonic_ns()
-            table = self.host.call("process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch))
+            table = self.host.call(
+                "process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch)
+            )
             if table is None:
                 raise PluginFailed("process table", "no installed plugin provides arbiter_process_table")
             at_ns = (started_ns + time.monotonic_ns()) // 2
             self._last_scan = (started, list(table), at_ns)
             return list(table), at_ns
 
-    def _read_gpu(self, pids: set[int], processes: Mapping[int, ProcessInfo],
-                  at_ns: int) -> tuple[str, GpuReading | None, str]:
+    def _read_gpu(
+        self, pids: set[int], processes: Mapping[int, ProcessInfo], at_ns: int
+    ) -> tuple[str, GpuReading | None, str]:
         """(name, reading, note) of the first reader that reads, taken from ``processes``
         (this tick's table, read at ``at_ns``) where that reader can; ("", None, why) when
         none reads."""
@@ -429,7 +444,9 @@ class Observer:
             return "", None, "; ".join(whys) or "no reader configured (readers: in arbiter.yaml)"
         finally:
             # for `arbiter doctor`: what each reader said on the last tick (later ones go untried)
-            self.reader_results = {n: results.get(n, (True, "not tried: an earlier reader reads")) for n, _, _ in self.readers}
+            self.reader_results = {
+                n: results.get(n, (True, "not tried: an earlier reader reads")) for n, _, _ in self.readers
+            }
 
     def observe(self, rulebook: RuleBook, jobs: Sequence[JobRecord], own_pids: Iterable[int]) -> TickView:
         started = time.monotonic()
@@ -485,14 +502,17 @@ class Observer:
                     why = "first reading: no interval yet"
                 else:
                     why = f"{reader_name} cannot read process(es) {sorted(pids & reading.unreadable)}"
-            rules[rid] = RuleObs(rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]),
-                                 vram_bytes=held_vram(reading, pids))
+            rules[rid] = RuleObs(
+                rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]), vram_bytes=held_vram(reading, pids)
+            )
         job_busy, busy_at = self._job_sample(reader_name, reading, job_processes)
         if reading is not None:
             self._prev, self._prev_reader = reading, reader_name
         else:
             self._prev, self._prev_reader = None, ""
-        vram: dict[str, int | None] = {"total": reading.vram_total_bytes, "free": reading.vram_free_bytes} if reading else {}
+        vram: dict[str, int | None] = (
+            {"total": reading.vram_total_bytes, "free": reading.vram_free_bytes} if reading else {}
+        )
         if reading is not None:
             vram["jobs"] = sum(held_vram(reading, {r.pid for r in refs}) or 0 for refs in job_processes.values())
         return TickView(
@@ -555,7 +575,9 @@ class Observer:
             info = self.host.kind("host", kind)
             context = PluginContext(state_dir=self.config.state_path(), daemon_uid=os.geteuid())
             try:
-                self._signals[kind] = None if info is None else self.host.call(f"host/{kind}", info.cls, info.cls.Options(), context)  # type: ignore[attr-defined]
+                self._signals[kind] = (
+                    None if info is None else self.host.call(f"host/{kind}", info.cls, info.cls.Options(), context)
+                )  # type: ignore[attr-defined]
             except PluginFailed:
                 self._signals[kind] = None
         signal = self._signals[kind]
@@ -582,7 +604,9 @@ class Observer:
             self._machine_reading = asdict(reading) if is_record else {}  # type: ignore[arg-type]
         return self._machine_reading
 
-    def _feed_process_sources(self, rulebook: RuleBook, table: Sequence[ProcessInfo], faults: dict[str, list[str]]) -> None:
+    def _feed_process_sources(
+        self, rulebook: RuleBook, table: Sequence[ProcessInfo], faults: dict[str, list[str]]
+    ) -> None:
         """Sources that watch processes (``on_exec``) see every process their block selects;
         a failure is a fault of the rule (treated as harm)."""
         for live in rulebook.ordered():

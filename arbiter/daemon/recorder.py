@@ -42,8 +42,12 @@ class Recorder:
             self.failing_since = time.time()
         log.error("recording failed: %s", self.last_error)
 
-    def event(self, code: str, subject: str, message: str, data: dict[str, Any] | None = None, t: float | None = None) -> None:
-        self._queue.put(("event", {"t": t or time.time(), "code": code, "subject": subject, "message": message, "data": data or {}}))
+    def event(
+        self, code: str, subject: str, message: str, data: dict[str, Any] | None = None, t: float | None = None
+    ) -> None:
+        self._queue.put(
+            ("event", {"t": t or time.time(), "code": code, "subject": subject, "message": message, "data": data or {}})
+        )
 
     def write(self, fn: Write) -> None:
         self._queue.put(("write", fn))
@@ -108,10 +112,13 @@ class Recorder:
                     # on the timeline once it can be written again: for how long, and what was lost
                     since, lost = self.failing_since, self.lost
                     self.failing_since, self.lost = None, 0
-                    self.event(codes.STATE_WRITE_FAILED, "node",
-                               f"the state database could not be written for {time.time() - since:.0f}s "
-                               f"({self.last_error}); {lost} record(s) from then were lost; it is written again",
-                               {"since": since, "lost": lost, "error": self.last_error})
+                    self.event(
+                        codes.STATE_WRITE_FAILED,
+                        "node",
+                        f"the state database could not be written for {time.time() - since:.0f}s "
+                        f"({self.last_error}); {lost} record(s) from then were lost; it is written again",
+                        {"since": since, "lost": lost, "error": self.last_error},
+                    )
             for e in events:
                 try:
                     self.observe(e)

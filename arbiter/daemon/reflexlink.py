@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from arbiter.reflexhost import ARMS_AT, CATCH_UP_S, LINES_AT, arm_key, read_count, write_count
+from arbiter.reflexhost import ARMS_AT, CATCH_UP_S, LINES_AT, read_count, write_count
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,9 @@ class ReflexLink:
         write_count(self._lock_fd, ARMS_AT, 0)
         write_count(self._lock_fd, LINES_AT, 0)
         self._arms, self._received, self._arm = 0, 0, None
-        self._proc = subprocess.Popen([sys.executable, "-m", "arbiter.reflexhost"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, close_fds=True)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "arbiter.reflexhost"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
+        )
         assert self._proc.stdin is not None
         os.set_blocking(self._proc.stdin.fileno(), False)
         self._readers += 1
@@ -175,7 +176,7 @@ class ReflexLink:
             while data:
                 if not select.select([], [fd], [], max(0.0, deadline - time.monotonic()))[1]:
                     raise TimeoutError("it took no message for a second")
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
         except (OSError, ValueError, TimeoutError) as exc:
             with self._cv:
                 if proc is self._proc:
@@ -232,7 +233,9 @@ class ReflexLink:
             if locked:
                 wanted = read_count(self._lock_fd, LINES_AT)
                 with self._cv:
-                    if self._proc is not None and not self._cv.wait_for(lambda: self._received >= wanted, timeout=CATCH_UP_S):
+                    if self._proc is not None and not self._cv.wait_for(
+                        lambda: self._received >= wanted, timeout=CATCH_UP_S
+                    ):
                         self._give_up("its lines stopped arriving")
                         self._drained()
             yield

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 
 from arbiter import __version__
 from arbiter.config.models import Manifest
-from arbiter.engine import codes
-from arbiter.probing import placement
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
+from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed
+from arbiter.probing import placement
 
 if TYPE_CHECKING:
     from arbiter.daemon.core import Daemon
@@ -156,8 +156,11 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         return {"duty": duty_view(daemon)}
     if op == "certificates":
         view = daemon.snapshot.view
-        return {"certificates": list(daemon.certificate_states), "node": daemon.node_fingerprint(),
-                "programs": dict(view.rule_exes) if view else {}}
+        return {
+            "certificates": list(daemon.certificate_states),
+            "node": daemon.node_fingerprint(),
+            "programs": dict(view.rule_exes) if view else {},
+        }
     if op == "timeline":
         limit = max(1, min(int(_number_arg(op, args, "limit", 50, whole=True)), 10_000))
         subject, code = _text_arg(op, args, "subject"), _text_arg(op, args, "code")
@@ -180,12 +183,16 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
                 raise Refused(f"the GPU API probes have not answered within {PROBE_WAIT_S:g}s; run it again", "BUSY")
             why, warnings = placement(manifest, daemon.jobs.platform, provided)
             if why is not None:
-                raise Refused(f"this host cannot run job {manifest.name!r}: {why}; health: undetected (not an alert)",
-                              codes.GPU_API_UNAVAILABLE)
+                raise Refused(
+                    f"this host cannot run job {manifest.name!r}: {why}; health: undetected (not an alert)",
+                    codes.GPU_API_UNAVAILABLE,
+                )
         record = daemon.jobs.register(uid, manifest, cmd, launcher, _process(daemon, launcher).start_time)
         daemon.notify_jobs()
-        return {"job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},
-                "warnings": warnings}
+        return {
+            "job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},
+            "warnings": warnings,
+        }
     if op == "job.wait":
         record = _job(daemon, args, uid)
         deadline = time.monotonic() + max(0.0, min(_number_arg(op, args, "timeout", 1.0), MAX_WAIT_S))
@@ -232,7 +239,8 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
     if op == "reload":
         if not may_admin(uid, daemon.uid, group_members(daemon.config.admin_group)):
             raise Refused(
-                f"reloading needs root, the daemon's user or membership of group {daemon.config.admin_group!r}", "FORBIDDEN"
+                f"reloading needs root, the daemon's user or membership of group {daemon.config.admin_group!r}",
+                "FORBIDDEN",
             )
         daemon.request_reload()
         return {}
@@ -252,8 +260,10 @@ def _ab(daemon: Daemon, op: str, args: dict[str, Any], uid: int) -> dict[str, An
             rec, live = abruns.find(daemon, str(args.get("id", "")))
             return {"report": report(rec, live)}
         if not may_admin(uid, daemon.uid, group_members(daemon.config.admin_group)):
-            raise Refused(f"paired runs need root, the daemon's user or membership of group "
-                          f"{daemon.config.admin_group!r}", "FORBIDDEN")
+            raise Refused(
+                f"paired runs need root, the daemon's user or membership of group {daemon.config.admin_group!r}",
+                "FORBIDDEN",
+            )
         if op in ("ab.plan", "ab.start", "ab.sweep"):
             run_id, sweep_id = abruns.new_ids(op == "ab.sweep" or bool(args.get("sweep")))
             spec = abruns.spec_from(args, run_id, sweep_id)

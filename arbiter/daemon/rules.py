@@ -13,8 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.config.errors import Problem
-from arbiter.config.loader import (Resolution, read_rule_texts, resolve_rules, rule_file_stats, rule_files,
-                                   validate_kind_options)
+from arbiter.config.loader import (
+    Resolution,
+    read_rule_texts,
+    resolve_rules,
+    rule_file_stats,
+    rule_files,
+    validate_kind_options,
+)
 from arbiter.config.models import KindBlock, MatchBlock, NodeConfig, Rule
 from arbiter.daemon.sources import BUSY
 from arbiter.engine import codes
@@ -54,7 +60,9 @@ class LiveRule:
         out: list[tuple[int, KindBlock, Source | None]] = []
         if self.rule.protect and self.rule.protect.source:
             out.append((-1, self.rule.protect.source, self.progress))
-        out.extend((i, d.source, self.phases[i] if i < len(self.phases) else None) for i, d in enumerate(self.rule.during))
+        out.extend(
+            (i, d.source, self.phases[i] if i < len(self.phases) else None) for i, d in enumerate(self.rule.during)
+        )
         if self.rule.busy:
             out.append((BUSY, self.rule.busy, self.busy))
         return out
@@ -69,8 +77,16 @@ class LiveRule:
             pass  # its own next poll, and the tick's reading, still come
 
     def close(self, host: PluginHost) -> None:
-        for inst in [self.matcher, self.progress, *self.phases, *self.source_matchers.values(), self.busy, self.events,
-                     self.release, self.profile]:
+        for inst in [
+            self.matcher,
+            self.progress,
+            *self.phases,
+            *self.source_matchers.values(),
+            self.busy,
+            self.events,
+            self.release,
+            self.profile,
+        ]:
             if inst is not None:
                 try:
                     host.call(f"close {self.rule.id}", inst.close, timeout=2)
@@ -123,7 +139,9 @@ class RuleBook:
             # so that a new file extending a base twice cannot take the base's rule away too).
             involved = {part for name in now.problems for part in now.chains.get(name, [name])}
             world = {name: text for name, text in files.items() if name not in involved}
-            world.update({name: self._last_good[name] for name in files if name in involved and name in self._last_good})
+            world.update(
+                {name: self._last_good[name] for name in files if name in involved and name in self._last_good}
+            )
             fallback = self._resolve(world)
         rules: dict[str, tuple[Rule, str]] = {}
         invalid: list[str] = []
@@ -141,11 +159,21 @@ class RuleBook:
                 if kept is not None or replaced:
                     rule = kept
                     if fresh:
-                        self.record(codes.CONFIG_REJECTED, name, f"kept the last good version: {summary}", {"problems": [p.to_dict() for p in found]})
+                        self.record(
+                            codes.CONFIG_REJECTED,
+                            name,
+                            f"kept the last good version: {summary}",
+                            {"problems": [p.to_dict() for p in found]},
+                        )
                 else:
                     invalid.append(name)
                     if fresh:
-                        self.record(codes.CONFIG_REJECTED, name, f"never valid, GPU work held: {summary}", {"problems": [p.to_dict() for p in found]})
+                        self.record(
+                            codes.CONFIG_REJECTED,
+                            name,
+                            f"never valid, GPU work held: {summary}",
+                            {"problems": [p.to_dict() for p in found]},
+                        )
                     continue
             elif rule is not None:
                 for part in now.chains.get(name, [name]):
@@ -163,7 +191,9 @@ class RuleBook:
             if rule.id in rules:
                 other = rules[rule.id][1]
                 problems.setdefault(name, []).append(
-                    Problem(name, 1, 1, "id", f"rule id {rule.id!r} is already used by {other}", "give each rule its own id")
+                    Problem(
+                        name, 1, 1, "id", f"rule id {rule.id!r} is already used by {other}", "give each rule its own id"
+                    )
                 )
                 invalid.append(name)
                 continue
@@ -192,7 +222,10 @@ class RuleBook:
 
     def _context(self, rule: Rule) -> PluginContext:
         return PluginContext(
-            state_dir=self.config.state_path(), stand_in_gpu=self.config.stand_in_gpu, daemon_uid=os.geteuid(), rule_id=rule.id
+            state_dir=self.config.state_path(),
+            stand_in_gpu=self.config.stand_in_gpu,
+            daemon_uid=os.geteuid(),
+            rule_id=rule.id,
         )
 
     def _make(self, family: str, block: KindBlock, rule: Rule) -> Any:

@@ -75,8 +75,10 @@ def ensure_token(path: Path) -> str:
         os.replace(tmp, path)  # replaces a link itself, never what it points to
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        raise UnsafeStateDir(f"cannot write the HTTP token to {path}: {exc.strerror or exc}; "
-                             f"remove what is there ({why or 'it is in the way'}) and start again") from None
+        raise UnsafeStateDir(
+            f"cannot write the HTTP token to {path}: {exc.strerror or exc}; "
+            f"remove what is there ({why or 'it is in the way'}) and start again"
+        ) from None
     return token
 
 

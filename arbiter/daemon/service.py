@@ -13,8 +13,8 @@ from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
 from arbiter.daemon.limits import cap_malloc_arenas, raise_open_file_limit
-from arbiter.daemon.secure import UnsafeStateDir
 from arbiter.daemon.notify import Notifier, status_line
+from arbiter.daemon.secure import UnsafeStateDir
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 from arbiter.signal_relay import relay_signals
 from arbiter.store import PausedJournal, Store
@@ -47,18 +47,24 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     if notifier.interval_s is not None and notifier.interval_s < cfg.tick_s + cfg.plugin_timeout_s:
         logging.getLogger("arbiter").warning(
             "the watchdog wants a ping every %.1fs but a tick may take %.1fs (tick_s + plugin_timeout_s); "
-            "give the service manager a watchdog timeout of at least %.0fs", notifier.interval_s, cfg.tick_s + cfg.plugin_timeout_s,
+            "give the service manager a watchdog timeout of at least %.0fs",
+            notifier.interval_s,
+            cfg.tick_s + cfg.plugin_timeout_s,
             4 * (cfg.tick_s + cfg.plugin_timeout_s),
         )
 
-    relay_signals({signal.SIGINT: daemon.request_stop, signal.SIGTERM: daemon.request_stop,
-                   signal.SIGHUP: daemon.request_reload})
+    relay_signals(
+        {signal.SIGINT: daemon.request_stop, signal.SIGTERM: daemon.request_stop, signal.SIGHUP: daemon.request_reload}
+    )
     try:
         daemon.start()
     except (DaemonAlreadyRunning, UnsafeStateDir) as exc:
         raise CliError(str(exc)) from None
     logging.getLogger("arbiter").info(
-        "arbiter running: socket %s, http %s, %d rule(s)", daemon.state_dir / SOCKET_FILE, daemon.http_url or "off", len(daemon.rulebook.live)
+        "arbiter running: socket %s, http %s, %d rule(s)",
+        daemon.state_dir / SOCKET_FILE,
+        daemon.http_url or "off",
+        len(daemon.rulebook.live),
     )
     # What start-up made (modules, plugins, config) lives as long as the process: out of
     # the collector's sight, a full collection, which holds every thread and so the fast

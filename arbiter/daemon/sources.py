@@ -61,7 +61,9 @@ def state_problem(state: object) -> str:
         return f"it gave {type(state).__name__}, not a SourceState"
     if not isinstance(state.count, int) or isinstance(state.count, bool) or state.count < 0:
         return f"count is {state.count!r}, not a whole number from 0"
-    if state.rate is not None and (not isinstance(state.rate, (int, float)) or not math.isfinite(state.rate) or state.rate < 0):
+    if state.rate is not None and (
+        not isinstance(state.rate, (int, float)) or not math.isfinite(state.rate) or state.rate < 0
+    ):
         return f"rate is {state.rate!r}, not a finite number from 0"
     if state.phase not in (None, "on", "off", "soon"):
         return f"phase is {state.phase!r}, not on, off, soon or none"
@@ -167,7 +169,11 @@ class SourceBook:
             slot.samples.clear()  # counts of two readers are not comparable
         if not slot.samples or slot.samples[-1][1] != after.state.count:
             slot.samples.append((time.monotonic(), after.state.count))
-        changed = (before.state.readable, before.state.phase, before.state.busy) != (after.state.readable, after.state.phase, after.state.busy)
+        changed = (before.state.readable, before.state.phase, before.state.busy) != (
+            after.state.readable,
+            after.state.phase,
+            after.state.busy,
+        )
         slot.read_by = after_by
         if changed and after.state.changed_at > 0 and before.state.changed_at > 0:  # not a first reading
             self._pending[key] = after.state.changed_at
@@ -212,8 +218,17 @@ class SourceBook:
             return SourceObs(readable=False, why="not read yet")
         reading, _ = self._effective(key, slot)
         st = reading.state
-        return SourceObs(st.readable, st.phase, st.why, st.needs_helper, reading.seen_by, st.changed_at, self.rate(key, slot, now),
-                         st.count, st.busy)
+        return SourceObs(
+            st.readable,
+            st.phase,
+            st.why,
+            st.needs_helper,
+            reading.seen_by,
+            st.changed_at,
+            self.rate(key, slot, now),
+            st.count,
+            st.busy,
+        )
 
     def state(self, key: SlotKey) -> SourceState | None:
         """The reading that counts, as the source gave it (a busy probe's model names)."""
@@ -244,9 +259,16 @@ class SourceBook:
 
     def histograms(self) -> list[dict[str, Any]]:
         """Each source's cumulative latency histogram (ms buckets), for /metrics."""
-        return [{"rule": rid, "slot": slot_name(index), "kind": slot.kind, "buckets": slot.histogram.cumulative(),
-                 "sum_ms": slot.histogram.sum_ms}
-                for (rid, index), slot in sorted(dict(self.slots).items())]
+        return [
+            {
+                "rule": rid,
+                "slot": slot_name(index),
+                "kind": slot.kind,
+                "buckets": slot.histogram.cumulative(),
+                "sum_ms": slot.histogram.sum_ms,
+            }
+            for (rid, index), slot in sorted(dict(self.slots).items())
+        ]
 
     def view(self, rule_id: str, now: float) -> list[dict[str, Any]]:
         """Each source of a rule, as status shows it."""
@@ -257,18 +279,20 @@ class SourceBook:
             reading, by = self._effective((rid, index), slot)
             st = reading.state
             r = self.rate((rid, index), slot, now)
-            out.append({
-                "slot": slot_name(index),
-                "kind": slot.kind,
-                "readable": st.readable,
-                "why": st.why,
-                "needs_helper": st.needs_helper,
-                "phase": st.phase,
-                "busy": st.busy,
-                "count": st.count,
-                "rate": None if r is None else round(r, 4),
-                "read_by": by,
-                "seen_by": reading.seen_by,
-                "latency": percentiles(list(slot.latencies)),
-            })
+            out.append(
+                {
+                    "slot": slot_name(index),
+                    "kind": slot.kind,
+                    "readable": st.readable,
+                    "why": st.why,
+                    "needs_helper": st.needs_helper,
+                    "phase": st.phase,
+                    "busy": st.busy,
+                    "count": st.count,
+                    "rate": None if r is None else round(r, 4),
+                    "read_by": by,
+                    "seen_by": reading.seen_by,
+                    "latency": percentiles(list(slot.latencies)),
+                }
+            )
         return out

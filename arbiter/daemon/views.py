@@ -48,10 +48,15 @@ def _job_item(daemon: Daemon, record: Any, verdict: JobVerdict | None) -> dict[s
         "reasons": [r.to_dict() for r in verdict.reasons] if verdict else [],
         # what the daemon is trying and failing to do to it (a pause the translator refuses)
         "problems": [
-            {"code": codes.PLUGIN_FAILED, "message": what, "evidence": {"job": record.id},
-             "remedy": "`arbiter doctor` shows the translators; fix the one named, or choose another under "
-                       "translators: in arbiter.yaml (it is tried again on every decision)"}
-            for jid, what in daemon.action_failures() if jid == record.id
+            {
+                "code": codes.PLUGIN_FAILED,
+                "message": what,
+                "evidence": {"job": record.id},
+                "remedy": "`arbiter doctor` shows the translators; fix the one named, or choose another under "
+                "translators: in arbiter.yaml (it is tried again on every decision)",
+            }
+            for jid, what in daemon.action_failures()
+            if jid == record.id
         ],
     }
 
@@ -106,9 +111,12 @@ def vram_view(daemon: Daemon, rules: list[dict[str, Any]]) -> dict[str, Any]:
     known = all(v is not None for v in tenants.values()) and vram.get("jobs") is not None
     used = None if total is None or free is None or not known else total - free  # a tenant unread: unknown
     return {
-        "total_bytes": total, "free_bytes": free, "jobs_bytes": vram.get("jobs"),
-        "tenants": [{"id": r["id"], "bytes": r["vram_bytes"], "reclaimable": r["reclaimable"]}
-                    for r in rules if r["running"]],
+        "total_bytes": total,
+        "free_bytes": free,
+        "jobs_bytes": vram.get("jobs"),
+        "tenants": [
+            {"id": r["id"], "bytes": r["vram_bytes"], "reclaimable": r["reclaimable"]} for r in rules if r["running"]
+        ],
         # held by processes no rule or job claims: no way to reclaim it, but never hidden
         "unmanaged_bytes": None if used is None else max(0, used - attributed),
     }
@@ -120,17 +128,27 @@ def state_notices(daemon: Daemon) -> list[dict[str, Any]]:
     if rec.failing_since is None and not journal.failures:
         return []
     errors = [e for e in (rec.last_error if rec.failing_since is not None else "", journal.last_error) if e]
-    return [{
-        "code": codes.STATE_WRITE_FAILED,
-        "message": (f"the state directory {daemon.state_dir} cannot be written ({'; '.join(errors)}): protection goes "
-                    f"on, but {rec.lost} record(s) (timeline, jobs, paused set) and {journal.failures} pause journal "
-                    "line(s) are not kept; what was recorded before is kept"),
-        "remedy": (f"free space on the file system of {daemon.state_dir}, or make it writable again (is it full, or "
-                   "mounted read-only?); "
-                   "arbiter writes there again by itself once it can"),
-        "evidence": {"since": rec.failing_since, "failures": rec.failures, "lost": rec.lost,
-                     "journal_failures": journal.failures},
-    }]
+    return [
+        {
+            "code": codes.STATE_WRITE_FAILED,
+            "message": (
+                f"the state directory {daemon.state_dir} cannot be written ({'; '.join(errors)}): protection goes "
+                f"on, but {rec.lost} record(s) (timeline, jobs, paused set) and {journal.failures} pause journal "
+                "line(s) are not kept; what was recorded before is kept"
+            ),
+            "remedy": (
+                f"free space on the file system of {daemon.state_dir}, or make it writable again (is it full, or "
+                "mounted read-only?); "
+                "arbiter writes there again by itself once it can"
+            ),
+            "evidence": {
+                "since": rec.failing_since,
+                "failures": rec.failures,
+                "lost": rec.lost,
+                "journal_failures": journal.failures,
+            },
+        }
+    ]
 
 
 CLOCK_NOTICE_S = 600.0  # how long explain mentions a clock jump
@@ -140,10 +158,15 @@ def clock_notices(daemon: Daemon) -> list[dict[str, Any]]:
     jump = daemon.observer.clock_jump
     if jump is None or time.monotonic() - jump[0] > CLOCK_NOTICE_S:
         return []
-    return [{"code": codes.CLOCK_JUMPED, "message": clock_jump_message(jump[1]),
-             "remedy": "nothing to do for arbiter; if the clock was wrong, fix the machine's time sync. A "
-                       "certificate whose age the jump hides does not hold: run `arbiter ab sweep` again",
-             "evidence": {"jump_s": round(jump[1], 1), "ago_s": round(time.monotonic() - jump[0], 1)}}]
+    return [
+        {
+            "code": codes.CLOCK_JUMPED,
+            "message": clock_jump_message(jump[1]),
+            "remedy": "nothing to do for arbiter; if the clock was wrong, fix the machine's time sync. A "
+            "certificate whose age the jump hides does not hold: run `arbiter ab sweep` again",
+            "evidence": {"jump_s": round(jump[1], 1), "ago_s": round(time.monotonic() - jump[0], 1)},
+        }
+    ]
 
 
 def _costs(c: dict[str, Any]) -> dict[str, Any]:
@@ -172,21 +195,31 @@ def status_view(daemon: Daemon) -> dict[str, Any]:
         "gpu_jobs": daemon.config.gpu_jobs,
         "tick_s": daemon.config.tick_s,
         "decided_at": snap.decided_at,
-        "reader": {"name": view.reader if view else "", "why": view.reader_why if view else "", "vram": dict(view.vram) if view else {}},
+        "reader": {
+            "name": view.reader if view else "",
+            "why": view.reader_why if view else "",
+            "vram": dict(view.vram) if view else {},
+        },
         "processes": view.table_size if view else 0,
         "scan_ms": round(view.scan_s * 1000, 2) if view else None,
         "rules": rules,
         "vram": vram_view(daemon, rules),
         "jobs": jobs,
-        "notices": ([r.to_dict() for r in decision.notices] if decision else []) + state_notices(daemon) + clock_notices(daemon),
+        "notices": ([r.to_dict() for r in decision.notices] if decision else [])
+        + state_notices(daemon)
+        + clock_notices(daemon),
         "invalid_files": list(daemon.rulebook.invalid_files),
         "problems": {f: [str(p) for p in ps] for f, ps in daemon.rulebook.problems.items()},
         "fast_path": daemon.latency_figures(),
         "helpers": daemon.helpers.view(),
         "costs": _costs(daemon.costs),
-        "recorder": {"failures": daemon.recorder.failures, "last_error": daemon.recorder.last_error,
-                     "failing_since": daemon.recorder.failing_since, "lost": daemon.recorder.lost,
-                     "journal_failures": daemon.journal.failures},
+        "recorder": {
+            "failures": daemon.recorder.failures,
+            "last_error": daemon.recorder.last_error,
+            "failing_since": daemon.recorder.failing_since,
+            "lost": daemon.recorder.lost,
+            "journal_failures": daemon.journal.failures,
+        },
         "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},
     }
 
@@ -195,14 +228,22 @@ def explain_view(daemon: Daemon, subject: str | None = None) -> dict[str, Any]:
     """Why each job is (not) running; for a subject, that job, job name or tenant."""
     snap = daemon.snapshot
     verdicts = snap.decision.jobs if snap.decision else {}
-    notices = ([r.to_dict() for r in snap.decision.notices] if snap.decision else []) + state_notices(daemon) + clock_notices(daemon)
+    notices = (
+        ([r.to_dict() for r in snap.decision.notices] if snap.decision else [])
+        + state_notices(daemon)
+        + clock_notices(daemon)
+    )
     if subject is None:
         items = [_job_item(daemon, r, verdicts.get(r.id)) for r in snap.jobs]
         items += [_rule_item(daemon, lr.rule.id) for lr in daemon.rulebook.ordered()]
         return {"subject": "node", "items": items, "notices": notices}
     records = [r for r in snap.jobs if r.id == subject or r.name == subject]
     if records:
-        return {"subject": subject, "items": [_job_item(daemon, r, verdicts.get(r.id)) for r in records], "notices": notices}
+        return {
+            "subject": subject,
+            "items": [_job_item(daemon, r, verdicts.get(r.id)) for r in records],
+            "notices": notices,
+        }
     if subject in dict(daemon.rulebook.live):
         item = _rule_item(daemon, subject)
         held = [
@@ -239,36 +280,60 @@ def duty_view(daemon: Daemon) -> dict[str, Any]:
     governors = dict(decision.state.governors) if decision else {}
     rules = []
     for rid, gs in sorted(governors.items()):
-        rules.append({
-            "rule": rid,
-            "state": {"taken_back": "taken back"}.get(gs.mode, gs.mode),
-            "budget": gs.budget,
-            "ceiling": gs.ceiling,
-            "baseline": gs.baseline,
-            "baseline_age_s": None if gs.baseline_at is None else round(now - gs.baseline_at, 1),
-            "pressure": None if gs.pressure is None else round(gs.pressure, 4),
-            "level": gs.level,
-            "take_back_left_s": None if gs.take_back_until is None else round(max(0.0, gs.take_back_until - now), 1),
-        })
+        rules.append(
+            {
+                "rule": rid,
+                "state": {"taken_back": "taken back"}.get(gs.mode, gs.mode),
+                "budget": gs.budget,
+                "ceiling": gs.ceiling,
+                "baseline": gs.baseline,
+                "baseline_age_s": None if gs.baseline_at is None else round(now - gs.baseline_at, 1),
+                "pressure": None if gs.pressure is None else round(gs.pressure, 4),
+                "level": gs.level,
+                "take_back_left_s": None
+                if gs.take_back_until is None
+                else round(max(0.0, gs.take_back_until - now), 1),
+            }
+        )
     active = [r for r in rules if r["state"] != "off"]
     verdicts = decision.jobs if decision else {}
     jobs = []
     for record in snap.jobs:
         item = _job_item(daemon, record, verdicts.get(record.id))
-        jobs.append({"id": item["id"], "name": item["name"], "asked": item["duty"], "measured": item["measured_busy"],
-                     "reported": item["reported"].get("duty", {}).get("duty"),
-                     "state": _job_duty_state(item, verdicts.get(record.id)), "reasons": item["reasons"]})
+        jobs.append(
+            {
+                "id": item["id"],
+                "name": item["name"],
+                "asked": item["duty"],
+                "measured": item["measured_busy"],
+                "reported": item["reported"].get("duty", {}).get("duty"),
+                "state": _job_duty_state(item, verdicts.get(record.id)),
+                "reasons": item["reasons"],
+            }
+        )
     if active:
         lowest = min(active, key=lambda r: r["budget"] if r["state"] == "running" else 0.0)
         budget = lowest["budget"] if lowest["state"] == "running" else 0.0
         ceiling = min(r["ceiling"] for r in active)
         beside = ", ".join(r["rule"] for r in active)
         sharing = [j for j in jobs if j["state"] in ("holds its duty", "over its duty")]
-        share = f"; {len(sharing)} job{'s' if len(sharing) != 1 else ''} at {sharing[0]['asked']:.2f} each" if sharing else "; no job holds a duty"
+        share = (
+            f"; {len(sharing)} job{'s' if len(sharing) != 1 else ''} at {sharing[0]['asked']:.2f} each"
+            if sharing
+            else "; no job holds a duty"
+        )
         summary = f"budget {budget:.2f} of ceiling {ceiling:.2f} ({lowest['state']}) beside {beside}{share}"
     else:
         budget, ceiling = None, None
-        summary = (f"no governor runs (gpu_jobs: {daemon.config.gpu_jobs}; it runs under certified while a protected "
-                   "program with a valid certificate uses the GPU)")
-    return {"gpu_jobs": daemon.config.gpu_jobs, "budget": budget, "ceiling": ceiling, "summary": summary,
-            "rules": rules, "jobs": jobs}
+        summary = (
+            f"no governor runs (gpu_jobs: {daemon.config.gpu_jobs}; it runs under certified while a protected "
+            "program with a valid certificate uses the GPU)"
+        )
+    return {
+        "gpu_jobs": daemon.config.gpu_jobs,
+        "budget": budget,
+        "ceiling": ceiling,
+        "summary": summary,
+        "rules": rules,
+        "jobs": jobs,
+    }

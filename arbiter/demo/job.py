@@ -14,7 +14,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--unit-s", type=float, default=0.02, help="CPU time of one unit of work")
     parser.add_argument("--seconds", type=float, default=0, help="exit after this long (0: run until stopped)")
-    parser.add_argument("--plain", action="store_true", help="ignore the control document (a job that cannot cooperate)")
+    parser.add_argument(
+        "--plain", action="store_true", help="ignore the control document (a job that cannot cooperate)"
+    )
     args = parser.parse_args(argv)
     pin_to_first_cpu()
     ctl = None if args.plain else Control()

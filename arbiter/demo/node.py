@@ -66,7 +66,10 @@ class LocalNode:
         """Start the daemon (with ``env`` added to its environment)."""
         log = open(self.root / "daemon.log", "ab")
         self.daemon = subprocess.Popen(
-            [PYTHON, "-m", "arbiter", "run", "--config", str(self.config_path)], stdout=log, stderr=log, env={**self.env(), **env}
+            [PYTHON, "-m", "arbiter", "run", "--config", str(self.config_path)],
+            stdout=log,
+            stderr=log,
+            env={**self.env(), **env},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -110,15 +113,23 @@ class LocalNode:
         try:
             return self.wait_for(found, timeout=timeout)  # type: ignore[no-any-return]
         except TimeoutError as e:
-            raise TimeoutError(f"job {name!r} never had {code} within {timeout:g}s; it has: {self.job(name)!r}\n{e}") from None
+            raise TimeoutError(
+                f"job {name!r} never had {code} within {timeout:g}s; it has: {self.job(name)!r}\n{e}"
+            ) from None
 
-    def events(self, code: str | None = None, subject: str | None = None, contains: str = "", limit: int = 200) -> list[dict[str, Any]]:
+    def events(
+        self, code: str | None = None, subject: str | None = None, contains: str = "", limit: int = 200
+    ) -> list[dict[str, Any]]:
         """Timeline entries, waiting until one with ``code`` (and ``contains`` in its message)
         is there: the recorder writes them just after the decision that made them."""
 
         def found() -> list[dict[str, Any]] | None:
             events = self.call("timeline", code=code, subject=subject, limit=limit)["events"]
-            return events if any(contains in e["message"] and (code is None or e["code"] == code) for e in events) else None
+            return (
+                events
+                if any(contains in e["message"] and (code is None or e["code"] == code) for e in events)
+                else None
+            )
 
         return self.wait_for(found)  # type: ignore[no-any-return]
 
@@ -130,7 +141,9 @@ class LocalNode:
 
     def job_run(self, cmd: list[str], *options: str, **kw: Any) -> subprocess.Popen[bytes]:
         """``arbiter job run [options] -- cmd`` as its own process."""
-        return self.spawn([PYTHON, "-m", "arbiter", "job", "run", "--config", str(self.config_path), *options, "--", *cmd], **kw)
+        return self.spawn(
+            [PYTHON, "-m", "arbiter", "job", "run", "--config", str(self.config_path), *options, "--", *cmd], **kw
+        )
 
     def wait_for(self, predicate: Any, timeout: float = 15.0, every: float = 0.05) -> Any:
         deadline = time.monotonic() + timeout

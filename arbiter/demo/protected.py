@@ -20,7 +20,6 @@ import json
 import os
 import time
 
-
 #: with ``--catch-up``, a frame later than this is not made up: the schedule starts again
 CATCH_UP_S = 1.0
 
@@ -66,13 +65,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-flag", default="", help="idle while this file exists")
     parser.add_argument("--step-s", type=float, default=0.02, help="CPU time of one step")
     parser.add_argument("--gap-s", type=float, default=0.0, help="idle after each step")
-    parser.add_argument("--frame-s", type=float, default=0.0,
-                        help="pace frames to this period, each --step-s of CPU time (--gap-s is then unused)")
-    parser.add_argument("--catch-up", action="store_true",
-                        help="with --frame-s, make up late frames (a rate that only --slow-file moves)")
+    parser.add_argument(
+        "--frame-s",
+        type=float,
+        default=0.0,
+        help="pace frames to this period, each --step-s of CPU time (--gap-s is then unused)",
+    )
+    parser.add_argument(
+        "--catch-up",
+        action="store_true",
+        help="with --frame-s, make up late frames (a rate that only --slow-file moves)",
+    )
     parser.add_argument("--slow-file", default="", help="while it holds x, each frame idles x times longer")
-    parser.add_argument("--slow-fresh-s", type=float, default=0.0,
-                        help="the slow file counts only while written within this many seconds (0: always)")
+    parser.add_argument(
+        "--slow-fresh-s",
+        type=float,
+        default=0.0,
+        help="the slow file counts only while written within this many seconds (0: always)",
+    )
     parser.add_argument("--no-pin", action="store_true", help="do not pin to the first CPU")
     parser.add_argument("--seconds", type=float, default=0, help="exit after this long (0: run until killed)")
     args = parser.parse_args(argv)

@@ -34,7 +34,11 @@ def standin_rule(events: Path) -> dict[str, Any]:
         "priority": 50,
         "match": {"cmdline": ["arbiter.demo.protected"]},
         "immediate": True,
-        "protect": {"metric": "progress_rate", "max_slowdown": 0.05, "source": {"kind": "jsonl", "path": str(events), "event": "step_done"}},
+        "protect": {
+            "metric": "progress_rate",
+            "max_slowdown": 0.05,
+            "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
+        },
         "during": [
             {
                 "source": {
@@ -77,13 +81,18 @@ def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
     head = Text()
     head.append(f"{step}\n", style="bold magenta")
     head.append(f"protected program: {'-' if r is None else f'{r:.0f} steps/s'}   ")
-    head.append(f"gpu_jobs: {status['gpu_jobs']}   reader: {status['reader']['name'] or 'none'} (CPU stands in for the GPU)")
+    head.append(
+        f"gpu_jobs: {status['gpu_jobs']}   reader: {status['reader']['name'] or 'none'} (CPU stands in for the GPU)"
+    )
     head.append(f"\n$ arbiter duty → {node.call('duty')['duty']['summary']}")
     run = next((r for r in node.call("ab.status")["runs"] if r["status"] == "running"), None)
     if run is not None:
         window = (run.get("live") or {}).get("window") or {}
-        head.append(f"\n$ arbiter ab status → run {run['run']}: block {run['blocks_done']}/{run['target']}"
-                    + (f", {window['arm'].upper()} window" if window else "") + f", {run['excluded']} left out")
+        head.append(
+            f"\n$ arbiter ab status → run {run['run']}: block {run['blocks_done']}/{run['target']}"
+            + (f", {window['arm'].upper()} window" if window else "")
+            + f", {run['excluded']} left out"
+        )
     return Group(Panel(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
 
 
@@ -108,7 +117,15 @@ def _governor(node: LocalNode) -> str:
 
 
 #: a short paired run (a real one takes hours: 12 blocks of 5-minute windows)
-DEMO_RUN = {"work": "batch-coop", "duty": 0.2, "blocks": 4, "window": 2.5, "washout": 0.5, "margin": 0.1, "max_hours": 0.05}
+DEMO_RUN = {
+    "work": "batch-coop",
+    "duty": 0.2,
+    "blocks": 4,
+    "window": 2.5,
+    "washout": 0.5,
+    "margin": 0.1,
+    "max_hours": 0.05,
+}
 
 
 def _run_state(node: LocalNode, run_id: str) -> dict[str, Any]:
@@ -128,66 +145,166 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
     idle_flag = root / "protected.idle"
     events.touch()
     slow = root / "protected.slow"
-    node = LocalNode(root, tick_s=1, gpu_release_after_s=3, gpu_jobs="certified",
-                     governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 4, "grow_step": 0.05})
+    node = LocalNode(
+        root,
+        tick_s=1,
+        gpu_release_after_s=3,
+        gpu_jobs="certified",
+        governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 4, "grow_step": 0.05},
+    )
     node.add_rule("standin", standin_rule(events))
     started = time.monotonic()
     try:
-        console.print(Panel.fit(
-            "arbiter demo: one core stands in for the GPU.\n"
-            f"state in {root}\n"
-            "A protected stand-in and two fleet jobs will contend for it; arbiter keeps the protected one unharmed.",
-            title="arbiter demo",
-        ))
+        console.print(
+            Panel.fit(
+                "arbiter demo: one core stands in for the GPU.\n"
+                f"state in {root}\n"
+                "A protected stand-in and two fleet jobs will contend for it; arbiter keeps the protected one unharmed.",
+                title="arbiter demo",
+            )
+        )
         node.start()
         rate = _Rate(events)
         with Live(console=console, refresh_per_second=4, transient=False) as live:
-            node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "batch-coop", stderr=open(root / "jobs.log", "ab"))
-            _show(live, node, "1. A cooperative job is admitted: nothing protected uses the GPU", rate, 8, lambda: _state(node, "batch-coop") == "run")
-            protected = node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--idle-flag", str(idle_flag),
-                                    "--step-s", "0.01", "--gap-s", "0.01", "--slow-file", str(slow)])
-            _show(live, node, "2. The protected program starts working: the job is paused through its control document", rate, 8,
-                  lambda: _state(node, "batch-coop") == "paused")
+            node.job_run(
+                [PYTHON, "-m", "arbiter.demo.job"],
+                "--cooperative",
+                "--name",
+                "batch-coop",
+                stderr=open(root / "jobs.log", "ab"),
+            )
+            _show(
+                live,
+                node,
+                "1. A cooperative job is admitted: nothing protected uses the GPU",
+                rate,
+                8,
+                lambda: _state(node, "batch-coop") == "run",
+            )
+            protected = node.spawn(
+                [
+                    PYTHON,
+                    "-m",
+                    "arbiter.demo.protected",
+                    "--events",
+                    str(events),
+                    "--idle-flag",
+                    str(idle_flag),
+                    "--step-s",
+                    "0.01",
+                    "--gap-s",
+                    "0.01",
+                    "--slow-file",
+                    str(slow),
+                ]
+            )
+            _show(
+                live,
+                node,
+                "2. The protected program starts working: the job is paused through its control document",
+                rate,
+                8,
+                lambda: _state(node, "batch-coop") == "paused",
+            )
             idle_flag.touch()
-            _show(live, node, "3. The protected program goes idle: after gpu_release_after_s the job resumes", rate, 10,
-                  lambda: _state(node, "batch-coop") == "run")
-            node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "batch-plain", stderr=open(root / "jobs.log", "ab"))
-            _show(live, node, "4. A job that cannot cooperate is admitted too", rate, 6, lambda: _state(node, "batch-plain") == "run")
+            _show(
+                live,
+                node,
+                "3. The protected program goes idle: after gpu_release_after_s the job resumes",
+                rate,
+                10,
+                lambda: _state(node, "batch-coop") == "run",
+            )
+            node.job_run(
+                [PYTHON, "-m", "arbiter.demo.job", "--plain"],
+                "--name",
+                "batch-plain",
+                stderr=open(root / "jobs.log", "ab"),
+            )
+            _show(
+                live,
+                node,
+                "4. A job that cannot cooperate is admitted too",
+                rate,
+                6,
+                lambda: _state(node, "batch-plain") == "run",
+            )
             _append(events, {"t": time.time(), "event": "status", "state": {"phase": "uploading"}})
-            _show(live, node, "5. The protected program enters its 'uploading' phase: GPU work pauses at once", rate, 4,
-                  lambda: _state(node, "batch-plain") == "paused")
+            _show(
+                live,
+                node,
+                "5. The protected program enters its 'uploading' phase: GPU work pauses at once",
+                rate,
+                4,
+                lambda: _state(node, "batch-plain") == "paused",
+            )
             explain = node.call("explain", subject="batch-plain")["explain"]
             fast = node.status()["fast_path"]
             _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
-            _show(live, node, "6. The phase ends: both jobs resume", rate, 4,
-                  lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run")
+            _show(
+                live,
+                node,
+                "6. The phase ends: both jobs resume",
+                rate,
+                4,
+                lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run",
+            )
             idle_flag.unlink()
             node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"], timeout=10)
             run_id = node.call("ab.start", rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
-            _show(live, node, f"7. Prove it: a paired ON/OFF run ({run_id}) holds the job in random OFF windows and runs it "
-                  f"at duty {DEMO_RUN['duty']} in ON windows; the job that cannot throttle waits", rate, 60,
-                  lambda: _run_state(node, run_id).get("status") not in (None, "running"))
+            _show(
+                live,
+                node,
+                f"7. Prove it: a paired ON/OFF run ({run_id}) holds the job in random OFF windows and runs it "
+                f"at duty {DEMO_RUN['duty']} in ON windows; the job that cannot throttle waits",
+                rate,
+                60,
+                lambda: _run_state(node, run_id).get("status") not in (None, "running"),
+            )
             proof = node.call("ab.show", id=run_id)["report"]
             certified = proof["certifies"]
-            _show(live, node, ("8. The run shows no slowdown beyond the margin: its certificate lets the governor run the "
-                               "cooperative job beside the program, after a baseline") if certified else
-                  f"8. The run earned no certificate ({proof['verdict']}): GPU work keeps waiting (GPU_NOT_CERTIFIED)",
-                  rate, 14, lambda: not certified or (_governor(node) == "running" and _state(node, "batch-coop") == "run"))
+            _show(
+                live,
+                node,
+                (
+                    "8. The run shows no slowdown beyond the margin: its certificate lets the governor run the "
+                    "cooperative job beside the program, after a baseline"
+                )
+                if certified
+                else f"8. The run earned no certificate ({proof['verdict']}): GPU work keeps waiting (GPU_NOT_CERTIFIED)",
+                rate,
+                14,
+                lambda: not certified or (_governor(node) == "running" and _state(node, "batch-coop") == "run"),
+            )
             if certified:
                 slow.write_text("1.0")
-                _show(live, node, "9. The protected program slows down: the budget is taken back at once", rate, 10,
-                      lambda: _governor(node) == "taken back")
+                _show(
+                    live,
+                    node,
+                    "9. The protected program slows down: the budget is taken back at once",
+                    rate,
+                    10,
+                    lambda: _governor(node) == "taken back",
+                )
                 slow.write_text("0")
-                _show(live, node, "10. It keeps up again: after take_back_s the budget comes back", rate, 12,
-                      lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run")
+                _show(
+                    live,
+                    node,
+                    "10. It keeps up again: after take_back_s the budget comes back",
+                    rate,
+                    12,
+                    lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run",
+                )
             idle_flag.touch()
         phase_events = node.call("timeline", code="PROTECTION_PHASE_ON", limit=5)["events"]
         latency = next((e["data"].get("latency_ms") for e in reversed(phase_events) if "latency_ms" in e["data"]), None)
-        console.print(Panel.fit(
-            f"phase write → jobs paused: {latency if latency is not None else '?'} ms after the watcher read it "
-            f"(fast path p50 {fast['p50_ms']} ms, p99 {fast['p99_ms']} ms over {fast['count']} change(s))",
-            title="reaction",
-        ))
+        console.print(
+            Panel.fit(
+                f"phase write → jobs paused: {latency if latency is not None else '?'} ms after the watcher read it "
+                f"(fast path p50 {fast['p50_ms']} ms, p99 {fast['p99_ms']} ms over {fast['count']} change(s))",
+                title="reaction",
+            )
+        )
         console.print(Text("$ arbiter explain batch-plain   (while the phase was on)", style="bold"))
         print_explain(console, explain)
         console.print(Text(f"\n$ arbiter ab show {run_id}", style="bold"))

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-
 Arm = Literal["on", "off"]
 #: a wall clock that moved this much more than the monotonic one means the machine slept
 SLEEP_JUMP_S = 2.0
@@ -89,17 +88,23 @@ def exclusion(arm: Arm, reading: WindowReading, asked_duty: float | None, needs_
         if reading.work_duty is None:
             return "the work's duty could not be measured"
         if reading.work_duty < IDLE_DUTY:
-            return (f"the work used the GPU {reading.work_duty:.2f} of the time: a certificate is never earned "
-                    "beside idle work")
+            return (
+                f"the work used the GPU {reading.work_duty:.2f} of the time: a certificate is never earned "
+                "beside idle work"
+            )
     if arm == "on" and needs_duty and asked_duty is not None:
         if reading.work_duty is None:
             return "the work's duty could not be measured"
         if reading.work_duty < asked_duty - DUTY_SHORTFALL:
-            return (f"the work ran at {reading.work_duty:.2f}, under its asked {asked_duty:.2f} − {DUTY_SHORTFALL:g}: "
-                    "a certificate is never earned beside idle work")
+            return (
+                f"the work ran at {reading.work_duty:.2f}, under its asked {asked_duty:.2f} − {DUTY_SHORTFALL:g}: "
+                "a certificate is never earned beside idle work"
+            )
         if reading.work_duty < asked_duty / 2:  # at a duty of 0.1 or less, 0 is not "asked − 0.1"
-            return (f"the work ran at {reading.work_duty:.2f}, under half its asked {asked_duty:.2f}: "
-                    "a certificate is never earned beside idle work")
+            return (
+                f"the work ran at {reading.work_duty:.2f}, under half its asked {asked_duty:.2f}: "
+                "a certificate is never earned beside idle work"
+            )
     return None
 
 

@@ -210,8 +210,14 @@ def _open(rs: RunState, sees: Sees) -> Window:
     spec = rs.spec
     arms = order(spec.seed, rs.attempt)
     second = rs.first is not None
-    w = Window(rs.attempt, arms[1] if second else arms[0], second, sees.now, sees.now + spec.washout_s,
-               sees.now + spec.window_s)
+    w = Window(
+        rs.attempt,
+        arms[1] if second else arms[0],
+        second,
+        sees.now,
+        sees.now + spec.washout_s,
+        sees.now + spec.window_s,
+    )
     if second and rs.ref is not None:  # both windows of a block are judged against one reference
         phases, pids, power = rs.ref
         w = replace(w, phases=phases, pids=pids, power=power, has_ref=True)
@@ -247,8 +253,12 @@ def _watch(w: Window, sees: Sees) -> Window:
     elif w.count0 is not None and sees.count < w.count0:
         spoiled = spoiled or "its progress count went back (the source restarted)"
     w = replace(_changes(w, sees), spoiled=spoiled, work_ran=w.work_ran or sees.work_running)
-    if w.arm == "on" and sees.work_sample_at is not None and sees.work_sample_at != w.last_sample \
-            and sees.work_sample_at >= w.t0:
+    if (
+        w.arm == "on"
+        and sees.work_sample_at is not None
+        and sees.work_sample_at != w.last_sample
+        and sees.work_sample_at >= w.t0
+    ):
         if sees.work_duty is None:
             w = replace(w, duty_unread=True, last_sample=sees.work_sample_at)
         else:
@@ -263,9 +273,16 @@ def _reading(w: Window, sees: Sees) -> WindowReading:
     events = (sees.count or 0) - w.count0
     duty = None if w.duty_unread or not w.duty_n else w.duty_sum / w.duty_n
     return WindowReading(
-        events=max(0, events), seconds=seconds, phase_changed=w.phase_changed, program_restarted=w.restarted,
-        wall_minus_monotonic_s=(sees.wall - w.wall0) - seconds, power_changed=w.power_changed,
-        memory_guard=w.memory_guard, work_duty=duty, work_ran=w.work_ran, unreadable=w.spoiled,
+        events=max(0, events),
+        seconds=seconds,
+        phase_changed=w.phase_changed,
+        program_restarted=w.restarted,
+        wall_minus_monotonic_s=(sees.wall - w.wall0) - seconds,
+        power_changed=w.power_changed,
+        memory_guard=w.memory_guard,
+        work_duty=duty,
+        work_ran=w.work_ran,
+        unreadable=w.spoiled,
     )
 
 
@@ -276,8 +293,17 @@ def _last_off_rate(rs: RunState) -> float | None:
 
 
 def _end(rs: RunState, status: RunStatus, verdict: str, why: str, wall: float, certifies: bool = False) -> RunState:
-    return replace(rs, status=status, verdict=verdict, why=why, certifies=certifies, window=None, first=None, ref=None,
-                   ended_wall=wall)
+    return replace(
+        rs,
+        status=status,
+        verdict=verdict,
+        why=why,
+        certifies=certifies,
+        window=None,
+        first=None,
+        ref=None,
+        ended_wall=wall,
+    )
 
 
 def _next_in_sweep(rs: RunState, wall: float) -> RunState | None:
@@ -297,16 +323,35 @@ def _finish(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
     if n == spec.pilot and n >= 2:
         needed = blocks_needed([Block(b.on, b.off, b.on_first) for b in rs.blocks], spec.margin)
         if needed is None:
-            return _end(rs, "refused", "refused", f"after the pilot of {n} blocks: no realistic number of blocks "
-                        f"would show the margin {spec.margin:g} (the program's progress is too noisy)", sees.wall)
+            return _end(
+                rs,
+                "refused",
+                "refused",
+                f"after the pilot of {n} blocks: no realistic number of blocks "
+                f"would show the margin {spec.margin:g} (the program's progress is too noisy)",
+                sees.wall,
+            )
         target = max(rs.target, needed)
         hours = spec.planned_hours(target)
         if hours > spec.max_hours:
-            return _end(rs, "refused", "refused", f"after the pilot: the margin {spec.margin:g} needs {target} blocks "
-                        f"({hours:.1f} h), more than --max-hours {spec.max_hours:g}", sees.wall)
+            return _end(
+                rs,
+                "refused",
+                "refused",
+                f"after the pilot: the margin {spec.margin:g} needs {target} blocks "
+                f"({hours:.1f} h), more than --max-hours {spec.max_hours:g}",
+                sees.wall,
+            )
         if target != rs.target:
-            events.append(_event(codes.AB_RUN_SIZED, rs, f"run {spec.run_id}: the pilot sized it to {target} blocks "
-                                 f"({hours:.1f} h)", blocks=target, hours=round(hours, 3)))
+            events.append(
+                _event(
+                    codes.AB_RUN_SIZED,
+                    rs,
+                    f"run {spec.run_id}: the pilot sized it to {target} blocks ({hours:.1f} h)",
+                    blocks=target,
+                    hours=round(hours, 3),
+                )
+            )
         rs = replace(rs, target=target)
     if n >= rs.target:
         a = analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], spec.margin)
@@ -322,19 +367,44 @@ def _leave_out(rs: RunState, attempt: int, arm: Arm, why: str, sees: Sees, event
     """The block is left out and repeated under the next number; a run whose work is gone,
     or that leaves out too many, ends (naming the commonest reason)."""
     spec = rs.spec
-    events.append(_event(codes.AB_BLOCK_EXCLUDED, rs, f"run {spec.run_id}: block {attempt + 1} left out ({arm} window): {why}",
-                         block=attempt, arm=arm, why=why))
-    rs = replace(rs, window=None, first=None, ref=None, attempt=rs.attempt + 1,
-                 excluded=(*rs.excluded, Excluded(attempt, arm, why, sees.wall)))
+    events.append(
+        _event(
+            codes.AB_BLOCK_EXCLUDED,
+            rs,
+            f"run {spec.run_id}: block {attempt + 1} left out ({arm} window): {why}",
+            block=attempt,
+            arm=arm,
+            why=why,
+        )
+    )
+    rs = replace(
+        rs,
+        window=None,
+        first=None,
+        ref=None,
+        attempt=rs.attempt + 1,
+        excluded=(*rs.excluded, Excluded(attempt, arm, why, sees.wall)),
+    )
     recent = [e.why for e in rs.excluded[-GONE_AFTER:]]
     if len(recent) == GONE_AFTER and all(WORK_GONE in r for r in recent):
-        return _end(rs, "aborted", "aborted", f"the work did not run in {GONE_AFTER} ON windows in a row (it ended, or "
-                    "something holds it): start it again, then `arbiter ab start`", sees.wall)
+        return _end(
+            rs,
+            "aborted",
+            "aborted",
+            f"the work did not run in {GONE_AFTER} ON windows in a row (it ended, or "
+            "something holds it): start it again, then `arbiter ab start`",
+            sees.wall,
+        )
     if len(rs.excluded) > MAX_EXCLUDED_PER_BLOCK * rs.target:
         reasons = [e.why.split(":")[0] for e in rs.excluded]
         commonest = max(set(reasons), key=reasons.count)
-        return _end(rs, "aborted", "aborted", f"{len(rs.excluded)} blocks were left out, most because {commonest}; "
-                    "run it when that no longer happens", sees.wall)
+        return _end(
+            rs,
+            "aborted",
+            "aborted",
+            f"{len(rs.excluded)} blocks were left out, most because {commonest}; run it when that no longer happens",
+            sees.wall,
+        )
     return rs
 
 
@@ -345,8 +415,13 @@ def _close(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
     spec = rs.spec
     reading = _reading(w, sees)
     if not sees.running:
-        return _end(rs, "aborted", "aborted", f"{spec.rule_id!r}'s program stopped running: nothing to measure "
-                    "(start it again, then `arbiter ab start`)", sees.wall)
+        return _end(
+            rs,
+            "aborted",
+            "aborted",
+            f"{spec.rule_id!r}'s program stopped running: nothing to measure (start it again, then `arbiter ab start`)",
+            sees.wall,
+        )
     why = exclusion(w.arm, reading, spec.duty, needs_duty=spec.work != "cpu")
     if why is None and w.second and reading.events == 0 and rs.first is not None and rs.first[1].events == 0:
         why = "no progress in either window: the program was idle"
@@ -358,15 +433,33 @@ def _close(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
     first_arm, first = rs.first
     on, off = (first, reading) if first_arm == "on" else (reading, first)
     if off.events == 0:
-        return _leave_out(rs, w.attempt, "off", "no progress at all with the work held: the program was idle", sees, events)
+        return _leave_out(
+            rs, w.attempt, "off", "no progress at all with the work held: the program was idle", sees, events
+        )
     if collapsed(on, off.rate):
-        return _end(rs, "done", "slowdown", f"progress collapsed in an ON window ({on.rate:.3g}/s against "
-                    f"{off.rate:.3g}/s off): stopped as a slowdown", sees.wall)
-    done = BlockDone(w.attempt, first_arm == "on", on.events, on.seconds, off.events, off.seconds, on.work_duty, sees.wall)
+        return _end(
+            rs,
+            "done",
+            "slowdown",
+            f"progress collapsed in an ON window ({on.rate:.3g}/s against {off.rate:.3g}/s off): stopped as a slowdown",
+            sees.wall,
+        )
+    done = BlockDone(
+        w.attempt, first_arm == "on", on.events, on.seconds, off.events, off.seconds, on.work_duty, sees.wall
+    )
     rs = replace(rs, window=None, first=None, ref=None, attempt=rs.attempt + 1, blocks=(*rs.blocks, done))
-    events.append(_event(codes.AB_BLOCK_DONE, rs, f"run {spec.run_id}: block {len(rs.blocks)} of {rs.target}: "
-                         f"on {done.on:.3g}/s, off {done.off:.3g}/s", block=w.attempt, on=done.on, off=done.off,
-                         on_first=done.on_first, work_duty=done.work_duty))
+    events.append(
+        _event(
+            codes.AB_BLOCK_DONE,
+            rs,
+            f"run {spec.run_id}: block {len(rs.blocks)} of {rs.target}: on {done.on:.3g}/s, off {done.off:.3g}/s",
+            block=w.attempt,
+            on=done.on,
+            off=done.off,
+            on_first=done.on_first,
+            work_duty=done.work_duty,
+        )
+    )
     return _finish(rs, sees, events)
 
 
@@ -377,8 +470,13 @@ def advance(rs: RunState | None, sees: Sees) -> Advance:
     events: list[TimelineEvent] = []
     spec = rs.spec
     if sees.wall - rs.started_wall > spec.max_hours * 3600:
-        rs = _end(rs, "aborted", "aborted", f"the run outlived --max-hours {spec.max_hours:g} with "
-                  f"{len(rs.blocks)} of {rs.target} blocks", sees.wall)
+        rs = _end(
+            rs,
+            "aborted",
+            "aborted",
+            f"the run outlived --max-hours {spec.max_hours:g} with {len(rs.blocks)} of {rs.target} blocks",
+            sees.wall,
+        )
     else:
         if rs.window is None:
             rs = replace(rs, window=_open(rs, sees))
@@ -387,12 +485,23 @@ def advance(rs: RunState | None, sees: Sees) -> Advance:
             w = _watch(rs.window, sees)
             rs = replace(rs, window=w)
             off_rate = _last_off_rate(rs)
-            if w.arm == "on" and w.t0 is not None and off_rate and not w.disturbed \
-                    and sees.now - w.t0 >= (spec.window_s - spec.washout_s) / 2:
+            if (
+                w.arm == "on"
+                and w.t0 is not None
+                and off_rate
+                and not w.disturbed
+                and sees.now - w.t0 >= (spec.window_s - spec.washout_s) / 2
+            ):
                 so_far = _reading(w, sees)
                 if collapsed(so_far, off_rate):
-                    rs = _end(rs, "done", "slowdown", f"progress collapsed in an ON window ({so_far.rate:.3g}/s against "
-                              f"{off_rate:.3g}/s off): stopped at once as a slowdown", sees.wall)
+                    rs = _end(
+                        rs,
+                        "done",
+                        "slowdown",
+                        f"progress collapsed in an ON window ({so_far.rate:.3g}/s against "
+                        f"{off_rate:.3g}/s off): stopped at once as a slowdown",
+                        sees.wall,
+                    )
                     break
             if sees.now < w.ends_at:
                 break
@@ -402,20 +511,43 @@ def advance(rs: RunState | None, sees: Sees) -> Advance:
             rs = replace(rs, window=_open(rs, sees))
     if rs.running:
         return Advance(rs, tuple(events))
-    events.append(_event(codes.AB_RUN_DONE, rs, f"run {spec.run_id} {rs.status}: {rs.verdict} ({rs.why})",
-                         status=rs.status, verdict=rs.verdict, certifies=rs.certifies, blocks=len(rs.blocks),
-                         excluded=len(rs.excluded)))
+    events.append(
+        _event(
+            codes.AB_RUN_DONE,
+            rs,
+            f"run {spec.run_id} {rs.status}: {rs.verdict} ({rs.why})",
+            status=rs.status,
+            verdict=rs.verdict,
+            certifies=rs.certifies,
+            blocks=len(rs.blocks),
+            excluded=len(rs.excluded),
+        )
+    )
     nxt = _next_in_sweep(rs, sees.wall)
     if rs.spec.sweep_id is not None and nxt is None:
         passed = (*rs.passed, *((spec.duty,) if rs.certifies and spec.duty is not None else ()))
         best = max(passed) if passed else None
-        events.append(_event(codes.AB_SWEEP_DONE, rs, f"sweep {spec.sweep_id}: " + (
-            f"certified duty {best:g} for {spec.rule_id!r}" if best is not None else f"no level passed for {spec.rule_id!r}"),
-            sweep=spec.sweep_id, passed=list(passed), certified_duty=best))
+        events.append(
+            _event(
+                codes.AB_SWEEP_DONE,
+                rs,
+                f"sweep {spec.sweep_id}: "
+                + (
+                    f"certified duty {best:g} for {spec.rule_id!r}"
+                    if best is not None
+                    else f"no level passed for {spec.rule_id!r}"
+                ),
+                sweep=spec.sweep_id,
+                passed=list(passed),
+                certified_duty=best,
+            )
+        )
     return Advance(nxt if nxt is not None else rs, tuple(events), (rs,))
 
 
-def work_seen(spec: RunSpec, jobs: Iterable[JobObs], running: Mapping[str, bool]) -> tuple[bool, float | None, float | None]:
+def work_seen(
+    spec: RunSpec, jobs: Iterable[JobObs], running: Mapping[str, bool]
+) -> tuple[bool, float | None, float | None]:
     """(some of the work runs, its mean measured duty over the last sample, when taken) from
     the jobs ``--work`` covers; ``running``: which jobs the last decision let run.  The duty
     is the mean over the jobs the run gives its duty (or, without one, its GPU jobs)."""
@@ -458,11 +590,17 @@ def from_record(rec: Mapping[str, Any]) -> RunState:
     spec["levels"] = tuple(spec.get("levels") or ())
     return RunState(
         spec=RunSpec(**spec),
-        started_wall=rec["started_wall"], status=rec["status"], target=rec["target"], attempt=rec["attempt"],
+        started_wall=rec["started_wall"],
+        status=rec["status"],
+        target=rec["target"],
+        attempt=rec["attempt"],
         blocks=tuple(BlockDone(**b) for b in rec.get("blocks") or ()),
         excluded=tuple(Excluded(**e) for e in rec.get("excluded") or ()),
-        verdict=rec.get("verdict") or "", certifies=bool(rec.get("certifies")), why=rec.get("why") or "",
-        ended_wall=rec.get("ended_wall"), passed=tuple(rec.get("passed") or ()),
+        verdict=rec.get("verdict") or "",
+        certifies=bool(rec.get("certifies")),
+        why=rec.get("why") or "",
+        ended_wall=rec.get("ended_wall"),
+        passed=tuple(rec.get("passed") or ()),
     )
 
 
@@ -485,7 +623,9 @@ def summary(rs: RunState) -> Summary:
         a = analyse(blocks, rs.spec.margin)
         analysis = asdict(a)
         if a.order_effect_flag:
-            notes.append(f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)")
+            notes.append(
+                f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)"
+            )
         if a.lag1 is not None and abs(a.lag1) > 0.5:
             notes.append(f"successive blocks are correlated (lag-1 autocorrelation {a.lag1:+.2f}): the program drifts")
     arms = [e.arm for e in rs.excluded]

@@ -181,9 +181,19 @@ def analyse(blocks: Sequence[Block], margin: float) -> Analysis:
         se = math.sqrt(_sd(first) ** 2 / len(first) + _sd(second) ** 2 / len(second))
         flag = se > 0 and abs(effect) > 2 * se
     return Analysis(
-        n=n, r=r, low=low, high=high, fieller=fieller([b.on for b in blocks], [b.off for b in blocks], t), sd=sd,
-        verdict=verdict, certifies=verdict in ("no slowdown shown", "slowdown smaller than the margin"),
-        more_blocks=more, lag1=lag1, order_effect=effect, order_effect_flag=flag, why=why,
+        n=n,
+        r=r,
+        low=low,
+        high=high,
+        fieller=fieller([b.on for b in blocks], [b.off for b in blocks], t),
+        sd=sd,
+        verdict=verdict,
+        certifies=verdict in ("no slowdown shown", "slowdown smaller than the margin"),
+        more_blocks=more,
+        lag1=lag1,
+        order_effect=effect,
+        order_effect_flag=flag,
+        why=why,
     )
 
 

@@ -74,11 +74,14 @@ def check(
         under_this_duty = jc.asked_since is not None and began >= jc.asked_since
         # a sample counts against a pause only when all of it came after the job was told
         after_told = jc.told_at is not None and jc.last_sample_at is not None and jc.last_sample_at >= jc.told_at
-        jc = evolve(jc, last_sample_at=job.measured_at, measured=job.measured,
-                     unverified=capped and job.measured is None)
+        jc = evolve(
+            jc, last_sample_at=job.measured_at, measured=job.measured, unverified=capped and job.measured is None
+        )
         if told_paused:
             using = job.measured is None or job.measured > busy_threshold
-            count = jc.busy_while_told_paused + 1 if using and after_told else 0 if not using else jc.busy_while_told_paused
+            count = (
+                jc.busy_while_told_paused + 1 if using and after_told else 0 if not using else jc.busy_while_told_paused
+            )
             jc = evolve(jc, busy_while_told_paused=count, over=0)
         elif asked is not None and job.measured is not None:
             if not under_this_duty:
@@ -90,22 +93,37 @@ def check(
             jc = evolve(jc, over=0, busy_while_told_paused=0)
         if jc.over >= cp.over_samples and asked is not None:
             strikes = (*trust.strikes, now)
-            data: dict[str, Any] = {"job": job.job_id, "name": job.name, "asked": asked, "measured": job.measured,
-                                    "strikes": len(strikes)}
+            data: dict[str, Any] = {
+                "job": job.job_id,
+                "name": job.name,
+                "asked": asked,
+                "measured": job.measured,
+                "strikes": len(strikes),
+            }
             if len(strikes) >= cp.strikes_to_stop:
                 trust = NameTrust(strikes, now + cp.untrusted_s)
                 jc = evolve(jc, over=0, stopped_at=now)
-                events.append(TimelineEvent(
-                    codes.JOB_UNTRUSTED, job.job_id,
-                    f"job {job.name} exceeded its duty a {len(strikes)}th time within the hour: stopped, and its name "
-                    f"gets no duty for {cp.untrusted_s / 60:.0f} min", data))
+                events.append(
+                    TimelineEvent(
+                        codes.JOB_UNTRUSTED,
+                        job.job_id,
+                        f"job {job.name} exceeded its duty a {len(strikes)}th time within the hour: stopped, and its name "
+                        f"gets no duty for {cp.untrusted_s / 60:.0f} min",
+                        data,
+                    )
+                )
             else:
                 trust = NameTrust(strikes, trust.untrusted_until)
                 jc = evolve(jc, over=0, paused_until=now + cp.pause_s)
-                events.append(TimelineEvent(
-                    codes.GPU_DUTY_EXCEEDED, job.job_id,
-                    f"job {job.name} ran at {job.measured:.2f} for {cp.over_samples} samples, over its duty {asked:.2f} "
-                    f"+ {cp.tolerance:g}: paused {cp.pause_s:g}s (strike {len(strikes)} of {cp.strikes_to_stop})", data))
+                events.append(
+                    TimelineEvent(
+                        codes.GPU_DUTY_EXCEEDED,
+                        job.job_id,
+                        f"job {job.name} ran at {job.measured:.2f} for {cp.over_samples} samples, over its duty {asked:.2f} "
+                        f"+ {cp.tolerance:g}: paused {cp.pause_s:g}s (strike {len(strikes)} of {cp.strikes_to_stop})",
+                        data,
+                    )
+                )
     if not capped:
         jc = evolve(jc, unverified=False)
 
@@ -115,23 +133,31 @@ def check(
         stop = untrusted_reason(job.name, trust, now)
     if jc.paused_until is not None:
         if now < jc.paused_until:
-            holds.append(Reason(
-                codes.GPU_DUTY_EXCEEDED,
-                f"it used more of the GPU than its duty for {cp.over_samples} samples in a row "
-                f"(last measured {jc.measured if jc.measured is not None else 0:.2f}); paused for "
-                f"{jc.paused_until - now:.0f}s more",
-                f"make the job hold its duty (arbiter.sdk.Duty); {cp.strikes_to_stop} such pauses within an hour stop it",
-                {"job": job.job_id, "paused_until_s": round(jc.paused_until - now, 1), "strikes": len(trust.strikes)},
-            ))
+            holds.append(
+                Reason(
+                    codes.GPU_DUTY_EXCEEDED,
+                    f"it used more of the GPU than its duty for {cp.over_samples} samples in a row "
+                    f"(last measured {jc.measured if jc.measured is not None else 0:.2f}); paused for "
+                    f"{jc.paused_until - now:.0f}s more",
+                    f"make the job hold its duty (arbiter.sdk.Duty); {cp.strikes_to_stop} such pauses within an hour stop it",
+                    {
+                        "job": job.job_id,
+                        "paused_until_s": round(jc.paused_until - now, 1),
+                        "strikes": len(trust.strikes),
+                    },
+                )
+            )
         else:
             jc = evolve(jc, paused_until=None)
     if jc.unverified:  # until a readable sample says otherwise: fail safe between ticks too
-        holds.append(Reason(
-            codes.GPU_DUTY_UNVERIFIED,
-            "its GPU time cannot be read, so the duty it holds cannot be verified",
-            "use a reader that reads per-process GPU time here (`arbiter status` shows why none does)",
-            {"job": job.job_id},
-        ))
+        holds.append(
+            Reason(
+                codes.GPU_DUTY_UNVERIFIED,
+                "its GPU time cannot be read, so the duty it holds cannot be verified",
+                "use a reader that reads per-process GPU time here (`arbiter status` shows why none does)",
+                {"job": job.job_id},
+            )
+        )
     return Verdict(jc, trust, tuple(holds), stop, jc.busy_while_told_paused >= cp.still_busy_samples, tuple(events))
 
 
@@ -153,4 +179,6 @@ def trust_from_record(record: dict[str, Any], now: float, now_wall: float) -> Na
         return now - (now_wall - t)
 
     until = record.get("untrusted_until")
-    return NameTrust(tuple(mono(float(t)) for t in record.get("strikes", [])), None if until is None else mono(float(until)))
+    return NameTrust(
+        tuple(mono(float(t)) for t in record.get("strikes", [])), None if until is None else mono(float(until))
+    )

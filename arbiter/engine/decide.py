@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from arbiter.engine import codes
+from arbiter.engine.abrun import RunState, Sees, advance, covers, work_seen
 from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
+from arbiter.engine.compliance import untrusted_reason
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
-from arbiter.engine.compliance import untrusted_reason
+from arbiter.engine.handoff import Seen
+from arbiter.engine.handoff import step as handoff_step
 from arbiter.engine.types import (
     Action,
     Decision,
@@ -27,7 +30,6 @@ from arbiter.engine.types import (
     NameTrust,
     Observation,
     Phase,
-    SourceObs,
     Policy,
     Reason,
     RuleObs,
@@ -35,12 +37,10 @@ from arbiter.engine.types import (
     RuleState,
     RuleVerdict,
     Scope,
+    SourceObs,
     TimelineEvent,
     evolve,
 )
-from arbiter.engine.abrun import RunState, Sees, advance, covers, work_seen
-from arbiter.engine.handoff import Seen
-from arbiter.engine.handoff import step as handoff_step
 from arbiter.engine.usage import gpu_usage
 
 
@@ -126,18 +126,24 @@ def _rule_holds(
             evidence = {"rule": rid, "faults": list(ro.faults)}
             why = f"a plugin for it failed ({'; '.join(ro.faults)}), which counts as using the GPU"
             code = codes.PLUGIN_FAILED
-            remedy = ("fix what failed (`arbiter doctor`; `arbiter timeline --code PLUGIN_FAILED` says since when), "
-                      "or block a broken plugin with disable_plugins in arbiter.yaml; work runs again once it answers")
+            remedy = (
+                "fix what failed (`arbiter doctor`; `arbiter timeline --code PLUGIN_FAILED` says since when), "
+                "or block a broken plugin with disable_plugins in arbiter.yaml; work runs again once it answers"
+            )
         elif ro.gpu_share is None and ro.running:
             evidence = {"rule": rid, "why": ro.gpu_why}
             why = f"its GPU time cannot be read ({ro.gpu_why or 'no reader reads it'}), which counts as using it"
             if not reader_ok:
                 code = codes.GPU_TIME_UNREADABLE
-                remedy = ("`arbiter doctor` says what each reader read; fix the reader, or name one that works "
-                          "under readers: in arbiter.yaml; work runs again once GPU time reads")
+                remedy = (
+                    "`arbiter doctor` says what each reader read; fix the reader, or name one that works "
+                    "under readers: in arbiter.yaml; work runs again once GPU time reads"
+                )
         elif ro.running:
             evidence = {"rule": rid, "gpu_share": round(ro.gpu_share or 0.0, 4), "threshold": policy.busy_threshold}
-            why = f"it uses {100 * (ro.gpu_share or 0.0):.0f}% of the GPU (threshold {100 * policy.busy_threshold:.0f}%)"
+            why = (
+                f"it uses {100 * (ro.gpu_share or 0.0):.0f}% of the GPU (threshold {100 * policy.busy_threshold:.0f}%)"
+            )
         else:
             evidence = {"rule": rid, "release_after_s": policy.release_after_s}
             why = f"it stopped using the GPU less than {policy.release_after_s:g}s ago"
@@ -147,7 +153,8 @@ def _rule_holds(
                 Reason(
                     code,
                     f"protected program {rid!r} uses the GPU: {why}",
-                    remedy or f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
+                    remedy
+                    or f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
                     "(gpu_busy_threshold, gpu_release_after_s in arbiter.yaml)"
                     + ("; work that declares cooperative_throttle runs beside it under the budget" if governed else ""),
                     evidence,
@@ -203,7 +210,9 @@ def _rule_holds(
     if rp.protected and rp.progress and policy.gpu_jobs != "always":
         harm = progress_harm(ro.progress, ro.running)
         if harm is not None:
-            holds.append(_Hold("gpu", evolve(harm, message=f"{rid!r}: {harm.message}", evidence={"rule": rid, "progress": True})))
+            holds.append(
+                _Hold("gpu", evolve(harm, message=f"{rid!r}: {harm.message}", evidence={"rule": rid, "progress": True}))
+            )
     return holds
 
 
@@ -223,7 +232,14 @@ def _node_holds(obs: Observation, policy: Policy) -> list[_Hold]:
         )
     if policy.gpu_jobs == "never":
         holds.append(
-            _Hold("gpu", Reason(codes.GPU_JOBS_NEVER, "this node runs no GPU fleet work (gpu_jobs: never)", "set gpu_jobs in arbiter.yaml"))
+            _Hold(
+                "gpu",
+                Reason(
+                    codes.GPU_JOBS_NEVER,
+                    "this node runs no GPU fleet work (gpu_jobs: never)",
+                    "set gpu_jobs in arbiter.yaml",
+                ),
+            )
         )
     return holds
 
@@ -264,7 +280,8 @@ def _run_says(run: RunState, job: JobObs) -> _RunSays | None:
         reason = Reason(
             codes.AB_WINDOW_OFF,
             f"an OFF window of paired run {spec.run_id} on {spec.rule_id!r}: the work is "
-            + ("evicted" if spec.off == "evicted" else "held") + " to measure the program without it",
+            + ("evicted" if spec.off == "evicted" else "held")
+            + " to measure the program without it",
             f"it runs again in the next ON window (`arbiter ab status`; `arbiter ab abort {spec.run_id}` ends the run)",
             {"run": spec.run_id, "rule": spec.rule_id, "block": w.attempt},
         )
@@ -379,8 +396,10 @@ def _actions(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[Acti
     if before == "paused" and prev is not None:
         if prev.via == "tree":
             if job.cooperative_pause:  # it may have been told to pause first: its document says run again
-                return [Action(job.job_id, "resume", reason=reason),
-                        Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
+                return [
+                    Action(job.job_id, "resume", reason=reason),
+                    Action(job.job_id, "control", state="run", duty=new.duty, reason=reason),
+                ]
             return [Action(job.job_id, "resume", reason=reason)]
         return [Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
     if prev is not None and prev.duty != new.duty:
@@ -397,8 +416,10 @@ def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict, grace_s: 
         if new.stop_step == "terminated":
             text = f"job {job.name} is told to end its processes (terminate)"
         else:
-            text = (f"job {job.name} was still running {grace_s:g}s after it was told to end "
-                    "(stop_grace_s): its processes are killed")
+            text = (
+                f"job {job.name} was still running {grace_s:g}s after it was told to end "
+                "(stop_grace_s): its processes are killed"
+            )
         return [TimelineEvent(codes.JOB_STOPPED, job.job_id, text, {**data, "step": new.stop_step, "grace_s": grace_s})]
     if before == new.state:
         return []
@@ -406,10 +427,20 @@ def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict, grace_s: 
     if new.state == "held":
         return [TimelineEvent(codes.JOB_HELD, job.job_id, f"job {job.name} waits{why}", data)]
     if new.state == "stopping":
-        return [TimelineEvent(codes.JOB_STOPPED, job.job_id, f"job {job.name} is being stopped{why}",
-                              {**data, "step": new.stop_step, "grace_s": grace_s})]
+        return [
+            TimelineEvent(
+                codes.JOB_STOPPED,
+                job.job_id,
+                f"job {job.name} is being stopped{why}",
+                {**data, "step": new.stop_step, "grace_s": grace_s},
+            )
+        ]
     if new.state == "paused":
-        return [TimelineEvent(codes.JOB_PAUSED, job.job_id, f"job {job.name} paused ({new.via}){why}", {**data, "via": new.via})]
+        return [
+            TimelineEvent(
+                codes.JOB_PAUSED, job.job_id, f"job {job.name} paused ({new.via}){why}", {**data, "via": new.via}
+            )
+        ]
     if before in (None, "held") and not job.started:
         return [TimelineEvent(codes.JOB_ADMITTED, job.job_id, f"job {job.name} admitted at duty {new.duty:g}", data)]
     if before == "paused":
@@ -417,7 +448,9 @@ def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict, grace_s: 
     return []
 
 
-def _sees(run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Policy, prev: EngineState, now: float) -> Sees:
+def _sees(
+    run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Policy, prev: EngineState, now: float
+) -> Sees:
     rid = run.spec.rule_id
     ro = obs.rules.get(rid) or RuleObs(rid)
     progress = ro.progress
@@ -427,9 +460,18 @@ def _sees(run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Pol
     running = {jid: v.state == "run" for jid, v in prev.jobs.items()}
     work_running, duty, at = work_seen(run.spec, obs.jobs.values(), running)
     return Sees(
-        now=now, wall=obs.wall if obs.wall is not None else now, count=count, count_why=why, running=ro.running,
-        pids=ro.pids, phases=rule.phases if rule else (), power=obs.power, memory_guard=guard,
-        work_running=work_running, work_duty=duty, work_sample_at=at,
+        now=now,
+        wall=obs.wall if obs.wall is not None else now,
+        count=count,
+        count_why=why,
+        running=ro.running,
+        pids=ro.pids,
+        phases=rule.phases if rule else (),
+        power=obs.power,
+        memory_guard=guard,
+        work_running=work_running,
+        work_duty=duty,
+        work_sample_at=at,
     )
 
 
@@ -445,8 +487,19 @@ def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> 
             busy = ro.busy.busy if ro.busy is not None and ro.busy.readable else None
         else:
             busy = states[rid].using_gpu
-        out.append(Seen(rid, rp.priority, busy, ro.vram_bytes, rp.reclaimable, rp.needs_vram_bytes,
-                        rp.idle_release_after_s, rp.release_timeout_s, rp.confirm))
+        out.append(
+            Seen(
+                rid,
+                rp.priority,
+                busy,
+                ro.vram_bytes,
+                rp.reclaimable,
+                rp.needs_vram_bytes,
+                rp.idle_release_after_s,
+                rp.release_timeout_s,
+                rp.confirm,
+            )
+        )
     return out
 
 
@@ -459,7 +512,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     any_tenant_on_gpu: list[str] = []
 
     candidates = [
-        j for j in obs.jobs.values()
+        j
+        for j in obs.jobs.values()
         if _can_throttle(j) and j.stop_requested_at is None and not prev.trust.get(j.name, NameTrust()).untrusted(now)
     ]
     # the ceiling covers the work running now; a job not started yet gets a duty only where
@@ -480,8 +534,9 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             if top > 0:
                 governed = True
                 throttlers = [j for j in throttlers if j.started or ceiling(obs.certificates, rid, [j.name]) > 0]
-                gstep = governor_step(rid, gs_before, ro.progress, top, rp.max_slowdown, obs.memory_available,
-                                      policy.governor, now)
+                gstep = governor_step(
+                    rid, gs_before, ro.progress, top, rp.max_slowdown, obs.memory_available, policy.governor, now
+                )
                 governors[rid] = gstep.state
                 events.extend(gstep.events)
                 if gstep.hold is not None:
@@ -504,10 +559,16 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             phase, why = effective_phase(po, ro.running, bool(ro.faults))
             phases.append(phase)
             if why is not None:
-                phase_reasons.append(evolve(why, message=f"{rid!r}: {why.message}", evidence={"rule": rid, "during": i}))
+                phase_reasons.append(
+                    evolve(why, message=f"{rid!r}: {why.message}", evidence={"rule": rid, "during": i})
+                )
             was = before.phases[i] if i < len(before.phases) else "off"
             if phase != was:
-                code = {"on": codes.PROTECTION_PHASE_ON, "off": codes.PROTECTION_PHASE_OFF, "soon": codes.PROTECTION_PHASE_SOON}[phase]
+                code = {
+                    "on": codes.PROTECTION_PHASE_ON,
+                    "off": codes.PROTECTION_PHASE_OFF,
+                    "soon": codes.PROTECTION_PHASE_SOON,
+                }[phase]
                 data = {"during": i, "phase": phase, "seen_by": po.seen_by, "changed_at": po.changed_at}
                 if why is not None:
                     data["why"] = why.code
@@ -517,7 +578,13 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         rule_hold_list = _rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons, governed, obs.reader_ok)
         holds.extend(rule_hold_list)
         rule_verdicts[rid] = RuleVerdict(
-            rid, ro.running, rp.protected, rs.using_gpu, rs.using_since, ro.gpu_share, tuple(phases),
+            rid,
+            ro.running,
+            rp.protected,
+            rs.using_gpu,
+            rs.using_since,
+            ro.gpu_share,
+            tuple(phases),
             tuple(h.reason for h in rule_hold_list),
         )
 
@@ -526,9 +593,15 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     events.extend(handoff.events)
     for rid, note in handoff.notes.items():
         rule_verdicts[rid] = evolve(rule_verdicts[rid], notes=(note,))
-    working = prev.profiles if faulty else frozenset(
-        rid for rid, rp in policy.rules.items()
-        if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running)
+    working = (
+        prev.profiles
+        if faulty
+        else frozenset(
+            rid
+            for rid, rp in policy.rules.items()
+            if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running
+        )
+    )
     ab = advance(run, _sees(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
     if ab is not None:
         events.extend(ab.events)
@@ -582,7 +655,9 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         events.extend(checked.events)
         share = min(budgets) / len(throttlers) if budgets and throttlers else None
         says = _run_says(run, job) if run is not None else None
-        verdict = _job_verdict(job, holds, blockers, policy, now, prev_v, checked, job.job_id in throttler_ids, share, says)
+        verdict = _job_verdict(
+            job, holds, blockers, policy, now, prev_v, checked, job.job_id in throttler_ids, share, says
+        )
         if verdict.state == "paused" and verdict.via == "control" and not (prev_v and prev_v.state == "paused"):
             compliance[job.job_id] = evolve(checked.state, told_at=now)  # told now: samples count from here
         asked = verdict.duty if verdict.state == "run" else None
@@ -602,13 +677,34 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         reason = next(n for n in notices if n.code == code)
         events.append(TimelineEvent(code, "node", reason.message, dict(reason.evidence)))
 
-    trust = {name: t for name, t in ((n, prune_trust(t, policy.compliance, now)) for n, t in trust.items())
-             if t.strikes or t.untrusted(now)}
-    state = EngineState(rules=rule_states, jobs=verdicts, notices=active, compliance=compliance, trust=trust,
-                        governors=governors, ab=ab.state if ab is not None else prev.ab, vram=handoff.states,
-                        profiles=working)
+    trust = {
+        name: t
+        for name, t in ((n, prune_trust(t, policy.compliance, now)) for n, t in trust.items())
+        if t.strikes or t.untrusted(now)
+    }
+    state = EngineState(
+        rules=rule_states,
+        jobs=verdicts,
+        notices=active,
+        compliance=compliance,
+        trust=trust,
+        governors=governors,
+        ab=ab.state if ab is not None else prev.ab,
+        vram=handoff.states,
+        profiles=working,
+    )
     newcomer = JobObs("", "", -1)  # a plain GPU job asking to start now
     admits = run is None and not any(h.binds(newcomer, False) for h in holds)
-    return Decision(state, verdicts, rule_verdicts, tuple(actions), tuple(events), notices, admits,
-                    ab.ended if ab is not None else (), handoff.releases,
-                    tuple(sorted(working - prev.profiles)), tuple(sorted(prev.profiles - working)))
+    return Decision(
+        state,
+        verdicts,
+        rule_verdicts,
+        tuple(actions),
+        tuple(events),
+        notices,
+        admits,
+        ab.ended if ab is not None else (),
+        handoff.releases,
+        tuple(sorted(working - prev.profiles)),
+        tuple(sorted(prev.profiles - working)),
+    )

@@ -45,7 +45,9 @@ class Step:
 
 
 def _event(code: str, rid: str, message: str, gs: GovernorState, **data: Any) -> TimelineEvent:
-    return TimelineEvent(code, rid, message, {"rule": rid, "budget": round(gs.budget, 4), "ceiling": gs.ceiling, **data})
+    return TimelineEvent(
+        code, rid, message, {"rule": rid, "budget": round(gs.budget, 4), "ceiling": gs.ceiling, **data}
+    )
 
 
 def stand_down(gs: GovernorState) -> GovernorState:
@@ -53,8 +55,13 @@ def stand_down(gs: GovernorState) -> GovernorState:
     level are kept for when it does again, and so is a take-back still running (one
     ungoverned moment must not cut it short)."""
     level = gs.budget if gs.mode == "running" else gs.level
-    return GovernorState(level=level, baseline=gs.baseline, baseline_at=gs.baseline_at, ceiling=gs.ceiling,
-                         take_back_until=gs.take_back_until if gs.mode in ("taken_back", "off") else None)
+    return GovernorState(
+        level=level,
+        baseline=gs.baseline,
+        baseline_at=gs.baseline_at,
+        ceiling=gs.ceiling,
+        take_back_until=gs.take_back_until if gs.mode in ("taken_back", "off") else None,
+    )
 
 
 def step(
@@ -74,7 +81,11 @@ def step(
 
     def baseline(why: str) -> GovernorState:
         new = replace(gs, mode="baseline", since=now, budget=0.0, take_back_until=None)
-        events.append(_event(codes.GPU_DUTY_BASELINE, rid, f"measuring {rid!r} without GPU work for {gp.baseline_s:g}s ({why})", new))
+        events.append(
+            _event(
+                codes.GPU_DUTY_BASELINE, rid, f"measuring {rid!r} without GPU work for {gp.baseline_s:g}s ({why})", new
+            )
+        )
         return new
 
     if gs.mode == "off" and gs.take_back_until is not None and now < gs.take_back_until:
@@ -83,8 +94,14 @@ def step(
         if gs.baseline is not None and gs.baseline_at is not None and now - gs.baseline_at < gp.rebaseline_s:
             start = top if gs.level is None else min(gs.level, top)
             gs = replace(gs, mode="running", since=now, budget=start, decided_at=now)
-            events.append(_event(codes.GPU_DUTY_START, rid, f"holding GPU work again; its baseline is recent: "
-                                 f"cooperative GPU work runs at {start:.2f}", gs))
+            events.append(
+                _event(
+                    codes.GPU_DUTY_START,
+                    rid,
+                    f"holding GPU work again; its baseline is recent: cooperative GPU work runs at {start:.2f}",
+                    gs,
+                )
+            )
         else:
             gs = baseline("first baseline" if gs.baseline is None else "the last is too old to reuse")
     elif gs.mode == "running" and gs.baseline_at is not None and now - gs.baseline_at >= gp.rebaseline_s:
@@ -95,19 +112,43 @@ def step(
             pass  # no baseline without a reading: keep holding until it reads
         else:
             start = top if gs.level is None else min(gs.level, top)
-            gs = replace(gs, mode="running", since=now, baseline=rate, baseline_at=now, budget=start, decided_at=now,
-                         pressure=None)
-            events.append(_event(codes.GPU_DUTY_START, rid,
-                                 f"baseline {rate:.3g}/s; cooperative GPU work runs at {start:.2f}", gs, baseline=rate))
+            gs = replace(
+                gs,
+                mode="running",
+                since=now,
+                baseline=rate,
+                baseline_at=now,
+                budget=start,
+                decided_at=now,
+                pressure=None,
+            )
+            events.append(
+                _event(
+                    codes.GPU_DUTY_START,
+                    rid,
+                    f"baseline {rate:.3g}/s; cooperative GPU work runs at {start:.2f}",
+                    gs,
+                    baseline=rate,
+                )
+            )
 
     if gs.mode == "taken_back" and gs.take_back_until is not None and now >= gs.take_back_until:
         start = min(top, round((gs.level or 0.0) / 2, 4))
         gs = replace(gs, mode="running", since=now, budget=start, decided_at=now, take_back_until=None)
-        events.append(_event(codes.GPU_DUTY_START, rid, f"taken back {gp.take_back_s:g}s ago; starting again at {start:.2f}", gs))
+        events.append(
+            _event(codes.GPU_DUTY_START, rid, f"taken back {gp.take_back_s:g}s ago; starting again at {start:.2f}", gs)
+        )
 
     def take_back(why: str) -> GovernorState:
-        new = replace(gs, mode="taken_back", since=now, level=gs.budget, budget=0.0, take_back_until=now + gp.take_back_s,
-                      decided_at=now)
+        new = replace(
+            gs,
+            mode="taken_back",
+            since=now,
+            level=gs.budget,
+            budget=0.0,
+            take_back_until=now + gp.take_back_s,
+            decided_at=now,
+        )
         events.append(_event(codes.GPU_DUTY_TAKE_BACK, rid, f"budget 0 for {gp.take_back_s:g}s: {why}", new))
         return new
 
@@ -120,36 +161,66 @@ def step(
             gs = replace(gs, pressure=pressure, decided_at=now)
             data = {"pressure": round(pressure, 4), "rate": rate, "baseline": gs.baseline, "target": target}
             if pressure > 2 * target or rate < gs.baseline / 2:
-                gs = take_back(f"progress {rate:.3g}/s against a baseline of {gs.baseline:.3g}/s (pressure {pressure:.1%})")
+                gs = take_back(
+                    f"progress {rate:.3g}/s against a baseline of {gs.baseline:.3g}/s (pressure {pressure:.1%})"
+                )
             elif pressure >= target:
                 gs = replace(gs, budget=round(gs.budget / 2, 4))
-                events.append(_event(codes.GPU_DUTY_HALVE, rid, f"pressure {pressure:.1%} ≥ target {target:.0%}: "
-                                     f"budget halved to {gs.budget:.2f}", gs, **data))
+                events.append(
+                    _event(
+                        codes.GPU_DUTY_HALVE,
+                        rid,
+                        f"pressure {pressure:.1%} ≥ target {target:.0%}: budget halved to {gs.budget:.2f}",
+                        gs,
+                        **data,
+                    )
+                )
             elif pressure < target / 2 and gs.budget < top:
                 gs = replace(gs, budget=round(min(top, gs.budget + gp.grow_step), 4))
-                events.append(_event(codes.GPU_DUTY_GROW, rid, f"pressure {pressure:.1%} < {target / 2:.1%}: "
-                                     f"budget grows to {gs.budget:.2f}", gs, **data))
+                events.append(
+                    _event(
+                        codes.GPU_DUTY_GROW,
+                        rid,
+                        f"pressure {pressure:.1%} < {target / 2:.1%}: budget grows to {gs.budget:.2f}",
+                        gs,
+                        **data,
+                    )
+                )
         if gs.mode == "running" and gs.budget > top:
             gs = replace(gs, budget=top)
             events.append(_event(codes.GPU_DUTY_CLAMP, rid, f"certificate ceiling {top:.2f}: budget clamped", gs))
 
     hold = None
     if gs.mode == "baseline":
-        hold = Reason(codes.GPU_DUTY_BASELINE,
-                      f"measuring how {rid!r} progresses without GPU work"
-                      + ("" if rate is not None else " (its progress source does not read yet)"),
-                      f"it runs once the {gp.baseline_s:g}s baseline is measured", {"rule": rid})
+        hold = Reason(
+            codes.GPU_DUTY_BASELINE,
+            f"measuring how {rid!r} progresses without GPU work"
+            + ("" if rate is not None else " (its progress source does not read yet)"),
+            f"it runs once the {gp.baseline_s:g}s baseline is measured",
+            {"rule": rid},
+        )
     elif gs.mode == "taken_back":
         left = (gs.take_back_until or now) - now
-        hold = Reason(codes.GPU_DUTY_TAKE_BACK, f"{rid!r} was harmed: GPU work gets no duty for {left:.0f}s more",
-                      "nothing to do: the budget comes back on its own", {"rule": rid})
+        hold = Reason(
+            codes.GPU_DUTY_TAKE_BACK,
+            f"{rid!r} was harmed: GPU work gets no duty for {left:.0f}s more",
+            "nothing to do: the budget comes back on its own",
+            {"rule": rid},
+        )
     elif rate is None:
-        hold = Reason(codes.PROTECTION_SOURCE_UNREADABLE,
-                      f"the progress of {rid!r} cannot be read, so the budget is 0 until it reads",
-                      "`arbiter status` shows the source and why it does not read", {"rule": rid})
+        hold = Reason(
+            codes.PROTECTION_SOURCE_UNREADABLE,
+            f"the progress of {rid!r} cannot be read, so the budget is 0 until it reads",
+            "`arbiter status` shows the source and why it does not read",
+            {"rule": rid},
+        )
     elif gs.budget <= 0:
-        hold = Reason(codes.GPU_DUTY_HALVE, f"the budget beside {rid!r} is 0", "it grows while the program keeps up",
-                      {"rule": rid})
+        hold = Reason(
+            codes.GPU_DUTY_HALVE,
+            f"the budget beside {rid!r} is 0",
+            "it grows while the program keeps up",
+            {"rule": rid},
+        )
     return Step(gs, hold, tuple(events))
 
 
@@ -160,7 +231,11 @@ _TIMES = ("since", "baseline_at", "decided_at", "take_back_until")
 
 def to_record(gs: GovernorState, now: float, now_wall: float) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "mode": gs.mode, "baseline": gs.baseline, "budget": gs.budget, "level": gs.level, "ceiling": gs.ceiling,
+        "mode": gs.mode,
+        "baseline": gs.baseline,
+        "budget": gs.budget,
+        "level": gs.level,
+        "ceiling": gs.ceiling,
         "pressure": gs.pressure,
     }
     for name in _TIMES:
@@ -172,6 +247,11 @@ def to_record(gs: GovernorState, now: float, now_wall: float) -> dict[str, Any]:
 def from_record(record: dict[str, Any], now: float, now_wall: float) -> GovernorState:
     times = {n: (None if record.get(n) is None else now - (now_wall - float(record[n]))) for n in _TIMES}
     return GovernorState(
-        mode=record.get("mode", "off"), baseline=record.get("baseline"), budget=float(record.get("budget", 0.0)),
-        level=record.get("level"), ceiling=float(record.get("ceiling", 0.0)), pressure=record.get("pressure"), **times,
+        mode=record.get("mode", "off"),
+        baseline=record.get("baseline"),
+        budget=float(record.get("budget", 0.0)),
+        level=record.get("level"),
+        ceiling=float(record.get("ceiling", 0.0)),
+        pressure=record.get("pressure"),
+        **times,
     )

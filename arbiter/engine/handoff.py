@@ -122,26 +122,39 @@ class HandoffPlan:
 
     def summary(self) -> str:
         s = self.starvation
-        head = (f"{s.tenant_id!r} needs {gb(s.needs_bytes)} but has {gb(s.held_bytes)} with {gb(s.free_bytes)} free "
-                f"(short {gb(s.shortfall_bytes)})" + (" and its state is unknown, so it counts as busy"
-                                                      if s.state_unknown else ""))
+        head = (
+            f"{s.tenant_id!r} needs {gb(s.needs_bytes)} but has {gb(s.held_bytes)} with {gb(s.free_bytes)} free "
+            f"(short {gb(s.shortfall_bytes)})"
+            + (" and its state is unknown, so it counts as busy" if s.state_unknown else "")
+        )
         blocked = "; ".join(f"{b.tenant_id!r} ({gb(b.held_bytes)}): {b.why}" for b in self.blockers)
         if self.covers:
             asked = ", ".join(repr(t) for t in self.release) or "nothing new"
             text = f"{head}: releasing {asked}" + (
-                f", awaiting {', '.join(repr(t) for t in self.awaiting)}" if self.awaiting else "")
+                f", awaiting {', '.join(repr(t) for t in self.awaiting)}" if self.awaiting else ""
+            )
             return text + (f"; left alone: {blocked}" if blocked else "")
-        return (f"{head}: releasing nothing, the tenants that may give VRAM back hold only "
-                f"{gb(self.reclaimable_bytes)}" + (f"; blockers: {blocked}" if blocked else ""))
+        return (
+            f"{head}: releasing nothing, the tenants that may give VRAM back hold only "
+            f"{gb(self.reclaimable_bytes)}" + (f"; blockers: {blocked}" if blocked else "")
+        )
 
     def to_data(self) -> dict[str, Any]:
         s = self.starvation
         return {
-            "demander": s.tenant_id, "priority": s.priority, "needs_bytes": s.needs_bytes,
-            "free_bytes": s.free_bytes, "held_bytes": s.held_bytes, "shortfall_bytes": s.shortfall_bytes,
-            "state_unknown": s.state_unknown, "candidates": list(self.candidates), "release": list(self.release),
-            "awaiting": list(self.awaiting), "reclaimable_bytes": self.reclaimable_bytes,
-            "planned_bytes": self.planned_bytes, "covers": self.covers,
+            "demander": s.tenant_id,
+            "priority": s.priority,
+            "needs_bytes": s.needs_bytes,
+            "free_bytes": s.free_bytes,
+            "held_bytes": s.held_bytes,
+            "shortfall_bytes": s.shortfall_bytes,
+            "state_unknown": s.state_unknown,
+            "candidates": list(self.candidates),
+            "release": list(self.release),
+            "awaiting": list(self.awaiting),
+            "reclaimable_bytes": self.reclaimable_bytes,
+            "planned_bytes": self.planned_bytes,
+            "covers": self.covers,
             "blockers": [{"tenant": b.tenant_id, "held_bytes": b.held_bytes, "why": b.why} for b in self.blockers],
         }
 
@@ -153,8 +166,14 @@ def starvation(tenant: TenantVram, free_bytes: int) -> Starvation | None:
     free = max(0, free_bytes)
     if free + tenant.held_bytes >= tenant.needs_bytes:
         return None
-    return Starvation(tenant.tenant_id, tenant.priority, tenant.needs_bytes, free, tenant.held_bytes,
-                      state_unknown=tenant.busy is None)
+    return Starvation(
+        tenant.tenant_id,
+        tenant.priority,
+        tenant.needs_bytes,
+        free,
+        tenant.held_bytes,
+        state_unknown=tenant.busy is None,
+    )
 
 
 def _order(t: TenantVram) -> tuple[int, int, int, str]:
@@ -243,8 +262,10 @@ class IdleRelease:
 
     @property
     def message(self) -> str:
-        return (f"{self.tenant_id!r} has held {gb(self.held_bytes)} idle for {self.idle_for_s:.0f}s "
-                f"(idle_release_after_s {self.limit_s:g}): asking it to release")
+        return (
+            f"{self.tenant_id!r} has held {gb(self.held_bytes)} idle for {self.idle_for_s:.0f}s "
+            f"(idle_release_after_s {self.limit_s:g}): asking it to release"
+        )
 
 
 def idle_releases(tenants: Iterable[TenantVram], now: float) -> tuple[IdleRelease, ...]:
@@ -252,8 +273,15 @@ def idle_releases(tenants: Iterable[TenantVram], now: float) -> tuple[IdleReleas
     ``idle_release_after_s`` since they became idle, and are not releasing already."""
     out: list[IdleRelease] = []
     for t in tenants:
-        if (t.busy is not False or t.idle_since is None or t.idle_release_after_s is None or not t.reclaimable
-                or t.releasing or t.cooling or t.held_bytes <= 0):
+        if (
+            t.busy is not False
+            or t.idle_since is None
+            or t.idle_release_after_s is None
+            or not t.reclaimable
+            or t.releasing
+            or t.cooling
+            or t.held_bytes <= 0
+        ):
             continue
         idle_for = now - t.idle_since
         if idle_for >= t.idle_release_after_s:
@@ -278,7 +306,9 @@ def plan_reason(p: HandoffPlan) -> Reason | None:
     no_release = [b.tenant_id for b in p.blockers if b.why == WHY_NO_RELEASE]
     hints = []
     if ranks:
-        hints.append(f"give {p.demander!r} a higher priority than {', '.join(map(repr, ranks))}, or wait until they are idle")
+        hints.append(
+            f"give {p.demander!r} a higher priority than {', '.join(map(repr, ranks))}, or wait until they are idle"
+        )
     if no_release:
         hints.append(f"add a release: block to {', '.join(map(repr, no_release))} if they can give VRAM back")
     hints.append(f"or lower needs_vram_gb of {p.demander!r} if it needs less")
@@ -287,17 +317,29 @@ def plan_reason(p: HandoffPlan) -> Reason | None:
 
 def idle_event(r: IdleRelease) -> TimelineEvent:
     """The request entry for an idle release."""
-    return TimelineEvent(codes.VRAM_RELEASE_REQUESTED, r.tenant_id, r.message,
-                         {"tenant": r.tenant_id, "held_bytes": r.held_bytes, "idle_for_s": round(r.idle_for_s, 3),
-                          "idle_release_after_s": r.limit_s, "why": "idle"})
+    return TimelineEvent(
+        codes.VRAM_RELEASE_REQUESTED,
+        r.tenant_id,
+        r.message,
+        {
+            "tenant": r.tenant_id,
+            "held_bytes": r.held_bytes,
+            "idle_for_s": round(r.idle_for_s, 3),
+            "idle_release_after_s": r.limit_s,
+            "why": "idle",
+        },
+    )
 
 
 def request_events(p: HandoffPlan) -> tuple[TimelineEvent, ...]:
     """One request entry per tenant the plan releases, each naming the demander."""
     return tuple(
-        TimelineEvent(codes.VRAM_RELEASE_REQUESTED, t,
-                      f"asking {t!r} to release its VRAM for {p.demander!r} (short {gb(p.starvation.shortfall_bytes)})",
-                      {"tenant": t, "held_bytes": p.held_by(t), "for": p.demander, "why": "handoff"})
+        TimelineEvent(
+            codes.VRAM_RELEASE_REQUESTED,
+            t,
+            f"asking {t!r} to release its VRAM for {p.demander!r} (short {gb(p.starvation.shortfall_bytes)})",
+            {"tenant": t, "held_bytes": p.held_by(t), "for": p.demander, "why": "handoff"},
+        )
         for t in p.release
     )
 
@@ -340,7 +382,9 @@ def _plan_key(p: HandoffPlan) -> str:
     return f"{p.covers}|{','.join(p.release)}|{','.join(p.awaiting)}|{','.join(b.tenant_id for b in p.blockers)}"
 
 
-def request_over(st: TenantVramState, failed: bool, why: str, held: int, timeout_s: float, now: float) -> TenantVramState:
+def request_over(
+    st: TenantVramState, failed: bool, why: str, held: int, timeout_s: float, now: float
+) -> TenantVramState:
     """What the release worker reports of a request that brings no VRAM back: a failed one
     waits its ``timeout_s``; a handoff with nothing to send, a moment; an idle one with
     nothing to send only waits for the tenant to hold more than it does now."""
@@ -352,12 +396,19 @@ def request_over(st: TenantVramState, failed: bool, why: str, held: int, timeout
 def settled(st: TenantVramState, now: float, retry_s: float, held_after: int | None) -> TenantVramState:
     """A request is over (done, failed, or it had nothing to send): not asked again for
     ``retry_s``, and idle release waits for it to hold more than it holds now."""
-    return evolve(st, requested_at=None, held_at_request=0, why="", retry_at=now + retry_s,
-                   floor=held_after if held_after is not None else st.floor)
+    return evolve(
+        st,
+        requested_at=None,
+        held_at_request=0,
+        why="",
+        retry_at=now + retry_s,
+        floor=held_after if held_after is not None else st.floor,
+    )
 
 
-def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: int | None, now: float,
-         faulty: bool = False) -> Step:
+def step(
+    seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: int | None, now: float, faulty: bool = False
+) -> Step:
     """Track idleness, confirm or time out releases asked before, plan for starved tenants,
     and ask idle ones past their limit to release.  Tenants not running are forgotten (a
     release pending for one that exited is done: its VRAM went with it).  ``faulty``: this
@@ -370,9 +421,14 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
     running = {t.tenant_id for t in seen}
     for rid, st in prev.items():
         if st.requested_at is not None and rid not in running:
-            events.append(TimelineEvent(codes.VRAM_RELEASED, rid, f"{rid!r} exited {now - st.requested_at:.1f}s after "
-                                        "it was asked to release: its VRAM went with it",
-                                        {"tenant": rid, "duration_s": round(now - st.requested_at, 3), "exited": True}))
+            events.append(
+                TimelineEvent(
+                    codes.VRAM_RELEASED,
+                    rid,
+                    f"{rid!r} exited {now - st.requested_at:.1f}s after it was asked to release: its VRAM went with it",
+                    {"tenant": rid, "duration_s": round(now - st.requested_at, 3), "exited": True},
+                )
+            )
     for t in seen:
         st = prev.get(t.tenant_id, TenantVramState())
         idle_since = (st.idle_since if st.idle_since is not None else now) if t.busy is False else None
@@ -380,22 +436,40 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
         if st.requested_at is not None and st.held_at_request > 0:
             took = now - st.requested_at
             if t.held_bytes is not None and t.held_bytes <= st.held_at_request * RELEASED_SHARE:
-                events.append(TimelineEvent(
-                    codes.VRAM_RELEASED, t.tenant_id,
-                    f"{t.tenant_id!r} released {gb(st.held_at_request - t.held_bytes)} in {took:.2f}s ({st.why})",
-                    {"tenant": t.tenant_id, "duration_s": round(took, 3), "freed_bytes": st.held_at_request - t.held_bytes,
-                     "held_bytes": t.held_bytes, "why": st.why}))
+                events.append(
+                    TimelineEvent(
+                        codes.VRAM_RELEASED,
+                        t.tenant_id,
+                        f"{t.tenant_id!r} released {gb(st.held_at_request - t.held_bytes)} in {took:.2f}s ({st.why})",
+                        {
+                            "tenant": t.tenant_id,
+                            "duration_s": round(took, 3),
+                            "freed_bytes": st.held_at_request - t.held_bytes,
+                            "held_bytes": t.held_bytes,
+                            "why": st.why,
+                        },
+                    )
+                )
                 st = settled(st, now, 0.0, t.held_bytes)
             elif took >= t.timeout_s:
                 still = "cannot be read" if t.held_bytes is None else gb(t.held_bytes)
-                events.append(TimelineEvent(
-                    codes.VRAM_RELEASE_FAILED, t.tenant_id,
-                    f"{t.tenant_id!r} was asked to release {gb(st.held_at_request)} {took:.0f}s ago ({st.why}) and "
-                    f"still holds {still}: less than half of it came back within its timeout_s {t.timeout_s:g}",
-                    {"tenant": t.tenant_id, "held_at_request": st.held_at_request, "held_bytes": t.held_bytes,
-                     "timeout_s": t.timeout_s, "why": st.why,
-                     "remedy": "raise the release's timeout_s if its unloads wait for long requests; check that its "
-                               "release: request really unloads"}))
+                events.append(
+                    TimelineEvent(
+                        codes.VRAM_RELEASE_FAILED,
+                        t.tenant_id,
+                        f"{t.tenant_id!r} was asked to release {gb(st.held_at_request)} {took:.0f}s ago ({st.why}) and "
+                        f"still holds {still}: less than half of it came back within its timeout_s {t.timeout_s:g}",
+                        {
+                            "tenant": t.tenant_id,
+                            "held_at_request": st.held_at_request,
+                            "held_bytes": t.held_bytes,
+                            "timeout_s": t.timeout_s,
+                            "why": st.why,
+                            "remedy": "raise the release's timeout_s if its unloads wait for long requests; check that its "
+                            "release: request really unloads",
+                        },
+                    )
+                )
                 st = settled(st, now, t.timeout_s, t.held_bytes)
         states[t.tenant_id] = st
 
@@ -417,10 +491,18 @@ def step(seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: 
         return floor is None or (t.held_bytes or 0) > floor + IDLE_REGROWTH_BYTES
 
     views = [
-        TenantVram(t.tenant_id, t.priority, t.busy, t.held_bytes or 0, t.reclaimable, t.needs_bytes,
-                   states[t.tenant_id].idle_since,
-                   t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) else None,
-                   states[t.tenant_id].requested_at is not None, cooling(t))
+        TenantVram(
+            t.tenant_id,
+            t.priority,
+            t.busy,
+            t.held_bytes or 0,
+            t.reclaimable,
+            t.needs_bytes,
+            states[t.tenant_id].idle_since,
+            t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) else None,
+            states[t.tenant_id].requested_at is not None,
+            cooling(t),
+        )
         for t in seen
     ]
     by_id = {t.tenant_id: t for t in seen}

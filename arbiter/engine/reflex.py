@@ -61,8 +61,12 @@ def reflex(obs: Observation, last: Decision, policy: Policy, rule_id: str, index
 
 
 def _held_by_this_phase_alone(verdict: JobVerdict, rule_id: str, index: int) -> bool:
-    return (verdict.state == "paused" and verdict.via == "tree" and bool(verdict.reasons)
-            and all(_of_this_phase(r, rule_id, index) for r in verdict.reasons))
+    return (
+        verdict.state == "paused"
+        and verdict.via == "tree"
+        and bool(verdict.reasons)
+        and all(_of_this_phase(r, rule_id, index) for r in verdict.reasons)
+    )
 
 
 def _of_this_phase(reason: Reason, rule_id: str, index: int) -> bool:

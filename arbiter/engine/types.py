@@ -203,7 +203,6 @@ class NameTrust:
         return self.untrusted_until is not None and now < self.untrusted_until
 
 
-
 @dataclass(frozen=True)
 class DuringPolicy:
     scope: Scope = "gpu"

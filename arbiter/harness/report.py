@@ -16,15 +16,35 @@ def report(rec: dict[str, Any], live: dict[str, Any] | None = None) -> dict[str,
     spec = rs.spec
     s = summary(rs)
     return {
-        "run": spec.run_id, "sweep": spec.sweep_id, "rule": spec.rule_id, "work": spec.work, "duty": spec.duty,
-        "off": spec.off, "margin": spec.margin, "window_s": spec.window_s, "washout_s": spec.washout_s,
-        "max_hours": spec.max_hours, "status": rs.status, "verdict": rs.verdict, "why": rs.why,
-        "certifies": rs.certifies, "target": rs.target, "started": rs.started_wall, "ended": rs.ended_wall,
+        "run": spec.run_id,
+        "sweep": spec.sweep_id,
+        "rule": spec.rule_id,
+        "work": spec.work,
+        "duty": spec.duty,
+        "off": spec.off,
+        "margin": spec.margin,
+        "window_s": spec.window_s,
+        "washout_s": spec.washout_s,
+        "max_hours": spec.max_hours,
+        "status": rs.status,
+        "verdict": rs.verdict,
+        "why": rs.why,
+        "certifies": rs.certifies,
+        "target": rs.target,
+        "started": rs.started_wall,
+        "ended": rs.ended_wall,
         "passed_before": list(rs.passed),
         "blocks": [
-            {"block": b.attempt + 1, "off": b.off, "on": b.on, "d": math.log(b.on / b.off) if b.on > 0 else None,
-             "order": "on-off" if b.on_first else "off-on", "on_events": b.on_events, "off_events": b.off_events,
-             "work_duty": b.work_duty}
+            {
+                "block": b.attempt + 1,
+                "off": b.off,
+                "on": b.on,
+                "d": math.log(b.on / b.off) if b.on > 0 else None,
+                "order": "on-off" if b.on_first else "off-on",
+                "on_events": b.on_events,
+                "off_events": b.off_events,
+                "work_duty": b.work_duty,
+            }
             for b in rs.blocks
         ],
         "excluded": [{"block": e.attempt + 1, "arm": e.arm, "why": e.why, "at": e.at} for e in rs.excluded],
@@ -41,18 +61,27 @@ def text(rep: dict[str, Any]) -> str:
     lines = [
         f"run {rep['run']}: {rep['work']} work ({duty}, off = {rep['off']}) beside {rep['rule']!r}, "
         f"margin {100 * rep['margin']:g} %",
-        f"status {rep['status']}" + (f": {rep['verdict']}" if rep["verdict"] else "") + (f" ({rep['why']})" if rep["why"] else ""),
+        f"status {rep['status']}"
+        + (f": {rep['verdict']}" if rep["verdict"] else "")
+        + (f" ({rep['why']})" if rep["why"] else ""),
     ]
     live = rep.get("live") or {}
     window = live.get("window")
-    lines.append(f"blocks {len(rep['blocks'])} of {rep['target']}, {len(rep['excluded'])} left out"
-                 + (f"; now block {window['block']} {window['arm'].upper()}, {window['ends_in_s']:.0f}s left in the window"
-                    if window else ""))
+    lines.append(
+        f"blocks {len(rep['blocks'])} of {rep['target']}, {len(rep['excluded'])} left out"
+        + (
+            f"; now block {window['block']} {window['arm'].upper()}, {window['ends_in_s']:.0f}s left in the window"
+            if window
+            else ""
+        )
+    )
     a = rep.get("analysis")
     if a:
         fieller = a.get("fieller")
-        lines.append(f"R = {a['r']:.4f}, 90 % interval {a['low']:.4f}–{a['high']:.4f} (1 − margin = {1 - rep['margin']:.4f})"
-                     + (f"; Fieller {fieller[0]:.4f}–{fieller[1]:.4f}" if fieller else "; Fieller unbounded"))
+        lines.append(
+            f"R = {a['r']:.4f}, 90 % interval {a['low']:.4f}–{a['high']:.4f} (1 − margin = {1 - rep['margin']:.4f})"
+            + (f"; Fieller {fieller[0]:.4f}–{fieller[1]:.4f}" if fieller else "; Fieller unbounded")
+        )
         extra = []
         if a.get("lag1") is not None:
             extra.append(f"lag-1 autocorrelation {a['lag1']:+.2f}")
@@ -92,15 +121,24 @@ def plot_png(rep: dict[str, Any]) -> bytes:
     rates.set_xticks(xs, [str(b["block"]) for b in blocks])
     rates.set_xlabel("block")
     rates.set_ylabel(f"{rep['rule']} progress (events/s)")
-    rates.set_title(f"run {rep['run']}: {rep['status']}" + (f", {rep['verdict']}" if rep["verdict"] else ""), fontsize=10)
+    rates.set_title(
+        f"run {rep['run']}: {rep['status']}" + (f", {rep['verdict']}" if rep["verdict"] else ""), fontsize=10
+    )
     rates.legend(loc="lower right", fontsize=8)
     floor = 1 - rep["margin"]
     ratio.axhline(1.0, color="#444", linewidth=0.8)
     ratio.axhline(floor, color="#c0392b", linestyle="--", linewidth=1, label=f"1 − margin ({floor:.3f})")
     a = rep.get("analysis")
     if a:
-        ratio.errorbar([0], [a["r"]], yerr=[[a["r"] - a["low"]], [a["high"] - a["r"]]], fmt="o", color="#1f4e79",
-                       capsize=6, label="R, 90 % interval")
+        ratio.errorbar(
+            [0],
+            [a["r"]],
+            yerr=[[a["r"] - a["low"]], [a["high"] - a["r"]]],
+            fmt="o",
+            color="#1f4e79",
+            capsize=6,
+            label="R, 90 % interval",
+        )
         low = min(a["low"], floor)
         high = max(a["high"], 1.0)
         pad = (high - low) * 0.2 or 0.01

@@ -64,7 +64,9 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
         return provider.status()
 
     @app.get("/v1/explain")
-    def explain(subject: str | None = Query(default=None, description="a job id, job name or tenant (rule id)")) -> dict[str, Any]:
+    def explain(
+        subject: str | None = Query(default=None, description="a job id, job name or tenant (rule id)"),
+    ) -> dict[str, Any]:
         try:
             return provider.explain(subject)
         except LookupError as exc:
@@ -76,8 +78,11 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
     ) -> list[dict[str, Any]]:
         return provider.timeline(limit, subject, code)
 
-    @app.get("/metrics", response_class=Response,
-             responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition"}})
+    @app.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text exposition"}},
+    )
     def metrics() -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -107,8 +112,11 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
     def ab_show(run_id: str) -> dict[str, Any]:
         return ab_report(run_id)
 
-    @app.get("/v1/ab/{run_id}/plot", response_class=Response,
-             responses={200: {"content": {"image/png": {}}, "description": "each block's OFF and ON rate, and R"}})
+    @app.get(
+        "/v1/ab/{run_id}/plot",
+        response_class=Response,
+        responses={200: {"content": {"image/png": {}}, "description": "each block's OFF and ON rate, and R"}},
+    )
     def ab_plot(run_id: str) -> Response:
         try:
             return Response(provider.ab_plot(run_id), media_type="image/png")
@@ -129,4 +137,3 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
         return render_page(provider, time.time())
 
     return app
-

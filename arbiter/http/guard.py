@@ -66,8 +66,13 @@ def is_loopback_host(host_header: str | bytes | None) -> bool:
 
 async def _refuse(send: Send, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -83,8 +88,12 @@ class LoopbackHostGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not is_loopback_host(_header(scope, b"host")):
-            await _refuse(send, 403, "this listener answers only requests addressed to this machine's loopback "
-                                     "(Host: 127.0.0.1:PORT or localhost:PORT)")
+            await _refuse(
+                send,
+                403,
+                "this listener answers only requests addressed to this machine's loopback "
+                "(Host: 127.0.0.1:PORT or localhost:PORT)",
+            )
             return
         await self.app(scope, receive, send)
 
@@ -101,8 +110,12 @@ class TokenGate:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") not in OPEN_PATHS:
             if not bearer_ok(_header(scope, b"authorization"), self.token()):
-                await _refuse(send, 401, f"this listener is reachable from other hosts: {TOKEN_HINT}",
-                              ((b"www-authenticate", b"Bearer"),))
+                await _refuse(
+                    send,
+                    401,
+                    f"this listener is reachable from other hosts: {TOKEN_HINT}",
+                    ((b"www-authenticate", b"Bearer"),),
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -114,6 +127,9 @@ def warn_if_reachable(host: str, port: int) -> bool:
     log.warning(
         "HTTP listens on %s:%s, which other hosts may reach: every request but %s needs the token from "
         "$state_dir/token, and mutations are refused unless the Host header is loopback. Set http.listen "
-        "to 127.0.0.1:PORT to serve this machine only.", host, port, ", ".join(sorted(OPEN_PATHS)),
+        "to 127.0.0.1:PORT to serve this machine only.",
+        host,
+        port,
+        ", ".join(sorted(OPEN_PATHS)),
     )
     return True

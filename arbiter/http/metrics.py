@@ -21,38 +21,77 @@ class MetricDoc:
 #: every family /metrics exposes (counters without their ``_total``); docs/metrics.md lists each
 METRICS: dict[str, MetricDoc] = {
     "arbiter_info": MetricDoc("gauge", ("version", "gpu_jobs"), "Always 1; the version and the gpu_jobs setting."),
-    "arbiter_gpu_budget_ratio": MetricDoc("gauge", (), "The node's GPU budget for cooperative jobs (the lowest over rules; 0 while taken back)."),
-    "arbiter_gpu_budget_ceiling_ratio": MetricDoc("gauge", (), "The lowest ceiling (certified duty) over the rules whose governor runs."),
+    "arbiter_gpu_budget_ratio": MetricDoc(
+        "gauge", (), "The node's GPU budget for cooperative jobs (the lowest over rules; 0 while taken back)."
+    ),
+    "arbiter_gpu_budget_ceiling_ratio": MetricDoc(
+        "gauge", (), "The lowest ceiling (certified duty) over the rules whose governor runs."
+    ),
     "arbiter_rule_budget_ratio": MetricDoc("gauge", ("rule",), "The budget the rule's governor allows now."),
     "arbiter_rule_ceiling_ratio": MetricDoc("gauge", ("rule",), "The rule's ceiling, from its certificate."),
-    "arbiter_rule_governor_state": MetricDoc("gauge", ("rule", "state"), "1 for the governor's state: baseline, running, taken back or off."),
+    "arbiter_rule_governor_state": MetricDoc(
+        "gauge", ("rule", "state"), "1 for the governor's state: baseline, running, taken back or off."
+    ),
     "arbiter_rule_pressure_ratio": MetricDoc("gauge", ("rule",), "1 - rate/baseline at the governor's last decision."),
-    "arbiter_rule_baseline_progress_per_second": MetricDoc("gauge", ("rule",), "The progress rate measured with GPU work held."),
-    "arbiter_rule_progress_per_second": MetricDoc("gauge", ("rule",), "The progress rate the rule's progress source reads now."),
+    "arbiter_rule_baseline_progress_per_second": MetricDoc(
+        "gauge", ("rule",), "The progress rate measured with GPU work held."
+    ),
+    "arbiter_rule_progress_per_second": MetricDoc(
+        "gauge", ("rule",), "The progress rate the rule's progress source reads now."
+    ),
     "arbiter_rule_running": MetricDoc("gauge", ("rule",), "1 while the rule's program runs."),
     "arbiter_rule_using_gpu": MetricDoc("gauge", ("rule",), "1 while the rule's program counts as using the GPU."),
-    "arbiter_rule_gpu_share_ratio": MetricDoc("gauge", ("rule",), "The program's share of GPU time over the last tick (absent when unreadable)."),
+    "arbiter_rule_gpu_share_ratio": MetricDoc(
+        "gauge", ("rule",), "The program's share of GPU time over the last tick (absent when unreadable)."
+    ),
     "arbiter_rule_holds": MetricDoc("gauge", ("rule",), "How many reasons the rule holds GPU work back for now."),
-    "arbiter_source_readable": MetricDoc("gauge", ("rule", "slot", "kind"), "1 while the source reads; 0 counts against fleet work."),
-    "arbiter_source_latency_seconds": MetricDoc("histogram", ("rule", "slot", "kind"), "From a source seeing a change to the decision it caused."),
+    "arbiter_source_readable": MetricDoc(
+        "gauge", ("rule", "slot", "kind"), "1 while the source reads; 0 counts against fleet work."
+    ),
+    "arbiter_source_latency_seconds": MetricDoc(
+        "histogram", ("rule", "slot", "kind"), "From a source seeing a change to the decision it caused."
+    ),
     "arbiter_job_duty_asked_ratio": MetricDoc("gauge", ("job_id", "job_name"), "The GPU duty the job is told to hold."),
-    "arbiter_job_duty_measured_ratio": MetricDoc("gauge", ("job_id", "job_name"), "The job's share of GPU time as the reader measures it."),
-    "arbiter_job_state": MetricDoc("gauge", ("job_id", "job_name", "state"), "1 for the job's state (run, held, paused, stopping...)."),
-    "arbiter_tenant_vram_bytes": MetricDoc("gauge", ("rule",), "VRAM the rule's program holds (absent when unreadable)."),
+    "arbiter_job_duty_measured_ratio": MetricDoc(
+        "gauge", ("job_id", "job_name"), "The job's share of GPU time as the reader measures it."
+    ),
+    "arbiter_job_state": MetricDoc(
+        "gauge", ("job_id", "job_name", "state"), "1 for the job's state (run, held, paused, stopping...)."
+    ),
+    "arbiter_tenant_vram_bytes": MetricDoc(
+        "gauge", ("rule",), "VRAM the rule's program holds (absent when unreadable)."
+    ),
     "arbiter_vram_total_bytes": MetricDoc("gauge", (), "The device's VRAM."),
     "arbiter_vram_free_bytes": MetricDoc("gauge", (), "The device's free VRAM."),
     "arbiter_vram_jobs_bytes": MetricDoc("gauge", (), "VRAM held by fleet jobs' processes."),
     "arbiter_vram_unmanaged_bytes": MetricDoc("gauge", (), "VRAM in use that no rule or job claims."),
-    "arbiter_gpu_reader_up": MetricDoc("gauge", ("reader",), "1 while a reader reads per-process GPU time; 0 (reader \"none\") when none can."),
-    "arbiter_gpu_api_usable": MetricDoc("gauge", ("api", "scope"), "1 for each GPU API the probes found usable, on the host or in containers."),
-    "arbiter_timeline_events": MetricDoc("counter", ("code",), "Timeline events recorded since the daemon started, by code."),
+    "arbiter_gpu_reader_up": MetricDoc(
+        "gauge", ("reader",), '1 while a reader reads per-process GPU time; 0 (reader "none") when none can.'
+    ),
+    "arbiter_gpu_api_usable": MetricDoc(
+        "gauge", ("api", "scope"), "1 for each GPU API the probes found usable, on the host or in containers."
+    ),
+    "arbiter_timeline_events": MetricDoc(
+        "counter", ("code",), "Timeline events recorded since the daemon started, by code."
+    ),
     "arbiter_ticks": MetricDoc("counter", (), "Ticks (process scans and readings) since start."),
-    "arbiter_tick_cpu_seconds": MetricDoc("counter", (), "CPU time of the tick thread and of the plugin calls it made, their child workers' included (not the source watchers')."),
+    "arbiter_tick_cpu_seconds": MetricDoc(
+        "counter",
+        (),
+        "CPU time of the tick thread and of the plugin calls it made, their child workers' included (not the source watchers').",
+    ),
     "arbiter_decisions": MetricDoc("counter", (), "Decisions taken since start."),
-    "arbiter_decision_cpu_seconds": MetricDoc("counter", (), "CPU time of the decision thread and of the plugin calls it made."),
-    "arbiter_redecisions": MetricDoc("counter", (), "Decisions made again because a phase changed, and was acted on at "
-                                                    "once, while they were being made."),
-    "arbiter_recording_failures": MetricDoc("counter", (), "Batches the state store could not write (disk full or read-only)."),
+    "arbiter_decision_cpu_seconds": MetricDoc(
+        "counter", (), "CPU time of the decision thread and of the plugin calls it made."
+    ),
+    "arbiter_redecisions": MetricDoc(
+        "counter",
+        (),
+        "Decisions made again because a phase changed, and was acted on at once, while they were being made.",
+    ),
+    "arbiter_recording_failures": MetricDoc(
+        "counter", (), "Batches the state store could not write (disk full or read-only)."
+    ),
 }
 
 
@@ -66,7 +105,9 @@ class _Families:
     def __call__(self, name: str) -> Any:
         if name not in self.made:
             doc = METRICS[name]
-            cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}[doc.kind]
+            cls = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily, "histogram": HistogramMetricFamily}[
+                doc.kind
+            ]
             self.made[name] = cls(name, doc.help, labels=list(doc.labels))
         return self.made[name]
 

@@ -28,8 +28,14 @@ AB_RECENT = 5
 BUDGET_WINDOW_S = 1800.0
 BUDGET_EVENTS_PER_CODE = 200
 # the steps of a rule's governor; each event's data says the budget and ceiling after it
-GOVERNOR_CODES = (codes.GPU_DUTY_START, codes.GPU_DUTY_BASELINE, codes.GPU_DUTY_GROW, codes.GPU_DUTY_HALVE,
-                  codes.GPU_DUTY_TAKE_BACK, codes.GPU_DUTY_CLAMP)
+GOVERNOR_CODES = (
+    codes.GPU_DUTY_START,
+    codes.GPU_DUTY_BASELINE,
+    codes.GPU_DUTY_GROW,
+    codes.GPU_DUTY_HALVE,
+    codes.GPU_DUTY_TAKE_BACK,
+    codes.GPU_DUTY_CLAMP,
+)
 PALETTE = ("#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#0a7ea4")
 STATE_CLASS = {"run": "ok", "held": "warn", "paused": "warn", "stopping": "bad"}
 
@@ -63,7 +69,9 @@ def _reasons(reasons: Iterable[Mapping[str, Any]]) -> str:
     out = []
     for r in reasons:
         remedy = f"<div class='remedy'>→ {_e(r['remedy'])}</div>" if r.get("remedy") else ""
-        out.append(f"<div class='reason'><span class='code'>{_e(r.get('code'))}</span> {_e(r.get('message'))}{remedy}</div>")
+        out.append(
+            f"<div class='reason'><span class='code'>{_e(r.get('code'))}</span> {_e(r.get('message'))}{remedy}</div>"
+        )
     return "".join(out) or "<span class='muted'>-</span>"
 
 
@@ -77,6 +85,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], empty: str, cls: 
 
 
 # --- the node ---------------------------------------------------------------------------------
+
 
 def node_section(s: Mapping[str, Any]) -> str:
     reader = s.get("reader") or {}
@@ -96,25 +105,32 @@ def node_section(s: Mapping[str, Any]) -> str:
     lines = ["<p class='facts'>" + "".join(f"<span>{f}</span>" for f in facts) + "</p>"]
     vram = s.get("vram") or {}
     if vram.get("total_bytes") is not None:
-        lines.append(f"<p>VRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "
-                     f"{_gb(vram.get('jobs_bytes'))}; unmanaged (no rule claims it) {_gb(vram.get('unmanaged_bytes'))}</p>")
+        lines.append(
+            f"<p>VRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "
+            f"{_gb(vram.get('jobs_bytes'))}; unmanaged (no rule claims it) {_gb(vram.get('unmanaged_bytes'))}</p>"
+        )
     else:
         lines.append("<p class='muted'>VRAM: not read on this node</p>")
     fp = s.get("fast_path") or {}
     if fp.get("count"):
-        lines.append(f"<p>fast path: {_e(fp['count'])} phase changes, p50 {_e(fp.get('p50_ms'))} ms, "
-                     f"p99 {_e(fp.get('p99_ms'))} ms</p>")
+        lines.append(
+            f"<p>fast path: {_e(fp['count'])} phase changes, p50 {_e(fp.get('p50_ms'))} ms, "
+            f"p99 {_e(fp.get('p99_ms'))} ms</p>"
+        )
     for notice in s.get("notices") or []:
         lines.append(f"<div class='notice'>{_reasons([notice])}</div>")
     for file, problems in (s.get("problems") or {}).items():
         lines.append(f"<div class='notice'><b>{_e(file)}</b>: {_e(problems[0] if problems else '')}</div>")
     recorder = s.get("recorder") or {}
     if recorder.get("failures"):
-        lines.append(f"<div class='notice'>recording failed {_e(recorder['failures'])}x: {_e(recorder.get('last_error'))}</div>")
+        lines.append(
+            f"<div class='notice'>recording failed {_e(recorder['failures'])}x: {_e(recorder.get('last_error'))}</div>"
+        )
     return "".join(lines)
 
 
 # --- jobs and tenants -------------------------------------------------------------------------
+
 
 def jobs_section(jobs: Sequence[Mapping[str, Any]], duty_jobs: Sequence[Mapping[str, Any]]) -> str:
     duty_of = {j.get("id"): j for j in duty_jobs}
@@ -124,21 +140,31 @@ def jobs_section(jobs: Sequence[Mapping[str, Any]], duty_jobs: Sequence[Mapping[
         via = f" ({_e(j['via'])})" if j.get("via") else ""
         d = duty_of.get(j.get("id"), {})
         measured = d.get("measured", j.get("measured_busy"))
-        duty = f"{float(j.get('duty') or 0):.2f}" + ("" if measured is None else f" <span class='muted'>measured {float(measured):.2f}</span>")
+        duty = f"{float(j.get('duty') or 0):.2f}" + (
+            "" if measured is None else f" <span class='muted'>measured {float(measured):.2f}</span>"
+        )
         if d.get("state"):
             duty += f"<br><span class='muted'>{_e(d['state'])}</span>"
-        name = f"<br><span class='muted'>{_e(j['name'])}</span>" if j.get("name") and j.get("name") != j.get("id") else ""
+        name = (
+            f"<br><span class='muted'>{_e(j['name'])}</span>" if j.get("name") and j.get("name") != j.get("id") else ""
+        )
         pids = [str(p) for p in j.get("pids") or []]
-        rows.append([
-            f"<span class='code'>{_e(j.get('id'))}</span>{name}",
-            f"<span class='state {STATE_CLASS.get(state, '')}'>{_e(state)}</span>{via}",
-            duty,
-            _e(j.get("use", "")),
-            _e(" ".join(pids[:6]) + (" …" if len(pids) > 6 else "")),
-            _reasons(j.get("reasons") or []),
-        ])
-    return _table(("job", "state", "duty", "gpu", "pids", "why"), rows,
-                  "no jobs are registered; start one with `arbiter job run -- CMD`", cls="jobs")
+        rows.append(
+            [
+                f"<span class='code'>{_e(j.get('id'))}</span>{name}",
+                f"<span class='state {STATE_CLASS.get(state, '')}'>{_e(state)}</span>{via}",
+                duty,
+                _e(j.get("use", "")),
+                _e(" ".join(pids[:6]) + (" …" if len(pids) > 6 else "")),
+                _reasons(j.get("reasons") or []),
+            ]
+        )
+    return _table(
+        ("job", "state", "duty", "gpu", "pids", "why"),
+        rows,
+        "no jobs are registered; start one with `arbiter job run -- CMD`",
+        cls="jobs",
+    )
 
 
 def _share(r: Mapping[str, Any]) -> str:
@@ -171,22 +197,29 @@ def tenants_section(rules: Sequence[Mapping[str, Any]]) -> str:
                 what = "needs a session helper" if src.get("needs_helper") else "cannot be read"
                 extra += f"<div class='bad'>source {_e(src.get('slot'))} ({_e(src.get('kind'))}) {what}: {_e(src.get('why'))}</div>"
         holds = [*(r.get("holds") or []), *(r.get("notes") or [])]
-        rows.append([
-            f"<span class='code'>{_e(r.get('id'))}</span>",
-            _e(r.get("priority", "")),
-            "yes" if r.get("protected") else "no",
-            _e(running),
-            _share(r),
-            _e(using),
-            _vram(r),
-            _e(", ".join(r.get("phases") or []) or "-"),
-            (_reasons(holds) if holds else "<span class='muted'>-</span>") + extra,
-        ])
-    return _table(("tenant", "prio", "protected", "running", "GPU", "uses GPU", "VRAM", "phases", "holds"), rows,
-                  "no tenant rules are loaded", cls="tenants")
+        rows.append(
+            [
+                f"<span class='code'>{_e(r.get('id'))}</span>",
+                _e(r.get("priority", "")),
+                "yes" if r.get("protected") else "no",
+                _e(running),
+                _share(r),
+                _e(using),
+                _vram(r),
+                _e(", ".join(r.get("phases") or []) or "-"),
+                (_reasons(holds) if holds else "<span class='muted'>-</span>") + extra,
+            ]
+        )
+    return _table(
+        ("tenant", "prio", "protected", "running", "GPU", "uses GPU", "VRAM", "phases", "holds"),
+        rows,
+        "no tenant rules are loaded",
+        cls="tenants",
+    )
 
 
 # --- the budget over time ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BudgetPoint:
@@ -208,14 +241,24 @@ def budget_history(events: Iterable[Mapping[str, Any]]) -> dict[str, list[Budget
         rule = str(data.get("rule") or e.get("subject") or "")
         ceiling = data.get("ceiling")
         series.setdefault(rule, []).append(
-            BudgetPoint(float(t), float(budget), float(ceiling) if isinstance(ceiling, (int, float)) else None, str(e.get("code", ""))))
+            BudgetPoint(
+                float(t),
+                float(budget),
+                float(ceiling) if isinstance(ceiling, (int, float)) else None,
+                str(e.get("code", "")),
+            )
+        )
     for points in series.values():
         points.sort(key=lambda p: p.t)
     return series
 
 
-def budget_chart(series: Mapping[str, Sequence[BudgetPoint]], current: Mapping[str, float], now: float,
-                 window_s: float = BUDGET_WINDOW_S) -> str:
+def budget_chart(
+    series: Mapping[str, Sequence[BudgetPoint]],
+    current: Mapping[str, float],
+    now: float,
+    window_s: float = BUDGET_WINDOW_S,
+) -> str:
     """An inline SVG step chart of each rule's budget (solid) and ceiling (dashed) over the
     last ``window_s`` up to ``now``; ``current`` is each rule's budget now, which carries the
     line to the right edge."""
@@ -231,16 +274,22 @@ def budget_chart(series: Mapping[str, Sequence[BudgetPoint]], current: Mapping[s
     def y(v: float) -> float:
         return round(top + ph * (1 - min(max(v, 0.0), 1.0)), 1)
 
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' class='budget' viewBox='0 0 {width} {height}' "
-             f"width='{width}' height='{height}' role='img' aria-label='budget over time'>"]
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' class='budget' viewBox='0 0 {width} {height}' "
+        f"width='{width}' height='{height}' role='img' aria-label='budget over time'>"
+    ]
     for v in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(f"<line x1='{left}' x2='{width - right}' y1='{y(v)}' y2='{y(v)}' stroke='#eaeef2'/>"
-                     f"<text x='{left - 6}' y='{y(v) + 4}' text-anchor='end' font-size='11' fill='#656d76'>{v:g}</text>")
+        parts.append(
+            f"<line x1='{left}' x2='{width - right}' y1='{y(v)}' y2='{y(v)}' stroke='#eaeef2'/>"
+            f"<text x='{left - 6}' y='{y(v) + 4}' text-anchor='end' font-size='11' fill='#656d76'>{v:g}</text>"
+        )
     for frac in (0.0, 0.5, 1.0):
         t = t0 + span * frac
         label = "now" if frac == 1.0 else _clock(t)
         anchor = {0.0: "start", 0.5: "middle", 1.0: "end"}[frac]
-        parts.append(f"<text x='{x(t)}' y='{height - 8}' text-anchor='{anchor}' font-size='11' fill='#656d76'>{_e(label)}</text>")
+        parts.append(
+            f"<text x='{x(t)}' y='{height - 8}' text-anchor='{anchor}' font-size='11' fill='#656d76'>{_e(label)}</text>"
+        )
     legend = []
     for i, (rule, points) in enumerate(sorted(series.items())):
         color = PALETTE[i % len(PALETTE)]
@@ -266,20 +315,30 @@ def budget_chart(series: Mapping[str, Sequence[BudgetPoint]], current: Mapping[s
         if shown[-1].ceiling is not None:
             ceil_steps.append(f"{x(now)},{y(shown[-1].ceiling)}")
         if len(ceil_steps) > 1:
-            parts.append(f"<polyline class='ceiling' data-rule='{_e(rule)}' points='{' '.join(ceil_steps)}' fill='none' "
-                         f"stroke='{color}' stroke-width='1' stroke-dasharray='4 3' opacity='0.6'/>")
-        parts.append(f"<polyline class='budget-line' data-rule='{_e(rule)}' points='{' '.join(steps)}' fill='none' "
-                     f"stroke='{color}' stroke-width='2'/>")
+            parts.append(
+                f"<polyline class='ceiling' data-rule='{_e(rule)}' points='{' '.join(ceil_steps)}' fill='none' "
+                f"stroke='{color}' stroke-width='1' stroke-dasharray='4 3' opacity='0.6'/>"
+            )
+        parts.append(
+            f"<polyline class='budget-line' data-rule='{_e(rule)}' points='{' '.join(steps)}' fill='none' "
+            f"stroke='{color}' stroke-width='2'/>"
+        )
         for p in shown:
-            parts.append(f"<circle class='budget-point' data-rule='{_e(rule)}' data-budget='{p.budget:g}' cx='{x(p.t)}' "
-                         f"cy='{y(p.budget)}' r='3' fill='{color}'><title>{_e(rule)} {_e(p.code)}: budget {p.budget:.2f}"
-                         f" at {_clock(p.t)}</title></circle>")
+            parts.append(
+                f"<circle class='budget-point' data-rule='{_e(rule)}' data-budget='{p.budget:g}' cx='{x(p.t)}' "
+                f"cy='{y(p.budget)}' r='3' fill='{color}'><title>{_e(rule)} {_e(p.code)}: budget {p.budget:.2f}"
+                f" at {_clock(p.t)}</title></circle>"
+            )
         legend.append(f"<span style='color:{color}'>■</span> {_e(rule)} (now {end:.2f})")
     if not legend:
-        parts.append(f"<text x='{left + pw / 2}' y='{top + ph / 2}' text-anchor='middle' font-size='13' fill='#656d76'>"
-                     "no governor step in this window</text>")
+        parts.append(
+            f"<text x='{left + pw / 2}' y='{top + ph / 2}' text-anchor='middle' font-size='13' fill='#656d76'>"
+            "no governor step in this window</text>"
+        )
     parts.append("</svg>")
-    key = " &nbsp; ".join(legend) + (" &nbsp; <span class='muted'>dashed: the certificate ceiling</span>" if legend else "")
+    key = " &nbsp; ".join(legend) + (
+        " &nbsp; <span class='muted'>dashed: the certificate ceiling</span>" if legend else ""
+    )
     return "".join(parts) + f"<div class='muted'>{key}</div>"
 
 
@@ -290,31 +349,42 @@ def budget_section(duty: Mapping[str, Any], events: Iterable[Mapping[str, Any]],
     rows = []
     for r in rules:
         left = f" ({float(r['take_back_left_s']):.0f}s left)" if r.get("take_back_left_s") else ""
-        rows.append([
-            f"<span class='code'>{_e(r.get('rule'))}</span>", _e(f"{r.get('state', '')}{left}"),
-            _e(f"{float(r.get('budget') or 0):.2f}"), _e(f"{float(r.get('ceiling') or 0):.2f}"),
-            _e("-" if r.get("baseline") is None else f"{float(r['baseline']):.3g}"),
-            _e("-" if r.get("pressure") is None else f"{100 * float(r['pressure']):.1f}%"),
-        ])
+        rows.append(
+            [
+                f"<span class='code'>{_e(r.get('rule'))}</span>",
+                _e(f"{r.get('state', '')}{left}"),
+                _e(f"{float(r.get('budget') or 0):.2f}"),
+                _e(f"{float(r.get('ceiling') or 0):.2f}"),
+                _e("-" if r.get("baseline") is None else f"{float(r['baseline']):.3g}"),
+                _e("-" if r.get("pressure") is None else f"{100 * float(r['pressure']):.1f}%"),
+            ]
+        )
     if rows:
-        out.append(_table(("rule", "state", "budget", "ceiling", "baseline/s", "last pressure"), rows, "", cls="governors"))
+        out.append(
+            _table(("rule", "state", "budget", "ceiling", "baseline/s", "last pressure"), rows, "", cls="governors")
+        )
     return "".join(out)
 
 
 # --- timeline and A/B runs --------------------------------------------------------------------
+
 
 def timeline_section(events: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for e in sorted(events, key=lambda e: e.get("t") or 0.0, reverse=True)[:TIMELINE_ROWS]:
         t = e.get("t")
         stamp = _clock(t) + (f".{int(t * 1000) % 1000:03d}" if isinstance(t, (int, float)) else "")
-        rows.append([_e(stamp), f"<span class='code'>{_e(e.get('code'))}</span>", _e(e.get("subject")), _e(e.get("message"))])
+        rows.append(
+            [_e(stamp), f"<span class='code'>{_e(e.get('code'))}</span>", _e(e.get("subject")), _e(e.get("message"))]
+        )
     return _table(("time", "code", "subject", "message"), rows, "nothing recorded yet", cls="timeline")
 
 
 def ab_section(runs: Sequence[Mapping[str, Any]]) -> str:
     open_runs = [r for r in runs if r.get("status") == "running"]
-    done = sorted((r for r in runs if r.get("status") != "running"), key=lambda r: r.get("started") or 0.0, reverse=True)
+    done = sorted(
+        (r for r in runs if r.get("status") != "running"), key=lambda r: r.get("started") or 0.0, reverse=True
+    )
     shown = [*open_runs, *done[:AB_RECENT]]
     if not shown:
         return "<p class='muted'>no A/B run yet; `arbiter ab run --rule RULE` measures what GPU work costs a tenant</p>"
@@ -323,7 +393,9 @@ def ab_section(runs: Sequence[Mapping[str, Any]]) -> str:
         run = str(r.get("run", ""))
         verdict = f": {_e(r['verdict'])}" if r.get("verdict") else ""
         why = f" <span class='muted'>({_e(r['why'])})</span>" if r.get("why") else ""
-        blocks = f"blocks {_e(r.get('blocks_done', 0))} of {_e(r.get('target', '?'))}, {_e(r.get('excluded', 0))} left out"
+        blocks = (
+            f"blocks {_e(r.get('blocks_done', 0))} of {_e(r.get('target', '?'))}, {_e(r.get('excluded', 0))} left out"
+        )
         duty = "as it runs" if r.get("duty") is None else f"duty {_e(r['duty'])}"
         out.append(
             f"<div class='ab' data-run='{_e(run)}'><div><span class='code'>{_e(run)}</span> "
@@ -335,6 +407,7 @@ def ab_section(runs: Sequence[Mapping[str, Any]]) -> str:
 
 
 # --- the page ---------------------------------------------------------------------------------
+
 
 def governor_events(provider: Provider) -> list[dict[str, Any]]:
     """The governor's recent steps: asked per code, so other events cannot crowd them out."""
@@ -355,8 +428,10 @@ def render_page(provider: Provider, now: float) -> str:
         ("Timeline", timeline_section(provider.timeline(TIMELINE_ROWS, None, None))),
         ("A/B runs", ab_section(provider.ab_runs())),
     ]
-    body = "".join(f"<section id='{_e(title.split()[0].lower().replace('/', ''))}'><h2>{_e(title)}</h2>{html}</section>"
-                   for title, html in sections)
+    body = "".join(
+        f"<section id='{_e(title.split()[0].lower().replace('/', ''))}'><h2>{_e(title)}</h2>{html}</section>"
+        for title, html in sections
+    )
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='refresh' content='{REFRESH_S}'><meta name='viewport' content='width=device-width'>"

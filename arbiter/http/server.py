@@ -45,8 +45,14 @@ class DaemonProvider:
 
     def metrics(self) -> dict[str, Any]:
         d = self.daemon
-        return {"status": status_view(d), "duty": duty_view(d), "gpu_apis": d.prober.answer,
-                "events": dict(d.recorder.counts), "latency": d.sources.histograms(), "costs": dict(d.costs)}
+        return {
+            "status": status_view(d),
+            "duty": duty_view(d),
+            "gpu_apis": d.prober.answer,
+            "events": dict(d.recorder.counts),
+            "latency": d.sources.histograms(),
+            "costs": dict(d.costs),
+        }
 
     def ab_runs(self) -> list[dict[str, Any]]:
         from arbiter.daemon.abruns import status
@@ -74,8 +80,13 @@ class DaemonProvider:
         cached = self._plots.get(run_id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        done = subprocess.run([sys.executable, "-m", "arbiter.harness.report"], input=json.dumps(rep).encode(),
-                              capture_output=True, timeout=PLOT_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "arbiter.harness.report"],
+            input=json.dumps(rep).encode(),
+            capture_output=True,
+            timeout=PLOT_TIMEOUT_S,
+            check=False,
+        )
         if done.returncode != 0:
             raise LookupError(f"the plot could not be drawn: {done.stderr.decode(errors='replace')[-300:]}")
         self._plots[run_id] = (key, done.stdout)

@@ -148,8 +148,14 @@ class Duty:
         span = now - self._window_start
         if not self.events or (span < METRIC_EVERY_S and not force) or span <= 0:
             return
-        append_event(self.events, "metric", name="gpu_duty", busy=round(self._window_busy / span, 4),
-                     duty=self._duty, device=self.device)
+        append_event(
+            self.events,
+            "metric",
+            name="gpu_duty",
+            busy=round(self._window_busy / span, 4),
+            duty=self._duty,
+            device=self.device,
+        )
         self._window_start, self._window_busy = now, 0.0
 
     def close(self) -> None:

@@ -27,15 +27,49 @@ def _load() -> ModuleType:
 
 def test_a_small_load_runs_and_prints_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
     bench = _load()
-    rc = bench.main(["--processes", "50", "--rules", "5", "--jobs", "3", "--lines", "500", "--seconds", "6",
-                     "--changes", "6", "--tick", "0.25"])
+    rc = bench.main(
+        [
+            "--processes",
+            "50",
+            "--rules",
+            "5",
+            "--jobs",
+            "3",
+            "--lines",
+            "500",
+            "--seconds",
+            "6",
+            "--changes",
+            "6",
+            "--tick",
+            "0.25",
+        ]
+    )
     out = capsys.readouterr().out
     print(out)
     assert rc == 0
-    assert re.search(r"load: \d+ processes on the host, 7 rules, 4 jobs", out), out  # 5 + the two measured rules; 3 + the probe
-    for figure in ("tick CPU per tick", "goal < 50 ms", "daemon RSS", "goal < 100 MiB", "JSONL writer", "counted rate",
-                   "lag", "fast path, write -> job stopped/continued: bare p50", "under load p50", "goal: unchanged (within", "fast path, the daemon's part",
-                   "95 % bootstrap interval", "the floor", "more signals after each", "all four samples resampled", "plugin failures", "fast-path thread decide: "):
+    assert re.search(r"load: \d+ processes on the host, 7 rules, 4 jobs", out), (
+        out
+    )  # 5 + the two measured rules; 3 + the probe
+    for figure in (
+        "tick CPU per tick",
+        "goal < 50 ms",
+        "daemon RSS",
+        "goal < 100 MiB",
+        "JSONL writer",
+        "counted rate",
+        "lag",
+        "fast path, write -> job stopped/continued: bare p50",
+        "under load p50",
+        "goal: unchanged (within",
+        "fast path, the daemon's part",
+        "95 % bootstrap interval",
+        "the floor",
+        "more signals after each",
+        "all four samples resampled",
+        "plugin failures",
+        "fast-path thread decide: ",
+    ):
         assert figure in out, f"{figure!r} not printed"
     written = float(re.search(r"JSONL writer: (\d+) lines/s", out).group(1))  # type: ignore[union-attr]
     counted = float(re.search(r"counted rate .*?: mean (\d+) lines/s", out).group(1))  # type: ignore[union-attr]

@@ -50,8 +50,16 @@ class FakeFs:
         return self.entries[self._resolve_parents(path)][4]
 
 
-def tree(file_owner: int = 0, file_mode: int = 0o644, file_link: bool = False, nlink: int = 1,
-         dir_owner: int = 0, dir_mode: int = 0o755, dir_link: bool = False, link_owner: int = 0) -> FakeFs:
+def tree(
+    file_owner: int = 0,
+    file_mode: int = 0o644,
+    file_link: bool = False,
+    nlink: int = 1,
+    dir_owner: int = 0,
+    dir_mode: int = 0o755,
+    dir_link: bool = False,
+    link_owner: int = 0,
+) -> FakeFs:
     """/etc/arbiter/tenants.d/r.yaml, with the options under test on the file or on tenants.d."""
     fs = FakeFs()
     fs.add("/", stat.S_IFDIR, 0o755)
@@ -66,7 +74,13 @@ def tree(file_owner: int = 0, file_mode: int = 0o644, file_link: bool = False, n
         fs.add("/etc/arbiter/tenants.d", stat.S_IFDIR, dir_mode, dir_owner)
         real = "/etc/arbiter/tenants.d/r.yaml"
     if file_link:
-        fs.add("/etc/arbiter/tenants.d/r.yaml" if not dir_link else real, stat.S_IFLNK, 0o777, file_owner, target="/srv/x.yaml")
+        fs.add(
+            "/etc/arbiter/tenants.d/r.yaml" if not dir_link else real,
+            stat.S_IFLNK,
+            0o777,
+            file_owner,
+            target="/srv/x.yaml",
+        )
     else:
         fs.add(real, stat.S_IFREG, file_mode, file_owner, nlink)
     return fs
@@ -99,7 +113,11 @@ def test_the_file_matrix(owner: int, mode: int, link: bool, nlink: int) -> None:
 
 @pytest.mark.parametrize(
     ("owner", "mode", "link", "link_owner"),
-    [(o, m, link, lo) for o, m, link, lo in itertools.product(OWNERS, MODES, (False, True), (0, OTHER)) if link or lo == 0],
+    [
+        (o, m, link, lo)
+        for o, m, link, lo in itertools.product(OWNERS, MODES, (False, True), (0, OTHER))
+        if link or lo == 0
+    ],
 )
 def test_the_folder_matrix(owner: int, mode: int, link: bool, link_owner: int) -> None:
     mode_dir = mode if mode != 0o644 else 0o755

@@ -78,17 +78,25 @@ def test_a_field_added_later_to_the_base_reaches_an_extension_written_earlier(ho
     # the extension's own changes still hold, and the release it touched merged key by key
     release = after.release.options()
     assert after.priority == 70 and release["timeout_s"] == 5
-    assert release["per_model"] is True and release["body"] == {"keep_alive": 0} and release["url"].endswith("/api/generate")
+    assert (
+        release["per_model"] is True
+        and release["body"] == {"keep_alive": 0}
+        and release["url"].endswith("/api/generate")
+    )
 
 
 def test_mappings_merge_and_everything_else_replaces(host, shipped) -> None:
-    write(shipped, "zz-local.yaml", (
-        "extends: llm-server\n"
-        "match:\n  name: [my-llm]\n"           # a list replaces the base's list
-        "release: null\n"                      # null takes a block away: never reclaimed
-        "busy:\n  kind: vram\n  above_gb: 2\n"  # another kind replaces the block whole
-        "notes: mine\n"
-    ))
+    write(
+        shipped,
+        "zz-local.yaml",
+        (
+            "extends: llm-server\n"
+            "match:\n  name: [my-llm]\n"  # a list replaces the base's list
+            "release: null\n"  # null takes a block away: never reclaimed
+            "busy:\n  kind: vram\n  above_gb: 2\n"  # another kind replaces the block whole
+            "notes: mine\n"
+        ),
+    )
     ruleset = check(host, shipped)
     assert not ruleset.problems, problems(ruleset)
     rule = ruleset.rules["llm-server"]
@@ -209,7 +217,9 @@ def test_schema_shows_extends() -> None:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "arbiter", *args], check=False, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "arbiter", *args], check=False, capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
 
 
 def test_arbiter_check_finds_a_single_files_base_in_the_tenants_dirs(tmp_path, shipped) -> None:
@@ -225,7 +235,13 @@ def test_arbiter_check_finds_a_single_files_base_in_the_tenants_dirs(tmp_path, s
 
 def rulebook(folder: Path, records: list[tuple[str, str, str]], host) -> RuleBook:
     config = NodeConfig(tenants_dirs=[str(folder)], state_dir=str(folder.parent / "state"))
-    return RuleBook(config, host, None, lambda rid, index, state: None, lambda code, subject, msg, data: records.append((code, subject, msg)))
+    return RuleBook(
+        config,
+        host,
+        None,
+        lambda rid, index, state: None,
+        lambda code, subject, msg, data: records.append((code, subject, msg)),
+    )
 
 
 def test_the_daemon_loads_the_merged_rule_and_keeps_the_last_good_one(host, tmp_path) -> None:

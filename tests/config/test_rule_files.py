@@ -74,7 +74,10 @@ def test_unknown_kind_lists_known_ones(host) -> None:
 
 def test_source_options_errors_point_into_the_list(host) -> None:
     with pytest.raises(ConfigError) as err:
-        parse(host, GOOD.replace("field: state.phase, on: [uploading]", "field: state.phase, on: [uploading], colour: red"))
+        parse(
+            host,
+            GOOD.replace("field: state.phase, on: [uploading]", "field: state.phase, on: [uploading], colour: red"),
+        )
     assert [p.field for p in err.value.problems] == ["during.0.source.colour"]
     assert err.value.problems[0].line == 12
 
@@ -94,7 +97,9 @@ def test_duplicate_ids_across_files(tmp_path, host) -> None:
 
 
 def test_shipped_rule_files_and_examples_are_valid(host) -> None:
-    ruleset = check_paths([ROOT / "tenants.d", ROOT / "examples" / "demo" / "tenants.d"], host.options_model, host.kind_names)
+    ruleset = check_paths(
+        [ROOT / "tenants.d", ROOT / "examples" / "demo" / "tenants.d"], host.options_model, host.kind_names
+    )
     assert not ruleset.problems
     assert {"llm-server", "diffusion-server", "desktop-compositor", "standin-trainer"} <= set(ruleset.rules)
 
@@ -102,15 +107,17 @@ def test_shipped_rule_files_and_examples_are_valid(host) -> None:
 def test_every_shipped_block_validates_against_its_plugins_own_options(host) -> None:
     """Not only "some plugin took it": each block is checked by the model of the plugin that
     will run it, so a field the plugin does not know (or a wrong value) fails here."""
+    from arbiter.config.loader import raw_kind_blocks, read_rule_file, validate_kind_options
+    from arbiter.config.models import KindBlock
     from arbiter_sources.http_count import HttpCountOptions
     from arbiter_sources.websocket import WebsocketOptions
     from arbiter_translators.http import HttpPostOptions
 
-    from arbiter.config.loader import raw_kind_blocks, read_rule_file, validate_kind_options
-    from arbiter.config.models import KindBlock
-
-    expected = {("sources", "http_count"): HttpCountOptions, ("sources", "websocket"): WebsocketOptions,
-                ("translators", "http_post"): HttpPostOptions}
+    expected = {
+        ("sources", "http_count"): HttpCountOptions,
+        ("sources", "websocket"): WebsocketOptions,
+        ("translators", "http_post"): HttpPostOptions,
+    }
     seen = set()
     for path in sorted((ROOT / "tenants.d").glob("*.yaml")):
         rf = read_rule_file(path.read_text(), str(path))
@@ -157,8 +164,11 @@ def test_shipped_defaults_say_what_section_7_asks(host) -> None:
 
 
 def test_manifest_rules() -> None:
-    m = parse_manifest("name: llmbatch\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.5}\n"
-                       "variants:\n  darwin: {use: shared, apis_any: [metal]}\n", "m.yaml")
+    m = parse_manifest(
+        "name: llmbatch\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.5}\n"
+        "variants:\n  darwin: {use: shared, apis_any: [metal]}\n",
+        "m.yaml",
+    )
     assert m.gpu_for("darwin").apis_any == ["metal"] and m.gpu_for("linux").max_duty == 0.5
     with pytest.raises(ConfigError) as err:
         parse_manifest("name: x\ngpu: {use: none, apis_any: [cuda]}\n", "m.yaml")

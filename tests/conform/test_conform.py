@@ -16,8 +16,13 @@ HERE = Path(__file__).resolve().parent
 
 
 def conform(path: Path, *args: str) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, "-m", "arbiter", "conform", str(path), "--json", *args],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "arbiter", "conform", str(path), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     return out.returncode, json.loads(out.stdout)
 
 
@@ -28,7 +33,10 @@ def test_llmbatch_holds_its_duties() -> None:
     for r in results.values():
         print(f"\n{r['name']}: asked {r['asked']}, reported {r['reported']:.3f}, measured {r['measured']:.3f}")
         assert r["verdict"] == "pass", r
-        assert abs(r["measured"] - r["asked"]) < 0.1 and r["measured_by"] == "CPU time of its busiest thread, with its waits for a CPU"
+        assert (
+            abs(r["measured"] - r["asked"]) < 0.1
+            and r["measured_by"] == "CPU time of its busiest thread, with its waits for a CPU"
+        )
     assert code == 0
 
 
@@ -51,7 +59,9 @@ def test_a_spec_whose_gpu_apis_the_host_lacks_is_skipped(tmp_path: Path) -> None
 
 
 def test_a_job_that_never_reports_a_phase_fails(tmp_path: Path) -> None:
-    (tmp_path / "conformance.yaml").write_text('command: ["{python}", "-c", "pass"]\nspecs:\n  - {name: silent, duty: 0.5}\n')
+    (tmp_path / "conformance.yaml").write_text(
+        'command: ["{python}", "-c", "pass"]\nspecs:\n  - {name: silent, duty: 0.5}\n'
+    )
     code, report = conform(tmp_path)
     assert code == 1 and "no phase" in report["results"][0]["why"][0]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from arbiter.daemon.act import Actuator
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef, Translator
 from arbiter.pluginmanager import build_plugin_manager
@@ -65,7 +66,12 @@ def actuator(tmp_path: Path, translator: Translator) -> tuple[Actuator, PausedJo
     host = build_plugin_manager(entry_points=False)
     journal = PausedJournal(tmp_path / "paused.journal")
     persisted: list[str] = []
-    act = Actuator(host, {"pause": ("signal", translator)}, journal, lambda op, es: persisted.extend(f"{op} {e.job_id}" for e in es))
+    act = Actuator(
+        host,
+        {"pause": ("signal", translator)},
+        journal,
+        lambda op, es: persisted.extend(f"{op} {e.job_id}" for e in es),
+    )
     return act, journal, persisted
 
 
@@ -129,7 +135,8 @@ def test_targets_prepared_ahead_are_paused_with_what_was_made_for_them(tmp_path:
 
 @pytest.mark.parametrize("bounded", [True, False])
 def test_a_translator_that_bounds_its_own_time_pauses_and_resumes_on_the_deciding_thread(
-        tmp_path: Path, sleepers, bounded: bool) -> None:
+    tmp_path: Path, sleepers, bounded: bool
+) -> None:
     """No hand-off to a plugin thread for a bounded translator (the hand-off waited for the
     interpreter lock and a CPU under load); any other keeps its timeout on a pool thread."""
 
@@ -149,7 +156,8 @@ def test_a_translator_that_bounds_its_own_time_pauses_and_resumes_on_the_decidin
 
 
 def test_a_bounded_translator_that_fails_outside_any_job_is_isolated_and_its_jobs_stay_on_record(
-        tmp_path: Path, sleepers) -> None:
+    tmp_path: Path, sleepers
+) -> None:
     class Broken(Counting):
         bounded = True
 
@@ -209,7 +217,8 @@ def test_the_first_job_has_stopped_before_the_others_are_signalled(tmp_path: Pat
 
 
 def test_no_wait_for_one_job_alone_a_first_pause_that_failed_or_a_translator_that_does_not_bound_its_time(
-        tmp_path: Path, sleepers) -> None:
+    tmp_path: Path, sleepers
+) -> None:
     procs = {f"job-{i}": p for i, p in enumerate(sleepers)}
     translator = Ordered(PluginContext(state_dir=tmp_path), procs, fail_job="job-0")
     act, _, _ = actuator(tmp_path, translator)

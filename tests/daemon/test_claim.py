@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import threading
-import time
-
 from arbiter.daemon.observe import Claimer
-from arbiter.pluginmanager import build_plugin_manager
 from arbiter.plugin import KindOptions, Matcher, ProcessInfo
-from arbiter.pluginmanager import PluginFailed
+from arbiter.pluginmanager import PluginFailed, build_plugin_manager
 
 
 class ByName(Matcher):
@@ -103,15 +101,19 @@ def test_the_first_rule_to_select_a_process_has_it_whatever_later_ones_are_offer
 
 
 def test_a_matcher_that_looks_at_other_processes_is_offered_only_what_is_left() -> None:
-    table = [ProcessInfo(pid=2, ppid=1, name="parent"), ProcessInfo(pid=3, ppid=2, name="kid"),
-             ProcessInfo(pid=4, ppid=2, name="kid2")]
+    table = [
+        ProcessInfo(pid=2, ppid=1, name="parent"),
+        ProcessInfo(pid=3, ppid=2, name="kid"),
+        ProcessInfo(pid=4, ppid=2, name="kid2"),
+    ]
     pids, _ = claim([live("r1", ByName({"kid"}, True)), live("r2", Children(2))], table)
     assert pids == {"r1": frozenset({3}), "r2": frozenset({4})}
 
 
 def test_a_failing_matcher_is_its_rules_fault_and_claims_nothing() -> None:
-    pids, faults = claim([live("bad", Broken(KindOptions()), "broken"), live("none", None),
-                          live("good", ByName({"a"}, True))], TABLE)
+    pids, faults = claim(
+        [live("bad", Broken(KindOptions()), "broken"), live("none", None), live("good", ByName({"a"}, True))], TABLE
+    )
     assert pids == {"bad": frozenset(), "none": frozenset(), "good": frozenset({10, 12})}
     assert faults["bad"] == ["matchers/broken (bad): RuntimeError: the matcher broke"]
     assert faults["good"] == [] and faults["none"] == []
@@ -181,7 +183,11 @@ def test_a_hung_matcher_is_named_and_the_other_rules_go_on_until_it_returns() ->
     host = build_plugin_manager(entry_points=False, timeout_s=0.3)
     release = threading.Event()
     claimer = Claimer(host.call)
-    rules = [live("before", ByName({"c"}, True)), live("hangs", Sleepy(release), "sleepy"), live("after", ByName({"a"}, False))]
+    rules = [
+        live("before", ByName({"c"}, True)),
+        live("hangs", Sleepy(release), "sleepy"),
+        live("after", ByName({"a"}, False)),
+    ]
     try:
         pids, faults = claimer.claim(rules, TABLE)
         assert faults["hangs"] == ["matchers/sleepy (hangs): no answer within 0.3s"]

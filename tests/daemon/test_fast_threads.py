@@ -41,10 +41,23 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
     # does not load a plugin given to this daemon only
     node = LocalNode(tmp_path, tick_s=0.2, reflex_process=False)
     source = {"kind": "jsonl", "event": "status", "field": "phase", "on": ["on"]}
-    node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1071"]}, "immediate": True,
-                        "during": [{"source": {**source, "path": str(events)}, "pause_fleet": {"scope": "all"}}]})
-    node.add_rule("q", {"id": "q", "match": {"cmdline": ["sleep 1072"]},
-                        "during": [{"source": {**source, "path": str(other)}, "pause_fleet": {"scope": "all"}}]})
+    node.add_rule(
+        "p",
+        {
+            "id": "p",
+            "match": {"cmdline": ["sleep 1071"]},
+            "immediate": True,
+            "during": [{"source": {**source, "path": str(events)}, "pause_fleet": {"scope": "all"}}],
+        },
+    )
+    node.add_rule(
+        "q",
+        {
+            "id": "q",
+            "match": {"cmdline": ["sleep 1072"]},
+            "during": [{"source": {**source, "path": str(other)}, "pause_fleet": {"scope": "all"}}],
+        },
+    )
     config, _ = load_node_config(node.config_path)
     host = build_plugin_manager(config.plugins, config.disable_plugins, extra=[("recorder", plugin)])
     daemon = Daemon(config, node.config_path, host=host)
@@ -54,16 +67,23 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
         node.spawn(["sleep", "1072"])
         node.job_run(["sleep", "3071"], "--name", "j")
         pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
-        node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running
-                      and daemon.snapshot.obs.rules["q"].running, timeout=30)
+        node.wait_for(
+            lambda: (
+                daemon.snapshot.obs is not None
+                and daemon.snapshot.obs.rules["p"].running
+                and daemon.snapshot.obs.rules["q"].running
+            ),
+            timeout=30,
+        )
         for path in (other, events):
             with open(path, "a") as fh:
                 fh.write(json.dumps({"event": "status", "phase": "on"}) + "\n")
         node.wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=10)
         node.wait_for(lambda: "source p/during.0" in node.status()["fast_path"]["threads"], timeout=10)
         # q's watcher has reported its phase too (and was not hinted: q is not immediate)
-        node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == "q")["sources"][0]["phase"] == "on",
-                      timeout=10)
+        node.wait_for(
+            lambda: next(r for r in node.status()["rules"] if r["id"] == "q")["sources"][0]["phase"] == "on", timeout=10
+        )
         return node.status()["fast_path"]["threads"]
     finally:
         daemon.shutdown()

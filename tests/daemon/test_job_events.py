@@ -34,7 +34,14 @@ def test_the_latest_phase_progress_duty_and_stop_ack_are_kept(events: Path, tmp_
     ctl.progress(3, 10)
     append(events, {"t": 5.0, "event": "metric", "name": "gpu_duty", "busy": 0.28, "duty": 0.3, "device": "gpu"})
     report = log.read({"j": str(events)})["j"]
-    assert (report.phase, report.done, report.total, report.duty, report.busy, report.device) == ("loading", 3, 10, 0.3, 0.28, "gpu")
+    assert (report.phase, report.done, report.total, report.duty, report.busy, report.device) == (
+        "loading",
+        3,
+        10,
+        0.3,
+        0.28,
+        "gpu",
+    )
     assert report.lines == 3 and report.malformed == 0 and report.stop_acked_at is None
     ctl.phase("compute")
     ctl.progress(4, 10)
@@ -49,18 +56,29 @@ def test_the_latest_phase_progress_duty_and_stop_ack_are_kept(events: Path, tmp_
 
 def test_a_bad_line_is_counted_and_named_by_file_and_line_without_its_content(events: Path) -> None:
     log = JobEventLog()
-    append(events, {"t": 1.0, "event": "phase", "phase": "a"}, "{not json secret-token", "",
-           {"t": 2.0, "event": "progress", "done": -1}, {"t": 3.0, "event": "teleport"}, "[1, 2]",
-           {"t": 4.0, "event": "phase", "phase": "b"})
+    append(
+        events,
+        {"t": 1.0, "event": "phase", "phase": "a"},
+        "{not json secret-token",
+        "",
+        {"t": 2.0, "event": "progress", "done": -1},
+        {"t": 3.0, "event": "teleport"},
+        "[1, 2]",
+        {"t": 4.0, "event": "phase", "phase": "b"},
+    )
     report = log.read({"j": str(events)})["j"]
     assert report.phase == "b" and report.lines == 2 and report.malformed == 4
     assert report.problem.startswith(f"{events} line 6: ") and "schema event" in report.problem
     assert "secret-token" not in json.dumps(report.to_dict())
     append(events, {"t": 5.0, "event": "progress", "done": -1})
-    assert "line 8: progress.done: Input should be greater than or equal to 0" in log.read({"j": str(events)})["j"].problem
+    assert (
+        "line 8: progress.done: Input should be greater than or equal to 0" in log.read({"j": str(events)})["j"].problem
+    )
 
 
-def test_a_line_is_taken_only_once_it_ends_and_an_endless_line_is_skipped(events: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_line_is_taken_only_once_it_ends_and_an_endless_line_is_skipped(
+    events: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(jobevents, "MAX_LINE_BYTES", 100)
     log = JobEventLog()
     with open(events, "a") as fh:

@@ -25,8 +25,11 @@ class Counted(Reader):
     def read_table(self, processes: Mapping[int, ProcessInfo], at_ns: int) -> GpuReading | None:
         if not self.takes:
             return None
-        return GpuReading(readable=True, at_ns=at_ns,
-                          processes={pid: ProcessGpu(busy_ns={"cpu": p.cpu_ns or 0}) for pid, p in processes.items()})
+        return GpuReading(
+            readable=True,
+            at_ns=at_ns,
+            processes={pid: ProcessGpu(busy_ns={"cpu": p.cpu_ns or 0}) for pid, p in processes.items()},
+        )
 
 
 TABLE = {5: ProcessInfo(5, 1, cpu_ns=7), 6: ProcessInfo(6, 1, cpu_ns=8)}

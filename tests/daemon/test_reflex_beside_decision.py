@@ -70,16 +70,29 @@ def slow_reflex_thread(monkeypatch: Any) -> threading.Event:
 
 
 @contextmanager
-def running(tmp_path: Path, tick_s: float, n: int, reflex_process: bool = False) -> Iterator[tuple[LocalNode, Daemon, Path, int]]:
+def running(
+    tmp_path: Path, tick_s: float, n: int, reflex_process: bool = False
+) -> Iterator[tuple[LocalNode, Daemon, Path, int]]:
     """An in-process daemon with an immediate rule protecting ``sleep 1000+n`` by a JSONL
     phase, that program running and seen, and a job ``j`` (``sleep 3000+n``) started:
     (node, daemon, the phase file, the job's pid)."""
     events = tmp_path / "phase.jsonl"
     events.touch()
     node = LocalNode(tmp_path, tick_s=tick_s, reflex_process=reflex_process)
-    node.add_rule("p", {"id": "p", "match": {"cmdline": [f"sleep {1000 + n}"]}, "immediate": True,
-                        "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase",
-                                               "on": ["on"]}, "pause_fleet": {"scope": "all"}}]})
+    node.add_rule(
+        "p",
+        {
+            "id": "p",
+            "match": {"cmdline": [f"sleep {1000 + n}"]},
+            "immediate": True,
+            "during": [
+                {
+                    "source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["on"]},
+                    "pause_fleet": {"scope": "all"},
+                }
+            ],
+        },
+    )
     config, _ = load_node_config(node.config_path)
     daemon = Daemon(config, node.config_path)
     daemon.start()
@@ -100,8 +113,9 @@ def running(tmp_path: Path, tick_s: float, n: int, reflex_process: bool = False)
 
 
 @pytest.mark.parametrize("reflex_process", [False, True], ids=["inside", "reflex-process"])
-def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(tmp_path: Path, monkeypatch,
-                                                                                   reflex_process: bool) -> None:
+def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(
+    tmp_path: Path, monkeypatch, reflex_process: bool
+) -> None:
     # a long tick: the decisions here are the test's
     with running(tmp_path, 5, 3, reflex_process) as (node, daemon, events, pid):
         real = core.decide
@@ -149,7 +163,9 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
             assert len(resumes) >= 1
 
 
-def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carried_out(tmp_path: Path, monkeypatch) -> None:
+def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carried_out(
+    tmp_path: Path, monkeypatch
+) -> None:
     """Past ``REDECIDE_AT_MOST`` tries (here at once) a decision is made under the lock,
     the reflex waiting for it: a source flapping faster than decisions never starves them."""
     monkeypatch.setattr(core, "REDECIDE_AT_MOST", 0)
@@ -164,6 +180,7 @@ def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carri
 def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp_path: Path) -> None:
     # with fifty jobs, making their targets (and paused entries) in the reflex came before its first signal
     with running(tmp_path, 5, 5) as (node, daemon, events, pid):
+
         def made_for_this_view() -> bool:
             view, made = daemon._targets
             return view is daemon.snapshot.view and {r.id for r in daemon.jobs.active()} <= {key[0] for key in made}
@@ -201,8 +218,14 @@ def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, mon
     with running(tmp_path, 5, 8) as (node, daemon, events, pid):
         node.job_run(["sleep", "3108"], "--name", "k")
         other = node.wait_for(lambda: ((node.job("k") or {}).get("pids") or [None])[0], timeout=30)
-        node.wait_for(lambda: daemon.snapshot.decision is not None and len(daemon.snapshot.decision.jobs) == 2
-                      and all(v.state == "run" for v in daemon.snapshot.decision.jobs.values()), timeout=30)
+        node.wait_for(
+            lambda: (
+                daemon.snapshot.decision is not None
+                and len(daemon.snapshot.decision.jobs) == 2
+                and all(v.state == "run" for v in daemon.snapshot.decision.jobs.values())
+            ),
+            timeout=30,
+        )
         calls: list[list[str]] = []
         real = daemon.actuator.pause_trees
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import psutil
 import pytest
+
 from arbiter.daemon.reflexlink import ReflexLink
 from arbiter.reflexhost import arm_key
 from arbiter.store import PausedJournal
@@ -27,8 +28,16 @@ class Linked:
         self.events.touch()
         self.journal = tmp_path / "paused.journal"
         self.arrived = threading.Event()
-        setup = {"plugins": [], "disable": [], "only": ["sources", "translators"], "timeout_s": 5.0, "state_dir": str(tmp_path), "stand_in_gpu": False,
-                 "translator": "signal", "journal": str(self.journal)}
+        setup = {
+            "plugins": [],
+            "disable": [],
+            "only": ["sources", "translators"],
+            "timeout_s": 5.0,
+            "state_dir": str(tmp_path),
+            "stand_in_gpu": False,
+            "translator": "signal",
+            "journal": str(self.journal),
+        }
         self.link = ReflexLink(setup, tmp_path, self.arrived.set)
         self.lines: list[dict[str, Any]] = []
         self.act = threading.RLock()  # the daemon's act lock, which held() is taken under
@@ -82,7 +91,9 @@ def stopped(proc: psutil.Process, timeout: float = 2.0) -> bool:
     return False
 
 
-def test_armed_it_pauses_and_resumes_writes_the_journal_first_and_reports_what_it_did(linked: Linked, job: psutil.Process) -> None:
+def test_armed_it_pauses_and_resumes_writes_the_journal_first_and_reports_what_it_did(
+    linked: Linked, job: psutil.Process
+) -> None:
     linked.sync()
     first = linked.wait_line(lambda line: "state" in line)
     assert first["slot"] == ["r", 0, 1] and "armed" not in first  # a first reading is never acted on
@@ -144,7 +155,9 @@ def test_it_waits_for_the_lock_and_acts_on_the_arm_given_under_it(linked: Linked
         time.sleep(0.3)
         assert job.status() != psutil.STATUS_STOPPED  # it waits while the daemon acts
         # the daemon's act ends with a new arm: the process acts on this one, not the last
-        linked.link.arm({arm_key("r", 0, 1): {"on": [[["j", "job", [[job.pid, job.create_time()]]]], []], "off": [[], []]}})
+        linked.link.arm(
+            {arm_key("r", 0, 1): {"on": [[["j", "job", [[job.pid, job.create_time()]]]], []], "off": [[], []]}}
+        )
     assert stopped(job)
     line = linked.wait_line(lambda line: "did" in line)
     assert line["armed"] and [op for op, _ in line["did"]] == ["pause"]
@@ -169,8 +182,16 @@ def test_a_source_it_cannot_watch_is_left_to_the_daemon(linked: Linked) -> None:
 
 def test_a_process_that_cannot_start_says_why(tmp_path: Path) -> None:
     arrived = threading.Event()
-    setup = {"plugins": [], "disable": [], "only": ["sources"], "timeout_s": 5.0, "state_dir": str(tmp_path),
-             "stand_in_gpu": False, "translator": "signal", "journal": str(tmp_path / "j")}
+    setup = {
+        "plugins": [],
+        "disable": [],
+        "only": ["sources"],
+        "timeout_s": 5.0,
+        "state_dir": str(tmp_path),
+        "stand_in_gpu": False,
+        "translator": "signal",
+        "journal": str(tmp_path / "j"),
+    }
     link = ReflexLink(setup, tmp_path, arrived.set)  # the translators' plugin left out
     try:
         link.sync([(*SPEC[:4], {**SPEC[4], "path": str(tmp_path / "e.jsonl")})])
@@ -204,16 +225,24 @@ def test_two_sources_changing_at_once_each_report_what_they_did(linked: Linked, 
     jobs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
     try:
         procs = [psutil.Process(p.pid) for p in jobs]
-        linked.link.sync([(*SPEC[:4], {**SPEC[4], "path": str(linked.events)}),
-                          ("r", 1, 1, "jsonl", {**SPEC[4], "path": str(other)})])
+        linked.link.sync(
+            [
+                (*SPEC[:4], {**SPEC[4], "path": str(linked.events)}),
+                ("r", 1, 1, "jsonl", {**SPEC[4], "path": str(other)}),
+            ]
+        )
         for index, path in enumerate((linked.events, other)):
             linked.wait_line(lambda line, i=index: line.get("slot") == ["r", i, 1])
             with open(path, "a") as fh:
                 fh.write(json.dumps({"event": "status", "phase": "idle"}) + "\n")
             linked.wait_line(lambda line, i=index: line.get("slot") == ["r", i, 1] and line["state"]["phase"] == "off")
         with linked.act, linked.link.held():
-            linked.link.arm({arm_key("r", i, 1): {"on": [[[f"j{i}", "job", [[p.pid, p.create_time()]]]], []], "off": [[], []]}
-                             for i, p in enumerate(procs)})
+            linked.link.arm(
+                {
+                    arm_key("r", i, 1): {"on": [[[f"j{i}", "job", [[p.pid, p.create_time()]]]], []], "off": [[], []]}
+                    for i, p in enumerate(procs)
+                }
+            )
         for path in (linked.events, other):  # as close together as two writes come
             with open(path, "a") as fh:
                 fh.write(json.dumps({"event": "status", "phase": "busy"}) + "\n")

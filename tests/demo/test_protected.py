@@ -16,8 +16,24 @@ SPIN = "import time\nwhile True: pass"
 
 def rate(events: Path, *extra: str, seconds: float = 2.0) -> float:
     """Frames a second over ``seconds``, counted from the events' own times."""
-    proc = subprocess.Popen([sys.executable, "-m", "arbiter.demo.protected", "--events", str(events), "--no-pin",
-                             "--frame-s", "0.01", "--catch-up", "--step-s", "0", "--seconds", str(seconds + 0.5), *extra])
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "arbiter.demo.protected",
+            "--events",
+            str(events),
+            "--no-pin",
+            "--frame-s",
+            "0.01",
+            "--catch-up",
+            "--step-s",
+            "0",
+            "--seconds",
+            str(seconds + 0.5),
+            *extra,
+        ]
+    )
     try:
         proc.wait(timeout=60)
     finally:
@@ -27,7 +43,9 @@ def rate(events: Path, *extra: str, seconds: float = 2.0) -> float:
     return (len(settled) - 1) / (settled[-1] - settled[0])
 
 
-def test_a_catching_up_stand_in_keeps_its_rate_beside_busy_cores_and_the_slow_file_alone_moves_it(tmp_path: Path) -> None:
+def test_a_catching_up_stand_in_keeps_its_rate_beside_busy_cores_and_the_slow_file_alone_moves_it(
+    tmp_path: Path,
+) -> None:
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]  # every core busy
     try:
         plain = rate(tmp_path / "plain.jsonl")

@@ -31,8 +31,12 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     uv = os.environ.get("UV") or shutil.which("uv")
     assert uv, "uv is needed to build the example plugin (run the tests with `uv run pytest`)"
     target = tmp_path_factory.mktemp("example-site")
-    done = subprocess.run([uv, "pip", "install", "--no-deps", "--target", str(target), str(EXAMPLE)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [uv, "pip", "install", "--no-deps", "--target", str(target), str(EXAMPLE)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"installing {EXAMPLE} failed:\n{done.stdout}\n{done.stderr}"
     assert (target / "arbiter_example_files" / "__init__.py").exists()
     return target
@@ -46,8 +50,14 @@ def env_with(site: Path | None) -> dict[str, str]:
 
 
 def arbiter(site: Path | None, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "arbiter", *args], capture_output=True, text=True,
-                          env=env_with(site), cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "arbiter", *args],
+        capture_output=True,
+        text=True,
+        env=env_with(site),
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def test_it_is_not_a_workspace_member() -> None:
@@ -65,8 +75,11 @@ def test_it_imports_only_the_plugin_api_from_arbiter() -> None:
 
     for path in EXAMPLE.joinpath("src").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            )
             for name in names:
                 if name.split(".")[0] == "arbiter":
                     assert name == "arbiter.plugin", f"{path.name} imports {name}"
@@ -120,15 +133,25 @@ def test_check_names_file_line_and_field_of_a_bad_option(site: Path, tmp_path: P
 
     renderer.write_text(text.replace("path: /var/lib/render/frames-done", "path: frames-done"))
     relative = arbiter(site, "check", "--config", str(tmp_path / "arbiter.yaml"), "tenants.d", cwd=tmp_path)
-    assert relative.returncode == 1 and "protect.source.path" in relative.stdout and "not an absolute path" in relative.stdout
+    assert (
+        relative.returncode == 1
+        and "protect.source.path" in relative.stdout
+        and "not an absolute path" in relative.stdout
+    )
 
     unknown = arbiter(None, "check", "--config", str(tmp_path / "arbiter.yaml"), "tenants.d", cwd=tmp_path)
     assert unknown.returncode == 1 and "unknown source kind 'counter_file'" in unknown.stdout
 
 
 def test_its_own_tests_pass_installed(site: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", str(EXAMPLE / "tests")], capture_output=True,
-                          text=True, env=env_with(site), cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", str(EXAMPLE / "tests")],
+        capture_output=True,
+        text=True,
+        env=env_with(site),
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
@@ -149,10 +172,17 @@ def stopped(pid: int) -> bool:
 def test_a_daemon_pauses_fleet_work_while_its_flag_file_exists(site: Path, node: LocalNode, tmp_path: Path) -> None:
     token = f"example-files-{uuid.uuid4().hex[:8]}"
     flag = tmp_path / "backup.flag"
-    node.add_rule("backup", {
-        "id": "backup", "match": {"cmdline": [token]}, "immediate": True,
-        "during": [{"source": {"kind": "flag_file", "path": str(flag), "poll_s": 0.05}, "pause_fleet": {"scope": "gpu"}}],
-    })
+    node.add_rule(
+        "backup",
+        {
+            "id": "backup",
+            "match": {"cmdline": [token]},
+            "immediate": True,
+            "during": [
+                {"source": {"kind": "flag_file", "path": str(flag), "poll_s": 0.05}, "pause_fleet": {"scope": "gpu"}}
+            ],
+        },
+    )
     node.start(PYTHONPATH=str(site))
     node.spawn([PYTHON, "-c", "import time, sys; time.sleep(600)", token])
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")

@@ -49,7 +49,9 @@ def test_every_route_has_its_section() -> None:
     page = (ROOT / "docs" / "http-api.md").read_text()
     for path, item in docs.openapi_schema()["paths"].items():
         for method in item:
-            assert f"### `{method.upper()} {path}`" in page, f"{method.upper()} {path} is not in docs/http-api.md: run `{docs.REGENERATE}`"
+            assert f"### `{method.upper()} {path}`" in page, (
+                f"{method.upper()} {path} is not in docs/http-api.md: run `{docs.REGENERATE}`"
+            )
 
 
 def test_check_fails_on_a_stale_page_and_a_run_fixes_it(tmp_path: Path) -> None:
@@ -59,8 +61,12 @@ def test_check_fails_on_a_stale_page_and_a_run_fixes_it(tmp_path: Path) -> None:
     page.write_text(page.read_text().replace("| `tick_s` |", "| `tick_seconds` |"))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "arbiter.docs", "--root", str(tmp_path), *args],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "arbiter.docs", "--root", str(tmp_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     stale = run("--check")
     assert stale.returncode == 1

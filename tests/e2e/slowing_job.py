@@ -40,7 +40,7 @@ def main(slow_file: str, gain: float) -> int:
         while True:
             with duty.unit():
                 spin(UNIT_S)
-            tell(slow_file, gain * duty.duty ** 2)
+            tell(slow_file, gain * duty.duty**2)
     except Stopped:
         ctl.acknowledge_stop()
         return 0

@@ -23,7 +23,9 @@ from arbiter.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-PINNED = "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
+PINNED = (
+    "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
+)
 SHORT = ["--window", "3", "--washout", "1", "--blocks", "6", "--max-hours", "1"]
 #: at most 36 blocks a run: a pilot too noisy for that is refused in seconds, not run for an hour
 SWEEP = [*SHORT[:-1], "0.06"]
@@ -34,19 +36,40 @@ GAIN = 1.0
 
 def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
     events = tmp_path / "progress.jsonl"
-    node = LocalNode(tmp_path, gpu_jobs="certified", tick_s=0.25, gpu_release_after_s=600,
-                     compliance={"sample_s": 0.5},
-                     governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05})
-    node.add_rule("frames", {
-        "id": "frames", "match": {"cmdline": ["arbiter.demo.protected"]},
-        "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}, "max_slowdown": 0.05},
-    })
+    node = LocalNode(
+        tmp_path,
+        gpu_jobs="certified",
+        tick_s=0.25,
+        gpu_release_after_s=600,
+        compliance={"sample_s": 0.5},
+        governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05},
+    )
+    node.add_rule(
+        "frames",
+        {
+            "id": "frames",
+            "match": {"cmdline": ["arbiter.demo.protected"]},
+            "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}, "max_slowdown": 0.05},
+        },
+    )
     return node, events
 
 
 def start_protected(node: LocalNode, events: Path, *extra: str, step_s: float = 0.004, gap_s: float = 0.006) -> None:
-    node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", str(step_s), "--gap-s", str(gap_s),
-                *extra])
+    node.spawn(
+        [
+            PYTHON,
+            "-m",
+            "arbiter.demo.protected",
+            "--events",
+            str(events),
+            "--step-s",
+            str(step_s),
+            "--gap-s",
+            str(gap_s),
+            *extra,
+        ]
+    )
     node.wait_for(lambda: node.status()["rules"][0]["running"])
     node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"])
 
@@ -54,18 +77,40 @@ def start_protected(node: LocalNode, events: Path, *extra: str, step_s: float = 
 def start_job(node: LocalNode, tmp_path: Path, argv: list[str] | None = None) -> subprocess.Popen[bytes]:
     """The job ``llmbatch`` (by default the example, pinned to the stand-in's core)."""
     manifest = tmp_path / "llmbatch.yaml"
-    manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause, cancellable]\n"
-                        "gpu: {use: shared}\n")
-    argv = argv or [PYTHON, "-c", PINNED, "-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "120",
-                    "--out", "/dev/null"]
-    launcher = node.job_run(argv, "--manifest", str(manifest), cwd=ROOT / "examples" / "llmbatch", stderr=subprocess.DEVNULL)
+    manifest.write_text(
+        "name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause, cancellable]\ngpu: {use: shared}\n"
+    )
+    argv = argv or [
+        PYTHON,
+        "-c",
+        PINNED,
+        "-m",
+        "llmbatch",
+        "run",
+        "--repeat",
+        "0",
+        "--steps",
+        "4",
+        "--width",
+        "120",
+        "--out",
+        "/dev/null",
+    ]
+    launcher = node.job_run(
+        argv, "--manifest", str(manifest), cwd=ROOT / "examples" / "llmbatch", stderr=subprocess.DEVNULL
+    )
     node.wait_for(lambda: node.job("llmbatch"))
     return launcher
 
 
 def cli(node: LocalNode, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)], capture_output=True,
-                          text=True, timeout=timeout, env=node.env())
+    return subprocess.run(
+        [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=node.env(),
+    )
 
 
 def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs(tmp_path: Path) -> None:
@@ -78,8 +123,19 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         # 100 frames a second on a fixed schedule: only the slow file slows them (a late frame is
         # made up).  Each frame's 2 ms of CPU time is its GPU use under the cpu_time reader: with
         # none, it idled below gpu_busy_threshold on a quick machine and no hold was ever needed
-        start_protected(node, events, "--no-pin", "--frame-s", "0.01", "--catch-up", "--slow-file", str(slow),
-                        "--slow-fresh-s", "0.25", step_s=0.002)
+        start_protected(
+            node,
+            events,
+            "--no-pin",
+            "--frame-s",
+            "0.01",
+            "--catch-up",
+            "--slow-file",
+            str(slow),
+            "--slow-fresh-s",
+            "0.25",
+            step_s=0.002,
+        )
         refused = cli(node, "ab", "start", "--rule", "frames", *SHORT)
         assert refused.returncode != 0 and "no job matches --work gpu" in refused.stderr
         start_job(node, tmp_path, [PYTHON, str(SLOWING_JOB), str(slow), str(GAIN)])
@@ -93,14 +149,21 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         node.reasons("llmbatch", "GPU_NOT_CERTIFIED")  # back to the usual rules, no certificate
         assert not node.call("certificates")["certificates"]
 
-        swept = cli(node, "ab", "sweep", "--rule", "frames", "--levels", "0.1,0.45", "--margin", "0.1", *SWEEP, "--follow")
+        swept = cli(
+            node, "ab", "sweep", "--rule", "frames", "--levels", "0.1,0.45", "--margin", "0.1", *SWEEP, "--follow"
+        )
         print("\n" + swept.stdout[-3000:])
-        timeline = "\n".join(e["message"] for e in node.call("timeline", limit=500)["events"] if e["code"].startswith("AB_"))
+        timeline = "\n".join(
+            e["message"] for e in node.call("timeline", limit=500)["events"] if e["code"].startswith("AB_")
+        )
         assert swept.returncode == 0 and "certified duty 0.1" in swept.stdout, timeline  # a level passed
         assert "rule     frames" in swept.stdout and "planned" in swept.stdout  # shown before it starts
         runs = json.loads(cli(node, "ab", "status", "--json").stdout)
         by_duty = {r["duty"]: r for r in runs if r["sweep"]}  # not the run aborted above
-        assert by_duty[0.1]["status"] == "done" and by_duty[0.1]["verdict"] in ("no slowdown shown", "slowdown smaller than the margin")
+        assert by_duty[0.1]["status"] == "done" and by_duty[0.1]["verdict"] in (
+            "no slowdown shown",
+            "slowdown smaller than the margin",
+        )
         assert by_duty[0.45]["verdict"] == "slowdown", by_duty[0.45]
         sweep_done = node.events("AB_SWEEP_DONE")[-1]
         assert sweep_done["data"]["certified_duty"] == 0.1
@@ -114,7 +177,9 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
         # the certified duty drives `gpu_jobs: certified`: a baseline, then the job at 0.1
-        duty = node.wait_for(lambda: (d := node.call("duty")["duty"])["jobs"] and d["jobs"][0]["asked"] > 0 and d, timeout=30)
+        duty = node.wait_for(
+            lambda: (d := node.call("duty")["duty"])["jobs"] and d["jobs"][0]["asked"] > 0 and d, timeout=30
+        )
         assert duty["ceiling"] == 0.1 and duty["jobs"][0]["asked"] <= 0.1
     finally:
         node.close()
@@ -131,8 +196,10 @@ def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_not
         run_id = started.stdout.split("started  run ")[1].split()[0]
         store = Store(node.state_dir / "state.db")
         try:  # what is committed, not what the daemon holds: the recorder writes just after
-            kept = node.wait_for(lambda: len((store.run(run_id) or {}).get("blocks") or ()) >= 2
-                                 and len(store.run(run_id)["blocks"]), timeout=60)
+            kept = node.wait_for(
+                lambda: len((store.run(run_id) or {}).get("blocks") or ()) >= 2 and len(store.run(run_id)["blocks"]),
+                timeout=60,
+            )
         finally:
             store.close()
 
@@ -148,7 +215,9 @@ def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_not
         launcher.send_signal(signal.SIGKILL)
         for pid in node.job("llmbatch")["pids"]:
             os.kill(pid, signal.SIGKILL)
-        ended = node.wait_for(lambda: (r := node.call("ab.status")["runs"][0])["status"] != "running" and r, timeout=240)
+        ended = node.wait_for(
+            lambda: (r := node.call("ab.status")["runs"][0])["status"] != "running" and r, timeout=240
+        )
         assert ended["status"] == "aborted" and not node.call("certificates")["certificates"], ended
         report = node.call("ab.show", id=run_id)["report"]
         assert any("never earned beside idle work" in e["why"] for e in report["excluded"])

@@ -31,31 +31,80 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
     slow = tmp_path / "slow"
     manifest = tmp_path / "llmbatch.yaml"
     manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause]\ngpu: {use: shared}\n")
-    node = LocalNode(tmp_path, gpu_jobs="certified", tick_s=0.25, gpu_release_after_s=5,
-                     governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05})
+    node = LocalNode(
+        tmp_path,
+        gpu_jobs="certified",
+        tick_s=0.25,
+        gpu_release_after_s=5,
+        governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05},
+    )
     try:
-        node.add_rule("frames", {
-            "id": "frames", "match": {"cmdline": ["arbiter.demo.protected"]},
-            "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}, "max_slowdown": 0.05},
-        })
+        node.add_rule(
+            "frames",
+            {
+                "id": "frames",
+                "match": {"cmdline": ["arbiter.demo.protected"]},
+                "protect": {
+                    "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
+                    "max_slowdown": 0.05,
+                },
+            },
+        )
         node.start()
-        protected = node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.004",
-                                "--gap-s", "0.004", "--slow-file", str(slow), "--no-pin"])
+        protected = node.spawn(
+            [
+                PYTHON,
+                "-m",
+                "arbiter.demo.protected",
+                "--events",
+                str(events),
+                "--step-s",
+                "0.004",
+                "--gap-s",
+                "0.004",
+                "--slow-file",
+                str(slow),
+                "--no-pin",
+            ]
+        )
         node.wait_for(lambda: node.status()["rules"][0]["running"])
         exe = psutil.Process(protected.pid).exe()
         fingerprint = node.call("certificates")["node"]
         store = Store(node.state_dir / "state.db")
-        store.add_certificate(Certificate(
-            rule="frames", work="gpu", duty=0.5, r=0.995, r_low=0.985, r_high=1.004, margin=0.02, run_id="test",
-            issued_at=time.time(), node="here", fingerprint=fingerprint, exe_path=exe, exe_sha256=ExeHasher().digest(exe) or "",
-        ))
+        store.add_certificate(
+            Certificate(
+                rule="frames",
+                work="gpu",
+                duty=0.5,
+                r=0.995,
+                r_low=0.985,
+                r_high=1.004,
+                margin=0.02,
+                run_id="test",
+                issued_at=time.time(),
+                node="here",
+                fingerprint=fingerprint,
+                exe_path=exe,
+                exe_sha256=ExeHasher().digest(exe) or "",
+            )
+        )
         store.close()
         node.wait_for(lambda: node.call("certificates")["certificates"][0]["status"] == "valid")
 
-        node.job_run([PYTHON, "-m", "llmbatch", "run", "--repeat", "0", "--out", "/dev/null"], "--manifest", str(manifest),
-                     cwd=ROOT / "examples" / "llmbatch", stderr=subprocess.DEVNULL)
+        node.job_run(
+            [PYTHON, "-m", "llmbatch", "run", "--repeat", "0", "--out", "/dev/null"],
+            "--manifest",
+            str(manifest),
+            cwd=ROOT / "examples" / "llmbatch",
+            stderr=subprocess.DEVNULL,
+        )
         node.wait_for(lambda: duty(node)["rules"] and duty(node)["rules"][0]["state"] == "baseline", timeout=20)
-        running = node.wait_for(lambda: (d := duty(node))["rules"][0]["state"] == "running" and d["jobs"] and d["jobs"][0]["asked"] > 0 and d, timeout=20)
+        running = node.wait_for(
+            lambda: (
+                (d := duty(node))["rules"][0]["state"] == "running" and d["jobs"] and d["jobs"][0]["asked"] > 0 and d
+            ),
+            timeout=20,
+        )
         print("\n" + running["summary"])
         assert running["ceiling"] == 0.5 and running["jobs"][0]["asked"] == running["budget"] <= 0.5
         assert running["summary"].startswith("budget 0.50 of ceiling 0.50 (running) beside frames; 1 job at 0.50")
@@ -71,7 +120,9 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
         job = node.call("explain", subject="llmbatch")["explain"]["items"][0]
         assert job["reasons"][0]["code"] == "GPU_DUTY_TAKE_BACK"
         slow.write_text("0")
-        back = node.wait_for(lambda: (d := duty(node))["rules"][0]["state"] == "running" and d["budget"] > 0 and d, timeout=30)
+        back = node.wait_for(
+            lambda: (d := duty(node))["rules"][0]["state"] == "running" and d["budget"] > 0 and d, timeout=30
+        )
         print(back["summary"])
         codes = [e["code"] for e in node.call("timeline", limit=500)["events"]]
         for code in ("GPU_DUTY_BASELINE", "GPU_DUTY_START", "GPU_DUTY_HALVE", "GPU_DUTY_TAKE_BACK"):
@@ -85,10 +136,14 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
     events = tmp_path / "progress.jsonl"
     node = LocalNode(tmp_path, gpu_jobs="certified")
     try:
-        node.add_rule("frames", {
-            "id": "frames", "match": {"cmdline": ["arbiter.demo.protected"]},
-            "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}},
-        })
+        node.add_rule(
+            "frames",
+            {
+                "id": "frames",
+                "match": {"cmdline": ["arbiter.demo.protected"]},
+                "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}},
+            },
+        )
         node.start()
         node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.01", "--no-pin"])
         node.wait_for(lambda: node.status()["rules"][0]["using_gpu"])  # else the job may start and end first

@@ -16,11 +16,15 @@ def greedy_node(tmp_path: Path, compliance: dict) -> tuple[LocalNode, Path]:
 
 
 def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path: Path, procs) -> None:
-    node, manifest = greedy_node(tmp_path, {"sample_s": 0.5, "pause_s": 2, "over_samples": 3, "strikes_to_stop": 3, "untrusted_s": 600})
+    node, manifest = greedy_node(
+        tmp_path, {"sample_s": 0.5, "pause_s": 2, "over_samples": 3, "strikes_to_stop": 3, "untrusted_s": 600}
+    )
     try:
         node.start()
         launcher = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))
-        pid = node.wait_for(lambda: (node.job("greedy") or {}).get("state") == "run" and (node.job("greedy")["pids"] or [None])[0])
+        pid = node.wait_for(
+            lambda: (node.job("greedy") or {}).get("state") == "run" and (node.job("greedy")["pids"] or [None])[0]
+        )
         assert node.job("greedy")["duty"] == 0.3
         for strike in (1, 2):
             took = procs.wait(pid, {"stopped"}, timeout=10)
@@ -35,15 +39,24 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
         assert [e["code"] for e in node.events("GPU_DUTY_EXCEEDED")].count("GPU_DUTY_EXCEEDED") == 2
 
         again = node.job_run([PYTHON, "-c", "pass"], "--manifest", str(manifest))
-        node.wait_for(lambda: any(j["name"] == "greedy" and j["state"] == "held" and j["reasons"]
-                                  and j["reasons"][0]["code"] == "JOB_UNTRUSTED" for j in node.status()["jobs"]))
+        node.wait_for(
+            lambda: any(
+                j["name"] == "greedy"
+                and j["state"] == "held"
+                and j["reasons"]
+                and j["reasons"][0]["code"] == "JOB_UNTRUSTED"
+                for j in node.status()["jobs"]
+            )
+        )
         assert again.poll() is None  # it waits
     finally:
         node.close()
 
 
 def test_strikes_and_distrust_survive_a_daemon_restart(tmp_path: Path, procs) -> None:
-    node, manifest = greedy_node(tmp_path, {"sample_s": 0.5, "pause_s": 0.5, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600})
+    node, manifest = greedy_node(
+        tmp_path, {"sample_s": 0.5, "pause_s": 0.5, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600}
+    )
     try:
         node.start()
         launcher = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))
@@ -52,8 +65,12 @@ def test_strikes_and_distrust_survive_a_daemon_restart(tmp_path: Path, procs) ->
         node.stop()
         node.start()
         waiting = node.job_run([PYTHON, "-c", "pass"], "--manifest", str(manifest))
-        node.wait_for(lambda: any(j["state"] == "held" and j["reasons"] and j["reasons"][0]["code"] == "JOB_UNTRUSTED"
-                                  for j in node.status()["jobs"]))
+        node.wait_for(
+            lambda: any(
+                j["state"] == "held" and j["reasons"] and j["reasons"][0]["code"] == "JOB_UNTRUSTED"
+                for j in node.status()["jobs"]
+            )
+        )
         assert waiting.poll() is None
     finally:
         node.close()

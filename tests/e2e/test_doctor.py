@@ -11,8 +11,12 @@ from arbiter.demo.node import LocalNode
 
 
 def doctor(node: LocalNode) -> tuple[int, dict]:
-    out = subprocess.run([sys.executable, "-m", "arbiter", "doctor", "--json", "--config", str(node.config_path)],
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-m", "arbiter", "doctor", "--json", "--config", str(node.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     return out.returncode, json.loads(out.stdout)
 
 
@@ -24,9 +28,24 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
         assert code == 1 and not areas["daemon"]["ok"] and "arbiter run" in areas["daemon"]["fix"]
         assert not areas["rule files"]["ok"]
 
-        node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1009"]},
-                            "during": [{"source": {"kind": "jsonl", "path": str(tmp_path / "nowhere" / "e.jsonl"),
-                                                   "event": "s", "field": "p", "on": ["x"]}}]})
+        node.add_rule(
+            "p",
+            {
+                "id": "p",
+                "match": {"cmdline": ["sleep 1009"]},
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(tmp_path / "nowhere" / "e.jsonl"),
+                            "event": "s",
+                            "field": "p",
+                            "on": ["x"],
+                        }
+                    }
+                ],
+            },
+        )
         node.start()
         code, report = doctor(node)
         areas = {i["area"]: i for i in report["items"]}

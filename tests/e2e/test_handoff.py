@@ -23,8 +23,9 @@ GIB = 1 << 30
 
 def handoff_node(tmp_path: Path) -> LocalNode:
     (tmp_path / "vram.json").write_text("{}")
-    node = LocalNode(tmp_path, tick_s=0.5, stand_in_gpu=False,
-                     readers=[{"kind": "fake", "state_file": str(tmp_path / "vram.json")}])
+    node = LocalNode(
+        tmp_path, tick_s=0.5, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(tmp_path / "vram.json")}]
+    )
     for name in ("llm-server", "diffusion-server"):  # the shipped defaults, as they are
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
     return node
@@ -35,32 +36,71 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
     try:
         board = tmp_path / "vram.json"
         llm = start_fake(node, board, tmp_path, "llm", "--model", "mistral:latest=13", "--unload-s", "0.2")
-        diffusion = start_fake(node, board, tmp_path, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.5",
-                         "--starved-s", "6")
-        node.add_rule("my-llm", {"extends": "llm-server", "match": {"name": [], "cmdline": ["fake_servers llm"]},
-                                 "busy": {"url": f"{llm['url']}/api/ps"}, "release": {"url": f"{llm['url']}/api/generate"}})
-        node.add_rule("my-diffusion", {
-            "extends": "diffusion-server", "match": {"cmdline": ["fake_servers diffusion"]},
-            "busy": {"url": f"{diffusion['url']}/queue"}, "release": {"url": f"{diffusion['url']}/free"},
-            "events": {"url": diffusion["ws_url"]},
-        })
+        diffusion = start_fake(
+            node,
+            board,
+            tmp_path,
+            "diffusion",
+            "--model-gb",
+            "1.6",
+            "--needs-gb",
+            "12",
+            "--fast-s",
+            "0.5",
+            "--starved-s",
+            "6",
+        )
+        node.add_rule(
+            "my-llm",
+            {
+                "extends": "llm-server",
+                "match": {"name": [], "cmdline": ["fake_servers llm"]},
+                "busy": {"url": f"{llm['url']}/api/ps"},
+                "release": {"url": f"{llm['url']}/api/generate"},
+            },
+        )
+        node.add_rule(
+            "my-diffusion",
+            {
+                "extends": "diffusion-server",
+                "match": {"cmdline": ["fake_servers diffusion"]},
+                "busy": {"url": f"{diffusion['url']}/queue"},
+                "release": {"url": f"{diffusion['url']}/free"},
+                "events": {"url": diffusion["ws_url"]},
+            },
+        )
         node.start()
         http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
         node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
         status = node.status()
-        assert status["vram"]["free_bytes"] is not None and [t["reclaimable"] for t in status["vram"]["tenants"]] == [True, True]
+        assert status["vram"]["free_bytes"] is not None and [t["reclaimable"] for t in status["vram"]["tenants"]] == [
+            True,
+            True,
+        ]
         assert status["vram"]["unmanaged_bytes"] == 0  # every byte held belongs to a tenant here
-        shown = subprocess.run([PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)], capture_output=True,
-                               text=True, timeout=60, env=node.env())
+        shown = subprocess.run(
+            [PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=node.env(),
+        )
         assert "VRAM: 3.0 GB free of 16.0 GB" in shown.stdout and "13.0" in shown.stdout, shown.stdout
 
         for attempt in (1, 2):
             http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
-            run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and len(runs) >= attempt
-                                and runs[attempt - 1], timeout=30)
+            run = node.wait_for(
+                lambda: (
+                    (runs := http_json(f"{diffusion['url']}/debug/runs")) and len(runs) >= attempt and runs[attempt - 1]
+                ),
+                timeout=30,
+            )
             print(f"\nrun {attempt}: {run['took_s']:.2f}s, starved {run['starved_s']:.2f}s")
             # the short time, not the starved 6 s
-            assert run["took_s"] < 3, (run, [(e["code"], e["message"]) for e in node.call("timeline", limit=30)["events"]])
+            assert run["took_s"] < 3, (
+                run,
+                [(e["code"], e["message"]) for e in node.call("timeline", limit=30)["events"]],
+            )
             released = node.events("VRAM_RELEASED", subject="llm-server")
             assert len(released) >= attempt
             # the LLM server reloads two seconds after yielding and is busy again
@@ -68,7 +108,9 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
             http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": "hello"})
             node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
         planned = node.events("VRAM_HANDOFF_PLANNED", subject="diffusion-server")
-        requested = [e for e in node.events("VRAM_RELEASE_REQUESTED", subject="llm-server") if e["data"]["why"] == "handoff"]
+        requested = [
+            e for e in node.events("VRAM_RELEASE_REQUESTED", subject="llm-server") if e["data"]["why"] == "handoff"
+        ]
         assert planned[0]["id"] < requested[0]["id"]  # the plan is logged before anything is released
         assert requested[0]["data"]["for"] == "diffusion-server"
         assert released[0]["data"]["duration_s"] > 0

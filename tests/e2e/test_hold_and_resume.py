@@ -27,12 +27,19 @@ def job_pid(node: LocalNode, name: str) -> int:
 
 
 def explain_json(node: LocalNode, subject: str) -> dict:
-    out = subprocess.run([PYTHON, "-m", "arbiter", "explain", subject, "--json", "--config", str(node.config_path)],
-                         capture_output=True, text=True, timeout=30, check=True)
+    out = subprocess.run(
+        [PYTHON, "-m", "arbiter", "explain", subject, "--json", "--config", str(node.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
-def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(
+    node: LocalNode, tmp_path: Path, procs
+) -> None:
     node.add_rule("prot", protect_rule())
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
@@ -85,7 +92,9 @@ def test_job_submitted_while_protected_works_starts_only_when_admitted(node: Loc
     protected = start_protected(node, tmp_path)
     node.wait_for(lambda: node.status()["rules"][0]["using_gpu"])
     marker = tmp_path / "started"
-    launcher = node.job_run([PYTHON, "-c", f"open({str(marker)!r}, 'w').close(); raise SystemExit(3)"], "--name", "late")
+    launcher = node.job_run(
+        [PYTHON, "-c", f"open({str(marker)!r}, 'w').close(); raise SystemExit(3)"], "--name", "late"
+    )
     node.wait_for(lambda: node.job("late") and node.job("late")["state"] == "held")
     time.sleep(2 * node.config["tick_s"])
     assert not marker.exists()
@@ -103,8 +112,10 @@ def test_bursts_cause_at_most_two_switches(node: LocalNode, tmp_path: Path, proc
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
     job_pid(node, "plain")
-    burst = ("import time, sys\nend = time.monotonic() + 20\n"
-             "while time.monotonic() < end:\n t = time.monotonic()\n while time.monotonic() - t < 1: pass\n time.sleep(1)\n")
+    burst = (
+        "import time, sys\nend = time.monotonic() + 20\n"
+        "while time.monotonic() < end:\n t = time.monotonic()\n while time.monotonic() - t < 1: pass\n time.sleep(1)\n"
+    )
     node.spawn([PYTHON, "-c", burst, "burst-standin"]).wait(timeout=60)
     jid = node.job("plain")["id"]
     events = [e["code"] for e in node.call("timeline", subject=jid, limit=200)["events"]]
@@ -138,8 +149,12 @@ def test_resume_all_after_a_crash(node: LocalNode, tmp_path: Path, procs) -> Non
     start_protected(node, tmp_path)
     procs.wait(pid, {"stopped"})
     node.kill_daemon()
-    out = subprocess.run([PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "resumed 1 item" in out.stdout
     procs.wait(pid, RUNNING, timeout=5)
@@ -192,21 +207,38 @@ def test_status_and_timeline_cli(node: LocalNode) -> None:
     node.add_rule("prot", protect_rule())
     node.start()
     for args in (["status"], ["timeline"], ["explain"]):
-        out = subprocess.run([PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert out.returncode == 0, out.stderr
-    out = subprocess.run([PYTHON, "-m", "arbiter", "status", "--json"], capture_output=True, text=True, timeout=30,
-                         env={**os.environ, "ARBITER_CONFIG": str(node.config_path)})
+    out = subprocess.run(
+        [PYTHON, "-m", "arbiter", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "ARBITER_CONFIG": str(node.config_path)},
+    )
     assert json.loads(out.stdout)["gpu_jobs"] == "when_no_gpu_protected"
-    out = subprocess.run([PYTHON, "-m", "arbiter", "explain", "nothing", "--config", str(node.config_path)],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [PYTHON, "-m", "arbiter", "explain", "nothing", "--config", str(node.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 1 and "known: prot" in out.stderr
 
 
 def test_no_daemon_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(f"state_dir: {tmp_path / 's'}\n")
-    out = subprocess.run([sys.executable, "-m", "arbiter", "status", "--config", str(tmp_path / "a.yaml")],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "arbiter", "status", "--config", str(tmp_path / "a.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 1 and "arbiter run" in out.stderr
 
 

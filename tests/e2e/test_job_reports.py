@@ -25,8 +25,13 @@ time.sleep(60)
 
 
 def cli(node: LocalNode, *args: str) -> str:
-    out = subprocess.run([PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-                         capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    out = subprocess.run(
+        [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -42,14 +47,22 @@ def test_what_a_job_says_of_itself_is_shown_beside_what_is_measured(tmp_path: Pa
             return said if said.get("malformed") else None
 
         said = node.wait_for(reported, timeout=30)
-        assert said["phase"]["name"] == "compute" and said["progress"] == {"done": 3, "total": 4, "at": said["progress"]["at"]}
+        assert said["phase"]["name"] == "compute" and said["progress"] == {
+            "done": 3,
+            "total": 4,
+            "at": said["progress"]["at"],
+        }
         assert said["duty"]["duty"] == 0.25 and said["duty"]["device"] == "gpu" and said["lines"] == 5
         events = node.job("reporter")["id"]
-        assert said["malformed"] == 1 and "events.jsonl line 6: phase.t: Input should be a valid number" in said["problem"]
+        assert (
+            said["malformed"] == 1 and "events.jsonl line 6: phase.t: Input should be a valid number" in said["problem"]
+        )
         assert events in said["problem"]
 
         explained = cli(node, "explain", "reporter")
-        assert "it reports: phase compute, 3/4 done (75%), holds duty 0.25 (gpu busy 0.20 by its own measure)" in explained
+        assert (
+            "it reports: phase compute, 3/4 done (75%), holds duty 0.25 (gpu busy 0.20 by its own measure)" in explained
+        )
         assert "its events file:" in explained and "line 6" in explained
         duty = cli(node, "duty")
         assert "0.25" in duty  # the reported column

@@ -20,17 +20,39 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
     events.touch()
     node = LocalNode(tmp_path, tick_s=5)  # a long tick: only the watch can be this quick
     try:
-        node.add_rule("p", {
-            "id": "p", "match": {"cmdline": ["sleep 1001"]}, "immediate": True,
-            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "state.phase",
-                                   "on": ["uploading"], "soon": ["preparing"]},
-                        "pause_fleet": {"scope": "gpu"}, "tags": ["uplink"]}],
-        })
+        node.add_rule(
+            "p",
+            {
+                "id": "p",
+                "match": {"cmdline": ["sleep 1001"]},
+                "immediate": True,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(events),
+                            "event": "status",
+                            "field": "state.phase",
+                            "on": ["uploading"],
+                            "soon": ["preparing"],
+                        },
+                        "pause_fleet": {"scope": "gpu"},
+                        "tags": ["uplink"],
+                    }
+                ],
+            },
+        )
         node.start()
         node.spawn(["sleep", "1001"])
         node.call("reload")  # not needed for correctness; the next tick would also see the program
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "cpu", "--manifest", str(write_cpu_manifest(tmp_path)))
+        node.job_run(
+            [PYTHON, "-m", "arbiter.demo.job", "--plain"],
+            "--name",
+            "cpu",
+            "--manifest",
+            str(write_cpu_manifest(tmp_path)),
+        )
         pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
         cpu_pid = node.wait_for(lambda: ((node.job("cpu") or {}).get("pids") or [None])[0], timeout=20)
         node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
@@ -49,7 +71,9 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
         assert procs.wait(pid, {"running", "sleeping"}, timeout=2) < 1.0
 
         phase(events, "preparing")
-        node.wait_for(lambda: node.job("plain")["reasons"] and node.job("plain")["reasons"][0]["code"] == "PROTECTION_PHASE_SOON")
+        node.wait_for(
+            lambda: node.job("plain")["reasons"] and node.job("plain")["reasons"][0]["code"] == "PROTECTION_PHASE_SOON"
+        )
         assert procs.state(pid) != "stopped"  # soon: a job that cannot cooperate keeps running
         launcher = node.job_run([PYTHON, "-c", "pass"], "--name", "late")
         node.wait_for(lambda: (node.job("late") or {}).get("state") == "held")
@@ -59,8 +83,13 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
         assert fast["count"] >= 3 and fast["p99_ms"] is not None
         # each thread on the way asked the host for a core sooner, and status tells what it got
         assert {"decide", "reflex", "source p/during.0"} <= set(fast["threads"])
-        shown = subprocess.run([PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)], capture_output=True,
-                               text=True, timeout=60, env=node.env())
+        shown = subprocess.run(
+            [PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=node.env(),
+        )
         assert "fast-path threads (" in shown.stdout and "source p/during.0" in shown.stdout, shown.stdout
     finally:
         node.close()
@@ -75,11 +104,24 @@ def write_cpu_manifest(tmp_path: Path) -> Path:
 def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs) -> None:
     node = LocalNode(tmp_path)
     try:
-        node.add_rule("p", {
-            "id": "p", "match": {"cmdline": ["sleep 1002"]},
-            "during": [{"source": {"kind": "jsonl", "path": str(tmp_path / "missing" / "e.jsonl"), "event": "status",
-                                   "field": "phase", "on": ["on"]}}],
-        })
+        node.add_rule(
+            "p",
+            {
+                "id": "p",
+                "match": {"cmdline": ["sleep 1002"]},
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(tmp_path / "missing" / "e.jsonl"),
+                            "event": "status",
+                            "field": "phase",
+                            "on": ["on"],
+                        }
+                    }
+                ],
+            },
+        )
         node.start()
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
         pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
@@ -121,11 +163,26 @@ def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Pat
     go = tmp_path / "go"
     node = LocalNode(tmp_path, tick_s=5)
     try:
-        node.add_rule("writer", {
-            "id": "writer", "match": {"cmdline": ["protected-writer"]}, "immediate": True,
-            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["uploading"]},
-                        "pause_fleet": {"scope": "gpu"}}],
-        })
+        node.add_rule(
+            "writer",
+            {
+                "id": "writer",
+                "match": {"cmdline": ["protected-writer"]},
+                "immediate": True,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(events),
+                            "event": "status",
+                            "field": "phase",
+                            "on": ["uploading"],
+                        },
+                        "pause_fleet": {"scope": "gpu"},
+                    }
+                ],
+            },
+        )
         node.start()
         node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain")
         pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
@@ -133,8 +190,12 @@ def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Pat
         node.call("reload")
         node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
         go.touch()
-        checks = node.wait_for(lambda: [json.loads(x) for x in events.read_text().splitlines() if '"check"' in x][1:] and
-                               [json.loads(x) for x in events.read_text().splitlines() if '"check"' in x])
+        checks = node.wait_for(
+            lambda: (
+                [json.loads(x) for x in events.read_text().splitlines() if '"check"' in x][1:]
+                and [json.loads(x) for x in events.read_text().splitlines() if '"check"' in x]
+            )
+        )
         assert [c["job_state"] for c in checks] == ["T", "S"] or [c["job_state"] for c in checks] == ["T", "R"], checks
         source = node.status()["rules"][0]["sources"][0]
         assert source["latency"]["count"] >= 2 and source["seen_by"] == "watch"
@@ -145,14 +206,25 @@ def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Pat
 def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
     node = LocalNode(tmp_path)
     try:
-        node.add_rule("backup", {
-            "id": "backup", "match": {"cmdline": ["sleep 1007"]},
-            "during": [{"source": {"kind": "on_exec", "match": {"cmdline": ["sleep 1006"]}}, "pause_fleet": {"scope": "all"}}],
-        })
+        node.add_rule(
+            "backup",
+            {
+                "id": "backup",
+                "match": {"cmdline": ["sleep 1007"]},
+                "during": [
+                    {
+                        "source": {"kind": "on_exec", "match": {"cmdline": ["sleep 1006"]}},
+                        "pause_fleet": {"scope": "all"},
+                    }
+                ],
+            },
+        )
         node.start()
         node.spawn(["sleep", "1007"])
         node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.01)"], "--name", "plain")
-        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0])
+        pid = node.wait_for(
+            lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0]
+        )
         uploader = node.spawn(["sleep", "1006"])
         procs.wait(pid, {"stopped"}, timeout=5)
         node.reasons("plain", "PROTECTION_PHASE_ON")
@@ -167,10 +239,14 @@ def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: P
     progress = tmp_path / "later" / "progress.jsonl"
     node = LocalNode(tmp_path, governor={"period_s": 2})  # rates over a 2 s window
     try:
-        node.add_rule("trainer", {
-            "id": "trainer", "match": {"cmdline": ["sleep 1008"]},
-            "protect": {"source": {"kind": "jsonl", "path": str(progress), "event": "step_done"}},
-        })
+        node.add_rule(
+            "trainer",
+            {
+                "id": "trainer",
+                "match": {"cmdline": ["sleep 1008"]},
+                "protect": {"source": {"kind": "jsonl", "path": str(progress), "event": "step_done"}},
+            },
+        )
         node.start()
         node.spawn(["sleep", "1008"])
         node.wait_for(lambda: node.status()["rules"][0]["running"])  # else the job may start and end first
@@ -183,7 +259,11 @@ def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: P
             for _ in range(5):
                 fh.write(json.dumps({"event": "step_done"}) + "\n")
         node.wait_for(lambda: (node.job("plain") or {"state": "ended"}).get("state") != "held")
-        src = node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"] is not None and node.status()["rules"][0]["sources"][0])
+        src = node.wait_for(
+            lambda: (
+                node.status()["rules"][0]["sources"][0]["rate"] is not None and node.status()["rules"][0]["sources"][0]
+            )
+        )
         assert src["slot"] == "progress" and src["count"] == 5 and src["rate"] > 0
     finally:
         node.close()

@@ -8,9 +8,8 @@ import json
 import signal
 from pathlib import Path
 
-from arbiter_testing import write_state
-
 from arbiter.demo.node import LocalNode
+from arbiter_testing import write_state
 
 
 def device(path: Path) -> int:
@@ -22,10 +21,18 @@ def test_a_profile_is_applied_while_the_tenant_works_and_restored_even_after_a_c
     card = tmp_path / "device.json"
     card.write_text(json.dumps({"power_limit_w": 300}))
     write_state(gpu, {"processes": {}})
-    node = LocalNode(tmp_path, stand_in_gpu=False, gpu_release_after_s=1, readers=[{"kind": "fake", "state_file": str(gpu)}])
+    node = LocalNode(
+        tmp_path, stand_in_gpu=False, gpu_release_after_s=1, readers=[{"kind": "fake", "state_file": str(gpu)}]
+    )
     try:
-        node.add_rule("render", {"id": "render", "match": {"cmdline": ["sleep 1020"]},
-                                 "profile": {"kind": "fake_profile", "device_file": str(card), "power_limit_w": 200}})
+        node.add_rule(
+            "render",
+            {
+                "id": "render",
+                "match": {"cmdline": ["sleep 1020"]},
+                "profile": {"kind": "fake_profile", "device_file": str(card), "power_limit_w": 200},
+            },
+        )
         node.start()
         renderer = node.spawn(["sleep", "1020"])
         write_state(gpu, {"processes": {str(renderer.pid): {"busy_share": 0.6, "vram_bytes": 1 << 30}}})

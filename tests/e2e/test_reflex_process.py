@@ -22,11 +22,26 @@ def start(tmp_path: Path, **config: object) -> tuple[LocalNode, Path, int]:
     events = tmp_path / "events.jsonl"
     events.touch()
     node = LocalNode(tmp_path, tick_s=5, **config)  # a long tick: only a watch can be this quick
-    node.add_rule("p", {
-        "id": "p", "match": {"cmdline": ["sleep 1011"]}, "immediate": True,
-        "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["busy"]},
-                    "pause_fleet": {"scope": "gpu"}}],
-    })
+    node.add_rule(
+        "p",
+        {
+            "id": "p",
+            "match": {"cmdline": ["sleep 1011"]},
+            "immediate": True,
+            "during": [
+                {
+                    "source": {
+                        "kind": "jsonl",
+                        "path": str(events),
+                        "event": "status",
+                        "field": "phase",
+                        "on": ["busy"],
+                    },
+                    "pause_fleet": {"scope": "gpu"},
+                }
+            ],
+        },
+    )
     node.start()
     node.spawn(["sleep", "1011"])
     node.call("reload")
@@ -39,7 +54,9 @@ def start(tmp_path: Path, **config: object) -> tuple[LocalNode, Path, int]:
 def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(tmp_path: Path, procs) -> None:
     node, events, pid = start(tmp_path)
     try:
-        process = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p, timeout=20)
+        process = node.wait_for(
+            lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p, timeout=20
+        )
         assert process["pid"] and not process["failure"]
         node.call("reload")  # a decision after the process reported: it is armed
         time.sleep(0.3)
@@ -69,13 +86,17 @@ def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(t
 def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_path: Path, procs) -> None:
     node, events, pid = start(tmp_path)
     try:
-        first = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p["pid"], timeout=20)
+        first = node.wait_for(
+            lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p["pid"], timeout=20
+        )
         node.call("reload")
         time.sleep(0.3)
         phase(events, "busy")
         procs.wait(pid, {"stopped"}, timeout=2)
         os.kill(first, signal.SIGKILL)
-        gone = node.wait_for(lambda: [e for e in node.events("PLUGIN_FAILED") if "reflex process" in e["message"]], timeout=10)
+        gone = node.wait_for(
+            lambda: [e for e in node.events("PLUGIN_FAILED") if "reflex process" in e["message"]], timeout=10
+        )
         assert "given up" in gone[-1]["message"]
 
         # the daemon's own watcher and reflex act meanwhile, and what the process paused is resumed
@@ -87,8 +108,14 @@ def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_p
         procs.wait(pid, {"running", "sleeping"}, timeout=2)
 
         # another process starts once the retry time has passed
-        second = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"])["pid"] not in (None, first)
-                               and p["sources"] and p["pid"], timeout=30)
+        second = node.wait_for(
+            lambda: (
+                (p := node.status()["fast_path"]["reflex_process"])["pid"] not in (None, first)
+                and p["sources"]
+                and p["pid"]
+            ),
+            timeout=30,
+        )
         assert second != first
     finally:
         node.close()

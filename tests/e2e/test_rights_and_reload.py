@@ -43,7 +43,9 @@ def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tm
     root.mkdir(mode=0o755)
     node = LocalNode(root)
     try:
-        node.add_rule("prot", {"id": "prot", "match": {"cmdline": ["arbiter.demo.protected"]}, "protect": {"metric": "gpu_share"}})
+        node.add_rule(
+            "prot", {"id": "prot", "match": {"cmdline": ["arbiter.demo.protected"]}, "protect": {"metric": "gpu_share"}}
+        )
         node.start()
         assert stat.S_IMODE(os.stat(node.socket).st_mode) == 0o666
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "mine")
@@ -161,8 +163,9 @@ def test_a_job_whose_gpu_apis_the_host_lacks_is_refused_as_undetected(tmp_path: 
             pytest.skip("this host has CUDA")
         manifest = tmp_path / "cuda.yaml"
         manifest.write_text("name: needs-cuda\ngpu: {use: shared, apis_any: [cuda]}\n")
-        launcher = node.job_run([PYTHON, "-c", "print('ran')"], "--manifest", str(manifest), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        launcher = node.job_run(
+            [PYTHON, "-c", "print('ran')"], "--manifest", str(manifest), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         out, err = launcher.communicate(timeout=60)
         assert launcher.returncode == 69 and b"ran" not in out
         assert b"GPU_API_UNAVAILABLE" in err and b"undetected" in err and b"cuda" in err

@@ -38,16 +38,44 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
     try:
         events = private / "events.jsonl"
         events.touch()
-        node.add_rule("p", {
-            "id": "p", "match": {"cmdline": ["sleep 1004"]}, "immediate": True,
-            "during": [{"source": {"kind": "jsonl", "path": f"~/{private.name}/events.jsonl", "event": "status",
-                                   "field": "phase", "on": ["uploading"]},
-                        "pause_fleet": {"scope": "all"}}],
-        })
-        node.add_rule("elsewhere", {
-            "id": "elsewhere", "match": {"cmdline": ["sleep 1005"]},
-            "during": [{"source": {"kind": "jsonl", "path": str(tmp_path / "other.jsonl"), "event": "x", "field": "p", "on": ["y"]}}],
-        })
+        node.add_rule(
+            "p",
+            {
+                "id": "p",
+                "match": {"cmdline": ["sleep 1004"]},
+                "immediate": True,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": f"~/{private.name}/events.jsonl",
+                            "event": "status",
+                            "field": "phase",
+                            "on": ["uploading"],
+                        },
+                        "pause_fleet": {"scope": "all"},
+                    }
+                ],
+            },
+        )
+        node.add_rule(
+            "elsewhere",
+            {
+                "id": "elsewhere",
+                "match": {"cmdline": ["sleep 1005"]},
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(tmp_path / "other.jsonl"),
+                            "event": "x",
+                            "field": "p",
+                            "on": ["y"],
+                        }
+                    }
+                ],
+            },
+        )
         (tmp_path / "daemon-home").mkdir()
         node.start(HOME=str(tmp_path / "daemon-home"))
         node.spawn(["sleep", "1004"])
@@ -56,7 +84,9 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
         assert source_of(node, "p")["read_by"] == "daemon" and not source_of(node, "p")["readable"]
 
         helper = node.spawn([PYTHON, "-m", "arbiter", "helper", "--config", str(node.config_path)])
-        pid = node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0])
+        pid = node.wait_for(
+            lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0]
+        )
         src = source_of(node, "p")
         assert src["readable"] and src["read_by"].startswith("helper (uid ")
         assert node.status()["helpers"][0]["sources"] == 1
@@ -67,7 +97,9 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
         node.reasons("plain", "PROTECTION_PHASE_ON")
         phase(events, "idle")
         procs.wait(pid, {"running", "sleeping"}, timeout=3)
-        latency = node.wait_for(lambda: source_of(node, "p")["latency"]["count"] >= 2 and source_of(node, "p")["latency"])
+        latency = node.wait_for(
+            lambda: source_of(node, "p")["latency"]["count"] >= 2 and source_of(node, "p")["latency"]
+        )
         assert latency["p99_ms"] < 1000
 
         # A helper is given, and may report, only its own home's sources: the daemon takes

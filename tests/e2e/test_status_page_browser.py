@@ -39,9 +39,19 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1800", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1800",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):
         options.add_argument(arg)
     service = Service(executable_path=str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log"))
     driver = webdriver.Chrome(service=service, options=options)
@@ -75,31 +85,43 @@ def save_screenshot(driver: Any, tmp_path: Path, name: str = "status-page.png") 
     return shot
 
 
-def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(node: LocalNode, tmp_path: Path, browser: Any) -> None:
+def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(
+    node: LocalNode, tmp_path: Path, browser: Any
+) -> None:
     from PIL import Image
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.wait import WebDriverWait
 
-    node.add_rule("prot", {"id": "prot", "priority": 50, "match": {"cmdline": ["arbiter.demo.protected"]},
-                           "protect": {"metric": "gpu_share"}})
+    node.add_rule(
+        "prot",
+        {
+            "id": "prot",
+            "priority": 50,
+            "match": {"cmdline": ["arbiter.demo.protected"]},
+            "protect": {"metric": "gpu_share"},
+        },
+    )
     node.start()
     node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(tmp_path / "p.jsonl")])
     node.wait_for(lambda: node.status()["rules"][0]["using_gpu"], timeout=30)
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    (reason,) = [r for r in node.reasons("plain", "PROTECTED_GPU_BUSY", timeout=30) if r["code"] == "PROTECTED_GPU_BUSY"]
+    (reason,) = [
+        r for r in node.reasons("plain", "PROTECTED_GPU_BUSY", timeout=30) if r["code"] == "PROTECTED_GPU_BUSY"
+    ]
     job = node.job("plain")
     assert job is not None
 
     browser.get(node.info()["http"] + "/")
     # the page refreshes itself: a row read mid-refresh goes stale and is read again
     row = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
-        lambda d: held_row(d, job["id"], "PROTECTED_GPU_BUSY"))
+        lambda d: held_row(d, job["id"], "PROTECTED_GPU_BUSY")
+    )
     assert row["state"].split()[0] in ("held", "paused")
     assert "protected program 'prot' uses the GPU" in row["why"]  # the message; its share moves between reads
     assert reason["remedy"] in row["why"]
     assert "arbiter" in browser.title
     try:  # what the page's A/B images ask for: the daemon's provider draws plots (no run here: 404)
-        urllib.request.urlopen(node.info()["http"] + "/v1/ab/no-such-run/plot", timeout=10)  # noqa: S310 - 127.0.0.1
+        urllib.request.urlopen(node.info()["http"] + "/v1/ab/no-such-run/plot", timeout=10)
     except urllib.error.HTTPError as exc:
         assert exc.code == 404, exc.read()
     else:

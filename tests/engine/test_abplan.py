@@ -34,7 +34,9 @@ def test_exclusions_say_why(reading: WindowReading, why: str) -> None:
 def test_a_window_that_counts() -> None:
     assert exclusion("on", WindowReading(100, 60, work_duty=0.25), asked_duty=0.3) is None
     assert "under half" in (exclusion("on", WindowReading(100, 60, work_duty=0.0), asked_duty=0.1) or "")  # idle at 0.1
-    assert "did not run" in (exclusion("on", WindowReading(100, 60, work_duty=0.3, work_ran=False), asked_duty=0.3) or "")
+    assert "did not run" in (
+        exclusion("on", WindowReading(100, 60, work_duty=0.3, work_ran=False), asked_duty=0.3) or ""
+    )
     # work that holds no duty must still be seen using the GPU; CPU work has no GPU duty to see
     assert "could not be measured" in (exclusion("on", WindowReading(100, 60, work_duty=None), asked_duty=None) or "")
     assert "idle work" in (exclusion("on", WindowReading(100, 60, work_duty=0.01), asked_duty=None) or "")

@@ -9,11 +9,11 @@ from dataclasses import replace
 from arbiter.engine import codes
 from arbiter.engine.abrun import (
     RunSpec,
-    certified_duty,
     RunState,
     Sees,
     abort,
     advance,
+    certified_duty,
     from_record,
     start,
     summary,
@@ -44,14 +44,32 @@ class Program:
 
 
 def spec(**kw: object) -> RunSpec:
-    base = dict(run_id="r1", rule_id="p", work="gpu", duty=0.3, blocks=6, window_s=10, washout_s=2, margin=0.05,
-                max_hours=1, seed="r1")
+    base = dict(
+        run_id="r1",
+        rule_id="p",
+        work="gpu",
+        duty=0.3,
+        blocks=6,
+        window_s=10,
+        washout_s=2,
+        margin=0.05,
+        max_hours=1,
+        seed="r1",
+    )
     base.update(kw)
     return RunSpec(**base)  # type: ignore[arg-type]
 
 
-def drive(rs: RunState, program: Program, seconds: float, t0: float = 0.0, duty: float | None = None, change=None,
-          change_from: float = 0.0, **sees: object):
+def drive(
+    rs: RunState,
+    program: Program,
+    seconds: float,
+    t0: float = 0.0,
+    duty: float | None = None,
+    change=None,
+    change_from: float = 0.0,
+    **sees: object,
+):
     """Step the run every STEP seconds; the program progresses by the arm in force; from
     ``change_from`` on, ``change`` edits what the run sees."""
     t = t0
@@ -63,8 +81,15 @@ def drive(rs: RunState, program: Program, seconds: float, t0: float = 0.0, duty:
         program.count += (program.on_rate if arm == "on" else program.off_rate) * STEP
         t += STEP
         sample += 1
-        kw = dict(now=t, wall=1000.0 + t, count=int(program.count), pids=frozenset({7}), work_running=arm == "on",
-                  work_duty=(rs.spec.duty or 1.0 if duty is None else duty) if arm == "on" else 0.0, work_sample_at=t if sample % 4 == 0 else None)
+        kw = dict(
+            now=t,
+            wall=1000.0 + t,
+            count=int(program.count),
+            pids=frozenset({7}),
+            work_running=arm == "on",
+            work_duty=(rs.spec.duty or 1.0 if duty is None else duty) if arm == "on" else 0.0,
+            work_sample_at=t if sample % 4 == 0 else None,
+        )
         kw.update(sees)
         if change is not None and t >= change_from:
             change(kw)
@@ -77,7 +102,9 @@ def drive(rs: RunState, program: Program, seconds: float, t0: float = 0.0, duty:
 
 def test_a_quiet_program_earns_a_pass_with_every_block_one_on_and_one_off_window() -> None:
     rs, events, ended, t = drive(start(spec(), 1000.0), Program(10, 10), 400)
-    assert rs.status == "done" and rs.certifies and rs.verdict in ("no slowdown shown", "slowdown smaller than the margin")
+    assert (
+        rs.status == "done" and rs.certifies and rs.verdict in ("no slowdown shown", "slowdown smaller than the margin")
+    )
     assert len(rs.blocks) == 6 and not rs.excluded
     assert [e.code for e in events].count(codes.AB_BLOCK_DONE) == 6 and events[-1].code == codes.AB_RUN_DONE
     assert ended == [rs]
@@ -98,14 +125,25 @@ def test_the_washout_is_discarded() -> None:
         in_washout = w is not None and t < w.measure_from
         program.count += (1000 if in_washout else 10) * STEP
         t += STEP
-        rs = advance(rs, Sees(now=t, wall=1000 + t, count=int(program.count), pids=frozenset({7}), work_running=True,
-                              work_duty=0.3, work_sample_at=t)).state
+        rs = advance(
+            rs,
+            Sees(
+                now=t,
+                wall=1000 + t,
+                count=int(program.count),
+                pids=frozenset({7}),
+                work_running=True,
+                work_duty=0.3,
+                work_sample_at=t,
+            ),
+        ).state
     assert all(abs(b.on - 10) < 1.5 and abs(b.off - 10) < 1.5 for b in rs.blocks)
 
 
 def test_a_phase_change_leaves_its_block_out_and_the_block_is_repeated() -> None:
-    rs, events, _, _ = drive(start(spec(), 1000.0), Program(), 400, change=lambda kw: kw.update(phases=("on",)),
-                             change_from=5.0)
+    rs, events, _, _ = drive(
+        start(spec(), 1000.0), Program(), 400, change=lambda kw: kw.update(phases=("on",)), change_from=5.0
+    )
     assert rs.status == "done" and len(rs.blocks) == 6
     assert rs.excluded[0].attempt == 0 and "phase" in rs.excluded[0].why
     assert 0 not in [b.attempt for b in rs.blocks]
@@ -169,8 +207,18 @@ def test_the_pilot_sizes_the_run_and_refuses_one_that_cannot_finish_in_time() ->
         wobble = 1.15 if (rs.attempt % 2) == (arm == "on") else 0.85
         program.count += 10 * wobble * STEP
         t += STEP
-        adv = advance(rs, Sees(now=t, wall=1000 + t, count=int(program.count), pids=frozenset({7}), work_running=True,
-                               work_duty=0.3, work_sample_at=t))
+        adv = advance(
+            rs,
+            Sees(
+                now=t,
+                wall=1000 + t,
+                count=int(program.count),
+                pids=frozenset({7}),
+                work_running=True,
+                work_duty=0.3,
+                work_sample_at=t,
+            ),
+        )
         events.extend(adv.events)
         rs = adv.state
     assert rs.status == "refused" and len(rs.blocks) == 4 and "pilot" in rs.why
@@ -230,8 +278,14 @@ POLICY = Policy(gpu_jobs="certified", rules={"p": RulePolicy("p", protected=True
 
 
 def test_the_run_alone_decides_for_the_work_it_covers_and_other_gpu_work_waits() -> None:
-    coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle", "cooperative_pause"}), started=True,
-                  pids=(11,))
+    coop = JobObs(
+        "c1",
+        "batch",
+        0,
+        capabilities=frozenset({"cooperative_throttle", "cooperative_pause"}),
+        started=True,
+        pids=(11,),
+    )
     other = JobObs("o1", "render", 0, started=True, pids=(12,))
     cpu = JobObs("u1", "cpujob", 0, use="none", started=True, pids=(13,))
     jobs = {"c1": coop, "o1": other, "u1": cpu}
@@ -249,7 +303,9 @@ def test_the_run_alone_decides_for_the_work_it_covers_and_other_gpu_work_waits()
     # ON: past "protected program uses the GPU" and "not certified", at the run's duty
     assert on["c1"].state == "run" and on["c1"].duty == 0.25
     # OFF: held to measure the program without it; cooperative work pauses itself
-    assert off["c1"].state == "paused" and off["c1"].via == "control" and off["c1"].reasons[0].code == codes.AB_WINDOW_OFF
+    assert (
+        off["c1"].state == "paused" and off["c1"].via == "control" and off["c1"].reasons[0].code == codes.AB_WINDOW_OFF
+    )
     for verdicts in (on, off):
         assert verdicts["o1"].state == "paused" and codes.AB_RUN_MEASURING in [r.code for r in verdicts["o1"].reasons]
         assert verdicts["u1"].state == "run"  # CPU work is not what this run measures
@@ -258,10 +314,13 @@ def test_the_run_alone_decides_for_the_work_it_covers_and_other_gpu_work_waits()
 
 def test_explicit_pauses_and_other_protected_programs_still_bind_during_a_run() -> None:
     coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle"}), started=True, pids=(11,))
-    policy = Policy(gpu_jobs="when_no_gpu_protected", rules={
-        "p": RulePolicy("p", protected=True, progress=True),
-        "q": RulePolicy("q", protected=True),
-    })
+    policy = Policy(
+        gpu_jobs="when_no_gpu_protected",
+        rules={
+            "p": RulePolicy("p", protected=True, progress=True),
+            "q": RulePolicy("q", protected=True),
+        },
+    )
     obs = observation(1.0, 10, {"c1": coop})
     obs = replace(obs, rules={**obs.rules, "q": RuleObs("q", running=True, pids=frozenset({9}), gpu_share=0.9)})
     d = decide(obs, EngineState(ab=start(spec(work="gpu"), 1000.0)), policy, 1.0)
@@ -287,8 +346,16 @@ def test_evicted_off_windows_stop_the_work_through_its_stop_path() -> None:
 
 
 def test_a_passing_run_is_handed_back_ended_and_the_certificate_then_governs() -> None:
-    coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle"}), started=True, pids=(11,),
-                  measured=0.3, measured_at=0.0)
+    coop = JobObs(
+        "c1",
+        "batch",
+        0,
+        capabilities=frozenset({"cooperative_throttle"}),
+        started=True,
+        pids=(11,),
+        measured=0.3,
+        measured_at=0.0,
+    )
     state = EngineState(ab=start(spec(blocks=2, pilot=2, duty=0.3), 1000.0))
     count, ended = 0, ()
     for i in range(200):
@@ -331,14 +398,23 @@ def test_work_that_holds_no_duty_must_be_seen_using_the_gpu_and_certifies_what_i
 
 
 def test_a_disturbed_on_window_is_left_out_never_judged_a_collapse() -> None:
-    rs, _, _, _ = drive(start(spec(), 1000.0), Program(10, 10), 400,
-                        change=lambda kw: kw.update(phases=("on",), count=kw["count"] // 4) if 30 <= kw["now"] < 41 else None)
+    rs, _, _, _ = drive(
+        start(spec(), 1000.0),
+        Program(10, 10),
+        400,
+        change=lambda kw: kw.update(phases=("on",), count=kw["count"] // 4) if 30 <= kw["now"] < 41 else None,
+    )
     assert rs.verdict != "slowdown" and rs.excluded and rs.excluded[0].arm == "on"
 
 
 def test_a_run_ends_at_once_when_its_program_or_its_work_is_gone() -> None:
-    gone, _, _, t = drive(start(spec(), 1000.0), Program(), 60, change=lambda kw: kw.update(running=False, pids=frozenset()),
-                          change_from=25)
+    gone, _, _, t = drive(
+        start(spec(), 1000.0),
+        Program(),
+        60,
+        change=lambda kw: kw.update(running=False, pids=frozenset()),
+        change_from=25,
+    )
     assert gone.status == "aborted" and "stopped running" in gone.why and t < 45
     no_work, _, _, t = drive(start(spec(), 1000.0), Program(), 200, work_running=False)
     assert no_work.status == "aborted" and "did not run in 2 ON windows" in no_work.why and t < 60
@@ -346,10 +422,14 @@ def test_a_run_ends_at_once_when_its_program_or_its_work_is_gone() -> None:
 
 def test_a_runs_duty_never_lifts_another_rules_budget() -> None:
     coop = JobObs("c1", "batch", 0, capabilities=frozenset({"cooperative_throttle"}), started=True, pids=(11,))
-    policy = Policy(gpu_jobs="certified", governor=GovernorPolicy(baseline_s=2, period_s=2), rules={
-        "p": RulePolicy("p", protected=True, progress=True),
-        "q": RulePolicy("q", protected=True, progress=True),
-    })
+    policy = Policy(
+        gpu_jobs="certified",
+        governor=GovernorPolicy(baseline_s=2, period_s=2),
+        rules={
+            "p": RulePolicy("p", protected=True, progress=True),
+            "q": RulePolicy("q", protected=True, progress=True),
+        },
+    )
     state = EngineState(ab=start(spec(work="gpu", duty=0.8), 1000.0))
     duties = set()
     count = 0
@@ -357,7 +437,13 @@ def test_a_runs_duty_never_lifts_another_rules_budget() -> None:
         now = i * STEP
         count += 5
         obs = observation(now, count, {"c1": coop}, certificates=(CertView("q", "gpu", 0.2),))
-        q = RuleObs("q", running=True, pids=frozenset({9}), gpu_share=0.9, progress=SourceObs(readable=True, rate=10.0, count=count))
+        q = RuleObs(
+            "q",
+            running=True,
+            pids=frozenset({9}),
+            gpu_share=0.9,
+            progress=SourceObs(readable=True, rate=10.0, count=count),
+        )
         obs = replace(obs, rules={**obs.rules, "q": q})
         d = decide(obs, state, policy, now)
         state = d.state

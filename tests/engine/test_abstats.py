@@ -12,14 +12,23 @@ from arbiter.engine.abstats import Block, analyse, blocks_needed, chi2_quantile,
 
 @pytest.mark.parametrize(
     ("p", "nu", "expected"),
-    [(0.95, 1, 6.3138), (0.95, 2, 2.9200), (0.95, 3, 2.3534), (0.95, 10, 1.8125), (0.95, 30, 1.6973), (0.975, 5, 2.5706)],
+    [
+        (0.95, 1, 6.3138),
+        (0.95, 2, 2.9200),
+        (0.95, 3, 2.3534),
+        (0.95, 10, 1.8125),
+        (0.95, 30, 1.6973),
+        (0.975, 5, 2.5706),
+    ],
 )
 def test_t_quantiles(p: float, nu: int, expected: float) -> None:
     assert t_quantile(p, nu) == pytest.approx(expected, abs=5e-4)
     assert t_quantile(1 - p, nu) == pytest.approx(-expected, abs=5e-4)
 
 
-@pytest.mark.parametrize(("p", "k", "expected"), [(0.20, 3, 1.0052), (0.20, 10, 6.1791), (0.95, 4, 9.4877), (0.05, 1, 0.00393)])
+@pytest.mark.parametrize(
+    ("p", "k", "expected"), [(0.20, 3, 1.0052), (0.20, 10, 6.1791), (0.95, 4, 9.4877), (0.05, 1, 0.00393)]
+)
 def test_chi2_quantiles(p: float, k: int, expected: float) -> None:
     assert chi2_quantile(p, k) == pytest.approx(expected, rel=2e-3)
 
@@ -71,8 +80,12 @@ def test_lag_one_autocorrelation_and_order_effect() -> None:
     drifting = blocks([1.0 + 0.002 * i for i in range(10)])
     assert analyse(drifting, margin=0.02).lag1 > 0.5
     rng = random.Random(3)
-    ordered = [Block(on=100 * (1.02 if i % 2 == 0 else 0.98) * (1 + rng.uniform(-0.001, 0.001)), off=100.0,
-                     on_first=i % 2 == 0) for i in range(12)]
+    ordered = [
+        Block(
+            on=100 * (1.02 if i % 2 == 0 else 0.98) * (1 + rng.uniform(-0.001, 0.001)), off=100.0, on_first=i % 2 == 0
+        )
+        for i in range(12)
+    ]
     a = analyse(ordered, margin=0.02)
     assert a.order_effect == pytest.approx(math.log(1.02) - math.log(0.98), abs=0.005) and a.order_effect_flag
 

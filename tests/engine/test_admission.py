@@ -11,10 +11,10 @@ from arbiter.engine.types import (
     EngineState,
     JobObs,
     Observation,
-    SourceObs,
     Policy,
     RuleObs,
     RulePolicy,
+    SourceObs,
 )
 
 PROTECTED = RulePolicy("trainer", protected=True)
@@ -22,7 +22,9 @@ POLICY = Policy(rules={"trainer": PROTECTED}, busy_threshold=0.05, release_after
 
 
 def job(jid: str = "j1", *, started: bool = True, use: str = "shared", caps: tuple[str, ...] = (), **kw) -> JobObs:
-    return JobObs(jid, name="batch", owner_uid=1000, use=use, capabilities=frozenset(caps), started=started, pids=(100,), **kw)  # type: ignore[arg-type]
+    return JobObs(
+        jid, name="batch", owner_uid=1000, use=use, capabilities=frozenset(caps), started=started, pids=(100,), **kw
+    )  # type: ignore[arg-type]
 
 
 def busy(share: float | None = 0.5, running: bool = True, **kw) -> RuleObs:

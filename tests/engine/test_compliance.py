@@ -15,10 +15,25 @@ from arbiter.engine.types import DuringPolicy, EngineState, JobObs, Observation,
 POLICY = Policy(rules={}, stop_grace_s=5.0)
 
 
-def job(measured: float | None, at: float | None, jid: str = "j1", max_duty: float = 0.3, caps=("cooperative_throttle",),
-        started: bool = True) -> JobObs:
-    return JobObs(jid, "batch", 1000, capabilities=frozenset(caps), max_duty=max_duty, started=started, pids=(7,),
-                  measured=measured, measured_at=at)
+def job(
+    measured: float | None,
+    at: float | None,
+    jid: str = "j1",
+    max_duty: float = 0.3,
+    caps=("cooperative_throttle",),
+    started: bool = True,
+) -> JobObs:
+    return JobObs(
+        jid,
+        "batch",
+        1000,
+        capabilities=frozenset(caps),
+        max_duty=max_duty,
+        started=started,
+        pids=(7,),
+        measured=measured,
+        measured_at=at,
+    )
 
 
 class Run:

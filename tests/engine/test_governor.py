@@ -50,8 +50,13 @@ class Gov:
         self.d = None
 
     def at(self, now: float, rate: float | None, jobs=(), certs=(CERT,), memory=None, rules=None):
-        obs = Observation(now=now, rules=rules or {"trainer": trainer(rate)}, jobs={j.job_id: j for j in jobs},
-                          certificates=tuple(certs), memory_available=memory)
+        obs = Observation(
+            now=now,
+            rules=rules or {"trainer": trainer(rate)},
+            jobs={j.job_id: j for j in jobs},
+            certificates=tuple(certs),
+            memory_available=memory,
+        )
         self.d = decide(obs, self.state, self.policy, now)
         self.state = self.d.state
         return self.d
@@ -227,11 +232,18 @@ def test_a_restart_in_every_state_resumes_where_it_was(moment: str) -> None:
     drive(a)
     record = to_record(a.gov, now=130.0, now_wall=5_000.0)
     b = Gov()
-    b.state = EngineState(governors={"trainer": from_record(record, now=30.0, now_wall=5_000.0)})  # another clock origin
+    b.state = EngineState(
+        governors={"trainer": from_record(record, now=30.0, now_wall=5_000.0)}
+    )  # another clock origin
     for t_a in (131.0, 200.0, 500.0):
         a.at(t_a, 10.0, [coop()])
         b.at(t_a - 100.0, 10.0, [coop()])
-        assert (b.gov.mode, b.gov.budget, b.job().state, b.job().duty) == (a.gov.mode, a.gov.budget, a.job().state, a.job().duty)
+        assert (b.gov.mode, b.gov.budget, b.job().state, b.job().duty) == (
+            a.gov.mode,
+            a.gov.budget,
+            a.job().state,
+            a.job().duty,
+        )
 
 
 def test_a_take_back_survives_a_moment_without_a_governor() -> None:

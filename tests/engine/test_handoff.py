@@ -51,8 +51,15 @@ def llm(busy: bool | None = True, held: float = 13, **kw: object) -> TenantVram:
 
 
 def diffusion(busy: bool | None = True, held: float = 1.6, needs: float | None = 12, **kw: object) -> TenantVram:
-    return TenantVram("diffusion-server", 60, busy, gb(held), True,  # type: ignore[arg-type]
-                      needs_bytes=None if needs is None else gb(needs), **kw)
+    return TenantVram(
+        "diffusion-server",
+        60,
+        busy,
+        gb(held),
+        True,  # type: ignore[arg-type]
+        needs_bytes=None if needs is None else gb(needs),
+        **kw,
+    )
 
 
 # --- starvation ---------------------------------------------------------------------------
@@ -65,12 +72,15 @@ def test_starved_when_free_plus_held_is_below_needs_and_the_shortfall() -> None:
     assert not s.state_unknown
 
 
-@pytest.mark.parametrize(("free", "held", "starved"), [
-    (gb(10), gb(2), False),  # exactly enough
-    (gb(10) - 1, gb(2), True),  # one byte short
-    (0, gb(12), False),
-    (gb(20), 0, False),
-])
+@pytest.mark.parametrize(
+    ("free", "held", "starved"),
+    [
+        (gb(10), gb(2), False),  # exactly enough
+        (gb(10) - 1, gb(2), True),  # one byte short
+        (0, gb(12), False),
+        (gb(20), 0, False),
+    ],
+)
 def test_starvation_boundary(free: int, held: int, starved: bool) -> None:
     tenant = replace(diffusion(), held_bytes=held)
     found = starvation(tenant, free)
@@ -120,7 +130,8 @@ def test_spec_section_1_failure_replayed_the_demander_still_gets_its_memory() ->
     clock.advance(2.0)
     reloaded = plan(diffusion(held=1.6), [llm(held=13, busy=True)], gb(24 - 13 - 1.6))
     assert reloaded is not None and reloaded.covers and reloaded.release == ("llm-server",), (
-        "a busy tenant ranked below the demander is asked again, however recently it yielded")
+        "a busy tenant ranked below the demander is asked again, however recently it yielded"
+    )
     assert clock() == 1003.0
 
 
@@ -182,8 +193,12 @@ def test_order_idle_first_then_lowest_priority_then_largest_vram_and_stop_once_c
     assert plan_reason(p) is None
     assert plan_event(p).code == codes.VRAM_HANDOFF_PLANNED
     assert [e.subject for e in request_events(p)] == list(p.release)
-    assert request_events(p)[0].data == {"tenant": "idle-low-big", "held_bytes": gb(4), "for": "diffusion-server",
-                                         "why": "handoff"}
+    assert request_events(p)[0].data == {
+        "tenant": "idle-low-big",
+        "held_bytes": gb(4),
+        "for": "diffusion-server",
+        "why": "handoff",
+    }
 
 
 def test_stops_at_the_first_tenant_that_covers() -> None:
@@ -286,10 +301,28 @@ from arbiter.engine.types import (  # noqa: E402
 )
 
 
-def seen(tid: str, priority: int, busy: bool | None, held_gb: float | None, reclaimable: bool = True,
-         needs_gb: float | None = None, idle_after: float = 30.0, timeout: float = 10.0, confirm: bool = True) -> Seen:
-    return Seen(tid, priority, busy, None if held_gb is None else int(held_gb * GIB), reclaimable,
-                None if needs_gb is None else int(needs_gb * GIB), idle_after, timeout, confirm)
+def seen(
+    tid: str,
+    priority: int,
+    busy: bool | None,
+    held_gb: float | None,
+    reclaimable: bool = True,
+    needs_gb: float | None = None,
+    idle_after: float = 30.0,
+    timeout: float = 10.0,
+    confirm: bool = True,
+) -> Seen:
+    return Seen(
+        tid,
+        priority,
+        busy,
+        None if held_gb is None else int(held_gb * GIB),
+        reclaimable,
+        None if needs_gb is None else int(needs_gb * GIB),
+        idle_after,
+        timeout,
+        confirm,
+    )
 
 
 def test_a_starved_demander_gets_its_release_then_the_readers_confirm_it() -> None:
@@ -346,16 +379,23 @@ def test_a_tenant_that_exits_while_releasing_has_released() -> None:
 
 
 def test_the_decision_asks_for_releases_and_applies_a_working_tenants_profile() -> None:
-    policy = Policy(rules={
-        "llm": RulePolicy("llm", priority=50, reclaimable=True, busy_probe=True, profile=True),
-        "diffusion": RulePolicy("diffusion", priority=60, busy_probe=True, needs_vram_bytes=12 * GIB),
-    })
+    policy = Policy(
+        rules={
+            "llm": RulePolicy("llm", priority=50, reclaimable=True, busy_probe=True, profile=True),
+            "diffusion": RulePolicy("diffusion", priority=60, busy_probe=True, needs_vram_bytes=12 * GIB),
+        }
+    )
     busy = SourceObs(readable=True, busy=True)
-    obs = Observation(now=1.0, vram_free_bytes=1 * GIB, rules={
-        "llm": RuleObs("llm", running=True, pids=frozenset({5}), gpu_share=0.5, busy=busy, vram_bytes=13 * GIB),
-        "diffusion": RuleObs("diffusion", running=True, pids=frozenset({6}), gpu_share=0.0, busy=busy,
-                             vram_bytes=int(1.6 * GIB)),
-    })
+    obs = Observation(
+        now=1.0,
+        vram_free_bytes=1 * GIB,
+        rules={
+            "llm": RuleObs("llm", running=True, pids=frozenset({5}), gpu_share=0.5, busy=busy, vram_bytes=13 * GIB),
+            "diffusion": RuleObs(
+                "diffusion", running=True, pids=frozenset({6}), gpu_share=0.0, busy=busy, vram_bytes=int(1.6 * GIB)
+            ),
+        },
+    )
     d = decide(obs, EngineState(), policy, 1.0)
     assert [r.rule_id for r in d.releases] == ["llm"] and d.profiles_on == ("llm",)
     idle = replace(obs, rules={**obs.rules, "llm": replace(obs.rules["llm"], gpu_share=0.0)})
@@ -368,7 +408,11 @@ def test_the_decision_asks_for_releases_and_applies_a_working_tenants_profile() 
 
 
 def test_a_tenant_cooling_after_a_failed_release_blocks_and_is_never_counted_on() -> None:
-    tenants = [seen("a", 40, True, 6, timeout=5), seen("b", 45, True, 6, timeout=5), seen("d", 60, True, 1, needs_gb=12)]
+    tenants = [
+        seen("a", 40, True, 6, timeout=5),
+        seen("b", 45, True, 6, timeout=5),
+        seen("d", 60, True, 1, needs_gb=12),
+    ]
     s = step(tenants, {}, int(1 * GIB), 0.0)
     assert sorted(r.rule_id for r in s.releases) == ["a", "b"]
     s = step(tenants, s.states, int(1 * GIB), 5.0)  # neither freed anything

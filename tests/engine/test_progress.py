@@ -14,7 +14,9 @@ RULE = RulePolicy("trainer", protected=True, progress=True)
 
 def decide_with(progress: SourceObs | None, running: bool = True, mode: str = "when_no_gpu_protected"):
     policy = Policy(gpu_jobs=mode, rules={"trainer": RULE})  # type: ignore[arg-type]
-    ro = RuleObs("trainer", running=running, pids=frozenset({5}) if running else frozenset(), gpu_share=0.0, progress=progress)
+    ro = RuleObs(
+        "trainer", running=running, pids=frozenset({5}) if running else frozenset(), gpu_share=0.0, progress=progress
+    )
     jobs = {
         "gpu": JobObs("gpu", "batch", 1000, started=True, pids=(9,)),
         "cpu": JobObs("cpu", "crunch", 1000, use="none", started=True, pids=(8,)),

@@ -30,9 +30,16 @@ JOBS = [job("gpu"), job("cpu", use="none"), job("coop", caps=("cooperative_pause
 
 
 def observe(phase: str | None, readable: bool = True, running: bool = True, other_running: bool = False) -> Observation:
-    game = RuleObs("game", running=running, pids=frozenset({10}) if running else frozenset(), gpu_share=0.0,
-                   phases=(SourceObs(readable=readable, phase=phase, why="" if readable else "gone"),))  # type: ignore[arg-type]
-    other = RuleObs("other", running=other_running, pids=frozenset({11}) if other_running else frozenset(), gpu_share=0.0)
+    game = RuleObs(
+        "game",
+        running=running,
+        pids=frozenset({10}) if running else frozenset(),
+        gpu_share=0.0,
+        phases=(SourceObs(readable=readable, phase=phase, why="" if readable else "gone"),),
+    )  # type: ignore[arg-type]
+    other = RuleObs(
+        "other", running=other_running, pids=frozenset({11}) if other_running else frozenset(), gpu_share=0.0
+    )
     return Observation(now=0.0, rules={"game": game, "other": other}, jobs={j.job_id: j for j in JOBS})
 
 
@@ -102,7 +109,10 @@ def test_a_phase_of_a_program_that_is_not_running_pauses_nothing() -> None:
 
 def test_the_jobs_using_the_most_gpu_time_are_paused_first() -> None:
     pol = policy("all")
-    jobs = [replace(job(name), measured=duty) for name, duty in (("light", 0.1), ("unread", None), ("heavy", 0.8), ("mid", 0.4))]
+    jobs = [
+        replace(job(name), measured=duty)
+        for name, duty in (("light", 0.1), ("unread", None), ("heavy", 0.8), ("mid", 0.4))
+    ]
     obs = replace(observe("off"), jobs={j.job_id: j for j in jobs})
     last = decide(obs, decide(obs, BASE_STATE, pol, 0.0).state, pol, 0.0)
     assert reflex(obs, last, pol, "game", 0, source("on")).pause == ("heavy", "mid", "light", "unread")

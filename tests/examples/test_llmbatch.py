@@ -12,8 +12,9 @@ JOB = ROOT / "examples" / "llmbatch"
 
 
 def llmbatch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llmbatch", *args], cwd=JOB, capture_output=True, text=True, timeout=120,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "llmbatch", *args], cwd=JOB, capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_the_stand_in_matches_its_golden_exactly_at_any_width() -> None:

@@ -18,9 +18,9 @@ from typing import Any
 
 import psutil
 import pytest
-from arbiter_testing import GIB, write_state
 
 from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing import GIB, write_state
 
 MARKER = "faults-protected-standin"
 HELD = {"held", "paused"}
@@ -58,7 +58,9 @@ class Scene:
     def gpu(self, share: float = 0.0, **doc: Any) -> None:
         """What the fake reader reads: the protected program at ``share`` of the GPU."""
         procs = {str(self.protected.pid): {"busy_share": share, "vram_bytes": GIB}} if self.protected else {}
-        write_state(self.gpu_file, {"vram_total_bytes": 16 * GIB, "vram_free_bytes": 15 * GIB, "processes": procs, **doc})
+        write_state(
+            self.gpu_file, {"vram_total_bytes": 16 * GIB, "vram_free_bytes": 15 * GIB, "processes": procs, **doc}
+        )
 
     def protect(self) -> None:
         """The rule that protects the stand-in by its GPU share."""
@@ -108,8 +110,13 @@ class Scene:
     def explain(self, subject: str | None = None) -> dict[str, Any]:
         """``arbiter explain --json``, as a person would run it."""
         args = [subject] if subject else []
-        out = subprocess.run([PYTHON, "-m", "arbiter", "explain", *args, "--json", "--config", str(self.node.config_path)],
-                             capture_output=True, text=True, timeout=60, env=self.node.env())
+        out = subprocess.run(
+            [PYTHON, "-m", "arbiter", "explain", *args, "--json", "--config", str(self.node.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=self.node.env(),
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)  # type: ignore[no-any-return]
 
@@ -119,8 +126,12 @@ class Scene:
         def found() -> dict[str, Any] | None:
             answer = self.explain(subject)
             for item in answer["items"]:
-                for reason in [*item.get("reasons", []), *item.get("holds", []), *item.get("notes", []),
-                               *item.get("problems", [])]:
+                for reason in [
+                    *item.get("reasons", []),
+                    *item.get("holds", []),
+                    *item.get("notes", []),
+                    *item.get("problems", []),
+                ]:
                     if reason["code"] == code:
                         return reason  # type: ignore[no-any-return]
             return next((n for n in answer.get("notices", []) if n["code"] == code), None)

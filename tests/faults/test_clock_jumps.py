@@ -109,8 +109,12 @@ def test_a_clock_set_back_during_a_stop_does_not_stretch_its_grace_period(scene:
     scene.node.wait_for(lambda: ((scene.node.job("stubborn") or {}).get("pids") or [None])[0], timeout=30)
     job_id = scene.node.job("stubborn")["id"]
     asked = time.monotonic()
-    subprocess.run([PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
-                   check=True, timeout=60, env=scene.node.env())
+    subprocess.run(
+        [PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
+        check=True,
+        timeout=60,
+        env=scene.node.env(),
+    )
     jump(scene, offset, -3600, "back")  # an hour back, right after the stop was asked
     assert launcher.wait(timeout=60) != 0  # killed after its grace period, not an hour later
     assert time.monotonic() - asked >= GRACE_S

@@ -102,13 +102,20 @@ def with_plugin(scene: Any, **config: Any) -> Path:
 
 
 def flaky_rule() -> dict[str, Any]:
-    return {"id": "prot", "match": {"kind": "flaky", "marker": "faults-protected-standin"},
-            "protect": {"metric": "gpu_share"},
-            "during": [{"source": {"kind": "flaky_phase"}, "pause_fleet": {"scope": "gpu"}}]}
+    return {
+        "id": "prot",
+        "match": {"kind": "flaky", "marker": "faults-protected-standin"},
+        "protect": {"metric": "gpu_share"},
+        "during": [{"source": {"kind": "flaky_phase"}, "pause_fleet": {"scope": "gpu"}}],
+    }
 
 
-MATCHER = {"raise": "the matcher broke", "hang": "no answer within 2s", "none": "returned garbage: it returned NoneType",
-           "names": "returned garbage: 'not-a-pid' is not a pid"}
+MATCHER = {
+    "raise": "the matcher broke",
+    "hang": "no answer within 2s",
+    "none": "returned garbage: it returned NoneType",
+    "names": "returned garbage: 'not-a-pid' is not a pid",
+}
 
 
 @pytest.mark.parametrize("mode", list(MATCHER))
@@ -129,10 +136,14 @@ def test_a_matcher_that_fails_holds_fleet_work_and_is_named(scene: Any, mode: st
     scene.assert_protected_untouched()
 
 
-SOURCE = {"raise": "the phase source broke", "hang": "no answer within 2s",
-          "not_a_state": "returned garbage: it gave dict, not a SourceState",
-          "bad_phase": "returned garbage: phase is 'maybe'", "nan": "returned garbage: rate is nan",
-          "negative": "returned garbage: count is -5"}
+SOURCE = {
+    "raise": "the phase source broke",
+    "hang": "no answer within 2s",
+    "not_a_state": "returned garbage: it gave dict, not a SourceState",
+    "bad_phase": "returned garbage: phase is 'maybe'",
+    "nan": "returned garbage: rate is nan",
+    "negative": "returned garbage: count is -5",
+}
 
 
 @pytest.mark.parametrize("mode", list(SOURCE))
@@ -172,8 +183,9 @@ def test_the_matcher_that_raises_or_hangs_recovers_per_rule(tmp_path: Path) -> N
     """Two rules, one plugin raising for one and hanging for the other: both are named."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "flaky_site_plugin.py").write_text(textwrap.dedent(
-        """
+    (site / "flaky_site_plugin.py").write_text(
+        textwrap.dedent(
+            """
         import os, time
         from arbiter.plugin import KindOptions, Matcher, hookimpl
 
@@ -192,7 +204,8 @@ def test_the_matcher_that_raises_or_hangs_recovers_per_rule(tmp_path: Path) -> N
         def arbiter_register_matchers(register):
             register("flaky", Flaky)
         """
-    ))
+        )
+    )
     node = LocalNode(tmp_path, plugins=["flaky_site_plugin"], plugin_timeout_s=0.5)
     ok = tmp_path / "ok"
     env = {**node.env(), "PYTHONPATH": str(site), "FLAKY_OK": str(ok)}

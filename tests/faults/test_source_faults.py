@@ -29,10 +29,20 @@ def step(path: Path, n: int) -> None:
 def rule(events: Path, kind: str) -> dict[str, Any]:
     base: dict[str, Any] = {"id": "prot", "match": {"cmdline": ["faults-protected-standin"]}}
     if kind == "progress":
-        return {**base, "protect": {"metric": "gpu_share", "source": {"kind": "jsonl", "path": str(events), "event": "step_done"}}}
-    return {**base, "protect": {"metric": "gpu_share"},
-            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["busy"]},
-                        "pause_fleet": {"scope": "gpu"}}]}
+        return {
+            **base,
+            "protect": {"metric": "gpu_share", "source": {"kind": "jsonl", "path": str(events), "event": "step_done"}},
+        }
+    return {
+        **base,
+        "protect": {"metric": "gpu_share"},
+        "during": [
+            {
+                "source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["busy"]},
+                "pause_fleet": {"scope": "gpu"},
+            }
+        ],
+    }
 
 
 def lose(events: Path, how: str) -> None:

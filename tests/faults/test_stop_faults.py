@@ -40,8 +40,12 @@ def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: An
     job_id = scene.node.job("stubborn")["id"]
 
     asked = time.monotonic()
-    subprocess.run([PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
-                   check=True, timeout=60, env=scene.node.env())
+    subprocess.run(
+        [PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
+        check=True,
+        timeout=60,
+        env=scene.node.env(),
+    )
     scene.node.wait_for(lambda: note.exists() and "SIGTERM" in note.read_text(), timeout=30)
     termed = time.monotonic()
     assert launcher.poll() is None  # it ignored being told to end

@@ -26,19 +26,43 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", scene.node.tenants / f"{name}.yaml")
     scene.protect()
     scene.start()
-    llm = start_fake(scene.node, scene.gpu_file, scene.root, "llm", "--model", "mistral:latest=13",
-                     "--release-fault", fault)
-    diffusion = start_fake(scene.node, scene.gpu_file, scene.root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12",
-                           "--fast-s", "0.5", "--starved-s", "60")
-    scene.node.add_rule("my-llm", {"extends": "llm-server", "match": {"name": [], "cmdline": ["fake_servers llm"]},
-                                   "busy": {"url": f"{llm['url']}/api/ps"},
-                                   "release": {"url": f"{llm['url']}/api/generate", "timeout_s": 2}})
-    scene.node.add_rule("my-diffusion", {
-        "extends": "diffusion-server", "match": {"cmdline": ["fake_servers diffusion"]},
-        "protect": {"metric": "gpu_share"},
-        "busy": {"url": f"{diffusion['url']}/queue"}, "release": {"url": f"{diffusion['url']}/free"},
-        "events": {"url": diffusion["ws_url"]},
-    })
+    llm = start_fake(
+        scene.node, scene.gpu_file, scene.root, "llm", "--model", "mistral:latest=13", "--release-fault", fault
+    )
+    diffusion = start_fake(
+        scene.node,
+        scene.gpu_file,
+        scene.root,
+        "diffusion",
+        "--model-gb",
+        "1.6",
+        "--needs-gb",
+        "12",
+        "--fast-s",
+        "0.5",
+        "--starved-s",
+        "60",
+    )
+    scene.node.add_rule(
+        "my-llm",
+        {
+            "extends": "llm-server",
+            "match": {"name": [], "cmdline": ["fake_servers llm"]},
+            "busy": {"url": f"{llm['url']}/api/ps"},
+            "release": {"url": f"{llm['url']}/api/generate", "timeout_s": 2},
+        },
+    )
+    scene.node.add_rule(
+        "my-diffusion",
+        {
+            "extends": "diffusion-server",
+            "match": {"cmdline": ["fake_servers diffusion"]},
+            "protect": {"metric": "gpu_share"},
+            "busy": {"url": f"{diffusion['url']}/queue"},
+            "release": {"url": f"{diffusion['url']}/free"},
+            "events": {"url": diffusion["ws_url"]},
+        },
+    )
     scene.node.call("reload")
     http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
     scene.node.wait_for(lambda: (r := scene.rule("llm-server")) and r["vram_bytes"] == 13 * GIB, timeout=30)

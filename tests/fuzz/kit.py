@@ -89,11 +89,20 @@ def node_seeds() -> list[str]:
         "tenants_dirs: [/etc/arbiter/tenants.d]\nreaders: [nvml, drm_fdinfo]\nstand_in_gpu: false\n"
         "governor: {period_s: 60, baseline_s: 60, rebaseline_s: 1800, take_back_s: 300, grow_step: 0.05}\n"
         "memory_guard: {min_available: 0.10}\nadmin_group: arbiter\nplugins: [mysite_arbiter_sampler]\n"
-        "disable_plugins: []\nstate_dir: /var/lib/arbiter\nhttp:\n  listen: \"127.0.0.1:7807\"\n"
+        'disable_plugins: []\nstate_dir: /var/lib/arbiter\nhttp:\n  listen: "127.0.0.1:7807"\n'
     )
-    local = yaml.safe_dump({"state_dir": "state", "tenants_dirs": ["tenants.d"], "readers": ["cpu_time"],
-                            "stand_in_gpu": True, "tick_s": 0.5, "http": {"listen": "127.0.0.1:0"},
-                            "compliance": {"sample_s": 1, "over_samples": 2}, "translators": {"pause": ["sigstop"]}})
+    local = yaml.safe_dump(
+        {
+            "state_dir": "state",
+            "tenants_dirs": ["tenants.d"],
+            "readers": ["cpu_time"],
+            "stand_in_gpu": True,
+            "tick_s": 0.5,
+            "http": {"listen": "127.0.0.1:0"},
+            "compliance": {"sample_s": 1, "over_samples": 2},
+            "translators": {"pause": ["sigstop"]},
+        }
+    )
     return [demo, spec, local, "{}\n", "# nothing set: every default\n"]
 
 
@@ -117,8 +126,14 @@ def control_seeds() -> list[bytes]:
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "control.json")
-        for seq, (state, duty, reason) in enumerate([("run", 1.0, ""), ("paused", 0.0, "a protected program is uploading"),
-                                                     ("run", 0.35, "budget"), ("stop", 0.0, "stopped by its owner")]):
+        for seq, (state, duty, reason) in enumerate(
+            [
+                ("run", 1.0, ""),
+                ("paused", 0.0, "a protected program is uploading"),
+                ("run", 0.35, "budget"),
+                ("stop", 0.0, "stopped by its owner"),
+            ]
+        ):
             write_control_document(path, state, duty, seq * 5, reason)
             out.append(Path(path).read_bytes())
     return out
@@ -143,10 +158,49 @@ def event_seeds() -> list[bytes]:
 # --- mutation -----------------------------------------------------------------------------------
 
 #: strings that break things: control characters, unicode, quotes, YAML and JSON syntax
-NASTY_TEXT = ("", " ", "\t", "\x00", "\x07bell", "\x1b[31m", "\u202egnp.exe", "é", "日本語", "\U0001f600",
-              "\ufeff", "\u2028", "null", "~", "on", "yes", "1e999", "-0", "0x10", "'", '"', "\\", "${HOME}",
-              "*alias", "&anchor", "!!python/object:os.system", "- a", "{a: 1}", "[1", "%", "@", "`", "../../etc/passwd",
-              "~nosuchuser9/x", "/", "a" * 65, "a{99999999999}", "(" * 300 + ")" * 300, "\ud7ff", "x\ny", "key: value")
+NASTY_TEXT = (
+    "",
+    " ",
+    "\t",
+    "\x00",
+    "\x07bell",
+    "\x1b[31m",
+    "\u202egnp.exe",
+    "é",
+    "日本語",
+    "\U0001f600",
+    "\ufeff",
+    "\u2028",
+    "null",
+    "~",
+    "on",
+    "yes",
+    "1e999",
+    "-0",
+    "0x10",
+    "'",
+    '"',
+    "\\",
+    "${HOME}",
+    "*alias",
+    "&anchor",
+    "!!python/object:os.system",
+    "- a",
+    "{a: 1}",
+    "[1",
+    "%",
+    "@",
+    "`",
+    "../../etc/passwd",
+    "~nosuchuser9/x",
+    "/",
+    "a" * 65,
+    "a{99999999999}",
+    "(" * 300 + ")" * 300,
+    "\ud7ff",
+    "x\ny",
+    "key: value",
+)
 
 
 def _huge_text(n: int) -> str:
@@ -155,7 +209,8 @@ def _huge_text(n: int) -> str:
 
 def weird_values() -> st.SearchStrategy[Any]:
     scalar = st.one_of(
-        st.none(), st.booleans(),
+        st.none(),
+        st.booleans(),
         st.integers(min_value=-(2**70), max_value=2**70),
         st.sampled_from([0, -1, 1, 2**31, 2**63, -(2**63) - 1, 10**30]),
         st.floats(allow_nan=True, allow_infinity=True),
@@ -212,13 +267,21 @@ def mutated_doc(draw: st.DrawFn, seeds: list[Any]) -> Any:
         op = draw(st.sampled_from(["drop", "rename", "replace", "replace", "add", "wrap", "nest", "range"]))
         if not path:
             if op in ("replace", "wrap", "nest"):
-                doc = draw(weird_values()) if op == "replace" else _nest(doc, 1 if op == "wrap" else draw(st.sampled_from([2, 600])))
+                doc = (
+                    draw(weird_values())
+                    if op == "replace"
+                    else _nest(doc, 1 if op == "wrap" else draw(st.sampled_from([2, 600])))
+                )
             continue
         parent, key = _get(doc, path[:-1]), path[-1]
         if op == "drop":
             del parent[key]
         elif op == "rename" and isinstance(parent, dict):
-            new = draw(st.sampled_from([str(key) + "s", str(key).upper(), str(key)[:-1] or "_", " " + str(key), str(key) + "\x00"]))
+            new = draw(
+                st.sampled_from(
+                    [str(key) + "s", str(key).upper(), str(key)[:-1] or "_", " " + str(key), str(key) + "\x00"]
+                )
+            )
             parent[new] = parent.pop(key)
         elif op == "add" and isinstance(parent, dict):
             parent[draw(st.sampled_from(["colour", "kind", "id", "", "__proto__", "match"]))] = draw(weird_values())
@@ -239,18 +302,61 @@ def _dump_yaml(doc: Any, flow: bool, unicode: bool) -> str:
 
 #: text-level damage a YAML file can suffer
 YAML_ODDITIES = (
-    "x: !!python/object/apply:os.system ['true']\n", "x: !!python/name:os.system\n", "x: !!binary aGVsbG8=\n",
-    "x: !custom 3\n", "a: &a 1\nb: *a\n", "b: *nosuch\n", "<<: {id: merged}\n", "<<: 3\n", "? [a, b]\n: c\n",
-    "? {a: 1}\n: c\n", "---\nid: second\n", "...\n", "%YAML 1.1\n---\n", "%TAG ! tag:x,2000:\n---\n",
-    "\tid: tab\n", "id: [unclosed\n", "id: 'unclosed\n", 'id: "\\xZZ"\n', "id: 2024-13-45\n", "id: 2024-02-30 25:61:61\n",
-    "id: " + "9" * 5000 + "\n", "id: 0o9\n", "id: .nan\n", "id: -.inf\n", "id: 1_000\n", "id: 0b101\n", "id: 1:20:30\n",
-    "a: &x [*x]\n", "x: " + "[" * 600 + "]" * 600 + "\n", "x: " + "{a: " * 600 + "1" + "}" * 600 + "\n",
-    "x: |\n  block\n   text\n", "x: >-\n  folded\n", "x:\n- a\n - b\n", "- just\n- a list\n", "plain scalar\n", "",
+    "x: !!python/object/apply:os.system ['true']\n",
+    "x: !!python/name:os.system\n",
+    "x: !!binary aGVsbG8=\n",
+    "x: !custom 3\n",
+    "a: &a 1\nb: *a\n",
+    "b: *nosuch\n",
+    "<<: {id: merged}\n",
+    "<<: 3\n",
+    "? [a, b]\n: c\n",
+    "? {a: 1}\n: c\n",
+    "---\nid: second\n",
+    "...\n",
+    "%YAML 1.1\n---\n",
+    "%TAG ! tag:x,2000:\n---\n",
+    "\tid: tab\n",
+    "id: [unclosed\n",
+    "id: 'unclosed\n",
+    'id: "\\xZZ"\n',
+    "id: 2024-13-45\n",
+    "id: 2024-02-30 25:61:61\n",
+    "id: " + "9" * 5000 + "\n",
+    "id: 0o9\n",
+    "id: .nan\n",
+    "id: -.inf\n",
+    "id: 1_000\n",
+    "id: 0b101\n",
+    "id: 1:20:30\n",
+    "a: &x [*x]\n",
+    "x: " + "[" * 600 + "]" * 600 + "\n",
+    "x: " + "{a: " * 600 + "1" + "}" * 600 + "\n",
+    "x: |\n  block\n   text\n",
+    "x: >-\n  folded\n",
+    "x:\n- a\n - b\n",
+    "- just\n- a list\n",
+    "plain scalar\n",
+    "",
     "a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
     "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n",
 )
-BAD_BYTES = (b"\xff", b"\xfe\xff", b"\x80", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x00", b"\x07", b"\x1b",
-             b"\r", b"\r\n", b"\x85", b"\xef\xbb\xbf", b"\xe2\x80\xa8")
+BAD_BYTES = (
+    b"\xff",
+    b"\xfe\xff",
+    b"\x80",
+    b"\xc3\x28",
+    b"\xed\xa0\x80",
+    b"\xf4\x90\x80\x80",
+    b"\x00",
+    b"\x07",
+    b"\x1b",
+    b"\r",
+    b"\r\n",
+    b"\x85",
+    b"\xef\xbb\xbf",
+    b"\xe2\x80\xa8",
+)
 
 
 @st.composite
@@ -351,7 +457,8 @@ def _passes_model_checks(what: str, doc: Any) -> bool:
         host, sep, port = doc.get("http", {}).get("listen", "127.0.0.1:7807").rpartition(":")
         paths = [doc.get("state_dir", "/x")] + list(doc.get("tenants_dirs", []))
         return bool(sep and host and port.isdigit() and int(port) <= 65535) and not any(
-            p.startswith("~") and not p.startswith("~/") and p != "~" for p in paths)
+            p.startswith("~") and not p.startswith("~/") and p != "~" for p in paths
+        )
     return True
 
 
@@ -362,7 +469,9 @@ def _yaml_cases(what: str, seeds: list[str]) -> st.SearchStrategy[Case]:
     def from_schema_doc(draw: st.DrawFn) -> Case:
         doc = draw(_from_schema(what))
         text = _dump_yaml(doc, draw(st.booleans()), draw(st.booleans())).encode()
-        valid = what != "rule" and _passes_model_checks(what, doc)  # a rule's plugin blocks are checked by their plugins
+        valid = what != "rule" and _passes_model_checks(
+            what, doc
+        )  # a rule's plugin blocks are checked by their plugins
         return Case(text, valid, "from the schema")
 
     @st.composite
@@ -376,7 +485,11 @@ def _yaml_cases(what: str, seeds: list[str]) -> st.SearchStrategy[Case]:
 
     return st.one_of(
         st.sampled_from([Case(s.encode(), True, "seed") for s in seeds]),
-        from_schema_doc(), mutated(), mutated(), damaged_seed(), damaged_seed(),
+        from_schema_doc(),
+        mutated(),
+        mutated(),
+        damaged_seed(),
+        damaged_seed(),
         st.binary(max_size=200).map(lambda b: Case(b, False, "random bytes")),
     )
 
@@ -397,13 +510,30 @@ def _json_cases(what: str, seeds: list[bytes]) -> st.SearchStrategy[Case]:
 
     @st.composite
     def damaged_seed(draw: st.DrawFn) -> Case:
-        oddities = ["[" * 5000, '{"a":' * 3000, "NaN", "-Infinity", "1e99999", "9" * 5000, '"\\ud800"', "{}", "[]", "null",
-                    '{"state": "run", "seq": "7"}', '{"seq": 1e400}', '{"__proto__": {}}', '{"a": 1, "a": 2}']
+        oddities = [
+            "[" * 5000,
+            '{"a":' * 3000,
+            "NaN",
+            "-Infinity",
+            "1e99999",
+            "9" * 5000,
+            '"\\ud800"',
+            "{}",
+            "[]",
+            "null",
+            '{"state": "run", "seq": "7"}',
+            '{"seq": 1e400}',
+            '{"__proto__": {}}',
+            '{"a": 1, "a": 2}',
+        ]
         return Case(draw(damaged(draw(st.sampled_from(seeds)), oddities)), False, "seed, damaged text")
 
     return st.one_of(
         st.sampled_from([Case(s, True, "seed") for s in seeds]),
-        from_schema_doc(), mutated(), mutated(), damaged_seed(),
+        from_schema_doc(),
+        mutated(),
+        mutated(),
+        damaged_seed(),
         st.binary(max_size=100).map(lambda b: Case(b, False, "random bytes")),
     )
 
@@ -411,11 +541,25 @@ def _json_cases(what: str, seeds: list[bytes]) -> st.SearchStrategy[Case]:
 def _line_cases(valid_line: Callable[[], st.SearchStrategy[bytes]]) -> st.SearchStrategy[Case]:
     """A followed file: what it held before the source opened it, then lines appended."""
     line = st.one_of(
-        valid_line(), valid_line(),
+        valid_line(),
+        valid_line(),
         _json_cases("event", event_seeds()).map(lambda c: c.data),
         st.binary(max_size=80),
-        st.sampled_from([b"", b"   ", b"\r", b"[" * 5000, b'{"event":' * 2000, b"\xff\xfe", b"x" * (3 << 20),
-                         b'{"event": "step_done"' + b" " * 70_000 + b"}", b'"step_done"', b"null", b"[]"]),
+        st.sampled_from(
+            [
+                b"",
+                b"   ",
+                b"\r",
+                b"[" * 5000,
+                b'{"event":' * 2000,
+                b"\xff\xfe",
+                b"x" * (3 << 20),
+                b'{"event": "step_done"' + b" " * 70_000 + b"}",
+                b'"step_done"',
+                b"null",
+                b"[]",
+            ]
+        ),
     )
 
     @st.composite
@@ -428,21 +572,42 @@ def _line_cases(valid_line: Callable[[], st.SearchStrategy[bytes]]) -> st.Search
 
 
 def _jsonl_valid_line() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda t, extra: json.dumps({"t": t, "event": "step_done", **extra}).encode(),
-                     st.floats(0, 2e9), st.dictionaries(st.sampled_from(["step", "loss", "event_key"]), st.integers(), max_size=2))
+    return st.builds(
+        lambda t, extra: json.dumps({"t": t, "event": "step_done", **extra}).encode(),
+        st.floats(0, 2e9),
+        st.dictionaries(st.sampled_from(["step", "loss", "event_key"]), st.integers(), max_size=2),
+    )
 
 
 def _log_valid_line() -> st.SearchStrategy[bytes]:
-    return st.builds(lambda n, pre: f"{pre}step {n} done".encode(), st.integers(0, 10**6), st.sampled_from(["", "INFO ", "é "]))
+    return st.builds(
+        lambda n, pre: f"{pre}step {n} done".encode(), st.integers(0, 10**6), st.sampled_from(["", "INFO ", "é "])
+    )
 
 
-SOCKET_OPS: Mapping[str, list[str]] = MappingProxyType({
-    "ping": [], "status": [], "explain": ["subject"], "duty": [], "certificates": [], "timeline": ["limit", "subject", "code"],
-    "job.register": ["manifest", "cmd", "launcher_pid"], "job.wait": ["id", "timeout"], "job.started": ["id", "pid"],
-    "job.exited": ["id", "exit_code"], "job.stop": ["id"], "job.pause": ["id"], "job.resume": ["id"],
-    "ab.status": [], "ab.show": ["id"], "ab.plan": ["rule", "off", "duty", "window", "washout", "blocks", "margin", "max_hours"],
-    "ab.start": ["rule", "window", "washout", "sweep", "levels"], "ab.sweep": ["rule", "levels"], "ab.abort": ["id"],
-})
+SOCKET_OPS: Mapping[str, list[str]] = MappingProxyType(
+    {
+        "ping": [],
+        "status": [],
+        "explain": ["subject"],
+        "duty": [],
+        "certificates": [],
+        "timeline": ["limit", "subject", "code"],
+        "job.register": ["manifest", "cmd", "launcher_pid"],
+        "job.wait": ["id", "timeout"],
+        "job.started": ["id", "pid"],
+        "job.exited": ["id", "exit_code"],
+        "job.stop": ["id"],
+        "job.pause": ["id"],
+        "job.resume": ["id"],
+        "ab.status": [],
+        "ab.show": ["id"],
+        "ab.plan": ["rule", "off", "duty", "window", "washout", "blocks", "margin", "max_hours"],
+        "ab.start": ["rule", "window", "washout", "sweep", "levels"],
+        "ab.sweep": ["rule", "levels"],
+        "ab.abort": ["id"],
+    }
+)
 #: left out: they wait on probe processes for up to 45 s each (gpu-apis, doctor) or reload rules
 SLOW_OPS = ("gpu-apis", "doctor", "reload")
 LIVE_JOB = "{live}"  # stands for the id of a job the harness keeps registered
@@ -453,10 +618,14 @@ def _socket_value(name: str) -> st.SearchStrategy[Any]:
         "id": st.sampled_from([LIVE_JOB, LIVE_JOB, "nosuch", "", "ab-1"]),
         "manifest": st.one_of(st.sampled_from([yaml.safe_load(s) for s in manifest_seeds()]), _from_schema("manifest")),
         "cmd": st.sampled_from([["true"], ["python", "-c", "pass"], [], ["a", 3], "true"]),
-        "timeout": st.sampled_from([0, 0.01, -1, 0.05]), "limit": st.integers(-5, 20_000),
-        "subject": st.sampled_from(["node", "nosuch", ""]), "code": st.sampled_from(["JOB_PAUSED", ""]),
-        "pid": st.sampled_from([1, os.getpid(), 0, -1, 2**40]), "exit_code": st.integers(-300, 300),
-        "rule": st.sampled_from(["llm-server", "nosuch", ""]), "off": st.sampled_from(["paused", "evicted", "frozen"]),
+        "timeout": st.sampled_from([0, 0.01, -1, 0.05]),
+        "limit": st.integers(-5, 20_000),
+        "subject": st.sampled_from(["node", "nosuch", ""]),
+        "code": st.sampled_from(["JOB_PAUSED", ""]),
+        "pid": st.sampled_from([1, os.getpid(), 0, -1, 2**40]),
+        "exit_code": st.integers(-300, 300),
+        "rule": st.sampled_from(["llm-server", "nosuch", ""]),
+        "off": st.sampled_from(["paused", "evicted", "frozen"]),
         "levels": st.sampled_from([[0.1, 0.2], [0.2, 0.1], [], "0.1", [2]]),
     }
     return st.one_of(plausible.get(name, st.floats(-10, 1e5)), weird_values())
@@ -464,8 +633,13 @@ def _socket_value(name: str) -> st.SearchStrategy[Any]:
 
 @st.composite
 def _socket_request(draw: st.DrawFn) -> Case:
-    op = draw(st.one_of(*[st.sampled_from(sorted(SOCKET_OPS))] * 4, st.sampled_from(["", "PING", "job.", "ab.nosuch", "../x"]),
-                        st.text(max_size=10)))
+    op = draw(
+        st.one_of(
+            *[st.sampled_from(sorted(SOCKET_OPS))] * 4,
+            st.sampled_from(["", "PING", "job.", "ab.nosuch", "../x"]),
+            st.text(max_size=10),
+        )
+    )
     names = SOCKET_OPS.get(op, [])
     args = {n: draw(_socket_value(n)) for n in names if draw(st.integers(0, 3))}
     if draw(st.integers(0, 4)) == 0:
@@ -482,19 +656,47 @@ def _socket_request(draw: st.DrawFn) -> Case:
     return Case(text.replace(b"\n", b" ") + b"\n", False, "request", (op, sorted(args)))
 
 
-HTTP_PATHS = ("/healthz", "/v1/status", "/v1/explain", "/v1/timeline", "/v1/gpu-apis", "/v1/duty", "/v1/ab", "/v1/ab/ab-1",
-              "/v1/ab/nosuch", "/v1/ab/ab-1/plot", "/v1/reload", "/v1/nosuch", "/v1/ab/%00", "/v1/ab/..%2f..", "/v1//status",
-              "/openapi.json")
+HTTP_PATHS = (
+    "/healthz",
+    "/v1/status",
+    "/v1/explain",
+    "/v1/timeline",
+    "/v1/gpu-apis",
+    "/v1/duty",
+    "/v1/ab",
+    "/v1/ab/ab-1",
+    "/v1/ab/nosuch",
+    "/v1/ab/ab-1/plot",
+    "/v1/reload",
+    "/v1/nosuch",
+    "/v1/ab/%00",
+    "/v1/ab/..%2f..",
+    "/v1//status",
+    "/openapi.json",
+)
 
 
 @st.composite
 def _http_request(draw: st.DrawFn) -> Case:
     method = draw(st.sampled_from(["GET", "GET", "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"]))
-    path = draw(st.one_of(st.sampled_from(HTTP_PATHS), st.builds(lambda s: "/v1/ab/" + s, st.text(string.ascii_letters + string.digits + "-._~%/?#[]@!$&'()*+,;= ", max_size=20))))
-    value = st.one_of(st.text(max_size=20), st.sampled_from(["-1", "0", "1", "10000", "10001", "1e3", "nan", "", "9" * 400]),
-                      st.lists(st.text(max_size=5), max_size=3))
+    path = draw(
+        st.one_of(
+            st.sampled_from(HTTP_PATHS),
+            st.builds(
+                lambda s: "/v1/ab/" + s,
+                st.text(string.ascii_letters + string.digits + "-._~%/?#[]@!$&'()*+,;= ", max_size=20),
+            ),
+        )
+    )
+    value = st.one_of(
+        st.text(max_size=20),
+        st.sampled_from(["-1", "0", "1", "10000", "10001", "1e3", "nan", "", "9" * 400]),
+        st.lists(st.text(max_size=5), max_size=3),
+    )
     params = draw(st.dictionaries(st.sampled_from(["limit", "subject", "code", "x", ""]), value, max_size=3))
-    host = draw(st.sampled_from(["127.0.0.1:7807", "localhost", "[::1]:7807", "evil.example", "127.0.0.1.nip.io", "", "[::1"]))
+    host = draw(
+        st.sampled_from(["127.0.0.1:7807", "localhost", "[::1]:7807", "evil.example", "127.0.0.1.nip.io", "", "[::1"])
+    )
     auth = draw(st.sampled_from([None, "Bearer s3cret", "Bearer wrong", "Basic x", "Bearer ", "s3cret"]))
     body = draw(st.one_of(st.none(), st.binary(max_size=50), st.sampled_from([b"{}", b"[" * 5000, b'{"a":1}'])))
     return Case(body or b"", False, "request", (method, path, params, host, auth, body is not None))
@@ -539,8 +741,16 @@ def _crash(exc: BaseException) -> Verdict:
 
 
 #: root-level pydantic errors that are about the line as a whole (its loc is empty)
-_WHOLE_LINE = ("json_invalid", "json_type", "model_type", "model_attributes_type", "dict_type",
-               "union_tag_not_found", "union_tag_invalid", "recursion_loop")
+_WHOLE_LINE = (
+    "json_invalid",
+    "json_type",
+    "model_type",
+    "model_attributes_type",
+    "dict_type",
+    "union_tag_not_found",
+    "union_tag_invalid",
+    "recursion_loop",
+)
 
 
 class StubProvider:
@@ -604,7 +814,7 @@ class Harness:
     def feed(self, fmt: str, case: Case) -> Verdict:
         try:
             return getattr(self, f"_feed_{fmt}")(case)
-        except Exception as exc:  # noqa: BLE001 - anything that got this far is a crash
+        except Exception as exc:
             return _crash(exc)
 
     @property
@@ -687,10 +897,14 @@ class Harness:
         try:  # a job's side: nothing may propagate
             doc = read_control_document(str(path))
             ctl = Control(path=str(path), install_handler=False)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             return _crash(exc)
-        sane = (ctl.state in STATES and isinstance(ctl.seq, int) and isinstance(ctl.reason, str)
-                and 0.0 <= ctl.gpu_duty <= 1.0)
+        sane = (
+            ctl.state in STATES
+            and isinstance(ctl.seq, int)
+            and isinstance(ctl.reason, str)
+            and 0.0 <= ctl.gpu_duty <= 1.0
+        )
         if not sane:
             return Verdict("crash", f"the job took state={ctl.state!r} seq={ctl.seq!r} duty={ctl.gpu_duty!r}")
         # the published schema is the contract (the model is laxer: it takes true for 1), over
@@ -701,7 +915,11 @@ class Harness:
             model_ok = False
         if doc is None:
             # a document the schema says is good must be obeyed
-            return Verdict("wrong_reject", "the SDK ignored a valid document") if model_ok else Verdict("rejected", "ignored")
+            return (
+                Verdict("wrong_reject", "the SDK ignored a valid document")
+                if model_ok
+                else Verdict("rejected", "ignored")
+            )
         if model_ok and ctl.seq != doc["seq"]:
             return Verdict("crash", f"read seq {doc['seq']!r} but the job holds {ctl.seq!r}")
         return Verdict("accepted")
@@ -717,7 +935,8 @@ class Harness:
             if not errors or bad:
                 return Verdict("unlocated", str(bad[0] if bad else exc)[:300])
             return self._read_by_daemon(case.data, False) or Verdict(
-                "wrong_reject" if case.valid else "rejected", str(errors[0])[:300])
+                "wrong_reject" if case.valid else "rejected", str(errors[0])[:300]
+            )
         return self._read_by_daemon(case.data, True) or Verdict("accepted")
 
     def _read_by_daemon(self, data: bytes, valid: bool) -> Verdict | None:
@@ -770,8 +989,11 @@ class Harness:
                 want_bad += bad
         got_count, got_bad = after.count, source.malformed
         if not after.readable or (got_count, got_bad) != (want_count, want_bad):
-            return Verdict("crash", f"readable={after.readable} ({after.why}); counted {got_count} and skipped {got_bad}, "
-                                    f"not {want_count} and {want_bad}")
+            return Verdict(
+                "crash",
+                f"readable={after.readable} ({after.why}); counted {got_count} and skipped {got_bad}, "
+                f"not {want_count} and {want_bad}",
+            )
         return Verdict("rejected", f"{got_bad} skipped") if got_bad else Verdict("accepted")
 
     def _feed_jsonl(self, case: Case) -> Verdict:
@@ -779,8 +1001,10 @@ class Harness:
         from arbiter_sources import JsonlSource
 
         def make(path: str) -> Any:
-            return JsonlSource(JsonlSource.Options.model_validate({"kind": "jsonl", "path": path, "event": "step_done"}),
-                               PluginContext(state_dir=self.root))
+            return JsonlSource(
+                JsonlSource.Options.model_validate({"kind": "jsonl", "path": path, "event": "step_done"}),
+                PluginContext(state_dir=self.root),
+            )
 
         def expect(line: bytes) -> tuple[bool, bool]:
             try:
@@ -793,9 +1017,16 @@ class Harness:
 
         verdict = self._follow(case, make, expect)
         if verdict.outcome != "crash":  # the phase forms read the same lines another way
-            for block in ({"event": "status", "field": "state.phase", "on": ["uploading"]}, {"enter": "step_done", "exit": "x"}):
-                src = JsonlSource(JsonlSource.Options.model_validate({"kind": "jsonl", "path": str(self.root / "followed" / "p.jsonl"),
-                                                                    **block}), PluginContext(state_dir=self.root))
+            for block in (
+                {"event": "status", "field": "state.phase", "on": ["uploading"]},
+                {"enter": "step_done", "exit": "x"},
+            ):
+                src = JsonlSource(
+                    JsonlSource.Options.model_validate(
+                        {"kind": "jsonl", "path": str(self.root / "followed" / "p.jsonl"), **block}
+                    ),
+                    PluginContext(state_dir=self.root),
+                )
                 (self.root / "followed" / "p.jsonl").write_bytes(case.extra + case.data)
                 try:
                     if not src.state().readable:
@@ -811,8 +1042,10 @@ class Harness:
         regex = re.compile(r"step \d+ done")
 
         def make(path: str) -> Any:
-            return LogSource(LogSource.Options.model_validate({"kind": "log", "path": path, "log_regex": regex.pattern}),
-                             PluginContext(state_dir=self.root))
+            return LogSource(
+                LogSource.Options.model_validate({"kind": "log", "path": path, "log_regex": regex.pattern}),
+                PluginContext(state_dir=self.root),
+            )
 
         return self._follow(case, make, lambda line: (regex.search(line.decode("utf-8", "replace")) is not None, False))
 
@@ -825,16 +1058,26 @@ class Harness:
 
             tenants = self.root / "daemon" / "tenants.d"
             tenants.mkdir(parents=True, exist_ok=True)
-            config = NodeConfig(state_dir=str(self.root / "daemon" / "state"), tenants_dirs=[str(tenants)],
-                                readers=["cpu_time"], stand_in_gpu=True, tick_s=0.5, http={"enabled": False})
+            config = NodeConfig(
+                state_dir=str(self.root / "daemon" / "state"),
+                tenants_dirs=[str(tenants)],
+                readers=["cpu_time"],
+                stand_in_gpu=True,
+                tick_s=0.5,
+                http={"enabled": False},
+            )
             self._daemon = Daemon(config)
             self._daemon.start()
             self._live_job = self._register("live")
         return self._daemon
 
     def _register(self, name: str) -> str:
-        answer = self._ask(json.dumps({"op": "job.register", "manifest": {"name": name, "gpu": {"use": "none"}},
-                                       "cmd": ["true"]}).encode() + b"\n")
+        answer = self._ask(
+            json.dumps(
+                {"op": "job.register", "manifest": {"name": name, "gpu": {"use": "none"}}, "cmd": ["true"]}
+            ).encode()
+            + b"\n"
+        )
         return str(answer["job"]["id"])
 
     def _ask(self, line: bytes) -> Any:
@@ -879,13 +1122,16 @@ class Harness:
 
             from arbiter.http.app import create_app
 
-            self._client = TestClient(create_app(StubProvider()), base_url="http://127.0.0.1:7807", raise_server_exceptions=True)
+            self._client = TestClient(
+                create_app(StubProvider()), base_url="http://127.0.0.1:7807", raise_server_exceptions=True
+            )
         method, path, params, host, auth, with_body = case.extra
         headers = {"host": host} if host else {}
         if auth is not None:
             headers["authorization"] = auth
-        response = self._client.request(method, path, params=params, headers=headers,
-                                        content=case.data if with_body else None)
+        response = self._client.request(
+            method, path, params=params, headers=headers, content=case.data if with_body else None
+        )
         if response.status_code >= 500:
             return Verdict("crash", f"{response.status_code}: {response.text[:200]}")
         if response.status_code < 400:

@@ -26,8 +26,17 @@ def _load_kit() -> ModuleType:
 kit = _load_kit()
 
 #: inputs per format: the slower entry points (a followed file, a rule file read several times over) get fewer
-EXAMPLES = {"rule": 200, "node": 250, "manifest": 250, "control": 300, "event": 300, "jsonl": 150, "log": 150,
-            "socket": 250, "http": 250}
+EXAMPLES = {
+    "rule": 200,
+    "node": 250,
+    "manifest": 250,
+    "control": 300,
+    "event": 300,
+    "jsonl": 150,
+    "log": 150,
+    "socket": 250,
+    "http": 250,
+}
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +52,13 @@ def test_no_crash_and_every_refusal_says_where(harness: object, fmt: str) -> Non
     failures: list[str] = []
 
     @seed(1201)
-    @settings(max_examples=EXAMPLES[fmt], deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES[fmt],
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(kit.cases(fmt))
     def one(case: object) -> None:
         verdict = harness.feed(fmt, case)  # type: ignore[attr-defined]

@@ -106,8 +106,10 @@ def test_a_jsonl_line_nested_thousands_deep_is_skipped_as_malformed(tmp_path: Pa
 
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"")
-    source = JsonlSource(JsonlSource.Options.model_validate({"kind": "jsonl", "path": str(path), "event": "step_done"}),
-                         PluginContext(state_dir=tmp_path))
+    source = JsonlSource(
+        JsonlSource.Options.model_validate({"kind": "jsonl", "path": str(path), "event": "step_done"}),
+        PluginContext(state_dir=tmp_path),
+    )
     try:
         source.state()
         with open(path, "ab") as fh:
@@ -118,15 +120,18 @@ def test_a_jsonl_line_nested_thousands_deep_is_skipped_as_malformed(tmp_path: Pa
         source.close()
 
 
-@pytest.mark.parametrize("doc", [
-    {"v": 1, "seq": "9", "state": "stop", "gpu_duty": 0.0},
-    {"v": 1, "seq": [9], "state": "stop", "gpu_duty": 0.0},
-    {"v": 1, "seq": 9, "state": "stop", "gpu_duty": "none"},
-    {"v": 1, "seq": 9, "state": "run", "gpu_duty": 7.5},
-    {"v": 1, "seq": 9, "state": "run", "gpu_duty": math.nan},
-    {"v": 1, "seq": True, "state": "stop", "gpu_duty": 0.0},
-    {"v": 1, "seq": 9, "state": "stop", "gpu_duty": 0.0, "reason": {"why": 1}},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"v": 1, "seq": "9", "state": "stop", "gpu_duty": 0.0},
+        {"v": 1, "seq": [9], "state": "stop", "gpu_duty": 0.0},
+        {"v": 1, "seq": 9, "state": "stop", "gpu_duty": "none"},
+        {"v": 1, "seq": 9, "state": "run", "gpu_duty": 7.5},
+        {"v": 1, "seq": 9, "state": "run", "gpu_duty": math.nan},
+        {"v": 1, "seq": True, "state": "stop", "gpu_duty": 0.0},
+        {"v": 1, "seq": 9, "state": "stop", "gpu_duty": 0.0, "reason": {"why": 1}},
+    ],
+)
 def test_a_control_document_of_the_wrong_shape_is_ignored_not_raised(tmp_path: Path, doc: dict[str, object]) -> None:
     path = str(tmp_path / "control.json")
     write_control_document(path, "paused", 0.25, 3, "held")
@@ -146,10 +151,16 @@ def test_a_whole_number_written_as_a_float_is_a_seq(tmp_path: Path) -> None:
 # --- the daemon's socket ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "named"), [
-    ({"limit": math.inf}, "'limit'"), ({"limit": "ten"}, "'limit'"), ({"limit": 2.5}, "'limit'"),
-    ({"code": ["JOB_PAUSED"]}, "'code'"), ({"subject": {"a": 1}}, "'subject'"),
-])
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ({"limit": math.inf}, "'limit'"),
+        ({"limit": "ten"}, "'limit'"),
+        ({"limit": 2.5}, "'limit'"),
+        ({"code": ["JOB_PAUSED"]}, "'code'"),
+        ({"subject": {"a": 1}}, "'subject'"),
+    ],
+)
 def test_timeline_arguments_are_checked_by_name(args: dict[str, object], named: str) -> None:
     answer = handle(None, "timeline", args, (os.getpid(), os.getuid()))  # type: ignore[arg-type]  # refused before it is used
     assert answer["ok"] is False and answer["code"] == "BAD_REQUEST"
@@ -164,14 +175,17 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     harness.close()
 
 
-@pytest.mark.parametrize(("request_", "named"), [
-    ({"op": "job.wait", "id": "{live}", "timeout": math.nan}, "'timeout'"),
-    ({"op": "job.wait", "id": "{live}", "timeout": "soon"}, "'timeout'"),
-    ({"op": "job.started", "id": "{live}"}, "'pid' is missing"),
-    ({"op": "job.started", "id": "{live}", "pid": 1e300}, "'pid'"),
-    ({"op": "job.exited", "id": "{live}", "exit_code": math.inf}, "'exit_code'"),
-    ({"op": "job.exited", "id": "{live}", "exit_code": 2**70}, "'exit_code'"),
-])
+@pytest.mark.parametrize(
+    ("request_", "named"),
+    [
+        ({"op": "job.wait", "id": "{live}", "timeout": math.nan}, "'timeout'"),
+        ({"op": "job.wait", "id": "{live}", "timeout": "soon"}, "'timeout'"),
+        ({"op": "job.started", "id": "{live}"}, "'pid' is missing"),
+        ({"op": "job.started", "id": "{live}", "pid": 1e300}, "'pid'"),
+        ({"op": "job.exited", "id": "{live}", "exit_code": math.inf}, "'exit_code'"),
+        ({"op": "job.exited", "id": "{live}", "exit_code": 2**70}, "'exit_code'"),
+    ],
+)
 def test_job_arguments_are_checked_by_name(live: object, request_: dict[str, object], named: str) -> None:
     line = json.dumps({**request_, "id": live._live_job}).encode() + b"\n"  # type: ignore[attr-defined]
     answer = live._ask(line)  # type: ignore[attr-defined]

@@ -17,22 +17,55 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 def full_data() -> dict:
     """A scrape's input with every family given a value."""
-    rule = {"id": "trainer", "running": True, "using_gpu": True, "gpu_share": 0.62, "holds": [{"code": "X"}],
-            "vram_bytes": 2 << 30, "sources": [{"slot": "progress", "kind": "jsonl", "readable": True, "rate": 3.5},
-                                               {"slot": "during.0", "kind": "jsonl", "readable": False, "rate": None}]}
+    rule = {
+        "id": "trainer",
+        "running": True,
+        "using_gpu": True,
+        "gpu_share": 0.62,
+        "holds": [{"code": "X"}],
+        "vram_bytes": 2 << 30,
+        "sources": [
+            {"slot": "progress", "kind": "jsonl", "readable": True, "rate": 3.5},
+            {"slot": "during.0", "kind": "jsonl", "readable": False, "rate": None},
+        ],
+    }
     job = {"id": "j-1", "name": "batch", "state": "run"}
     return {
-        "status": {"version": "9.9", "gpu_jobs": "certified", "rules": [rule], "jobs": [job],
-                   "vram": {"total_bytes": 8 << 30, "free_bytes": 3 << 30, "jobs_bytes": 1 << 30, "unmanaged_bytes": 0},
-                   "reader": {"name": "fake_gpu"}, "recorder": {"failures": 2}},
-        "duty": {"budget": 0.25, "ceiling": 0.35,
-                 "rules": [{"rule": "trainer", "budget": 0.25, "ceiling": 0.35, "state": "running", "pressure": 0.01,
-                            "baseline": 3.6}],
-                 "jobs": [{"id": "j-1", "name": "batch", "asked": 0.25, "measured": 0.24}]},
+        "status": {
+            "version": "9.9",
+            "gpu_jobs": "certified",
+            "rules": [rule],
+            "jobs": [job],
+            "vram": {"total_bytes": 8 << 30, "free_bytes": 3 << 30, "jobs_bytes": 1 << 30, "unmanaged_bytes": 0},
+            "reader": {"name": "fake_gpu"},
+            "recorder": {"failures": 2},
+        },
+        "duty": {
+            "budget": 0.25,
+            "ceiling": 0.35,
+            "rules": [
+                {
+                    "rule": "trainer",
+                    "budget": 0.25,
+                    "ceiling": 0.35,
+                    "state": "running",
+                    "pressure": 0.01,
+                    "baseline": 3.6,
+                }
+            ],
+            "jobs": [{"id": "j-1", "name": "batch", "asked": 0.25, "measured": 0.24}],
+        },
         "gpu_apis": {"host": ["cuda", "vulkan"], "containers": ["cuda"]},
         "events": {"JOB_PAUSED": 3, "DAEMON_STARTED": 1},
-        "latency": [{"rule": "trainer", "slot": "during.0", "kind": "jsonl",
-                     "buckets": [(0.5, 1), (1.0, 3), (float("inf"), 4)], "sum_ms": 9.5}],
+        "latency": [
+            {
+                "rule": "trainer",
+                "slot": "during.0",
+                "kind": "jsonl",
+                "buckets": [(0.5, 1), (1.0, 3), (float("inf"), 4)],
+                "sum_ms": 9.5,
+            }
+        ],
         "costs": {"ticks": 10, "tick_cpu_s": 0.05, "decisions": 12, "decide_cpu_s": 0.01, "redecisions": 1},
     }
 
@@ -53,16 +86,28 @@ def test_every_family_is_exposed_parsed_and_named_by_convention() -> None:
     assert "job" not in {label for doc in METRICS.values() for label in doc.labels}  # Prometheus' own target label
     events = {s.labels["code"]: s.value for s in fams["arbiter_timeline_events"].samples if s.name.endswith("_total")}
     assert events == {"DAEMON_STARTED": 1, "JOB_PAUSED": 3}
-    hist = {s.labels.get("le"): s.value for s in fams["arbiter_source_latency_seconds"].samples if s.name.endswith("_bucket")}
+    hist = {
+        s.labels.get("le"): s.value
+        for s in fams["arbiter_source_latency_seconds"].samples
+        if s.name.endswith("_bucket")
+    }
     assert hist == {"0.0005": 1, "0.001": 3, "+Inf": 4}
     assert {(s.labels["api"], s.labels["scope"]) for s in fams["arbiter_gpu_api_usable"].samples} == {
-        ("cuda", "host"), ("vulkan", "host"), ("cuda", "containers")}
+        ("cuda", "host"),
+        ("vulkan", "host"),
+        ("cuda", "containers"),
+    }
 
 
 def test_unknown_values_are_absent_not_zero() -> None:
     data = full_data()
     data["status"]["rules"][0].update(gpu_share=None, vram_bytes=None)
-    data["duty"] = {"budget": None, "ceiling": None, "rules": [], "jobs": [{"id": "j-1", "name": "batch", "asked": 0.0, "measured": None}]}
+    data["duty"] = {
+        "budget": None,
+        "ceiling": None,
+        "rules": [],
+        "jobs": [{"id": "j-1", "name": "batch", "asked": 0.0, "measured": None}],
+    }
     data["status"]["reader"] = {"name": ""}
     fams = parse(exposition(data).decode())
     assert not fams["arbiter_rule_gpu_share_ratio"].samples
@@ -78,7 +123,9 @@ def test_every_family_is_in_the_docs() -> None:
         assert f"`{name}" in text, f"{name} is not in docs/metrics.md"
     documented = set(re.findall(r"`(arbiter_[a-z0-9_]+)", text))
     suffixed = {f"{n}_total" for n, d in METRICS.items() if d.kind == "counter"}
-    assert documented <= set(METRICS) | suffixed, f"docs name metrics that do not exist: {documented - set(METRICS) - suffixed}"
+    assert documented <= set(METRICS) | suffixed, (
+        f"docs name metrics that do not exist: {documented - set(METRICS) - suffixed}"
+    )
 
 
 def phase(path: Path, value: str) -> None:
@@ -91,9 +138,25 @@ def test_a_live_daemon_scrape(tmp_path: Path) -> None:
     events.touch()
     node = LocalNode(tmp_path)
     try:
-        node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1011"]}, "immediate": True,
-                            "during": [{"source": {"kind": "jsonl", "path": str(events), "event": "status",
-                                                   "field": "phase", "on": ["busy"]}}]})
+        node.add_rule(
+            "p",
+            {
+                "id": "p",
+                "match": {"cmdline": ["sleep 1011"]},
+                "immediate": True,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(events),
+                            "event": "status",
+                            "field": "phase",
+                            "on": ["busy"],
+                        }
+                    }
+                ],
+            },
+        )
         node.start()
         node.spawn(["sleep", "1011"])
         node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
@@ -115,8 +178,11 @@ def test_a_live_daemon_scrape(tmp_path: Path) -> None:
         assert ("plain", "paused") in states
         readable = {(s.labels["rule"], s.labels["slot"]): s.value for s in fams["arbiter_source_readable"].samples}
         assert readable[("p", "during.0")] == 1
-        count = next(s.value for s in fams["arbiter_source_latency_seconds"].samples
-                     if s.name.endswith("_count") and s.labels["rule"] == "p")
+        count = next(
+            s.value
+            for s in fams["arbiter_source_latency_seconds"].samples
+            if s.name.endswith("_count") and s.labels["rule"] == "p"
+        )
         assert count >= 1
         assert next(s.value for s in fams["arbiter_ticks"].samples if s.name.endswith("_total")) > 0
         assert [s.labels for s in fams["arbiter_gpu_reader_up"].samples][0]["reader"] == "cpu_time"

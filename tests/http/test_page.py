@@ -17,8 +17,13 @@ EVIL = "<script>alert('x')</script>"
 
 
 def governor_event(t: float, code: str, budget: float, ceiling: float = 0.5, rule: str = "frames") -> dict[str, Any]:
-    return {"t": t, "code": code, "subject": rule, "message": f"{code} step",
-            "data": {"rule": rule, "budget": budget, "ceiling": ceiling}}
+    return {
+        "t": t,
+        "code": code,
+        "subject": rule,
+        "message": f"{code} step",
+        "data": {"rule": rule, "budget": budget, "ceiling": ceiling},
+    }
 
 
 class Provider:
@@ -34,24 +39,74 @@ class Provider:
         ]
 
     def status(self) -> dict[str, Any]:
-        held = {"code": "PROTECTED_GPU_BUSY", "message": "'render' uses the GPU <now>",
-                "remedy": "it runs once the GPU is free & stays so", "evidence": {"rule": "render"}}
+        held = {
+            "code": "PROTECTED_GPU_BUSY",
+            "message": "'render' uses the GPU <now>",
+            "remedy": "it runs once the GPU is free & stays so",
+            "evidence": {"rule": "render"},
+        }
         return {
-            "version": "9.9", "uptime_s": 12.0, "gpu_jobs": "certified", "tick_s": 0.5, "processes": 80, "scan_ms": 1.5,
+            "version": "9.9",
+            "uptime_s": 12.0,
+            "gpu_jobs": "certified",
+            "tick_s": 0.5,
+            "processes": 80,
+            "scan_ms": 1.5,
             "reader": {"name": "cpu_time", "why": "stand-in GPU", "vram": {}},
             "vram": {"total_bytes": 8 << 30, "free_bytes": 6 << 30, "jobs_bytes": 1 << 30, "unmanaged_bytes": 0},
-            "fast_path": {"count": 0}, "notices": [], "problems": {}, "recorder": {"failures": 0, "last_error": ""},
+            "fast_path": {"count": 0},
+            "notices": [],
+            "problems": {},
+            "recorder": {"failures": 0, "last_error": ""},
             "jobs": [
-                {"kind": "job", "id": "j-1", "name": EVIL, "state": "held", "started": False, "duty": 0.0, "via": None,
-                 "use": "shared", "pids": [], "measured_busy": None, "reasons": [held]},
-                {"kind": "job", "id": "j-2", "name": "coop", "state": "run", "started": True, "duty": 0.3, "via": None,
-                 "use": "shared", "pids": [41, 42], "measured_busy": 0.28, "reasons": []},
+                {
+                    "kind": "job",
+                    "id": "j-1",
+                    "name": EVIL,
+                    "state": "held",
+                    "started": False,
+                    "duty": 0.0,
+                    "via": None,
+                    "use": "shared",
+                    "pids": [],
+                    "measured_busy": None,
+                    "reasons": [held],
+                },
+                {
+                    "kind": "job",
+                    "id": "j-2",
+                    "name": "coop",
+                    "state": "run",
+                    "started": True,
+                    "duty": 0.3,
+                    "via": None,
+                    "use": "shared",
+                    "pids": [41, 42],
+                    "measured_busy": 0.28,
+                    "reasons": [],
+                },
             ],
             "rules": [
-                {"kind": "rule", "id": "render", "priority": 50, "protected": True, "running": True, "pids": [7],
-                 "gpu_share": 0.61, "gpu_why": "", "using_gpu": True, "using_for_s": 30.0, "phases": ["uplink"],
-                 "faults": [], "sources": [], "holds": [held], "notes": [], "vram_bytes": 2 << 30, "reclaimable": True,
-                 "releasing": None},
+                {
+                    "kind": "rule",
+                    "id": "render",
+                    "priority": 50,
+                    "protected": True,
+                    "running": True,
+                    "pids": [7],
+                    "gpu_share": 0.61,
+                    "gpu_why": "",
+                    "using_gpu": True,
+                    "using_for_s": 30.0,
+                    "phases": ["uplink"],
+                    "faults": [],
+                    "sources": [],
+                    "holds": [held],
+                    "notes": [],
+                    "vram_bytes": 2 << 30,
+                    "reclaimable": True,
+                    "releasing": None,
+                },
             ],
         }
 
@@ -62,19 +117,60 @@ class Provider:
         return [e for e in self.events if code is None or e["code"] == code][-limit:]
 
     def duty(self) -> dict[str, Any]:
-        return {"gpu_jobs": "certified", "budget": 0.3, "ceiling": 0.5,
-                "summary": "budget 0.30 of ceiling 0.50 (running) beside frames; 1 job at 0.30 each",
-                "rules": [{"rule": "frames", "state": "running", "budget": 0.3, "ceiling": 0.5, "baseline": 120.0,
-                           "baseline_age_s": 60.0, "pressure": 0.01, "level": None, "take_back_left_s": None}],
-                "jobs": [{"id": "j-1", "name": "x", "asked": 0.0, "measured": None, "state": "held", "reasons": []},
-                         {"id": "j-2", "name": "coop", "asked": 0.3, "measured": 0.28, "state": "holds its duty", "reasons": []}]}
+        return {
+            "gpu_jobs": "certified",
+            "budget": 0.3,
+            "ceiling": 0.5,
+            "summary": "budget 0.30 of ceiling 0.50 (running) beside frames; 1 job at 0.30 each",
+            "rules": [
+                {
+                    "rule": "frames",
+                    "state": "running",
+                    "budget": 0.3,
+                    "ceiling": 0.5,
+                    "baseline": 120.0,
+                    "baseline_age_s": 60.0,
+                    "pressure": 0.01,
+                    "level": None,
+                    "take_back_left_s": None,
+                }
+            ],
+            "jobs": [
+                {"id": "j-1", "name": "x", "asked": 0.0, "measured": None, "state": "held", "reasons": []},
+                {"id": "j-2", "name": "coop", "asked": 0.3, "measured": 0.28, "state": "holds its duty", "reasons": []},
+            ],
+        }
 
     def ab_runs(self) -> list[dict[str, Any]]:
         return [
-            {"run": "ab-open", "rule": "frames", "work": "gpu", "duty": 0.5, "status": "running", "verdict": "", "why": "",
-             "blocks_done": 3, "target": 12, "excluded": 0, "started": NOW - 600, "ended": None},
-            {"run": "ab/old 1", "rule": "frames", "work": "gpu", "duty": 0.25, "status": "done", "verdict": "no slowdown shown",
-             "why": "", "blocks_done": 12, "target": 12, "excluded": 1, "started": NOW - 9000, "ended": NOW - 5000},
+            {
+                "run": "ab-open",
+                "rule": "frames",
+                "work": "gpu",
+                "duty": 0.5,
+                "status": "running",
+                "verdict": "",
+                "why": "",
+                "blocks_done": 3,
+                "target": 12,
+                "excluded": 0,
+                "started": NOW - 600,
+                "ended": None,
+            },
+            {
+                "run": "ab/old 1",
+                "rule": "frames",
+                "work": "gpu",
+                "duty": 0.25,
+                "status": "done",
+                "verdict": "no slowdown shown",
+                "why": "",
+                "blocks_done": 12,
+                "target": 12,
+                "excluded": 1,
+                "started": NOW - 9000,
+                "ended": NOW - 5000,
+            },
         ]
 
     def gpu_apis(self) -> dict[str, Any]:
@@ -153,9 +249,12 @@ def test_the_budget_chart_has_a_point_per_governor_step() -> None:
 
 
 def test_budget_history_keeps_only_events_that_carry_a_budget() -> None:
-    events = [governor_event(3.0, "GPU_DUTY_GROW", 0.4), governor_event(1.0, "GPU_DUTY_START", 0.2),
-              {"t": 2.0, "code": "GPU_DUTY_START", "subject": "frames", "message": "", "data": {}},
-              {"limit": 5, "subject": None, "code": None}]
+    events = [
+        governor_event(3.0, "GPU_DUTY_GROW", 0.4),
+        governor_event(1.0, "GPU_DUTY_START", 0.2),
+        {"t": 2.0, "code": "GPU_DUTY_START", "subject": "frames", "message": "", "data": {}},
+        {"limit": 5, "subject": None, "code": None},
+    ]
     series = budget_history(events)
     assert list(series) == ["frames"]
     assert [(p.t, p.budget) for p in series["frames"]] == [(1.0, 0.2), (3.0, 0.4)]

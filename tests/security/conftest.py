@@ -15,15 +15,17 @@ StartDaemon = Callable[..., Daemon]
 
 def node_config(root: Path, **overrides: object) -> NodeConfig:
     (root / "tenants.d").mkdir(parents=True, exist_ok=True)
-    return NodeConfig.model_validate({
-        "state_dir": str(root / "state"),
-        "tenants_dirs": [str(root / "tenants.d")],
-        "readers": ["cpu_time"],
-        "stand_in_gpu": True,
-        "tick_s": 0.5,
-        "http": {"listen": "127.0.0.1:0"},
-        **overrides,
-    })
+    return NodeConfig.model_validate(
+        {
+            "state_dir": str(root / "state"),
+            "tenants_dirs": [str(root / "tenants.d")],
+            "readers": ["cpu_time"],
+            "stand_in_gpu": True,
+            "tick_s": 0.5,
+            "http": {"listen": "127.0.0.1:0"},
+            **overrides,
+        }
+    )
 
 
 @pytest.fixture

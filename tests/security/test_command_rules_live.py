@@ -17,8 +17,10 @@ from arbiter.demo.node import PYTHON, LocalNode
 
 def rule(marker: Path) -> str:
     script = f"open({str(marker)!r}, 'a').write('ran\\n'); print(1)"
-    return (f"id: counted\nmatch: {{cmdline: ['sleep 1017']}}\n"
-            f"protect:\n  metric: progress_rate\n  source: {{kind: exec, command: [{PYTHON!r}, '-c', {script!r}], every_s: 0.2}}\n")
+    return (
+        f"id: counted\nmatch: {{cmdline: ['sleep 1017']}}\n"
+        f"protect:\n  metric: progress_rate\n  source: {{kind: exec, command: [{PYTHON!r}, '-c', {script!r}], every_s: 0.2}}\n"
+    )
 
 
 def test_a_running_daemon_runs_no_command_from_a_file_others_can_change(tmp_path: Path) -> None:

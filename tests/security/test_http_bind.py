@@ -136,8 +136,9 @@ def test_a_real_daemon_on_loopback_reads_openly(tmp_path: Path) -> None:
         token = (node.state_dir / "token").read_text().strip()
         for path in ("/v1/status", "/v1/timeline", "/", "/metrics", "/healthz"):
             assert httpx.get(base + path, timeout=10).status_code == 200, path
-        rebound = httpx.post(base + "/v1/reload", headers={"Authorization": f"Bearer {token}", "Host": "rebind.example:80"},
-                             timeout=10)
+        rebound = httpx.post(
+            base + "/v1/reload", headers={"Authorization": f"Bearer {token}", "Host": "rebind.example:80"}, timeout=10
+        )
         assert rebound.status_code == 403
     finally:
         node.close()

@@ -27,16 +27,28 @@ def shell_uses(source: str) -> list[tuple[int, str]]:
             if kw.arg == "shell" and not (isinstance(kw.value, ast.Constant) and not kw.value.value):
                 found.append((node.lineno, "shell=" + ast.unparse(kw.value)))
         func = node.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (func.value.id, func.attr) in SHELL_CALLS:
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and (func.value.id, func.attr) in SHELL_CALLS
+        ):
             found.append((node.lineno, f"{func.value.id}.{func.attr}()"))
     return found
 
 
 def test_the_check_catches_each_form() -> None:
-    bad = "import os, subprocess\nsubprocess.run('x', shell = True)\nsubprocess.run('x', shell=1)\nos.system('x')\n" \
-          "os.popen('x')\nsubprocess.getoutput('x')\nsubprocess.Popen(['x'], shell=flag)\n"
-    assert [what for _, what in shell_uses(bad)] == ["shell=True", "shell=1", "os.system()", "os.popen()",
-                                                     "subprocess.getoutput()", "shell=flag"]
+    bad = (
+        "import os, subprocess\nsubprocess.run('x', shell = True)\nsubprocess.run('x', shell=1)\nos.system('x')\n"
+        "os.popen('x')\nsubprocess.getoutput('x')\nsubprocess.Popen(['x'], shell=flag)\n"
+    )
+    assert [what for _, what in shell_uses(bad)] == [
+        "shell=True",
+        "shell=1",
+        "os.system()",
+        "os.popen()",
+        "subprocess.getoutput()",
+        "shell=flag",
+    ]
     assert shell_uses("import subprocess\nsubprocess.run(['x'], shell=False)\n") == []
 
 

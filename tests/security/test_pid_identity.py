@@ -120,8 +120,15 @@ def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(tmp
 
 def test_a_group_is_signalled_only_while_its_id_is_still_the_one_it_led(sleepers) -> None:
     # the leader exited and was reaped, but left a child in its group: that child is reached
-    leader = subprocess.Popen([sys.executable, "-c", "import subprocess; print(subprocess.Popen(['sleep', '300'], stdout=subprocess.DEVNULL).pid)"],
-                              stdout=subprocess.PIPE, start_new_session=True)
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess; print(subprocess.Popen(['sleep', '300'], stdout=subprocess.DEVNULL).pid)",
+        ],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     orphan = int(leader.communicate(timeout=30)[0])
     assert leader.returncode == 0 and os.getpgid(orphan) == leader.pid
     try:

@@ -26,15 +26,22 @@ def test_no_operation_answers_a_server_error(start_daemon) -> None:
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
-            @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-                      phases=[Phase.explicit, Phase.generate],
-                      suppress_health_check=list(HealthCheck))
+            @settings(
+                max_examples=EXAMPLES,
+                derandomize=True,
+                database=None,
+                deadline=None,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=list(HealthCheck),
+            )
             @given(case=operation.as_strategy(generation_mode=mode))
             def fuzz(case: schemathesis.Case) -> None:
                 nonlocal tried
                 tried += 1
                 # with the token, so mutations get past the gate and are exercised too
-                case.call_and_validate(base_url=daemon.http_url, headers=headers, checks=[not_a_server_error], timeout=30)
+                case.call_and_validate(
+                    base_url=daemon.http_url, headers=headers, checks=[not_a_server_error], timeout=30
+                )
 
             try:
                 fuzz()

@@ -44,21 +44,33 @@ def helper_as_nobody(sock: str) -> list[object]:
     return run_as("nobody", attempt)  # type: ignore[no-any-return]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root (the rules are unit-tested in tests/e2e/test_rights_and_reload.py)")
+@pytest.mark.skipif(
+    os.geteuid() != 0,
+    reason="a second uid needs root (the rules are unit-tested in tests/e2e/test_rights_and_reload.py)",
+)
 def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> None:
     root = Path("/tmp") / f"arbiter-security-{os.getpid()}-{time.monotonic_ns()}"
     root.mkdir(mode=0o755)
     node = LocalNode(root, admin_group="arbiter-no-such-group")
     try:
-        node.add_rule("prot", {"id": "prot", "match": {"cmdline": ["arbiter.demo.protected"]}, "protect": {"metric": "gpu_share"}})
+        node.add_rule(
+            "prot", {"id": "prot", "match": {"cmdline": ["arbiter.demo.protected"]}, "protect": {"metric": "gpu_share"}}
+        )
         node.start()
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "roots")
         job_id = node.wait_for(lambda: (node.job("roots") or {}).get("id"))
         node.wait_for(lambda: node.job("roots")["state"] == "run")
         sock = str(node.socket)
 
-        for op, args in (("status", {}), ("timeline", {}), ("explain", {}), ("duty", {}), ("certificates", {}),
-                         ("ab.status", {}), ("ping", {})):
+        for op, args in (
+            ("status", {}),
+            ("timeline", {}),
+            ("explain", {}),
+            ("duty", {}),
+            ("certificates", {}),
+            ("ab.status", {}),
+            ("ping", {}),
+        ):
             assert as_nobody(sock, op, **args)[0] is True, op
 
         for op, args in (("job.exited", {"exit_code": 0}), ("job.wait", {"timeout": 0.1}), ("job.started", {"pid": 1})):

@@ -74,8 +74,12 @@ def test_the_daemon_logs_json_lines(tmp_path: Path) -> None:
     node = LocalNode(tmp_path)
     log_path = tmp_path / "stderr.log"
     with open(log_path, "wb") as log:
-        daemon = subprocess.Popen([*ARBITER, "--log-format", "json", "run", "--config", str(node.config_path)],
-                                  stdout=subprocess.DEVNULL, stderr=log, env=node.env())
+        daemon = subprocess.Popen(
+            [*ARBITER, "--log-format", "json", "run", "--config", str(node.config_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=node.env(),
+        )
     try:
         node.daemon = daemon
         deadline = time.monotonic() + 60

@@ -38,8 +38,9 @@ ctypes.CDLL(None).malloc_stats()
 
 def arenas_after(cap: str, **env: str) -> tuple[str, int]:
     environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
-    out = subprocess.run([sys.executable, "-c", CHECK, cap], capture_output=True, text=True, check=True,
-                         timeout=60, env=environ)
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK, cap], capture_output=True, text=True, check=True, timeout=60, env=environ
+    )
     return out.stdout.strip(), sum(1 for line in out.stderr.splitlines() if line.startswith("Arena "))
 
 

@@ -60,7 +60,12 @@ def test_nothing_is_sent_without_a_socket() -> None:
 
 def test_messages_reach_a_path_socket_and_the_variables_are_taken(short_dir: Path) -> None:
     rx = Receiver(str(short_dir / "notify"))
-    env = {"NOTIFY_SOCKET": str(short_dir / "notify"), "WATCHDOG_USEC": "4000000", "WATCHDOG_PID": str(os.getpid()), "KEEP": "1"}
+    env = {
+        "NOTIFY_SOCKET": str(short_dir / "notify"),
+        "WATCHDOG_USEC": "4000000",
+        "WATCHDOG_PID": str(os.getpid()),
+        "KEEP": "1",
+    }
     n = Notifier.from_environ(env)
     assert env == {"KEEP": "1"}  # children the daemon starts must not speak for it
     assert n.interval_s == 2.0

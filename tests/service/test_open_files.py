@@ -22,8 +22,13 @@ print(json.dumps([raised, resource.getrlimit(resource.RLIMIT_NOFILE)]))
 
 
 def limits_after(soft: int, hard: int, wanted: int) -> list:
-    out = subprocess.run([sys.executable, "-c", CHECK, str(soft), str(hard), str(wanted)], capture_output=True,
-                         text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", CHECK, str(soft), str(hard), str(wanted)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     return json.loads(out.stdout)
 
 

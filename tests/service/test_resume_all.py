@@ -23,14 +23,20 @@ def test_resume_all_continues_the_recorded_process_and_names_the_one_whose_pid_w
     try:
         os.kill(paused.pid, signal.SIGSTOP)
         journal = PausedJournal(node.state_dir / "paused.journal")
-        journal.append("pause", PausedEntry("j1", "tree", paused.pid, psutil.Process(paused.pid).create_time(), "signal"))
+        journal.append(
+            "pause", PausedEntry("j1", "tree", paused.pid, psutil.Process(paused.pid).create_time(), "signal")
+        )
         recorded_start = psutil.Process(stranger.pid).create_time() - 100
         journal.append("pause", PausedEntry("j2", "tree", stranger.pid, recorded_start, "signal"))
         journal.close()
         os.kill(stranger.pid, signal.SIGSTOP)  # stopped by someone else: it must stay so
 
-        out = subprocess.run([PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         assert "resumed 2 item(s)" in out.stdout
         assert f"did not resume pid {stranger.pid}" in out.stdout and "reused" in out.stdout

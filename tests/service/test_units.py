@@ -67,7 +67,13 @@ def test_the_daemon_unit() -> None:
     caps = set(one(u, s, "CapabilityBoundingSet").split())
     assert {"CAP_KILL", "CAP_SYS_PTRACE"} <= caps  # other users' processes and their fdinfo
     # hardening that would make it useless: no GPU devices, no process table, no freezing
-    for useless in ("PrivateDevices", "ProtectControlGroups", "ProtectKernelTunables", "PrivateUsers", "MemoryDenyWriteExecute"):
+    for useless in (
+        "PrivateDevices",
+        "ProtectControlGroups",
+        "ProtectKernelTunables",
+        "PrivateUsers",
+        "MemoryDenyWriteExecute",
+    ):
         assert useless not in u[s], f"{useless}= would keep the daemon from its work"
     assert u[s].get("ProtectProc", ["default"])[-1] == "default"  # it must see every process
     assert one(u, "Install", "WantedBy") == "multi-user.target"
@@ -90,7 +96,9 @@ def test_the_units_name_real_options() -> None:
                 argv = line.lstrip("-").split()
                 command = [a for a in argv[1:] if not a.startswith("-")][0]
                 flags = [a for a in argv[1:] if a.startswith("--")]
-                out = subprocess.run([sys.executable, "-m", "arbiter", command, "--help"], capture_output=True, text=True, timeout=60)
+                out = subprocess.run(
+                    [sys.executable, "-m", "arbiter", command, "--help"], capture_output=True, text=True, timeout=60
+                )
                 assert out.returncode == 0, out.stderr
                 for flag in flags:
                     assert flag in out.stdout, f"{name}: `arbiter {command}` has no {flag}"
@@ -107,6 +115,8 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
         copy = tmp_path / name
         copy.write_text((UNITS / name).read_text().replace("/usr/bin/arbiter", str(arbiter)))
         env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
-        out = subprocess.run(["systemd-analyze", *scope, "verify", str(copy)], capture_output=True, text=True, env=env, timeout=120)
+        out = subprocess.run(
+            ["systemd-analyze", *scope, "verify", str(copy)], capture_output=True, text=True, env=env, timeout=120
+        )
         ours = [line for line in (out.stdout + out.stderr).splitlines() if name in line]
         assert out.returncode == 0 and not ours, f"systemd-analyze verify {name}:\n{out.stdout}{out.stderr}"

@@ -17,14 +17,15 @@ import time
 from pathlib import Path
 
 from arbiter.sdk import Control, Duty, Stopped
-
 from llmbatch.backends import doctor, load
 
 HERE = Path(__file__).resolve().parent.parent
 
 
 def _options(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="llmbatch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="llmbatch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the prompts")
     run.add_argument("--backend", default="stand-in", choices=["stand-in", "llama.cpp", "mlx", "auto"])
@@ -89,8 +90,11 @@ def run(args: argparse.Namespace) -> int:
     duty.close()
     working = time.monotonic() - started - duty.idle_s
     rate = generated / working if working > 0 else 0.0
-    print(f"llmbatch: {generated} tokens on {model.name}, {rate:.1f} tokens/s while working "
-          f"(idle for the duty {duty.idle_s:.1f}s)", file=sys.stderr)
+    print(
+        f"llmbatch: {generated} tokens on {model.name}, {rate:.1f} tokens/s while working "
+        f"(idle for the duty {duty.idle_s:.1f}s)",
+        file=sys.stderr,
+    )
     return 0
 
 

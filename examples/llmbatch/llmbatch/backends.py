@@ -52,7 +52,9 @@ def doctor(models: Path) -> list[Availability]:
     if importlib.util.find_spec("llama_cpp") is None:
         out.append(Availability("llama.cpp", False, "llama-cpp-python is not installed (pip install llama-cpp-python)"))
     elif _gguf(models) is None:
-        out.append(Availability("llama.cpp", False, f"no .gguf model in {models} (llmbatch ships none and downloads none)"))
+        out.append(
+            Availability("llama.cpp", False, f"no .gguf model in {models} (llmbatch ships none and downloads none)")
+        )
     else:
         out.append(Availability("llama.cpp", True, f"would load {_gguf(models)}"))
     return out
@@ -143,7 +145,9 @@ def load(backend: str, models: Path, width: int, memory_limit_bytes: int | None)
             raise SystemExit(f"llmbatch: no .gguf model in {models}")
         return LlamaCppModel(path)
     if backend == "mlx":
-        return MlxModel(str(next(iter(models.glob("*")), "mlx-community/Qwen2.5-0.5B-Instruct-4bit")), memory_limit_bytes)
+        return MlxModel(
+            str(next(iter(models.glob("*")), "mlx-community/Qwen2.5-0.5B-Instruct-4bit")), memory_limit_bytes
+        )
     raise SystemExit(f"llmbatch: unknown backend {backend!r} (stand-in, llama.cpp, mlx, auto)")
 
 

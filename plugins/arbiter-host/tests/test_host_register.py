@@ -12,8 +12,12 @@ from arbiter_host import AccessHostSignal, MachineHostSignal, MemoryHostSignal, 
 def test_registers_every_host_kind() -> None:
     seen: dict[str, type] = {}
     arbiter_register_host(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen == {"memory": MemoryHostSignal, "power": PowerHostSignal, "machine": MachineHostSignal,
-                    "access": AccessHostSignal}
+    assert seen == {
+        "memory": MemoryHostSignal,
+        "power": PowerHostSignal,
+        "machine": MachineHostSignal,
+        "access": AccessHostSignal,
+    }
     assert all(issubclass(cls, HostSignal) for cls in seen.values())
     assert all(cls.Options.runs_command is False for cls in seen.values())
 

@@ -26,15 +26,43 @@ def proc(pid: int, ppid: int = 1, **fields: object) -> ProcessInfo:
 
 TABLE = [
     proc(1, 0, name="init", exe="/sbin/init", cmdline=("/sbin/init",), uid=0, username="root"),
-    proc(100, 1, name="Ollama", exe="/usr/local/bin/ollama", cmdline=("/usr/local/bin/ollama", "serve"),
-         uid=1000, username="alice"),
-    proc(101, 100, name="ollama_llama_server", exe="/usr/local/lib/ollama/runner",
-         cmdline=("/usr/local/lib/ollama/runner", "--model", "/models/Llama-3.gguf"), uid=1000, username="alice"),
+    proc(
+        100,
+        1,
+        name="Ollama",
+        exe="/usr/local/bin/ollama",
+        cmdline=("/usr/local/bin/ollama", "serve"),
+        uid=1000,
+        username="alice",
+    ),
+    proc(
+        101,
+        100,
+        name="ollama_llama_server",
+        exe="/usr/local/lib/ollama/runner",
+        cmdline=("/usr/local/lib/ollama/runner", "--model", "/models/Llama-3.gguf"),
+        uid=1000,
+        username="alice",
+    ),
     proc(102, 101, name="helper", exe="/usr/bin/helper", cmdline=("helper",), uid=1000, username="alice"),
-    proc(200, 1, name="python3", exe="/usr/bin/python3.11",
-         cmdline=("python3", "-m", "ComfyUI.main", "--listen"), uid=1001, username="bob"),
-    proc(300, 1, name="python3", exe="/opt/trainer/bin/python3",
-         cmdline=("/opt/trainer/bin/python3", "train.py", "--config", "Big.YAML"), uid=1000, username="alice"),
+    proc(
+        200,
+        1,
+        name="python3",
+        exe="/usr/bin/python3.11",
+        cmdline=("python3", "-m", "ComfyUI.main", "--listen"),
+        uid=1001,
+        username="bob",
+    ),
+    proc(
+        300,
+        1,
+        name="python3",
+        exe="/opt/trainer/bin/python3",
+        cmdline=("/opt/trainer/bin/python3", "train.py", "--config", "Big.YAML"),
+        uid=1000,
+        username="alice",
+    ),
 ]
 
 
@@ -117,7 +145,9 @@ def test_select_is_pure_over_its_input() -> None:
     assert m.select(TABLE) == m.select(list(TABLE)) == {100, 101, 102}
 
 
-def test_a_process_unchanged_since_it_was_judged_is_not_judged_again_even_after_offers_of_only_a_few(monkeypatch) -> None:
+def test_a_process_unchanged_since_it_was_judged_is_not_judged_again_even_after_offers_of_only_a_few(
+    monkeypatch,
+) -> None:
     m = matcher(name="python3")
     judged: list[int] = []
     real = m._matches

@@ -55,7 +55,9 @@ def test_the_hook_returns_the_table() -> None:
 
 
 @pytest.mark.parametrize("read", TABLES, ids=lambda f: f.__name__)
-def test_a_child_is_listed_with_its_identity(read: Callable[[], list[ProcessInfo]], child: subprocess.Popen[bytes]) -> None:
+def test_a_child_is_listed_with_its_identity(
+    read: Callable[[], list[ProcessInfo]], child: subprocess.Popen[bytes]
+) -> None:
     info = find(read(), child.pid)
     assert info.ppid == os.getpid()
     assert info.cmdline[-1] == "arbiter-table-test"
@@ -95,7 +97,14 @@ def test_proc_and_psutil_tables_agree(child: subprocess.Popen[bytes]) -> None:
     # Only processes that cannot change between the two scans: others may exec or exit.
     for pid in (child.pid, os.getpid(), os.getppid()):
         a, b = mine[pid], theirs[pid]
-        assert (a.ppid, a.name, a.exe, a.cmdline, a.uid, a.username) == (b.ppid, b.name, b.exe, b.cmdline, b.uid, b.username)
+        assert (a.ppid, a.name, a.exe, a.cmdline, a.uid, a.username) == (
+            b.ppid,
+            b.name,
+            b.exe,
+            b.cmdline,
+            b.uid,
+            b.username,
+        )
         assert a.start_time == b.start_time
 
 

@@ -80,7 +80,9 @@ def test_a_child_that_dies_is_replaced_by_a_scan_here_and_tried_again_later() ->
     assert memo.child_pid not in (None, child) and memo.child_pid in pids(again)
 
 
-def test_a_child_that_hangs_is_killed_after_the_timeout_and_the_table_read_here(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_child_that_hangs_is_killed_after_the_timeout_and_the_table_read_here(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(table, "CHILD_TIMEOUT_S", 0.3)
     memo = TableMemo(in_child=True)
     before = {p.pid: p for p in memo.table()}
@@ -107,13 +109,19 @@ class Liar:
 """
 
 
-@pytest.mark.parametrize("answer", [
-    ([10**9], []),  # a pid it never described
-    ([1], [(1, "not a ppid")]),  # a record that is not a process's
-    (["1"], []),  # a pid that is not a number
-    ("yes",),  # not a scan
-], ids=["left-out", "not-a-record", "not-a-pid", "not-a-scan"])
-def test_a_child_that_answers_garbage_is_given_up_and_the_table_read_here(answer: tuple[object, ...], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ([10**9], []),  # a pid it never described
+        ([1], [(1, "not a ppid")]),  # a record that is not a process's
+        (["1"], []),  # a pid that is not a number
+        ("yes",),  # not a scan
+    ],
+    ids=["left-out", "not-a-record", "not-a-pid", "not-a-scan"],
+)
+def test_a_child_that_answers_garbage_is_given_up_and_the_table_read_here(
+    answer: tuple[object, ...], tmp_path: Path
+) -> None:
     liar = tmp_path / "liar.py"
     liar.write_text(LIAR)
     memo = TableMemo(in_child=True)

@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from arbiter.plugin import ProcessInfo
-from arbiter_matchers.process import ProcessMatcher, ProcessOptions
 from arbiter_matchers import _procscan
 from arbiter_matchers._procscan import CMDLINE_RECHECK_SCANS
+from arbiter_matchers.process import ProcessMatcher, ProcessOptions
 from arbiter_matchers.table import TableMemo, process_table
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the memo serves the /proc table")
@@ -188,7 +188,8 @@ def open_fds() -> int:
 
 
 def test_stat_and_cmdline_files_are_kept_open_between_scans_and_closed_when_their_process_goes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     memo = TableMemo()
     memo.table()
     kept = dict(memo._scan._stat_fds)

@@ -42,11 +42,13 @@ kind: nvidia.com/gpu
 """
 )
 
-NETWORK = json.dumps({
-    "cdiVersion": "0.6.0",
-    "kind": "vendor.com/net",
-    "devices": [{"name": "eth1", "containerEdits": {"deviceNodes": [{"path": "/dev/net/tun"}]}}],
-})
+NETWORK = json.dumps(
+    {
+        "cdiVersion": "0.6.0",
+        "kind": "vendor.com/net",
+        "devices": [{"name": "eth1", "containerEdits": {"deviceNodes": [{"path": "/dev/net/tun"}]}}],
+    }
+)
 
 
 def test_the_jetson_spec_exposes_its_gpu_and_gives_cuda() -> None:
@@ -74,12 +76,22 @@ def test_a_whole_x86_spec_gives_cuda_vulkan_and_opencl() -> None:
 def test_gpu_devices_by_kind_or_by_device_node() -> None:
     assert is_gpu_kind("nvidia.com/gpu") and is_gpu_kind("amd.com/gpu") and is_gpu_kind("nvidia.com/orin-gpu")
     assert not is_gpu_kind("vendor.com/net") and not is_gpu_kind("gpu.example.com/net")
-    spec = parse_cdi_spec(json.dumps({
-        "cdiVersion": "0.6.0", "kind": "example.com/accel",
-        "devices": [{"name": "card0", "containerEdits": {"deviceNodes": [{"path": "/dev/kfd"},
-                                                                         {"path": "/dev/dri/renderD128"}]}},
-                    {"name": "other", "containerEdits": {"deviceNodes": [{"path": "/dev/null"}]}}],
-    }), "/var/run/cdi/amd.json")
+    spec = parse_cdi_spec(
+        json.dumps(
+            {
+                "cdiVersion": "0.6.0",
+                "kind": "example.com/accel",
+                "devices": [
+                    {
+                        "name": "card0",
+                        "containerEdits": {"deviceNodes": [{"path": "/dev/kfd"}, {"path": "/dev/dri/renderD128"}]},
+                    },
+                    {"name": "other", "containerEdits": {"deviceNodes": [{"path": "/dev/null"}]}},
+                ],
+            }
+        ),
+        "/var/run/cdi/amd.json",
+    )
     assert [(d.name, d.gpu) for d in spec.devices] == [("card0", True), ("other", False)]
     assert spec.apis == frozenset({"rocm"})
     assert parse_cdi_spec(NETWORK, "/etc/cdi/net.json").apis == frozenset()
@@ -94,11 +106,14 @@ def cdi_host(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_probe_reports_gpu_devices_and_apis(tmp_path: Path, make_probe: Any) -> None:
-    root = cdi_host(tmp_path, {"/etc/cdi/nvidia.yaml": X86_WHOLE, "/var/run/cdi/net.json": NETWORK,
-                               "/etc/cdi/notes.txt": "not a spec"})
+    root = cdi_host(
+        tmp_path,
+        {"/etc/cdi/nvidia.yaml": X86_WHOLE, "/var/run/cdi/net.json": NETWORK, "/etc/cdi/notes.txt": "not a spec"},
+    )
     probe = make_probe(ContainersProbe, root=root)
     assert probe.probe() == (
-        True, "nvidia.com/gpu=0, nvidia.com/gpu=all from /etc/cdi/nvidia.yaml, giving cuda, opencl, vulkan"
+        True,
+        "nvidia.com/gpu=0, nvidia.com/gpu=all from /etc/cdi/nvidia.yaml, giving cuda, opencl, vulkan",
     )
     assert probe.apis() == ["cuda", "opencl", "vulkan"]
 
@@ -127,7 +142,8 @@ def test_specs_without_gpus_and_broken_specs(tmp_path: Path, make_probe: Any) ->
     )
     only_broken = cdi_host(tmp_path / "b", {"/etc/cdi/head.yaml": X86_HEAD})
     assert make_probe(ContainersProbe, root=only_broken).probe() == (
-        False, "no CDI spec in /etc/cdi, /var/run/cdi (/etc/cdi/head.yaml: not a CDI spec (no vendor.com/class kind))"
+        False,
+        "no CDI spec in /etc/cdi, /var/run/cdi (/etc/cdi/head.yaml: not a CDI spec (no vendor.com/class kind))",
     )
 
 

@@ -21,8 +21,14 @@ def test_cuda_versions_read_as_major_minor() -> None:
 
 
 def test_nvml_devices_are_named_with_the_driver() -> None:
-    report = {"nvml": {"library": "libnvidia-ml.so.1", "devices": ["NVIDIA H200"], "driver": "550.54.15",
-                       "cuda_version": 12040}}
+    report = {
+        "nvml": {
+            "library": "libnvidia-ml.so.1",
+            "devices": ["NVIDIA H200"],
+            "driver": "550.54.15",
+            "cuda_version": 12040,
+        }
+    }
     assert cuda_evidence(report) == (True, "NVIDIA H200 through libnvidia-ml.so.1, driver 550.54.15 CUDA 12.4")
 
 
@@ -53,10 +59,13 @@ def test_a_driver_that_finds_no_gpu_says_so() -> None:
         "cuda": {"library": "libcuda.so.1", "error": "cuInit failed: CUDA_ERROR_NO_DEVICE (100)"},
     }
     assert cuda_evidence(report) == (
-        False, "nvmlInit failed: Driver Not Loaded (9); cuInit failed: CUDA_ERROR_NO_DEVICE (100)"
+        False,
+        "nvmlInit failed: Driver Not Loaded (9); cuInit failed: CUDA_ERROR_NO_DEVICE (100)",
     )
-    empty = {"nvml": {"library": "libnvidia-ml.so.1", "devices": []},
-             "cuda": {"library": "libcuda.so.1", "devices": []}}
+    empty = {
+        "nvml": {"library": "libnvidia-ml.so.1", "devices": []},
+        "cuda": {"library": "libcuda.so.1", "devices": []},
+    }
     assert cuda_evidence(empty) == (False, "libnvidia-ml.so.1 finds no GPU; libcuda.so.1 finds no GPU")
 
 
@@ -147,10 +156,17 @@ def use_libraries(monkeypatch: pytest.MonkeyPatch, libraries: dict[str, Any]) ->
 def test_nvml_query_names_every_device(monkeypatch: pytest.MonkeyPatch) -> None:
     use_libraries(monkeypatch, {"libnvidia-ml.so.1": fake_nvml(["NVIDIA H200", "NVIDIA H100 80GB HBM3"])})
     report = _native.query_cuda()
-    assert report == {"nvml": {"library": "libnvidia-ml.so.1", "driver": "550.54.15", "cuda_version": 12040,
-                               "devices": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]}}
+    assert report == {
+        "nvml": {
+            "library": "libnvidia-ml.so.1",
+            "driver": "550.54.15",
+            "cuda_version": 12040,
+            "devices": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"],
+        }
+    }
     assert cuda_evidence(report) == (
-        True, "2 GPUs: NVIDIA H200, NVIDIA H100 80GB HBM3 through libnvidia-ml.so.1, driver 550.54.15 CUDA 12.4"
+        True,
+        "2 GPUs: NVIDIA H200, NVIDIA H100 80GB HBM3 through libnvidia-ml.so.1, driver 550.54.15 CUDA 12.4",
     )
 
 
@@ -166,9 +182,7 @@ def test_cuinit_failure_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     use_libraries(monkeypatch, {"libcuda.so.1": fake_cuda([], init_rc=100)})
     report = _native.query_cuda()
     assert report["cuda"]["error"] == "cuInit failed: CUDA_ERROR_NO_DEVICE (100)"
-    assert cuda_evidence(report) == (
-        False, "libnvidia-ml.so.1 not found; cuInit failed: CUDA_ERROR_NO_DEVICE (100)"
-    )
+    assert cuda_evidence(report) == (False, "libnvidia-ml.so.1 not found; cuInit failed: CUDA_ERROR_NO_DEVICE (100)")
 
 
 def test_the_real_native_child_runs_on_this_host(make_probe: Any) -> None:

@@ -77,7 +77,8 @@ def test_metal_evidence() -> None:
     usable, why = metal_evidence(parse_displays(INTEL_AND_AMD))
     assert usable and why.startswith("Intel HD Graphics 530 (Supported, feature set macOS GPUFamily2 v1) and AMD")
     assert metal_evidence(parse_displays(NO_METAL)) == (
-        False, "no GPU with Metal support: NVIDIA GeForce 9400M (Not Supported)"
+        False,
+        "no GPU with Metal support: NVIDIA GeForce 9400M (Not Supported)",
     )
     assert metal_evidence([]) == (False, "system_profiler lists no GPU")
 
@@ -85,7 +86,8 @@ def test_metal_evidence() -> None:
 def test_the_metal_probe_runs_system_profiler_on_macos(make_probe: Any, runner_class: Any) -> None:
     run = runner_class({"system_profiler": APPLE_SILICON})
     assert make_probe(MetalProbe, run=run, platform="darwin", timeout_s=7).probe() == (
-        True, "Apple M2 Pro (Metal 3) through system_profiler"
+        True,
+        "Apple M2 Pro (Metal 3) through system_profiler",
     )
     assert run.calls[0][:2] == ([SYSTEM_PROFILER, "SPDisplaysDataType"], 7)
 
@@ -93,7 +95,8 @@ def test_the_metal_probe_runs_system_profiler_on_macos(make_probe: Any, runner_c
 def test_system_profiler_that_hangs(make_probe: Any, runner_class: Any) -> None:
     run = runner_class({"system_profiler": subprocess.TimeoutExpired(["system_profiler"], 5)})
     assert make_probe(MetalProbe, run=run, platform="darwin").probe() == (
-        False, "system_profiler SPDisplaysDataType did not finish within 5 s"
+        False,
+        "system_profiler SPDisplaysDataType did not finish within 5 s",
     )
 
 
@@ -107,37 +110,52 @@ def test_metal_elsewhere_is_not_this_platform(make_probe: Any, runner_class: Any
 
 # --- directml ----------------------------------------------------------------------------------------
 
-RTX3070 = {"name": "NVIDIA GeForce RTX 3070", "vendor_id": "0x10de", "software": False, "d3d12": True,
-           "dedicated_mib": 8031}
-WARP = {"name": "Microsoft Basic Render Driver", "vendor_id": "0x1414", "software": True, "d3d12": True,
-        "dedicated_mib": 0}
+RTX3070 = {
+    "name": "NVIDIA GeForce RTX 3070",
+    "vendor_id": "0x10de",
+    "software": False,
+    "d3d12": True,
+    "dedicated_mib": 8031,
+}
+WARP = {
+    "name": "Microsoft Basic Render Driver",
+    "vendor_id": "0x1414",
+    "software": True,
+    "d3d12": True,
+    "dedicated_mib": 0,
+}
 
 
 def test_a_hardware_adapter_is_usable() -> None:
     report = {"directml_dll": r"C:\Windows\System32\DirectML.dll", "adapters": [RTX3070, WARP]}
     assert directml_evidence(report) == (
-        True, r"NVIDIA GeForce RTX 3070 (8031 MiB) through Direct3D 12; DirectML.dll in C:\Windows\System32"
+        True,
+        r"NVIDIA GeForce RTX 3070 (8031 MiB) through Direct3D 12; DirectML.dll in C:\Windows\System32",
     )
 
 
 def test_only_the_software_adapter_is_not_usable() -> None:
     assert directml_evidence({"directml_dll": None, "adapters": [WARP]}) == (
-        False, "no hardware Direct3D 12 adapter: Microsoft Basic Render Driver (software)"
+        False,
+        "no hardware Direct3D 12 adapter: Microsoft Basic Render Driver (software)",
     )
     old = dict(RTX3070, name="NVIDIA GeForce GTX 580", d3d12=False)
     assert directml_evidence({"adapters": [old]}) == (
-        False, "no hardware Direct3D 12 adapter: NVIDIA GeForce GTX 580 (no Direct3D 12 feature level 11_0)"
+        False,
+        "no hardware Direct3D 12 adapter: NVIDIA GeForce GTX 580 (no Direct3D 12 feature level 11_0)",
     )
     assert directml_evidence({"adapters": []}) == (False, "DXGI lists no adapter")
     assert directml_evidence({"error": "Direct3D 12 is not available: [WinError 126]"}) == (
-        False, "Direct3D 12 is not available: [WinError 126]"
+        False,
+        "Direct3D 12 is not available: [WinError 126]",
     )
 
 
 def test_the_directml_probe_asks_a_child_on_windows(make_probe: Any, runner_class: Any) -> None:
     run = runner_class({"native:directml": {"directml_dll": None, "adapters": [RTX3070]}})
     assert make_probe(DirectmlProbe, run=run, platform="win32").probe() == (
-        True, "NVIDIA GeForce RTX 3070 (8031 MiB) through Direct3D 12; no DirectML.dll in System32"
+        True,
+        "NVIDIA GeForce RTX 3070 (8031 MiB) through Direct3D 12; no DirectML.dll in System32",
     )
 
 

@@ -30,17 +30,20 @@ def test_full_clinfo_with_pocl_cpu_devices() -> None:
     assert parse_clinfo(POCL) == [
         {"name": "Portable Computing Language", "devices": [{"name": "pthread-haswell-AMD EPYC", "type": "CPU"}]}
     ]
-    assert parse_clinfo(TERMUX) == [{
-        "name": "Portable Computing Language",
-        "devices": [{"name": "pthread-AArch64 Processor rev 4 (aarch64)", "type": "CPU"}],
-    }]
+    assert parse_clinfo(TERMUX) == [
+        {
+            "name": "Portable Computing Language",
+            "devices": [{"name": "pthread-AArch64 Processor rev 4 (aarch64)", "type": "CPU"}],
+        }
+    ]
     assert parse_clinfo(NO_PLATFORM) == []
 
 
 def test_only_gpu_devices_count() -> None:
     assert opencl_evidence(parse_clinfo(CLOVER), "clinfo") == (True, f"{RX5500} on Clover through clinfo")
     assert opencl_evidence(parse_clinfo(POCL), "clinfo") == (
-        False, "only a CPU device: pthread-haswell-AMD EPYC on Portable Computing Language"
+        False,
+        "only a CPU device: pthread-haswell-AMD EPYC on Portable Computing Language",
     )
     mixed = parse_clinfo(CLOVER) + parse_clinfo(POCL)
     assert opencl_evidence(mixed, "clinfo") == (
@@ -52,7 +55,8 @@ def test_only_gpu_devices_count() -> None:
     assert opencl_evidence(accelerator, "clinfo") == (False, "no GPU device: fpga0 on FPGA (Accelerator)")
     assert opencl_evidence([], "clinfo") == (False, "clinfo finds no OpenCL platform")
     assert opencl_evidence([{"name": "rusticl", "devices": []}], "clinfo") == (
-        False, "clinfo lists no OpenCL device (rusticl with 0 devices)"
+        False,
+        "clinfo lists no OpenCL device (rusticl with 0 devices)",
     )
 
 
@@ -77,8 +81,10 @@ def test_icds_from_the_default_folder_under_the_root(tmp_path: Path, vendors: Pa
     (root / "etc/OpenCL").mkdir(parents=True)
     shutil.copytree(vendors, root / "etc/OpenCL/vendors")
     icds, where = find_icds({}, rooted=lambda p: root / p.lstrip("/"))
-    assert icds == [Icd("/etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1"),
-                    Icd("/etc/OpenCL/vendors/pocl.icd", "libpocl.so.2.10.0")]
+    assert icds == [
+        Icd("/etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1"),
+        Icd("/etc/OpenCL/vendors/pocl.icd", "libpocl.so.2.10.0"),
+    ]
     assert where == "/etc/OpenCL/vendors (OCL_ICD_VENDORS unset)"
 
 
@@ -101,7 +107,8 @@ def test_opencl_vendor_path_and_ocl_icd_filenames(vendors: Path) -> None:
 def test_no_icd_is_not_usable_without_running_anything(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
     run = runner_class({"clinfo": CLOVER})
     assert make_probe(OpenclProbe, run=run, root=tmp_path).probe() == (
-        False, "no OpenCL ICD in /etc/OpenCL/vendors (OCL_ICD_VENDORS unset)"
+        False,
+        "no OpenCL ICD in /etc/OpenCL/vendors (OCL_ICD_VENDORS unset)",
     )
     assert run.calls == []
 
@@ -117,7 +124,8 @@ def test_pocl_only_is_not_usable(vendors: Path, make_probe: Any, runner_class: A
 def test_a_gpu_device_is_usable(vendors: Path, make_probe: Any, runner_class: Any) -> None:
     run = runner_class({"clinfo": CLOVER})
     assert make_probe(OpenclProbe, run=run, env={"OCL_ICD_VENDORS": str(vendors)}).probe() == (
-        True, f"{RX5500} on Clover through clinfo"
+        True,
+        f"{RX5500} on Clover through clinfo",
     )
 
 
@@ -130,10 +138,13 @@ def test_no_platform_lists_the_icds(vendors: Path, make_probe: Any, runner_class
 
 
 def test_without_clinfo_the_icd_loader_is_asked(vendors: Path, make_probe: Any, runner_class: Any) -> None:
-    report = {"library": "libOpenCL.so.1", "platforms": [
-        {"name": "NVIDIA CUDA", "devices": [{"name": "NVIDIA GeForce RTX 3090", "type": "GPU"}]},
-        {"name": "Portable Computing Language", "devices": [{"name": "cpu", "type": "CPU"}]},
-    ]}
+    report = {
+        "library": "libOpenCL.so.1",
+        "platforms": [
+            {"name": "NVIDIA CUDA", "devices": [{"name": "NVIDIA GeForce RTX 3090", "type": "GPU"}]},
+            {"name": "Portable Computing Language", "devices": [{"name": "cpu", "type": "CPU"}]},
+        ],
+    }
     run = runner_class({"native:opencl": report})
     assert make_probe(OpenclProbe, run=run, env={"OCL_ICD_VENDORS": str(vendors)}).probe() == (
         True,
@@ -144,14 +155,18 @@ def test_without_clinfo_the_icd_loader_is_asked(vendors: Path, make_probe: Any, 
 
 
 def test_clinfo_failing_and_no_loader(vendors: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({
-        "clinfo": Completed(139, "", ""),
-        "native:opencl": {"library": "libOpenCL.so.1", "error": "libOpenCL.so.1 not found"},
-    })
+    run = runner_class(
+        {
+            "clinfo": Completed(139, "", ""),
+            "native:opencl": {"library": "libOpenCL.so.1", "error": "libOpenCL.so.1 not found"},
+        }
+    )
     usable, why = make_probe(OpenclProbe, run=run, env={"OCL_ICD_VENDORS": str(vendors)}).probe()
     assert not usable
-    assert why.startswith("clinfo failed (exit 139): no output, and the ICD loader cannot be asked: "
-                          "libOpenCL.so.1 not found (ICDs: nvidia.icd")
+    assert why.startswith(
+        "clinfo failed (exit 139): no output, and the ICD loader cannot be asked: "
+        "libOpenCL.so.1 not found (ICDs: nvidia.icd"
+    )
 
 
 def test_macos_and_windows_skip_the_icd_files(make_probe: Any, runner_class: Any) -> None:

@@ -90,8 +90,12 @@ def test_only_nodes_with_simds_are_gpus() -> None:
 
 
 def test_a_2018_node_without_gfx_target_version_is_named_by_device_id() -> None:
-    gpus = kfd_gpus({0: props("vega10-2018-node0-cpu.properties"),
-                     1: props("vega10-2018-node1-gpu-no-gfx_target_version.properties")})
+    gpus = kfd_gpus(
+        {
+            0: props("vega10-2018-node0-cpu.properties"),
+            1: props("vega10-2018-node1-gpu-no-gfx_target_version.properties"),
+        }
+    )
     assert [g.words() for g in gpus] == ["device 0x6860 (KFD node 1, 256 SIMDs)"]
 
 
@@ -117,16 +121,19 @@ def test_an_mi210_host_is_usable(tmp_path: Path, make_probe: Any, runner_class: 
     root = host(tmp_path, {0: "mi210-host-node0-cpu.properties", 2: "mi210-host-node2-gpu-gfx90a.properties"})
     run = runner_class()
     assert make_probe(RocmProbe, run=run, root=root).probe() == (
-        True, "AMD gfx90a (KFD node 2, 416 SIMDs) through /dev/kfd"
+        True,
+        "AMD gfx90a (KFD node 2, 416 SIMDs) through /dev/kfd",
     )
     assert run.calls == []  # the topology answered: rocminfo is not run
 
 
 def test_two_gpus_are_listed(tmp_path: Path, make_probe: Any) -> None:
-    root = host(tmp_path, {2: "mi210-host-node2-gpu-gfx90a.properties",
-                           3: "mi300x-cpx-node2-gpu-partition-gfx942.properties"})
+    root = host(
+        tmp_path, {2: "mi210-host-node2-gpu-gfx90a.properties", 3: "mi300x-cpx-node2-gpu-partition-gfx942.properties"}
+    )
     assert make_probe(RocmProbe, root=root).probe() == (
-        True, "AMD 2 GPUs: gfx90a (KFD node 2, 416 SIMDs), gfx942 (KFD node 3, 152 SIMDs) through /dev/kfd"
+        True,
+        "AMD 2 GPUs: gfx90a (KFD node 2, 416 SIMDs), gfx942 (KFD node 3, 152 SIMDs) through /dev/kfd",
     )
 
 

@@ -45,10 +45,12 @@ def test_summary_with_an_igpu_a_discrete_gpu_and_llvmpipe() -> None:
 
 def test_summary_after_loader_warnings_and_with_windows_indent() -> None:
     assert [d["deviceName"] for d in parse_vulkaninfo_summary(POWERVR)] == [
-        "PowerVR Rogue GE8300", "llvmpipe (LLVM 21.1.4, 128 bits)"
+        "PowerVR Rogue GE8300",
+        "llvmpipe (LLVM 21.1.4, 128 bits)",
     ]
     assert [d["deviceType"] for d in parse_vulkaninfo_summary(WINDOWS)] == [
-        "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"
+        "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU",
+        "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
     ]
     assert parse_vulkaninfo_summary("no devices section\n") == []
 
@@ -64,10 +66,13 @@ def test_evidence_names_gpus_and_leaves_out_the_cpu_device() -> None:
 
 def test_only_cpu_devices_are_not_usable() -> None:
     assert vulkan_evidence(parse_vulkaninfo_summary(LAVAPIPE), "vulkaninfo") == (
-        False, "only a CPU device: llvmpipe (LLVM 15.0.6, 256 bits)"
+        False,
+        "only a CPU device: llvmpipe (LLVM 15.0.6, 256 bits)",
     )
-    two = [{"deviceName": "llvmpipe", "deviceType": "PHYSICAL_DEVICE_TYPE_CPU"},
-           {"deviceName": "SwiftShader Device (Subzero)", "deviceType": "PHYSICAL_DEVICE_TYPE_CPU"}]
+    two = [
+        {"deviceName": "llvmpipe", "deviceType": "PHYSICAL_DEVICE_TYPE_CPU"},
+        {"deviceName": "SwiftShader Device (Subzero)", "deviceType": "PHYSICAL_DEVICE_TYPE_CPU"},
+    ]
     assert vulkan_evidence(two, "x") == (False, "only CPU devices: llvmpipe, SwiftShader Device (Subzero)")
     other = [{"deviceName": "Some NPU", "deviceType": "PHYSICAL_DEVICE_TYPE_OTHER"}]
     assert vulkan_evidence(other, "x") == (False, "no GPU device: Some NPU (PHYSICAL_DEVICE_TYPE_OTHER)")
@@ -76,11 +81,10 @@ def test_only_cpu_devices_are_not_usable() -> None:
 
 def test_driver_manifests() -> None:
     assert parse_driver_manifest((VK / "nvidia_icd.json").read_text()) == ("libGLX_nvidia.so.0", "1.4.303")
-    assert parse_driver_manifest((VK / "lvp_icd.x86_64.json").read_text()) == (
-        "/usr/lib64/libvulkan_lvp.so", "1.4.335"
-    )
+    assert parse_driver_manifest((VK / "lvp_icd.x86_64.json").read_text()) == ("/usr/lib64/libvulkan_lvp.so", "1.4.335")
     assert parse_driver_manifest((VK / "lvp_icd.x86_64-debian12.json").read_text()) == (
-        "/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so", "1.1.230"
+        "/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so",
+        "1.1.230",
     )
     with pytest.raises(ValueError, match="not valid JSON"):
         parse_driver_manifest("{")
@@ -167,7 +171,8 @@ def test_an_nvidia_discrete_gpu_is_usable(tmp_path: Path, make_probe: Any, runne
     shutil.copy(VK / "nvidia_icd.json", manifest)
     run = runner_class({"vulkaninfo": RTX4070_ONLY})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(manifest)}).probe() == (
-        True, "NVIDIA GeForce RTX 4070 Laptop GPU (discrete GPU, driver 595.84) through vulkaninfo"
+        True,
+        "NVIDIA GeForce RTX 4070 Laptop GPU (discrete GPU, driver 595.84) through vulkaninfo",
     )
 
 
@@ -194,18 +199,22 @@ def test_no_manifest_anywhere(tmp_path: Path, make_probe: Any, runner_class: Any
 def test_vk_driver_files_naming_nothing(tmp_path: Path, make_probe: Any) -> None:
     missing = tmp_path / "nope.json"
     assert make_probe(VulkanProbe, env={"VK_DRIVER_FILES": str(missing)}).probe() == (
-        False, f"no Vulkan driver manifest in VK_DRIVER_FILES={missing}: {missing} does not exist"
+        False,
+        f"no Vulkan driver manifest in VK_DRIVER_FILES={missing}: {missing} does not exist",
     )
 
 
-def test_vulkaninfo_that_fails_names_the_loader_error(icd: Path, fixtures: Path, make_probe: Any,
-                                                      runner_class: Any) -> None:
+def test_vulkaninfo_that_fails_names_the_loader_error(
+    icd: Path, fixtures: Path, make_probe: Any, runner_class: Any
+) -> None:
     stderr = (fixtures / "vulkaninfo" / "summary-debian12-driver-library-missing.stderr.txt").read_text()
     run = runner_class({"vulkaninfo": Completed(1, "", stderr)})
     usable, why = make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe()
     assert not usable
-    assert why.startswith("vulkaninfo --summary failed (exit 1): /usr/lib/x86_64-linux-gnu/libvulkan_lvp.so: "
-                          "cannot open shared object file")
+    assert why.startswith(
+        "vulkaninfo --summary failed (exit 1): /usr/lib/x86_64-linux-gnu/libvulkan_lvp.so: "
+        "cannot open shared object file"
+    )
     assert why.endswith("(drivers: lvp_icd.x86_64.json -> /usr/lib64/libvulkan_lvp.so)")
 
 
@@ -216,10 +225,13 @@ def test_vulkaninfo_that_hangs(icd: Path, make_probe: Any, runner_class: Any) ->
 
 
 def test_without_vulkaninfo_the_loader_is_asked(icd: Path, make_probe: Any, runner_class: Any) -> None:
-    report = {"library": "libvulkan.so.1", "devices": [
-        {"deviceName": "llvmpipe (LLVM 15.0.6, 256 bits)", "deviceType": "PHYSICAL_DEVICE_TYPE_CPU"},
-        {"deviceName": "AMD Radeon RX 7900 XTX (RADV NAVI31)", "deviceType": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"},
-    ]}
+    report = {
+        "library": "libvulkan.so.1",
+        "devices": [
+            {"deviceName": "llvmpipe (LLVM 15.0.6, 256 bits)", "deviceType": "PHYSICAL_DEVICE_TYPE_CPU"},
+            {"deviceName": "AMD Radeon RX 7900 XTX (RADV NAVI31)", "deviceType": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"},
+        ],
+    }
     run = runner_class({"native:vulkan": report})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
         True,
@@ -232,7 +244,8 @@ def test_without_vulkaninfo_the_loader_is_asked(icd: Path, make_probe: Any, runn
 def test_without_vulkaninfo_or_loader(icd: Path, make_probe: Any, runner_class: Any) -> None:
     run = runner_class({"native:vulkan": {"library": "libvulkan.so.1", "error": "libvulkan.so.1 not found"}})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
-        False, "vulkaninfo is not installed and the loader cannot be asked: libvulkan.so.1 not found"
+        False,
+        "vulkaninfo is not installed and the loader cannot be asked: libvulkan.so.1 not found",
     )
 
 
@@ -265,15 +278,20 @@ def test_this_host_answers_within_its_timeout(context: Any) -> None:
     assert time.monotonic() - started < 12  # one command and, at most, one child query
 
 
-def test_vulkaninfo_output_without_devices_is_checked_with_the_loader(icd: Path, make_probe: Any,
-                                                                      runner_class: Any) -> None:
-    report = {"library": "libvulkan.so.1", "devices": [
-        {"deviceName": "NVIDIA H200", "deviceType": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"}]}
+def test_vulkaninfo_output_without_devices_is_checked_with_the_loader(
+    icd: Path, make_probe: Any, runner_class: Any
+) -> None:
+    report = {
+        "library": "libvulkan.so.1",
+        "devices": [{"deviceName": "NVIDIA H200", "deviceType": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"}],
+    }
     run = runner_class({"vulkaninfo": "VULKANINFO\n(an older layout)\n", "native:vulkan": report})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
-        True, "NVIDIA H200 (discrete GPU) through libvulkan.so.1"
+        True,
+        "NVIDIA H200 (discrete GPU) through libvulkan.so.1",
     )
     run = runner_class({"vulkaninfo": "VULKANINFO\n"})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
-        False, "vulkaninfo lists no Vulkan device (drivers: lvp_icd.x86_64.json -> /usr/lib64/libvulkan_lvp.so)"
+        False,
+        "vulkaninfo lists no Vulkan device (drivers: lvp_icd.x86_64.json -> /usr/lib64/libvulkan_lvp.so)",
     )

@@ -16,9 +16,7 @@ from arbiter.plugin import PluginContext
 from arbiter_readers import CpuTimeReader
 
 SPINNER = (
-    "import threading, time\n"
-    "threading.Thread(target=lambda: time.sleep(60), daemon=True).start()\n"
-    "while True: pass\n"
+    "import threading, time\nthreading.Thread(target=lambda: time.sleep(60), daemon=True).start()\nwhile True: pass\n"
 )
 
 
@@ -52,8 +50,10 @@ def _share(reader: CpuTimeReader, pid: int, seconds: float) -> float:
     return max(after[e] - before.get(e, 0) for e in after) / (last.at_ns - first.at_ns)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not Path("/proc/self/schedstat").exists(),
-                    reason="waits for a CPU are read from Linux's schedstat")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not Path("/proc/self/schedstat").exists(),
+    reason="waits for a CPU are read from Linux's schedstat",
+)
 def test_waiting_counts_the_time_a_thread_was_ready_but_had_no_cpu(tmp_path: Path) -> None:
     # two spinners on one CPU: each runs about half the time and waits the other half;
     # counted with its waits, each wanted the engine all the time

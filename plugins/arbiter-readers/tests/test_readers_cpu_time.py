@@ -104,6 +104,7 @@ def test_not_readable_without_stand_in_gpu(tmp_path: Path, busy: int) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_linux_fast_path_agrees_with_psutil() -> None:
     from arbiter_readers._cpustat import _busy_ns_of, _StatFiles
+
     files = _StatFiles(limit=1)
     for _ in range(3):  # the first read opens and keeps the descriptor, the next re-read it
         end = time.process_time() + 0.1
@@ -119,6 +120,7 @@ def test_linux_fast_path_agrees_with_psutil() -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_kept_descriptor_reads_nothing_once_its_process_is_gone_and_the_limit_holds() -> None:
     from arbiter_readers._cpustat import _StatFiles
+
     files = _StatFiles(limit=1)
     first, second = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
     try:
@@ -135,7 +137,9 @@ def test_a_kept_descriptor_reads_nothing_once_its_process_is_gone_and_the_limit_
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
-def test_the_reads_run_in_a_child_and_an_unchanged_process_is_the_same_object(tmp_path: Path, busy: int, idle: int) -> None:
+def test_the_reads_run_in_a_child_and_an_unchanged_process_is_the_same_object(
+    tmp_path: Path, busy: int, idle: int
+) -> None:
     r = reader(tmp_path)
     try:
         first = r.read([busy, idle])
@@ -158,11 +162,15 @@ def test_a_child_that_dies_or_answers_garbage_costs_no_reading(tmp_path: Path, i
         reading = r.read([idle])
         assert reading.readable and set(reading.processes) == {idle}  # read here
         # killed before or after the request was written: its pipe broke, or it exited
-        assert ("it exited" in r._child.failure or "its request pipe broke" in r._child.failure) and r._child.pid is None
+        assert (
+            "it exited" in r._child.failure or "its request pipe broke" in r._child.failure
+        ) and r._child.pid is None
 
         liar = tmp_path / "liar.py"
-        liar.write_text("class Liar:\n    def __init__(self):\n        pass\n\n    def __call__(self, request):\n"
-                        "        return {'not a pid': 1}\n")
+        liar.write_text(
+            "class Liar:\n    def __init__(self):\n        pass\n\n    def __call__(self, request):\n"
+            "        return {'not a pid': 1}\n"
+        )
         r._child = ChildWorker(str(liar), "Liar")
         reading = r.read([idle])
         assert reading.readable and set(reading.processes) == {idle}
@@ -183,8 +191,10 @@ def test_a_reading_is_taken_from_the_process_tables_cpu_times_where_it_holds_the
         assert r._child is not None and r._child.pid is None  # no child was asked
         # a table without CPU times (psutil's), each thread's time, or no leave to stand in: read
         assert r.read_table({10: ProcessInfo(10, 1, state="S")}, at_ns=1) is None
-        threads = CpuTimeReader(CpuTimeReader.Options.model_validate({"kind": "cpu_time", "threads": True}),
-                                PluginContext(state_dir=tmp_path, stand_in_gpu=True))
+        threads = CpuTimeReader(
+            CpuTimeReader.Options.model_validate({"kind": "cpu_time", "threads": True}),
+            PluginContext(state_dir=tmp_path, stand_in_gpu=True),
+        )
         assert threads.read_table(table, at_ns=1) is None
         threads.close()
         assert reader(tmp_path, stand_in_gpu=False).read_table(table, at_ns=1) is None

@@ -56,8 +56,17 @@ def test_parse_fdinfo_takes_tabs_and_spaces() -> None:
 
 @pytest.mark.parametrize(
     ("value", "size"),
-    [("0", 0), ("44564 KiB", 44564 * KiB), ("16 MiB", 16 * MiB), ("2 GiB", 2 * GiB), ("512 B", 512),
-     ("17196 kB", None), ("70.59%", None), ("", None), ("1 2 KiB", None)],
+    [
+        ("0", 0),
+        ("44564 KiB", 44564 * KiB),
+        ("16 MiB", 16 * MiB),
+        ("2 GiB", 2 * GiB),
+        ("512 B", 512),
+        ("17196 kB", None),
+        ("70.59%", None),
+        ("", None),
+        ("1 2 KiB", None),
+    ],
 )
 def test_sizes_with_units(value: str, size: int | None) -> None:
     assert parse_size(value) == size

@@ -131,8 +131,11 @@ def test_accelerator_memory_is_optional() -> None:
 
 @pytest.mark.parametrize(
     "failure",
-    [FileNotFoundError(2, "No such file or directory"), subprocess.TimeoutExpired("ioreg", 5),
-     subprocess.CalledProcessError(1, "ioreg")],
+    [
+        FileNotFoundError(2, "No such file or directory"),
+        subprocess.TimeoutExpired("ioreg", 5),
+        subprocess.CalledProcessError(1, "ioreg"),
+    ],
 )
 def test_ioreg_that_fails_is_not_readable(failure: BaseException) -> None:
     reading = reader(FakeIoreg({"AGXDeviceUserClient": failure})).read([1])

@@ -18,8 +18,8 @@ import pytest
 from pydantic import ValidationError
 
 from arbiter.plugin import PluginContext
-from arbiter_testing.fake_nvml import FakeNVMLError, FakePynvmlBase
 from arbiter_readers.nvml import NOT_AVAILABLE, NOT_INSTALLED_WHY, NvmlReader, integrate, sample_utils
+from arbiter_testing.fake_nvml import FakeNVMLError, FakePynvmlBase
 
 GiB = 1 << 30
 T0 = 1_722_000_000_000_000  # µs: when the reader started NVML

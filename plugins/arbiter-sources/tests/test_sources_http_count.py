@@ -92,12 +92,15 @@ def test_sums_several_lists_and_follows_dotted_paths() -> None:
     assert a.count == b.count and a.fingerprint != b.fingerprint  # what is listed, not only how many
 
 
-@pytest.mark.parametrize(("doc", "match"), [
-    ({}, "has no 'q'"),
-    ({"q": 3}, "is int, not a list"),
-    ({"q": [], "models": [{"size": 1}]}, "has no 'name'"),
-    ({"q": []}, "has no 'models'"),
-])
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ({}, "has no 'q'"),
+        ({"q": 3}, "is int, not a list"),
+        ({"q": [], "models": [{"size": 1}]}, "has no 'name'"),
+        ({"q": []}, "has no 'models'"),
+    ],
+)
 def test_an_answer_of_another_shape_says_what_is_wrong(doc: object, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         read_answer(doc, ["q"], "models")
@@ -138,8 +141,9 @@ def test_stale_queue_read_through_a_real_server_and_the_tick(tmp_path: Path, cli
     stuck = {"queue_running": [[7, "be3a5eff", {}, ["9"], {"create_time": 1}]], "queue_pending": []}
     clock = Clock()
     with RecordingServer(answer=stuck) as server:
-        src = source(tmp_path, clock, url=f"{server.url}/queue", count_keys=["queue_running", "queue_pending"],
-                     vram_floor_gb=1)
+        src = source(
+            tmp_path, clock, url=f"{server.url}/queue", count_keys=["queue_running", "queue_pending"], vram_floor_gb=1
+        )
         src.tenant_vram(GIB // 4)  # the tick hands over the tenant's VRAM
         state = src.probe_once(client)
         assert state.readable and state.busy is True and state.why.startswith("suspect")
@@ -180,8 +184,9 @@ def test_busy_and_models_from_the_llm_servers_loaded_models(tmp_path: Path, boar
 def test_busy_from_the_diffusion_servers_queue(tmp_path: Path, board: VramBoard) -> None:
     board.set(9999, 23 * GIB)  # the card is full: its run is starved and stays in the queue
     with FakeDiffusionServer(board, fast_s=0.1, starved_s=60) as diffusion:
-        src = source(tmp_path, url=f"{diffusion.url}/queue", count_keys=["queue_running", "queue_pending"],
-                     every_s=0.05)
+        src = source(
+            tmp_path, url=f"{diffusion.url}/queue", count_keys=["queue_running", "queue_pending"], every_s=0.05
+        )
         src.start(lambda state: None)
         try:
             wait_until(lambda: src.state().busy is False, 5, "an idle reading")
@@ -206,13 +211,17 @@ def test_nobody_listening_is_unknown(tmp_path: Path, client: httpx.Client) -> No
     assert "cannot read http://127.0.0.1:" in state.why and "running" in state.why
 
 
-@pytest.mark.parametrize(("status", "answer", "match"), [
-    (500, {"error": "boom"}, "answered HTTP 500"),
-    (200, b"<html>", "did not answer JSON"),
-    (200, {"other": []}, "has no 'models'"),
-])
-def test_an_error_answer_is_unknown(tmp_path: Path, client: httpx.Client, status: int, answer: object,
-                                    match: str) -> None:
+@pytest.mark.parametrize(
+    ("status", "answer", "match"),
+    [
+        (500, {"error": "boom"}, "answered HTTP 500"),
+        (200, b"<html>", "did not answer JSON"),
+        (200, {"other": []}, "has no 'models'"),
+    ],
+)
+def test_an_error_answer_is_unknown(
+    tmp_path: Path, client: httpx.Client, status: int, answer: object, match: str
+) -> None:
     with RecordingServer(status=status, answer=answer) as server:
         src = source(tmp_path, url=f"{server.url}/api/ps", count_keys=["models"])
         state = src.probe_once(client)
@@ -236,5 +245,8 @@ def test_close_stops_the_thread_promptly(tmp_path: Path) -> None:
         src.start(lambda state: None)
         wait_until(lambda: src.probes == 1, 5, "the first probe")
         src.close()
-        assert not any(t.name.startswith("arbiter-http_count") and t.is_alive() for t in threading.enumerate()
-                       if server.url in t.name)
+        assert not any(
+            t.name.startswith("arbiter-http_count") and t.is_alive()
+            for t in threading.enumerate()
+            if server.url in t.name
+        )

@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from arbiter.plugin import PluginContext, PluginError, SourceState
-from arbiter_sources import JsonlSource, arbiter_register_sources
-from arbiter_sources import follow
+from arbiter_sources import JsonlSource, arbiter_register_sources, follow
 from arbiter_sources import inotify as inotify_module
 from arbiter_testing import run_as
 
@@ -97,7 +96,15 @@ def started(source: JsonlSource) -> Recorder:
 def test_registers_every_source_kind() -> None:
     seen: dict[str, type] = {}
     arbiter_register_sources(lambda name, cls: seen.__setitem__(name, cls))
-    assert seen["jsonl"] is JsonlSource and set(seen) == {"jsonl", "log", "exec", "on_exec", "http_count", "vram", "websocket"}
+    assert seen["jsonl"] is JsonlSource and set(seen) == {
+        "jsonl",
+        "log",
+        "exec",
+        "on_exec",
+        "http_count",
+        "vram",
+        "websocket",
+    }
 
 
 @pytest.mark.parametrize(
@@ -174,8 +181,13 @@ def test_dotted_event_key(tmp_path: Path, make: Make) -> None:
     path.touch()
     source = make(path=str(path), event="step", event_key="meta.kind")
     rec = started(source)
-    append(path, json.dumps({"meta": {"kind": "step"}}) + "\n", json.dumps({"meta": {"kind": "other"}}) + "\n",
-           json.dumps({"event": "step"}) + "\n", json.dumps({"meta.kind": "step"}) + "\n")
+    append(
+        path,
+        json.dumps({"meta": {"kind": "step"}}) + "\n",
+        json.dumps({"meta": {"kind": "other"}}) + "\n",
+        json.dumps({"event": "step"}) + "\n",
+        json.dumps({"meta.kind": "step"}) + "\n",
+    )
     assert rec.wait_for(lambda s: s.count == 2).count == 2
 
 
@@ -203,13 +215,25 @@ def test_phase_from_enter_exit_and_enter_soon(tmp_path: Path, make: Make) -> Non
     source = make(path=str(path), enter="upload_start", exit="upload_end", enter_soon="upload_soon")
     rec = started(source)
     assert source.state().phase == "off"
-    for event, phase in [("upload_soon", "soon"), ("upload_start", "on"), ("upload_end", "off"), ("upload_start", "on")]:
+    for event, phase in [
+        ("upload_soon", "soon"),
+        ("upload_start", "on"),
+        ("upload_end", "off"),
+        ("upload_start", "on"),
+    ]:
         append(path, line(event))
         rec.wait_for(phase_is(phase))
 
 
-@pytest.mark.parametrize(("history", "phase"), [(["upload_start"], "on"), (["upload_start", "upload_end"], "off"),
-                                                (["upload_end", "upload_soon"], "soon"), ([], "off")])
+@pytest.mark.parametrize(
+    ("history", "phase"),
+    [
+        (["upload_start"], "on"),
+        (["upload_start", "upload_end"], "off"),
+        (["upload_end", "upload_soon"], "soon"),
+        ([], "off"),
+    ],
+)
 def test_first_open_takes_the_phase_from_the_last_phase_line(
     tmp_path: Path, make: Make, history: list[str], phase: str
 ) -> None:
@@ -288,7 +312,9 @@ def _lines(draw: st.DrawFn) -> bytes:
 def test_a_line_reads_as_json_loads_reads_it(raw: bytes) -> None:
     # the source parses each line with the decoder's scanner, not json.loads: it must take
     # and refuse exactly the lines json.loads does, and read the same value from them
-    source = JsonlSource(JsonlSource.Options(path="/nonexistent/events.jsonl", event="step_done"), PluginContext(state_dir=Path(".")))
+    source = JsonlSource(
+        JsonlSource.Options(path="/nonexistent/events.jsonl", event="step_done"), PluginContext(state_dir=Path("."))
+    )
     stripped = raw.strip()
     if not stripped:
         return  # an empty line never reaches the parser
@@ -299,7 +325,9 @@ def test_a_line_reads_as_json_loads_reads_it(raw: bytes) -> None:
     assert repr(source._parsed(stripped)) == repr(expected)  # repr: NaN equals itself there
 
 
-def test_a_line_nested_too_deep_or_with_a_mark_in_front_is_read_as_json_loads_reads_it(make: Make, tmp_path: Path) -> None:
+def test_a_line_nested_too_deep_or_with_a_mark_in_front_is_read_as_json_loads_reads_it(
+    make: Make, tmp_path: Path
+) -> None:
     source = make(path=str(tmp_path / "events.jsonl"), event="step_done")
     assert source._parsed(b"[" * 100_000 + b"]" * 100_000) is None
     assert source._parsed(b'\xef\xbb\xbf{"event": "step_done"}') == {"event": "step_done"}
@@ -485,15 +513,19 @@ def test_a_file_it_may_not_read_needs_a_helper(tmp_path: Path, make: Make) -> No
         hidden_dir.mkdir(mode=0o700)
         append(hidden_dir / "events.jsonl", line("step_done"))
         if os.geteuid() == 0:
-            states = [_state_as_nobody({"path": str(private), "event": "step_done"}),
-                      _state_as_nobody({"path": str(hidden_dir / "events.jsonl"), "event": "step_done"}),
-                      _state_as_nobody({"path": str(hidden_dir / "events-*.jsonl"), "event": "step_done"})]
+            states = [
+                _state_as_nobody({"path": str(private), "event": "step_done"}),
+                _state_as_nobody({"path": str(hidden_dir / "events.jsonl"), "event": "step_done"}),
+                _state_as_nobody({"path": str(hidden_dir / "events-*.jsonl"), "event": "step_done"}),
+            ]
         else:
             private.chmod(0)
             hidden_dir.chmod(0)
-            states = [make(path=str(private), event="step_done").state(),
-                      make(path=str(hidden_dir / "events.jsonl"), event="step_done").state(),
-                      make(path=str(hidden_dir / "events-*.jsonl"), event="step_done").state()]
+            states = [
+                make(path=str(private), event="step_done").state(),
+                make(path=str(hidden_dir / "events.jsonl"), event="step_done").state(),
+                make(path=str(hidden_dir / "events-*.jsonl"), event="step_done").state(),
+            ]
             hidden_dir.chmod(0o700)
         for state in states:
             assert not state.readable and state.needs_helper and "permission denied" in state.why, state

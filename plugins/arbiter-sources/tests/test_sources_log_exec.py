@@ -128,10 +128,13 @@ def test_exec_failure_or_garbage_is_unreadable(tmp_path: Path, make, body: str, 
 
 def test_exec_a_command_that_hangs_is_killed_with_its_children(tmp_path: Path, make) -> None:
     pidfile = tmp_path / "child.pid"
-    cmd = script(tmp_path / "hang", (
-        "import subprocess, time\n"
-        f"p = subprocess.Popen(['sleep', '60']); open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)"
-    ))
+    cmd = script(
+        tmp_path / "hang",
+        (
+            "import subprocess, time\n"
+            f"p = subprocess.Popen(['sleep', '60']); open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+        ),
+    )
     source = make(ExecSource, command=cmd, timeout_s=0.5)
     started = time.monotonic()
     readable, _, why = source.run_once()

@@ -63,8 +63,10 @@ def test_vram_that_cannot_be_read_is_unknown(tmp_path: Path) -> None:
 
 def test_from_a_fake_servers_vram_through_the_fake_reader(tmp_path: Path) -> None:
     board = VramBoard(tmp_path / "gpu.json", 24 * GIB)
-    reader = FakeReader(FakeReader.Options.model_validate({"kind": "fake", "state_file": str(board.path)}),
-                        PluginContext(state_dir=tmp_path))
+    reader = FakeReader(
+        FakeReader.Options.model_validate({"kind": "fake", "state_file": str(board.path)}),
+        PluginContext(state_dir=tmp_path),
+    )
     src = vram_source(tmp_path, 1)
 
     def tick(pids: list[int]) -> None:  # what the daemon does: read, sum the tenant's processes, hand over

@@ -67,7 +67,9 @@ def test_options_are_checked() -> None:
     with pytest.raises(ValidationError, match="ws:// or wss://"):
         WebsocketSource.Options.model_validate({"kind": "websocket", "url": "http://127.0.0.1/ws"})
     with pytest.raises(ValidationError, match="at least retry_s"):
-        WebsocketSource.Options.model_validate({"kind": "websocket", "url": "ws://x/ws", "retry_s": 5, "max_retry_s": 1})
+        WebsocketSource.Options.model_validate(
+            {"kind": "websocket", "url": "ws://x/ws", "retry_s": 5, "max_retry_s": 1}
+        )
 
 
 def test_every_message_is_a_wake_up(tmp_path: Path, diffusion: FakeDiffusionServer) -> None:
@@ -140,9 +142,17 @@ def test_a_wake_up_refreshes_the_busy_probe_at_once(tmp_path: Path, board: VramB
     The probe polls once an hour, so only the wake-up can make it see the new work."""
     board.set(9999, 23 * GIB)  # the run is starved: it stays in the queue while the test looks
     with FakeDiffusionServer(board, fast_s=0.05, starved_s=30) as diffusion:
-        busy = HttpCountSource(HttpCountSource.Options.model_validate({
-            "kind": "http_count", "url": f"{diffusion.url}/queue", "count_keys": ["queue_running", "queue_pending"],
-            "every_s": 3600}), PluginContext(state_dir=tmp_path))
+        busy = HttpCountSource(
+            HttpCountSource.Options.model_validate(
+                {
+                    "kind": "http_count",
+                    "url": f"{diffusion.url}/queue",
+                    "count_keys": ["queue_running", "queue_pending"],
+                    "every_s": 3600,
+                }
+            ),
+            PluginContext(state_dir=tmp_path),
+        )
         events = ws_source(tmp_path, diffusion.ws_url)
         busy.start(lambda state: None)
         events.start(lambda state: busy.refresh())

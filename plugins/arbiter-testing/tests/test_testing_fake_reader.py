@@ -31,11 +31,19 @@ def test_state_file_is_required() -> None:
 
 def test_explicit_busy_ns_and_device_fields(tmp_path: Path) -> None:
     path = tmp_path / "gpu.json"
-    write_state(path, {
-        "readable": True, "device": "gpu", "vram_total_bytes": 8 << 30, "vram_free_bytes": 6 << 30,
-        "processes": {"10": {"busy_ns": {"gfx": 5_000, "copy": 7}, "vram_bytes": 1 << 30},
-                      "11": {"busy_ns": {"gfx": 1}}},
-    })
+    write_state(
+        path,
+        {
+            "readable": True,
+            "device": "gpu",
+            "vram_total_bytes": 8 << 30,
+            "vram_free_bytes": 6 << 30,
+            "processes": {
+                "10": {"busy_ns": {"gfx": 5_000, "copy": 7}, "vram_bytes": 1 << 30},
+                "11": {"busy_ns": {"gfx": 1}},
+            },
+        },
+    )
     reading = reader(path).read([10, 12])
     assert reading.readable and reading.device == "gpu"
     assert reading.vram_total_bytes == 8 << 30 and reading.vram_free_bytes == 6 << 30

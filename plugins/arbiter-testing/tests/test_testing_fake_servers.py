@@ -107,8 +107,9 @@ def test_unload_answers_like_the_documented_unload_and_frees_the_vram(
     assert llm.loaded() == [] and board.free_bytes() == 24 * GIB
 
 
-def test_unload_is_applied_only_after_the_running_request_finishes(llm: FakeLlmServer, board: VramBoard,
-                                                                   client: httpx.Client) -> None:
+def test_unload_is_applied_only_after_the_running_request_finishes(
+    llm: FakeLlmServer, board: VramBoard, client: httpx.Client
+) -> None:
     request = llm.start_request(MODEL, seconds=1.0)
     asked = time.monotonic()
     answer = client.post(f"{llm.url}/api/generate", json={"model": MODEL, "keep_alive": 0}).json()
@@ -131,7 +132,9 @@ def test_a_new_request_before_the_unload_starts_calls_it_off(llm: FakeLlmServer)
     assert llm.loaded() == [MODEL] and llm.unloads == []
 
 
-def test_unknown_model_and_missing_model_are_errors_like_the_real_server(llm: FakeLlmServer, client: httpx.Client) -> None:
+def test_unknown_model_and_missing_model_are_errors_like_the_real_server(
+    llm: FakeLlmServer, client: httpx.Client
+) -> None:
     missing = client.post(f"{llm.url}/api/generate", json={"prompt": "hi"})
     assert missing.status_code == 400 and "model is required" in missing.json()["error"]
     unknown = client.post(f"{llm.url}/api/generate", json={"model": "nope", "keep_alive": 0})
@@ -147,12 +150,16 @@ def test_the_fake_reader_reads_what_the_llm_server_writes(llm: FakeLlmServer, bo
     assert reading.vram_total_bytes == 24 * GIB and reading.vram_free_bytes == 11 * GIB
 
 
-def test_a_generate_with_a_prompt_runs_and_counts_as_working(llm: FakeLlmServer, board: VramBoard,
-                                                             client: httpx.Client) -> None:
+def test_a_generate_with_a_prompt_runs_and_counts_as_working(
+    llm: FakeLlmServer, board: VramBoard, client: httpx.Client
+) -> None:
     llm.generate_s = 0.3
     done: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: done.update(client.post(
-        f"{llm.url}/api/generate", json={"model": MODEL, "prompt": "hello", "stream": False}).json()))
+    thread = threading.Thread(
+        target=lambda: done.update(
+            client.post(f"{llm.url}/api/generate", json={"model": MODEL, "prompt": "hello", "stream": False}).json()
+        )
+    )
     thread.start()
     wait_until(lambda: llm.running(MODEL) == 1, 5, "the request to run")
     entry = json.loads(board.path.read_text())["processes"]["4242"]
@@ -163,8 +170,10 @@ def test_a_generate_with_a_prompt_runs_and_counts_as_working(llm: FakeLlmServer,
 
 
 def test_two_fakes_share_one_board(board: VramBoard) -> None:
-    with FakeLlmServer(board, [FakeModel("a", 3 * GIB)], pid=1) as one, \
-            FakeLlmServer(board, [FakeModel("b", 5 * GIB)], pid=2) as two:
+    with (
+        FakeLlmServer(board, [FakeModel("a", 3 * GIB)], pid=1) as one,
+        FakeLlmServer(board, [FakeModel("b", 5 * GIB)], pid=2) as two,
+    ):
         one.load("a")
         two.load("b")
         assert board.free_bytes() == 16 * GIB
@@ -178,12 +187,15 @@ def test_two_fakes_share_one_board(board: VramBoard) -> None:
 
 @pytest.fixture
 def diffusion(board: VramBoard) -> Iterator[FakeDiffusionServer]:
-    with FakeDiffusionServer(board, model_bytes=6 * GIB, needs_bytes=12 * GIB, fast_s=0.2, starved_s=2.0,
-                             pid=5151) as server:
+    with FakeDiffusionServer(
+        board, model_bytes=6 * GIB, needs_bytes=12 * GIB, fast_s=0.2, starved_s=2.0, pid=5151
+    ) as server:
         yield server
 
 
-def test_queue_is_shaped_like_the_schema(diffusion: FakeDiffusionServer, board: VramBoard, client: httpx.Client) -> None:
+def test_queue_is_shaped_like_the_schema(
+    diffusion: FakeDiffusionServer, board: VramBoard, client: httpx.Client
+) -> None:
     assert client.get(f"{diffusion.url}/queue").json() == {"queue_running": [], "queue_pending": []}
     diffusion.starved_s = 60.0
     board.set(9999, 20 * GIB)  # something else holds the card: the run is starved and stays running
@@ -205,7 +217,10 @@ def test_prompt_without_a_prompt_is_refused(diffusion: FakeDiffusionServer, clie
 
 
 def test_websocket_sends_status_and_a_runs_messages_like_a_real_run(diffusion: FakeDiffusionServer) -> None:
-    real = [json.loads(line) for line in api_fixture("diffusion-server-api/ws-messages-sd3-run.jsonl").read_text().splitlines()]
+    real = [
+        json.loads(line)
+        for line in api_fixture("diffusion-server-api/ws-messages-sd3-run.jsonl").read_text().splitlines()
+    ]
     with connect(diffusion.ws_url, proxy=None) as ws:
         hello = json.loads(ws.recv(timeout=5))
         assert hello["type"] == "status" and "sid" in hello["data"]
@@ -229,8 +244,9 @@ def test_websocket_sends_status_and_a_runs_messages_like_a_real_run(diffusion: F
     assert progress == sorted(progress) and progress[-1] == 30
 
 
-def test_free_applies_between_prompts_and_needs_the_flags(diffusion: FakeDiffusionServer, board: VramBoard,
-                                                          client: httpx.Client) -> None:
+def test_free_applies_between_prompts_and_needs_the_flags(
+    diffusion: FakeDiffusionServer, board: VramBoard, client: httpx.Client
+) -> None:
     diffusion.starved_s = 60.0  # held starved, the run cannot end before the test lets it
     board.set(7777, 20 * GIB)
     diffusion.submit()
@@ -252,8 +268,9 @@ def test_free_applies_between_prompts_and_needs_the_flags(diffusion: FakeDiffusi
     board.remove(7777)
 
 
-def test_a_run_is_slow_while_starved_and_fast_once_it_gets_the_memory(diffusion: FakeDiffusionServer,
-                                                                       board: VramBoard) -> None:
+def test_a_run_is_slow_while_starved_and_fast_once_it_gets_the_memory(
+    diffusion: FakeDiffusionServer, board: VramBoard
+) -> None:
     board.set(7777, 13 * GIB)  # an LLM server holding 13 GB of the 24
     diffusion.submit()
     wait_until(lambda: diffusion.held_bytes() > 0, 5, "the run to start")
@@ -292,9 +309,20 @@ def test_recording_server_records_and_answers_as_scripted(client: httpx.Client) 
 def test_runs_as_its_own_process(tmp_path: Path, client: httpx.Client) -> None:
     ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "arbiter_testing.fake_servers", "llm", "--state-file", str(tmp_path / "gpu.json"),
-         "--ready-file", str(ready), "--model", "mistral:latest=13"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "arbiter_testing.fake_servers",
+            "llm",
+            "--state-file",
+            str(tmp_path / "gpu.json"),
+            "--ready-file",
+            str(ready),
+            "--model",
+            "mistral:latest=13",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         wait_until(ready.exists, 20, "the fake to write its ready file")

@@ -9,8 +9,13 @@ import sys
 
 import pytest
 
-HEAVY = ("arbiter_testing.fake_servers", "arbiter_testing.users", "arbiter_testing.vram_board",
-         "http.server", "websockets")
+HEAVY = (
+    "arbiter_testing.fake_servers",
+    "arbiter_testing.users",
+    "arbiter_testing.vram_board",
+    "http.server",
+    "websockets",
+)
 
 CHECK = f"""
 import json, sys

@@ -44,5 +44,7 @@ def test_over_floors_a_change_the_box_made_alone_is_taken_out_and_one_of_its_own
     assert difference_interval(before, after, 0.5, random.Random(1))[0] > 1.0
     lo, hi = difference_interval(before, after, 0.5, random.Random(1), floors=(floor_before, floor_after))
     assert lo < 0.0 < hi
-    lo, hi = difference_interval(before, [v + 1.0 for v in after], 0.5, random.Random(1), floors=(floor_before, floor_after))
+    lo, hi = difference_interval(
+        before, [v + 1.0 for v in after], 0.5, random.Random(1), floors=(floor_before, floor_after)
+    )
     assert 0.5 < lo <= 1.0 <= hi < 1.5  # a second more than the box's own change

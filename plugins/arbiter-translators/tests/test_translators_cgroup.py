@@ -129,7 +129,8 @@ def test_a_cgroup_shared_with_other_processes_is_never_frozen(translator, tmp_pa
 
 
 def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_the_rest_with_one(
-        translator, tmp_path: Path, monkeypatch) -> None:
+    translator, tmp_path: Path, monkeypatch
+) -> None:
     from arbiter_translators import cgroup
 
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]
@@ -154,7 +155,8 @@ def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_th
 
 
 def test_a_job_found_sharing_its_cgroup_is_paused_again_with_signals_without_a_lookup_until_the_recheck(
-        translator, monkeypatch) -> None:
+    translator, monkeypatch
+) -> None:
     from arbiter_translators import cgroup
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # in the runner's cgroup

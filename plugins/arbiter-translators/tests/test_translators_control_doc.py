@@ -63,7 +63,11 @@ def test_writes_the_document(tmp_path: Path) -> None:
     t = translator(tmp_path)
     t.control(job, ControlUpdate(state="paused", gpu_duty=0.25, reason="trainer is uploading"), seq=7)
     assert json.loads(path.read_text()) == {
-        "v": 1, "seq": 7, "state": "paused", "gpu_duty": 0.25, "reason": "trainer is uploading",
+        "v": 1,
+        "seq": 7,
+        "state": "paused",
+        "gpu_duty": 0.25,
+        "reason": "trainer is uploading",
     }
     t.control(job, ControlUpdate(state="run", gpu_duty=1.0), seq=8)
     doc = json.loads(path.read_text())
@@ -101,8 +105,9 @@ def test_readers_never_see_half_a_document(tmp_path: Path) -> None:
 
 def test_a_cooperative_job_is_nudged(tmp_path: Path, cooperative: subprocess.Popen[str]) -> None:
     path = tmp_path / "control.json"
-    job = JobTarget(job_id="j1", name="batch", processes=(ref_of(cooperative.pid),),
-                    control_path=str(path), cooperative=True)
+    job = JobTarget(
+        job_id="j1", name="batch", processes=(ref_of(cooperative.pid),), control_path=str(path), cooperative=True
+    )
     translator(tmp_path).control(job, ControlUpdate(state="paused", gpu_duty=0.0), seq=1)
     assert read_line_within(cooperative, 5) == "nudged\n"
 

@@ -17,15 +17,28 @@ import pytest
 from pydantic import ValidationError
 
 from arbiter.plugin import ActionResult, PluginContext, PluginError, Translator
-from arbiter_testing.fake_nvml import (DRIVER_NOT_LOADED, INVALID_ARGUMENT, LIBRARY_NOT_FOUND, NO_PERMISSION,
-                                       NOT_SUPPORTED, FakeNVMLError, FakePynvmlBase)
+from arbiter_testing.fake_nvml import (
+    DRIVER_NOT_LOADED,
+    INVALID_ARGUMENT,
+    LIBRARY_NOT_FOUND,
+    NO_PERMISSION,
+    NOT_SUPPORTED,
+    FakeNVMLError,
+    FakePynvmlBase,
+)
 from arbiter_translators import GpuProfileTranslator, arbiter_register_translators
 from arbiter_translators.gpu_profile import NOT_INSTALLED, ROOT_HINT
 
+
 class FakeGpu:
-    def __init__(self, limit_mw: int = 300_000, default_mw: int = 350_000,
-                 range_mw: tuple[int, int] = (100_000, 400_000), max_gpu_mhz: int = 1980,
-                 max_mem_mhz: int = 2619) -> None:
+    def __init__(
+        self,
+        limit_mw: int = 300_000,
+        default_mw: int = 350_000,
+        range_mw: tuple[int, int] = (100_000, 400_000),
+        max_gpu_mhz: int = 1980,
+        max_mem_mhz: int = 2619,
+    ) -> None:
         self.limit_mw = limit_mw
         self.default_mw = default_mw
         self.range_mw = range_mw
@@ -128,8 +141,11 @@ def test_registered_as_gpu_profile_with_the_profile_action() -> None:
 
 def test_a_translator_without_profiles_raises_from_the_base_class(tmp_path: Path) -> None:
     plain = Translator(options(power_limit_w=200), PluginContext(state_dir=tmp_path))
-    for call in (lambda: plain.read_profile("t"), lambda: plain.apply_profile("t"),
-                 lambda: plain.restore_profile("t", {})):
+    for call in (
+        lambda: plain.read_profile("t"),
+        lambda: plain.apply_profile("t"),
+        lambda: plain.restore_profile("t", {}),
+    ):
         with pytest.raises(PluginError, match="this translator applies no GPU profile .*'t'.*gpu_profile"):
             call()
 
@@ -143,20 +159,32 @@ def test_read_apply_restore_round_trips_to_the_saved_values(tmp_path: Path) -> N
     t = profile(nvml, tmp_path, power_limit_w=220, gpu_clocks_mhz=[1200, 1800], memory_clocks_mhz=[2000, 2619])
 
     saved = t.read_profile("trainer")
-    assert saved == {"format": 1, "kind": "gpu_profile", "device": 0, "restore_power_limit": True,
-                     "power_limit_mw": 280_000, "reset_gpu_clocks": True, "reset_memory_clocks": True}
+    assert saved == {
+        "format": 1,
+        "kind": "gpu_profile",
+        "device": 0,
+        "restore_power_limit": True,
+        "power_limit_mw": 280_000,
+        "reset_gpu_clocks": True,
+        "reset_memory_clocks": True,
+    }
     assert stored(saved) == saved
 
     applied = t.apply_profile("trainer")
-    assert applied == ActionResult(requested=(
-        "GPU 0 power limit 220 W", "GPU 0 gpu clocks locked to 1200-1800 MHz",
-        "GPU 0 memory clocks locked to 2000-2619 MHz"))
+    assert applied == ActionResult(
+        requested=(
+            "GPU 0 power limit 220 W",
+            "GPU 0 gpu clocks locked to 1200-1800 MHz",
+            "GPU 0 memory clocks locked to 2000-2619 MHz",
+        )
+    )
     assert (gpu.limit_mw, gpu.gpu_lock, gpu.mem_lock) == (220_000, (1200, 1800), (2000, 2619))
     assert t.apply_profile("trainer").ok and gpu.limit_mw == 220_000  # idempotent
 
     restored = t.restore_profile("trainer", stored(saved))
-    assert restored == ActionResult(requested=(
-        "GPU 0 memory clocks unlocked", "GPU 0 gpu clocks unlocked", "GPU 0 power limit back to 280 W"))
+    assert restored == ActionResult(
+        requested=("GPU 0 memory clocks unlocked", "GPU 0 gpu clocks unlocked", "GPU 0 power limit back to 280 W")
+    )
     assert (gpu.limit_mw, gpu.gpu_lock, gpu.mem_lock) == (280_000, None, None)
     assert nvml.inits == 1  # NVML is initialised once
     assert t.restore_profile("trainer", stored(saved)).ok  # idempotent
@@ -222,12 +250,15 @@ def test_a_power_limit_beyond_the_device_range_is_clamped_and_told(tmp_path: Pat
 
 def test_clocks_above_the_device_maximum_are_clamped_and_told(tmp_path: Path) -> None:
     gpu = FakeGpu(max_gpu_mhz=1980, max_mem_mhz=2619)
-    result = profile(FakePynvml([gpu]), tmp_path, gpu_clocks_mhz=[2100, 2500],
-                     memory_clocks_mhz=[1000, 3000]).apply_profile("t")
+    result = profile(
+        FakePynvml([gpu]), tmp_path, gpu_clocks_mhz=[2100, 2500], memory_clocks_mhz=[1000, 3000]
+    ).apply_profile("t")
     assert result.ok
     assert (gpu.gpu_lock, gpu.mem_lock) == ((1980, 1980), (1000, 2619))
-    assert result.note == ("gpu clocks 2100-2500 MHz reach beyond GPU 0's maximum 1980 MHz: locked to 1980-1980 MHz; "
-                           "memory clocks 1000-3000 MHz reach beyond GPU 0's maximum 2619 MHz: locked to 1000-2619 MHz")
+    assert result.note == (
+        "gpu clocks 2100-2500 MHz reach beyond GPU 0's maximum 1980 MHz: locked to 1980-1980 MHz; "
+        "memory clocks 1000-3000 MHz reach beyond GPU 0's maximum 2619 MHz: locked to 1000-2619 MHz"
+    )
 
 
 # --- failures are returned, with what to do -------------------------------------------------------
@@ -238,17 +269,21 @@ def test_pynvml_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     t = GpuProfileTranslator(options(power_limit_w=200), PluginContext(state_dir=tmp_path))
     result = t.apply_profile("t")
     assert result.errors == (NOT_INSTALLED,) and "pip install 'nvidia-ml-py>=12'" in NOT_INSTALLED
-    assert t.restore_profile("t", {"format": 1, "kind": "gpu_profile", "device": 0,
-                                   "restore_power_limit": True}).errors == (NOT_INSTALLED,)
+    assert t.restore_profile(
+        "t", {"format": 1, "kind": "gpu_profile", "device": 0, "restore_power_limit": True}
+    ).errors == (NOT_INSTALLED,)
     assert t.available() == (False, NOT_INSTALLED)
     with pytest.raises(PluginError, match="nvidia-ml-py"):
         t.read_profile("t")  # nothing is read, so the daemon applies nothing
 
 
-@pytest.mark.parametrize(("code", "hint"), [
-    (LIBRARY_NOT_FOUND, "install the driver"),
-    (DRIVER_NOT_LOADED, "kernel driver is not loaded"),
-])
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        (LIBRARY_NOT_FOUND, "install the driver"),
+        (DRIVER_NOT_LOADED, "kernel driver is not loaded"),
+    ],
+)
 def test_no_driver(tmp_path: Path, code: int, hint: str) -> None:
     nvml = FakePynvml(init_error=code)
     t = profile(nvml, tmp_path, power_limit_w=200)
@@ -285,8 +320,10 @@ def test_a_setting_the_gpu_cannot_do_fails_alone(tmp_path: Path) -> None:
     gpu.unsupported.add("memory")
     result = profile(FakePynvml([gpu]), tmp_path, power_limit_w=200, memory_clocks_mhz=[800, 900]).apply_profile("t")
     assert gpu.limit_mw == 200_000  # the power limit still went through
-    assert result.errors == ("GPU 0 memory clocks locked to 800-900 MHz: this GPU does not support it "
-                             "(Not Supported): locking memory clocks needs Ampere or newer",)
+    assert result.errors == (
+        "GPU 0 memory clocks locked to 800-900 MHz: this GPU does not support it "
+        "(Not Supported): locking memory clocks needs Ampere or newer",
+    )
 
 
 def test_a_gpu_that_does_not_exist(tmp_path: Path) -> None:
@@ -306,15 +343,18 @@ def test_a_pynvml_without_the_call_is_an_error_not_a_crash(tmp_path: Path) -> No
     assert len(result.errors) == 1 and result.errors[0].startswith("GPU 0 memory clocks locked to 800-900 MHz: ")
 
 
-@pytest.mark.parametrize("saved", [
-    None,
-    [],
-    {"kind": "http_knob"},
-    {"format": 2, "kind": "gpu_profile", "device": 0},
-    {"format": 1, "kind": "gpu_profile", "device": -1},
-    {"format": 1, "kind": "gpu_profile", "device": 0, "power_limit_mw": "300 W", "restore_power_limit": True},
-    {"format": 1, "kind": "gpu_profile", "device": 0, "reset_gpu_clocks": "yes"},
-])
+@pytest.mark.parametrize(
+    "saved",
+    [
+        None,
+        [],
+        {"kind": "http_knob"},
+        {"format": 2, "kind": "gpu_profile", "device": 0},
+        {"format": 1, "kind": "gpu_profile", "device": -1},
+        {"format": 1, "kind": "gpu_profile", "device": 0, "power_limit_mw": "300 W", "restore_power_limit": True},
+        {"format": 1, "kind": "gpu_profile", "device": 0, "reset_gpu_clocks": "yes"},
+    ],
+)
 def test_a_saved_profile_it_did_not_write_is_an_error(tmp_path: Path, saved: Any) -> None:
     nvml = FakePynvml()
     result = profile(nvml, tmp_path, power_limit_w=200).restore_profile("t", saved)
@@ -325,7 +365,8 @@ def test_a_saved_profile_it_did_not_write_is_an_error(tmp_path: Path, saved: Any
 def test_a_saved_profile_that_changed_nothing(tmp_path: Path) -> None:
     nvml = FakePynvml(init_error=DRIVER_NOT_LOADED)  # nothing to do, so NVML is not needed
     result = profile(nvml, tmp_path, power_limit_w=200).restore_profile(
-        "t", {"format": 1, "kind": "gpu_profile", "device": 0})
+        "t", {"format": 1, "kind": "gpu_profile", "device": 0}
+    )
     assert result.ok and result.requested == () and "nothing to restore" in result.note
 
 
@@ -339,23 +380,26 @@ def test_options_defaults() -> None:
     assert options(memory_clocks_mhz=(900, 900)).memory_clocks_mhz == (900, 900)
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({}, "sets at least one of power_limit_w, gpu_clocks_mhz and memory_clocks_mhz"),
-    ({"device": 0}, "sets at least one of"),
-    ({"power_limit_w": 0}, "power_limit_w is in watts, above 0"),
-    ({"power_limit_w": -5}, "power_limit_w is in watts, above 0"),
-    ({"power_limit_w": 50_000}, "at most 10000"),
-    ({"power_limit_w": "250W"}, "power_limit_w is a number of watts"),
-    ({"power_limit_w": True}, "power_limit_w is a number of watts"),
-    ({"gpu_clocks_mhz": [1800, 1200]}, "min 1800 MHz is above max 1200 MHz"),
-    ({"gpu_clocks_mhz": [1200]}, "gpu_clocks_mhz is [min, max] in whole MHz"),
-    ({"gpu_clocks_mhz": [1200, 1500, 1800]}, "gpu_clocks_mhz is [min, max]"),
-    ({"memory_clocks_mhz": [1.5, 2]}, "memory_clocks_mhz is [min, max] in whole MHz"),
-    ({"memory_clocks_mhz": [0, 900]}, "clocks are above 0 MHz"),
-    ({"gpu_clocks_mhz": [1_200_000, 1_800_000]}, "is not a GPU clock; clocks are in MHz"),
-    ({"device": -1, "power_limit_w": 200}, "greater than or equal to 0"),
-    ({"power_limit_w": 200, "clocks": [1, 2]}, "Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "sets at least one of power_limit_w, gpu_clocks_mhz and memory_clocks_mhz"),
+        ({"device": 0}, "sets at least one of"),
+        ({"power_limit_w": 0}, "power_limit_w is in watts, above 0"),
+        ({"power_limit_w": -5}, "power_limit_w is in watts, above 0"),
+        ({"power_limit_w": 50_000}, "at most 10000"),
+        ({"power_limit_w": "250W"}, "power_limit_w is a number of watts"),
+        ({"power_limit_w": True}, "power_limit_w is a number of watts"),
+        ({"gpu_clocks_mhz": [1800, 1200]}, "min 1800 MHz is above max 1200 MHz"),
+        ({"gpu_clocks_mhz": [1200]}, "gpu_clocks_mhz is [min, max] in whole MHz"),
+        ({"gpu_clocks_mhz": [1200, 1500, 1800]}, "gpu_clocks_mhz is [min, max]"),
+        ({"memory_clocks_mhz": [1.5, 2]}, "memory_clocks_mhz is [min, max] in whole MHz"),
+        ({"memory_clocks_mhz": [0, 900]}, "clocks are above 0 MHz"),
+        ({"gpu_clocks_mhz": [1_200_000, 1_800_000]}, "is not a GPU clock; clocks are in MHz"),
+        ({"device": -1, "power_limit_w": 200}, "greater than or equal to 0"),
+        ({"power_limit_w": 200, "clocks": [1, 2]}, "Extra inputs are not permitted"),
+    ],
+)
 def test_options_errors(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError) as caught:
         options(**fields)

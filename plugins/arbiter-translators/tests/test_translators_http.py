@@ -75,14 +75,16 @@ def test_options_are_checked() -> None:
     with pytest.raises(ValidationError, match="http:// or https://"):
         HttpPostTranslator.Options.model_validate({"kind": "http_post", "url": "127.0.0.1/free"})
     with pytest.raises(ValidationError, match="must not set 'model'"):
-        HttpPostTranslator.Options.model_validate({"kind": "http_post", "url": "http://x/", "per_model": True,
-                                                   "body": {"model": "m"}})
+        HttpPostTranslator.Options.model_validate(
+            {"kind": "http_post", "url": "http://x/", "per_model": True, "body": {"model": "m"}}
+        )
     defaults = HttpPostTranslator.Options.model_validate({"kind": "http_post", "url": "http://x/"})
     assert defaults.confirm is True and defaults.timeout_s == 10 and defaults.per_model is False
 
 
-def test_per_model_unloads_each_loaded_model_of_the_llm_server(tmp_path: Path, llm: FakeLlmServer,
-                                                               board: VramBoard) -> None:
+def test_per_model_unloads_each_loaded_model_of_the_llm_server(
+    tmp_path: Path, llm: FakeLlmServer, board: VramBoard
+) -> None:
     llm.load("mistral:latest")
     llm.load("llama3.2")
     assert board.held(4242) == 11 * GIB
@@ -140,8 +142,9 @@ def test_errors_are_collected_not_raised(tmp_path: Path) -> None:
         tr = post(tmp_path, url=f"{server.url}/api/generate", per_model=True)
         result = tr.release("llm-server", ["a"])
         tr.close()
-    assert result.errors == ("model a: POST " + server.url + "/api/generate answered HTTP 404: "
-                             '{"error": "model \'a\' not found"}',)
+    assert result.errors == (
+        "model a: POST " + server.url + '/api/generate answered HTTP 404: {"error": "model \'a\' not found"}',
+    )
 
 
 def test_timeout_s_bounds_the_whole_release(tmp_path: Path) -> None:
@@ -174,9 +177,13 @@ def test_knob_options_are_checked() -> None:
 
 def test_a_duty_becomes_the_level_value_in_a_templated_request(tmp_path: Path) -> None:
     with RecordingServer(answer={"ok": True}) as server:
-        tr = knob(tmp_path, url=f"{server.url}/config/{{value}}?d={{duty}}", method="PUT",
-                  body={"batch_size": "{value}", "note": "duty {duty} → batch {value}", "fixed": [1, "{x}"]},
-                  levels={0: 1, 0.25: 4, 0.5: 8, 1: 16})
+        tr = knob(
+            tmp_path,
+            url=f"{server.url}/config/{{value}}?d={{duty}}",
+            method="PUT",
+            body={"batch_size": "{value}", "note": "duty {duty} → batch {value}", "fixed": [1, "{x}"]},
+            levels={0: 1, 0.25: 4, 0.5: 8, 1: 16},
+        )
         result = tr.set_duty("embedder", 0.6)
         assert result.ok and result.requested == (f"PUT {server.url}/config/8?d=0.6 value 8 (duty 0.60)",)
         (seen,) = server.requests("PUT")
@@ -225,8 +232,7 @@ def test_a_failed_knob_is_returned_and_sent_again_next_time(tmp_path: Path) -> N
 
 def test_a_get_knob_puts_the_value_in_the_url_quoted(tmp_path: Path) -> None:
     with RecordingServer() as server:
-        tr = knob(tmp_path, url=f"{server.url}/rate?limit={{value}}", method="GET",
-                  levels={0: "0 per s", 1: "all"})
+        tr = knob(tmp_path, url=f"{server.url}/rate?limit={{value}}", method="GET", levels={0: "0 per s", 1: "all"})
         assert tr.set_duty("t", 0.2).ok
         tr.close()
         assert server.requests("GET")[0].path == "/rate?limit=0%20per%20s"

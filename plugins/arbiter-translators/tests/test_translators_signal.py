@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
+from arbiter_testing import run_as
 from arbiter_translators import ControlDocTranslator, SignalTranslator, arbiter_register_translators
 from arbiter_translators.identity import Signaller
-from arbiter_testing import run_as
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
@@ -131,8 +131,13 @@ def test_terminate_ends_even_a_paused_process(tmp_path: Path, spawn: Spawn) -> N
 
 def test_kill(tmp_path: Path, spawn: Spawn) -> None:
     # A process that ignores SIGTERM still ends on kill.
-    proc = spawn(sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                 "print('ready', flush=True); time.sleep(60)", stdout=subprocess.PIPE)
+    proc = spawn(
+        sys.executable,
+        "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)",
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
     ref = ref_of(proc.pid)
     t = translator(tmp_path)
@@ -201,7 +206,9 @@ def test_pause_latency_of_a_five_process_tree(tmp_path: Path, spawn: Spawn) -> N
     assert p50 < 20_000
 
 
-def test_a_signalled_process_is_signalled_again_through_its_kept_descriptor(monkeypatch: pytest.MonkeyPatch, spawn: Spawn) -> None:
+def test_a_signalled_process_is_signalled_again_through_its_kept_descriptor(
+    monkeypatch: pytest.MonkeyPatch, spawn: Spawn
+) -> None:
     proc = spawn()
     ref = ref_of(proc.pid)
     signaller = Signaller()
@@ -267,7 +274,9 @@ def test_settle_gives_up_at_its_deadline_on_a_process_that_runs(tmp_path: Path, 
     assert 0.05 <= time.monotonic() - started < 2.0
 
 
-def test_settle_counts_an_exited_process_as_settled_and_one_never_signalled_as_untold(tmp_path: Path, spawn: Spawn) -> None:
+def test_settle_counts_an_exited_process_as_settled_and_one_never_signalled_as_untold(
+    tmp_path: Path, spawn: Spawn
+) -> None:
     t = translator(tmp_path)
     ended, zombie, other = spawn(), spawn(), spawn()
     refs = [ref_of(ended.pid), ref_of(zombie.pid)]

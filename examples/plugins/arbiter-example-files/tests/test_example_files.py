@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from arbiter.plugin import PluginContext, SourceState
+from arbiter_example_files import CounterFileSource, FlagFileSource, arbiter_register_sources
 from pydantic import ValidationError
 
-from arbiter_example_files import CounterFileSource, FlagFileSource, arbiter_register_sources
+from arbiter.plugin import PluginContext, SourceState
 
 WAIT_S = 10.0
 
@@ -84,7 +84,9 @@ def test_flag_file_phase_follows_the_files(tmp_path: Path, context: PluginContex
     changes.until(lambda s: s.phase == "off")
 
 
-def test_flag_file_in_a_missing_folder_is_unreadable_and_counts_as_on(tmp_path: Path, context: PluginContext, started: list) -> None:
+def test_flag_file_in_a_missing_folder_is_unreadable_and_counts_as_on(
+    tmp_path: Path, context: PluginContext, started: list
+) -> None:
     options = FlagFileSource.Options.model_validate({"path": str(tmp_path / "gone" / "x.flag")})
     source = FlagFileSource(options, context)
     source.start(Changes())

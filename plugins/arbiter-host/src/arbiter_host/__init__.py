@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from arbiter.plugin import hookimpl
-
 from arbiter_host.access import AccessHostSignal, AccessReading
 from arbiter_host.fastthread import ask_short_slice
 from arbiter_host.machine import MachineHostSignal, MachineReading

@@ -56,16 +56,22 @@ class AccessHostSignal(HostSignal):
 
     def _devices(self, user: str) -> list[AccessItem]:
         # device nodes only: /dev/nvidia-caps is a folder, and joining a group does not open it
-        found = sorted({p for pattern in DEVICE_PATTERNS for p in glob.glob(str(self.root / pattern)) if not os.path.isdir(p)})
+        found = sorted(
+            {p for pattern in DEVICE_PATTERNS for p in glob.glob(str(self.root / pattern)) if not os.path.isdir(p)}
+        )
         if not found:
             return [AccessItem("GPU device files", True, "none on this host (no GPU driver exposes one)")]
         denied = [p for p in found if not os.access(p, os.R_OK | os.W_OK)]
         if not denied:
             return [AccessItem("GPU device files", True, f"{user} may open all {len(found)}: {', '.join(found[:6])}")]
-        return [AccessItem(
-            "GPU device files", False, f"{user} may not open {', '.join(denied[:6])}",
-            f"add {user} to the groups that own them (usually render and video): sudo usermod -aG render,video {user}",
-        )]
+        return [
+            AccessItem(
+                "GPU device files",
+                False,
+                f"{user} may not open {', '.join(denied[:6])}",
+                f"add {user} to the groups that own them (usually render and video): sudo usermod -aG render,video {user}",
+            )
+        ]
 
     def _other_users(self, user: str) -> AccessItem:
         me = os.geteuid()
@@ -82,7 +88,8 @@ class AccessHostSignal(HostSignal):
                 return AccessItem("other users' processes", True, f"{user} may read their file descriptors (GPU use)")
             except PermissionError:
                 return AccessItem(
-                    "other users' processes", False,
+                    "other users' processes",
+                    False,
                     f"{user} may not read other users' file descriptors, so their GPU use reads as unknown (fail safe)",
                     "run the daemon as root, or give it CAP_SYS_PTRACE (and CAP_KILL to pause them)",
                 )

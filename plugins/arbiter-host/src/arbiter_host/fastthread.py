@@ -71,8 +71,9 @@ class SchedCalls:
         return SchedAttr(policy, flags, nice, priority, runtime)
 
     def set(self, attr: SchedAttr) -> None:
-        buf = ctypes.create_string_buffer(_ATTR.pack(_ATTR.size, attr.policy, attr.flags, attr.nice, attr.priority,
-                                                     attr.runtime_ns, 0, 0))
+        buf = ctypes.create_string_buffer(
+            _ATTR.pack(_ATTR.size, attr.policy, attr.flags, attr.nice, attr.priority, attr.runtime_ns, 0, 0)
+        )
         if self.wrapped:
             result = self.libc.sched_setattr(0, buf, 0)
         else:
@@ -97,8 +98,10 @@ def ask_short_slice() -> str | None:
     except OSError as exc:
         return f"no scheduler hint: libc cannot be loaded ({exc})"
     if not calls.available:
-        return (f"no scheduler hint: this libc has no sched_setattr, and its system call number on "
-                f"{platform.machine()} is not known here")
+        return (
+            f"no scheduler hint: this libc has no sched_setattr, and its system call number on "
+            f"{platform.machine()} is not known here"
+        )
     try:
         before = calls.get()
         if before.policy not in _FAIR_POLICIES:

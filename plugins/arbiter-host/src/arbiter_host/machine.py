@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from arbiter.plugin import HostSignal, KindOptions, PluginContext
-
 from arbiter_host._files import read_text
 
 SYSCTL = "/usr/sbin/sysctl"

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psutil
+
 from arbiter.plugin import HostSignal, KindOptions, PluginContext
 
 MEMINFO_SOURCE = "/proc/meminfo"

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psutil
-from arbiter.plugin import HostSignal, KindOptions, PluginContext
 
+from arbiter.plugin import HostSignal, KindOptions, PluginContext
 from arbiter_host._files import read_int, read_text
 
 PowerSource = Literal["ac", "battery", "unknown"]

@@ -9,11 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.plugin import ProcessInfo, hookimpl
-
 from arbiter_matchers.process import ProcessMatcher
 from arbiter_matchers.table import TableMemo, process_table
 
-__all__ = ["ProcessMatcher", "process_table", "arbiter_register_matchers", "arbiter_process_table"]
+__all__ = ["ProcessMatcher", "arbiter_process_table", "arbiter_register_matchers", "process_table"]
 
 
 @hookimpl

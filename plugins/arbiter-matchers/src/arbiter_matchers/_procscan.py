@@ -110,14 +110,19 @@ class ProcScan:
         _close_all(self._cmdline_fds)
         self._seen = {}
 
-    def _read(self, entry: str, before: _Seen | None, boot_time: float, ticks: int,
-              usernames: dict[int, str]) -> _Seen | None:
+    def _read(
+        self, entry: str, before: _Seen | None, boot_time: float, ticks: int, usernames: dict[int, str]
+    ) -> _Seen | None:
         base = f"{_PROC}/{entry}"
         stat, owner = self._read_stat(entry)
         if not stat:
             return None  # exited since the directory was listed
-        if before is not None and stat == before.stat and owner == before.owner and (
-                self._scans + before.record[0]) % CMDLINE_RECHECK_SCANS:
+        if (
+            before is not None
+            and stat == before.stat
+            and owner == before.owner
+            and (self._scans + before.record[0]) % CMDLINE_RECHECK_SCANS
+        ):
             return before  # nothing this scan reads has changed, and its command line is not due
         # The name sits between the first "(" and the last ")" and may itself hold either.
         lpar = stat.find(b"(")
@@ -126,7 +131,12 @@ class ProcScan:
         if lpar < 0 or rpar < 0 or len(fields) < 21:
             return None
         comm, vsize = stat[lpar + 1 : rpar], fields[20]
-        if before is not None and (before.start, before.comm, before.owner, before.vsize) == (fields[19], comm, owner, vsize):
+        if before is not None and (before.start, before.comm, before.owner, before.vsize) == (
+            fields[19],
+            comm,
+            owner,
+            vsize,
+        ):
             recheck = (self._scans + int(entry)) % CMDLINE_RECHECK_SCANS == 0
             raw_cmdline = self._read_cmdline(entry) if recheck else before.cmdline
             if raw_cmdline == before.cmdline:
@@ -203,8 +213,17 @@ def _close_all(fds: dict[str, int]) -> None:
     fds.clear()
 
 
-def _parse(base: str, stat: bytes, lpar: int, rpar: int, fields: list[bytes], raw_cmdline: bytes, boot_time: float,
-           ticks: int, usernames: dict[int, str]) -> Record | None:
+def _parse(
+    base: str,
+    stat: bytes,
+    lpar: int,
+    rpar: int,
+    fields: list[bytes],
+    raw_cmdline: bytes,
+    boot_time: float,
+    ticks: int,
+    usernames: dict[int, str],
+) -> Record | None:
     name = os.fsdecode(stat[lpar + 1 : rpar])
     try:
         state = fields[0].decode()

@@ -6,8 +6,9 @@ import os
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from arbiter.plugin import KindOptions, Matcher, ProcessInfo
 from pydantic import Field, field_validator, model_validator
+
+from arbiter.plugin import KindOptions, Matcher, ProcessInfo
 
 try:
     import pwd
@@ -25,9 +26,13 @@ class ProcessOptions(KindOptions):
 
     kind: Literal["process"] = "process"
     name: list[str] = Field([], description="process names, whole and ignoring case")
-    cmdline: list[str] = Field([], description="text found anywhere in the command line (its arguments joined by spaces), ignoring case")
+    cmdline: list[str] = Field(
+        [], description="text found anywhere in the command line (its arguments joined by spaces), ignoring case"
+    )
     cmdline_endswith: list[str] = Field([], description="text the command line ends with, ignoring case")
-    path_prefix: list[str] = Field([], description="path prefixes of the executable (~ expands for the daemon's account)")
+    path_prefix: list[str] = Field(
+        [], description="path prefixes of the executable (~ expands for the daemon's account)"
+    )
     user: list[str] = Field([], description="user names or uids the process runs as (its real uid)")
     tree: Literal["process", "descendants"] = Field(
         "process", description="descendants: the rule's processes are the matching ones and every process they start"

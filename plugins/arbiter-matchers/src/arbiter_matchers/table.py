@@ -18,8 +18,8 @@ import sys
 import threading
 
 import psutil
-from arbiter.plugin import ChildWorker, ChildWorkFailed, ProcessInfo, open_file_share
 
+from arbiter.plugin import ChildWorker, ChildWorkFailed, ProcessInfo, open_file_share
 from arbiter_matchers import _procscan
 from arbiter_matchers._procscan import RECORD_TYPES, ProcScan, Record, _username
 
@@ -71,8 +71,11 @@ class TableMemo:
         self._lock = threading.Lock()
         self._keep = open_file_share(4, 4096)
         self._scan = ProcScan(self._keep)
-        self._child = (ChildWorker(_procscan.__file__, "ProcScan", self._keep, timeout_s=CHILD_TIMEOUT_S,
-                                   retry_s=CHILD_RETRY_S) if in_child else None)
+        self._child = (
+            ChildWorker(_procscan.__file__, "ProcScan", self._keep, timeout_s=CHILD_TIMEOUT_S, retry_s=CHILD_RETRY_S)
+            if in_child
+            else None
+        )
         self._from_child = False  # whether the last table came from the child's scan
         self._infos: dict[int, ProcessInfo] = {}
 
@@ -120,15 +123,19 @@ class _NotAScan(Exception):
 
 
 def _scan_answer(answer: object) -> tuple[list[int], list[Record]]:
-    if not (isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], list)
-            and isinstance(answer[1], list)):
+    if not (
+        isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], list) and isinstance(answer[1], list)
+    ):
         raise _NotAScan("it answered something other than a scan")
     pids, changed = answer
     if not all(type(pid) is int for pid in pids):
         raise _NotAScan("it answered a pid that is not a number")
     for record in changed:
-        if not (type(record) is tuple and len(record) == len(RECORD_TYPES)
-                and all(isinstance(value, kind) for value, kind in zip(record, RECORD_TYPES))):
+        if not (
+            type(record) is tuple
+            and len(record) == len(RECORD_TYPES)
+            and all(isinstance(value, kind) for value, kind in zip(record, RECORD_TYPES))
+        ):
             raise _NotAScan(f"it answered a record that is not a process's: {str(record)[:80]}")
     return pids, changed
 

@@ -18,7 +18,6 @@ Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter
 from __future__ import annotations
 
 from arbiter.plugin import Register, hookimpl
-
 from arbiter_probes.containers import ContainersProbe
 from arbiter_probes.cuda import CudaProbe
 from arbiter_probes.directml import DirectmlProbe

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from arbiter.plugin import KindOptions, PluginContext, Probe
 from pydantic import Field
+
+from arbiter.plugin import KindOptions, PluginContext, Probe
 
 DEFAULT_TIMEOUT_S = 5.0
 #: the stdlib-only script that asks a native library (NVML, libcuda, libvulkan, libOpenCL, D3D12)

@@ -44,9 +44,7 @@ def _text(buf: ctypes.Array[ctypes.c_char]) -> str:
 
 # --- NVML and the CUDA driver --------------------------------------------------------------------
 
-NVML_NAMES = _names(
-    ["libnvidia-ml.so.1"], ["nvml.dll", r"C:\Program Files\NVIDIA Corporation\NVSMI\nvml.dll"], []
-)
+NVML_NAMES = _names(["libnvidia-ml.so.1"], ["nvml.dll", r"C:\Program Files\NVIDIA Corporation\NVSMI\nvml.dll"], [])
 CUDA_NAMES = _names(["libcuda.so.1"], ["nvcuda.dll"], ["libcuda.dylib"])
 
 
@@ -179,10 +177,14 @@ def query_vulkan() -> dict[str, Any]:
         out["error"] = why
         return out
     lib.vkCreateInstance.argtypes = [
-        ctypes.POINTER(_InstanceCreateInfo), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+        ctypes.POINTER(_InstanceCreateInfo),
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_void_p),
     ]
     lib.vkEnumeratePhysicalDevices.argtypes = [
-        ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_void_p)
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint32),
+        ctypes.POINTER(ctypes.c_void_p),
     ]
     lib.vkGetPhysicalDeviceProperties.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.vkDestroyInstance.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -213,12 +215,14 @@ def query_vulkan() -> dict[str, Any]:
             props = ctypes.create_string_buffer(4096)  # VkPhysicalDeviceProperties is under 1 KiB
             lib.vkGetPhysicalDeviceProperties(handles[index], props)
             api, _driver, vendor, _device, kind, raw_name = struct.unpack_from("=IIIIi256s", props.raw, 0)
-            devices.append({
-                "deviceName": raw_name.split(b"\0", 1)[0].decode("utf-8", "replace"),
-                "deviceType": VK_TYPES[kind] if 0 <= kind < len(VK_TYPES) else f"type {kind}",
-                "vendorID": f"0x{vendor:x}",
-                "apiVersion": f"{(api >> 22) & 0x7F}.{(api >> 12) & 0x3FF}.{api & 0xFFF}",
-            })
+            devices.append(
+                {
+                    "deviceName": raw_name.split(b"\0", 1)[0].decode("utf-8", "replace"),
+                    "deviceType": VK_TYPES[kind] if 0 <= kind < len(VK_TYPES) else f"type {kind}",
+                    "vendorID": f"0x{vendor:x}",
+                    "apiVersion": f"{(api >> 22) & 0x7F}.{(api >> 12) & 0x3FF}.{api & 0xFFF}",
+                }
+            )
         out["devices"] = devices
     finally:
         lib.vkDestroyInstance(instance, None)
@@ -248,7 +252,11 @@ def query_opencl() -> dict[str, Any]:
     lib.clGetPlatformIDs.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
     lib.clGetPlatformInfo.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p, size_p]
     lib.clGetDeviceIDs.argtypes = [
-        ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)
+        ctypes.c_void_p,
+        ctypes.c_uint64,
+        ctypes.c_uint32,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_uint32),
     ]
     lib.clGetDeviceInfo.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_void_p, size_p]
 
@@ -279,9 +287,9 @@ def query_opencl() -> dict[str, Any]:
                 bits = ctypes.c_uint64()
                 lib.clGetDeviceInfo(device, CL_DEVICE_TYPE, 8, ctypes.byref(bits), None)
                 kinds = [label for bit, label in CL_TYPES if bits.value & bit] or [f"type 0x{bits.value:x}"]
-                entry["devices"].append({
-                    "name": info_text(lib.clGetDeviceInfo, device, CL_DEVICE_NAME), "type": ", ".join(kinds)
-                })
+                entry["devices"].append(
+                    {"name": info_text(lib.clGetDeviceInfo, device, CL_DEVICE_NAME), "type": ", ".join(kinds)}
+                )
         elif rc not in (0, CL_DEVICE_NOT_FOUND):
             entry["error"] = f"clGetDeviceIDs failed: error {rc}"
         listed.append(entry)
@@ -358,13 +366,15 @@ def query_directml() -> dict[str, Any]:
                 desc = _AdapterDesc1()
                 _com_call(adapter, 10, ctypes.byref(desc), argtypes=[ctypes.c_void_p])  # GetDesc1
                 hr = d3d12.D3D12CreateDevice(adapter, D3D_FEATURE_LEVEL_11_0, ctypes.byref(device_iid), None)
-                adapters.append({
-                    "name": desc.Description,
-                    "vendor_id": f"0x{desc.VendorId:04x}",
-                    "software": bool(desc.Flags & DXGI_ADAPTER_FLAG_SOFTWARE),
-                    "d3d12": (hr & 0xFFFFFFFF) in (0, 1),  # S_OK, or S_FALSE: it could make one
-                    "dedicated_mib": desc.DedicatedVideoMemory // (1 << 20),
-                })
+                adapters.append(
+                    {
+                        "name": desc.Description,
+                        "vendor_id": f"0x{desc.VendorId:04x}",
+                        "software": bool(desc.Flags & DXGI_ADAPTER_FLAG_SOFTWARE),
+                        "d3d12": (hr & 0xFFFFFFFF) in (0, 1),  # S_OK, or S_FALSE: it could make one
+                        "dedicated_mib": desc.DedicatedVideoMemory // (1 << 20),
+                    }
+                )
             finally:
                 _com_call(adapter, 2)  # Release
     finally:

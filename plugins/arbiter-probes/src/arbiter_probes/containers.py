@@ -135,9 +135,7 @@ def containers_evidence(specs: Sequence[CdiSpec], problems: Sequence[str], where
     trouble = f" ({'; '.join(problems)})" if problems else ""
     if not specs:
         return Survey(False, f"no CDI spec in {where}{trouble}")
-    listed = "; ".join(
-        f"{', '.join(d.qualified for d in s.devices) or 'no devices'} from {s.path}" for s in specs
-    )
+    listed = "; ".join(f"{', '.join(d.qualified for d in s.devices) or 'no devices'} from {s.path}" for s in specs)
     return Survey(False, f"the CDI specs expose no GPU device: {listed}{trouble}", (), tuple(specs))
 
 

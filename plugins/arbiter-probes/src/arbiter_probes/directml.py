@@ -32,8 +32,9 @@ def directml_evidence(report: Mapping[str, Any]) -> tuple[bool, str]:
     hardware = [a for a in adapters if a.get("d3d12") and not a.get("software")]
     if hardware:
         names = " and ".join(
-            f"{a.get('name', 'an adapter')} ({a.get('dedicated_mib', 0)} MiB)" if a.get("dedicated_mib") else
-            str(a.get("name", "an adapter"))
+            f"{a.get('name', 'an adapter')} ({a.get('dedicated_mib', 0)} MiB)"
+            if a.get("dedicated_mib")
+            else str(a.get("name", "an adapter"))
             for a in hardware
         )
         return True, f"{names} through Direct3D 12; {dll_words}"

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from arbiter.plugin import hookimpl
-
 from arbiter_readers.cpu_time import CpuTimeReader
 from arbiter_readers.drm_fdinfo import DrmFdinfoReader
 from arbiter_readers.macos_ioreg import MacosIoregReader

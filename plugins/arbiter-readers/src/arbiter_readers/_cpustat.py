@@ -78,7 +78,6 @@ class _StatFiles:
         self.keep_only(())
 
 
-
 def _read_once(path: str) -> bytes | None:
     # os.open/os.read rather than a buffered file object: with a thousand processes under
     # rules this runs a thousand times a tick, and the file object cost as much as the read

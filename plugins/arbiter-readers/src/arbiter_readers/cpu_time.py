@@ -16,13 +16,21 @@ from collections.abc import Collection, Mapping
 from typing import Any, Literal
 
 import psutil
-from arbiter.plugin import (ChildWorker, ChildWorkFailed, GpuReading, KindOptions, PluginContext, ProcessGpu, ProcessInfo,
-                            Reader, open_file_share)
 from pydantic import Field
 
+from arbiter.plugin import (
+    ChildWorker,
+    ChildWorkFailed,
+    GpuReading,
+    KindOptions,
+    PluginContext,
+    ProcessGpu,
+    ProcessInfo,
+    Reader,
+    open_file_share,
+)
 from arbiter_readers import _cpustat
 from arbiter_readers._cpustat import BusyTimes, Request
-
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
 ENGINE = "cpu"
@@ -45,11 +53,17 @@ def _well_formed(answer: object) -> bool:
 
 class CpuTimeOptions(KindOptions):
     kind: Literal["cpu_time"] = "cpu_time"
-    threads: bool = Field(False, description="count each thread as its own engine, so the busiest thread is the "
-                                             "measure (a job whose units run on one thread beside others)")
-    waiting: bool = Field(False, description="with threads, count the time a thread was ready but waited for a CPU "
-                                             "as busy (Linux schedstat): the time it wanted the engine, so a duty "
-                                             "measured on a crowded host is not read short")
+    threads: bool = Field(
+        False,
+        description="count each thread as its own engine, so the busiest thread is the "
+        "measure (a job whose units run on one thread beside others)",
+    )
+    waiting: bool = Field(
+        False,
+        description="with threads, count the time a thread was ready but waited for a CPU "
+        "as busy (Linux schedstat): the time it wanted the engine, so a duty "
+        "measured on a crowded host is not read short",
+    )
 
 
 class CpuTimeReader(Reader):
@@ -99,7 +113,9 @@ class CpuTimeReader(Reader):
                     threads = proc.threads()
                 except psutil.Error:
                     continue
-                processes[pid] = ProcessGpu(busy_ns={f"thread:{t.id}": round((t.user_time + t.system_time) * 1e9) for t in threads})
+                processes[pid] = ProcessGpu(
+                    busy_ns={f"thread:{t.id}": round((t.user_time + t.system_time) * 1e9) for t in threads}
+                )
                 continue
             busy_ns = round((times.user + times.system) * 1e9)
             processes[pid] = ProcessGpu(busy_ns={ENGINE: busy_ns})

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Literal
 
 from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader
-
 from arbiter_readers._ledger import Ledger
 
 DRIVER_KEY = "drm-driver"
@@ -38,9 +37,7 @@ DRIVER_KEY = "drm-driver"
 VRAM_REGIONS = ("vram", "local")
 UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
-NO_DEVICE_WHY = (
-    "no DRM client in /proc/*/fdinfo: no GPU driver exposes per-client usage here (no device in /dev/dri)"
-)
+NO_DEVICE_WHY = "no DRM client in /proc/*/fdinfo: no GPU driver exposes per-client usage here (no device in /dev/dri)"
 NO_CLIENT_WHY = (
     "no DRM client in /proc/*/fdinfo: no GPU driver exposes per-client usage here "
     "(or none in a process this account may read)"

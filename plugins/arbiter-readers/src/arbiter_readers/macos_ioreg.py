@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader
-
 from arbiter_readers._ledger import Ledger
 
 IOREG = "/usr/sbin/ioreg"
@@ -33,9 +32,7 @@ ACCELERATOR_CLASS = "IOAccelerator"
 ENGINE = "gpu"
 TIMEOUT_S = 5.0
 NOT_MACOS_WHY = "not macOS"
-NO_CLIENT_WHY = (
-    f"no {CLIENT_CLASS} in the IO registry: no Apple-silicon GPU client here, so no per-process GPU time"
-)
+NO_CLIENT_WHY = f"no {CLIENT_CLASS} in the IO registry: no Apple-silicon GPU client here, so no per-process GPU time"
 
 _ENTRY = re.compile(r"^[ \t|]*\+-o ", re.MULTILINE)
 _OBJECT_ID = re.compile(r"\bid (0x[0-9a-fA-F]+)")

@@ -213,8 +213,7 @@ class NvmlReader(Reader):
                 pass  # device memory is a nicety; per-process time is what counts
             if self._mig_enabled(nvml, device):
                 problems.append(
-                    f"MIG mode is enabled on GPU {device.index}: NVML has no per-process utilisation "
-                    "for MIG instances"
+                    f"MIG mode is enabled on GPU {device.index}: NVML has no per-process utilisation for MIG instances"
                 )
                 continue
             try:

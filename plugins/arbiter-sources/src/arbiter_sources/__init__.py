@@ -9,7 +9,6 @@ Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter
 from __future__ import annotations
 
 from arbiter.plugin import Register, hookimpl
-
 from arbiter_sources.command import ExecSource, OnExecSource
 from arbiter_sources.http_count import HttpCountSource
 from arbiter_sources.jsonl import JsonlSource

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 from pydantic import Field, field_validator
+
+from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,13 @@ class ExecSource(Source):
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.path.expanduser("~")}
         try:
             proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                start_new_session=True, close_fds=True,
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
             )
         except OSError as exc:
             return False, None, f"cannot run {argv[0]}: {exc.strerror or exc}"
@@ -127,7 +133,11 @@ class ExecSource(Source):
             return False, None, f"{argv[0]} did not finish within {self.options.timeout_s:g}s"
         if proc.returncode != 0:
             detail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-            return False, None, f"{argv[0]} exited with {proc.returncode}" + (f": {detail[0][:200]}" if detail[0] else "")
+            return (
+                False,
+                None,
+                f"{argv[0]} exited with {proc.returncode}" + (f": {detail[0][:200]}" if detail[0] else ""),
+            )
         if len(out) > MAX_OUTPUT_BYTES:
             return False, None, f"{argv[0]} printed {len(out)} bytes, not one number"
         try:
@@ -181,5 +191,6 @@ class OnExecSource(Source):
     def processes(self, pids: frozenset[int]) -> None:
         phase: Literal["on", "off"] = "on" if pids else "off"
         if not (self._state.readable and self._state.phase == phase):
-            self._state = SourceState(readable=True, count=self._state.count + (phase == "on"), phase=phase,
-                                      changed_at=time.monotonic())
+            self._state = SourceState(
+                readable=True, count=self._state.count + (phase == "on"), phase=phase, changed_at=time.monotonic()
+            )

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from arbiter.plugin import KindOptions, PluginContext, PluginError, Source, SourceState
 from pydantic import Field, field_validator
 
+from arbiter.plugin import KindOptions, PluginContext, PluginError, Source, SourceState
 from arbiter_sources import inotify
 from arbiter_sources.kqueue import Kqueue
 
@@ -70,7 +70,9 @@ class _Problem:
 class FollowOptions(KindOptions):
     """Options every followed file has: its path (the last component may be a glob)."""
 
-    path: str = Field(description="the file, absolute or starting with ~; its last component may be a glob, whose newest match is followed")
+    path: str = Field(
+        description="the file, absolute or starting with ~; its last component may be a glob, whose newest match is followed"
+    )
 
     @field_validator("path")
     @classmethod
@@ -163,8 +165,13 @@ class FollowedFile(Source):
                 else:
                     self._inotify = inotify.Inotify()
             except OSError as exc:
-                log.info("%s source %s: no file notifications (%s); checking every %.2f s", self.kind, self._pattern, exc,
-                         POLL_INTERVAL_S)
+                log.info(
+                    "%s source %s: no file notifications (%s); checking every %.2f s",
+                    self.kind,
+                    self._pattern,
+                    exc,
+                    POLL_INTERVAL_S,
+                )
                 self._inotify = None
             # Watch before the first read, so no write falls between the two unseen.
             if self._inotify is not None:
@@ -230,8 +237,13 @@ class FollowedFile(Source):
             except (OSError, ValueError) as exc:
                 if self._stopping:
                     return  # descriptors closed under us by close()
-                log.warning("%s source %s: file notifications failed (%s); checking every %.2f s", self.kind, self._pattern, exc,
-                            POLL_INTERVAL_S)
+                log.warning(
+                    "%s source %s: file notifications failed (%s); checking every %.2f s",
+                    self.kind,
+                    self._pattern,
+                    exc,
+                    POLL_INTERVAL_S,
+                )
                 self._drop_inotify(poller)
                 rescan = True
             if self._stopping:
@@ -403,8 +415,11 @@ class FollowedFile(Source):
                 if now - self._gone_since < ROTATION_GRACE_S:
                     self._set_readable()
                     return
-                found = _Problem(f"{found.why}; the file that was there was renamed {now - self._gone_since:.0f}s ago and "
-                                 "nothing replaced it", missing=True)
+                found = _Problem(
+                    f"{found.why}; the file that was there was renamed {now - self._gone_since:.0f}s ago and "
+                    "nothing replaced it",
+                    missing=True,
+                )
             self._close_file()
             self._set_unreadable(found)
             if found.missing:
@@ -658,7 +673,6 @@ class FollowedFile(Source):
             needs_helper=self._needs_helper,
         )
         return self._state
-
 
 
 def _end_of_last_line(fd: int, size: int) -> int:

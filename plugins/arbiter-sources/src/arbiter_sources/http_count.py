@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 from pydantic import Field, field_validator
+
+from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 
 if TYPE_CHECKING:
     import httpx
@@ -49,7 +50,8 @@ class HttpCountOptions(KindOptions):
     every_s: float = Field(2.0, gt=0, le=3600, description="how often it is read (a wake-up reads it at once)")
     timeout_s: float = Field(2.0, gt=0, le=60, description="a read that takes longer fails (state unknown)")
     vram_floor_gb: float | None = Field(
-        None, ge=0, description="a claim while the tenant holds less VRAM than this is suspect (GB = GiB)")
+        None, ge=0, description="a claim while the tenant holds less VRAM than this is suspect (GB = GiB)"
+    )
     stale_after_s: float = Field(90.0, gt=0, description="a suspect claim unchanged this long is stale: idle")
     models_key: str | None = Field(None, description="dotted path of the list of loaded models, for per-model release")
     model_field: str = Field("name", description="the field of each entry of that list that names the model")
@@ -107,8 +109,9 @@ def _list_at(doc: Any, key: str, which: str) -> list[Any]:
     return value
 
 
-def read_answer(doc: Any, count_keys: Sequence[str], models_key: str | None = None,
-                model_field: str = "name") -> Answer:
+def read_answer(
+    doc: Any, count_keys: Sequence[str], models_key: str | None = None, model_field: str = "name"
+) -> Answer:
     """Parse one answer; ValueError says what in it does not have the expected shape."""
     lists: list[Any] = []
     parts: list[str] = []
@@ -165,8 +168,9 @@ class Corroborator:
         held = f"{held_bytes / GIB:.2f} GB, below the floor of {self.floor_bytes / GIB:g} GB"
         if unchanged >= self.stale_after_s:
             return False, f"stale: {claim} unchanged for {unchanged:.0f}s while it holds {held}; read as idle"
-        return True, (f"suspect: {claim} while it holds {held}; stale if unchanged for "
-                      f"{self.stale_after_s - unchanged:.0f}s more")
+        return True, (
+            f"suspect: {claim} while it holds {held}; stale if unchanged for {self.stale_after_s - unchanged:.0f}s more"
+        )
 
 
 class HttpCountSource(Source):
@@ -175,8 +179,9 @@ class HttpCountSource(Source):
     Options = HttpCountOptions
     uses_vram = True
 
-    def __init__(self, options: HttpCountOptions, context: PluginContext,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, options: HttpCountOptions, context: PluginContext, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__(options, context)
         self.options: HttpCountOptions = options
         self._clock = clock
@@ -196,8 +201,9 @@ class HttpCountSource(Source):
     def start(self, on_change: Callable[[SourceState], None]) -> None:
         self._on_change = on_change
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name=f"arbiter-http_count:{self.options.url}",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name=f"arbiter-http_count:{self.options.url}", daemon=True
+            )
             self._thread.start()
 
     def state(self) -> SourceState:
@@ -238,8 +244,7 @@ class HttpCountSource(Source):
             self.probes += 1
             if answer is None:
                 self._answer = None
-                state = SourceState(readable=False, busy=None, models=self._models, why=why,
-                                    changed_at=self._clock())
+                state = SourceState(readable=False, busy=None, models=self._models, why=why, changed_at=self._clock())
             else:
                 self._answer = answer
                 self._models = answer.models
@@ -286,7 +291,8 @@ class HttpCountSource(Source):
         changed = (state.readable, state.busy, state.models) != (prev.readable, prev.busy, prev.models)
         if not changed:
             # only the note changed: keep when the decisive change was seen
-            state = SourceState(readable=state.readable, busy=state.busy, models=state.models, why=state.why,
-                                changed_at=prev.changed_at)
+            state = SourceState(
+                readable=state.readable, busy=state.busy, models=state.models, why=state.why, changed_at=prev.changed_at
+            )
         self._state = state
         return changed

@@ -27,8 +27,15 @@ IN_NONBLOCK = 0o4000
 
 #: what a directory watch asks for: writes to its files and files coming and going
 DIRECTORY_EVENTS = (
-    IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ATTRIB
-    | IN_DELETE_SELF | IN_MOVE_SELF
+    IN_MODIFY
+    | IN_CLOSE_WRITE
+    | IN_CREATE
+    | IN_MOVED_TO
+    | IN_MOVED_FROM
+    | IN_DELETE
+    | IN_ATTRIB
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
 )
 
 #: what a watch on the followed file itself asks for: written, renamed or deleted

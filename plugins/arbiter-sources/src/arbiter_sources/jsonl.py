@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from arbiter.plugin import PluginContext
 from pydantic import Field, field_validator, model_validator
 
+from arbiter.plugin import PluginContext
 from arbiter_sources.follow import FollowedFile, FollowOptions, LineMeaning, Phase
 
 
@@ -43,12 +43,19 @@ class JsonlOptions(FollowOptions):
     """``{kind: jsonl, path, event, ...}``: a progress form or a phase form, not both."""
 
     kind: Literal["jsonl"] = "jsonl"
-    event: str | None = Field(None, description="progress form: count the lines whose event is this; with field: the event whose lines carry the phase")
+    event: str | None = Field(
+        None,
+        description="progress form: count the lines whose event is this; with field: the event whose lines carry the phase",
+    )
     event_key: str = Field("event", description="the dotted path of the key that holds a line's event name")
     enter: str | None = Field(None, description="phase form: the event that begins the phase (needs exit)")
     exit: str | None = Field(None, description="the event that ends the phase")
-    enter_soon: str | None = Field(None, description="the event that announces the phase (soon: new work waits, running work goes on)")
-    field: str | None = Field(None, description="phase form: the dotted path, in event's lines, of the value compared with on and soon")
+    enter_soon: str | None = Field(
+        None, description="the event that announces the phase (soon: new work waits, running work goes on)"
+    )
+    field: str | None = Field(
+        None, description="phase form: the dotted path, in event's lines, of the value compared with on and soon"
+    )
     on: list[str] = Field([], description="values of field that mean the phase is on")
     soon: list[str] = Field([], description="values of field that mean the phase is coming soon")
 

@@ -25,8 +25,12 @@ class Kqueue:
     @staticmethod
     def _vnode(fd: int, flags: int) -> select.kevent:
         fflags = (
-            select.KQ_NOTE_WRITE | select.KQ_NOTE_EXTEND | select.KQ_NOTE_DELETE | select.KQ_NOTE_RENAME
-            | select.KQ_NOTE_ATTRIB | select.KQ_NOTE_REVOKE
+            select.KQ_NOTE_WRITE
+            | select.KQ_NOTE_EXTEND
+            | select.KQ_NOTE_DELETE
+            | select.KQ_NOTE_RENAME
+            | select.KQ_NOTE_ATTRIB
+            | select.KQ_NOTE_REVOKE
         )
         return select.kevent(fd, select.KQ_FILTER_VNODE, flags | select.KQ_EV_CLEAR, fflags)
 

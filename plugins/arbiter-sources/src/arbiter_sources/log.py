@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from arbiter.plugin import PluginContext
 from pydantic import Field, field_validator
 
+from arbiter.plugin import PluginContext
 from arbiter_sources.follow import FollowedFile, FollowOptions, LineMeaning
 
 
@@ -15,7 +15,9 @@ class LogOptions(FollowOptions):
     """``{kind: log, path, log_regex}``: a rate of matching lines."""
 
     kind: Literal["log"] = "log"
-    log_regex: str = Field(description="a Python regular expression; each line it matches counts as one unit of progress")
+    log_regex: str = Field(
+        description="a Python regular expression; each line it matches counts as one unit of progress"
+    )
 
     @field_validator("log_regex")
     @classmethod

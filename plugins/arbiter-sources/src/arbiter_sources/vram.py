@@ -12,8 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 from pydantic import Field
+
+from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 
 GIB = 1 << 30  # "GB" in rule files means GiB, as GPU tools show VRAM
 
@@ -32,8 +33,9 @@ class VramSource(Source):
     Options = VramOptions
     uses_vram = True
 
-    def __init__(self, options: VramOptions, context: PluginContext,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, options: VramOptions, context: PluginContext, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         super().__init__(options, context)
         self.options: VramOptions = options
         self._clock = clock
@@ -50,14 +52,24 @@ class VramSource(Source):
     def tenant_vram(self, held_bytes: int | None) -> None:
         level = f"{self.options.above_gb:g} GB"
         if held_bytes is None:
-            state = SourceState(readable=False, busy=None,
-                                why="the readers cannot read its VRAM, so its state is unknown (counts as busy)")
+            state = SourceState(
+                readable=False,
+                busy=None,
+                why="the readers cannot read its VRAM, so its state is unknown (counts as busy)",
+            )
         else:
             busy = held_bytes > self._level
-            state = SourceState(readable=True, busy=busy,
-                                why=f"holds {held_bytes / GIB:.2f} GB, {'above' if busy else 'not above'} {level}")
+            state = SourceState(
+                readable=True,
+                busy=busy,
+                why=f"holds {held_bytes / GIB:.2f} GB, {'above' if busy else 'not above'} {level}",
+            )
         with self._lock:
             prev = self._state
             moved = (state.readable, state.busy) != (prev.readable, prev.busy)
-            self._state = SourceState(readable=state.readable, busy=state.busy, why=state.why,
-                                      changed_at=self._clock() if moved else prev.changed_at)
+            self._state = SourceState(
+                readable=state.readable,
+                busy=state.busy,
+                why=state.why,
+                changed_at=self._clock() if moved else prev.changed_at,
+            )

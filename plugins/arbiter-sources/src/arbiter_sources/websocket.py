@@ -18,8 +18,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 from pydantic import Field, field_validator, model_validator
+
+from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,9 @@ class WebsocketSource(Source):
     def start(self, on_change: Callable[[SourceState], None]) -> None:
         self._on_change = on_change
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name=f"arbiter-websocket:{self.options.url}",
-                                            daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name=f"arbiter-websocket:{self.options.url}", daemon=True
+            )
             self._thread.start()
 
     def state(self) -> SourceState:
@@ -116,8 +118,14 @@ class WebsocketSource(Source):
                 break
             wait = next(waits)
             self.waits.append(wait)
-            self._hand_over(SourceState(readable=False, count=self._state.count,
-                                        why=f"{why}; trying again in {wait:g}s", changed_at=time.monotonic()))
+            self._hand_over(
+                SourceState(
+                    readable=False,
+                    count=self._state.count,
+                    why=f"{why}; trying again in {wait:g}s",
+                    changed_at=time.monotonic(),
+                )
+            )
             self._stop.wait(wait)
 
     def _session(self) -> str:
@@ -130,8 +138,14 @@ class WebsocketSource(Source):
         self._session_opened = False
         try:
             # proxy off: a tenant on this host is never reached through a proxy from the environment
-            with connect(url, open_timeout=self.options.open_timeout_s, close_timeout=1, proxy=None,
-                         max_size=MAX_MESSAGE_BYTES, compression=None) as conn:
+            with connect(
+                url,
+                open_timeout=self.options.open_timeout_s,
+                close_timeout=1,
+                proxy=None,
+                max_size=MAX_MESSAGE_BYTES,
+                compression=None,
+            ) as conn:
                 return self._listen(conn)
         except (OSError, TimeoutError) as exc:
             return f"cannot connect to {url}: {getattr(exc, 'strerror', None) or exc}; is the program running?"
@@ -154,8 +168,9 @@ class WebsocketSource(Source):
                 return "closed"
             self._session_opened = True
             self.connects += 1
-            self._hand_over(SourceState(readable=True, count=self._state.count, why="connected",
-                                        changed_at=time.monotonic()))
+            self._hand_over(
+                SourceState(readable=True, count=self._state.count, why="connected", changed_at=time.monotonic())
+            )
             while not self._stop.is_set():
                 try:
                     conn.recv(decode=False)  # never read, so never decoded
@@ -164,8 +179,11 @@ class WebsocketSource(Source):
                 except (OSError, WebSocketException) as exc:
                     return f"the connection to {url} failed: {exc}"
                 # any message is only a wake-up: the busy probe reads what it means
-                self._hand_over(SourceState(readable=True, count=self._state.count + 1, why="connected",
-                                            changed_at=time.monotonic()))
+                self._hand_over(
+                    SourceState(
+                        readable=True, count=self._state.count + 1, why="connected", changed_at=time.monotonic()
+                    )
+                )
             return "closed"
         finally:
             with self._conn_lock:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arbiter.plugin import hookimpl
-
 from arbiter_testing.fake_profile import FakeProfileTranslator
 from arbiter_testing.fake_reader import FakeReader, write_state
 
@@ -29,10 +28,15 @@ if TYPE_CHECKING:
 #: kinds, and the fake servers would bring it an HTTP server and a websocket library
 #: (megabytes of its memory) it never uses
 _LAZY = {
-    "FakeDiffusionServer": "fake_servers", "FakeLlmServer": "fake_servers", "FakeModel": "fake_servers",
-    "RecordingServer": "fake_servers", "wait_until": "fake_servers",
-    "ChildFailed": "users", "run_as": "users",
-    "GIB": "vram_board", "VramBoard": "vram_board",
+    "FakeDiffusionServer": "fake_servers",
+    "FakeLlmServer": "fake_servers",
+    "FakeModel": "fake_servers",
+    "RecordingServer": "fake_servers",
+    "wait_until": "fake_servers",
+    "ChildFailed": "users",
+    "run_as": "users",
+    "GIB": "vram_board",
+    "VramBoard": "vram_board",
 }
 
 

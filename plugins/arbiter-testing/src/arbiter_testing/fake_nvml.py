@@ -14,8 +14,14 @@ INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, DRIVER_NOT_LOADED, LI
 
 
 class FakeNVMLError(Exception):
-    NAMES = {INVALID_ARGUMENT: "Invalid Argument", NOT_SUPPORTED: "Not Supported", NO_PERMISSION: "Insufficient Permissions",
-             NOT_FOUND: "Not Found", DRIVER_NOT_LOADED: "Driver Not Loaded", LIBRARY_NOT_FOUND: "NVML Shared Library Not Found"}
+    NAMES = {
+        INVALID_ARGUMENT: "Invalid Argument",
+        NOT_SUPPORTED: "Not Supported",
+        NO_PERMISSION: "Insufficient Permissions",
+        NOT_FOUND: "Not Found",
+        DRIVER_NOT_LOADED: "Driver Not Loaded",
+        LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    }
 
     def __init__(self, value: int) -> None:
         super().__init__(self.NAMES.get(value, f"error {value}"))

@@ -81,7 +81,9 @@ class FakeReader(Reader):
         except FileNotFoundError:
             return self._unreadable(now_ns, f"fake reader state file {self._path} does not exist (the test writes it)")
         except OSError as exc:
-            return self._unreadable(now_ns, f"fake reader state file {self._path} cannot be read: {exc.strerror or exc}")
+            return self._unreadable(
+                now_ns, f"fake reader state file {self._path} cannot be read: {exc.strerror or exc}"
+            )
         except ValueError as exc:
             return self._unreadable(now_ns, f"fake reader state file {self._path} is not valid: {exc}")
 
@@ -149,11 +151,18 @@ class FakeReader(Reader):
         if busy is None and fault != "negative_vram":
             raise ValueError(f"fake reader: unknown fault {fault!r} in its state file")
         processes = {
-            pid: ProcessGpu(busy_ns={ENGINE: busy if busy is not None else 0}, vram_bytes=-GARBAGE_VRAM if busy is None else 0)
+            pid: ProcessGpu(
+                busy_ns={ENGINE: busy if busy is not None else 0}, vram_bytes=-GARBAGE_VRAM if busy is None else 0
+            )
             for pid in pids
         }
-        return GpuReading(readable=True, at_ns=now_ns, processes=processes, vram_total_bytes=16 * GARBAGE_VRAM,
-                          vram_free_bytes=-GARBAGE_VRAM if busy is None else GARBAGE_VRAM)
+        return GpuReading(
+            readable=True,
+            at_ns=now_ns,
+            processes=processes,
+            vram_total_bytes=16 * GARBAGE_VRAM,
+            vram_free_bytes=-GARBAGE_VRAM if busy is None else GARBAGE_VRAM,
+        )
 
     @staticmethod
     def _unreadable(at_ns: int, why: str, device: str = "gpu") -> GpuReading:

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -51,7 +51,7 @@ RELEASE_HANG_S = 600.0
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).astimezone().isoformat()
+    return datetime.now(UTC).astimezone().isoformat()
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.005) -> None:
@@ -74,7 +74,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _JsonHttpServer
     protocol_version = "HTTP/1.1"  # keep-alive: a client's next request reuses the connection
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # tests read what they need from the fake itself, not from stderr
 
     def _serve(self, method: str) -> None:
@@ -111,16 +111,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         self._serve("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._serve("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._serve("PUT")
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         self._serve("PATCH")
 
 
@@ -153,8 +153,9 @@ class _App:
         self._seen_lock = threading.Lock()
         self._http = _JsonHttpServer(self, port)
         # a short poll: stopping a fake (shutdown waits for it) stays quick
-        self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.02},
-                                             name=f"fake-http:{self.port}", daemon=True)
+        self._http_thread = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.02}, name=f"fake-http:{self.port}", daemon=True
+        )
 
     @property
     def port(self) -> int:
@@ -209,8 +210,12 @@ class RecordingServer(_App):
 
 
 DEFAULT_DETAILS: Mapping[str, Any] = {
-    "parent_model": "", "format": "gguf", "family": "llama", "families": ["llama"],
-    "parameter_size": "7.2B", "quantization_level": "Q4_0",
+    "parent_model": "",
+    "format": "gguf",
+    "family": "llama",
+    "families": ["llama"],
+    "parameter_size": "7.2B",
+    "quantization_level": "Q4_0",
 }
 
 
@@ -264,8 +269,16 @@ class FakeLlmServer(_App):
 
     KEEP_ALIVE_S = 300.0  # the real server's default keep_alive (5 minutes)
 
-    def __init__(self, board: VramBoard, models: list[FakeModel], pid: int | None = None, load_s: float = 0.0,
-                 unload_s: float = 0.0, generate_s: float = 0.05, port: int = 0) -> None:
+    def __init__(
+        self,
+        board: VramBoard,
+        models: list[FakeModel],
+        pid: int | None = None,
+        load_s: float = 0.0,
+        unload_s: float = 0.0,
+        generate_s: float = 0.05,
+        port: int = 0,
+    ) -> None:
         super().__init__(port)
         self.board = board
         self.catalog = {m.name: m for m in models}
@@ -284,21 +297,39 @@ class FakeLlmServer(_App):
         self.routes[("POST", "/api/generate")] = self._generate_route
         self.routes[("GET", "/")] = lambda body: (200, b"fake LLM server is running")
         # not the real program's: what a test or benchmark in another process reads back
-        self.routes[("GET", "/debug/unloads")] = lambda body: (200, [
-            {"model": u.model, "asked_at": u.asked_at, "started_at": u.started_at, "done_at": u.done_at, "own_s": u.own_s}
-            for u in list(self.unloads)])
+        self.routes[("GET", "/debug/unloads")] = lambda body: (
+            200,
+            [
+                {
+                    "model": u.model,
+                    "asked_at": u.asked_at,
+                    "started_at": u.started_at,
+                    "done_at": u.done_at,
+                    "own_s": u.own_s,
+                }
+                for u in list(self.unloads)
+            ],
+        )
         self._publish()
 
     # what it answers ------------------------------------------------------------------------
 
     def ps(self) -> dict[str, Any]:
         with self._lock:
-            return {"models": [
-                {"name": m.model.name, "model": m.model.name, "size": m.model.size_bytes, "digest": m.model.digest,
-                 "details": dict(m.model.details), "expires_at": m.expires_at.isoformat(),
-                 "size_vram": m.model.size_bytes}
-                for m in self._loaded.values()
-            ]}
+            return {
+                "models": [
+                    {
+                        "name": m.model.name,
+                        "model": m.model.name,
+                        "size": m.model.size_bytes,
+                        "digest": m.model.digest,
+                        "details": dict(m.model.details),
+                        "expires_at": m.expires_at.isoformat(),
+                        "size_vram": m.model.size_bytes,
+                    }
+                    for m in self._loaded.values()
+                ]
+            }
 
     def loaded(self) -> list[str]:
         with self._lock:
@@ -336,8 +367,13 @@ class FakeLlmServer(_App):
             self.load(name)
             return 200, {"model": name, "created_at": _now_iso(), "response": "", "done": True}
         self.generate(name, unload_after=_zero(keep_alive))
-        return 200, {"model": name, "created_at": _now_iso(), "response": "fake answer", "done": True,
-                     "done_reason": "stop"}
+        return 200, {
+            "model": name,
+            "created_at": _now_iso(),
+            "response": "fake answer",
+            "done": True,
+            "done_reason": "stop",
+        }
 
     # what it does ---------------------------------------------------------------------------
 
@@ -351,10 +387,10 @@ class FakeLlmServer(_App):
             entry = self._loaded.get(name)
             fresh = entry is None
             if entry is None:
-                entry = self._loaded[name] = _Loaded(model, datetime.now(timezone.utc).astimezone(), loading=True)
+                entry = self._loaded[name] = _Loaded(model, datetime.now(UTC).astimezone(), loading=True)
             entry.unload_asked = False
             self._asked_at.pop(name, None)
-            entry.expires_at = datetime.now(timezone.utc).astimezone() + timedelta(seconds=self.KEEP_ALIVE_S)
+            entry.expires_at = datetime.now(UTC).astimezone() + timedelta(seconds=self.KEEP_ALIVE_S)
             entry.running += 1 if running else 0
             self._publish()  # the weights are allocated as the load starts
             self._lock.notify_all()
@@ -389,12 +425,18 @@ class FakeLlmServer(_App):
 
     def start_request(self, name: str, seconds: float, unload_after: bool = False) -> threading.Thread:
         """A request on its own thread (a client generating), returned once it runs."""
-        thread = threading.Thread(target=self.generate, args=(name, seconds, unload_after), daemon=True,
-                                  name=f"fake-llm-request:{name}")
+        thread = threading.Thread(
+            target=self.generate, args=(name, seconds, unload_after), daemon=True, name=f"fake-llm-request:{name}"
+        )
         thread.start()
         with self._lock:
-            self._lock.wait_for(lambda: (name in self._loaded and self._loaded[name].running > 0
-                                         and not self._loaded[name].loading) or not thread.is_alive(), timeout=60)
+            self._lock.wait_for(
+                lambda: (
+                    (name in self._loaded and self._loaded[name].running > 0 and not self._loaded[name].loading)
+                    or not thread.is_alive()
+                ),
+                timeout=60,
+            )
         return thread
 
     def running(self, name: str) -> int:
@@ -404,7 +446,7 @@ class FakeLlmServer(_App):
 
     def _ask_unload(self, entry: _Loaded) -> None:
         entry.unload_asked = True
-        entry.expires_at = datetime.now(timezone.utc).astimezone()
+        entry.expires_at = datetime.now(UTC).astimezone()
         self._asked_at.setdefault(entry.model.name, time.monotonic())
 
     def unload(self, name: str) -> None:
@@ -490,9 +532,20 @@ class FakeDiffusionServer(_App):
 
     STEP_S = 0.01  # how often a run looks at the free VRAM and moves on
 
-    def __init__(self, board: VramBoard, model_bytes: int = 6 * GIB, needs_bytes: int = 12 * GIB,
-                 fast_s: float = 0.3, starved_s: float = 3.0, steps: int = 30, unload_s: float = 0.0,
-                 pid: int | None = None, port: int = 0, ws_port: int = 0, loaded: bool = False) -> None:
+    def __init__(
+        self,
+        board: VramBoard,
+        model_bytes: int = 6 * GIB,
+        needs_bytes: int = 12 * GIB,
+        fast_s: float = 0.3,
+        starved_s: float = 3.0,
+        steps: int = 30,
+        unload_s: float = 0.0,
+        pid: int | None = None,
+        port: int = 0,
+        ws_port: int = 0,
+        loaded: bool = False,
+    ) -> None:
         super().__init__(port)
         self.board = board
         self.pid = os.getpid() if pid is None else pid
@@ -515,9 +568,13 @@ class FakeDiffusionServer(_App):
         self.routes[("POST", "/prompt")] = self._prompt_route
         self.routes[("POST", "/free")] = self._free_route
         # not the real program's: what a test or benchmark in another process reads back
-        self.routes[("GET", "/debug/runs")] = lambda body: (200, [
-            {"prompt_id": r.prompt_id, "took_s": r.took_s, "starved_s": r.starved_s, "started_at": r.started_at}
-            for r in list(self.runs)])
+        self.routes[("GET", "/debug/runs")] = lambda body: (
+            200,
+            [
+                {"prompt_id": r.prompt_id, "took_s": r.took_s, "starved_s": r.starved_s, "started_at": r.started_at}
+                for r in list(self.runs)
+            ],
+        )
         self._ws: Server = serve(self._ws_session, HOST, ws_port, compression=None)
         self._ws_thread = threading.Thread(target=self._ws.serve_forever, name="fake-diffusion-ws", daemon=True)
         self._worker = threading.Thread(target=self._work, name="fake-diffusion-worker", daemon=True)
@@ -567,16 +624,25 @@ class FakeDiffusionServer(_App):
 
     def queue(self) -> dict[str, Any]:
         with self._lock:
-            return {"queue_running": [self._item(self._running)] if self._running else [],
-                    "queue_pending": [self._item(j) for j in self._pending]}
+            return {
+                "queue_running": [self._item(self._running)] if self._running else [],
+                "queue_pending": [self._item(j) for j in self._pending],
+            }
 
     def _remaining(self) -> int:
         return len(self._pending) + (1 if self._running else 0)
 
     def _prompt_route(self, body: dict[str, Any] | None) -> tuple[int, Any]:
         if not isinstance(body, dict) or not body.get("prompt"):
-            return 400, {"error": {"type": "no_prompt", "message": "No prompt provided", "details": "No prompt provided",
-                                   "extra_info": {}}, "node_errors": {}}
+            return 400, {
+                "error": {
+                    "type": "no_prompt",
+                    "message": "No prompt provided",
+                    "details": "No prompt provided",
+                    "extra_info": {},
+                },
+                "node_errors": {},
+            }
         prompt_id, number = self._enqueue(body["prompt"])
         return 200, {"prompt_id": prompt_id, "number": number, "node_errors": {}}
 
@@ -596,8 +662,9 @@ class FakeDiffusionServer(_App):
         with self._lock:
             self._number += 1
             number = self._number
-            self._pending.append(_Job(number, prompt_id, prompt or {"3": {"class_type": "KSampler"}},
-                                      int(time.time() * 1000)))
+            self._pending.append(
+                _Job(number, prompt_id, prompt or {"3": {"class_type": "KSampler"}}, int(time.time() * 1000))
+            )
             remaining = self._remaining()
             self._lock.notify_all()
         self._broadcast(self._status(remaining))
@@ -676,15 +743,28 @@ class FakeDiffusionServer(_App):
                 starved += span
             if int(done * self.steps) > step and step < self.steps:
                 step = min(self.steps, int(done * self.steps))
-                self._broadcast({"type": "progress", "data": {"value": step, "max": self.steps, "prompt_id": pid,
-                                                              "node": "3"}})
+                self._broadcast(
+                    {"type": "progress", "data": {"value": step, "max": self.steps, "prompt_id": pid, "node": "3"}}
+                )
         finished = time.monotonic()
         with self._lock:
             self._held = self.model_bytes  # the working memory goes; the model stays loaded
             self.runs.append(Run(pid, started, finished, starved))  # recorded before it shows on the board
             self._publish(False)
-        self._broadcast({"type": "executed", "data": {"node": "9", "output": {"images": [
-            {"filename": f"ComfyUI_{len(self.runs):05d}_.png", "subfolder": "", "type": "output"}]}, "prompt_id": pid}})
+        self._broadcast(
+            {
+                "type": "executed",
+                "data": {
+                    "node": "9",
+                    "output": {
+                        "images": [
+                            {"filename": f"ComfyUI_{len(self.runs):05d}_.png", "subfolder": "", "type": "output"}
+                        ]
+                    },
+                    "prompt_id": pid,
+                },
+            }
+        )
         self._broadcast({"type": "executing", "data": {"node": None, "prompt_id": pid}})
 
     def _remaining_locked(self) -> int:
@@ -762,19 +842,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--needs-gb", type=float, default=12.0, help="diffusion: what a run needs")
     parser.add_argument("--fast-s", type=float, default=0.3)
     parser.add_argument("--starved-s", type=float, default=3.0)
-    parser.add_argument("--release-fault", choices=["", "500", "hang"], default="",
-                        help="llm: answer unload requests with HTTP 500, or never")
+    parser.add_argument(
+        "--release-fault",
+        choices=["", "500", "hang"],
+        default="",
+        help="llm: answer unload requests with HTTP 500, or never",
+    )
     args = parser.parse_args(argv)
     board = VramBoard(args.state_file, int(args.total_gb * GIB))
     fake: _App
     if args.program == "llm":
-        llm = FakeLlmServer(board, args.model or [FakeModel("mistral:latest", 13 * GIB)], load_s=args.load_s,
-                            unload_s=args.unload_s)
+        llm = FakeLlmServer(
+            board, args.model or [FakeModel("mistral:latest", 13 * GIB)], load_s=args.load_s, unload_s=args.unload_s
+        )
         llm.release_fault = args.release_fault
         fake = llm
     else:
-        fake = FakeDiffusionServer(board, int(args.model_gb * GIB), int(args.needs_gb * GIB), args.fast_s,
-                                   args.starved_s, unload_s=args.unload_s)
+        fake = FakeDiffusionServer(
+            board,
+            int(args.model_gb * GIB),
+            int(args.needs_gb * GIB),
+            args.fast_s,
+            args.starved_s,
+            unload_s=args.unload_s,
+        )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -18,9 +18,15 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
-def difference_interval(before: list[float], after: list[float], p: float, rng: random.Random,
-                        resamples: int = 2000, level: float = 0.95,
-                        floors: tuple[list[float], list[float]] | None = None) -> tuple[float, float]:
+def difference_interval(
+    before: list[float],
+    after: list[float],
+    p: float,
+    rng: random.Random,
+    resamples: int = 2000,
+    level: float = 0.95,
+    floors: tuple[list[float], list[float]] | None = None,
+) -> tuple[float, float]:
     """An interval for the change of percentile ``p`` from ``before`` to ``after``, given
     that each is a sample: the central ``level`` of that change over ``resamples``
     bootstrap resamples of each (drawn with replacement, each its own size).  On a shared
@@ -35,13 +41,16 @@ def difference_interval(before: list[float], after: list[float], p: float, rng: 
         return at - percentile(rng.choices(floor, k=len(floor)), p) if floor else at
 
     floor_before, floor_after = floors or ([], [])
-    diffs = [side(after, floor_after) - side(before, floor_before) for _ in range(resamples)]  # percentile() orders them
+    diffs = [
+        side(after, floor_after) - side(before, floor_before) for _ in range(resamples)
+    ]  # percentile() orders them
     tail = (1.0 - level) / 2
     return percentile(diffs, tail), percentile(diffs, 1.0 - tail)
 
 
-def phase_reactions(events: Path, pid: int, changes: int, rng: random.Random, poll_s: float = 0.0,
-                    timeout_s: float = 10.0) -> list[float]:
+def phase_reactions(
+    events: Path, pid: int, changes: int, rng: random.Random, poll_s: float = 0.0, timeout_s: float = 10.0
+) -> list[float]:
     """Append phase lines (``{"event": "status", "phase": "on"|"off"}``, on first) to the
     watched file ``events`` at random gaps; for each, the ms from the write until process
     ``pid`` is seen stopped (on) or running again (off).  It ends with the phase off.
@@ -61,13 +70,16 @@ def phase_reactions(events: Path, pid: int, changes: int, rng: random.Random, po
     return out
 
 
-def ms_until_seen(proc: psutil.Process, stopped: bool, started: float, poll_s: float = 0.0,
-                  timeout_s: float = 10.0) -> float:
+def ms_until_seen(
+    proc: psutil.Process, stopped: bool, started: float, poll_s: float = 0.0, timeout_s: float = 10.0
+) -> float:
     """The ms from ``started`` (monotonic) until ``proc`` is seen stopped, or running again;
     looking every ``poll_s`` (0: without pause)."""
     while (proc.status() == psutil.STATUS_STOPPED) != stopped:
         if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"pid {proc.pid} was not seen {'stopped' if stopped else 'running'} within {timeout_s:g}s")
+            raise RuntimeError(
+                f"pid {proc.pid} was not seen {'stopped' if stopped else 'running'} within {timeout_s:g}s"
+            )
         if poll_s:
             time.sleep(poll_s)
     return 1000 * (time.monotonic() - started)

@@ -15,18 +15,33 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
     """GET ``url`` (or POST ``body`` as JSON to it) and the JSON answer (None when empty)."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=10) as answer:  # noqa: S310 - 127.0.0.1 only
+    with urllib.request.urlopen(request, timeout=10) as answer:
         raw = answer.read()
     return json.loads(raw) if raw else None
 
 
-def start_fake(node: Any, state_file: Path, ready_dir: Path, program: str, *args: str,
-               timeout: float = 30.0) -> dict[str, Any]:
+def start_fake(
+    node: Any, state_file: Path, ready_dir: Path, program: str, *args: str, timeout: float = 30.0
+) -> dict[str, Any]:
     """Start the fake ``program`` (``llm`` or ``diffusion``) as a child of ``node`` (a
     ``LocalNode``), on a 16 GiB board kept in ``state_file``; what it says once listening
     (``url`` among it), with its process as ``proc``."""
     ready = ready_dir / f"{program}.ready"
-    proc = node.spawn([sys.executable, "-m", "arbiter_testing.fake_servers", program, "--state-file", str(state_file),
-                       "--ready-file", str(ready), "--total-gb", "16", *args], stderr=subprocess.DEVNULL)
+    proc = node.spawn(
+        [
+            sys.executable,
+            "-m",
+            "arbiter_testing.fake_servers",
+            program,
+            "--state-file",
+            str(state_file),
+            "--ready-file",
+            str(ready),
+            "--total-gb",
+            "16",
+            *args,
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     info: dict[str, Any] = node.wait_for(lambda: ready.exists() and json.loads(ready.read_text()), timeout=timeout)
     return {**info, "proc": proc}

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from arbiter.plugin import hookimpl
-
 from arbiter_translators.cgroup import CgroupFreezeTranslator
 from arbiter_translators.control import ControlDocTranslator
 from arbiter_translators.gpu_profile import GpuProfileTranslator

@@ -15,9 +15,9 @@ import time
 from collections.abc import Sequence
 from typing import Literal
 
-from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
 from pydantic import Field
 
+from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
 from arbiter_translators.signals import SignalOptions, SignalTranslator
 
 _POLL_S = 0.005

@@ -14,7 +14,6 @@ from arbiter.plugin import (
     Translator,
     write_control_document,
 )
-
 from arbiter_translators.identity import Signaller
 
 

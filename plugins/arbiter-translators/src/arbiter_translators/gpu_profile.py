@@ -21,8 +21,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from arbiter.plugin import ActionResult, KindOptions, PluginContext, PluginError, Translator
 from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from arbiter.plugin import ActionResult, KindOptions, PluginContext, PluginError, Translator
 
 #: the shape of what read_profile returns; a saved profile of another shape is not guessed at
 SAVED_FORMAT = 1
@@ -104,8 +105,9 @@ class GpuProfileOptions(KindOptions):
             or len(value) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         ):
-            raise ValueError(f"{name} is [min, max] in whole MHz, e.g. [1200, 1800], or one number "
-                             f"to lock to it (got {value!r})")
+            raise ValueError(
+                f"{name} is [min, max] in whole MHz, e.g. [1200, 1800], or one number to lock to it (got {value!r})"
+            )
         low, high = value
         if low <= 0:
             raise ValueError(f"{name}: clocks are above 0 MHz (got {low})")
@@ -302,8 +304,10 @@ class GpuProfileTranslator(Translator):
                     milliwatts = min(max(asked, low), high)
                     if milliwatts != asked:
                         edge = "minimum" if asked < low else "maximum"
-                        notes.append(f"power limit {_watts(asked)} is beyond GPU {index}'s {edge} "
-                                     f"{_watts(milliwatts)}: set {_watts(milliwatts)}")
+                        notes.append(
+                            f"power limit {_watts(asked)} is beyond GPU {index}'s {edge} "
+                            f"{_watts(milliwatts)}: set {_watts(milliwatts)}"
+                        )
                 what = f"GPU {index} power limit {_watts(milliwatts)}"
                 requested.append(what)
                 try:
@@ -312,10 +316,18 @@ class GpuProfileTranslator(Translator):
                     errors.append(_call_failure(nvml, what, exc, "power"))
 
             for setting, clocks, clock_type, setter in (
-                ("gpu", options.gpu_clocks_mhz, _code(nvml, "NVML_CLOCK_GRAPHICS", CLOCK_GRAPHICS),
-                 "nvmlDeviceSetGpuLockedClocks"),
-                ("memory", options.memory_clocks_mhz, _code(nvml, "NVML_CLOCK_MEM", CLOCK_MEM),
-                 "nvmlDeviceSetMemoryLockedClocks"),
+                (
+                    "gpu",
+                    options.gpu_clocks_mhz,
+                    _code(nvml, "NVML_CLOCK_GRAPHICS", CLOCK_GRAPHICS),
+                    "nvmlDeviceSetGpuLockedClocks",
+                ),
+                (
+                    "memory",
+                    options.memory_clocks_mhz,
+                    _code(nvml, "NVML_CLOCK_MEM", CLOCK_MEM),
+                    "nvmlDeviceSetMemoryLockedClocks",
+                ),
             ):
                 if clocks is None:
                     continue
@@ -326,8 +338,10 @@ class GpuProfileTranslator(Translator):
                     top = 0  # not readable: the driver itself keeps a lock within what it supports
                 if top > 0 and high > top:
                     low, high = min(low, top), top
-                    notes.append(f"{setting} clocks {clocks[0]}-{clocks[1]} MHz reach beyond GPU {index}'s "
-                                 f"maximum {top} MHz: locked to {low}-{high} MHz")
+                    notes.append(
+                        f"{setting} clocks {clocks[0]}-{clocks[1]} MHz reach beyond GPU {index}'s "
+                        f"maximum {top} MHz: locked to {low}-{high} MHz"
+                    )
                 what = f"GPU {index} {setting} clocks locked to {low}-{high} MHz"
                 requested.append(what)
                 try:
@@ -374,9 +388,14 @@ class GpuProfileTranslator(Translator):
                     try:
                         milliwatts = int(nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle))
                     except Exception as exc:
-                        errors.append(_call_failure(
-                            nvml, f"GPU {index} power limit: the one before was not read, nor the default",
-                            exc, "power"))
+                        errors.append(
+                            _call_failure(
+                                nvml,
+                                f"GPU {index} power limit: the one before was not read, nor the default",
+                                exc,
+                                "power",
+                            )
+                        )
                     else:
                         what = f"GPU {index} power limit back to its default {_watts(milliwatts)}"
                 if milliwatts is not None:
@@ -391,14 +410,20 @@ class GpuProfileTranslator(Translator):
 def _init_failure(nvml: Any, exc: Exception) -> str:
     code = getattr(exc, "value", None)
     if code == _code(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", ERROR_LIBRARY_NOT_FOUND):
-        return (f"NVML cannot initialise: {exc}: the NVIDIA driver (its libnvidia-ml) is not installed "
-                "or not on the library path; install the driver (nvidia-smi should then list the GPU)")
+        return (
+            f"NVML cannot initialise: {exc}: the NVIDIA driver (its libnvidia-ml) is not installed "
+            "or not on the library path; install the driver (nvidia-smi should then list the GPU)"
+        )
     if code == _code(nvml, "NVML_ERROR_DRIVER_NOT_LOADED", ERROR_DRIVER_NOT_LOADED):
-        return (f"NVML cannot initialise: {exc}: the NVIDIA kernel driver is not loaded; load it "
-                "(nvidia-smi should then list the GPU)")
+        return (
+            f"NVML cannot initialise: {exc}: the NVIDIA kernel driver is not loaded; load it "
+            "(nvidia-smi should then list the GPU)"
+        )
     if code == _code(nvml, "NVML_ERROR_NO_PERMISSION", ERROR_NO_PERMISSION):
-        return (f"NVML cannot initialise: {exc}: the daemon's user may not open the GPU devices "
-                "(/dev/nvidia*); run it as root or as a user the devices allow")
+        return (
+            f"NVML cannot initialise: {exc}: the daemon's user may not open the GPU devices "
+            "(/dev/nvidia*); run it as root or as a user the devices allow"
+        )
     return f"NVML cannot initialise: {exc}"
 
 

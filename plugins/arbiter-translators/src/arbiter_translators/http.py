@@ -16,8 +16,9 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from arbiter.plugin import ActionResult, KindOptions, PluginContext, Translator
 from pydantic import Field, field_validator, model_validator
+
+from arbiter.plugin import ActionResult, KindOptions, PluginContext, Translator
 
 if TYPE_CHECKING:
     import httpx
@@ -67,9 +68,15 @@ class HttpPostOptions(KindOptions):
     body: dict[str, Any] = Field(default_factory=dict, description="the JSON body sent")
     per_model: bool = Field(False, description="one request per loaded model, its name added to the body")
     model_field: str = Field("model", min_length=1, description="the body field the model's name goes into")
-    timeout_s: float = Field(10.0, gt=0, le=600, description=(
-        "the whole release must be answered within this, and the daemon waits this long for the "
-        "tenant's VRAM to fall"))
+    timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description=(
+            "the whole release must be answered within this, and the daemon waits this long for the "
+            "tenant's VRAM to fall"
+        ),
+    )
     confirm: bool = Field(True, description="the release counts only once the tenant's VRAM is seen to fall")
     headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
 
@@ -81,8 +88,10 @@ class HttpPostOptions(KindOptions):
     @model_validator(mode="after")
     def _model_field_free(self) -> HttpPostOptions:
         if self.per_model and self.model_field in self.body:
-            raise ValueError(f"with per_model the body must not set {self.model_field!r}: each request sets it "
-                             "to a loaded model's name")
+            raise ValueError(
+                f"with per_model the body must not set {self.model_field!r}: each request sets it "
+                "to a loaded model's name"
+            )
         return self
 
 
@@ -257,7 +266,9 @@ class HttpKnobTranslator(Translator):
                 return ActionResult(requested=(what,), errors=(_failure(what, url, exc, self.options.timeout_s),))
             if not 200 <= response.status_code < 300:
                 self._applied = None
-                return ActionResult(requested=(what,), errors=(
-                    f"{what}: answered HTTP {response.status_code}: {_answer_text(response)}",))
+                return ActionResult(
+                    requested=(what,),
+                    errors=(f"{what}: answered HTTP {response.status_code}: {_answer_text(response)}",),
+                )
             self._applied = key
         return ActionResult(requested=(what,))

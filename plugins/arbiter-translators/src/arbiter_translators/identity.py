@@ -26,6 +26,7 @@ import time
 import weakref
 
 import psutil
+
 from arbiter.plugin import ProcessRef, open_file_share
 
 #: a ref's start time and the process's may differ by rounding, never by this much
@@ -209,7 +210,6 @@ def _read_btime() -> int:
         if line.startswith(b"btime"):
             return int(line.split()[1])
     return int(psutil.boot_time())
-
 
 
 def _close_all(kept: dict[ProcessRef, int]) -> None:

@@ -8,9 +8,7 @@ from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, PluginError, ProcessRef, Translator
-
 from arbiter_translators.identity import REUSED, SENT, Signaller
-
 
 #: how often :meth:`SignalTranslator.settle` looks whether its processes have stopped
 SETTLE_POLL_S = 0.00005
@@ -73,8 +71,9 @@ class SignalTranslator(Translator):
     def kill(self, target: JobTarget) -> None:
         self._send_all(target.processes, signal.SIGKILL, "kill", target.name, target.job_id)
 
-    def _send_all(self, refs: Iterable[ProcessRef], sig: int, action: str, job: str | None,
-                  job_id: str = "") -> list[ProcessRef]:
+    def _send_all(
+        self, refs: Iterable[ProcessRef], sig: int, action: str, job: str | None, job_id: str = ""
+    ) -> list[ProcessRef]:
         sent: list[ProcessRef] = []
         refused: list[str] = []
         denied = False
@@ -109,8 +108,10 @@ class SignalTranslator(Translator):
         report = self.context.pid_reused
         if report is None:
             return
-        why = (f"did not {action} pid {ref.pid}: it now belongs to a process started at {start:.2f}, not the one "
-               f"recorded at {ref.start_time:.2f} (the pid was reused); no signal was sent")
+        why = (
+            f"did not {action} pid {ref.pid}: it now belongs to a process started at {start:.2f}, not the one "
+            f"recorded at {ref.start_time:.2f} (the pid was reused); no signal was sent"
+        )
         try:
             report(job_id, ref, why)
         except Exception:  # reporting must never stop the other processes being handled

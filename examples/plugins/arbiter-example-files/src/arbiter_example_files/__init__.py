@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from arbiter.plugin import KindOptions, PluginContext, Register, Source, SourceState, hookimpl
 from pydantic import Field, field_validator
+
+from arbiter.plugin import KindOptions, PluginContext, Register, Source, SourceState, hookimpl
 
 __all__ = ["CounterFileSource", "FlagFileSource", "arbiter_register_sources"]
 
@@ -84,7 +85,9 @@ class _PolledFile(Source):
 
     def start(self, on_change: Callable[[SourceState], None]) -> None:
         self._poll(on_change)  # a first reading before start returns
-        self._thread = threading.Thread(target=self._run, args=(on_change,), name=f"source {self.options.path}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(on_change,), name=f"source {self.options.path}", daemon=True
+        )
         self._thread.start()
 
     def _run(self, on_change: Callable[[SourceState], None]) -> None:
@@ -98,11 +101,20 @@ class _PolledFile(Source):
         with self._lock:
             before = self._state
         after = self.read_now(before)
-        if (after.readable, after.phase, after.count, after.why) == (before.readable, before.phase, before.count, before.why):
+        if (after.readable, after.phase, after.count, after.why) == (
+            before.readable,
+            before.phase,
+            before.count,
+            before.why,
+        ):
             return
         after = SourceState(
-            readable=after.readable, count=after.count, phase=after.phase, why=after.why,
-            needs_helper=after.needs_helper, changed_at=time.monotonic(),
+            readable=after.readable,
+            count=after.count,
+            phase=after.phase,
+            why=after.why,
+            needs_helper=after.needs_helper,
+            changed_at=time.monotonic(),
         )
         with self._lock:
             self._state = after
