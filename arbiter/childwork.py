@@ -117,10 +117,11 @@ class ChildWorker:
         with self._lock:
             _end(self._child)
 
-    def _exchange(self, child: subprocess.Popen[bytes], request: bytes) -> tuple[str, Any]:
+    def _exchange(self, child: subprocess.Popen[bytes], request: bytes) -> tuple[str, Any, float]:
+        """The child's answer: ("ok", value, cpu_s) or ("raised", description, cpu_s)."""
         assert child.stdin is not None and child.stdout is not None
         deadline = time.monotonic() + self.timeout_s
-        self._send(child.stdin.fileno(), len(request).to_bytes(HEADER, "big") + request, deadline)
+        self._send(child, child.stdin.fileno(), len(request).to_bytes(HEADER, "big") + request, deadline)
         fd = child.stdout.fileno()
         size = int.from_bytes(self._read(child, fd, HEADER, deadline), "big")
         try:
@@ -137,7 +138,7 @@ class ChildWorker:
             raise ChildWorkFailed("it answered something other than an answer")
         return answer
 
-    def _send(self, fd: int, frame: bytes, deadline: float) -> None:
+    def _send(self, child: subprocess.Popen[bytes], fd: int, frame: bytes, deadline: float) -> None:
         data = memoryview(frame)  # a request larger than the pipe goes in pieces, uncopied
         while data:
             if not _ready(fd, select.POLLOUT, deadline):
@@ -146,6 +147,8 @@ class ChildWorker:
                 data = data[os.write(fd, data) :]
             except BlockingIOError:
                 continue
+            except BrokenPipeError:  # its end of the pipe closed: it exited, as a read would find
+                raise ChildWorkFailed(f"it exited (status {_status(child)})") from None
             except OSError as exc:
                 raise ChildWorkFailed(f"its request pipe broke ({exc.strerror or exc})") from None
 
@@ -156,11 +159,7 @@ class ChildWorker:
                 raise ChildWorkFailed(f"it did not answer within {self.timeout_s:g}s")
             chunk = os.read(fd, size)
             if not chunk:
-                try:
-                    status = str(child.wait(timeout=1))
-                except subprocess.TimeoutExpired:
-                    status = "unknown: it closed its answers but runs on"
-                raise ChildWorkFailed(f"it exited (status {status})")
+                raise ChildWorkFailed(f"it exited (status {_status(child)})")
             chunks.append(chunk)
             size -= len(chunk)
         return b"".join(chunks)
@@ -185,6 +184,14 @@ class ChildWorker:
     def _fail(self, why: str) -> NoReturn:
         self._end_child(why)
         raise ChildWorkFailed(self.failure)
+
+
+def _status(child: subprocess.Popen[bytes]) -> str:
+    """A child's exit status, once its pipes say it has gone (it may take a moment to exit)."""
+    try:
+        return str(child.wait(timeout=1))
+    except subprocess.TimeoutExpired:
+        return "unknown: it closed its pipes but runs on"
 
 
 def _ready(fd: int, event: int, deadline: float) -> bool:

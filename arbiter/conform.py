@@ -149,6 +149,9 @@ class Kit:
         self.plugins = plugins  # the node config's extra plugin modules, for the probes' processes
         self._apis: dict[str, Any] | None = None
 
+    def close(self) -> None:
+        self.host.close_scratch(self._table_scratch)
+
     def _cpu_reader(self, conf: ConformFile) -> Reader:
         info = self.host.kind("readers", conf.cpu_reader.kind)
         if info is None:

@@ -273,7 +273,7 @@ def kind_section(family: str, name: str, cls: type, dist: str, level: int) -> st
     if facts:
         out += ["", "It " + "; it ".join(facts) + "."]
     doc = ModelDoc()
-    out += [""] + fields_table(cls.Options, doc, "", skip=("kind",))  # type: ignore[attr-defined]
+    out += ["", *fields_table(cls.Options, doc, "", skip=("kind",))]  # type: ignore[attr-defined]
     while doc.queue:
         nested, at = doc.queue.pop(0)
         out += ["", doc.section(nested, doc.sections[nested], at, level + 1)]
@@ -330,12 +330,13 @@ class _NoProvider:
 def openapi_schema() -> dict[str, Any]:
     from arbiter.http.app import create_app
 
-    return create_app(_NoProvider()).openapi()  # type: ignore[arg-type]
+    return create_app(_NoProvider()).openapi()
 
 
 def _schema_type(schema: dict[str, Any], components: dict[str, Any]) -> str:
     if "$ref" in schema:
-        return schema["$ref"].rsplit("/", 1)[-1]
+        ref: str = schema["$ref"]
+        return ref.rsplit("/", 1)[-1]
     if "anyOf" in schema:
         return " or ".join(_schema_type(s, components) for s in schema["anyOf"])
     if "enum" in schema:

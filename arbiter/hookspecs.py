@@ -78,6 +78,8 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
     :param scratch: a dict the caller keeps from one call to the next (one per daemon), for
         an implementation to remember what its last scan read, under a key of its own, so that
         it need not re-read what cannot have changed.  It may be called from several threads.
+        When the caller stops, it calls ``close()`` on each value in it that has one (a child
+        process or open files that an implementation keeps there end then).
 
     firstresult: the first plugin that returns a list wins.  Called on the tick only,
     never on the fast path.

@@ -83,7 +83,7 @@ class PluginHost:
 
     def options_model(self, family: str, name: str) -> type[BaseModel] | None:
         info = self.kind(family, name)
-        return info.cls.Options if info else None  # type: ignore[attr-defined,no-any-return]
+        return info.cls.Options if info else None  # type: ignore[attr-defined]
 
     def kind_names(self, family: str) -> list[str]:
         return sorted(self.kinds.get(family, {}))
@@ -91,7 +91,7 @@ class PluginHost:
     def plugins(self) -> list[dict[str, Any]]:
         """Every registered plugin with its distribution and the kinds it registered."""
         dists = {self.pm.get_name(p): f"{d.project_name} {d.version}" for p, d in self.pm.list_plugin_distinfo()}
-        out = []
+        out: list[dict[str, Any]] = []
         for plugin in self.pm.get_plugins():
             name = self.pm.get_name(plugin)
             if name is None or name == "arbiter.hookspecs":
@@ -180,13 +180,25 @@ class PluginHost:
         of work cost, whatever else the process was doing."""
         return float(getattr(self._spent, "cpu", 0.0))
 
+    def close_scratch(self, scratch: dict[str, Any], label: str = "process table") -> None:
+        """Close what plugins kept in a scratch dict (see ``arbiter_process_table``), each
+        under a timeout, and empty it; a plugin that fails to close is ignored."""
+        for key, value in list(scratch.items()):
+            close = getattr(value, "close", None)
+            if callable(close):
+                try:
+                    self.call(f"{label} close ({key})", close, timeout=2)
+                except PluginFailed:
+                    pass
+        scratch.clear()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _collect(host: PluginHost) -> None:
-    for family, base in FAMILIES.items():
+    for family in FAMILIES:
         hook = getattr(host.pm.hook, f"arbiter_register_{family}")
         for impl in hook.get_hookimpls():
             plugin_name = impl.plugin_name
@@ -203,7 +215,8 @@ def _collect(host: PluginHost) -> None:
                         f"plugin {_plugin} registered {_family} kind {name!r} with {cls!r}, which is not a "
                         f"subclass of arbiter.plugin.{FAMILIES[_family].__name__}"
                     )
-                if not (isinstance(getattr(cls, "Options", None), type) and issubclass(cls.Options, BaseModel)):
+                options = getattr(cls, "Options", None)
+                if not (isinstance(options, type) and issubclass(options, BaseModel)):
                     raise PluginLoadError(f"plugin {_plugin}: {_family} kind {name!r} has no pydantic Options model")
                 existing = host.kinds.setdefault(_family, {}).get(name)
                 if existing is not None:

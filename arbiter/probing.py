@@ -58,6 +58,7 @@ def run_probe(
             timeout=timeout_s,
             env=env,
             process_group=0,
+            check=False,  # a failed probe is reported below, with its last line of stderr
         )
     except subprocess.TimeoutExpired:
         return {

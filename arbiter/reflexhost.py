@@ -48,8 +48,8 @@ from typing import Any
 
 from arbiter.daemon.act import Actuator
 from arbiter.daemon.limits import cap_malloc_arenas
-from arbiter.plugin import JobTarget, PluginContext, ProcessRef, Source, SourceState
-from arbiter.pluginmanager import PROJECT, PluginHost, build_plugin_manager
+from arbiter.plugin import PROJECT, JobTarget, PluginContext, ProcessRef, Source, SourceState
+from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.store import PausedEntry, PausedJournal
 
 #: where each side writes the count of messages it sent, in the lock file

@@ -118,7 +118,7 @@ class JobRecord:
         return row
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> JobRecord:
+    def from_row(cls, row: sqlite3.Row) -> JobRecord:
         data = dict(row)
         data["manifest"] = json.loads(data["manifest"])
         data["cmd"] = json.loads(data["cmd"])

@@ -5,6 +5,7 @@ Kept free of heavy imports: the CLI uses the client half on every command.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -120,7 +121,7 @@ class _RequestHandler(socketserver.StreamRequestHandler):
                 except ValueError as exc:
                     answer = {"ok": False, "error": f"bad request: {exc}", "code": "BAD_REQUEST"}
                 else:
-                    answer = self._answer(op, lambda: session.handle(op, args))  # type: ignore[union-attr]
+                    answer = self._answer(op, functools.partial(session.handle, op, args))
                 if not self._write(answer):
                     return
         except (EOFError, TimeoutError, OSError):

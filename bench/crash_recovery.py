@@ -153,7 +153,7 @@ def trust_same(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any
             return f"{name!r} lost its record"
         if len(got.get("strikes", [])) != len(rec.get("strikes", [])):
             return f"{name!r} had {len(rec['strikes'])} strikes, now {len(got.get('strikes', []))}"
-        if any(abs(a - b) > 1.0 for a, b in zip(sorted(got["strikes"]), sorted(rec["strikes"]))):
+        if any(abs(a - b) > 1.0 for a, b in zip(sorted(got["strikes"]), sorted(rec["strikes"]), strict=True)):
             return f"{name!r}'s strike times moved: {rec['strikes']} -> {got['strikes']}"
         was, now = rec.get("untrusted_until"), got.get("untrusted_until")
         if (was is None) != (now is None) or (was is not None and abs(was - now) > 1.0):
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             t.check("stopped", not (why := settled(lambda: frozen_wrongly(b))), f"kill {kill}: {why}")
             t.check(
                 "control_doc",
-                not (why := settled(lambda: control_wrongly_paused(b, disk.controls))),
+                not (why := settled(lambda disk=disk: control_wrongly_paused(b, disk.controls))),
                 f"kill {kill}: {why}",
             )
             after = on_disk(b.db, b.run_id)

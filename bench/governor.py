@@ -39,7 +39,7 @@ TARGET = 0.05
 CEILING = 0.5
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 PINNED = (
-    "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
+    f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
 )
 
 
@@ -205,7 +205,7 @@ def governed(window_periods: int, period: float, frames: list[str], tmp: Path) -
         node.close()
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=float, default=6.0, help="seconds measured per constant duty")
     parser.add_argument("--period", type=float, default=5.0, help="the governor's period_s (and baseline_s)")
@@ -228,10 +228,10 @@ def main() -> None:
             f"protected alone {base:.1f} frames/s"
         )
         print(f"governor: period {args.period:g}s, ceiling {CEILING}, target {100 * TARGET:.0f}%:")
-        gbase, frames, prompts, summaries = governed(max(10, args.periods), args.period, frames, Path(tmp))
+        gbase, steady, prompts, summaries = governed(max(10, args.periods), args.period, frames, Path(tmp))
         for line in summaries:
             print(f"  {line}")
-        slowdown = 1 - frames / gbase
+        slowdown = 1 - steady / gbase
         share = prompts / oracle[2] if oracle[2] else float("nan")
         print(
             json.dumps(
@@ -248,6 +248,7 @@ def main() -> None:
             f"steady-state slowdown {100 * slowdown:.1f}% (target {100 * TARGET:.0f}%), "
             f"job throughput {100 * share:.0f}% of the oracle's (goal ≥ 80%)"
         )
+    return 0
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             queued = time.time()
             http_json(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
             done = node.wait_for(
-                lambda: (
+                lambda before=before: (
                     (ev := node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
                     and len(ev) > before
                     and ev[-1]
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             unload = http_json(f"{llm['url']}/debug/unloads")[-1]
             run = node.wait_for(
-                lambda: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30
+                lambda i=i: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30
             )
             total = done["t"] - queued
             totals.append(total * 1000)

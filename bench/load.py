@@ -418,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         pss_end = pss_mib(family)
     finally:
         stop.set()
-        for helper in (writer, control, signaller, *bystanders):
+        helpers: list[subprocess.Popen[Any] | None] = [writer, control, signaller, *bystanders]
+        for helper in helpers:
             if helper is not None:
                 helper.kill()
                 helper.wait()

@@ -59,7 +59,7 @@ def main() -> None:
     written = [json.loads(line)["mono"] for line in path.read_text().splitlines()]
     if len(seen) != len(written):
         print(f"saw {len(seen)} changes for {len(written)} writes (some writes were read together)")
-    latencies = sorted((s - w) * 1e6 for s, w in zip(seen, written))
+    latencies = sorted((s - w) * 1e6 for s, w in zip(seen, written, strict=False))
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     print(
         f"jsonl write -> on_change over {len(latencies)} writes (writer in another process): "

@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 
 import psutil
 
 from arbiter_matchers.table import TableMemo, process_table, psutil_table
 
 
-def timed(read: Callable[[], list[object]], rounds: int) -> tuple[float, float, float, int]:
+def timed(read: Callable[[], Sized], rounds: int) -> tuple[float, float, float, int]:
     """p50 and p99 of the wall time, the mean CPU time of the calling thread (ms), the size."""
     read()  # warm the page cache and the user name lookups (and start a child)
     samples = []

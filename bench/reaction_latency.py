@@ -18,13 +18,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from arbiter.demo.node import PYTHON, LocalNode
 from arbiter_testing.reaction import percentile as pct
 from arbiter_testing.reaction import phase_reactions
 
 
-def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], dict]:
+def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], dict[str, Any]]:
     root = Path(tempfile.mkdtemp(prefix="arbiter-reaction-"))
     events = root / "events.jsonl"
     events.touch()

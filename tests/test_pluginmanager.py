@@ -96,7 +96,7 @@ def test_modules_named_in_config_are_loaded() -> None:
 
 
 def test_a_missing_module_is_a_clear_error() -> None:
-    with pytest.raises(PluginLoadError, match="'no_such_arbiter_plugin'.*cannot be imported"):
+    with pytest.raises(PluginLoadError, match=r"'no_such_arbiter_plugin'.*cannot be imported"):
         build_plugin_manager(modules=["no_such_arbiter_plugin"], entry_points=False)
 
 
@@ -116,7 +116,7 @@ def test_disable_plugins_blocks_entry_points_and_modules() -> None:
 
 def test_registering_a_non_kind_is_refused() -> None:
     plugin_module("site_plugin_d", cls=dict)
-    with pytest.raises(PluginLoadError, match="not a subclass of arbiter.plugin.Matcher"):
+    with pytest.raises(PluginLoadError, match=r"not a subclass of arbiter\.plugin\.Matcher"):
         build_plugin_manager(modules=["site_plugin_d"], entry_points=False)
 
 
@@ -142,10 +142,10 @@ def test_calls_are_isolated_and_time_out() -> None:
     with pytest.raises(PluginFailed, match="RuntimeError: driver exploded"):
         host.call("readers/x", boom)
     started = time.monotonic()
-    with pytest.raises(PluginFailed, match="no answer within 0.2s"):
+    with pytest.raises(PluginFailed, match=r"no answer within 0\.2s"):
         host.call("readers/slow", time.sleep, 5)
     assert time.monotonic() - started < 1.0
-    with pytest.raises(PluginFailed, match="no answer within 0.2s, and that call is still running"):
+    with pytest.raises(PluginFailed, match=r"no answer within 0\.2s, and that call is still running"):
         host.call("readers/slow", lambda: 1)  # no second worker is tied up behind a hung one
     assert host.call("ok", lambda: 42) == 42
     host.close()

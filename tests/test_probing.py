@@ -68,6 +68,7 @@ def test_a_host_without_a_gpu_provides_nothing_and_says_why_for_every_api(tmp_pa
         timeout=120,
         cwd=tmp_path,
         env={**env, "XDG_CONFIG_HOME": str(tmp_path)},
+        check=True,
     )
     answer = json.loads(out.stdout)
     assert set(answer) >= {"host", "containers", "evidence", "platform", "arbiter_version"}

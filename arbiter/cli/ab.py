@@ -4,6 +4,7 @@ progress bar, and its report (the daemon holds the run; the CLI only asks)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -60,7 +61,7 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     return table
 
 
-def follow(console: Console, ask: Any, run_id: str, sweep: str | None) -> dict[str, Any]:
+def follow(console: Console, ask: Callable[[], list[dict[str, Any]]], run_id: str, sweep: str | None) -> dict[str, Any]:
     """Show the run's progress until it (or its sweep) ends; returns its last status."""
     with Progress(
         TextColumn("{task.description}"),

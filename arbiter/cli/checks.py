@@ -6,7 +6,8 @@ from pathlib import Path
 
 from arbiter.cli.client import CliError
 from arbiter.config.errors import ConfigError, Problem
-from arbiter.config.loader import check_paths, find_config, parse_node_config, read_text, resolve_paths, rule_files
+from arbiter.config.loader import check_paths, parse_node_config, read_text, resolve_paths, rule_files
+from arbiter.config.locate import find_config
 from arbiter.config.models import NodeConfig
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 

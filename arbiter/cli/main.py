@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -89,7 +89,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-class LogFormat(str, Enum):
+class LogFormat(StrEnum):
     text = "text"
     json = "json"
 
@@ -332,9 +332,11 @@ def conform(
     observer = Observer(cfg, host)
     readers = [(name, reader) for name, reader, _ in observer.readers if reader is not None]
     say = (lambda _m: None) if as_json else (lambda m: print(f"arbiter conform: {m}", file=sys.stderr, flush=True))
+    kit = Kit(host, readers, say, cfg.plugins)
     try:
-        results = Kit(host, readers, say, cfg.plugins).run(conf, folder, spec)
+        results = kit.run(conf, folder, spec)
     finally:
+        kit.close()
         observer.close()
     if spec is not None and not results:
         raise _fail(CliError(f"no spec is called {spec!r} in {folder}", 2))

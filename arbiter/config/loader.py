@@ -275,7 +275,9 @@ def _is_block(path: Path_) -> bool:
     """Whether a rule file holds a plugin block at ``path`` (see RULE_BLOCKS)."""
     return any(
         len(pattern) == len(path)
-        and all(want == part or (want == "*" and isinstance(part, int)) for want, part in zip(pattern, path))
+        and all(
+            want == part or (want == "*" and isinstance(part, int)) for want, part in zip(pattern, path, strict=True)
+        )
         for pattern, _family in RULE_BLOCKS
     )
 

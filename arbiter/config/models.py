@@ -322,7 +322,7 @@ class Manifest(Strict):
 
     def gpu_for(self, platform: str) -> GpuUse:
         """The GPU needs on ``platform``: a variant replaces ``gpu`` whole."""
-        return self.variants.get(platform, self.gpu)  # type: ignore[call-overload]
+        return next((gpu for name, gpu in self.variants.items() if name == platform), self.gpu)
 
 
 # --- the wire protocol -----------------------------------------------------------------------

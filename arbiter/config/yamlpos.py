@@ -107,8 +107,8 @@ def load_with_positions(text: str, filename: str) -> tuple[Any, Positions]:
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        where = exc.problem_mark or exc.context_mark
+        line, col = (where.line + 1, where.column + 1) if where else (0, 0)
         message = " ".join(str(part) for part in (exc.context, exc.problem) if part)
         raise ConfigError(
             [Problem(filename, line, col, "", f"not valid YAML: {message}", "check indentation and quoting")]

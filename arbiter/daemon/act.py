@@ -220,7 +220,7 @@ class Actuator:
         kept: list[PausedEntry] = []  # on record now (paused, or perhaps paused by a failed call)
         gone: list[PausedEntry] = []  # not paused after all (their process had ended)
         dropped: list[PausedEntry] = []  # of those, ones an earlier try had kept on record
-        for (target, entries), result in zip(work, results):
+        for (target, entries), result in zip(work, results, strict=True):
             if isinstance(result, BaseException):
                 # some may be stopped already: keep them all on record, so a resume reaches them
                 kept.extend(entries)

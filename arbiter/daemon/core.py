@@ -255,9 +255,10 @@ class Daemon:
             self.journal.truncate()
         except (sqlite3.Error, OSError) as exc:  # a full or read-only state directory: protect anyway
             self.recorder.failed(exc)
-        for entry in self.actuator.paused.values():  # what could not be resumed stays on record
+        kept = list(self.actuator.paused.values())  # what could not be resumed stays on record
+        for entry in kept:
             self.journal.append("pause", entry)
-            self.recorder.paused("pause", entry)
+        self.recorder.paused("pause", kept)
         pause = translators.get("pause")
         if self.config.reflex_process and pause is not None and pause[1].bounded:
             only = {info.plugin for info in self.host.kinds.get("sources", {}).values()}
@@ -1201,9 +1202,12 @@ def _origin(report: tuple[str, Any]) -> Hashable:
     """Whose report it is: a source's slot, or a session helper (its reports and its going
     away are one sequence)."""
     kind, payload = report
+    origin: Hashable = payload
     if kind == "source":
-        return payload[:2]
-    return payload[0] if kind == "helper" else payload
+        origin = payload[:2]
+    elif kind == "helper":
+        origin = payload[0]
+    return origin
 
 
 def _drained(inbox: queue.Queue[tuple[str, Any]]) -> list[tuple[str, Any]] | None:

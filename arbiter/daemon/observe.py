@@ -271,10 +271,10 @@ class Claimer:
             if offer is None:
                 continue
             try:
-                chosen = self.call(label, live.matcher.select, offer)  # type: ignore[union-attr]
+                picked = self.call(label, live.matcher.select, offer)  # type: ignore[union-attr]
             except PluginFailed as exc:
-                chosen = exc
-            claiming.take(live, chosen)
+                picked = exc
+            claiming.take(live, picked)
         return claiming.pids, claiming.faults
 
     def _batch(self, rules: list[LiveRule], claiming: _Claiming) -> int:
@@ -465,7 +465,7 @@ class Observer:
         for job in jobs:
             root = roots.get(job.id)
             info = by_pid.get(root) if root is not None else None
-            if info is None or abs(info.start_time - (job.root_start or 0.0)) > 0.01:
+            if root is None or info is None or abs(info.start_time - (job.root_start or 0.0)) > 0.01:
                 job_processes[job.id] = ()
                 continue
             refs = tuple(by_pid[p].ref for p in trees[root] if p in by_pid)
@@ -573,11 +573,14 @@ class Observer:
         """The reading of a host signal plugin, or None where none is installed or it fails."""
         if kind not in self._signals:
             info = self.host.kind("host", kind)
+            model = self.host.options_model("host", kind)
             context = PluginContext(state_dir=self.config.state_path(), daemon_uid=os.geteuid())
             try:
                 self._signals[kind] = (
-                    None if info is None else self.host.call(f"host/{kind}", info.cls, info.cls.Options(), context)
-                )  # type: ignore[attr-defined]
+                    None
+                    if info is None or model is None
+                    else self.host.call(f"host/{kind}", info.cls, model(), context)
+                )
             except PluginFailed:
                 self._signals[kind] = None
         signal = self._signals[kind]
@@ -601,7 +604,7 @@ class Observer:
         if self._machine_reading is None:  # the node does not change while the daemon runs
             reading = self.host_signal("machine")
             is_record = is_dataclass(reading) and not isinstance(reading, type)
-            self._machine_reading = asdict(reading) if is_record else {}  # type: ignore[arg-type]
+            self._machine_reading = asdict(reading) if is_record else {}
         return self._machine_reading
 
     def _feed_process_sources(
@@ -623,6 +626,7 @@ class Observer:
 
     def close(self) -> None:
         self.job_events.close()
+        self.host.close_scratch(self._table_scratch)
         for name, reader, _ in self.readers:
             if reader is not None:
                 try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import sqlite3
@@ -90,7 +91,7 @@ class Recorder:
                 if kind == "event":
                     events.append(payload)
                     self.counts[payload["code"]] += 1
-                    writes.append(lambda db, e=payload: Store.add_event(db, e))
+                    writes.append(functools.partial(Store.add_event, event=payload))
                 elif kind == "write":
                     writes.append(payload)
                 else:

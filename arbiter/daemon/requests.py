@@ -220,8 +220,8 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         return {}
     if op == "job.exited":
         record = _job(daemon, args, uid)
-        code = None if args.get("exit_code") is None else int(_number_arg(op, args, "exit_code", whole=True))
-        daemon.end_job(record, code, f"its command exited with {code}")
+        exit_code = None if args.get("exit_code") is None else int(_number_arg(op, args, "exit_code", whole=True))
+        daemon.end_job(record, exit_code, f"its command exited with {exit_code}")
         return {}
     if op in ("job.stop", "job.pause", "job.resume"):
         record = _job(daemon, args, uid)

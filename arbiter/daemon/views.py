@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from arbiter import __version__
 from arbiter.daemon.observe import clock_jump_message
@@ -272,13 +272,27 @@ def _job_duty_state(item: dict[str, Any], verdict: JobVerdict | None) -> str:
     return "holds its duty"
 
 
+class _GovernorRow(TypedDict):
+    """One rule's governor in :func:`duty_view`."""
+
+    rule: str
+    state: str
+    budget: float
+    ceiling: float
+    baseline: float | None
+    baseline_age_s: float | None
+    pressure: float | None
+    level: float | None
+    take_back_left_s: float | None
+
+
 def duty_view(daemon: Daemon) -> dict[str, Any]:
     """The budget, each rule's governor and each job's asked and measured duty."""
     snap = daemon.snapshot
     decision = snap.decision
     now = time.monotonic()
     governors = dict(decision.state.governors) if decision else {}
-    rules = []
+    rules: list[_GovernorRow] = []
     for rid, gs in sorted(governors.items()):
         rules.append(
             {

@@ -64,13 +64,14 @@ class LocalNode:
 
     def start(self, timeout: float = 30.0, **env: str) -> None:
         """Start the daemon (with ``env`` added to its environment)."""
-        log = open(self.root / "daemon.log", "ab")
-        self.daemon = subprocess.Popen(
-            [PYTHON, "-m", "arbiter", "run", "--config", str(self.config_path)],
-            stdout=log,
-            stderr=log,
-            env={**self.env(), **env},
-        )
+        # the daemon has its own copy of the descriptor: ours is closed once it is started
+        with open(self.root / "daemon.log", "ab") as log:
+            self.daemon = subprocess.Popen(
+                [PYTHON, "-m", "arbiter", "run", "--config", str(self.config_path)],
+                stdout=log,
+                stderr=log,
+                env={**self.env(), **env},
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.daemon.poll() is not None:

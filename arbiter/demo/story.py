@@ -166,13 +166,14 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
         node.start()
         rate = _Rate(events)
         with Live(console=console, refresh_per_second=4, transient=False) as live:
-            node.job_run(
-                [PYTHON, "-m", "arbiter.demo.job"],
-                "--cooperative",
-                "--name",
-                "batch-coop",
-                stderr=open(root / "jobs.log", "ab"),
-            )
+            with open(root / "jobs.log", "ab") as jobs_log:  # the job keeps its own copy
+                node.job_run(
+                    [PYTHON, "-m", "arbiter.demo.job"],
+                    "--cooperative",
+                    "--name",
+                    "batch-coop",
+                    stderr=jobs_log,
+                )
             _show(
                 live,
                 node,
@@ -215,12 +216,13 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                 10,
                 lambda: _state(node, "batch-coop") == "run",
             )
-            node.job_run(
-                [PYTHON, "-m", "arbiter.demo.job", "--plain"],
-                "--name",
-                "batch-plain",
-                stderr=open(root / "jobs.log", "ab"),
-            )
+            with open(root / "jobs.log", "ab") as jobs_log:
+                node.job_run(
+                    [PYTHON, "-m", "arbiter.demo.job", "--plain"],
+                    "--name",
+                    "batch-plain",
+                    stderr=jobs_log,
+                )
             _show(
                 live,
                 node,

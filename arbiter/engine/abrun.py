@@ -252,12 +252,13 @@ def _watch(w: Window, sees: Sees) -> Window:
         spoiled = spoiled or unreadable
     elif w.count0 is not None and sees.count < w.count0:
         spoiled = spoiled or "its progress count went back (the source restarted)"
+    t0 = w.t0
     w = replace(_changes(w, sees), spoiled=spoiled, work_ran=w.work_ran or sees.work_running)
     if (
         w.arm == "on"
         and sees.work_sample_at is not None
         and sees.work_sample_at != w.last_sample
-        and sees.work_sample_at >= w.t0
+        and sees.work_sample_at >= t0
     ):
         if sees.work_duty is None:
             w = replace(w, duty_unread=True, last_sample=sees.work_sample_at)
@@ -313,7 +314,8 @@ def _next_in_sweep(rs: RunState, wall: float) -> RunState | None:
     index = int(spec.run_id.rsplit("-", 1)[1]) + 1
     run_id = f"{spec.sweep_id}-{index}"
     nxt = replace(spec, run_id=run_id, duty=spec.levels[0], levels=spec.levels[1:], seed=run_id)
-    return start(nxt, wall, passed=(*rs.passed, spec.duty))
+    passed = rs.passed if spec.duty is None else (*rs.passed, spec.duty)
+    return start(nxt, wall, passed=passed)
 
 
 def _finish(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:

@@ -8,6 +8,7 @@ the timeline.  Nothing here reads a clock, a file or a process.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from arbiter.engine import codes
 from arbiter.engine.abrun import RunState, Sees, advance, covers, work_seen
@@ -122,6 +123,7 @@ def _rule_holds(
     if rp.protected and rs.using_gpu and policy.gpu_jobs in ("when_no_gpu_protected", "certified"):
         # a fault is named as itself, with what fixes it: waiting for the program would not
         code, remedy = codes.PROTECTED_GPU_BUSY, ""
+        evidence: dict[str, Any]
         if ro.faults:
             evidence = {"rule": rid, "faults": list(ro.faults)}
             why = f"a plugin for it failed ({'; '.join(ro.faults)}), which counts as using the GPU"
@@ -569,7 +571,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
                     "off": codes.PROTECTION_PHASE_OFF,
                     "soon": codes.PROTECTION_PHASE_SOON,
                 }[phase]
-                data = {"during": i, "phase": phase, "seen_by": po.seen_by, "changed_at": po.changed_at}
+                data: dict[str, Any] = {"during": i, "phase": phase, "seen_by": po.seen_by, "changed_at": po.changed_at}
                 if why is not None:
                     data["why"] = why.code
                 events.append(TimelineEvent(code, rid, f"{rid!r} phase {phase} (seen by {po.seen_by})", data))

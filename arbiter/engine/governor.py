@@ -153,16 +153,16 @@ def step(
         return new
 
     if gs.mode == "running":
-        guard = memory_available is not None and memory_available < gp.min_available
-        if guard:
+        base_rate = gs.baseline
+        if memory_available is not None and memory_available < gp.min_available:
             gs = take_back(f"host memory available {100 * memory_available:.0f}% < {100 * gp.min_available:.0f}%")
-        elif rate is not None and gs.baseline and gs.decided_at is not None and now - gs.decided_at >= gp.period_s:
-            pressure = 1.0 - rate / gs.baseline
+        elif rate is not None and base_rate and gs.decided_at is not None and now - gs.decided_at >= gp.period_s:
+            pressure = 1.0 - rate / base_rate
             gs = replace(gs, pressure=pressure, decided_at=now)
-            data = {"pressure": round(pressure, 4), "rate": rate, "baseline": gs.baseline, "target": target}
-            if pressure > 2 * target or rate < gs.baseline / 2:
+            data = {"pressure": round(pressure, 4), "rate": rate, "baseline": base_rate, "target": target}
+            if pressure > 2 * target or rate < base_rate / 2:
                 gs = take_back(
-                    f"progress {rate:.3g}/s against a baseline of {gs.baseline:.3g}/s (pressure {pressure:.1%})"
+                    f"progress {rate:.3g}/s against a baseline of {base_rate:.3g}/s (pressure {pressure:.1%})"
                 )
             elif pressure >= target:
                 gs = replace(gs, budget=round(gs.budget / 2, 4))

@@ -108,15 +108,18 @@ class TokenGate:
         self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") not in OPEN_PATHS:
-            if not bearer_ok(_header(scope, b"authorization"), self.token()):
-                await _refuse(
-                    send,
-                    401,
-                    f"this listener is reachable from other hosts: {TOKEN_HINT}",
-                    ((b"www-authenticate", b"Bearer"),),
-                )
-                return
+        if (
+            scope["type"] == "http"
+            and scope.get("path") not in OPEN_PATHS
+            and not bearer_ok(_header(scope, b"authorization"), self.token())
+        ):
+            await _refuse(
+                send,
+                401,
+                f"this listener is reachable from other hosts: {TOKEN_HINT}",
+                ((b"www-authenticate", b"Bearer"),),
+            )
+            return
         await self.app(scope, receive, send)
 
 

@@ -26,7 +26,10 @@ MARGIN = 0.02
 
 def as_blocks(d: np.ndarray, on_first: np.ndarray, off: np.ndarray) -> list[Block]:
     # through real rates, so abstats takes the logarithm itself
-    return [Block(on=float(o * math.exp(x)), off=float(o), on_first=bool(f)) for x, f, o in zip(d, on_first, off)]
+    return [
+        Block(on=float(o * math.exp(x)), off=float(o), on_first=bool(f))
+        for x, f, o in zip(d, on_first, off, strict=True)
+    ]
 
 
 def varied_d(rng: np.random.Generator, rows: int, blocks: int) -> tuple[np.ndarray, np.ndarray]:

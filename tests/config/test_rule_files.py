@@ -191,7 +191,9 @@ def test_node_config_relative_paths_and_env(tmp_path, monkeypatch) -> None:
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "arbiter", *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "arbiter", *args], capture_output=True, text=True, cwd=cwd, timeout=60, check=False
+    )
 
 
 def test_check_cli_reports_every_file_and_exits_non_zero(tmp_path) -> None:

@@ -22,6 +22,7 @@ def conform(path: Path, *args: str) -> tuple[int, dict]:
         text=True,
         timeout=300,
         cwd=ROOT,
+        check=False,
     )
     return out.returncode, json.loads(out.stdout)
 

@@ -169,7 +169,7 @@ def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carri
     """Past ``REDECIDE_AT_MOST`` tries (here at once) a decision is made under the lock,
     the reflex waiting for it: a source flapping faster than decisions never starves them."""
     monkeypatch.setattr(core, "REDECIDE_AT_MOST", 0)
-    with running(tmp_path, 0.2, 4) as (node, daemon, events, pid):
+    with running(tmp_path, 0.2, 4) as (_node, daemon, events, pid):
         phase(events, "on")
         wait_until(lambda: stopped(pid), timeout=5)
         phase(events, "off")
@@ -198,7 +198,7 @@ def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp
 
 def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, monkeypatch) -> None:
     # a hand-off to another thread cost a wake-up (half a millisecond and more under load)
-    with running(tmp_path, 5, 6) as (node, daemon, events, pid):
+    with running(tmp_path, 5, 6) as (_node, daemon, events, pid):
         pausing: list[str] = []
         real = daemon.actuator.pause_trees
 
@@ -284,7 +284,7 @@ def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path:
 
 def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path: Path) -> None:
     # the shutdown resumes what is paused: a pause after that would be left in place
-    with running(tmp_path, 5, 8) as (node, daemon, events, pid):
+    with running(tmp_path, 5, 8) as (_node, daemon, _events, pid):
         daemon.request_stop()
         daemon._on_source("p", 0, SourceState(readable=True, phase="on", changed_at=time.monotonic()))
         time.sleep(0.2)
@@ -299,7 +299,7 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
 
     from arbiter.store import PausedEntry, PausedJournal
 
-    with running(tmp_path, 0.2, 13, reflex_process=True) as (node, daemon, events, pid):
+    with running(tmp_path, 0.2, 13, reflex_process=True) as (node, daemon, _events, pid):
         job_id = node.job("j")["id"]
         assert daemon.link is not None and daemon.link.pid is not None
         journal = PausedJournal(daemon.journal.path)  # as the reflex process does: the row, then the signal

@@ -66,6 +66,7 @@ def test_check_fails_on_a_stale_page_and_a_run_fixes_it(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             timeout=120,
+            check=False,
         )
 
     stale = run("--check")

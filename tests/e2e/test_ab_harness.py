@@ -24,7 +24,7 @@ from arbiter.store import Store
 ROOT = Path(__file__).resolve().parents[2]
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 PINNED = (
-    "import os, sys; os.sched_setaffinity(0, {%d}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])" % CORE
+    f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
 )
 SHORT = ["--window", "3", "--washout", "1", "--blocks", "6", "--max-hours", "1"]
 #: at most 36 blocks a run: a pilot too noisy for that is refused in seconds, not run for an hour
@@ -110,6 +110,7 @@ def cli(node: LocalNode, *args: str, timeout: float = 600) -> subprocess.Complet
         text=True,
         timeout=timeout,
         env=node.env(),
+        check=False,
     )
 
 

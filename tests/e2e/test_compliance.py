@@ -26,7 +26,7 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
             lambda: (node.job("greedy") or {}).get("state") == "run" and (node.job("greedy")["pids"] or [None])[0]
         )
         assert node.job("greedy")["duty"] == 0.3
-        for strike in (1, 2):
+        for _strike in (1, 2):
             took = procs.wait(pid, {"stopped"}, timeout=10)
             node.reasons("greedy", "GPU_DUTY_EXCEEDED")
             explained = node.call("explain", subject="greedy")["explain"]["items"][0]["reasons"][0]

@@ -16,6 +16,7 @@ def doctor(node: LocalNode) -> tuple[int, dict]:
         capture_output=True,
         text=True,
         timeout=180,
+        check=False,
     )
     return out.returncode, json.loads(out.stdout)
 

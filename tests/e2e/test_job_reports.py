@@ -31,6 +31,7 @@ def cli(node: LocalNode, *args: str) -> str:
         text=True,
         timeout=60,
         env={**os.environ, "COLUMNS": "200"},
+        check=False,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout

@@ -17,6 +17,8 @@ import pytest
 
 from arbiter.demo.node import PYTHON, LocalNode
 
+pytestmark = pytest.mark.browser
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

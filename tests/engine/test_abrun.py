@@ -175,13 +175,13 @@ def test_idle_work_earns_nothing() -> None:
 
 
 def test_too_many_left_out_blocks_abort_the_run() -> None:
-    rs, events, _, _ = drive(start(spec(), 1000.0), Program(), 2000, duty=0.0)
+    rs, _events, _, _ = drive(start(spec(), 1000.0), Program(), 2000, duty=0.0)
     assert rs.status == "aborted" and "left out" in rs.why and not rs.certifies
     assert len(rs.excluded) == 2 * rs.target + 1
 
 
 def test_a_collapse_in_an_on_window_stops_the_run_at_once_as_a_slowdown() -> None:
-    rs, events, _, t = drive(start(spec(), 1000.0), Program(off_rate=10, on_rate=2), 200)
+    rs, _events, _, t = drive(start(spec(), 1000.0), Program(off_rate=10, on_rate=2), 200)
     assert rs.status == "done" and rs.verdict == "slowdown" and not rs.certifies and "collapsed" in rs.why
     assert t < 40  # within the first ON window that follows an OFF one, before its end
 
@@ -250,7 +250,7 @@ def test_an_aborted_run_ends_its_sweep() -> None:
 
 
 def test_a_restart_keeps_the_blocks_done_and_starts_the_next_block_afresh() -> None:
-    rs, _, _, t = drive(start(spec(), 1000.0), Program(), 50)
+    rs, _, _, _t = drive(start(spec(), 1000.0), Program(), 50)
     assert rs.blocks and rs.window is not None
     back = from_record(to_record(rs))
     assert back.blocks == rs.blocks and back.excluded == rs.excluded and back.window is None and back.first is None

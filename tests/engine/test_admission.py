@@ -31,7 +31,10 @@ def busy(share: float | None = 0.5, running: bool = True, **kw) -> RuleObs:
     return RuleObs("trainer", running=running, pids=frozenset({10}) if running else frozenset(), gpu_share=share, **kw)
 
 
-def run(obs_rules, jobs, state=EngineState(), policy=POLICY, now=0.0):
+NO_STATE = EngineState()
+
+
+def run(obs_rules, jobs, state=NO_STATE, policy=POLICY, now=0.0):
     obs = Observation(now=now, rules=obs_rules, jobs={j.job_id: j for j in jobs})
     return decide(obs, state, policy, now)
 

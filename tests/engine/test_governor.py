@@ -72,7 +72,10 @@ class Gov:
         return self.d.jobs[jid]
 
 
-def started(g: Gov, jobs=(coop(),), rate: float = 10.0) -> None:
+ONE_COOP = (coop(),)
+
+
+def started(g: Gov, jobs=ONE_COOP, rate: float = 10.0) -> None:
     g.at(0, rate, jobs)
     g.at(60, rate, jobs)
 

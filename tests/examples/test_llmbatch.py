@@ -13,7 +13,13 @@ JOB = ROOT / "examples" / "llmbatch"
 
 def llmbatch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "llmbatch", *args], cwd=JOB, capture_output=True, text=True, timeout=120, env=env
+        [sys.executable, "-m", "llmbatch", *args],
+        cwd=JOB,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
     )
 
 

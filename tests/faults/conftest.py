@@ -116,6 +116,7 @@ class Scene:
             text=True,
             timeout=60,
             env=self.node.env(),
+            check=False,
         )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)  # type: ignore[no-any-return]

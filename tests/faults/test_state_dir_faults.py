@@ -76,7 +76,9 @@ def readonly_mount_works() -> str:
         return "a read-only bind mount needs root (CAP_SYS_ADMIN) for its private mount namespace"
     if not shutil.which("unshare"):
         return "unshare (util-linux) is not installed"
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "true"], capture_output=True, text=True, check=False
+    )
     return "" if probe.returncode == 0 else f"unshare -m is refused here: {probe.stderr.strip()}"
 
 

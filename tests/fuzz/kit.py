@@ -451,11 +451,11 @@ def _schema_valid(what: str, doc: Any) -> bool:
 def _passes_model_checks(what: str, doc: Any) -> bool:
     """The checks a JSON Schema cannot say, which the models make (see arbiter.config.models)."""
     if what == "manifest":
-        uses = [doc.get("gpu", {})] + list(doc.get("variants", {}).values())
+        uses = [doc.get("gpu", {}), *doc.get("variants", {}).values()]
         return not any(u.get("apis_any") and u.get("use") == "none" for u in uses)
     if what == "node":
         host, sep, port = doc.get("http", {}).get("listen", "127.0.0.1:7807").rpartition(":")
-        paths = [doc.get("state_dir", "/x")] + list(doc.get("tenants_dirs", []))
+        paths = [doc.get("state_dir", "/x"), *doc.get("tenants_dirs", [])]
         return bool(sep and host and port.isdigit() and int(port) <= 65535) and not any(
             p.startswith("~") and not p.startswith("~/") and p != "~" for p in paths
         )

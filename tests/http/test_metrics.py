@@ -185,6 +185,6 @@ def test_a_live_daemon_scrape(tmp_path: Path) -> None:
         )
         assert count >= 1
         assert next(s.value for s in fams["arbiter_ticks"].samples if s.name.endswith("_total")) > 0
-        assert [s.labels for s in fams["arbiter_gpu_reader_up"].samples][0]["reader"] == "cpu_time"
+        assert next(s.labels for s in fams["arbiter_gpu_reader_up"].samples)["reader"] == "cpu_time"
     finally:
         node.close()

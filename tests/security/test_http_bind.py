@@ -67,7 +67,7 @@ def test_a_reachable_bind_answers_nothing_but_healthz_without_the_token(start_da
     app = create_app(DaemonProvider(daemon), bind_host="0.0.0.0")
     client = TestClient(app, base_url="http://127.0.0.1:7807")
     good = {"Authorization": f"Bearer {daemon.token}"}
-    routes = every_route(app) + [("GET", "/no/such/path")]
+    routes = [*every_route(app), ("GET", "/no/such/path")]
     assert ("GET", "/openapi.json") in routes and ("POST", "/v1/reload") in routes
     for method, path in routes:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": daemon.token}):

@@ -20,7 +20,7 @@ ARBITER = [sys.executable, "-m", "arbiter"]
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*ARBITER, *args], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run([*ARBITER, *args], capture_output=True, text=True, timeout=60, env=env, check=False)
 
 
 def test_version() -> None:

@@ -36,6 +36,7 @@ def test_resume_all_continues_the_recorded_process_and_names_the_one_whose_pid_w
             capture_output=True,
             text=True,
             timeout=60,
+            check=False,
         )
         assert out.returncode == 0, out.stderr
         assert "resumed 2 item(s)" in out.stdout

@@ -151,6 +151,10 @@ def test_a_native_child_that_hangs_is_a_failure() -> None:
 
 def test_the_native_script_refuses_an_unknown_query() -> None:
     done = subprocess.run(
-        [sys.executable, "-I", "-S", str(NATIVE_SCRIPT), "bogus"], capture_output=True, text=True, timeout=30
+        [sys.executable, "-I", "-S", str(NATIVE_SCRIPT), "bogus"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert done.returncode == 2 and "usage" in done.stdout

@@ -157,7 +157,7 @@ def test_exec_runs_no_shell_and_looks_nothing_up(tmp_path: Path, make) -> None:
         ExecSource.Options.model_validate({"kind": "exec", "command": "rate-tool --json"})
     marker = tmp_path / "marker"
     source = make(ExecSource, command=f"/bin/echo 1; touch {marker}")
-    readable, _, why = source.run_once()  # echo prints its arguments; nothing interprets ';'
+    readable, _, _why = source.run_once()  # echo prints its arguments; nothing interprets ';'
     assert not readable and not marker.exists()
     assert ExecSource.Options.runs_command
 

@@ -146,7 +146,7 @@ def test_a_translator_without_profiles_raises_from_the_base_class(tmp_path: Path
         lambda: plain.apply_profile("t"),
         lambda: plain.restore_profile("t", {}),
     ):
-        with pytest.raises(PluginError, match="this translator applies no GPU profile .*'t'.*gpu_profile"):
+        with pytest.raises(PluginError, match=r"this translator applies no GPU profile .*'t'.*gpu_profile"):
             call()
 
 

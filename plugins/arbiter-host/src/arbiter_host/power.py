@@ -125,9 +125,9 @@ def read_power_supply(folder: Path) -> PowerReading:
         adapters[name] = None if online is None else online > 0
 
     percent = _percent(batteries)
-    online = [name for name, up in adapters.items() if up]
-    if online:
-        return PowerReading("ac", percent, f"{', '.join(online)} online")
+    on_ac = [name for name, up in adapters.items() if up]
+    if on_ac:
+        return PowerReading("ac", percent, f"{', '.join(on_ac)} online")
     discharging = [b.name for b in batteries if b.status == "Discharging"]
     if discharging:
         return PowerReading("battery", percent, f"{', '.join(discharging)} discharging")

@@ -14,6 +14,9 @@ from arbiter_matchers.table import TableMemo, process_table
 
 __all__ = ["ProcessMatcher", "arbiter_process_table", "arbiter_register_matchers", "process_table"]
 
+#: where the process table keeps its memo in the caller's scratch dict
+SCRATCH_KEY = "arbiter_matchers.table"
+
 
 @hookimpl
 def arbiter_register_matchers(register: Callable[[str, type], None]) -> None:
@@ -25,5 +28,7 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo]:
     # the memo spares re-reading /proc/PID/status and the exe link of processes that did
     # not change (with a thousand processes that is half of the scan's cost); its child
     # scans outside the daemon's interpreter, where the fast path does not wait for it
-    memo = scratch.setdefault("arbiter_matchers.table", TableMemo(in_child=True))
-    return process_table(memo if isinstance(memo, TableMemo) else None)
+    memo = scratch.get(SCRATCH_KEY)
+    if not isinstance(memo, TableMemo):
+        memo = scratch[SCRATCH_KEY] = TableMemo(in_child=True)
+    return process_table(memo)

@@ -152,8 +152,8 @@ class ProcScan:
                 return _Seen(stat, before.start, comm, owner, vsize, raw_cmdline, record)
         else:
             raw_cmdline = self._read_cmdline(entry)
-        record = _parse(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
-        return None if record is None else _Seen(stat, fields[19], comm, owner, vsize, raw_cmdline, record)
+        parsed = _parse(base, stat, lpar, rpar, fields, raw_cmdline, boot_time, ticks, usernames)
+        return None if parsed is None else _Seen(stat, fields[19], comm, owner, vsize, raw_cmdline, parsed)
 
     def _read_stat(self, entry: str) -> tuple[bytes | None, int]:
         """The stat line of /proc/ENTRY and the owner of /proc/ENTRY (-1 when unreadable)."""

@@ -140,10 +140,8 @@ class ProcessMatcher(Matcher):
                 exe = p.cmdline[0]
             if not exe or not exe.startswith(self._prefixes):
                 return False
-        if self._uids or self._usernames:
-            if p.uid not in self._uids and p.username not in self._usernames:
-                return False
-        return True
+        # where users are named, the process must be one of theirs
+        return not (self._uids or self._usernames) or p.uid in self._uids or p.username in self._usernames
 
 
 def _resolve_users(users: list[str]) -> tuple[frozenset[int], frozenset[str]]:

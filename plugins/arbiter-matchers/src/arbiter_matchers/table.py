@@ -107,6 +107,13 @@ class TableMemo:
                 self._from_child = False
             return self._apply(*self._scan.scan())
 
+    def close(self) -> None:
+        """End the scanner child, if one runs, and close what the scans keep open."""
+        with self._lock:
+            if self._child is not None:
+                self._child.close()
+            self._scan.close()
+
     def _apply(self, pids: list[int], changed: list[Record]) -> list[ProcessInfo]:
         made = {record[0]: ProcessInfo(*record) for record in changed}
         old = self._infos
@@ -134,7 +141,7 @@ def _scan_answer(answer: object) -> tuple[list[int], list[Record]]:
         if not (
             type(record) is tuple
             and len(record) == len(RECORD_TYPES)
-            and all(isinstance(value, kind) for value, kind in zip(record, RECORD_TYPES))
+            and all(isinstance(value, kind) for value, kind in zip(record, RECORD_TYPES, strict=True))
         ):
             raise _NotAScan(f"it answered a record that is not a process's: {str(record)[:80]}")
     return pids, changed

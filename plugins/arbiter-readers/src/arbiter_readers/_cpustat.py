@@ -105,7 +105,7 @@ def _ran_and_waited_ns(data: bytes | None) -> int | None:
 def _threads_busy_ns(pid: int, ns_per_tick: float, waiting: bool) -> dict[str, int]:
     """Each thread's utime + stime, as engine ``thread:<tid>``; with ``waiting``, the time it
     ran or waited to run (``schedstat``)."""
-    out = {}
+    out: dict[str, int] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:

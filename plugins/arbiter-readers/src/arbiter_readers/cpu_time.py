@@ -72,8 +72,9 @@ class CpuTimeReader(Reader):
     Options = CpuTimeOptions
     stand_in = True
 
-    def __init__(self, options: KindOptions, context: PluginContext) -> None:
+    def __init__(self, options: CpuTimeOptions, context: PluginContext) -> None:
         super().__init__(options, context)
+        self.options: CpuTimeOptions = options
         self._lock = threading.Lock()
         keep = open_file_share(4, 4096) if _LINUX else 0
         self._busy = BusyTimes(keep)
@@ -91,13 +92,13 @@ class CpuTimeReader(Reader):
             return GpuReading(readable=False, at_ns=time.monotonic_ns(), device="cpu", why=NOT_ALLOWED)
         at_ns = time.monotonic_ns()
         if _LINUX:
-            request = (list(pids), bool(self.options.threads), bool(self.options.waiting))  # type: ignore[attr-defined]
+            request = (list(pids), bool(self.options.threads), bool(self.options.waiting))
             with self._lock:
                 answer = self._from_child(request)
                 if answer is None:
                     answer = self._busy(request)
-                processes = self._processes(answer)
-            return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=processes)
+                read = self._processes(answer)
+            return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=read)
         processes: dict[int, ProcessGpu] = {}
         for pid in pids:
             try:
@@ -108,7 +109,7 @@ class CpuTimeReader(Reader):
                     times = proc.cpu_times()
             except psutil.Error:
                 continue  # gone, or not ours to read: it reads as absent, like a GPU reader's
-            if self.options.threads:  # type: ignore[attr-defined]
+            if self.options.threads:
                 try:
                     threads = proc.threads()
                 except psutil.Error:
@@ -124,7 +125,7 @@ class CpuTimeReader(Reader):
     def read_table(self, processes: Mapping[int, ProcessInfo], at_ns: int) -> GpuReading | None:
         """From the CPU times the process table read (on Linux, from the same ``stat`` line
         this reader would read again): a thousand processes' reads spared each tick."""
-        if not self.context.stand_in_gpu or self.options.threads:  # type: ignore[attr-defined]
+        if not self.context.stand_in_gpu or self.options.threads:
             return None  # the refusal, or each thread's time, which the table has not
         busy: dict[int, int] = {}
         for pid, info in processes.items():

@@ -14,6 +14,7 @@ on captured output on any OS.
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -58,7 +59,7 @@ class AgxClient:
 def _entries(text: str) -> list[str]:
     """The text of each ``+-o`` entry (its header line and its properties)."""
     bounds = [m.start() for m in _ENTRY.finditer(text)] + [len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def parse_user_clients(text: str) -> list[AgxClient]:

@@ -267,10 +267,7 @@ class NvmlReader(Reader):
             # a pid seen before and not now has let go of the GPU; it stays, unchanged, so its
             # busy time never seems to restart from zero
             for pid, busy in sorted(self._busy.items()):
-                if pid in listed:
-                    memory_bytes = listed[pid]
-                else:
-                    memory_bytes = 0 if lists_ok and pid not in present else None
+                memory_bytes = listed.get(pid, 0 if lists_ok and pid not in present else None)
                 processes[pid] = ProcessGpu(
                     busy_ns={engine: round(ns) for engine, ns in busy.items()}, vram_bytes=memory_bytes
                 )

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -97,10 +97,11 @@ class FollowedFile(Source):
     """Follows one file (or the newest file a glob matches) and counts the lines that match."""
 
     kind = "file"
-    Options = FollowOptions
+    Options: ClassVar[type[FollowOptions]] = FollowOptions
 
     def __init__(self, options: FollowOptions, context: PluginContext) -> None:
         super().__init__(options, context)
+        self.options: FollowOptions = options
         self._pattern = os.path.expanduser(options.path)
         self._dir, self._base = os.path.split(self._pattern)
         self._is_glob = bool(_GLOB_CHARS & set(self._base))
@@ -509,7 +510,7 @@ class FollowedFile(Source):
             why = f"{self._dir} does not exist yet ({path} is read as soon as it appears)"
         else:
             why = f"{path} does not exist yet (it is read as soon as it appears)"
-        if self.options.path.startswith("~"):  # type: ignore[attr-defined]
+        if self.options.path.startswith("~"):
             why += f"; ~ is {os.path.expanduser('~')} here: for a user's home, run `arbiter helper` in their session"
         return _Problem(why, missing=True)
 

@@ -8,12 +8,20 @@ a phase comes from ``enter``/``exit``/``enter_soon`` events, or from ``event`` +
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from arbiter.plugin import PluginContext
 from arbiter_sources.follow import FollowedFile, FollowOptions, LineMeaning, Phase
+
+
+class _Decoder(json.JSONDecoder):
+    """The standard decoder, with the scanner its ``__init__`` sets declared (the stubs
+    leave that attribute out): ``scan_once(text, index)`` is ``(value, end index)``."""
+
+    scan_once: Callable[[str, int], tuple[Any, int]]
 
 
 def _text(value: Any) -> str | None:
@@ -139,7 +147,7 @@ class JsonlSource(FollowedFile):
         # than twice as long per line (it guesses the encoding, then looks for trailing
         # whitespace in Python), and a program that logs ten thousand lines a second kept
         # this source's thread, and so the interpreter, busy mostly there.
-        self._scan = json.JSONDecoder().scan_once
+        self._scan = _Decoder().scan_once
 
     def match_line(self, line: bytes) -> LineMeaning:
         obj = self._parsed(line)

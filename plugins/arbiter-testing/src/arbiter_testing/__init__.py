@@ -20,9 +20,10 @@ from arbiter_testing.fake_profile import FakeProfileTranslator
 from arbiter_testing.fake_reader import FakeReader, write_state
 
 if TYPE_CHECKING:
-    from arbiter_testing.fake_servers import FakeDiffusionServer, FakeLlmServer, FakeModel, RecordingServer, wait_until
+    from arbiter_testing.fake_servers import FakeDiffusionServer, FakeLlmServer, FakeModel, RecordingServer
     from arbiter_testing.users import ChildFailed, run_as
     from arbiter_testing.vram_board import GIB, VramBoard
+    from arbiter_testing.waiting import wait_until
 
 #: the helpers tests import, loaded on first use: a daemon loads this plugin for its two
 #: kinds, and the fake servers would bring it an HTTP server and a websocket library
@@ -32,7 +33,7 @@ _LAZY = {
     "FakeLlmServer": "fake_servers",
     "FakeModel": "fake_servers",
     "RecordingServer": "fake_servers",
-    "wait_until": "fake_servers",
+    "wait_until": "waiting",
     "ChildFailed": "users",
     "run_as": "users",
     "GIB": "vram_board",

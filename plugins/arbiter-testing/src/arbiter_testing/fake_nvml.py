@@ -8,13 +8,13 @@ test's stand-in adds the calls its plugin makes, answering them as pynvml does.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 INVALID_ARGUMENT, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, DRIVER_NOT_LOADED, LIBRARY_NOT_FOUND = 2, 3, 4, 6, 9, 12
 
 
 class FakeNVMLError(Exception):
-    NAMES = {
+    NAMES: ClassVar[dict[int, str]] = {
         INVALID_ARGUMENT: "Invalid Argument",
         NOT_SUPPORTED: "Not Supported",
         NO_PERMISSION: "Insufficient Permissions",

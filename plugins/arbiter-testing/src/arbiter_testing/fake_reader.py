@@ -193,11 +193,13 @@ def _parse(doc: Any) -> dict[int, _Entry]:
         share = value.get("busy_share")
         if (busy_ns is None) == (share is None):
             raise ValueError(f"process {key}: give exactly one of busy_ns and busy_share")
-        if busy_ns is not None:
-            if not isinstance(busy_ns, dict) or not all(
+        if busy_ns is not None and (
+            not isinstance(busy_ns, dict)
+            or not all(
                 isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in busy_ns.items()
-            ):
-                raise ValueError(f"process {key}: busy_ns must map engine names to integer nanoseconds")
+            )
+        ):
+            raise ValueError(f"process {key}: busy_ns must map engine names to integer nanoseconds")
         if share is not None:
             if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
                 raise ValueError(f"process {key}: busy_share must be a number from 0 to 1, not {share!r}")

@@ -54,16 +54,6 @@ def _now_iso() -> str:
     return datetime.now(UTC).astimezone().isoformat()
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.005) -> None:
-    """Wait for ``predicate`` with a deadline (tests and fakes never sleep a fixed time to
-    assert); AssertionError names what did not happen."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(poll_s)
-
-
 # --- a small JSON HTTP server -------------------------------------------------------------------
 
 
