@@ -34,9 +34,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from arbiter.cli.render import console
 
-    return Console()
+    return console()
 
 
 def _print_json(data: Any) -> None:

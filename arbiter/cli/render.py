@@ -1,4 +1,9 @@
-"""Human output: rich tables for status, explain and the timeline."""
+"""Human output: rich tables for status, explain and the timeline.
+
+Everything shown here is data (rule ids, tags, job names, what jobs report, messages that
+quote them), so no string is read as rich markup: a tag ``[/x]`` or a reported phase
+``[link=...]`` prints as written.  Styles come from :class:`~rich.text.Text` alone.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,12 @@ from typing import Any
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
+
+
+def console(**options: Any) -> Console:
+    """The console every command prints through: no markup in strings (see above)."""
+    return Console(markup=False, **options)
+
 
 STATE_STYLE = {"run": "green", "held": "yellow", "paused": "yellow", "stopping": "red"}
 

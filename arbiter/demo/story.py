@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from arbiter.cli.render import console as plain_console
 from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
 from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.harness.report import text as report_text
@@ -139,7 +140,7 @@ def _append(path: Path, record: dict[str, Any]) -> float:
 
 
 def run_demo(keep: bool = False, console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or plain_console()
     root = Path(tempfile.mkdtemp(prefix="arbiter-demo-"))
     events = root / "trainer-events.jsonl"
     idle_flag = root / "protected.idle"
@@ -317,8 +318,8 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
         console.print(f"demo finished in {time.monotonic() - started:.0f}s; nothing is left running.")
         return 0
     except Exception as exc:
-        console.print(f"[red]the demo failed: {type(exc).__name__}: {exc}[/red]")
-        console.print(node.log())
+        console.print(Text(f"the demo failed: {type(exc).__name__}: {exc}", style="red"))
+        console.print(Text(node.log()))
         return 1
     finally:
         node.close()

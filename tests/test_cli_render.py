@@ -1,0 +1,93 @@
+"""Data is printed as written: rule tags, job names and what jobs report are never rich markup."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+
+from arbiter.cli.render import console, print_explain, print_status, print_timeline
+
+HOSTILE = ["[/x]", "[upload]", "[link=https://evil.example]click[/link]", "[bold red]loud[/]"]
+#: the terminal escape that starts a hyperlink (OSC 8): markup's [link] becomes one
+HYPERLINK = "\x1b]8;"
+
+
+def terminal() -> tuple[io.StringIO, object]:
+    out = io.StringIO()
+    return out, console(file=out, force_terminal=True, width=400, color_system="truecolor")
+
+
+def plain(out: io.StringIO) -> str:
+    """What the terminal shows, without its colours."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+
+
+def test_the_timeline_prints_tags_and_messages_as_written() -> None:
+    out, con = terminal()
+    events = [
+        {
+            "t": time.time(),
+            "code": "PROTECTION_PHASE_ON",
+            "subject": text,
+            "message": f"a phase of 'mytrain' {text} is on",
+        }
+        for text in HOSTILE
+    ]
+    print_timeline(con, events)  # a tag "[/x]" raised MarkupError here
+    shown = plain(out)
+    for text in HOSTILE:
+        assert f"a phase of 'mytrain' {text} is on" in shown
+    assert HYPERLINK not in out.getvalue()
+
+
+def test_explain_prints_what_a_job_reports_as_written() -> None:
+    out, con = terminal()
+    job = {
+        "kind": "job",
+        "id": "[red]job[/red]",
+        "state": "held",
+        "via": None,
+        "duty": 1.0,
+        "reported": {"phase": {"name": "[link=https://evil.example]compute[/link]"}, "why": "[/x] bad line"},
+        "reasons": [{"code": "PROTECTED_GPU_BUSY", "message": "'[upload]' uses the GPU", "remedy": "wait [/]"}],
+    }
+    print_explain(console=con, e={"subject": "node", "notices": [], "items": [job]})
+    shown = plain(out)
+    assert "[red]job[/red]" in shown
+    assert "phase [link=https://evil.example]compute[/link]" in shown
+    assert "[/x] bad line" in shown and "'[upload]' uses the GPU" in shown and "wait [/]" in shown
+    assert HYPERLINK not in out.getvalue()
+
+
+def test_status_prints_rule_ids_and_job_names_as_written() -> None:
+    out, con = terminal()
+    status = {
+        "version": "0",
+        "gpu_jobs": "when_no_gpu_protected",
+        "tick_s": 1.0,
+        "uptime_s": 1.0,
+        "reader": {"name": "cpu_time", "why": ""},
+        "processes": 1,
+        "scan_ms": 1,
+        "fast_path": {"count": 0},
+        "rules": [
+            {
+                "id": "[upload]",
+                "priority": 1,
+                "protected": True,
+                "running": False,
+                "gpu_share": None,
+                "using_gpu": False,
+                "pids": [],
+                "phases": ["[/x]"],
+                "holds": [],
+            }
+        ],
+        "jobs": [{"id": "[b]batch", "state": "run", "duty": 1.0, "use": "gpu", "pids": [1], "reasons": []}],
+        "notices": [],
+        "recorder": {"failures": 0},
+    }
+    print_status(con, status)
+    shown = plain(out)
+    assert "[upload]" in shown and "[/x]" in shown and "[b]batch" in shown
