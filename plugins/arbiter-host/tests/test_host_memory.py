@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -129,17 +128,6 @@ def test_this_host_agrees_with_psutil(tmp_path: Path) -> None:
     assert reading.total_bytes == vm.total
     assert reading.available_bytes is not None
     assert abs(reading.available_bytes - vm.available) < 0.05 * vm.total  # memory moves between reads
-
-    start = time.perf_counter()
-    for _ in range(200):
-        sig.read()
-    ours = (time.perf_counter() - start) / 200
-    start = time.perf_counter()
-    for _ in range(200):
-        psutil.virtual_memory()
-    theirs = (time.perf_counter() - start) / 200
-    print(f"one read: /proc/meminfo {ours * 1e6:.0f} µs, psutil.virtual_memory {theirs * 1e6:.0f} µs")
-    assert ours < 5 * theirs  # a loose bound: timings on a shared host are noisy
 
 
 def test_psutil_path_on_this_host(tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -14,6 +13,7 @@ from pydantic import ValidationError
 
 from arbiter.plugin import ProcessInfo
 from arbiter_matchers import ProcessMatcher, arbiter_register_matchers, process_table
+from arbiter_testing.waiting import wait_until
 
 
 def matcher(**block: object) -> ProcessMatcher:
@@ -214,13 +214,12 @@ def test_descendants_of_a_real_tree(process_tree: tuple[str, int, int]) -> None:
     marker, root, leaf = process_tree
     # The leaf's own command line carries the marker too; cmdline_endswith picks the root only.
     only_root = {"cmdline_endswith": [marker.upper()]}
-    deadline = time.monotonic() + 10
-    while True:
+
+    def with_the_tree() -> list[ProcessInfo] | None:
         table = process_table()
-        pids = {p.pid for p in table}
-        if {root, leaf} <= pids or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+        return table if {root, leaf} <= {p.pid for p in table} else None
+
+    table = wait_until(with_the_tree, 10, "the tree in the process table")
     assert matcher(**only_root).select(table) == {root}
     assert matcher(**only_root, tree="descendants").select(table) == {root, leaf}
     assert matcher(cmdline=[marker], tree="process").select(table) == {root, leaf}

@@ -15,6 +15,7 @@ import pytest
 from arbiter.plugin import ProcessInfo
 from arbiter_matchers import arbiter_process_table
 from arbiter_matchers.table import proc_table, process_table, psutil_table, state_code
+from arbiter_testing.waiting import wait_until
 
 TABLES: list[Callable[[], list[ProcessInfo]]] = [process_table, psutil_table]
 if sys.platform.startswith("linux"):
@@ -38,14 +39,13 @@ def find(table: list[ProcessInfo], pid: int) -> ProcessInfo:
     raise AssertionError(f"pid {pid} missing from the process table")
 
 
-def wait_for_state(read: Callable[[], list[ProcessInfo]], pid: int, state: str) -> ProcessInfo:
+def wait_for_state(read: Callable[[], list[ProcessInfo]], pid: int, *states: str) -> ProcessInfo:
     # A signal is delivered asynchronously: the state changes a moment after kill() returns.
-    deadline = time.monotonic() + 5
-    while True:
+    def in_state() -> ProcessInfo | None:
         info = find(read(), pid)
-        if info.state == state or time.monotonic() > deadline:
-            return info
-        time.sleep(0.01)
+        return info if info.state in states else None
+
+    return wait_until(in_state, 10, f"pid {pid} in state {' or '.join(states)}")
 
 
 def test_the_hook_returns_the_table() -> None:
@@ -76,7 +76,7 @@ def test_a_stopped_child_shows_state_T(read: Callable[[], list[ProcessInfo]], ch
         assert wait_for_state(read, child.pid, "T").state == "T"
     finally:
         os.kill(child.pid, signal.SIGCONT)
-    assert wait_for_state(read, child.pid, "S").state in {"S", "R"}
+    assert wait_for_state(read, child.pid, "S", "R").state in {"S", "R"}
 
 
 @pytest.mark.parametrize("read", TABLES, ids=lambda f: f.__name__)
@@ -116,12 +116,3 @@ def test_state_codes() -> None:
     assert state_code("zombie") == "Z"
     assert state_code("idle") == "I"
     assert state_code("") == ""
-
-
-def test_the_table_is_quick_enough_for_the_tick() -> None:
-    started = time.perf_counter()
-    table = process_table()
-    elapsed = time.perf_counter() - started
-    print(f"process table: {len(table)} processes in {elapsed * 1000:.1f} ms")
-    # The tick is 2 s; a generous bound, so a loaded CI host does not fail it.
-    assert elapsed < 1.5

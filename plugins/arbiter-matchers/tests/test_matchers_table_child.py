@@ -17,6 +17,7 @@ import pytest
 from arbiter.plugin import ChildWorker, ProcessInfo
 from arbiter_matchers import arbiter_process_table, table
 from arbiter_matchers.table import TableMemo, proc_table
+from arbiter_testing.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child scans /proc")
 
@@ -26,15 +27,13 @@ def pids(rows: list[ProcessInfo]) -> set[int]:
 
 
 def gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def exited() -> bool:
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True  # exited; reaping is its new parent's business
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE  # reaping is its new parent's business
         except psutil.NoSuchProcess:
             return True
-        time.sleep(0.02)
-    return False
+
+    return wait_until(exited, timeout, f"pid {pid} to exit", poll_s=0.02)
 
 
 def test_the_hook_scans_in_a_child_that_imports_only_the_standard_library() -> None:
@@ -52,12 +51,17 @@ def test_the_child_gives_the_table_a_scan_here_gives() -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         memo = TableMemo(in_child=True)
+        before = pids(proc_table())
         mine = {p.pid: p for p in memo.table()}
         here = {p.pid: p for p in proc_table()}
+        after = pids(proc_table())
         # processes that do not change between the two scans (others may exec or exit meanwhile)
         for pid in (sleeper.pid, os.getpid(), 1):
             assert replace(mine[pid], state="") == replace(here[pid], state="")
-        assert len(set(mine) & set(here)) >= 0.9 * len(here)
+        # and every process there all along, through both scans, is in both (other tests'
+        # processes come and go meanwhile)
+        through = before & after
+        assert through <= mine.keys() and through <= here.keys(), sorted(through - (mine.keys() & here.keys()))
         assert not memo.child_failure
     finally:
         sleeper.kill()
@@ -73,7 +77,10 @@ def test_a_child_that_dies_is_replaced_by_a_scan_here_and_tried_again_later() ->
     rows = memo.table()
     assert "exited" in memo.child_failure and memo.child_pid is None
     assert os.getpid() in pids(rows) and child not in pids(rows)
-    assert len(rows) >= len(first) - 5  # the whole table, read here
+    # the whole table, read here: every process there through both scans (other tests'
+    # processes come and go meanwhile)
+    through = pids(first) & pids(proc_table()) - {child}
+    assert through <= pids(rows), sorted(through - pids(rows))
     assert memo.table() and memo.child_pid is None  # not started again before the retry time
     memo._child._retry_at = 0.0  # type: ignore[union-attr]
     again = memo.table()

@@ -9,8 +9,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 import pytest
@@ -20,6 +20,7 @@ from arbiter_matchers import _procscan
 from arbiter_matchers._procscan import CMDLINE_RECHECK_SCANS
 from arbiter_matchers.process import ProcessMatcher, ProcessOptions
 from arbiter_matchers.table import TableMemo, process_table
+from arbiter_testing.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the memo serves the /proc table")
 
@@ -31,13 +32,14 @@ def find(table: list[ProcessInfo], pid: int) -> ProcessInfo:
     return next(p for p in table if p.pid == pid)
 
 
-def until(memo: TableMemo, pid: int, ok: Callable[[ProcessInfo], bool]) -> ProcessInfo:
-    deadline = time.monotonic() + 10
-    while True:
+def until(memo: TableMemo, pid: int, ok: Callable[[ProcessInfo], bool], what: str = "") -> ProcessInfo:
+    """The process as the memo's next scans give it, once ``ok`` holds for it."""
+
+    def fits() -> ProcessInfo | None:
         info = find(memo.table(), pid)
-        if ok(info) or time.monotonic() > deadline:
-            return info
-        time.sleep(0.02)
+        return info if ok(info) else None
+
+    return wait_until(fits, 10, what or f"pid {pid} in the memo's table as wanted", poll_s=0.02)
 
 
 def end(child: subprocess.Popen[bytes], flag: str) -> None:
@@ -73,27 +75,37 @@ def test_a_process_that_only_ran_is_an_equal_one_with_its_cpu_time_and_its_verdi
     spinner = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.001); sum(range(20000))"])
     matcher = ProcessMatcher(ProcessOptions(kind="process", cmdline=["sum(range"]))
 
-    def asleep(after_ns: int) -> tuple[list[ProcessInfo], ProcessInfo]:
-        """A table in which it is asleep, having run past ``after_ns`` of CPU time."""
-        deadline = time.monotonic() + 10
-        while True:
+    def cpu_s() -> float:
+        t = psutil.Process(spinner.pid).cpu_times()
+        return float(t.user + t.system)
+
+    def asleep(after_ns: int) -> Callable[[], tuple[list[ProcessInfo], ProcessInfo, float, float] | None]:
+        """A table in which it is asleep, having run past ``after_ns`` of CPU time, with its
+        CPU time read just before and just after the scan."""
+
+        def scan() -> tuple[list[ProcessInfo], ProcessInfo, float, float] | None:
+            before = cpu_s()
             table = memo.table()
+            after = cpu_s()
             info = find(table, spinner.pid)
             if info.cmdline[-1:] == (spinner.args[-1],) and info.state == "S" and (info.cpu_ns or 0) > after_ns:
-                return table, info
-            assert time.monotonic() < deadline, info
-            time.sleep(0.02)
+                return table, info, before, after
+            return None
+
+        return scan
 
     try:
         memo = TableMemo(in_child=in_child)
-        table, first = asleep(-1)
+        table, first, _, _ = wait_until(asleep(-1), 10, "the spinner asleep in a scan", poll_s=0.02)
         assert spinner.pid in matcher.select(table)
         judge = matcher._matches
         matcher._matches = lambda p: pytest.fail(f"{p} judged again") if p.pid == spinner.pid else judge(p)  # type: ignore[method-assign]
-        table, later = asleep((first.cpu_ns or 0) + 20_000_000)
+        at_least = (first.cpu_ns or 0) + 20_000_000
+        table, later, before, after = wait_until(asleep(at_least), 10, "the spinner asleep, having run", poll_s=0.02)
         assert later == first and later is not first
-        t = psutil.Process(spinner.pid).cpu_times()
-        assert later.cpu_ns is not None and abs(later.cpu_ns / 1e9 - (t.user + t.system)) < 0.1  # the stat line's
+        # the stat line's CPU time, read during the scan: between what it was just before and
+        # just after (however long the scan took on a busy host)
+        assert later.cpu_ns is not None and before - 1e-6 <= later.cpu_ns / 1e9 <= after + 1e-6, (before, after)
         assert spinner.pid in matcher.select(table)  # its verdict stands, not judged again
     finally:
         spinner.kill()
@@ -128,12 +140,18 @@ def test_an_exec_of_the_same_program_with_other_arguments_is_seen_at_the_next_sc
     try:
         memo = TableMemo(in_child=in_child)
         before = until(memo, child.pid, lambda p: p.cmdline[-1:] == ("first",))
-        scans = 0
-        while find(memo.table(), child.pid).cmdline[-1:] != ("second",):
-            scans += 1
-            assert scans < 500, "the exec was never seen"
-            time.sleep(0.002)
-        after = find(memo.table(), child.pid)
+
+        def execed() -> bool:
+            done = psutil.Process(child.pid).cmdline()[-1:] == ["second"]  # read afresh
+            memo.table()  # scanned all along, so the memo knew the first program up to the exec
+            return done
+
+        wait_until(execed, 10, "the exec", poll_s=0.002)
+        # done by now: the scans that follow see it, through its new address space's size or, where
+        # that came out the same once it started up, through its command line read again
+        seen = [find(memo.table(), child.pid) for _ in range(CMDLINE_RECHECK_SCANS)]
+        after = seen[-1]
+        assert after.cmdline[-1:] == ("second",), [p.cmdline for p in seen]
         assert after.name == before.name and after.start_time == before.start_time
     finally:
         child.kill()
@@ -157,13 +175,13 @@ def test_a_command_line_rewritten_in_place_is_seen_within_the_recheck(monkeypatc
     try:
         memo = TableMemo()
         until(memo, child.pid, lambda p: flag in p.cmdline)
-        deadline = time.monotonic() + 10
-        while not os.path.exists(flag + ".ready") and time.monotonic() < deadline:
-            time.sleep(0.01)  # started up: its address space no longer grows
+        # started up: its address space no longer grows
+        wait_until(lambda: os.path.exists(flag + ".ready"), 10, "the child to start up")
         for _ in range(10):
             memo.table()  # settled: every scan now finds it unchanged
         open(flag, "w").close()
-        time.sleep(0.5)  # rewritten by now
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        wait_until(lambda: cmdline.read_bytes().startswith(b"renamed-by-title"), 10, "the child to rewrite its argv")
         with monkeypatch.context() as m:  # nothing else changed: without the recheck it stays unseen
             m.setattr(_procscan, "CMDLINE_RECHECK_SCANS", 10**9)
             assert all(find(memo.table(), child.pid).cmdline[:1] != ("renamed-by-title",) for _ in range(8))
@@ -241,15 +259,27 @@ def test_a_kept_stat_file_of_a_gone_process_never_stands_for_the_pid_now() -> No
 
 
 def test_past_the_limit_stat_files_are_read_and_closed_and_the_memo_closes_its_own() -> None:
-    gc.collect()  # earlier memos close theirs
-    before = open_fds()
-    memo = TableMemo()
-    memo._scan._limit = 3
-    full = memo.table()
-    kept = len(memo._scan._stat_fds) + len(memo._scan._cmdline_fds)
-    assert kept == 3 and memo._scan._cmdline_fds.keys() <= memo._scan._stat_fds.keys() and len(full) > 3
-    assert [p.pid for p in memo.table()] == [p.pid for p in full]
-    assert open_fds() == before + 3
+    children = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]  # its own, there through both scans
+    try:
+        gc.collect()  # earlier memos close theirs
+        before = open_fds()
+        memo = TableMemo()
+        memo._scan._limit = 3
+        full = memo.table()
+        kept = len(memo._scan._stat_fds) + len(memo._scan._cmdline_fds)
+        assert kept == 3 and memo._scan._cmdline_fds.keys() <= memo._scan._stat_fds.keys() and len(full) > 3
+        again = {p.pid: p for p in memo.table()}
+        # every process there through both scans is read again, kept file or none (other
+        # tests' processes come and go meanwhile: those still there after the scan were there during it)
+        through = {p.pid for p in full} & {p.pid for p in process_table()}
+        assert through <= again.keys(), sorted(through - again.keys())
+        for child in children:
+            assert again[child.pid].cmdline == find(full, child.pid).cmdline == ("sleep", "60")
+        assert open_fds() == before + 3
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
     del memo
     gc.collect()
     assert open_fds() == before

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from arbiter.plugin import JobTarget, PluginContext, ProcessRef
+from arbiter_testing.waiting import wait_until
 from arbiter_translators import CgroupFreezeTranslator, arbiter_register_translators
 from arbiter_translators.cgroup import cgroup2_mount
 
@@ -29,6 +30,10 @@ COUNTER = (
 
 def ref(proc: subprocess.Popen[bytes]) -> ProcessRef:
     return ProcessRef(proc.pid, psutil.Process(proc.pid).create_time())
+
+
+def stopped(proc: subprocess.Popen[bytes]) -> bool:
+    return bool(psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED)
 
 
 def count(path: Path) -> int:
@@ -61,9 +66,7 @@ def own_group() -> Iterator[Path]:
                 os.kill(int(pid), 9)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 5
-        while (folder / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not (folder / "cgroup.procs").read_text().strip(), 10, "the cgroup to empty", poll_s=0.02)
         folder.rmdir()
 
 
@@ -79,8 +82,7 @@ def test_a_job_alone_in_its_cgroup_is_frozen_and_thawed(translator, own_group: P
     proc = subprocess.Popen([sys.executable, "-c", COUNTER, str(out)])
     try:
         (own_group / "cgroup.procs").write_text(str(proc.pid))
-        while count(out) < 3:
-            time.sleep(0.01)
+        wait_until(lambda: count(out) >= 3, 10, "the counter to count in its cgroup")
         target = JobTarget("j1", "counter", (ref(proc),))
         assert translator.own_cgroup(target) == str(own_group)
         started = time.monotonic()
@@ -88,15 +90,15 @@ def test_a_job_alone_in_its_cgroup_is_frozen_and_thawed(translator, own_group: P
         print(f"\nfroze the job's cgroup in {1000 * (time.monotonic() - started):.2f} ms")
         assert translator.is_frozen(str(own_group))
         frozen_at = count(out)
+        # Nothing to wait for: a frozen counter writes nothing, however long it is given.  Its
+        # 10 ms steps would have counted many times by now were it running; on a loaded host
+        # this checks less, never wrongly.
         time.sleep(0.2)
         assert count(out) == frozen_at
         assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED  # frozen, not SIGSTOPped
         translator.resume([ref(proc)])
         assert not translator.is_frozen(str(own_group))
-        deadline = time.monotonic() + 3
-        while count(out) <= frozen_at and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert count(out) > frozen_at
+        wait_until(lambda: count(out) > frozen_at, 10, "the thawed counter to count on")
         translator.pause(target)
         translator.terminate(target)  # thawed first, so SIGTERM ends it
         assert proc.wait(5) != 0
@@ -114,15 +116,9 @@ def test_a_cgroup_shared_with_other_processes_is_never_frozen(translator, tmp_pa
         assert translator.own_cgroup(target) is None
         paused = translator.pause(target)
         assert paused == [ref(proc)]
-        deadline = time.monotonic() + 3
-        while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED  # signals instead
+        wait_until(lambda: stopped(proc), 10, "the job stopped with signals instead")
         translator.resume(paused)
-        deadline = time.monotonic() + 3
-        while psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+        wait_until(lambda: not stopped(proc), 10, "the job continued")
     finally:
         proc.kill()
         proc.wait()
@@ -138,16 +134,13 @@ def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_th
         mine, earlier = ref(procs[0]), ref(procs[1])
         assert translator.pause(JobTarget("j1", "mine", (mine,))) == [mine]  # a cgroup it shares: signals
         os.kill(earlier.pid, 19)  # SIGSTOP, as a daemon before this one left it
+        wait_until(lambda: all(stopped(proc) for proc in procs), 10, "both stopped")  # so continuing them shows
         looked_up: list[int] = []
         real = cgroup.cgroup_of
         monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: looked_up.append(pid) or real(pid))
         translator.resume([mine, earlier])
         assert looked_up == [earlier.pid]
-        for proc in procs:
-            deadline = time.monotonic() + 3
-            while psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+        wait_until(lambda: not any(stopped(proc) for proc in procs), 10, "both continued")
     finally:
         for proc in procs:
             proc.kill()
@@ -233,9 +226,7 @@ def test_a_child_cgroup_holding_a_stranger_is_never_frozen(translator, own_group
         for proc in (job, stranger):
             proc.kill()
             proc.wait()
-        deadline = time.monotonic() + 5
-        while (child / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not (child / "cgroup.procs").read_text().strip(), 10, "the cgroup to empty", poll_s=0.02)
         child.rmdir()
 
 
@@ -247,11 +238,7 @@ def test_a_job_partly_outside_its_cgroup_is_paused_with_signals(translator, own_
         target = JobTarget("j1", "x", (ref(inside), ref(outside)))
         assert translator.own_cgroup(target) is None
         translator.pause(target)
-        for proc in (inside, outside):
-            deadline = time.monotonic() + 3
-            while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED
+        wait_until(lambda: stopped(inside) and stopped(outside), 10, "both stopped with signals")
         translator.resume(list(target.processes))
     finally:
         for proc in (inside, outside):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,18 +15,23 @@ import psutil
 import pytest
 
 from arbiter.plugin import ControlUpdate, JobTarget, PluginContext, PluginError, ProcessRef
+from arbiter_testing.waiting import wait_until
 from arbiter_translators import ControlDocTranslator
 
 _COOPERATIVE = """
 import signal, time
-seen = []
+seen, fence = [], []
 signal.signal(signal.SIGUSR1, lambda *_: seen.append(1))
+signal.signal(signal.SIGUSR2, lambda *_: fence.append(1))
 print("ready", flush=True)
 while True:
     time.sleep(0.005)  # not signal.pause(): a nudge landing just before it would be missed
     if seen:
         seen.clear()
         print("nudged", flush=True)
+    if fence:  # after any nudge sent before it: pending, the lower-numbered signal is taken first
+        fence.clear()
+        print("fence", flush=True)
 """
 
 
@@ -47,6 +52,19 @@ def cooperative() -> Iterator[subprocess.Popen[str]]:
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def never_signalled(pid: int) -> bool:
+    """Asleep, with no signal pending.  Read in this order, a signal sent before the call
+    shows one way or the other (still pending, or acted on: the process ended), however late
+    a loaded host lets it run; a sleeping process that was sent nothing is this at once."""
+    pending = 0
+    status = Path(f"/proc/{pid}/status")
+    if status.exists():  # Linux: elsewhere, what the process did is all there is to see
+        for line in status.read_text().splitlines():
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                pending |= int(line.split()[1], 16)
+    return not pending and psutil.Process(pid).status() == psutil.STATUS_SLEEPING
 
 
 def read_line_within(proc: subprocess.Popen[str], timeout: float) -> str | None:
@@ -119,7 +137,9 @@ def test_no_nudge_without_cooperative_or_with_a_stale_ref(tmp_path: Path, cooper
     t.control(JobTarget("j1", "batch", (ref,), str(path), cooperative=False), ControlUpdate("paused", 0.0), seq=1)
     stale = ProcessRef(ref.pid, ref.start_time - 5)
     t.control(JobTarget("j1", "batch", (stale,), str(path), cooperative=True), ControlUpdate("paused", 0.0), seq=2)
-    assert read_line_within(cooperative, 0.3) is None
+    # a fence, not a wait: a nudge sent before it would be printed before it, however late it ran
+    os.kill(cooperative.pid, signal.SIGUSR2)
+    assert read_line_within(cooperative, 10) == "fence\n"
     assert json.loads(path.read_text())["seq"] == 2
 
 
@@ -129,7 +149,7 @@ def test_a_job_without_a_handler_is_not_killed_by_a_document_write(tmp_path: Pat
     try:
         job = JobTarget("j1", "batch", (ref_of(proc.pid),), str(tmp_path / "c.json"), cooperative=False)
         translator(tmp_path).control(job, ControlUpdate("stop", 0.0, reason="ending"), seq=1)
-        time.sleep(0.1)
+        wait_until(lambda: never_signalled(proc.pid), 10, "the job asleep, never nudged")
         assert proc.poll() is None
     finally:
         proc.kill()

@@ -15,6 +15,7 @@ import pytest
 
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
 from arbiter_testing import run_as
+from arbiter_testing.waiting import wait_until
 from arbiter_translators import ControlDocTranslator, SignalTranslator, arbiter_register_translators
 from arbiter_translators.identity import Signaller
 
@@ -49,13 +50,26 @@ def target(*refs: ProcessRef) -> JobTarget:
     return JobTarget(job_id="j1", name="batch", processes=tuple(refs))
 
 
-def status_becomes(pid: int, wanted: str, timeout: float = 5.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = psutil.Process(pid).status()
-        if status == wanted or time.monotonic() > deadline:
-            return status
-        time.sleep(0.005)
+def status_becomes(pid: int, wanted: str, timeout: float = 10.0) -> str:
+    def status() -> str | None:
+        now = psutil.Process(pid).status()
+        return str(now) if now == wanted else None
+
+    return wait_until(status, timeout, f"pid {pid} {wanted}", poll_s=0.005)
+
+
+def never_signalled(pid: int) -> bool:
+    """Asleep, with no signal pending.  Read in this order, a signal sent before the call
+    shows one way or the other (still pending, or acted on: stopped or ended), however late
+    a loaded host lets the process run; a sleeping process that was sent nothing is this at
+    once, so nothing is left to wait out."""
+    pending = 0
+    status = Path(f"/proc/{pid}/status")
+    if status.exists():  # Linux: elsewhere, what the process did is all there is to see
+        for line in status.read_text().splitlines():
+            if line.startswith(("SigPnd:", "ShdPnd:")):
+                pending |= int(line.split()[1], 16)
+    return not pending and psutil.Process(pid).status() == psutil.STATUS_SLEEPING
 
 
 def test_registers_every_kind() -> None:
@@ -100,9 +114,8 @@ def test_a_ref_with_another_start_time_is_never_signalled(tmp_path: Path, spawn:
         assert t.pause(target(wrong)) == []
         t.terminate(target(wrong))
         t.kill(target(wrong))
-    time.sleep(0.1)
+    wait_until(lambda: never_signalled(proc.pid), 10, "the process asleep, never signalled")
     assert proc.poll() is None
-    assert psutil.Process(proc.pid).status() == psutil.STATUS_SLEEPING
 
 
 def test_a_vanished_pid_is_skipped_silently(tmp_path: Path, spawn: Spawn) -> None:
@@ -142,7 +155,7 @@ def test_kill(tmp_path: Path, spawn: Spawn) -> None:
     ref = ref_of(proc.pid)
     t = translator(tmp_path)
     t.terminate(target(ref))
-    time.sleep(0.1)
+    wait_until(lambda: never_signalled(proc.pid), 10, "the process asleep: SIGTERM ignored, and nothing else sent")
     assert proc.poll() is None
     t.kill(target(ref))
     assert proc.wait(timeout=5) == -signal.SIGKILL
@@ -189,23 +202,6 @@ def test_start_time_check_agrees_with_psutil_over_many_processes(spawn: Spawn) -
         assert signaller.send(ref_of(p.pid), 0)
 
 
-def test_pause_latency_of_a_five_process_tree(tmp_path: Path, spawn: Spawn) -> None:
-    procs = [spawn() for _ in range(5)]
-    refs = [ref_of(p.pid) for p in procs]
-    t = translator(tmp_path)
-    samples: list[float] = []
-    for _ in range(300):
-        started = time.perf_counter_ns()
-        paused = t.pause(target(*refs))
-        samples.append((time.perf_counter_ns() - started) / 1000)
-        assert len(paused) == 5
-        t.resume(refs)
-    samples.sort()
-    p50, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
-    print(f"pause of a 5-process tree: p50 {p50:.0f} µs, p99 {p99:.0f} µs")
-    assert p50 < 20_000
-
-
 def test_a_signalled_process_is_signalled_again_through_its_kept_descriptor(
     monkeypatch: pytest.MonkeyPatch, spawn: Spawn
 ) -> None:
@@ -247,8 +243,7 @@ def test_a_kept_descriptor_of_a_gone_process_never_stands_for_the_pid_now(spawn:
     wrong = ProcessRef(alive.pid, real.start_time + 5.0)  # the ref of an earlier process at this pid
     signaller._kept[wrong] = stale
     assert signaller.deliver(wrong, signal.SIGSTOP)[0] == "reused"
-    time.sleep(0.1)
-    assert psutil.Process(alive.pid).status() != psutil.STATUS_STOPPED  # never signalled
+    wait_until(lambda: never_signalled(alive.pid), 10, "the process asleep, never signalled")
     signaller._kept[real] = os.open(f"/proc/{alive.pid}", os.O_RDONLY | os.O_DIRECTORY)
     signaller.close()
     assert signaller._kept == {}

@@ -15,7 +15,7 @@ T = TypeVar("T")
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None],
     timeout_s: float = 10.0,
     what: str = "",
     poll_s: float = 0.01,
