@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-RUN_VAR = "ARBITER_TEST_RUN"
-NODEID_VAR = "ARBITER_TEST_NODEID"
+from arbiter_testing.marks import NODEID_VAR, RUN_VAR, cmdline, marked
+
 #: how long processes that are already on their way out get to exit before they count
 GRACE_S = 5.0
 
@@ -33,9 +33,15 @@ FOLDER_MARKERS = {
 ROOT = Path(__file__).parent
 
 
+#: set on the session that made this run's mark: only it looks for leaks (an xdist worker,
+#: or a pytest that a test starts, inherits the mark and must not judge the whole run)
+OWNS_MARK = pytest.StashKey[bool]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # an xdist worker keeps its controller's mark
-        os.environ.setdefault(RUN_VAR, uuid.uuid4().hex)
+    if RUN_VAR not in os.environ:
+        os.environ[RUN_VAR] = uuid.uuid4().hex
+        config.stash[OWNS_MARK] = True
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -61,46 +67,18 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         os.environ.pop(NODEID_VAR, None)
 
 
-def _marked(run: str) -> dict[int, str]:
-    """pid -> the test that started it, for every process of this run but this one."""
-    found: dict[int, str] = {}
-    mine = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == mine:
-            continue
-        try:
-            raw = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if state == "Z":  # exited; only its parent's wait is missing
-            continue
-        env = dict(part.split(b"=", 1) for part in raw.split(b"\0") if b"=" in part)
-        if env.get(RUN_VAR.encode()) == run.encode():
-            found[int(entry.name)] = env.get(NODEID_VAR.encode(), b"(outside any test)").decode(errors="replace")
-    return found
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
-    except OSError:
-        return "?"
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    run = os.environ.get(RUN_VAR)
-    if hasattr(session.config, "workerinput") or not run or not Path("/proc/self/environ").exists():
+    if not session.config.stash.get(OWNS_MARK, False):
         return
     deadline = time.monotonic() + GRACE_S
-    left = _marked(run)
+    left = marked()
     while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = _marked(run)
+        time.sleep(0.1)  # processes already on their way out
+        left = marked()
     if not left:
         return
-    lines = [f"  pid {pid} started by {test}: {_cmdline(pid)}" for pid, test in sorted(left.items())]
+    lines = [f"  pid {pid} started by {test}: {cmdline(pid)}" for pid, test in sorted(left.items())]
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -20,6 +20,9 @@ import yaml
 from arbiter.transport import DaemonUnavailable, request
 
 PYTHON = sys.executable
+#: how long a wait on the daemon goes before it fails: a deadline, not a delay (a passing wait
+#: returns as soon as its condition holds), sized for a busy two-core machine
+WAIT_S = 30.0
 
 
 class LocalNode:
@@ -103,7 +106,7 @@ class LocalNode:
     def job(self, name: str) -> dict[str, Any] | None:
         return next((j for j in self.status()["jobs"] if j["name"] == name), None)
 
-    def reasons(self, name: str, code: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+    def reasons(self, name: str, code: str, timeout: float = WAIT_S) -> list[dict[str, Any]]:
         """The job's reasons once one has ``code``: the status snapshot is published just after
         the signals are sent, so a process seen stopped may briefly predate its reason."""
 
@@ -146,7 +149,7 @@ class LocalNode:
             [PYTHON, "-m", "arbiter", "job", "run", "--config", str(self.config_path), *options, "--", *cmd], **kw
         )
 
-    def wait_for(self, predicate: Any, timeout: float = 15.0, every: float = 0.05) -> Any:
+    def wait_for(self, predicate: Any, timeout: float = WAIT_S, every: float = 0.05) -> Any:
         deadline = time.monotonic() + timeout
         last = None
         while time.monotonic() < deadline:

@@ -165,7 +165,12 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
             "no slowdown shown",
             "slowdown smaller than the margin",
         )
-        assert by_duty[0.45]["verdict"] == "slowdown", by_duty[0.45]
+        # 0.45 is never certified: it shows the slowdown, or, where the box is too busy to give
+        # the stand-in's work its duty, the run ends without a verdict and says that is why
+        high = by_duty[0.45]
+        assert high["verdict"] == "slowdown" or (
+            high["status"] == "aborted" and "under its asked 0.45" in high["why"]
+        ), high
         sweep_done = node.events("AB_SWEEP_DONE")[-1]
         assert sweep_done["data"]["certified_duty"] == 0.1
 
