@@ -10,12 +10,14 @@ from dataclasses import replace
 import pytest
 
 from arbiter.engine import codes
+from arbiter.engine.decide import decide
 from arbiter.engine.handoff import (
     GIB,
     WHY_ENOUGH,
     WHY_NO_RELEASE,
     WHY_RANKS,
     WHY_UNKNOWN_RANKS,
+    Seen,
     TenantVram,
     idle_event,
     idle_releases,
@@ -25,7 +27,9 @@ from arbiter.engine.handoff import (
     plans,
     request_events,
     starvation,
+    step,
 )
+from arbiter.engine.types import EngineState, Observation, Policy, RuleObs, RulePolicy, SourceObs
 
 
 def gb(x: float) -> int:
@@ -288,17 +292,6 @@ def test_becoming_idle_again_restarts_the_wait() -> None:
 
 
 # --- one decision's handoff step, with a fake clock ------------------------------------------
-
-from arbiter.engine.decide import decide  # noqa: E402
-from arbiter.engine.handoff import Seen, step  # noqa: E402
-from arbiter.engine.types import (  # noqa: E402
-    EngineState,
-    Observation,
-    Policy,
-    RuleObs,
-    RulePolicy,
-    SourceObs,
-)
 
 
 def seen(
