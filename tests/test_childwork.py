@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.childwork import CHILD_CPU, ChildWorker, ChildWorkFailed
+from arbiter_testing.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="children talk over POSIX pipes")
 
@@ -50,17 +51,17 @@ def work(tmp_path: Path) -> str:
     return str(path)
 
 
+def ended(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"  # exited; reaping is its new parent's business
+    except FileNotFoundError:
+        return True
+
+
 def gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True  # exited; reaping is its new parent's business
-        except FileNotFoundError:
-            return True
-        time.sleep(0.02)
-    return False
+    """Wait until ``pid`` has exited (True), or fail."""
+    return wait_until(lambda: ended(pid), timeout, f"pid {pid} to exit", poll_s=0.02)
 
 
 def test_the_child_keeps_its_state_between_calls_and_answers_marshal_values(work: str) -> None:
@@ -243,7 +244,9 @@ def test_the_child_ends_when_closed_collected_or_its_starter_is_killed(work: str
     try:
         assert starter.stdout is not None
         pid = int(starter.stdout.readline())
-        assert not gone(pid, timeout=0.2)
+        # nothing marks "still running": a window to see it not end while its starter lives
+        with pytest.raises(AssertionError, match="timed out"):
+            gone(pid, timeout=0.5)
         starter.kill()
         starter.wait()
         assert gone(pid)  # its request pipe closed

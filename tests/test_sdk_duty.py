@@ -9,12 +9,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from arbiter.sdk import Control, Duty, Stopped, Supervisor
 from arbiter.sdk.control import write_control_document
+from arbiter_testing.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,17 +89,45 @@ def test_scale_sizes_units_to_the_duty_share_of_a_second() -> None:
     assert duty.scale() == pytest.approx(4.0)  # small units may grow
 
 
+def in_thread(body: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``body`` on a thread of its own (a daemon thread: a unit idling for ever must not
+    hold the test run); the exception it raised, if any, lands in the list."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            body()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, raised
+
+
 def test_a_pause_while_idling_buys_no_units_back_to_back(tmp_path: Path) -> None:
     ctl = control(tmp_path, duty=0.5)
     duty = Duty(ctl)
-    threading.Timer(0.05, write_control_document, (ctl.path, "paused", 0.5, 2)).start()
-    threading.Timer(0.6, write_control_document, (ctl.path, "run", 0.5, 3)).start()
-    with duty.unit():
-        time.sleep(0.1)  # due: 0.1 s idle; a 0.5 s pause falls in it
-    started = time.monotonic()
-    with duty.unit():
-        time.sleep(0.1)
-    assert time.monotonic() - started >= 0.19  # its own full idle, no credit from the pause
+    second: dict[str, float] = {}
+
+    def units() -> None:
+        with duty.unit():
+            time.sleep(0.1)  # the unit's work: 0.1 s idle due after it
+            write_control_document(ctl.path, "paused", 0.5, 2)  # the pause falls in that idle
+        busy_before, started = duty.busy_s, time.monotonic()
+        with duty.unit():
+            time.sleep(0.1)  # the unit's work
+        second.update(busy=duty.busy_s - busy_before, took=time.monotonic() - started)
+
+    job, raised = in_thread(units)
+    # paused well past the idle due (its waits while paused count as idle; unpaused, both
+    # units would idle 0.2 s in all)
+    wait_until(lambda: duty.idle_s >= 0.5, 30, "the job to idle paused for 0.5 s")
+    write_control_document(ctl.path, "run", 0.5, 3)
+    wait_until(lambda: not job.is_alive(), 30, "the second unit to end")
+    assert not raised
+    # its own full idle (as long as the unit, at duty 0.5), no credit from the pause
+    assert second["took"] >= 2 * second["busy"] - 1e-9
 
 
 def test_gpu_duty_metric_every_two_seconds(tmp_path: Path) -> None:
@@ -127,34 +157,63 @@ def control(tmp_path: Path, state: str = "run", duty: float = 1.0, seq: int = 1)
     return Control(str(path), install_handler=False)
 
 
+def one_unit(duty: Duty, work_s: float = 0.05) -> Callable[[], None]:
+    def body() -> None:
+        with duty.unit():
+            time.sleep(work_s)  # the unit's work
+
+    return body
+
+
 def test_a_new_duty_while_idling_changes_the_idle_at_once(tmp_path: Path) -> None:
-    ctl = control(tmp_path, duty=0.01)  # a 50 ms unit would idle 4.95 s
+    ctl = control(tmp_path, duty=0.001)  # a 50 ms unit would idle 50 s
     duty = Duty(ctl)
-    threading.Timer(0.2, write_control_document, (ctl.path, "run", 0.5, 2)).start()
-    started = time.monotonic()
-    with duty.unit():
-        time.sleep(0.05)
-    took = time.monotonic() - started
-    assert duty.duty == 0.5 and took < 0.6  # 0.05 busy + at most one wait slice after the change
+    job, raised = in_thread(one_unit(duty))
+    wait_until(lambda: duty.units == 1, 30, "the unit's work to end: it idles now")
+    write_control_document(ctl.path, "run", 0.5, 2)
+    # noticed within a wait slice (0.25 s) of the change, not after the 50 s first due
+    wait_until(lambda: not job.is_alive(), 10, "the idle to end once the duty went up")
+    assert duty.duty == 0.5 and not raised
 
 
 def test_a_stop_while_idling_raises_stopped(tmp_path: Path) -> None:
-    ctl = control(tmp_path, duty=0.01)
+    ctl = control(tmp_path, duty=0.001)  # a 50 ms unit would idle 50 s
     duty = Duty(ctl)
-    threading.Timer(0.1, write_control_document, (ctl.path, "stop", 0.0, 2), {"reason": "owner asked"}).start()
-    with pytest.raises(Stopped, match="owner asked"), duty.unit():
-        time.sleep(0.05)
+    job, raised = in_thread(one_unit(duty))
+    wait_until(lambda: duty.units == 1, 30, "the unit's work to end: it idles now")
+    write_control_document(ctl.path, "stop", 0.0, 2, reason="owner asked")
+    wait_until(lambda: not job.is_alive(), 10, "the idle to end on the stop")
+    assert [type(e) for e in raised] == [Stopped] and "owner asked" in str(raised[0])
 
 
 def test_duty_zero_and_paused_wait_for_a_run_above_zero(tmp_path: Path) -> None:
     ctl = control(tmp_path, state="paused", duty=0.0)
     duty = Duty(ctl)
-    threading.Timer(0.2, write_control_document, (ctl.path, "run", 0.0, 2)).start()
-    threading.Timer(0.4, write_control_document, (ctl.path, "run", 0.8, 3)).start()
-    started = time.monotonic()
-    with duty.unit():
-        pass
-    assert time.monotonic() - started >= 0.35 and duty.duty == 0.8 and duty.idle_s >= 0.35
+    entered: list[float] = []
+
+    def body() -> None:
+        with duty.unit():
+            entered.append(duty.duty)
+
+    job, raised = in_thread(body)
+
+    def waited_again() -> Callable[[], bool]:
+        """True once the unit has finished a wait begun after this call (each wait is one
+        slice, and ends by adding to its idle time)."""
+        idle = duty.idle_s
+        return lambda: duty.idle_s > idle
+
+    wait_until(waited_again(), 30, "a wait while paused")
+    assert not entered
+    write_control_document(ctl.path, "run", 0.0, 2)
+    wait_until(lambda: ctl.seq == 2, 30, "the run at duty 0 to be read")
+    again = waited_again()
+    wait_until(again, 30, "the wait in which it was read to end")
+    wait_until(waited_again(), 30, "a whole wait at duty 0")  # begun after duty 0 was taken
+    assert not entered  # a run at duty 0 is no run
+    write_control_document(ctl.path, "run", 0.8, 3)
+    wait_until(lambda: not job.is_alive(), 10, "the unit to run at duty 0.8")
+    assert entered == [0.8] and not raised and duty.idle_s > 0
 
 
 def test_the_sdk_is_vendorable_without_arbiter(tmp_path: Path) -> None:
@@ -174,6 +233,20 @@ def test_the_sdk_is_vendorable_without_arbiter(tmp_path: Path) -> None:
     assert out.stdout.strip() == "ok", out.stderr
 
 
+def group_states(pgid: int) -> set[str]:
+    """The states (as /proc gives them: R, S, T, Z...) of the processes of group ``pgid``."""
+    states = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # gone meanwhile
+            if int(fields[2]) == pgid:
+                states.add(fields[0])
+    return states
+
+
 def test_supervisor_follows_duty_pause_and_stop_of_a_real_workload(tmp_path: Path) -> None:
     ctl = control(tmp_path, duty=0.4)
     seen: list[float] = []
@@ -188,19 +261,18 @@ def test_supervisor_follows_duty_pause_and_stop_of_a_real_workload(tmp_path: Pat
     runner = threading.Thread(target=lambda: result.append(sup.run()))
     runner.start()
     try:
-        deadline = time.monotonic() + 5
-        while not (ticks.exists() and ticks.stat().st_size > 3) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: ticks.exists() and ticks.stat().st_size > 3, 30, "the workload to work")
         write_control_document(ctl.path, "run", 0.7, 2)
-        time.sleep(0.6)
+        wait_until(lambda: len(seen) >= 2, 10, "the new duty to be handed on")
         assert seen == [0.4, 0.7]
         write_control_document(ctl.path, "paused", 0.0, 3)
-        time.sleep(0.6)
-        size = ticks.stat().st_size
-        time.sleep(0.3)
-        assert ticks.stat().st_size == size  # its process group is stopped
+        assert sup.proc is not None
+        group = sup.proc.pid  # the workload leads its own process group
+        # the kernel's word that the whole group is stopped (so it writes no more ticks),
+        # rather than a wait to see the ticks file not grow
+        wait_until(lambda: group_states(group) == {"T"}, 10, "every process of its group to be stopped")
         write_control_document(ctl.path, "stop", 0.0, 4)
-        runner.join(10)
+        runner.join(30)
         assert result == [0] and sup.proc is not None and sup.proc.poll() is not None
     finally:
         if sup.proc is not None and sup.proc.poll() is None:

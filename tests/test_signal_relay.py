@@ -26,16 +26,13 @@ def test_a_process_stops_on_its_signal_however_many_others_land_while_it_waits()
     child = subprocess.Popen([sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        sent = 0
-        end = time.monotonic() + 2.0
-        while time.monotonic() < end:
+        for _ in range(2000):  # a count, not a time: a loaded machine sends them as fast as it can
             os.kill(child.pid, signal.SIGUSR2)
-            sent += 1
-            time.sleep(0.0001)
+            time.sleep(0.0001)  # spaced out, to land at every moment of its waits
         os.kill(child.pid, signal.SIGTERM)
-        out, _ = child.communicate(timeout=10)
+        out, _ = child.communicate(timeout=30)
         assert child.returncode == 0 and out.startswith("stopped after"), out
-        assert int(out.split()[2]) > 0 and sent > 1000
+        assert int(out.split()[2]) > 0
     finally:
         if child.poll() is None:
             child.kill()

@@ -21,6 +21,7 @@ from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
 from arbiter.demo.node import LocalNode
 from arbiter.plugin import SourceState
+from arbiter_testing.waiting import wait_until
 
 
 def phase(path: Path, value: str) -> None:
@@ -32,13 +33,15 @@ def stopped(pid: int) -> bool:
     return psutil.Process(pid).status() == psutil.STATUS_STOPPED
 
 
-def wait_until(test: Any, timeout: float) -> float:
+def stopped_within(pid: int, timeout: float = 10.0) -> float:
+    """Wait until the job ``pid`` is stopped; how long it took."""
     started = time.monotonic()
-    while not test():
-        if time.monotonic() - started > timeout:
-            raise TimeoutError(f"not within {timeout}s")
-        time.sleep(0.002)
+    wait_until(lambda: stopped(pid), timeout, f"pid {pid} to be stopped", poll_s=0.002)
     return time.monotonic() - started
+
+
+def continued(pid: int, timeout: float = 10.0) -> None:
+    wait_until(lambda: not stopped(pid), timeout, f"pid {pid} to be continued", poll_s=0.002)
 
 
 def sources_taken(daemon: Daemon, monkeypatch: Any) -> list[tuple[str, str | None]]:
@@ -105,7 +108,11 @@ def running(
         if reflex_process:  # the process watches the phase, and a decision has armed it
             node.wait_for(lambda: daemon.latency_figures()["reflex_process"]["sources"] == 1, timeout=30)
             daemon.notify_jobs()
-            time.sleep(0.3)
+            # an arm for the source is sent under the signalling lock, which the process waits
+            # for before it acts: once sent, the process acts on it (or on a later one)
+            link = daemon.link
+            assert link is not None
+            wait_until(lambda: link._arm, 30, "a decision to arm the reflex process for the source")
         yield node, daemon, events, pid
     finally:
         daemon.shutdown()
@@ -143,19 +150,20 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
         assert entered.wait(10)
 
         phase(events, "on")
-        took = wait_until(lambda: stopped(pid), timeout=5)
+        # the decision is held for 10 s: a reflex that waited for it would take that long
+        took = stopped_within(pid, timeout=5)
         print(f"\nphase on -> job stopped, a decision held meanwhile: {1000 * took:.1f} ms")
-        assert took < 2.0
 
-        redecisions = daemon.costs["redecisions"]
+        redecisions, decisions = daemon.costs["redecisions"], daemon.costs["decisions"]
         held.set()  # the held decision said "run": carried out, it would continue the job
         node.wait_for(lambda: daemon.costs["redecisions"] > redecisions, timeout=10)
         node.wait_for(lambda: daemon.snapshot.decision.jobs[node.job("j")["id"]].state == "paused", timeout=10)
-        time.sleep(0.3)
+        # the batch the held decision was made in is done: what it would have done, it has
+        wait_until(lambda: daemon.costs["decisions"] > decisions, 10, "the held decision's batch to end")
         assert stopped(pid) and resumes == []  # never continued, not even for a moment
 
         phase(events, "off")
-        wait_until(lambda: not stopped(pid), timeout=5)
+        continued(pid)
         if reflex_process:  # the reflex process continued it, and the daemon's record says so
             node.wait_for(lambda: daemon.latency_figures()["reflex_process"]["armed"] >= 2, timeout=5)
             node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
@@ -171,9 +179,9 @@ def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carri
     monkeypatch.setattr(core, "REDECIDE_AT_MOST", 0)
     with running(tmp_path, 0.2, 4) as (_node, daemon, events, pid):
         phase(events, "on")
-        wait_until(lambda: stopped(pid), timeout=5)
+        stopped_within(pid)
         phase(events, "off")
-        wait_until(lambda: not stopped(pid), timeout=5)
+        continued(pid)
         assert daemon.costs["redecisions"] == 0
 
 
@@ -181,16 +189,19 @@ def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp
     # with fifty jobs, making their targets (and paused entries) in the reflex came before its first signal
     with running(tmp_path, 5, 5) as (node, daemon, events, pid):
 
-        def made_for_this_view() -> bool:
+        def made_for_this_view() -> tuple[Any, dict[Any, Any]] | None:
+            # read together: the daemon's next decision replaces the targets and what it prepared
             view, made = daemon._targets
-            return view is daemon.snapshot.view and {r.id for r in daemon.jobs.active()} <= {key[0] for key in made}
+            prepared = daemon.actuator._prepared
+            if view is not daemon.snapshot.view or not {r.id for r in daemon.jobs.active()} <= {k[0] for k in made}:
+                return None
+            if not all(prepared.get(id(t), (None,))[0] is t for t in made.values()):
+                return None
+            return view, dict(made)
 
-        node.wait_for(made_for_this_view, timeout=5)
-        view, made = daemon._targets
-        before = dict(made)
-        assert all(daemon.actuator._prepared[id(t)][0] is t for t in before.values())
+        view, before = node.wait_for(made_for_this_view)
         phase(events, "on")
-        wait_until(lambda: stopped(pid), timeout=5)
+        stopped_within(pid)
         if daemon._targets[0] is view:  # no tick came between: the reflex made nothing new
             assert daemon._targets[1].keys() == before.keys()
             assert all(daemon._targets[1][key] is target for key, target in before.items())
@@ -208,7 +219,7 @@ def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, m
 
         monkeypatch.setattr(daemon.actuator, "pause_trees", pause_trees)
         phase(events, "on")
-        wait_until(lambda: stopped(pid), timeout=5)
+        stopped_within(pid)
         assert pausing[0].startswith("arbiter-jsonl:"), pausing  # the source's own watcher
 
 
@@ -236,7 +247,7 @@ def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, mon
 
         monkeypatch.setattr(daemon.actuator, "pause_trees", pause_trees)
         phase(events, "on")
-        wait_until(lambda: stopped(pid) and stopped(other), timeout=5)
+        wait_until(lambda: stopped(pid) and stopped(other), 10, "both jobs to be stopped", poll_s=0.002)
         assert [len(c) for c in calls] == [1, 1] and calls[0] != calls[1], calls
 
 
@@ -258,7 +269,8 @@ def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_
         late.set()
         node.wait_for(lambda: len(taken) == 2, timeout=5)
         assert [p for _, p in taken] == ["on", "off"] and {t for t, _ in taken} == {"reflex"}
-        time.sleep(0.2)
+        # the reflex thread lets go of its queue's count once it has acted on the batch
+        wait_until(lambda: not daemon._queued, 10, "the reflex thread to act on both reports")
         assert not stopped(pid)
 
 
@@ -275,7 +287,7 @@ def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path:
             daemon.helper_gone((1, 1))
         assert daemon._queued == {(1, 1): 1}
         phase(events, "on")
-        wait_until(lambda: stopped(pid), timeout=5)
+        stopped_within(pid)
         assert [(t.split(":")[0], p) for t, p in taken] == [("arbiter-jsonl", "on")]
         assert daemon._queued == {(1, 1): 1}  # still waiting, overtaken by another origin's report
         late.set()
@@ -287,7 +299,9 @@ def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path
     with running(tmp_path, 5, 8) as (_node, daemon, _events, pid):
         daemon.request_stop()
         daemon._on_source("p", 0, SourceState(readable=True, phase="on", changed_at=time.monotonic()))
-        time.sleep(0.2)
+        # queued, if anywhere, for the reflex thread: once it and the decision thread have
+        # ended, nothing is left to act on the report before the shutdown
+        wait_until(lambda: not any(t.is_alive() for t in daemon._threads), 10, "the daemon's threads to end")
         assert not stopped(pid) and not daemon.actuator.paused
 
 
@@ -307,7 +321,7 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
         journal.close()
         os.kill(pid, signal.SIGSTOP)
         os.kill(daemon.link.pid, signal.SIGKILL)
-        wait_until(lambda: not stopped(pid), timeout=10)
+        continued(pid)
         node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
 
 
@@ -325,5 +339,5 @@ def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tm
         node.wait_for(lambda: ("p", 0) in daemon._set_aside, timeout=5)
         assert not stopped(pid)
         os.kill(daemon.link.pid, signal.SIGKILL)
-        wait_until(lambda: stopped(pid), timeout=3)
+        stopped_within(pid)
         node.wait_for(lambda: node.job("j")["state"] == "paused", timeout=3)

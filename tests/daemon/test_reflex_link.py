@@ -5,9 +5,9 @@ under, and tells the daemon what it did, in order."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import pytest
 from arbiter.daemon.reflexlink import ReflexLink
 from arbiter.reflexhost import arm_key
 from arbiter.store import PausedJournal
+from arbiter_testing.waiting import wait_until
 
 SPEC = ("r", 0, 1, "jsonl", {"event": "status", "field": "phase", "on": ["busy"]})
 
@@ -50,17 +51,18 @@ class Linked:
             fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
 
     def wait_line(self, test: Any, timeout: float = 10.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def found() -> dict[str, Any] | None:
             with self.act:
                 self.lines.extend(self.link.take())
-            for line in self.lines:
-                if test(line):
-                    self.lines.remove(line)
-                    return line
-            self.arrived.wait(0.05)
-            self.arrived.clear()
-        raise AssertionError(f"no such line in {self.lines}")
+            line = next((line for line in self.lines if test(line)), None)
+            if line is not None:
+                self.lines.remove(line)
+            return line
+
+        try:
+            return wait_until(found, timeout, "a line from the reflex process", poll_s=0.005)
+        except AssertionError:
+            raise AssertionError(f"no such line in {self.lines}") from None
 
     def arm(self, on: list[Any], off: list[Any]) -> None:
         with self.act, self.link.held():
@@ -82,12 +84,24 @@ def job() -> Iterator[psutil.Process]:
     proc.wait()
 
 
-def stopped(proc: psutil.Process, timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.status() == psutil.STATUS_STOPPED:
-            return True
-        time.sleep(0.002)
+def stopped(proc: psutil.Process, timeout: float = 10.0) -> bool:
+    """Wait until ``proc`` is stopped (True), or fail."""
+    return wait_until(
+        lambda: proc.status() == psutil.STATUS_STOPPED, timeout, f"pid {proc.pid} to be stopped", poll_s=0.002
+    )
+
+
+def waits_for_lock(pid: int, path: Path) -> bool:
+    """Whether ``pid`` is blocked taking ``flock`` on ``path`` (the kernel lists each waiter,
+    marked ``->``, in /proc/locks, by pid and the file's device and inode)."""
+    st = os.stat(path)
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if "->" in fields and fields[fields.index("->") + 1] == "FLOCK":
+            rest = fields[fields.index("->") + 1 :]
+            if int(rest[3]) == pid and rest[4] == where:
+                return True
     return False
 
 
@@ -152,7 +166,12 @@ def test_it_waits_for_the_lock_and_acts_on_the_arm_given_under_it(linked: Linked
     linked.arm([], [])  # armed with nothing to pause
     with linked.act, linked.link.held():
         linked.phase("busy")
-        time.sleep(0.3)
+        assert linked.link.pid is not None
+        wait_until(
+            lambda: waits_for_lock(linked.link.pid, Path(linked.link.setup["lock"])),
+            10,
+            "the reflex process to read the change and wait for the lock",
+        )
         assert job.status() != psutil.STATUS_STOPPED  # it waits while the daemon acts
         # the daemon's act ends with a new arm: the process acts on this one, not the last
         linked.link.arm(
@@ -196,9 +215,7 @@ def test_a_process_that_cannot_start_says_why(tmp_path: Path) -> None:
     try:
         link.sync([(*SPEC[:4], {**SPEC[4], "path": str(tmp_path / "e.jsonl")})])
         assert arrived.wait(20)
-        deadline = time.monotonic() + 10
-        while link.pid is not None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: link.pid is None, 10, "the link to give the process up")
         assert "the pause translator 'signal' is not installed here" in link.failure
         assert [line for line in link.take() if "gone" in line]
     finally:

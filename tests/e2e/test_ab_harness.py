@@ -48,7 +48,7 @@ def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
         "frames",
         {
             "id": "frames",
-            "match": {"cmdline": ["arbiter.demo.protected"]},
+            "match": {"cmdline": [f"arbiter.demo.protected --events {events}"]},  # this test's stand-in alone
             "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}, "max_slowdown": 0.05},
         },
     )

@@ -43,7 +43,7 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
             "frames",
             {
                 "id": "frames",
-                "match": {"cmdline": ["arbiter.demo.protected"]},
+                "match": {"cmdline": [f"arbiter.demo.protected --events {events}"]},  # this test's stand-in alone
                 "protect": {
                     "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
                     "max_slowdown": 0.05,
@@ -140,7 +140,7 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
             "frames",
             {
                 "id": "frames",
-                "match": {"cmdline": ["arbiter.demo.protected"]},
+                "match": {"cmdline": [f"arbiter.demo.protected --events {events}"]},  # this test's stand-in alone
                 "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}},
             },
         )

@@ -9,9 +9,13 @@ from arbiter.demo.node import PYTHON, LocalNode
 
 
 def greedy_node(tmp_path: Path, compliance: dict) -> tuple[LocalNode, Path]:
-    """A node with a quick compliance check, and the manifest of a job that asks for 0.3."""
+    """A node with a quick compliance check, and the manifest of a job that asks for 0.1.
+
+    The job spins without pause: over its duty by the tolerance (0.1) when it keeps above 0.2
+    of a core, which it does beside as many as nine other busy processes on two cores (0.3
+    would need it above 0.4: four others, which a loaded test machine can have)."""
     manifest = tmp_path / "greedy.yaml"
-    manifest.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.3}\n")
+    manifest.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.1}\n")
     return LocalNode(tmp_path, tick_s=0.5, stop_grace_s=1, compliance=compliance), manifest
 
 
@@ -25,7 +29,7 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
         pid = node.wait_for(
             lambda: (node.job("greedy") or {}).get("state") == "run" and (node.job("greedy")["pids"] or [None])[0]
         )
-        assert node.job("greedy")["duty"] == 0.3
+        assert node.job("greedy")["duty"] == 0.1
         for _strike in (1, 2):
             took = procs.wait(pid, {"stopped"}, timeout=10)
             node.reasons("greedy", "GPU_DUTY_EXCEEDED")

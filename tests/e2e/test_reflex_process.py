@@ -11,11 +11,21 @@ from pathlib import Path
 
 from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.store import PausedJournal
+from arbiter_testing.waiting import wait_until
 
 
 def phase(path: Path, value: str) -> None:
     with open(path, "a") as fh:
         fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
+
+
+def armed(node: LocalNode) -> None:
+    """Have the daemon decide once more, now that the reflex process watches the source, and
+    wait for that decision: the daemon sends the process its arm under the signalling lock,
+    before it lets go of it, and the process acts on a phase only with the last arm sent."""
+    asked = time.time()
+    node.call("reload")
+    wait_until(lambda: node.status()["decided_at"] > asked, 30, "a decision after the reload")
 
 
 def start(tmp_path: Path, **config: object) -> tuple[LocalNode, Path, int]:
@@ -58,8 +68,7 @@ def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(t
             lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p, timeout=20
         )
         assert process["pid"] and not process["failure"]
-        node.call("reload")  # a decision after the process reported: it is armed
-        time.sleep(0.3)
+        armed(node)  # a decision after the process reported: it is armed
 
         phase(events, "busy")
         assert procs.wait(pid, {"stopped"}, timeout=2) < 1.0
@@ -89,8 +98,7 @@ def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_p
         first = node.wait_for(
             lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["sources"] and p["pid"], timeout=20
         )
-        node.call("reload")
-        time.sleep(0.3)
+        armed(node)
         phase(events, "busy")
         procs.wait(pid, {"stopped"}, timeout=2)
         os.kill(first, signal.SIGKILL)

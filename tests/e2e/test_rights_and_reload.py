@@ -37,15 +37,23 @@ def as_nobody(fn) -> tuple[bool, str]:
     return ok, detail
 
 
+def marker(node: LocalNode) -> str:
+    """The protected program's command line, this test's own: no program here runs it, and
+    one matched by a plain ``arbiter.demo.protected`` could be a stand-in of a test beside it."""
+    return f"arbiter.demo.protected --events {node.root / 'p.jsonl'}"
+
+
+def good(node: LocalNode) -> str:
+    return f"id: prot\nmatch: {{cmdline: ['{marker(node)}']}}\nprotect: {{metric: gpu_share}}\n"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root; the rights rules are tested above")
 def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tmp_path_factory) -> None:
     root = Path("/tmp") / f"arbiter-rights-{os.getpid()}-{time.monotonic_ns()}"
     root.mkdir(mode=0o755)
     node = LocalNode(root)
     try:
-        node.add_rule(
-            "prot", {"id": "prot", "match": {"cmdline": ["arbiter.demo.protected"]}, "protect": {"metric": "gpu_share"}}
-        )
+        node.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker(node)]}, "protect": {"metric": "gpu_share"}})
         node.start()
         assert stat.S_IMODE(os.stat(node.socket).st_mode) == 0o666
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "mine")
@@ -71,18 +79,15 @@ def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tm
         shutil.rmtree(root, ignore_errors=True)
 
 
-GOOD = "id: prot\nmatch: {cmdline: [arbiter.demo.protected]}\nprotect: {metric: gpu_share}\n"
-
-
 def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tmp_path: Path) -> None:
     node = LocalNode(tmp_path)
     try:
-        path = node.add_rule("prot", GOOD)
+        path = node.add_rule("prot", good(node))
         node.start()
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
         node.wait_for(lambda: (node.job("plain") or {}).get("state") == "run")
 
-        node.add_rule("prot", GOOD.replace("protect: {metric: gpu_share}", "protect: {metric: gpu_shares}"))
+        node.add_rule("prot", good(node).replace("protect: {metric: gpu_share}", "protect: {metric: gpu_shares}"))
         node.wait_for(lambda: node.status()["problems"].get(str(path)))
         status = node.status()
         assert [r["id"] for r in status["rules"]] == ["prot"] and status["rules"][0]["protected"]
@@ -97,7 +102,7 @@ def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tm
         assert reason["code"] == "CONFIG_REJECTED" and "arbiter check" in reason["remedy"]
 
         (node.tenants / "other.yaml").unlink()
-        node.add_rule("prot", GOOD.replace("id: prot", "id: prot\npriority: 70"))
+        node.add_rule("prot", good(node).replace("id: prot", "id: prot\npriority: 70"))
         node.wait_for(lambda: node.job("plain")["state"] == "run")
         assert node.status()["rules"][0]["priority"] == 70
         assert node.status()["problems"] == {}
@@ -108,11 +113,11 @@ def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tm
 def test_a_restarted_daemon_uses_the_last_good_version(tmp_path: Path) -> None:
     node = LocalNode(tmp_path)
     try:
-        node.add_rule("prot", GOOD)
+        node.add_rule("prot", good(node))
         node.start()
         node.wait_for(lambda: node.status()["rules"])
         node.stop()
-        node.add_rule("prot", GOOD + "colour: red\n")
+        node.add_rule("prot", good(node) + "colour: red\n")
         node.start()
         status = node.status()
         assert [r["id"] for r in status["rules"]] == ["prot"] and status["invalid_files"] == []

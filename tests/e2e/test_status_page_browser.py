@@ -99,7 +99,9 @@ def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(
         {
             "id": "prot",
             "priority": 50,
-            "match": {"cmdline": ["arbiter.demo.protected"]},
+            "match": {
+                "cmdline": [f"arbiter.demo.protected --events {tmp_path / 'p.jsonl'}"]
+            },  # this test's stand-in alone
             "protect": {"metric": "gpu_share"},
         },
     )

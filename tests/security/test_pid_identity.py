@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from arbiter.demo.node import LocalNode
 from arbiter.plugin import JobTarget, PluginContext, ProcessRef
 from arbiter.sdk.supervisor import signal_group
 from arbiter.store import PausedEntry, PausedJournal
+from arbiter_testing.waiting import wait_until
 from arbiter_translators import CgroupFreezeTranslator, SignalTranslator
 
 
@@ -43,10 +43,10 @@ def state(pid: int) -> str:
 
 
 def wait_state(pid: int, wanted: set[str], timeout: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout
-    while (now := state(pid)) not in wanted and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return now
+    """Wait until ``pid`` is in one of the ``wanted`` states; that state (or fail)."""
+    return wait_until(
+        lambda: (now := state(pid)) in wanted and now, timeout, f"pid {pid} to be one of {sorted(wanted)}"
+    )
 
 
 def recorded_elsewhen(pid: int) -> ProcessRef:
@@ -71,7 +71,7 @@ def test_a_reused_pid_gets_no_signal_and_is_reported(tmp_path: Path, sleepers, k
     os.kill(stranger.pid, signal.SIGSTOP)  # stopped by someone else: arbiter must not continue it
     wait_state(stranger.pid, {"stopped"})
     translator.resume([stale])
-    time.sleep(0.05)  # a SIGCONT, had one been sent, acts at once
+    # no wait: a SIGCONT wakes a stopped process before kill() returns to its sender
     assert state(stranger.pid) == "stopped"
     os.kill(stranger.pid, signal.SIGCONT)
 
@@ -133,10 +133,12 @@ def test_a_group_is_signalled_only_while_its_id_is_still_the_one_it_led(sleepers
     assert leader.returncode == 0 and os.getpgid(orphan) == leader.pid
     try:
         assert signal_group(leader, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while psutil.pid_exists(orphan) and psutil.Process(orphan).status() != "zombie" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == "zombie"
+        wait_until(
+            lambda: not psutil.pid_exists(orphan) or psutil.Process(orphan).status() == "zombie",
+            10,
+            "the orphan to be killed",
+            ignore=(psutil.NoSuchProcess,),
+        )
     finally:
         if psutil.pid_exists(orphan):
             os.kill(orphan, signal.SIGKILL)

@@ -54,7 +54,13 @@ def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> N
     node = LocalNode(root, admin_group="arbiter-no-such-group")
     try:
         node.add_rule(
-            "prot", {"id": "prot", "match": {"cmdline": ["arbiter.demo.protected"]}, "protect": {"metric": "gpu_share"}}
+            "prot",
+            {
+                "id": "prot",
+                # no program here runs it; a plain arbiter.demo.protected could be a test's beside this one
+                "match": {"cmdline": [f"arbiter.demo.protected --events {root / 'p.jsonl'}"]},
+                "protect": {"metric": "gpu_share"},
+            },
         )
         node.start()
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "roots")

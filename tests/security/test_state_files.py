@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import stat
-import time
 from pathlib import Path
 
 import pytest
 
 from arbiter.daemon.secure import UnsafeStateDir, check_state_dir, ensure_token
 from arbiter.demo.node import LocalNode
+from arbiter_testing.waiting import wait_until
 
 
 def mode(path: Path) -> int:
@@ -135,7 +135,4 @@ def test_the_socket_is_replaced_not_followed(tmp_path: Path) -> None:
         assert bait.read_text() == "keep me" and mode(bait) == 0o600
     finally:
         node.close()
-    deadline = time.monotonic() + 10
-    while node.socket.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not node.socket.exists(), "the socket is removed when the daemon stops"
+    wait_until(lambda: not node.socket.exists(), 10, "the socket to be removed when the daemon stops")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
 
 from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.store import PausedEntry, PausedJournal
+from arbiter_testing.waiting import wait_until
 
 
 def test_resume_all_continues_the_recorded_process_and_names_the_one_whose_pid_was_reused(tmp_path: Path) -> None:
@@ -41,10 +41,9 @@ def test_resume_all_continues_the_recorded_process_and_names_the_one_whose_pid_w
         assert out.returncode == 0, out.stderr
         assert "resumed 2 item(s)" in out.stdout
         assert f"did not resume pid {stranger.pid}" in out.stdout and "reused" in out.stdout
-        deadline = time.monotonic() + 5
-        while psutil.Process(paused.pid).status() == psutil.STATUS_STOPPED and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert psutil.Process(paused.pid).status() != psutil.STATUS_STOPPED
+        wait_until(
+            lambda: psutil.Process(paused.pid).status() != psutil.STATUS_STOPPED, 10, "the paused job to continue"
+        )
         assert psutil.Process(stranger.pid).status() == psutil.STATUS_STOPPED  # never signalled
     finally:
         for proc in (paused, stranger):
