@@ -5,7 +5,7 @@ process that asks.  So each runs as ``python -m arbiter.probing KIND`` under a t
 a probe that times out, crashes or prints garbage counts as "not usable" with that said.
 Probing is discovery, never urgent: the children run at a lower priority and no more at a
 time than there are CPUs, so a probe run (a second of start-up each) does not take CPU from a
-protected program.  The answer has the shape of SPEC section 10:
+protected program.  The answer has this shape:
 ``{"host": [...], "containers": [...], "evidence": {api: text}, "platform": ..., "arbiter_version": ...}``.
 """
 

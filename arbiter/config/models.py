@@ -66,7 +66,7 @@ class GovernorConfig(Strict):
 
 
 class ComplianceConfig(Strict):
-    """How jobs holding a duty below 1 are verified (SPEC section 5, "Compliance")."""
+    """How jobs holding a duty below 1 are verified."""
 
     sample_s: float = Field(2.0, gt=0, le=60, description="how long each sample of a job's measured duty lasts")
     tolerance: Share = Field(0.1, description="measured duty may exceed the asked duty by this much")

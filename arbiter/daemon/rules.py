@@ -290,7 +290,7 @@ class RuleBook:
         rules = {}
         for rid, live in self.live.items():
             r = live.rule
-            release = r.release.options() if r.release else {}  # timeout_s and confirm, as SPEC section 7 names them
+            release = r.release.options() if r.release else {}  # timeout_s and confirm
             rules[rid] = RulePolicy(
                 rule_id=rid,
                 priority=r.priority,

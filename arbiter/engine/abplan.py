@@ -1,4 +1,4 @@
-"""The design of a paired ON/OFF run (SPEC section 8), pure: the order of a block's windows,
+"""The design of a paired ON/OFF run, pure: the order of a block's windows,
 which windows count, and when a run must stop as a slowdown (the run itself steps through
 them in :mod:`arbiter.engine.abrun`).
 

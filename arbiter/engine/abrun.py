@@ -1,4 +1,4 @@
-"""A paired ON/OFF run as it goes (SPEC section 8), pure.
+"""A paired ON/OFF run as it goes, pure.
 
 :func:`advance` takes the run's state and what one decision sees (the protected program's
 progress count, its processes and phases, the power source, the memory guard, the work's

@@ -1,4 +1,4 @@
-"""The statistics of a paired ON/OFF run (SPEC section 8), pure.
+"""The statistics of a paired ON/OFF run, pure.
 
 Each block gives the protected program's progress rate with the work ON and OFF; d_i =
 ln(ON_i / OFF_i).  R = exp(mean d) with a paired t-interval at 90 %, Fieller's interval for

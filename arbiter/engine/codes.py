@@ -1,4 +1,4 @@
-"""Timeline and reason codes (SPEC section 9, and the ones this engine adds)."""
+"""Timeline and reason codes."""
 
 GPU_DUTY_START = "GPU_DUTY_START"
 GPU_DUTY_BASELINE = "GPU_DUTY_BASELINE"

@@ -1,4 +1,4 @@
-"""VRAM handoff between tenants (SPEC section 7), as pure functions.
+"""VRAM handoff between tenants, as pure functions.
 
 - **Starvation**: a busy tenant is starved when the device's free VRAM plus what it holds is
   below what it needs; the shortfall is needs − free − held.  A tenant whose busy state is
@@ -26,7 +26,7 @@ from arbiter.engine.types import Reason, Release, TenantVramState, TimelineEvent
 #: "GB" in rule files and messages means GiB, as GPU tools show VRAM
 GIB = 1 << 30
 
-# Why a tenant is not released (the blockers' texts, as SPEC section 7 words them).
+# Why a tenant is not released (the blockers' texts).
 WHY_RANKS = "busy and ranks at or above the demander"
 WHY_UNKNOWN_RANKS = "its state is unknown, which counts as busy, and it ranks at or above the demander"
 WHY_NO_RELEASE = "declares no release"

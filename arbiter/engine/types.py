@@ -219,7 +219,7 @@ class RulePolicy:
     during: tuple[DuringPolicy, ...] = ()
     progress: bool = False  # it reads its program's progress from a source
     max_slowdown: float = 0.05  # the governor's target
-    # VRAM handoff (SPEC section 7)
+    # VRAM handoff
     reclaimable: bool = False  # it declares a release
     busy_probe: bool = False  # it has a busy probe (else: busy while it uses the GPU)
     needs_vram_bytes: int | None = None

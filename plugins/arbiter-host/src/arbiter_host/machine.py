@@ -1,7 +1,7 @@
 """``machine``: the node's identity, for certificate fingerprints.
 
 A certificate holds only while the hardware and the OS major version are those it was
-earned under (SPEC section 8); this kind says what they are.  ``boot_id`` changes at every
+earned under; this kind says what they are.  ``boot_id`` changes at every
 boot where the OS has one, so a caller that stores it can notice a reboot.
 
 - CPU model: Linux ``/proc/cpuinfo`` (``model name``; on ARM, where there is none,

@@ -1,6 +1,6 @@
 """``power``: whether the host runs on mains (``ac``) or on its battery.
 
-The A/B harness leaves out a block during which the power source changed (SPEC section 8):
+The A/B harness leaves out a block during which the power source changed:
 a laptop that leaves its charger slows down for reasons that have nothing to do with the
 fleet.  This kind only reports; the harness compares ``source`` between readings.
 
