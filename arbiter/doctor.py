@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arbiter.daemon.core import Daemon
+    from arbiter.daemon.facade import Node
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def local_items(config: str | None) -> list[Item]:
     return items
 
 
-def daemon_items(daemon: Daemon) -> list[Item]:
+def daemon_items(daemon: Node) -> list[Item]:
     """What the daemon checks as its own account (runs the probes again)."""
     items: list[Item] = []
     # what each reader said on the last tick: reading them again here would disturb the

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import threading
@@ -38,8 +39,47 @@ def platform_tag() -> str:
     return f"{system}-{platform.machine().lower() or 'unknown'}"
 
 
+class Children:
+    """The probe processes running now: a daemon that stops ends them rather than leave them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[str]] = set()
+        self.closed = False
+
+    def add(self, proc: subprocess.Popen[str]) -> bool:
+        """Keep ``proc``; False once closed (the caller ends it)."""
+        with self._lock:
+            if not self.closed:
+                self._running.add(proc)
+            return not self.closed
+
+    def discard(self, proc: subprocess.Popen[str]) -> None:
+        with self._lock:
+            self._running.discard(proc)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            running, self._running = self._running, set()
+        for proc in running:
+            _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """The probe and whatever it started (its tools run in its process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_probe(
-    kind: str, plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S, disable: Sequence[str] = ()
+    kind: str,
+    plugins: Sequence[str] = (),
+    timeout_s: float = PROBE_TIMEOUT_S,
+    disable: Sequence[str] = (),
+    children: Children | None = None,
 ) -> dict[str, Any]:
     """One probe in a child process: ``{"usable", "evidence", "apis"?, "seconds"}``."""
     started = time.monotonic()
@@ -48,43 +88,57 @@ def run_probe(
         "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)),
         "ARBITER_PROBE_DISABLE": json.dumps(list(disable)),
     }
+    # its own process group (no terminal's signals) but the asker's session: where the
+    # scheduler groups by session, a new one would be a new group and undo the lower priority
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "arbiter.probing", kind],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        process_group=0,
+    )
+    if children is not None and not children.add(proc):
+        _kill_group(proc)
     try:
-        # its own process group (no terminal's signals) but the asker's session: where the
-        # scheduler groups by session, a new one would be a new group and undo the lower priority
-        out = subprocess.run(
-            [sys.executable, "-m", "arbiter.probing", kind],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            process_group=0,
-            check=False,  # a failed probe is reported below, with its last line of stderr
-        )
+        stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
         return {
             "usable": False,
             "evidence": f"the {kind} probe did not answer within {timeout_s:g}s (a hung driver?)",
             "seconds": round(time.monotonic() - started, 2),
         }
+    finally:
+        if children is not None:
+            children.discard(proc)
     seconds = round(time.monotonic() - started, 2)
     try:
-        answer = json.loads(out.stdout.strip().splitlines()[-1])
+        answer = json.loads(stdout.strip().splitlines()[-1])
         if not isinstance(answer, dict) or not isinstance(answer.get("usable"), bool):
             raise ValueError("not a probe answer")
     except (ValueError, IndexError):
-        tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        # a failed probe is reported with its last line of stderr
+        tail = (stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         return {"usable": False, "evidence": f"the {kind} probe failed: {tail[:300]}", "seconds": seconds}
     answer["seconds"] = seconds
     return answer
 
 
 def gpu_apis(
-    kinds: Sequence[str], plugins: Sequence[str] = (), timeout_s: float = PROBE_TIMEOUT_S, disable: Sequence[str] = ()
+    kinds: Sequence[str],
+    plugins: Sequence[str] = (),
+    timeout_s: float = PROBE_TIMEOUT_S,
+    disable: Sequence[str] = (),
+    children: Children | None = None,
 ) -> dict[str, Any]:
     """Run every probe (in parallel, each in its own process) and say what the host provides."""
     kinds = sorted(set(kinds))
     with ThreadPoolExecutor(max_workers=max(1, min(len(kinds), os.cpu_count() or 1))) as pool:
-        answers = dict(zip(kinds, pool.map(lambda k: run_probe(k, plugins, timeout_s, disable), kinds), strict=True))
+        answers = dict(
+            zip(kinds, pool.map(lambda k: run_probe(k, plugins, timeout_s, disable, children), kinds), strict=True)
+        )
     host = sorted(k for k, a in answers.items() if a["usable"] and k != CONTAINERS)
     containers = (
         sorted(answers.get(CONTAINERS, {}).get("apis") or []) if answers.get(CONTAINERS, {}).get("usable") else []
@@ -113,10 +167,15 @@ class Prober:
         self._running = False
         self._finished = 0
         self.answer: dict[str, Any] | None = None
+        self._children = Children()
+
+    def close(self) -> None:
+        """End the probes running now; none start after."""
+        self._children.close()
 
     def _run(self) -> None:
         try:
-            result = gpu_apis(self._kinds(), self._plugins, disable=self._disable)
+            result = gpu_apis(self._kinds(), self._plugins, disable=self._disable, children=self._children)
         except Exception as exc:  # a failing runner must not leave callers waiting
             result = {
                 "host": [],
@@ -131,7 +190,7 @@ class Prober:
             self._cond.notify_all()
 
     def _start(self) -> None:  # under the lock
-        if not self._running:
+        if not self._running and not self._children.closed:
             self._running = True
             threading.Thread(target=self._run, name="probes", daemon=True).start()
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import secrets
 import socket
-import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from arbiter.certificates import Certificate, fingerprint
@@ -19,7 +19,7 @@ from arbiter.engine import abrun, codes
 from arbiter.engine.abstats import Block, analyse
 
 if TYPE_CHECKING:
-    from arbiter.daemon.core import Daemon
+    from arbiter.daemon.facade import Node
 
 APPLY_WAIT_S = 5.0
 
@@ -80,7 +80,7 @@ def spec_from(args: dict[str, Any], run_id: str, sweep_id: str | None = None) ->
     )
 
 
-def plan(daemon: Daemon, spec: abrun.RunSpec) -> dict[str, Any]:
+def plan(daemon: Node, spec: abrun.RunSpec) -> dict[str, Any]:
     """What the run will do, or :class:`RunRefused` with why it cannot start now."""
     policy = daemon.policy
     rp = policy.rules.get(spec.rule_id)
@@ -164,22 +164,19 @@ def new_ids(sweep: bool) -> tuple[str, str | None]:
     return f"ab-{secrets.token_hex(3)}", None
 
 
-def apply(daemon: Daemon, change: Any) -> Any:
+def apply(daemon: Node, change: Any) -> Any:
     """Run ``change(current run) -> (new run, answer)`` on the decision thread (which owns the
     engine state) and wait for its answer."""
-    box: dict[str, Any] = {"done": threading.Event(), "lock": threading.Lock(), "cancelled": False}
-    daemon.put("ab", (change, box))
-    if not box["done"].wait(APPLY_WAIT_S):
-        with box["lock"]:  # the decision thread checks this before it applies the change
-            box["cancelled"] = True
-        if not box["done"].is_set():
-            raise RunRefused("the daemon did not take the request in time; nothing changed: ask again")
-    if "error" in box:
-        raise box["error"]
-    return box.get("answer")
+    answer = daemon.change_run(change)
+    try:
+        return answer.result(APPLY_WAIT_S)
+    except FutureTimeout:
+        if answer.cancel():  # the decision thread had not taken it: nothing changed
+            raise RunRefused("the daemon did not take the request in time; nothing changed: ask again") from None
+        return answer.result()  # taken meanwhile: its answer comes at once
 
 
-def start(daemon: Daemon, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
+def start(daemon: Node, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
     planned = plan(daemon, spec)
 
     def change(current: abrun.RunState | None) -> tuple[abrun.RunState, dict[str, Any]]:
@@ -197,7 +194,7 @@ def start(daemon: Daemon, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
     return apply(daemon, change)  # type: ignore[no-any-return]
 
 
-def abort(daemon: Daemon, run_id: str, uid: int) -> dict[str, Any]:
+def abort(daemon: Node, run_id: str, uid: int) -> dict[str, Any]:
     def change(current: abrun.RunState | None) -> tuple[abrun.RunState, dict[str, Any]]:
         if current is None or not current.running or run_id not in (current.spec.run_id, current.spec.sweep_id):
             raise RunRefused(f"no run {run_id!r} is in progress (`arbiter ab status` lists the runs)")
@@ -223,7 +220,7 @@ def abort(daemon: Daemon, run_id: str, uid: int) -> dict[str, Any]:
     return apply(daemon, change)  # type: ignore[no-any-return]
 
 
-def certificate(daemon: Daemon, run: abrun.RunState) -> None:
+def certificate(daemon: Node, run: abrun.RunState) -> None:
     """Issue the certificate a passing run earned.  Hashing the program's executable may take
     a while (the first time): it runs on a worker thread, then the recorder commits."""
     view = daemon.snapshot.view
@@ -287,7 +284,7 @@ def certificate(daemon: Daemon, run: abrun.RunState) -> None:
     daemon.tenants.submit(issue)
 
 
-def supersede(daemon: Daemon, run: abrun.RunState) -> None:
+def supersede(daemon: Node, run: abrun.RunState) -> None:
     """A slowdown at a duty retires the rule's certificates for that work at that duty or above."""
     spec = run.spec
     duty = spec.duty if spec.duty is not None else 1.0
@@ -309,7 +306,7 @@ def supersede(daemon: Daemon, run: abrun.RunState) -> None:
     daemon.recorder.write(write)
 
 
-def live(daemon: Daemon, rs: abrun.RunState) -> dict[str, Any]:
+def live(daemon: Node, rs: abrun.RunState) -> dict[str, Any]:
     """The run in progress as status shows it: the window now and how far it has come."""
     out: dict[str, Any] = {"blocks_done": len(rs.blocks), "target": rs.target, "excluded": len(rs.excluded)}
     w = rs.window
@@ -331,7 +328,7 @@ def live(daemon: Daemon, rs: abrun.RunState) -> dict[str, Any]:
     return out
 
 
-def records(daemon: Daemon) -> list[dict[str, Any]]:
+def records(daemon: Node) -> list[dict[str, Any]]:
     """Every run on record, the one in progress as the decision thread has it now."""
     current = daemon.engine_state.ab
     out = daemon.store.runs()
@@ -343,7 +340,7 @@ def records(daemon: Daemon) -> list[dict[str, Any]]:
     return out
 
 
-def find(daemon: Daemon, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def find(daemon: Node, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A run's record and, while it runs, its live part."""
     current = daemon.engine_state.ab
     if current is not None and current.spec.run_id == run_id:
@@ -374,7 +371,7 @@ def brief(rec: dict[str, Any], live_part: dict[str, Any] | None) -> dict[str, An
     }
 
 
-def status(daemon: Daemon) -> list[dict[str, Any]]:
+def status(daemon: Node) -> list[dict[str, Any]]:
     current = daemon.engine_state.ab
     out = []
     for rec in records(daemon):

@@ -25,7 +25,7 @@ from arbiter.plugin import PluginContext, Translator
 from arbiter.pluginmanager import PluginFailed
 
 if TYPE_CHECKING:
-    from arbiter.daemon.core import Daemon
+    from arbiter.daemon.facade import Node
 
 log = logging.getLogger("arbiter.handoff")
 WORKERS = 4
@@ -34,7 +34,7 @@ FRESH_MODELS_S = 1.0  # how long a release with nothing to send waits for its pr
 
 
 class TenantActions:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Node) -> None:
         self.daemon = daemon
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tenant")
         # one thread, in order: a restore and an apply asked together must not overtake each other
@@ -84,7 +84,7 @@ class TenantActions:
                 errors.extend(result.errors)
                 if not result.errors and not result.requested:
                     log.info("release of %s sent nothing: %s", rel.rule_id, result.note)
-                    d.put("release_moot", rel)  # no VRAM comes back from this request
+                    d.release_over(rel, failed=False)  # no VRAM comes back from this request
             except PluginFailed as exc:
                 errors.append(exc.why)
         if errors:
@@ -103,7 +103,7 @@ class TenantActions:
                     "evidence": evidence,
                 }
             d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id, message, {**evidence, "remedy": remedy})
-            d.put("release_failed", rel)
+            d.release_over(rel, failed=True)
         else:
             with self._lock:
                 self.release_failed.pop(rel.rule_id, None)

@@ -24,7 +24,7 @@ from arbiter.daemon.sources import SlotKey
 from arbiter.plugin import SourceState
 
 if TYPE_CHECKING:
-    from arbiter.daemon.core import Daemon
+    from arbiter.daemon.facade import Node
 
 MAX_SESSIONS_PER_UID = 4
 #: a report may say it saw a change at most this long ago (it is a latency, not a history)
@@ -146,7 +146,7 @@ class HelperSession:
 class Helpers:
     """Opens and tracks helper sessions for the daemon's socket."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Node) -> None:
         self.daemon = daemon
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()

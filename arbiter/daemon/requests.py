@@ -23,7 +23,7 @@ from arbiter.pluginmanager import PluginFailed
 from arbiter.probing import placement
 
 if TYPE_CHECKING:
-    from arbiter.daemon.core import Daemon
+    from arbiter.daemon.facade import Node
     from arbiter.store import JobRecord
 
 MAX_WAIT_S = 5.0
@@ -85,7 +85,7 @@ def _number_arg(op: str, args: dict[str, Any], name: str, default: float | None 
     return value
 
 
-def _job(daemon: Daemon, args: dict[str, Any], uid: int) -> JobRecord:
+def _job(daemon: Node, args: dict[str, Any], uid: int) -> JobRecord:
     job_id = str(args.get("id", ""))
     record = daemon.jobs.get(job_id)
     if record is None:
@@ -98,7 +98,7 @@ def _job(daemon: Daemon, args: dict[str, Any], uid: int) -> JobRecord:
     return record
 
 
-def _process(daemon: Daemon, pid: int) -> ProcessInfo:
+def _process(daemon: Node, pid: int) -> ProcessInfo:
     try:
         table = daemon.observer.process_table()
     except PluginFailed as exc:
@@ -109,7 +109,7 @@ def _process(daemon: Daemon, pid: int) -> ProcessInfo:
     raise Refused(f"process {pid} does not exist", "NO_SUCH_PROCESS")
 
 
-def _verdict(daemon: Daemon, job_id: str) -> dict[str, Any]:
+def _verdict(daemon: Node, job_id: str) -> dict[str, Any]:
     decision = daemon.snapshot.decision
     verdict = decision.jobs.get(job_id) if decision else None
     record = daemon.jobs.get(job_id)
@@ -126,7 +126,7 @@ def _verdict(daemon: Daemon, job_id: str) -> dict[str, Any]:
     }
 
 
-def handle(daemon: Daemon, op: str, args: dict[str, Any], peer: tuple[int, int]) -> dict[str, Any]:
+def handle(daemon: Node, op: str, args: dict[str, Any], peer: tuple[int, int]) -> dict[str, Any]:
     peer_pid, uid = peer
     try:
         return {"ok": True, **_handle(daemon, op, args, peer_pid, uid)}
@@ -136,7 +136,7 @@ def handle(daemon: Daemon, op: str, args: dict[str, Any], peer: tuple[int, int])
         return {"ok": False, "error": str(exc), "code": "UNKNOWN_SUBJECT"}
 
 
-def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: int) -> dict[str, Any]:
+def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int) -> dict[str, Any]:
     if op == "ping":
         return {"version": __version__}
     if op == "status":
@@ -247,7 +247,7 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
     raise Refused(f"unknown request {op!r}", "BAD_REQUEST")
 
 
-def _ab(daemon: Daemon, op: str, args: dict[str, Any], uid: int) -> dict[str, Any]:
+def _ab(daemon: Node, op: str, args: dict[str, Any], uid: int) -> dict[str, Any]:
     """Paired ON/OFF runs: anyone may read them; starting and aborting are node-wide changes."""
     from arbiter.daemon import abruns
 

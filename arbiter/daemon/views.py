@@ -13,14 +13,14 @@ from arbiter.engine import codes
 from arbiter.engine.types import JobVerdict
 
 if TYPE_CHECKING:
-    from arbiter.daemon.core import Daemon
+    from arbiter.daemon.facade import Node
 
 
 class UnknownSubject(LookupError):
     pass
 
 
-def _job_item(daemon: Daemon, record: Any, verdict: JobVerdict | None) -> dict[str, Any]:
+def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str, Any]:
     manifest = record.manifest
     gpu = manifest.get("gpu", {})
     view = daemon.snapshot.view
@@ -61,7 +61,7 @@ def _job_item(daemon: Daemon, record: Any, verdict: JobVerdict | None) -> dict[s
     }
 
 
-def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
+def _rule_item(daemon: Node, rid: str) -> dict[str, Any]:
     live = daemon.rulebook.live.get(rid)
     snap = daemon.snapshot
     verdict = snap.decision.rules.get(rid) if snap.decision else None
@@ -94,14 +94,14 @@ def _rule_item(daemon: Daemon, rid: str) -> dict[str, Any]:
     }
 
 
-def _releasing(daemon: Daemon, rid: str) -> dict[str, Any] | None:
+def _releasing(daemon: Node, rid: str) -> dict[str, Any] | None:
     st = daemon.engine_state.vram.get(rid)
     if st is None or st.requested_at is None:
         return None
     return {"for_s": round(time.monotonic() - st.requested_at, 2), "held_at_request": st.held_at_request, "why": st.why}
 
 
-def vram_view(daemon: Daemon, rules: list[dict[str, Any]]) -> dict[str, Any]:
+def vram_view(daemon: Node, rules: list[dict[str, Any]]) -> dict[str, Any]:
     """The device's VRAM, what each tenant and the jobs hold, and what no rule claims."""
     view = daemon.snapshot.view
     vram = dict(view.vram) if view else {}
@@ -122,7 +122,7 @@ def vram_view(daemon: Daemon, rules: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def state_notices(daemon: Daemon) -> list[dict[str, Any]]:
+def state_notices(daemon: Node) -> list[dict[str, Any]]:
     """The state directory refusing writes (full, read-only): protection goes on, unrecorded."""
     rec, journal = daemon.recorder, daemon.journal
     if rec.failing_since is None and not journal.failures:
@@ -154,7 +154,7 @@ def state_notices(daemon: Daemon) -> list[dict[str, Any]]:
 CLOCK_NOTICE_S = 600.0  # how long explain mentions a clock jump
 
 
-def clock_notices(daemon: Daemon) -> list[dict[str, Any]]:
+def clock_notices(daemon: Node) -> list[dict[str, Any]]:
     jump = daemon.observer.clock_jump
     if jump is None or time.monotonic() - jump[0] > CLOCK_NOTICE_S:
         return []
@@ -179,7 +179,7 @@ def _costs(c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_view(daemon: Daemon) -> dict[str, Any]:
+def status_view(daemon: Node) -> dict[str, Any]:
     snap = daemon.snapshot
     decision = snap.decision
     view = snap.view
@@ -224,7 +224,7 @@ def status_view(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-def explain_view(daemon: Daemon, subject: str | None = None) -> dict[str, Any]:
+def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
     """Why each job is (not) running; for a subject, that job, job name or tenant."""
     snap = daemon.snapshot
     verdicts = snap.decision.jobs if snap.decision else {}
@@ -286,7 +286,7 @@ class _GovernorRow(TypedDict):
     take_back_left_s: float | None
 
 
-def duty_view(daemon: Daemon) -> dict[str, Any]:
+def duty_view(daemon: Node) -> dict[str, Any]:
     """The budget, each rule's governor and each job's asked and measured duty."""
     snap = daemon.snapshot
     decision = snap.decision

@@ -38,7 +38,7 @@ from arbiter.engine.abplan import (
     order,
 )
 from arbiter.engine.abstats import Block, analyse, blocks_needed, planned_hours
-from arbiter.engine.types import JobObs, TimelineEvent
+from arbiter.engine.values import JobObs, TimelineEvent
 
 RunStatus = Literal["running", "done", "aborted", "refused"]
 OffMode = Literal["paused", "evicted"]

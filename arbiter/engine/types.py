@@ -6,8 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from arbiter.engine.values import JobObs as JobObs
+from arbiter.engine.values import TimelineEvent as TimelineEvent
+
 if TYPE_CHECKING:
     from arbiter.engine.abrun import RunState
+
 
 Scope = Literal["gpu", "cpu", "all", "io"]
 GpuJobsMode = Literal["never", "when_no_gpu_protected", "certified", "always"]
@@ -70,37 +74,6 @@ class RuleObs:
     progress: SourceObs | None = None  # its progress source, when it has one
     busy: SourceObs | None = None  # its busy probe, when it has one
     vram_bytes: int | None = None  # what its processes hold (None: the readers cannot say)
-
-
-@dataclass(frozen=True)
-class JobObs:
-    job_id: str
-    name: str
-    owner_uid: int
-    use: Literal["none", "shared", "exclusive"] = "shared"
-    capabilities: frozenset[str] = frozenset()
-    max_duty: float = 1.0
-    started: bool = False  # its command runs (pending jobs have not started)
-    pids: tuple[int, ...] = ()
-    submitted_at: float = 0.0
-    user_hold: bool = False
-    stop_requested_at: float | None = None
-    #: its processes' measured GPU duty over the last sample (None with measured_at set: unreadable)
-    measured: float | None = None
-    measured_at: float | None = None  # when that sample was taken; None: no sample yet
-
-    @property
-    def cooperative_pause(self) -> bool:
-        return "cooperative_pause" in self.capabilities
-
-    @property
-    def reads_control(self) -> bool:
-        """It reads its control document (so it is asked to stop before it is ended)."""
-        return bool({"cooperative_pause", "cooperative_throttle"} & self.capabilities)
-
-    @property
-    def uses_gpu(self) -> bool:
-        return self.use != "none"
 
 
 @dataclass(frozen=True)
@@ -353,14 +326,6 @@ class Action:
     state: Literal["run", "paused", "stop"] | None = None  # for ``control``
     duty: float = 1.0
     reason: str = ""
-
-
-@dataclass(frozen=True)
-class TimelineEvent:
-    code: str
-    subject: str
-    message: str
-    data: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

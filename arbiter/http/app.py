@@ -3,37 +3,14 @@ daemon and the daemon can serve it from a thread."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from arbiter import __version__
 from arbiter.http.guard import TOKEN_HINT, LoopbackHostGate, TokenGate, bearer_ok, is_loopback_bind, is_loopback_host
-
-
-class Provider(Protocol):
-    token: str
-
-    def status(self) -> dict[str, Any]: ...
-
-    def explain(self, subject: str | None) -> dict[str, Any]: ...  # raises LookupError
-
-    def timeline(self, limit: int, subject: str | None, code: str | None) -> list[dict[str, Any]]: ...
-
-    def reload(self) -> None: ...
-
-    def gpu_apis(self) -> dict[str, Any]: ...
-
-    def duty(self) -> dict[str, Any]: ...
-
-    def ab_runs(self) -> list[dict[str, Any]]: ...
-
-    def ab_report(self, run_id: str) -> dict[str, Any]: ...  # raises LookupError
-
-    def ab_plot(self, run_id: str) -> bytes: ...  # raises LookupError
-
-    def metrics(self) -> dict[str, Any]: ...  # what arbiter.http.metrics.families reads
+from arbiter.http.provider import Provider
 
 
 def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:

@@ -20,7 +20,7 @@ from urllib.parse import quote
 from arbiter.engine import codes
 
 if TYPE_CHECKING:
-    from arbiter.http.app import Provider
+    from arbiter.http.provider import Provider
 
 REFRESH_S = 3
 TIMELINE_ROWS = 25

@@ -13,14 +13,14 @@ from arbiter.http.app import create_app
 from arbiter.http.guard import warn_if_reachable
 
 if TYPE_CHECKING:
-    from arbiter.daemon.core import Daemon
+    from arbiter.daemon.facade import Node
 
 
 PLOT_TIMEOUT_S = 60.0
 
 
 class DaemonProvider:
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: Node) -> None:
         self.daemon = daemon
         self.token = daemon.token
         self._plots: dict[str, tuple[str, bytes]] = {}  # run id → (what it showed, its PNG)
@@ -94,7 +94,7 @@ class DaemonProvider:
 
 
 class HttpServer:
-    def __init__(self, daemon: Daemon, host: str, port: int) -> None:
+    def __init__(self, daemon: Node, host: str, port: int) -> None:
         warn_if_reachable(host, port)
         app = create_app(DaemonProvider(daemon), bind_host=host)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)

@@ -16,9 +16,11 @@ from typing import Any
 import psutil
 import pytest
 
-import arbiter.daemon.core as core
+import arbiter.daemon.decider as decider
+import arbiter.daemon.fastpath as fastpath
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
+from arbiter.daemon.inbox import SourceReport
 from arbiter.demo.node import LocalNode
 from arbiter.plugin import SourceState
 from arbiter_testing.waiting import wait_until
@@ -47,20 +49,20 @@ def continued(pid: int, timeout: float = 10.0) -> None:
 def sources_taken(daemon: Daemon, monkeypatch: Any) -> list[tuple[str, str | None]]:
     """From now on, each source report taken: (the thread that took it, its phase)."""
     taken: list[tuple[str, str | None]] = []
-    real_take = daemon._take_reports
+    real_take = daemon.fast.take
 
     def take(batch: Any) -> Any:
-        taken.extend((threading.current_thread().name, payload[2].phase) for kind, payload in batch if kind == "source")
+        taken.extend((threading.current_thread().name, r.state.phase) for r in batch if isinstance(r, SourceReport))
         return real_take(batch)
 
-    monkeypatch.setattr(daemon, "_take_reports", take)
+    monkeypatch.setattr(daemon.fast, "take", take)
     return taken
 
 
 def slow_reflex_thread(monkeypatch: Any) -> threading.Event:
     """The reflex thread takes the batch it waits for now at once; each batch after that,
     once fetched, waits until the event returned is set."""
-    real_drained = core._drained
+    real_drained = fastpath.drained
     late = threading.Event()
 
     def drained(inbox: Any) -> Any:
@@ -68,7 +70,7 @@ def slow_reflex_thread(monkeypatch: Any) -> threading.Event:
         late.wait(10)
         return batch
 
-    monkeypatch.setattr(core, "_drained", drained)
+    monkeypatch.setattr(fastpath, "drained", drained)
     return late
 
 
@@ -110,7 +112,7 @@ def running(
             daemon.notify_jobs()
             # an arm for the source is sent under the signalling lock, which the process waits
             # for before it acts: once sent, the process acts on it (or on a later one)
-            link = daemon.link
+            link = daemon.fast.linked.link if daemon.fast.linked else None
             assert link is not None
             wait_until(lambda: link._arm, 30, "a decision to arm the reflex process for the source")
         yield node, daemon, events, pid
@@ -125,7 +127,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
 ) -> None:
     # a long tick: the decisions here are the test's
     with running(tmp_path, 5, 3, reflex_process) as (node, daemon, events, pid):
-        real = core.decide
+        real = decider.decide
         held, entered = threading.Event(), threading.Event()
         first = [True]
 
@@ -144,7 +146,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
             resumes.append(time.monotonic())
             return real_resume(entries)
 
-        monkeypatch.setattr(core, "decide", slow_decide)
+        monkeypatch.setattr(decider, "decide", slow_decide)
         monkeypatch.setattr(daemon.actuator, "resume_entries", resume_entries)
         daemon.notify_jobs()
         assert entered.wait(10)
@@ -176,7 +178,7 @@ def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carri
 ) -> None:
     """Past ``REDECIDE_AT_MOST`` tries (here at once) a decision is made under the lock,
     the reflex waiting for it: a source flapping faster than decisions never starves them."""
-    monkeypatch.setattr(core, "REDECIDE_AT_MOST", 0)
+    monkeypatch.setattr(decider, "REDECIDE_AT_MOST", 0)
     with running(tmp_path, 0.2, 4) as (_node, daemon, events, pid):
         phase(events, "on")
         stopped_within(pid)
@@ -191,7 +193,7 @@ def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp
 
         def made_for_this_view() -> tuple[Any, dict[Any, Any]] | None:
             # read together: the daemon's next decision replaces the targets and what it prepared
-            view, made = daemon._targets
+            view, made = daemon.targets._made
             prepared = daemon.actuator._prepared
             if view is not daemon.snapshot.view or not {r.id for r in daemon.jobs.active()} <= {k[0] for k in made}:
                 return None
@@ -202,9 +204,9 @@ def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp
         view, before = node.wait_for(made_for_this_view)
         phase(events, "on")
         stopped_within(pid)
-        if daemon._targets[0] is view:  # no tick came between: the reflex made nothing new
-            assert daemon._targets[1].keys() == before.keys()
-            assert all(daemon._targets[1][key] is target for key, target in before.items())
+        if daemon.targets._made[0] is view:  # no tick came between: the reflex made nothing new
+            assert daemon.targets._made[1].keys() == before.keys()
+            assert all(daemon.targets._made[1][key] is target for key, target in before.items())
 
 
 def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, monkeypatch) -> None:
@@ -258,20 +260,20 @@ def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_
     with running(tmp_path, 5, 7) as (node, daemon, events, pid):
         taken = sources_taken(daemon, monkeypatch)
         late = slow_reflex_thread(monkeypatch)
-        with daemon._act_lock:  # a report of no helper, queued: the reflex thread's next wait is the slow one
+        with daemon.fast.lock:  # a report of no helper, queued: the reflex thread's next wait is the slow one
             daemon.helper_gone((0, 0))
-        node.wait_for(lambda: not daemon._queued, timeout=5)
-        with daemon._act_lock:
+        node.wait_for(lambda: not daemon.fast._queued, timeout=5)
+        with daemon.fast.lock:
             phase(events, "on")
-            node.wait_for(lambda: daemon._queued[("p", 0)] == 1, timeout=5)
+            node.wait_for(lambda: daemon.fast._queued[("p", 0)] == 1, timeout=5)
         phase(events, "off")
-        node.wait_for(lambda: daemon._queued[("p", 0)] == 2, timeout=5)  # queued behind "on", though the lock is free
+        node.wait_for(lambda: daemon.fast._queued[("p", 0)] == 2, timeout=5)  # queued behind "on", though the lock is free
         assert taken == [] and not stopped(pid)
         late.set()
         node.wait_for(lambda: len(taken) == 2, timeout=5)
         assert [p for _, p in taken] == ["on", "off"] and {t for t, _ in taken} == {"reflex"}
         # the reflex thread lets go of its queue's count once it has acted on the batch
-        wait_until(lambda: not daemon._queued, 10, "the reflex thread to act on both reports")
+        wait_until(lambda: not daemon.fast._queued, 10, "the reflex thread to act on both reports")
         assert not stopped(pid)
 
 
@@ -281,25 +283,25 @@ def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path:
     with running(tmp_path, 5, 9) as (node, daemon, events, pid):
         taken = sources_taken(daemon, monkeypatch)
         late = slow_reflex_thread(monkeypatch)
-        with daemon._act_lock:  # taken by the reflex thread, whose next wait is the slow one
+        with daemon.fast.lock:  # taken by the reflex thread, whose next wait is the slow one
             daemon.helper_gone((0, 0))
-        node.wait_for(lambda: not daemon._queued, timeout=5)
-        with daemon._act_lock:
+        node.wait_for(lambda: not daemon.fast._queued, timeout=5)
+        with daemon.fast.lock:
             daemon.helper_gone((1, 1))
-        assert daemon._queued == {(1, 1): 1}
+        assert daemon.fast._queued == {(1, 1): 1}
         phase(events, "on")
         stopped_within(pid)
         assert [(t.split(":")[0], p) for t, p in taken] == [("arbiter-jsonl", "on")]
-        assert daemon._queued == {(1, 1): 1}  # still waiting, overtaken by another origin's report
+        assert daemon.fast._queued == {(1, 1): 1}  # still waiting, overtaken by another origin's report
         late.set()
-        node.wait_for(lambda: not daemon._queued, timeout=5)
+        node.wait_for(lambda: not daemon.fast._queued, timeout=5)
 
 
 def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path: Path) -> None:
     # the shutdown resumes what is paused: a pause after that would be left in place
     with running(tmp_path, 5, 8) as (_node, daemon, _events, pid):
         daemon.request_stop()
-        daemon._on_source("p", 0, SourceState(readable=True, phase="on", changed_at=time.monotonic()))
+        daemon.fast.on_source("p", 0, SourceState(readable=True, phase="on", changed_at=time.monotonic()))
         # queued, if anywhere, for the reflex thread: once it and the decision thread have
         # ended, nothing is left to act on the report before the shutdown
         wait_until(lambda: not any(t.is_alive() for t in daemon._threads), 10, "the daemon's threads to end")
@@ -316,12 +318,12 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
 
     with running(tmp_path, 0.2, 13, reflex_process=True) as (node, daemon, _events, pid):
         job_id = node.job("j")["id"]
-        assert daemon.link is not None and daemon.link.pid is not None
+        assert daemon.fast.linked is not None and daemon.fast.linked.link.pid is not None
         journal = PausedJournal(daemon.journal.path)  # as the reflex process does: the row, then the signal
         journal.append("pause", PausedEntry(job_id, "tree", pid, psutil.Process(pid).create_time(), "signal"))
         journal.close()
         os.kill(pid, signal.SIGSTOP)
-        os.kill(daemon.link.pid, signal.SIGKILL)
+        os.kill(daemon.fast.linked.link.pid, signal.SIGKILL)
         continued(pid)
         node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
 
@@ -334,11 +336,11 @@ def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tm
     import signal
 
     with running(tmp_path, 5.0, 14, reflex_process=True) as (node, daemon, events, pid):
-        assert daemon.link is not None and daemon.link.pid is not None
-        os.kill(daemon.link.pid, signal.SIGSTOP)  # it reads nothing more, and tells nothing
+        assert daemon.fast.linked is not None and daemon.fast.linked.link.pid is not None
+        os.kill(daemon.fast.linked.link.pid, signal.SIGSTOP)  # it reads nothing more, and tells nothing
         phase(events, "on")
-        node.wait_for(lambda: ("p", 0) in daemon._set_aside, timeout=5)
+        node.wait_for(lambda: ("p", 0) in daemon.fast.linked.set_aside, timeout=5)
         assert not stopped(pid)
-        os.kill(daemon.link.pid, signal.SIGKILL)
+        os.kill(daemon.fast.linked.link.pid, signal.SIGKILL)
         stopped_within(pid)
         node.wait_for(lambda: node.job("j")["state"] == "paused", timeout=3)

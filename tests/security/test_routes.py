@@ -38,7 +38,7 @@ def state_of(daemon: Daemon) -> dict[str, Any]:
     """What a mutation could change: wanted reloads, rules, jobs, runs, certificates."""
     daemon.recorder.flush()
     return {
-        "reload": daemon._reload_wanted.is_set(),
+        "reload": daemon.ticker.reload_wanted.is_set(),
         "rules": daemon.rulebook.generation,
         "jobs": sorted((j.id, j.state, j.user_hold) for j in daemon.jobs.active()),
         "runs": len(daemon.store.timeline(10_000, None, "AB_RUN_STARTED")),

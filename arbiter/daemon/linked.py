@@ -1,0 +1,242 @@
+"""The daemon's side of the reflex process: which sources it stands for, its lines taken in.
+
+The process (:mod:`arbiter.reflexhost`, started by :class:`arbiter.daemon.reflexlink.ReflexLink`)
+watches the phase sources of immediate rules and pauses or resumes on a change itself, from
+what the daemon armed it with after the last decision.  Its readings then stand for those
+sources: the daemon's own watchers' reports of them are set aside, to be taken if it goes.
+Everything here runs under the fast path's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from arbiter.daemon.act import Actuator
+from arbiter.daemon.reflexlink import Arm, ReflexLink, Spec
+from arbiter.daemon.rules import RuleBook
+from arbiter.daemon.snapshot import Published, Targets
+from arbiter.daemon.sources import LATENCY_WINDOW, SlotKey, SourceBook, percentiles, slot_name
+from arbiter.engine import codes
+from arbiter.engine.reflex import reflex
+from arbiter.engine.types import Decision, Observation
+from arbiter.plugin import SourceState
+from arbiter.reflexhost import arm_key
+from arbiter.store import JobRecord, PausedEntry, PausedJournal
+
+log = logging.getLogger("arbiter.daemon")
+
+
+class Linked:
+    """:param reflex: the fast path's reflex, for a phase the process left to the daemon.
+    :param acted_ms: the fast path's list of acted-on latencies, which its lines extend."""
+
+    def __init__(
+        self,
+        link: ReflexLink,
+        book: SourceBook,
+        actuator: Actuator,
+        published: Published,
+        targets: Targets,
+        reflex: Callable[[str, int], None],
+        acted_ms: list[float],
+        record: Callable[[str, str, str], None],
+        fast_threads: dict[str, str],
+    ) -> None:
+        self.link = link
+        self.book = book
+        self.actuator = actuator
+        self.published = published
+        self.targets = targets
+        self.reflex = reflex
+        self.acted_ms = acted_ms
+        self.record = record
+        self.fast_threads = fast_threads
+        self.changes = 0  # what it did, or the journal said, since start: a decision begun before is made again
+        # the sources it watches (slot → rule serial): its lines are their readings; the
+        # daemon's own watchers' last reports of them are set aside, to be taken if it goes
+        self.covered: dict[SlotKey, int] = {}
+        self.set_aside: dict[SlotKey, SourceState] = {}
+        self.seen: dict[SlotKey, float] = {}  # when its last reading of each came
+        # phase changes it acted on (armed) or left to the daemon (not armed yet), and per
+        # change it acted on, ms from the source's reading to the lock taken, to the first
+        # signal (the job taking the most GPU time, or the resumes) and to the last
+        self.counts = Counter[str]()
+        self.ms: deque[tuple[float, ...]] = deque(maxlen=LATENCY_WINDOW)
+
+    def stands_for(self, key: SlotKey, state: SourceState) -> bool:
+        """A report of the daemon's own watcher: set aside where the process reads that source."""
+        if key in self.covered:
+            self.set_aside[key] = state
+            return True
+        return False
+
+    def counts_tick(self, key: SlotKey, quiet_since: float) -> bool:
+        """Whether the tick's reading of ``key`` counts: the process's readings stand for a
+        source it watches (the daemon's own watcher may lag behind it), but one quiet since
+        ``quiet_since`` may have stalled, and then the tick's reading counts."""
+        return key not in self.covered or self.seen.get(key, 0.0) < quiet_since
+
+    def held(self) -> contextlib.AbstractContextManager[None]:
+        """The lock the process signals under."""
+        return self.link.held()
+
+    def take(self, changed: set[str]) -> None:
+        """Its lines, in order (the rules whose sources changed go into ``changed``)."""
+        for line in self.link.take():
+            try:
+                self._line(line, changed)
+            except Exception as exc:  # the lines after it are still taken
+                log.exception("a line of the reflex process failed")
+                self.record(
+                    codes.PLUGIN_FAILED, "node", f"a line of the reflex process failed: {type(exc).__name__}: {exc}"
+                )
+
+    def _line(self, line: dict[str, Any], changed: set[str]) -> None:
+        """Its reading of a source, and what it did on it (taken into the record first,
+        whoever the line is from now)."""
+        if "gone" in line:
+            covered, self.covered = list(self.covered), {}
+            aside, self.set_aside = self.set_aside, {}
+            self.reconcile()
+            self.record(
+                codes.PLUGIN_FAILED,
+                "node",
+                f"the reflex process was given up ({line['gone']}): phase "
+                "changes are acted on inside the daemon until another starts",
+            )
+            for key in covered:
+                # a phase the process read, acted on and never told is the daemon's own
+                # watcher's last report, set aside; it and the pauses taken in from the
+                # journal are judged now, not at the next tick
+                changed.add(key[0])
+                state = aside.get(key)
+                if state is not None and self.book.own(key, state, "watch"):
+                    self.reflex(*key)
+            return
+        for op, rows in line.get("did", ()):
+            self.actuator.adopt(
+                op, [PausedEntry(*row) for row in rows], [PausedEntry(*row) for row in line["unconfirmed"]]
+            )
+        if line.get("did"):
+            self.changes += 1
+        rid, index, serial = line["slot"]
+        key = (rid, index)
+        slot = self.book.slots.get(key)
+        if slot is None or slot.serial != serial or line.get("stale"):
+            return  # of a rule since reloaded, or of a process given up: the reading no longer counts
+        if "state" not in line:
+            self.covered.pop(key, None)
+            self.set_aside.pop(key, None)  # its watcher's reports are taken again from now
+            log.info(
+                "the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why")
+            )
+            return
+        self.covered[key] = serial
+        self.seen[key] = time.monotonic()
+        if "thread" in line:
+            self.fast_threads[f"source {rid}/{slot_name(index)}"] = f"{line['thread']} (in the reflex process)"
+        raw = line["state"]
+        if "armed" in line:
+            self.counts["armed" if line["armed"] else "not armed"] += 1
+            if line["armed"]:
+                self.ms.append(
+                    tuple(
+                        (line.get(at, line["acted_at"]) - raw["changed_at"]) * 1000
+                        for at in ("locked_at", "first_at", "acted_at")
+                    )
+                )
+        if self.book.own(key, SourceState(**{**raw, "models": tuple(raw["models"])}), "watch"):
+            changed.add(rid)
+            if line.get("armed"):
+                self.acted_ms.extend(self.book.decided(line["acted_at"]))
+            else:
+                self.reflex(rid, index)
+
+    def reconcile(self) -> None:
+        """After the process is gone: what the journal holds paused that the record lacks (it
+        wrote the row, then died before its line went out) is taken in, and what the record
+        holds that the journal says was resumed is kept but tried again.  Both are kept
+        unconfirmed: a decision pauses them again where it must, and resumes them where it
+        must."""
+        journal = self.actuator.journal
+        try:
+            rows = PausedJournal.replay(journal.path)
+        except OSError as exc:
+            log.error("cannot read the pause journal after the reflex process: %s", exc)
+            return
+        paused = self.actuator.paused
+        missing = [e for key, e in rows.items() if key not in paused]
+        # a journal with rows of the daemon's own missing says nothing of what was resumed
+        resumed = [] if journal.failures else [e for key, e in paused.items() if key not in rows]
+        if missing:
+            self.actuator.adopt("pause", missing, missing)
+        self.actuator.unconfirmed.update(e.key for e in resumed)
+        if missing or resumed:
+            self.changes += 1
+
+    def sync(self, rules: RuleBook) -> None:
+        """Tell the process the phase sources of the immediate rules."""
+        specs: list[Spec] = []
+        for rid, rp in self.published.snapshot.policy.rules.items():
+            live = rules.live.get(rid)
+            if not rp.immediate or live is None:
+                continue
+            for index, during in enumerate(live.rule.during):
+                source = live.phases[index] if index < len(live.phases) else None
+                # a source fed processes on each tick (its match_option) reads nothing by itself
+                if source is not None and type(source).match_option is None:
+                    specs.append((rid, index, live.serial, during.source.kind, during.source.options()))
+        self.link.sync(specs)
+        self.covered = {
+            key: serial
+            for key, serial in self.covered.items()
+            if (slot := self.book.slots.get(key)) is not None and slot.serial == serial
+        }
+        for key in list(self.set_aside):  # list() copies atomically: source threads add to it
+            if key not in self.covered:
+                self.set_aside.pop(key, None)
+
+    def arm(self, obs: Observation, decision: Decision, records: dict[str, JobRecord]) -> None:
+        """Per source it watches, per phase value, what the reflex would do from this
+        decision: the targets to pause and the entries to resume."""
+        view = self.published.snapshot.view
+        policy = self.published.snapshot.policy
+        arm: Arm = {}
+        paused = self.actuator.trees_paused()
+        now = time.monotonic()
+        for (rid, index), serial in self.covered.items():
+            seen = self.book.observed((rid, index), now)
+            moves: dict[str, list[Any]] = {}
+            for phase in ("on", "off"):
+                move = reflex(obs, decision, policy, rid, index, replace(seen, readable=True, phase=phase))
+                targets = [self.targets.of(records[jid], view) for jid in move.pause if jid in records]
+                moves[phase] = [
+                    [[t.job_id, t.name, [[r.pid, r.start_time] for r in t.processes]] for t in targets],
+                    [e.fields() for jid in move.resume if jid in records for e in paused.get(jid, ())],
+                ]
+            arm[arm_key(rid, index, serial)] = moves
+        self.link.arm(arm)
+
+    def settle(self) -> None:
+        """After the process was stopped: what it did last, taken in (under the fast path's lock)."""
+        self.take(set())
+        self.reconcile()
+
+    def figures(self) -> dict[str, Any]:
+        timed = list(self.ms)
+        return {
+            "pid": self.link.pid,
+            "sources": len(self.covered),
+            "failure": self.link.failure,
+            "armed": self.counts["armed"],
+            "not_armed": self.counts["not armed"],
+            "locked": percentiles([t[0] for t in timed]),
+            "first": percentiles([t[1] for t in timed]),
+            "acted": percentiles([t[2] for t in timed]),
+        }

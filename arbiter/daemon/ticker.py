@@ -1,0 +1,269 @@
+"""The tick thread: the slow half of observing, every ``tick_s`` or when woken.
+
+Rule-file reloads, the process table and matching, the GPU readers, every source's state,
+certificates checked against this node, and jobs whose processes are gone; the result goes to
+the decision thread as one :class:`arbiter.daemon.inbox.Tick`.  It also tells node-state
+observers what the node offers, and keeps the service manager's watchdog fed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from arbiter.certificates import Certificate, ExeHasher, fingerprint
+from arbiter.certificates import status as certificate_status
+from arbiter.config.models import NodeConfig
+from arbiter.daemon.decider import Decider, Ongoing
+from arbiter.daemon.inbox import JobEnded, PolicyChanged, Tick
+from arbiter.daemon.jobs import JobRegistry
+from arbiter.daemon.notify import Notifier
+from arbiter.daemon.observe import Observer, TickView, clock_jump_message
+from arbiter.daemon.recorder import Recorder
+from arbiter.daemon.rules import RuleBook
+from arbiter.daemon.snapshot import Published
+from arbiter.daemon.sources import SlotKey
+from arbiter.engine import codes
+from arbiter.engine.types import CertView, Policy
+from arbiter.plugin import SourceState
+from arbiter.pluginmanager import PluginFailed, PluginHost
+from arbiter.probing import Prober
+from arbiter.store import JobRecord, Store
+
+log = logging.getLogger("arbiter.daemon")
+
+NODE_STATE_EVERY_S = 60.0
+RELEASE_POLL_S = 0.02
+RELEASE_POLL_FOR_S = 5.0  # a release still pending after this (one queued behind work) waits for ticks
+CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A/B harness adds them)
+
+
+class Ticker:
+    """:param policy_of: the policy of the rule book as loaded now (after a reload)."""
+
+    def __init__(
+        self,
+        config: NodeConfig,
+        host: PluginHost,
+        observer: Observer,
+        rules: RuleBook,
+        jobs: JobRegistry,
+        store: Store,
+        recorder: Recorder,
+        prober: Prober,
+        published: Published,
+        decider: Decider,
+        policy_of: Callable[[], Policy],
+        status_line: Callable[[], str],
+    ) -> None:
+        self.config = config
+        self.host = host
+        self.observer = observer
+        self.rules = rules
+        self.jobs = jobs
+        self.store = store
+        self.recorder = recorder
+        self.prober = prober
+        self.published = published
+        self.decider = decider
+        self.policy_of = policy_of
+        self.status_line = status_line
+        self.notifier = Notifier(None, None)  # the service manager's, if any, is given before start
+        self.stop_event = threading.Event()
+        self.wake = threading.Event()  # ends the tick's wait early (reload, stop, a release)
+        self.reload_wanted = threading.Event()
+        self.costs = {"ticks": 0, "tick_cpu_s": 0.0}
+        self.hasher = ExeHasher()
+        self.certificate_states: list[dict[str, Any]] = []  # each certificate as last checked (for `certificates`)
+        self._cert_rows: list[Certificate] = []
+        self._certs_read_at = -CERTIFICATES_EVERY_S
+        self._expired_certs: set[int] = set()  # seen expired: they stay so, whatever the wall clock says
+        self._faults = Ongoing()  # plugin faults seen on the tick
+        self._node_state: dict[str, Any] | None = None
+        self._node_state_at = 0.0
+
+    def run(self) -> None:
+        while True:
+            # while a release awaits its VRAM falling, look every RELEASE_POLL_S: the tenant
+            # waiting for that memory should not wait for a whole tick to be told
+            now = time.monotonic()
+            releasing = any(
+                st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
+                for st in self.decider.engine_state.vram.values()
+            )
+            self.wake.wait(min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s)
+            self.wake.clear()
+            if self.stop_event.is_set():
+                return
+            try:
+                self.once()
+            except Exception as exc:  # the loop goes on whatever one tick met
+                log.exception("tick failed")
+                self.recorder.event(codes.PLUGIN_FAILED, "node", f"a tick failed: {type(exc).__name__}: {exc}")
+            # fed by the tick's progress: a tick that hangs stops the pings and gets us restarted
+            self.notifier.alive(time.monotonic(), self.status_line)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.wake.set()
+
+    def reload(self) -> None:
+        """Read the rule files again at once (on this thread, which owns the rule book)."""
+        self.reload_wanted.set()
+        self.wake.set()
+
+    def certificates_changed(self) -> None:
+        """A certificate was issued: read them again on the next tick, not 5 s later."""
+        self._certs_read_at = -CERTIFICATES_EVERY_S
+        self.wake.set()
+
+    def cpu(self) -> float:
+        """This thread's CPU seconds so far, with its plugin calls' on the pool threads."""
+        return time.thread_time() + self.host.worker_cpu()
+
+    def once(self) -> None:
+        cpu = self.cpu()
+        if self.reload_wanted.is_set() or self.rules.changed():
+            self.reload_wanted.clear()
+            if self.prober.answer is not None:
+                self.prober.refresh()  # in the background: drivers may have come or gone
+            self.rules.load()
+            self.decider.tell(PolicyChanged(self.policy_of()))
+        view = self.observer.observe(self.rules, self.jobs.active(), own_pids=[os.getpid()])
+        self._note_faults(view)
+        self._reap(view)
+        self.decider.tell(Tick(view, *self._read_sources(view), self._certificates(view)))
+        self._publish_node_state()
+        self.costs["ticks"] += 1
+        self.costs["tick_cpu_s"] += self.cpu() - cpu
+
+    def end_job(self, record: JobRecord, exit_code: int | None, why: str) -> None:
+        self.jobs.update(record.id, state="ended", ended=time.time(), exit_code=exit_code)
+        self.decider.tell(JobEnded(record.id))
+        self.recorder.event(codes.JOB_EXITED, record.id, f"job {record.name} ended: {why}", {"exit_code": exit_code})
+
+    def _reap(self, view: TickView) -> None:
+        """Jobs whose launcher and processes are gone have ended."""
+        if view.faults or not view.table_size:
+            return  # a table that could not be read says nothing about who is gone
+        for record in self.jobs.active():
+            launcher_gone = record.launcher_pid not in view.alive
+            if record.root_pid is None and launcher_gone:
+                self.end_job(record, None, "its launcher went away before it started")
+            elif record.root_pid is not None and launcher_gone and not view.job_processes.get(record.id):
+                self.end_job(record, None, "its processes are gone")
+
+    def _read_sources(self, view: TickView) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
+        """Every source of every rule (its kind and rule serial, and its state now), each call
+        under a timeout.  A busy probe that judges by VRAM is told what its tenant holds first."""
+        wanted: dict[SlotKey, tuple[str, int]] = {}
+        readings: dict[SlotKey, SourceState] = {}
+        for rid, live in dict(self.rules.live).items():
+            for index, block, source in live.sources():
+                key = (rid, index)
+                wanted[key] = (block.kind, live.serial)
+                # a failure is news now: it must override whatever the watch said last
+                if source is None:
+                    readings[key] = SourceState(
+                        readable=False, why="its source plugin failed", changed_at=time.monotonic()
+                    )
+                    continue
+                try:
+                    if type(source).uses_vram:
+                        ro = view.rules.get(rid)
+                        held = ro.vram_bytes if ro is not None and ro.running else 0
+                        self.host.call(f"sources/{block.kind} vram", source.tenant_vram, held)
+                    readings[key] = self.host.call(f"sources/{block.kind}", source.state)
+                except PluginFailed as exc:
+                    readings[key] = SourceState(readable=False, why=exc.why, changed_at=time.monotonic())
+        return wanted, readings
+
+    def _certificates(self, view: TickView) -> tuple[CertView, ...]:
+        """Every certificate, checked against this node and the protected programs now
+        (hashing an executable is cached by path, size and mtime)."""
+        now = time.monotonic()
+        if now - self._certs_read_at >= CERTIFICATES_EVERY_S:  # not every tick: the database is shared
+            try:
+                self._cert_rows = self.store.certificates()
+                self._certs_read_at = now
+            except Exception as exc:  # the state database failing must not stop the tick
+                log.warning("cannot read certificates: %s", exc)
+                return ()
+        current = fingerprint(view.machine, list(view.gpus))
+        now_wall = time.time()
+        views, states = [], []
+        for cert in self._cert_rows:
+            rule = view.rules.get(cert.rule)
+            exe_path = view.rule_exes.get(cert.rule)
+            digest = self.hasher.digest(exe_path) if exe_path else None
+            if rule is not None and rule.running and digest is None:
+                # it runs, but what runs cannot be checked: never trust a certificate blind
+                state, why = "stale", f"{cert.rule}'s program runs but its executable cannot be read to check it"
+            else:
+                state, why = certificate_status(cert, now_wall, current, (exe_path, digest or "") if exe_path else None)
+            if state == "expired" and cert.id is not None:
+                self._expired_certs.add(cert.id)
+            elif state == "valid" and cert.id in self._expired_certs:  # a wall clock set back must not revive it
+                state, why = "expired", "it expired while this daemon ran; the wall clock has been set back since"
+            views.append(CertView(cert.rule, cert.work, cert.duty, state == "valid", why))
+            states.append({**cert.to_dict(), "status": state, "why": why})
+        self.certificate_states = states
+        return tuple(views)
+
+    def _note_faults(self, view: TickView) -> None:
+        """Put each plugin failure on the timeline once, when it starts (not every tick)."""
+        now = {(rid, f) for rid, ro in view.rules.items() for f in ro.faults} | {("node", f) for f in view.faults}
+        now |= {("node", f) for f in view.reader_faults}  # GPU time it cannot give counts as busy
+        for subject, fault in self._faults.started(now):
+            self.recorder.event(
+                codes.PLUGIN_FAILED, subject, f"{fault}; GPU fleet work is held while it fails", {"fault": fault}
+            )
+        if view.clock_jump_s is not None:
+            self.recorder.event(
+                codes.CLOCK_JUMPED, "node", clock_jump_message(view.clock_jump_s), {"jump_s": view.clock_jump_s}
+            )
+
+    # --- what the node offers -----------------------------------------------------------------
+
+    def node_state(self) -> dict[str, Any]:
+        """What the node offers fleet schedulers now (see the ``arbiter_node_state`` hook)."""
+        decision = self.published.snapshot.decision
+        certified: dict[str, float] = {}
+        for cert in self.decider.certificates:
+            if cert.valid:
+                certified[cert.rule_id] = max(certified.get(cert.rule_id, 0.0), cert.duty)
+        apis = self.prober.answer
+        return {
+            # None until the probes have answered: no labels rather than "no GPU API"
+            "gpu_apis": None
+            if apis is None
+            else {"host": list(apis.get("host") or []), "containers": list(apis.get("containers") or [])},
+            "gpu_jobs_admitted": bool(decision and decision.admits_gpu),
+            "certified_duty": certified,
+            "gpu_jobs": self.config.gpu_jobs,
+        }
+
+    def node_fingerprint(self) -> dict[str, Any]:
+        """What a certificate earned here now is bound to."""
+        view = self.published.snapshot.view
+        return fingerprint(view.machine if view else {}, list(view.gpus) if view else [])
+
+    def _publish_node_state(self) -> None:
+        """Tell node state observers when it changed, or a minute passed."""
+        if self.published.snapshot.decision is None:
+            return  # nothing decided yet: admission is not known, so say nothing rather than "no"
+        state = self.node_state()
+        now = time.monotonic()
+        if state == self._node_state and now - self._node_state_at < NODE_STATE_EVERY_S:
+            return
+        self._node_state, self._node_state_at = state, now
+        try:
+            self.host.call(
+                "node state observers", lambda: self.host.hook.arbiter_node_state(state={**state, "at": time.time()})
+            )
+        except PluginFailed as exc:
+            log.warning("a node state observer failed: %s", exc)
