@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from arbiter.config.loader import load_yaml_mapping, read_text, validate, validate_kind_options
 from arbiter.config.models import KindBlock, Share
-from arbiter.daemon.observe import descendants
+from arbiter.daemon.claim import descendants
 from arbiter.engine.usage import busy_share
 from arbiter.plugin import GpuReading, PluginContext, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost

@@ -90,7 +90,7 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
 def arbiter_fast_thread(role: str) -> str | None:
     """Ask the host to run the calling thread as soon as it wakes.
 
-    :param role: what the thread does: ``"decide"``, ``"reflex"``, or ``"source RULE/SLOT"``
+    :param role: what the thread does: ``"decide"``, ``"reports"`` (the fast path's queued reports), or ``"source RULE/SLOT"``
         (a watcher that reports a phase of an ``immediate`` rule).
 
     The thread carries the fast path (a phase change reaching a paused job within a

@@ -18,6 +18,7 @@ import pluggy
 from pydantic import BaseModel, ConfigDict
 
 from arbiter.childwork import ChildWorker, ChildWorkFailed
+from arbiter.engine.types import Phase as Phase
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
 
 try:
@@ -145,9 +146,6 @@ class GpuReading:
     devices: tuple[str, ...] = ()
 
 
-PhaseValue = Literal["on", "off", "soon"]
-
-
 @dataclass(frozen=True)
 class SourceState:
     """A source's current reading.
@@ -167,7 +165,7 @@ class SourceState:
     readable: bool = True
     count: int = 0
     rate: float | None = None
-    phase: PhaseValue | None = None
+    phase: Phase | None = None
     why: str = ""
     changed_at: float = 0.0
     needs_helper: bool = False

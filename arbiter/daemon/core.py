@@ -12,6 +12,9 @@ Threads and what each may do (ARCHITECTURE.md draws the whole picture):
 - ``recorder``: SQLite commits and timeline observers;
 - the socket and HTTP servers answer from the last published snapshot
   (:mod:`arbiter.daemon.requests`, :mod:`arbiter.daemon.views`).
+
+It runs past 400 lines because it also is the :class:`~arbiter.daemon.facade.Node` the
+request side reads: each of those members forwards to the collaborator that owns it.
 """
 
 from __future__ import annotations
@@ -39,11 +42,10 @@ from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.inbox import ChangeRun, JobsChanged, ReleaseOver, RunChange
 from arbiter.daemon.jobs import JobRegistry
-from arbiter.daemon.linked import Linked
+from arbiter.daemon.linked import reflex_process
 from arbiter.daemon.notify import Notifier, status_line
 from arbiter.daemon.observe import Observer
 from arbiter.daemon.recorder import Recorder
-from arbiter.daemon.reflexlink import ReflexLink
 from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.secure import check_state_dir, ensure_token
 from arbiter.daemon.snapshot import Published, Snapshot, Targets
@@ -52,7 +54,7 @@ from arbiter.daemon.ticker import Ticker
 from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunState
 from arbiter.engine.compliance import trust_from_record
-from arbiter.engine.types import CompliancePolicy, EngineState, GovernorPolicy, Policy, Release
+from arbiter.engine.types import EngineState, Policy, Release
 from arbiter.plugin import ProcessRef, SourceState
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.probing import Prober
@@ -133,7 +135,7 @@ class Daemon:
         )
         self.rulebook = RuleBook(config, host, self.store, self.fast.on_source, self.record)
         self.rulebook.load()
-        self.published.snapshot = Snapshot(policy=self.rulebook.policy(self._base_policy()))
+        self.published.snapshot = Snapshot(policy=self.rulebook.policy())
         self.tenants = TenantActions(self)
         self.prober = Prober(lambda: host.kind_names("probes"), config.plugins, config.disable_plugins)
         self._probe_timer = threading.Timer(PROBE_DELAY_S, self.prober.get)
@@ -169,40 +171,12 @@ class Daemon:
             self.prober,
             self.published,
             self.decider,
-            lambda: self.rulebook.policy(self._base_policy()),
             lambda: status_line(self),
         )
-        self.fast.linked = self._linked(translators, journal_path)
+        self.fast.linked = reflex_process(config, host, translators, journal_path, self.fast, self.actuator)
         self.token = ensure_token(self.state_dir / TOKEN_FILE)
         self.helpers = Helpers(self)
         self._socket = SocketServer(self.state_dir / SOCKET_FILE, self.dispatch, {"helper.attach": self.helpers.open})
-
-    def _linked(self, translators: dict[str, Any], journal_path: Path) -> Linked | None:
-        """The reflex process, where the config asks for one and the pause translator allows it."""
-        pause = translators.get("pause")
-        if not self.config.reflex_process or pause is None or not pause[1].bounded:
-            return None
-        only = {info.plugin for info in self.host.kinds.get("sources", {}).values()}
-        only |= {self.host.kind("translators", pause[0]).plugin}  # type: ignore[union-attr]
-        only |= {impl.plugin_name for impl in self.host.hook.arbiter_fast_thread.get_hookimpls()}
-        setup = {
-            "plugins": self.config.plugins,
-            "disable": self.config.disable_plugins,
-            "only": sorted(only),
-            "timeout_s": self.config.plugin_timeout_s,
-            "state_dir": str(self.state_dir),
-            "stand_in_gpu": self.config.stand_in_gpu,
-            "translator": pause[0],
-            "journal": str(journal_path),
-        }
-        # its lines are taken on the reflex thread, never on the link's reader: a reflex
-        # taken there would wait for lines only that reader can read
-        link = ReflexLink(setup, self.state_dir, self.fast.lines_came)
-        fast = self.fast
-        return Linked(
-            link, fast.book, self.actuator, self.published, self.targets, fast.reflex, fast.acted_ms, self.record,
-            fast.fast_threads,
-        )  # fmt: skip
 
     # --- start and stop -----------------------------------------------------------------------
 
@@ -212,7 +186,7 @@ class Daemon:
         # not at once: seven probe processes would slow every start; the first need starts them sooner
         self._probe_timer.start()
         self._spawn("decide", self.decider.run)
-        self._spawn("reflex", self.fast.run)
+        self._spawn("reports", self.fast.run)
         self.ticker.once()  # the first decision waits for a full view
         self._spawn("tick", self.ticker.run)
         self._socket.start()
@@ -358,17 +332,6 @@ class Daemon:
     def _persist_job(self, record: JobRecord) -> None:
         snapshot = replace(record)
         self.recorder.write(lambda db: Store.put_job(db, snapshot))
-
-    def _base_policy(self) -> Policy:
-        c = self.config
-        return Policy(
-            gpu_jobs=c.gpu_jobs,
-            busy_threshold=c.gpu_busy_threshold,
-            release_after_s=c.gpu_release_after_s,
-            stop_grace_s=c.stop_grace_s,
-            compliance=CompliancePolicy(**c.compliance.model_dump()),
-            governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
-        )
 
     def _releasing(self) -> None:
         """A tenant was asked to release VRAM: the tick looks more often until it is seen to fall."""

@@ -262,7 +262,7 @@ class Decider:
     def _act(self, view: TickView, obs: Observation, decision: Decision, now: float) -> _Acted:
         """Carry a decision out and publish it.  Under the fast path's lock; what a reflex
         does not need is left to :meth:`_after_act`, after the lock (a phase change that
-        meets the lock held waits for the reflex thread)."""
+        meets the lock held waits for the reports thread)."""
         records = {r.id: r for r in self.jobs.active()}
         failures: list[tuple[str, str]] = []
         retry = self._failed_controls

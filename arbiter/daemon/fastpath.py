@@ -3,7 +3,7 @@
 A report is taken on the thread that made it (a source's own thread, a socket thread) when
 the act lock is free, nothing older from the same origin waits and the daemon is not
 stopping: a hand-off to another thread costs a thread wake-up before the first signal.
-Otherwise it is queued for the ``reflex`` thread (:meth:`FastPath.run`), which takes the
+Otherwise it is queued for the ``reports`` thread (:meth:`FastPath.run`), which takes the
 queue in order.  Either way the same code takes it: into the source book, then, where a
 phase of an immediate rule changed, :func:`arbiter.engine.reflex.reflex` says from the last
 decision which jobs to pause or resume, and the actuator does it.  The decision thread then
@@ -120,7 +120,7 @@ class FastPath:
         log.info("fast-path thread %s: %s", role, did)
 
     def report(self, report: Report) -> None:
-        """Take a report on this thread, or queue it for the reflex thread; never waits.
+        """Take a report on this thread, or queue it for the reports thread; never waits.
 
         It is taken here only when the lock is free, nothing older from the same origin waits
         in the queue (a source's reports are acted on in the order it made them; another
@@ -142,7 +142,7 @@ class FastPath:
         self.enqueue(report)
 
     def enqueue(self, report: Report) -> None:
-        """For the reflex thread, after what waits there already."""
+        """For the reports thread, after what waits there already."""
         with self._queued_lock:
             self._queued[origin(report)] += 1
             self._reports.put(report)
@@ -154,7 +154,7 @@ class FastPath:
         return self._reflexes + (self.linked.changes if self.linked is not None else 0)
 
     def lines_came(self) -> None:
-        """The reflex process wrote lines (called on the link's reader): the reflex thread takes them."""
+        """The reflex process wrote lines (called on the link's reader): the reports thread takes them."""
         self.enqueue(LinkLines())
 
     def stop(self) -> None:
@@ -162,8 +162,8 @@ class FastPath:
         self._reports.put(Stop())
 
     def run(self) -> None:
-        """The reflex thread: the reports that could not be taken where they were made, in order."""
-        self.ask_fast_thread("reflex")
+        """The reports thread: the reports that could not be taken where they were made, in order."""
+        self.ask_fast_thread("reports")
         while (batch := drained(self._reports)) is not None:
             with self.lock:
                 changed = self.take(batch)

@@ -16,12 +16,12 @@ import os
 import pwd
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from arbiter.daemon.sources import SlotKey
-from arbiter.plugin import SourceState
+from arbiter.plugin import Phase, SourceState
 
 if TYPE_CHECKING:
     from arbiter.daemon.facade import Node
@@ -72,7 +72,7 @@ class Report(BaseModel):
     readable: bool
     count: int = Field(0, ge=0)
     rate: float | None = Field(None, ge=0)
-    phase: Literal["on", "off", "soon"] | None = None
+    phase: Phase | None = None
     why: str = Field("", max_length=1000)
     needs_helper: bool = False
     changed_at: float = 0.0

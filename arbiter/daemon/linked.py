@@ -15,17 +15,20 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
+from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator
-from arbiter.daemon.reflexlink import Arm, ReflexLink, Spec
+from arbiter.daemon.reflexlink import ArmTable, ReflexLink, Spec
 from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.snapshot import Published, Targets
 from arbiter.daemon.sources import LATENCY_WINDOW, SlotKey, SourceBook, percentiles, slot_name
 from arbiter.engine import codes
 from arbiter.engine.reflex import reflex
 from arbiter.engine.types import Decision, Observation
-from arbiter.plugin import SourceState
+from arbiter.plugin import SourceState, Translator
+from arbiter.pluginmanager import PluginHost
 from arbiter.reflexhost import arm_key
 from arbiter.store import JobRecord, PausedEntry, PausedJournal
 
@@ -207,7 +210,7 @@ class Linked:
         decision: the targets to pause and the entries to resume."""
         view = self.published.snapshot.view
         policy = self.published.snapshot.policy
-        arm: Arm = {}
+        arm: ArmTable = {}
         paused = self.actuator.trees_paused()
         now = time.monotonic()
         for (rid, index), serial in self.covered.items():
@@ -240,3 +243,60 @@ class Linked:
             "first": percentiles([t[1] for t in timed]),
             "acted": percentiles([t[2] for t in timed]),
         }
+
+
+def reflex_process(
+    config: NodeConfig,
+    host: PluginHost,
+    translators: dict[str, tuple[str, Translator]],
+    journal_path: Path,
+    fast: FastPathSide,
+    actuator: Actuator,
+) -> Linked | None:
+    """The reflex process's side, where the config asks for one and the pause translator
+    bounds its own time (the process waits on it while it holds the signalling lock)."""
+    pause = translators.get("pause")
+    if not config.reflex_process or pause is None or not pause[1].bounded:
+        return None
+    only = {info.plugin for info in host.kinds.get("sources", {}).values()}
+    only |= {host.kind("translators", pause[0]).plugin}  # type: ignore[union-attr]
+    only |= {impl.plugin_name for impl in host.hook.arbiter_fast_thread.get_hookimpls()}
+    state_dir = config.state_path()
+    setup = {
+        "plugins": config.plugins,
+        "disable": config.disable_plugins,
+        "only": sorted(only),
+        "timeout_s": config.plugin_timeout_s,
+        "state_dir": str(state_dir),
+        "stand_in_gpu": config.stand_in_gpu,
+        "translator": pause[0],
+        "journal": str(journal_path),
+    }
+    # its lines are taken on the reports thread, never on the link's reader: a reflex taken
+    # there would wait for lines only that reader can read
+    link = ReflexLink(setup, state_dir, fast.lines_came)
+    return Linked(
+        link,
+        fast.book,
+        actuator,
+        fast.published,
+        fast.targets,
+        fast.reflex,
+        fast.acted_ms,
+        fast.record,
+        fast.fast_threads,
+    )
+
+
+class FastPathSide(Protocol):
+    """What of the fast path the reflex process's side is wired to."""
+
+    book: SourceBook
+    published: Published
+    targets: Targets
+    acted_ms: list[float]
+    fast_threads: dict[str, str]
+
+    def lines_came(self) -> None: ...
+    def reflex(self, rule_id: str, index: int) -> None: ...
+    def record(self, code: str, subject: str, message: str) -> None: ...

@@ -38,7 +38,7 @@ LOCK_WAIT_S = 2.0
 #: per source (:func:`arm_key`), per phase value (on, off), what the process does:
 #: ``[pauses, resumes]``, a pause as ``[job id, name, [[pid, start time], ...]]``, a resume
 #: as a paused entry's fields
-Arm = dict[str, dict[str, list[Any]]]
+ArmTable = dict[str, dict[str, list[Any]]]
 Spec = tuple[str, int, int, str, dict[str, Any]]  # rule, index, serial, source kind, options
 
 
@@ -53,7 +53,7 @@ class ReflexLink:
         self._lock_fd = os.open(self.setup["lock"], os.O_RDWR | os.O_CREAT, 0o600)
         self._proc: subprocess.Popen[bytes] | None = None
         self._specs: list[Spec] = []
-        self._arm: Arm | None = None
+        self._arm: ArmTable | None = None
         self._arms = 0
         self._received = 0  # lines read from the process now running
         self._pending: deque[dict[str, Any]] = deque()
@@ -251,7 +251,7 @@ class ReflexLink:
             self._pending.clear()
         return out
 
-    def arm(self, arm: Arm) -> None:
+    def arm(self, arm: ArmTable) -> None:
         """What the process does on each phase change from now on; under :meth:`held`."""
         if self._proc is None or arm == self._arm:
             return

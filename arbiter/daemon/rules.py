@@ -25,7 +25,7 @@ from arbiter.config.models import KindBlock, MatchBlock, NodeConfig, Rule
 from arbiter.daemon.sources import BUSY
 from arbiter.engine import codes
 from arbiter.engine.handoff import GIB
-from arbiter.engine.types import DuringPolicy, Policy, RulePolicy
+from arbiter.engine.types import CompliancePolicy, DuringPolicy, GovernorPolicy, Policy, RulePolicy
 from arbiter.plugin import Matcher, PluginContext, Source, SourceState, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import Store
@@ -286,7 +286,17 @@ class RuleBook:
             live.faults.append(f"events: {exc}")
             return None
 
-    def policy(self, base: Policy) -> Policy:
+    def policy(self) -> Policy:
+        """The node config's policy with the rules as loaded now."""
+        c = self.config
+        base = Policy(
+            gpu_jobs=c.gpu_jobs,
+            busy_threshold=c.gpu_busy_threshold,
+            release_after_s=c.gpu_release_after_s,
+            stop_grace_s=c.stop_grace_s,
+            compliance=CompliancePolicy(**c.compliance.model_dump()),
+            governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
+        )
         rules = {}
         for rid, live in self.live.items():
             r = live.rule

@@ -28,7 +28,7 @@ from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.snapshot import Published
 from arbiter.daemon.sources import SlotKey
 from arbiter.engine import codes
-from arbiter.engine.types import CertView, Policy
+from arbiter.engine.types import CertView
 from arbiter.plugin import SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.probing import Prober
@@ -43,7 +43,7 @@ CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A
 
 
 class Ticker:
-    """:param policy_of: the policy of the rule book as loaded now (after a reload)."""
+    """:param status_line: one line on the node, for the service manager's watchdog pings."""
 
     def __init__(
         self,
@@ -57,7 +57,6 @@ class Ticker:
         prober: Prober,
         published: Published,
         decider: Decider,
-        policy_of: Callable[[], Policy],
         status_line: Callable[[], str],
     ) -> None:
         self.config = config
@@ -70,7 +69,6 @@ class Ticker:
         self.prober = prober
         self.published = published
         self.decider = decider
-        self.policy_of = policy_of
         self.status_line = status_line
         self.notifier = Notifier(None, None)  # the service manager's, if any, is given before start
         self.stop_event = threading.Event()
@@ -132,7 +130,7 @@ class Ticker:
             if self.prober.answer is not None:
                 self.prober.refresh()  # in the background: drivers may have come or gone
             self.rules.load()
-            self.decider.tell(PolicyChanged(self.policy_of()))
+            self.decider.tell(PolicyChanged(self.rules.policy()))
         view = self.observer.observe(self.rules, self.jobs.active(), own_pids=[os.getpid()])
         self._note_faults(view)
         self._reap(view)

@@ -79,7 +79,7 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
-class Sees:
+class RunObs:
     """What the run sees on one decision."""
 
     now: float  # monotonic
@@ -206,7 +206,7 @@ def _event(code: str, rs: RunState, message: str, **data: Any) -> TimelineEvent:
     return TimelineEvent(code, rs.spec.rule_id, message, {"run": rs.spec.run_id, "rule": rs.spec.rule_id, **data})
 
 
-def _open(rs: RunState, sees: Sees) -> Window:
+def _open(rs: RunState, sees: RunObs) -> Window:
     spec = rs.spec
     arms = order(spec.seed, rs.attempt)
     second = rs.first is not None
@@ -224,7 +224,7 @@ def _open(rs: RunState, sees: Sees) -> Window:
     return w
 
 
-def _changes(w: Window, sees: Sees) -> Window:
+def _changes(w: Window, sees: RunObs) -> Window:
     """What differs from the block's reference (watched in the washout too, once there is one)."""
     return replace(
         w,
@@ -235,7 +235,7 @@ def _changes(w: Window, sees: Sees) -> Window:
     )
 
 
-def _watch(w: Window, sees: Sees) -> Window:
+def _watch(w: Window, sees: RunObs) -> Window:
     """Note what happens during the window; progress counts only over its measured part."""
     if sees.now < w.measure_from:
         return _changes(w, sees) if w.has_ref else w
@@ -267,7 +267,7 @@ def _watch(w: Window, sees: Sees) -> Window:
     return w
 
 
-def _reading(w: Window, sees: Sees) -> WindowReading:
+def _reading(w: Window, sees: RunObs) -> WindowReading:
     if w.t0 is None or w.count0 is None or w.wall0 is None:
         return WindowReading(0, 0.0, unreadable=w.spoiled or "its measured part was never read")
     seconds = sees.now - w.t0
@@ -318,7 +318,7 @@ def _next_in_sweep(rs: RunState, wall: float) -> RunState | None:
     return start(nxt, wall, passed=passed)
 
 
-def _finish(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
+def _finish(rs: RunState, sees: RunObs, events: list[TimelineEvent]) -> RunState:
     """The block just completed may end the run: after the pilot, or at its target."""
     spec = rs.spec
     n = len(rs.blocks)
@@ -365,7 +365,7 @@ def _finish(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
 GONE_AFTER = 2
 
 
-def _leave_out(rs: RunState, attempt: int, arm: Arm, why: str, sees: Sees, events: list[TimelineEvent]) -> RunState:
+def _leave_out(rs: RunState, attempt: int, arm: Arm, why: str, sees: RunObs, events: list[TimelineEvent]) -> RunState:
     """The block is left out and repeated under the next number; a run whose work is gone,
     or that leaves out too many, ends (naming the commonest reason)."""
     spec = rs.spec
@@ -410,7 +410,7 @@ def _leave_out(rs: RunState, attempt: int, arm: Arm, why: str, sees: Sees, event
     return rs
 
 
-def _close(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
+def _close(rs: RunState, sees: RunObs, events: list[TimelineEvent]) -> RunState:
     """The window in progress has ended: count it, leave its block out, or end the run."""
     w = rs.window
     assert w is not None
@@ -465,7 +465,7 @@ def _close(rs: RunState, sees: Sees, events: list[TimelineEvent]) -> RunState:
     return _finish(rs, sees, events)
 
 
-def advance(rs: RunState | None, sees: Sees) -> Advance:
+def advance(rs: RunState | None, sees: RunObs) -> Advance:
     """One step of the run in progress (None: no run)."""
     if rs is None or not rs.running:
         return Advance(rs, ())

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.engine.abrun import RunState, Sees, advance, covers, work_seen
+from arbiter.engine.abrun import RunObs, RunState, advance, covers, work_seen
 from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
 from arbiter.engine.compliance import untrusted_reason
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
-from arbiter.engine.handoff import Seen
+from arbiter.engine.handoff import TenantObs
 from arbiter.engine.handoff import step as handoff_step
 from arbiter.engine.types import (
     Action,
@@ -452,7 +452,7 @@ def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict, grace_s: 
 
 def _sees(
     run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Policy, prev: EngineState, now: float
-) -> Sees:
+) -> RunObs:
     rid = run.spec.rule_id
     ro = obs.rules.get(rid) or RuleObs(rid)
     progress = ro.progress
@@ -461,7 +461,7 @@ def _sees(
     guard = obs.memory_available is not None and obs.memory_available < policy.governor.min_available
     running = {jid: v.state == "run" for jid, v in prev.jobs.items()}
     work_running, duty, at = work_seen(run.spec, obs.jobs.values(), running)
-    return Sees(
+    return RunObs(
         now=now,
         wall=obs.wall if obs.wall is not None else now,
         count=count,
@@ -477,7 +477,7 @@ def _sees(
     )
 
 
-def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> list[Seen]:
+def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> list[TenantObs]:
     """Every running tenant as the VRAM handoff sees it: busy from its probe (unknown when
     the probe cannot be read), or while it uses the GPU where it has none."""
     out = []
@@ -490,7 +490,7 @@ def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> 
         else:
             busy = states[rid].using_gpu
         out.append(
-            Seen(
+            TenantObs(
                 rid,
                 rp.priority,
                 busy,

@@ -355,7 +355,7 @@ MOOT_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
-class Seen:
+class TenantObs:
     """One running tenant as this decision sees it (``busy`` None: unknown)."""
 
     tenant_id: str
@@ -407,7 +407,11 @@ def settled(st: TenantVramState, now: float, retry_s: float, held_after: int | N
 
 
 def step(
-    seen: Sequence[Seen], prev: Mapping[str, TenantVramState], free_bytes: int | None, now: float, faulty: bool = False
+    seen: Sequence[TenantObs],
+    prev: Mapping[str, TenantVramState],
+    free_bytes: int | None,
+    now: float,
+    faulty: bool = False,
 ) -> Step:
     """Track idleness, confirm or time out releases asked before, plan for starved tenants,
     and ask idle ones past their limit to release.  Tenants not running are forgotten (a
@@ -473,7 +477,7 @@ def step(
                 st = settled(st, now, t.timeout_s, t.held_bytes)
         states[t.tenant_id] = st
 
-    def asking(tenant: Seen, why: str) -> None:
+    def asking(tenant: TenantObs, why: str) -> None:
         releases.append(Release(tenant.tenant_id, why, tenant.held_bytes or 0, tenant.timeout_s))
         st = states[tenant.tenant_id]
         if tenant.confirm:
@@ -481,11 +485,11 @@ def step(
         else:  # the request's own answer is all there is to know: just not asked again at once
             states[tenant.tenant_id] = evolve(st, retry_at=now + tenant.timeout_s, floor=tenant.held_bytes)
 
-    def cooling(t: Seen) -> bool:
+    def cooling(t: TenantObs) -> bool:
         st = states[t.tenant_id]
         return st.requested_at is None and st.retry_at is not None and now < st.retry_at
 
-    def idle_worth_asking(t: Seen) -> bool:
+    def idle_worth_asking(t: TenantObs) -> bool:
         """Idle release asks again only for VRAM taken since its last release ended."""
         floor = states[t.tenant_id].floor
         return floor is None or (t.held_bytes or 0) > floor + IDLE_REGROWTH_BYTES

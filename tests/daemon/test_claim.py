@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.daemon.observe import Claimer
+from arbiter.daemon.claim import Claimer
 from arbiter.plugin import KindOptions, Matcher, ProcessInfo
 from arbiter.pluginmanager import PluginFailed, build_plugin_manager
 from arbiter_testing.waiting import wait_until
@@ -131,9 +131,9 @@ def test_every_matcher_runs_in_one_plugin_call() -> None:
 def test_a_matcher_that_judges_each_process_alone_is_offered_only_what_changed_since_the_last_tick(monkeypatch) -> None:
     from dataclasses import replace
 
-    from arbiter.daemon import observe
+    from arbiter.daemon import claim
 
-    monkeypatch.setattr(observe, "FULL_OFFER_TICKS", 4)
+    monkeypatch.setattr(claim, "FULL_OFFER_TICKS", 4)
     alone, tree = ByName({"a"}, True), ByName({"a", "b"}, False)
     rules = [live("r1", alone), live("r2", tree)]
     claimer = Claimer(Calls())

@@ -94,7 +94,7 @@ def test_each_fast_path_thread_asks_once_on_itself_and_status_says_what_it_got(t
     plugin = Recorder()
     threads = run_with(tmp_path, plugin)
     roles = dict(plugin.asked)
-    assert roles["decide"] == "decide" and roles["reflex"] == "reflex"
+    assert roles["decide"] == "decide" and roles["reports"] == "reports"
     assert roles["source p/during.0"].startswith("arbiter-jsonl:")  # the watcher's own thread
     assert "source q/during.0" not in roles  # a rule that is not immediate waits for the tick anyway
     assert len(plugin.asked) == len(roles)  # once each

@@ -267,11 +267,13 @@ def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_
             phase(events, "on")
             node.wait_for(lambda: daemon.fast._queued[("p", 0)] == 1, timeout=5)
         phase(events, "off")
-        node.wait_for(lambda: daemon.fast._queued[("p", 0)] == 2, timeout=5)  # queued behind "on", though the lock is free
+        node.wait_for(
+            lambda: daemon.fast._queued[("p", 0)] == 2, timeout=5
+        )  # queued behind "on", though the lock is free
         assert taken == [] and not stopped(pid)
         late.set()
         node.wait_for(lambda: len(taken) == 2, timeout=5)
-        assert [p for _, p in taken] == ["on", "off"] and {t for t, _ in taken} == {"reflex"}
+        assert [p for _, p in taken] == ["on", "off"] and {t for t, _ in taken} == {"reports"}
         # the reflex thread lets go of its queue's count once it has acted on the batch
         wait_until(lambda: not daemon.fast._queued, 10, "the reflex thread to act on both reports")
         assert not stopped(pid)

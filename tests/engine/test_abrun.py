@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from arbiter.engine import codes
 from arbiter.engine.abrun import (
+    RunObs,
     RunSpec,
     RunState,
-    Sees,
     abort,
     advance,
     certified_duty,
@@ -93,7 +93,7 @@ def drive(
         kw.update(sees)
         if change is not None and t >= change_from:
             change(kw)
-        adv = advance(rs, Sees(**kw))  # type: ignore[arg-type]
+        adv = advance(rs, RunObs(**kw))  # type: ignore[arg-type]
         events.extend(adv.events)
         ended.extend(adv.ended)
         rs = adv.state
@@ -127,7 +127,7 @@ def test_the_washout_is_discarded() -> None:
         t += STEP
         rs = advance(
             rs,
-            Sees(
+            RunObs(
                 now=t,
                 wall=1000 + t,
                 count=int(program.count),
@@ -209,7 +209,7 @@ def test_the_pilot_sizes_the_run_and_refuses_one_that_cannot_finish_in_time() ->
         t += STEP
         adv = advance(
             rs,
-            Sees(
+            RunObs(
                 now=t,
                 wall=1000 + t,
                 count=int(program.count),
@@ -226,7 +226,7 @@ def test_the_pilot_sizes_the_run_and_refuses_one_that_cannot_finish_in_time() ->
 
 def test_a_run_past_max_hours_is_aborted() -> None:
     rs = start(spec(), 1000.0)
-    rs = advance(rs, Sees(now=1, wall=1000 + 3601, count=0, pids=frozenset({7}))).state
+    rs = advance(rs, RunObs(now=1, wall=1000 + 3601, count=0, pids=frozenset({7}))).state
     assert rs.status == "aborted" and "max-hours" in rs.why
 
 

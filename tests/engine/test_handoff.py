@@ -17,7 +17,7 @@ from arbiter.engine.handoff import (
     WHY_NO_RELEASE,
     WHY_RANKS,
     WHY_UNKNOWN_RANKS,
-    Seen,
+    TenantObs,
     TenantVram,
     idle_event,
     idle_releases,
@@ -304,8 +304,8 @@ def seen(
     idle_after: float = 30.0,
     timeout: float = 10.0,
     confirm: bool = True,
-) -> Seen:
-    return Seen(
+) -> TenantObs:
+    return TenantObs(
         tid,
         priority,
         busy,
