@@ -271,7 +271,7 @@ def main() -> None:
         raise SystemExit(1) from exc
     # What start-up made (modules, plugins) lives as long as the process: out of the
     # collector's sight, a full collection, which holds the interpreter and so a reading
-    # being acted on, walks only what the arms made since (5 ms less, on an idle box).
+    # being acted on, walks only what the arms made since.
     gc.freeze()
     for raw in inp:
         host.take(json.loads(raw))

@@ -396,9 +396,9 @@ class PausedJournal:
 
     @staticmethod
     def rows(entries: Iterable[PausedEntry]) -> str:
-        """Entries as :meth:`append_rows` takes them: made ahead of the pause where the fast
-        path pauses fifty jobs (making them there was a millisecond under load)."""
-        # field lists, not a dict per entry: fifty entries took three times as long that way
+        """Entries as :meth:`append_rows` takes them: made ahead of the pause, so that a
+        phase pausing fifty jobs does not make them on its way to the first signal."""
+        # field lists, not a dict per entry: the fields serialise several times faster
         return json.dumps([e.fields() for e in entries])[1:-1]
 
     def append_rows(self, op: str, rows: Iterable[str]) -> None:

@@ -41,8 +41,8 @@ from typing import Any
 import psutil
 
 from arbiter.certificates import Certificate
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.store import Store
+from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = "frames"
@@ -136,7 +136,7 @@ def on_disk(db: Path, run_id: str | None) -> OnDisk:
     return OnDisk(integrity, rows, max_id, certs, trust, json.loads(prof["saved"]) if prof else None, run, controls)
 
 
-def rule(node: LocalNode, rid: str) -> dict[str, Any]:
+def rule(node: HarnessNode, rid: str) -> dict[str, Any]:
     return next(r for r in node.status()["rules"] if r["id"] == rid)
 
 
@@ -174,7 +174,7 @@ class Bench:
         self.phases.touch()
         self.card = root / "device.json"
         self.card.write_text(json.dumps({"power_limit_w": ORIGINAL_W}))
-        self.node = LocalNode(
+        self.node = HarnessNode(
             root,
             tick_s=tick_s,
             gpu_jobs="certified",

@@ -29,9 +29,9 @@ from pathlib import Path
 import psutil
 
 from arbiter.certificates import Certificate, ExeHasher
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.sdk.control import ignore_nudges, write_control_document
 from arbiter.store import Store
+from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB_DIR = ROOT / "examples" / "llmbatch"
@@ -137,7 +137,7 @@ def governed(window_periods: int, period: float, frames: list[str], tmp: Path) -
     root = tmp / "node"
     events, out = root / "events.jsonl", root / "out.jsonl"
     manifest = root / "llmbatch.yaml"
-    node = LocalNode(
+    node = HarnessNode(
         root,
         gpu_jobs="certified",
         tick_s=0.5,

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arbiter.demo.node import LocalNode
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.reaction import percentile as pct
 from arbiter_testing.tenants import http_json, start_fake
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="arbiter-bench-handoff-"))
     (root / "vram.json").write_text("{}")
-    node = LocalNode(
+    node = HarnessNode(
         root, tick_s=args.tick, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(root / "vram.json")}]
     )
     for name in ("llm-server", "diffusion-server"):

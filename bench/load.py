@@ -58,7 +58,7 @@ from typing import Any
 
 import psutil
 
-from arbiter.demo.node import LocalNode
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_reactions
 from arbiter_testing.reaction import percentile as pct
 
@@ -125,7 +125,7 @@ while True:
 """
 
 
-def fast_path(node: LocalNode, phases: Path, pid: int, changes: int, seed: int) -> list[float]:
+def fast_path(node: HarnessNode, phases: Path, pid: int, changes: int, seed: int) -> list[float]:
     """Phase written → the job's process seen stopped (or continued), in ms."""
     try:
         return phase_reactions(phases, pid, changes, random.Random(seed), poll_s=POLL_S)
@@ -177,7 +177,7 @@ def fast_verdict(lo: float, hi: float) -> str:
     return f"UNDECIDED (the interval below holds {GOAL_FAST_MS:g} ms: more --changes narrow it)"
 
 
-def load_rules(node: LocalNode, root: Path, rules: int, groups: int) -> None:
+def load_rules(node: HarnessNode, root: Path, rules: int, groups: int) -> None:
     """``rules`` rule files; rule j < groups matches the j-th command-line group."""
     for j in range(rules):
         match = {"cmdline": [f"sleep {5000 + j}"]} if j < groups else {"cmdline": [f"no-such-program-{j}"]}
@@ -236,7 +236,7 @@ def written(report: Path) -> tuple[float, int]:
     return float(data["t"]), int(data["lines"])
 
 
-def counted_rate(node: LocalNode) -> float | None:
+def counted_rate(node: HarnessNode) -> float | None:
     rule = next(r for r in node.status()["rules"] if r["id"] == STREAM)
     rate = rule["sources"][0]["rate"] if rule["sources"] else None
     return None if rate is None else float(rate)
@@ -261,7 +261,7 @@ def helper_cpu_s(daemon: psutil.Process, module: str | None = None) -> float:
     return spent
 
 
-def tick_costs(node: LocalNode) -> tuple[int, float]:
+def tick_costs(node: HarnessNode) -> tuple[int, float]:
     costs = node.status()["costs"]
     return int(costs["ticks"]), float(costs["tick_cpu_ms"] or 0.0) * int(costs["ticks"])
 
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     phases, stream, report = root / "phases.jsonl", root / "stream.jsonl", root / "writer.json"
     phases.touch()
     stream.touch()
-    node = LocalNode(root, tick_s=args.tick, governor={"period_s": GOVERNOR_PERIOD_S})
+    node = HarnessNode(root, tick_s=args.tick, governor={"period_s": GOVERNOR_PERIOD_S})
     sleepers: list[subprocess.Popen[bytes]] = []
     bystanders: list[subprocess.Popen[bytes]] = []
     writer: subprocess.Popen[bytes] | None = None

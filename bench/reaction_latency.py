@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.reaction import percentile as pct
 from arbiter_testing.reaction import phase_reactions
 
@@ -29,7 +29,7 @@ def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], 
     root = Path(tempfile.mkdtemp(prefix="arbiter-reaction-"))
     events = root / "events.jsonl"
     events.touch()
-    node = LocalNode(root, tick_s=tick_s)
+    node = HarnessNode(root, tick_s=tick_s)
     try:
         node.add_rule(
             "p",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
         subprocess.Popen(["sh", "-c", "sleep 600; :", f"bench-group-{i % 10}"], start_new_session=True)
         for i in range(args.processes // 2)
     ]
-    node = LocalNode(root, tick_s=0.25, http={"listen": "127.0.0.1:0"})
+    node = HarnessNode(root, tick_s=0.25, http={"listen": "127.0.0.1:0"})
     try:
         for i in range(10):
             node.add_rule(

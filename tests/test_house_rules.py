@@ -187,3 +187,34 @@ def test_no_import_cycles_in_the_core() -> None:
 def test_the_cycle_check_would_catch_one() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: test-only harness modules of the test-only distribution: no plugin manager loads them (its
+#: entry point module does not import them), and they drive the daemon as a test does
+HARNESS = {"arbiter_testing/node.py"}
+
+
+def test_plugins_import_only_the_plugin_api_from_arbiter() -> None:
+    found = []
+    for path in sorted((ROOT / "plugins").glob("*/src/**/*.py")):
+        distribution = path.relative_to(ROOT / "plugins").parts[0]
+        if path.relative_to(ROOT / "plugins" / distribution / "src").as_posix() in HARNESS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            found += [
+                f"{path.relative_to(ROOT)}: {n}"
+                for n in names
+                if n.split(".")[0] == "arbiter" and n != "arbiter.plugin"
+            ]
+    assert not found, "a plugin imports more of arbiter than its plugin API:\n" + "\n".join(found)
+
+
+def test_the_harness_is_not_loaded_as_a_plugin() -> None:
+    entry = (ROOT / "plugins/arbiter-testing/src/arbiter_testing/__init__.py").read_text()
+    for module in HARNESS:
+        assert Path(module).stem not in entry, f"the plugin entry point imports {module}"

@@ -35,9 +35,8 @@ def raise_open_file_limit(wanted: int = OPEN_FILES_WANTED) -> tuple[int, int] | 
 
 
 #: malloc arenas a daemon process keeps.  glibc gives each thread that allocates an arena of
-#: its own, up to eight per core: the daemon's thirty threads held fifteen, and bought
-#: nothing by it, since they allocate under one interpreter lock.  Two took 5 MiB off its
-#: memory under bench/load.py.
+#: its own, up to eight per core; the daemon's threads allocate under one interpreter lock,
+#: so more than two buy nothing but memory (bench/load.py prints the daemon's RSS).
 MALLOC_ARENAS = 2
 #: mallopt's parameter for that cap, in glibc's malloc.h
 _M_ARENA_MAX = -8

@@ -68,7 +68,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     )
     # What start-up made (modules, plugins, config) lives as long as the process: out of
     # the collector's sight, a full collection, which holds every thread and so the fast
-    # path, has that much less to walk (tens of milliseconds less under load).
+    # path, has that much less to walk.
     gc.freeze()
     notifier.ready(f"serving on {daemon.state_dir / SOCKET_FILE}: {status_line(daemon)}")
     try:

@@ -1,7 +1,7 @@
-"""A throwaway node: a config in a folder, a daemon subprocess, helpers to start jobs.
+"""A throwaway node for ``arbiter demo``: a config in a folder, a daemon subprocess, jobs.
 
-Used by ``arbiter demo`` and by the end-to-end tests, so both drive real processes the
-same way a person would.
+It drives real processes the way a person would; the tests' harness
+(``arbiter_testing.node``) extends it with what tests wait for.
 """
 
 from __future__ import annotations
@@ -106,37 +106,6 @@ class LocalNode:
     def job(self, name: str) -> dict[str, Any] | None:
         return next((j for j in self.status()["jobs"] if j["name"] == name), None)
 
-    def reasons(self, name: str, code: str, timeout: float = WAIT_S) -> list[dict[str, Any]]:
-        """The job's reasons once one has ``code``: the status snapshot is published just after
-        the signals are sent, so a process seen stopped may briefly predate its reason."""
-
-        def found() -> list[dict[str, Any]] | None:
-            reasons = (self.job(name) or {}).get("reasons") or []
-            return reasons if any(r["code"] == code for r in reasons) else None
-
-        try:
-            return self.wait_for(found, timeout=timeout)  # type: ignore[no-any-return]
-        except TimeoutError as e:
-            raise TimeoutError(
-                f"job {name!r} never had {code} within {timeout:g}s; it has: {self.job(name)!r}\n{e}"
-            ) from None
-
-    def events(
-        self, code: str | None = None, subject: str | None = None, contains: str = "", limit: int = 200
-    ) -> list[dict[str, Any]]:
-        """Timeline entries, waiting until one with ``code`` (and ``contains`` in its message)
-        is there: the recorder writes them just after the decision that made them."""
-
-        def found() -> list[dict[str, Any]] | None:
-            events = self.call("timeline", code=code, subject=subject, limit=limit)["events"]
-            return (
-                events
-                if any(contains in e["message"] and (code is None or e["code"] == code) for e in events)
-                else None
-            )
-
-        return self.wait_for(found)  # type: ignore[no-any-return]
-
     def spawn(self, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         kw.setdefault("env", self.env())
         proc = subprocess.Popen(args, **kw)
@@ -172,11 +141,6 @@ class LocalNode:
         except subprocess.TimeoutExpired:
             self.daemon.kill()
             return self.daemon.wait()
-
-    def kill_daemon(self) -> None:
-        assert self.daemon is not None
-        self.daemon.kill()
-        self.daemon.wait()
 
     def close(self) -> None:
         self.stop()  # first: the daemon resumes what it paused, so every child can exit

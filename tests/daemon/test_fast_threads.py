@@ -13,9 +13,9 @@ import psutil
 
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
-from arbiter.demo.node import LocalNode
 from arbiter.plugin import hookimpl
 from arbiter.pluginmanager import build_plugin_manager
+from arbiter_testing.node import HarnessNode
 
 
 class Recorder:
@@ -39,7 +39,7 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
     other.touch()
     # the daemon's own watcher: the reflex process, which has its own (tests/e2e/test_reflex_process.py),
     # does not load a plugin given to this daemon only
-    node = LocalNode(tmp_path, tick_s=0.2, reflex_process=False)
+    node = HarnessNode(tmp_path, tick_s=0.2, reflex_process=False)
     source = {"kind": "jsonl", "event": "status", "field": "phase", "on": ["on"]}
     node.add_rule(
         "p",

@@ -21,8 +21,8 @@ import arbiter.daemon.fastpath as fastpath
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
 from arbiter.daemon.inbox import SourceReport
-from arbiter.demo.node import LocalNode
 from arbiter.plugin import SourceState
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 
 
@@ -77,13 +77,13 @@ def slow_reflex_thread(monkeypatch: Any) -> threading.Event:
 @contextmanager
 def running(
     tmp_path: Path, tick_s: float, n: int, reflex_process: bool = False
-) -> Iterator[tuple[LocalNode, Daemon, Path, int]]:
+) -> Iterator[tuple[HarnessNode, Daemon, Path, int]]:
     """An in-process daemon with an immediate rule protecting ``sleep 1000+n`` by a JSONL
     phase, that program running and seen, and a job ``j`` (``sleep 3000+n``) started:
     (node, daemon, the phase file, the job's pid)."""
     events = tmp_path / "phase.jsonl"
     events.touch()
-    node = LocalNode(tmp_path, tick_s=tick_s, reflex_process=reflex_process)
+    node = HarnessNode(tmp_path, tick_s=tick_s, reflex_process=reflex_process)
     node.add_rule(
         "p",
         {

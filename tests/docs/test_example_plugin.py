@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "plugins" / "arbiter-example-files"
@@ -160,8 +160,8 @@ def test_its_own_tests_pass_installed(site: Path) -> None:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[LocalNode]:
-    n = LocalNode(tmp_path)
+def node(tmp_path: Path) -> Iterator[HarnessNode]:
+    n = HarnessNode(tmp_path)
     yield n
     n.close()
 
@@ -173,7 +173,7 @@ def stopped(pid: int) -> bool:
         return False
 
 
-def test_a_daemon_pauses_fleet_work_while_its_flag_file_exists(site: Path, node: LocalNode, tmp_path: Path) -> None:
+def test_a_daemon_pauses_fleet_work_while_its_flag_file_exists(site: Path, node: HarnessNode, tmp_path: Path) -> None:
     token = f"example-files-{uuid.uuid4().hex[:8]}"
     flag = tmp_path / "backup.flag"
     node.add_rule(

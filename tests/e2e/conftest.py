@@ -6,13 +6,13 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from arbiter.demo.node import LocalNode
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 
 
 @pytest.fixture
-def node(tmp_path) -> Iterator[LocalNode]:
-    n = LocalNode(tmp_path)
+def node(tmp_path) -> Iterator[HarnessNode]:
+    n = HarnessNode(tmp_path)
     yield n
     n.close()
 

@@ -18,8 +18,8 @@ import signal
 import subprocess
 from pathlib import Path
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.store import Store
+from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
@@ -34,9 +34,9 @@ SLOWING_JOB = Path(__file__).with_name("slowing_job.py")
 GAIN = 1.0
 
 
-def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
+def harness_node(tmp_path: Path) -> tuple[HarnessNode, Path]:
     events = tmp_path / "progress.jsonl"
-    node = LocalNode(
+    node = HarnessNode(
         tmp_path,
         gpu_jobs="certified",
         tick_s=0.25,
@@ -55,7 +55,7 @@ def harness_node(tmp_path: Path) -> tuple[LocalNode, Path]:
     return node, events
 
 
-def start_protected(node: LocalNode, events: Path, *extra: str, step_s: float = 0.004, gap_s: float = 0.006) -> None:
+def start_protected(node: HarnessNode, events: Path, *extra: str, step_s: float = 0.004, gap_s: float = 0.006) -> None:
     node.spawn(
         [
             PYTHON,
@@ -74,7 +74,7 @@ def start_protected(node: LocalNode, events: Path, *extra: str, step_s: float = 
     node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"])
 
 
-def start_job(node: LocalNode, tmp_path: Path, argv: list[str] | None = None) -> subprocess.Popen[bytes]:
+def start_job(node: HarnessNode, tmp_path: Path, argv: list[str] | None = None) -> subprocess.Popen[bytes]:
     """The job ``llmbatch`` (by default the example, pinned to the stand-in's core)."""
     manifest = tmp_path / "llmbatch.yaml"
     manifest.write_text(
@@ -103,7 +103,7 @@ def start_job(node: LocalNode, tmp_path: Path, argv: list[str] | None = None) ->
     return launcher
 
 
-def cli(node: LocalNode, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def cli(node: HarnessNode, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
         capture_output=True,

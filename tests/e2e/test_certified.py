@@ -12,17 +12,17 @@ from pathlib import Path
 import psutil
 
 from arbiter.certificates import Certificate, ExeHasher
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.store import Store
+from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def codes_seen(node: LocalNode, code: str) -> bool:
+def codes_seen(node: HarnessNode, code: str) -> bool:
     return any(e["code"] == code for e in node.call("timeline", code=code, limit=5)["events"])
 
 
-def duty(node: LocalNode) -> dict:
+def duty(node: HarnessNode) -> dict:
     return node.call("duty")["duty"]
 
 
@@ -31,7 +31,7 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
     slow = tmp_path / "slow"
     manifest = tmp_path / "llmbatch.yaml"
     manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause]\ngpu: {use: shared}\n")
-    node = LocalNode(
+    node = HarnessNode(
         tmp_path,
         gpu_jobs="certified",
         tick_s=0.25,
@@ -137,7 +137,7 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
 
 def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) -> None:
     events = tmp_path / "progress.jsonl"
-    node = LocalNode(tmp_path, gpu_jobs="certified")
+    node = HarnessNode(tmp_path, gpu_jobs="certified")
     try:
         node.add_rule(
             "frames",

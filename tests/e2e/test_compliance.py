@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
-def greedy_node(tmp_path: Path, compliance: dict) -> tuple[LocalNode, Path]:
+def greedy_node(tmp_path: Path, compliance: dict) -> tuple[HarnessNode, Path]:
     """A node with a quick compliance check, and the manifest of a job that asks for 0.1.
 
     The job spins without pause: over its duty by the tolerance (0.1) when it keeps above 0.2
@@ -16,7 +16,7 @@ def greedy_node(tmp_path: Path, compliance: dict) -> tuple[LocalNode, Path]:
     would need it above 0.4: four others, which a loaded test machine can have)."""
     manifest = tmp_path / "greedy.yaml"
     manifest.write_text("name: greedy\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.1}\n")
-    return LocalNode(tmp_path, tick_s=0.5, stop_grace_s=1, compliance=compliance), manifest
+    return HarnessNode(tmp_path, tick_s=0.5, stop_grace_s=1, compliance=compliance), manifest
 
 
 def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path: Path, procs) -> None:

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from arbiter.demo.node import LocalNode
+from arbiter_testing.node import HarnessNode
 
 
-def doctor(node: LocalNode) -> tuple[int, dict]:
+def doctor(node: HarnessNode) -> tuple[int, dict]:
     out = subprocess.run(
         [sys.executable, "-m", "arbiter", "doctor", "--json", "--config", str(node.config_path)],
         capture_output=True,
@@ -22,7 +22,7 @@ def doctor(node: LocalNode) -> tuple[int, dict]:
 
 
 def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         code, report = doctor(node)
         areas = {i["area"]: i for i in report["items"]}
@@ -67,7 +67,7 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
 def test_the_node_publishes_its_labels_for_fleet_schedulers(tmp_path: Path) -> None:
     features = tmp_path / "features.d"
     features.mkdir()
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1010"]}, "pause_fleet": {"scope": "gpu"}})
         node.start(ARBITER_NFD_FILE=str(features / "arbiter"))

@@ -14,16 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.tenants import http_json, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
-def handoff_node(tmp_path: Path) -> LocalNode:
+def handoff_node(tmp_path: Path) -> HarnessNode:
     (tmp_path / "vram.json").write_text("{}")
-    node = LocalNode(
+    node = HarnessNode(
         tmp_path, tick_s=0.5, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(tmp_path / "vram.json")}]
     )
     for name in ("llm-server", "diffusion-server"):  # the shipped defaults, as they are
@@ -119,5 +119,5 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
         node.close()
 
 
-def rule(node: LocalNode, rid: str) -> dict[str, Any] | None:
+def rule(node: HarnessNode, rid: str) -> dict[str, Any] | None:
     return next((r for r in node.status()["rules"] if r["id"] == rid), None)

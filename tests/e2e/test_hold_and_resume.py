@@ -11,13 +11,13 @@ from pathlib import Path
 
 import psutil
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.waiting import wait_until
 
 RUNNING = {"running", "sleeping", "disk-sleep"}
 
 
-def protected_cmdline(node: LocalNode) -> str:
+def protected_cmdline(node: HarnessNode) -> str:
     """What only this test's protected stand-in has in its command line: a rule that matched
     any ``arbiter.demo.protected`` would see the stand-ins of tests running beside it."""
     return f"arbiter.demo.protected --events {node.root / 'p.jsonl'}"
@@ -27,7 +27,7 @@ def protect_rule(marker: str) -> dict:
     return {"id": "prot", "priority": 50, "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}}
 
 
-def start_protected(node: LocalNode, tmp: Path, *extra: str) -> subprocess.Popen[bytes]:
+def start_protected(node: HarnessNode, tmp: Path, *extra: str) -> subprocess.Popen[bytes]:
     assert tmp == node.root  # the events file is what protected_cmdline() matches
     return node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(tmp / "p.jsonl"), *extra])
 
@@ -39,11 +39,11 @@ def running(proc: psutil.Process) -> bool:
         return False
 
 
-def job_pid(node: LocalNode, name: str) -> int:
+def job_pid(node: HarnessNode, name: str) -> int:
     return node.wait_for(lambda: ((node.job(name) or {}).get("pids") or [None])[0])
 
 
-def ticks(node: LocalNode) -> int:
+def ticks(node: HarnessNode) -> int:
     """How many times the daemon has ticked (observed and decided) so far."""
     return node.status()["costs"]["ticks"]
 
@@ -54,7 +54,7 @@ def working(tmp: Path) -> bool:
     return events.exists() and events.stat().st_size > 0
 
 
-def explain_json(node: LocalNode, subject: str) -> dict:
+def explain_json(node: HarnessNode, subject: str) -> dict:
     out = subprocess.run(
         [PYTHON, "-m", "arbiter", "explain", subject, "--json", "--config", str(node.config_path)],
         capture_output=True,
@@ -66,7 +66,7 @@ def explain_json(node: LocalNode, subject: str) -> dict:
 
 
 def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(
-    node: LocalNode, tmp_path: Path, procs
+    node: HarnessNode, tmp_path: Path, procs
 ) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
@@ -98,7 +98,7 @@ def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(
     assert codes.index("JOB_PAUSED") < codes.index("JOB_RESUMED")
 
 
-def test_cooperative_job_is_paused_through_its_control_document(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_cooperative_job_is_paused_through_its_control_document(node: HarnessNode, tmp_path: Path, procs) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "coop")
@@ -120,7 +120,9 @@ def test_cooperative_job_is_paused_through_its_control_document(node: LocalNode,
     procs.spends(pid, 0.3)  # and works again
 
 
-def test_job_submitted_while_protected_works_starts_only_when_admitted(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_job_submitted_while_protected_works_starts_only_when_admitted(
+    node: HarnessNode, tmp_path: Path, procs
+) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     protected = start_protected(node, tmp_path)
@@ -140,7 +142,7 @@ def test_job_submitted_while_protected_works_starts_only_when_admitted(node: Loc
     node.wait_for(lambda: node.job("late") is None)
 
 
-def test_bursts_cause_at_most_two_switches(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_bursts_cause_at_most_two_switches(node: HarnessNode, tmp_path: Path, procs) -> None:
     node.config["gpu_release_after_s"] = 3
     node.write_config()
     node.add_rule("prot", {**protect_rule("burst-standin")})
@@ -159,7 +161,7 @@ def test_bursts_cause_at_most_two_switches(node: LocalNode, tmp_path: Path, proc
     assert 1 <= switches <= 2
 
 
-def test_kill_9_then_start_resumes_the_paused_job(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_kill_9_then_start_resumes_the_paused_job(node: HarnessNode, tmp_path: Path, procs) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
@@ -179,7 +181,7 @@ def test_kill_9_then_start_resumes_the_paused_job(node: LocalNode, tmp_path: Pat
     assert node.events("JOB_RESUMED", contains="left by a previous daemon")
 
 
-def test_resume_all_after_a_crash(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_resume_all_after_a_crash(node: HarnessNode, tmp_path: Path, procs) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
@@ -199,7 +201,7 @@ def test_resume_all_after_a_crash(node: LocalNode, tmp_path: Path, procs) -> Non
     procs.wait(pid, RUNNING, timeout=5)
 
 
-def test_sigterm_resumes_everything_and_exits_cleanly(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_sigterm_resumes_everything_and_exits_cleanly(node: HarnessNode, tmp_path: Path, procs) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
@@ -217,7 +219,7 @@ def test_sigterm_resumes_everything_and_exits_cleanly(node: LocalNode, tmp_path:
     assert not (node.state_dir / "daemon.json").exists()
 
 
-def test_http_listener_serves_status_and_guards_mutations(node: LocalNode) -> None:
+def test_http_listener_serves_status_and_guards_mutations(node: HarnessNode) -> None:
     import urllib.error
     import urllib.request
 
@@ -242,7 +244,7 @@ def test_http_listener_serves_status_and_guards_mutations(node: LocalNode) -> No
         assert resp.status == 200
 
 
-def test_status_and_timeline_cli(node: LocalNode) -> None:
+def test_status_and_timeline_cli(node: HarnessNode) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     for args in (["status"], ["timeline"], ["explain"]):
@@ -285,7 +287,7 @@ def test_no_daemon_is_a_clear_error(tmp_path: Path) -> None:
     assert out.returncode == 1 and "arbiter run" in out.stderr
 
 
-def test_control_documents_stay_ahead_across_a_crash(node: LocalNode, tmp_path: Path, procs) -> None:
+def test_control_documents_stay_ahead_across_a_crash(node: HarnessNode, tmp_path: Path, procs) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "coop")
@@ -304,7 +306,7 @@ def test_control_documents_stay_ahead_across_a_crash(node: LocalNode, tmp_path: 
     assert spent < 0.2 * beside  # the job really obeyed the newer document
 
 
-def test_start_keeps_on_record_what_a_previous_daemon_left_and_cannot_resume(node: LocalNode, tmp_path: Path) -> None:
+def test_start_keeps_on_record_what_a_previous_daemon_left_and_cannot_resume(node: HarnessNode, tmp_path: Path) -> None:
     # a control document in a folder that no longer exists cannot be written: the resume
     # fails, the entry stays on record, and the daemon still starts
     sleeper = node.spawn([PYTHON, "-c", "import time; time.sleep(60)"])

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 JOB = """\
 import json, os, sys, time
@@ -24,7 +24,7 @@ time.sleep(60)
 """
 
 
-def cli(node: LocalNode, *args: str) -> str:
+def cli(node: HarnessNode, *args: str) -> str:
     out = subprocess.run(
         [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
         capture_output=True,
@@ -38,7 +38,7 @@ def cli(node: LocalNode, *args: str) -> str:
 
 
 def test_what_a_job_says_of_itself_is_shown_beside_what_is_measured(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path, tick_s=0.3)
+    node = HarnessNode(tmp_path, tick_s=0.3)
     try:
         node.start()
         node.job_run([PYTHON, "-c", JOB, "reporter"], "--name", "reporter", stdout=subprocess.PIPE)

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
 def phase(path: Path, value: str) -> None:
@@ -18,7 +18,7 @@ def phase(path: Path, value: str) -> None:
 def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path: Path, procs) -> None:
     events = tmp_path / "events.jsonl"
     events.touch()
-    node = LocalNode(tmp_path, tick_s=5)  # a long tick: only the watch can be this quick
+    node = HarnessNode(tmp_path, tick_s=5)  # a long tick: only the watch can be this quick
     try:
         node.add_rule(
             "p",
@@ -103,7 +103,7 @@ def write_cpu_manifest(tmp_path: Path) -> Path:
 
 
 def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.add_rule(
             "p",
@@ -162,7 +162,7 @@ def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Pat
     events = tmp_path / "events.jsonl"
     events.touch()
     go = tmp_path / "go"
-    node = LocalNode(tmp_path, tick_s=5)
+    node = HarnessNode(tmp_path, tick_s=5)
     try:
         node.add_rule(
             "writer",
@@ -205,7 +205,7 @@ def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Pat
 
 
 def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.add_rule(
             "backup",
@@ -238,7 +238,7 @@ def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
 
 def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: Path, procs) -> None:
     progress = tmp_path / "later" / "progress.jsonl"
-    node = LocalNode(tmp_path, governor={"period_s": 2})  # rates over a 2 s window
+    node = HarnessNode(tmp_path, governor={"period_s": 2})  # rates over a 2 s window
     try:
         node.add_rule(
             "trainer",

@@ -8,8 +8,8 @@ import json
 import signal
 from pathlib import Path
 
-from arbiter.demo.node import LocalNode
 from arbiter_testing import write_state
+from arbiter_testing.node import HarnessNode
 
 
 def device(path: Path) -> int:
@@ -21,7 +21,7 @@ def test_a_profile_is_applied_while_the_tenant_works_and_restored_even_after_a_c
     card = tmp_path / "device.json"
     card.write_text(json.dumps({"power_limit_w": 300}))
     write_state(gpu, {"processes": {}})
-    node = LocalNode(
+    node = HarnessNode(
         tmp_path, stand_in_gpu=False, gpu_release_after_s=1, readers=[{"kind": "fake", "state_file": str(gpu)}]
     )
     try:

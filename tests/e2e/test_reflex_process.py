@@ -9,8 +9,8 @@ import signal
 import time
 from pathlib import Path
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.store import PausedJournal
+from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.waiting import wait_until
 
 
@@ -19,7 +19,7 @@ def phase(path: Path, value: str) -> None:
         fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
 
 
-def armed(node: LocalNode) -> None:
+def armed(node: HarnessNode) -> None:
     """Have the daemon decide once more, now that the reflex process watches the source, and
     wait for that decision: the daemon sends the process its arm under the signalling lock,
     before it lets go of it, and the process acts on a phase only with the last arm sent."""
@@ -28,10 +28,10 @@ def armed(node: LocalNode) -> None:
     wait_until(lambda: node.status()["decided_at"] > asked, 30, "a decision after the reload")
 
 
-def start(tmp_path: Path, **config: object) -> tuple[LocalNode, Path, int]:
+def start(tmp_path: Path, **config: object) -> tuple[HarnessNode, Path, int]:
     events = tmp_path / "events.jsonl"
     events.touch()
-    node = LocalNode(tmp_path, tick_s=5, **config)  # a long tick: only a watch can be this quick
+    node = HarnessNode(tmp_path, tick_s=5, **config)  # a long tick: only a watch can be this quick
     node.add_rule(
         "p",
         {

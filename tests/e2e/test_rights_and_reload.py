@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from arbiter.daemon.requests import may_act_on_job, may_admin
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.transport import RequestRefused, request
 from arbiter_testing import run_as
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
 def test_rights_rules() -> None:
@@ -37,13 +37,13 @@ def as_nobody(fn) -> tuple[bool, str]:
     return ok, detail
 
 
-def marker(node: LocalNode) -> str:
+def marker(node: HarnessNode) -> str:
     """The protected program's command line, this test's own: no program here runs it, and
     one matched by a plain ``arbiter.demo.protected`` could be a stand-in of a test beside it."""
     return f"arbiter.demo.protected --events {node.root / 'p.jsonl'}"
 
 
-def good(node: LocalNode) -> str:
+def good(node: HarnessNode) -> str:
     return f"id: prot\nmatch: {{cmdline: ['{marker(node)}']}}\nprotect: {{metric: gpu_share}}\n"
 
 
@@ -51,7 +51,7 @@ def good(node: LocalNode) -> str:
 def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tmp_path_factory) -> None:
     root = Path("/tmp") / f"arbiter-rights-{os.getpid()}-{time.monotonic_ns()}"
     root.mkdir(mode=0o755)
-    node = LocalNode(root)
+    node = HarnessNode(root)
     try:
         node.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker(node)]}, "protect": {"metric": "gpu_share"}})
         node.start()
@@ -80,7 +80,7 @@ def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tm
 
 
 def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         path = node.add_rule("prot", good(node))
         node.start()
@@ -111,7 +111,7 @@ def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tm
 
 
 def test_a_restarted_daemon_uses_the_last_good_version(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.add_rule("prot", good(node))
         node.start()
@@ -129,7 +129,7 @@ def test_a_restarted_daemon_uses_the_last_good_version(tmp_path: Path) -> None:
 def test_only_a_child_of_the_launcher_can_become_the_job(tmp_path: Path) -> None:
     import subprocess
 
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.start()
         job = node.call("job.register", manifest={"name": "sneaky"}, cmd=["true"])["job"]
@@ -157,9 +157,9 @@ def test_only_a_child_of_the_launcher_can_become_the_job(tmp_path: Path) -> None
 def test_a_job_whose_gpu_apis_the_host_lacks_is_refused_as_undetected(tmp_path: Path) -> None:
     import subprocess
 
-    from arbiter.demo.node import PYTHON, LocalNode
+    from arbiter_testing.node import PYTHON, HarnessNode
 
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.start()
         if "cuda" in node.call("gpu-apis", timeout=60)["gpu_apis"]["host"]:

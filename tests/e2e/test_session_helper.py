@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.transport import Connection, RequestRefused
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
 def phase(path: Path, value: str) -> None:
@@ -25,7 +25,7 @@ def phase(path: Path, value: str) -> None:
         fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
 
 
-def source_of(node: LocalNode, rule: str) -> dict:
+def source_of(node: HarnessNode, rule: str) -> dict:
     return next(r for r in node.status()["rules"] if r["id"] == rule)["sources"][0]
 
 
@@ -34,7 +34,7 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
     if not home.is_dir():
         pytest.skip(f"this account's home {home} does not exist")
     private = Path(tempfile.mkdtemp(prefix=".arbiter-helper-test-", dir=home))
-    node = LocalNode(tmp_path, tick_s=0.5)
+    node = HarnessNode(tmp_path, tick_s=0.5)
     try:
         events = private / "events.jsonl"
         events.touch()

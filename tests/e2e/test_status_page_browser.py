@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 pytestmark = pytest.mark.browser
 
@@ -88,7 +88,7 @@ def save_screenshot(driver: Any, tmp_path: Path, name: str = "status-page.png") 
 
 
 def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(
-    node: LocalNode, tmp_path: Path, browser: Any
+    node: HarnessNode, tmp_path: Path, browser: Any
 ) -> None:
     from PIL import Image
     from selenium.common.exceptions import StaleElementReferenceException

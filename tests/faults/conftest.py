@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter_testing import GIB, write_state
+from arbiter_testing.node import PYTHON, HarnessNode
 
 MARKER = "faults-protected-standin"
 HELD = {"held", "paused"}
@@ -46,7 +46,7 @@ PROTECTED = textwrap.dedent(
 class Scene:
     """One node under test, with what the fault tests share."""
 
-    node: LocalNode
+    node: HarnessNode
     root: Path
     gpu_file: Path
     protected: subprocess.Popen[bytes] | None = None
@@ -155,7 +155,7 @@ class Scene:
 @pytest.fixture
 def scene(tmp_path: Path) -> Iterator[Scene]:
     gpu_file = tmp_path / "gpu.json"
-    node = LocalNode(tmp_path, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(gpu_file)}])
+    node = HarnessNode(tmp_path, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(gpu_file)}])
     s = Scene(node, tmp_path, gpu_file)
     s.gpu(0.0)
     try:

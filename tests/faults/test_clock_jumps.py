@@ -19,7 +19,7 @@ import psutil
 from arbiter.certificates import Certificate, status
 from arbiter.config.models import Manifest
 from arbiter.daemon.jobs import JobRegistry
-from arbiter.demo.node import PYTHON
+from arbiter_testing.node import PYTHON
 
 DAY = 24 * 3600.0
 SHIFT = textwrap.dedent(

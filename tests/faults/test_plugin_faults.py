@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 FAULTY = textwrap.dedent(
     """
@@ -93,7 +93,7 @@ def with_plugin(scene: Any, **config: Any) -> Path:
     site.mkdir()
     faults.mkdir()
     (site / "faults_site_plugin.py").write_text(FAULTY)
-    node: LocalNode = scene.node
+    node: HarnessNode = scene.node
     node.config.update(plugins=["faults_site_plugin"], plugin_timeout_s=2.0, **config)
     node.write_config()
     env = {**node.env(), "PYTHONPATH": str(site), "FAULTS_DIR": str(faults)}
@@ -206,7 +206,7 @@ def test_the_matcher_that_raises_or_hangs_recovers_per_rule(tmp_path: Path) -> N
         """
         )
     )
-    node = LocalNode(tmp_path, plugins=["flaky_site_plugin"], plugin_timeout_s=0.5)
+    node = HarnessNode(tmp_path, plugins=["flaky_site_plugin"], plugin_timeout_s=0.5)
     ok = tmp_path / "ok"
     env = {**node.env(), "PYTHONPATH": str(site), "FLAKY_OK": str(ok)}
     node.env = lambda: env  # type: ignore[method-assign]

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from arbiter.demo.node import PYTHON
+from arbiter_testing.node import PYTHON
 
 FULL_AT = 32 * 1024
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 
-from arbiter.demo.node import PYTHON
+from arbiter_testing.node import PYTHON
 
 STUBBORN = textwrap.dedent(
     """

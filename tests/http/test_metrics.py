@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.http.metrics import METRICS, exposition
+from arbiter_testing.node import PYTHON, HarnessNode
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -136,7 +136,7 @@ def phase(path: Path, value: str) -> None:
 def test_a_live_daemon_scrape(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     events.touch()
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.add_rule(
             "p",

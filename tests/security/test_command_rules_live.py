@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.config.safety import command_file_problem
-from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
 def rule(marker: Path) -> str:
@@ -34,7 +34,7 @@ def test_a_running_daemon_runs_no_command_from_a_file_others_can_change(tmp_path
         path = folder / "counted.yaml"
         path.write_text(rule(marker))
         path.chmod(0o664)  # group-writable: anyone in the group could make the daemon run anything
-        node = LocalNode(tmp_path, tenants_dirs=[str(folder)])
+        node = HarnessNode(tmp_path, tenants_dirs=[str(folder)])
         try:
             node.start()
             node.spawn(["sleep", "1017"])

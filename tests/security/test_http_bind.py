@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from starlette.routing import Route
 
 from arbiter.daemon.core import Daemon
-from arbiter.demo.node import LocalNode
 from arbiter.http.app import create_app
 from arbiter.http.guard import OPEN_PATHS, bearer_ok, is_loopback_bind
 from arbiter.http.server import DaemonProvider
+from arbiter_testing.node import HarnessNode
 
 REMOTE_HOST = "192.0.2.7:7807"  # TEST-NET-1: a name no loopback resolves to
 READS = {"GET", "HEAD"}
@@ -103,7 +103,7 @@ def test_a_loopback_bind_reads_openly_and_mutates_only_with_token_and_loopback_h
 
 
 def test_a_real_daemon_listening_on_every_address(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path, http={"listen": "0.0.0.0:0"})
+    node = HarnessNode(tmp_path, http={"listen": "0.0.0.0:0"})
     try:
         node.start()
         port = int(node.info()["http"].rsplit(":", 1)[1])
@@ -128,7 +128,7 @@ def test_a_real_daemon_listening_on_every_address(tmp_path: Path) -> None:
 
 
 def test_a_real_daemon_on_loopback_reads_openly(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.start()
         base = node.info()["http"]

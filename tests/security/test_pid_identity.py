@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from arbiter.demo.node import LocalNode
 from arbiter.plugin import JobTarget, PluginContext, ProcessRef
 from arbiter.sdk.supervisor import signal_group
 from arbiter.store import PausedEntry, PausedJournal
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 from arbiter_translators import CgroupFreezeTranslator, SignalTranslator
 
@@ -93,7 +93,7 @@ def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(tmp
     """A daemon killed while it held a job paused left a record; by its next start that pid
     names another process (stopped by someone else).  It is left alone, and the timeline
     says so; the one recorded correctly is continued."""
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     node.state_dir.mkdir(parents=True)
     ours, stranger = sleeper(sleepers), sleeper(sleepers)
     for proc in (ours, stranger):

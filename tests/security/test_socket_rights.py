@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.transport import Connection, RequestRefused, request
 from arbiter_testing import run_as
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
 def as_nobody(sock: str, op: str, **args: object) -> list[object]:
@@ -51,7 +51,7 @@ def helper_as_nobody(sock: str) -> list[object]:
 def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> None:
     root = Path("/tmp") / f"arbiter-security-{os.getpid()}-{time.monotonic_ns()}"
     root.mkdir(mode=0o755)
-    node = LocalNode(root, admin_group="arbiter-no-such-group")
+    node = HarnessNode(root, admin_group="arbiter-no-such-group")
     try:
         node.add_rule(
             "prot",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.daemon.secure import UnsafeStateDir, check_state_dir, ensure_token
-from arbiter.demo.node import LocalNode
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 
 
@@ -22,7 +22,7 @@ def mode(path: Path) -> int:
 def test_a_fresh_start_leaves_every_file_safe(tmp_path: Path) -> None:
     old = os.umask(0)  # the daemon must not depend on a careful umask
     try:
-        node = LocalNode(tmp_path)
+        node = HarnessNode(tmp_path)
         node.start()
     finally:
         os.umask(old)
@@ -43,7 +43,7 @@ def test_a_fresh_start_leaves_every_file_safe(tmp_path: Path) -> None:
 
 
 def test_a_token_others_could_read_is_fixed_and_replaced(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     node.state_dir.mkdir(parents=True)
     leaked = "a-token-that-was-world-readable-for-a-while-0123456789"
     (node.state_dir / "token").write_text(leaked)
@@ -57,7 +57,7 @@ def test_a_token_others_could_read_is_fixed_and_replaced(tmp_path: Path) -> None
     finally:
         node.close()
     # a safe token survives a restart (clients that read it keep working)
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.start()
         assert (node.state_dir / "token").read_text().strip() == token
@@ -109,7 +109,7 @@ def test_a_world_writable_state_dir_is_tightened(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a state dir owned by another uid needs root to make")
 def test_a_state_dir_owned_by_another_account_stops_the_start(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     node.state_dir.mkdir(parents=True)
     os.chown(node.state_dir, 65534, 65534)
     with pytest.raises(UnsafeStateDir, match="owned by uid 65534"):
@@ -123,7 +123,7 @@ def test_a_state_dir_owned_by_another_account_stops_the_start(tmp_path: Path) ->
 def test_the_socket_is_replaced_not_followed(tmp_path: Path) -> None:
     """A stale path where the socket goes (a file, or a link planted there) is removed, and
     what it pointed to is untouched."""
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     node.state_dir.mkdir(parents=True)
     bait = tmp_path / "bait"
     bait.write_text("keep me")

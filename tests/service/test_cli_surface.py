@@ -13,7 +13,7 @@ from pathlib import Path
 
 from arbiter import __version__
 from arbiter.cli.logs import JsonFormatter, configure
-from arbiter.demo.node import LocalNode
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 
 ARBITER = [sys.executable, "-m", "arbiter"]
@@ -79,7 +79,7 @@ def test_json_records_carry_the_exception() -> None:
 
 
 def test_the_daemon_logs_json_lines(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     log_path = tmp_path / "stderr.log"
     with open(log_path, "wb") as log:
         daemon = subprocess.Popen(
@@ -108,7 +108,7 @@ def test_the_daemon_logs_json_lines(tmp_path: Path) -> None:
 
 
 def test_the_daemon_logs_text_by_default(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.start()
         node.stop()

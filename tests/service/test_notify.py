@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.daemon.notify import Notifier, watchdog_interval
-from arbiter.demo.node import LocalNode
+from arbiter_testing.node import HarnessNode
 
 
 class Receiver:
@@ -123,7 +123,7 @@ def test_a_full_or_missing_receiver_never_blocks_nor_raises(short_dir: Path) -> 
 
 def test_a_real_daemon_is_ready_pings_and_says_stopping(tmp_path: Path, short_dir: Path) -> None:
     rx = Receiver(str(short_dir / "notify"))
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         # 1 s between pings; the node ticks every 0.5 s
         node.start(NOTIFY_SOCKET=str(short_dir / "notify"), WATCHDOG_USEC="2000000")
@@ -145,7 +145,7 @@ def test_a_real_daemon_is_ready_pings_and_says_stopping(tmp_path: Path, short_di
 
 def test_a_watchdog_meant_for_another_process_gets_no_pings(tmp_path: Path, short_dir: Path) -> None:
     rx = Receiver(str(short_dir / "notify"))
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     try:
         node.start(NOTIFY_SOCKET=str(short_dir / "notify"), WATCHDOG_USEC="1000000", WATCHDOG_PID="1")
         assert rx.until("READY")["READY"] == "1"

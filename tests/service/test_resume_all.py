@@ -10,13 +10,13 @@ from pathlib import Path
 
 import psutil
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.store import PausedEntry, PausedJournal
+from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.waiting import wait_until
 
 
 def test_resume_all_continues_the_recorded_process_and_names_the_one_whose_pid_was_reused(tmp_path: Path) -> None:
-    node = LocalNode(tmp_path)
+    node = HarnessNode(tmp_path)
     node.state_dir.mkdir(mode=0o700)
     paused = subprocess.Popen(["sleep", "30"])
     stranger = subprocess.Popen(["sleep", "30"])  # has the pid of a process a daemon once paused

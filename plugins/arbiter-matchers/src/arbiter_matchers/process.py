@@ -87,9 +87,9 @@ class ProcessMatcher(Matcher):
         # table hands back the very same object for a process that did not change (an
         # equal one for a process that only ran), and a verdict depends on nothing else, so
         # with a hundred rules and a thousand processes most ticks judge no one anew.  Two
-        # flat containers, not a (process, verdict) pair per pid: a hundred thousand small
-        # tuples made each full garbage collection (which holds every thread, the fast
-        # path's too) take 70 ms.
+        # flat containers, not a (process, verdict) pair per pid: every small tuple is one
+        # more object for each full garbage collection to walk, and a collection holds
+        # every thread, the fast path's too.
         self._judged: dict[int, ProcessInfo] = {}
         self._hits: set[int] = set()
         self._widest = 0  # the most processes one call offered

@@ -37,7 +37,7 @@ _GLOB_CHARS = frozenset("*?[")
 #: a line longer than this is malformed; it is dropped rather than buffered without end
 MAX_LINE_BYTES = 1 << 20
 _CHUNK = 1 << 16
-#: check interval without file notifications (the spec's 250 ms)
+#: check interval without file notifications
 POLL_INTERVAL_S = 0.25
 #: with notifications, a check this often anyway, in case an event was missed
 SAFETY_INTERVAL_S = 1.0
@@ -590,7 +590,7 @@ class FollowedFile(Source):
                 # One read from just before where we were: those bytes must still be the ones
                 # read last (else the file was truncated or rewritten in place), and what
                 # follows them is new.  Each system call here lets the interpreter lock go
-                # and, under load, waits to take it back: a wake made four, now one.
+                # and, under load, waits to take it back: so a wake makes one read, not several.
                 back = len(self._tail)
                 data = os.pread(fd, back + _CHUNK, self._pos - back)
                 if data[:back] != self._tail or (not back and self._pos and os.fstat(fd).st_size < self._pos):

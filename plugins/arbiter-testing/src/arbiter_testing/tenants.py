@@ -24,7 +24,7 @@ def start_fake(
     node: Any, state_file: Path, ready_dir: Path, program: str, *args: str, timeout: float = 30.0
 ) -> dict[str, Any]:
     """Start the fake ``program`` (``llm`` or ``diffusion``) as a child of ``node`` (a
-    ``LocalNode``), on a 16 GiB board kept in ``state_file``; what it says once listening
+    ``HarnessNode``), on a 16 GiB board kept in ``state_file``; what it says once listening
     (``url`` among it), with its process as ``proc``."""
     ready = ready_dir / f"{program}.ready"
     proc = node.spawn(

@@ -70,7 +70,7 @@ class CgroupFreezeTranslator(SignalTranslator):
         self.options: CgroupFreezeOptions = options
         self.mount = cgroup2_mount()
         # what this translator stopped with signals: their resume needs no cgroup lookup, which
-        # for fifty jobs took milliseconds before the first of them was continued
+        # for fifty jobs would come before the first of them is continued
         self._signalled: set[ProcessRef] = set()
         self._shared: dict[ProcessRef, float] = {}  # job root → when it was last found without a cgroup of its own
 

@@ -1,0 +1,51 @@
+"""The tests' node: a daemon in a folder of its own, driven as a person would, and waited on.
+
+:class:`HarnessNode` is the demo's node with what tests ask of it: a job's reasons once one
+has a code, timeline entries once one is there, and a daemon killed as a crash would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arbiter.demo.node import PYTHON, WAIT_S, LocalNode
+
+__all__ = ["PYTHON", "WAIT_S", "HarnessNode"]
+
+
+class HarnessNode(LocalNode):
+    def reasons(self, name: str, code: str, timeout: float = WAIT_S) -> list[dict[str, Any]]:
+        """The job's reasons once one has ``code``: the status snapshot is published just after
+        the signals are sent, so a process seen stopped may briefly predate its reason."""
+
+        def found() -> list[dict[str, Any]] | None:
+            reasons = (self.job(name) or {}).get("reasons") or []
+            return reasons if any(r["code"] == code for r in reasons) else None
+
+        try:
+            return self.wait_for(found, timeout=timeout)  # type: ignore[no-any-return]
+        except TimeoutError as e:
+            raise TimeoutError(
+                f"job {name!r} never had {code} within {timeout:g}s; it has: {self.job(name)!r}\n{e}"
+            ) from None
+
+    def events(
+        self, code: str | None = None, subject: str | None = None, contains: str = "", limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """Timeline entries, waiting until one with ``code`` (and ``contains`` in its message)
+        is there: the recorder writes them just after the decision that made them."""
+
+        def found() -> list[dict[str, Any]] | None:
+            events = self.call("timeline", code=code, subject=subject, limit=limit)["events"]
+            return (
+                events
+                if any(contains in e["message"] and (code is None or e["code"] == code) for e in events)
+                else None
+            )
+
+        return self.wait_for(found)  # type: ignore[no-any-return]
+
+    def kill_daemon(self) -> None:
+        assert self.daemon is not None
+        self.daemon.kill()
+        self.daemon.wait()
