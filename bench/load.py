@@ -284,13 +284,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tick", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--reflex-process",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="act on phase changes in the reflex process (the default) or inside the daemon",
+    )
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="arbiter-bench-load-"))
     phases, stream, report = root / "phases.jsonl", root / "stream.jsonl", root / "writer.json"
     phases.touch()
     stream.touch()
-    node = HarnessNode(root, tick_s=args.tick, governor={"period_s": GOVERNOR_PERIOD_S})
+    node = HarnessNode(
+        root, tick_s=args.tick, governor={"period_s": GOVERNOR_PERIOD_S}, reflex_process=args.reflex_process
+    )
     sleepers: list[subprocess.Popen[bytes]] = []
     bystanders: list[subprocess.Popen[bytes]] = []
     writer: subprocess.Popen[bytes] | None = None

@@ -7,7 +7,8 @@ JSONL file; a plain job runs under ``arbiter job run``; a busy loop keeps the ot
 loaded.  The bench appends phase lines at random intervals and polls the job's state until
 it is stopped (or continued), then prints p50/p99 beside the figure ``status`` shows for the
 source (write seen → decided and signalled), and the same for a rule that is not immediate
-(the tick).
+(the tick).  The immediate rule is measured twice: with the reflex process acting on the
+change, and with it off (``reflex_process: false``), the daemon acting itself.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from arbiter_testing.reaction import percentile as pct
 from arbiter_testing.reaction import phase_reactions
 
 
-def measure(immediate: bool, changes: int, tick_s: float) -> tuple[list[float], dict[str, Any]]:
+def measure(immediate: bool, changes: int, tick_s: float, **config: Any) -> tuple[list[float], dict[str, Any]]:
     root = Path(tempfile.mkdtemp(prefix="arbiter-reaction-"))
     events = root / "events.jsonl"
     events.touch()
-    node = HarnessNode(root, tick_s=tick_s)
+    node = HarnessNode(root, tick_s=tick_s, **config)
     try:
         node.add_rule(
             "p",
@@ -72,6 +73,7 @@ def main() -> None:
     load = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the other core is busy
     try:
         watch, daemon = measure(True, args.changes, args.tick)
+        inside, inside_daemon = measure(True, args.changes, args.tick, reflex_process=False)
         tick, _ = measure(False, max(6, args.changes // 5), args.tick)
     finally:
         load.kill()
@@ -83,6 +85,11 @@ def main() -> None:
     print(
         f"  the source's figure in status (write seen -> decided and signalled): p50 {daemon['p50_ms']} ms,"
         f" p99 {daemon['p99_ms']} ms over {daemon['count']} changes"
+    )
+    print(
+        f"the same, the reflex process off (the daemon acts itself): p50 {pct(inside, 0.5):.2f} ms,"
+        f" p99 {pct(inside, 0.99):.2f} ms over {len(inside)} changes; status says p50 {inside_daemon['p50_ms']} ms,"
+        f" p99 {inside_daemon['p99_ms']} ms"
     )
     print(f"rule without immediate (tick {args.tick:g}s): p50 {pct(tick, 0.5):.0f} ms, p99 {pct(tick, 0.99):.0f} ms")
 
