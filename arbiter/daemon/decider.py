@@ -187,7 +187,7 @@ class Decider:
                 if linked is None or linked.counts_tick(key, quiet):
                     fast.book.own(key, state, "tick")
             if linked is not None:
-                linked.sync(self.rules)
+                linked.sync(self.rules, self.policy)
 
     def _change_run(self, message: ChangeRun) -> None:
         """Start or abort a paired run: the engine state is this thread's."""

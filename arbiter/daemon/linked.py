@@ -26,7 +26,7 @@ from arbiter.daemon.snapshot import Published, Targets
 from arbiter.daemon.sources import LATENCY_WINDOW, SlotKey, SourceBook, percentiles, slot_name
 from arbiter.engine import codes
 from arbiter.engine.reflex import reflex
-from arbiter.engine.types import Decision, Observation
+from arbiter.engine.types import Decision, Observation, Policy
 from arbiter.plugin import SourceState, Translator
 from arbiter.pluginmanager import PluginHost
 from arbiter.reflexhost import arm_key
@@ -183,10 +183,10 @@ class Linked:
         if missing or resumed:
             self.changes += 1
 
-    def sync(self, rules: RuleBook) -> None:
+    def sync(self, rules: RuleBook, policy: Policy) -> None:
         """Tell the process the phase sources of the immediate rules."""
         specs: list[Spec] = []
-        for rid, rp in self.published.snapshot.policy.rules.items():
+        for rid, rp in policy.rules.items():
             live = rules.live.get(rid)
             if not rp.immediate or live is None:
                 continue
