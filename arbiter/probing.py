@@ -104,7 +104,11 @@ def run_probe(
         stdout, stderr = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        proc.communicate()
+        # a descendant that left the group may hold the pipes open: wait for the probe alone
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
         return {
             "usable": False,
             "evidence": f"the {kind} probe did not answer within {timeout_s:g}s (a hung driver?)",

@@ -206,12 +206,14 @@ def test_plugins_import_only_the_plugin_api_from_arbiter() -> None:
                 names = [node.module]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
+            own = path.relative_to(ROOT / "plugins" / distribution / "src").parts[0]
             found += [
                 f"{path.relative_to(ROOT)}: {n}"
                 for n in names
-                if n.split(".")[0] == "arbiter" and n != "arbiter.plugin"
+                if (n.split(".")[0] == "arbiter" and n != "arbiter.plugin")
+                or (n.startswith("arbiter_") and n.split(".")[0] != own)
             ]
-    assert not found, "a plugin imports more of arbiter than its plugin API:\n" + "\n".join(found)
+    assert not found, "a plugin imports more of arbiter than its plugin API, or another plugin:\n" + "\n".join(found)
 
 
 def test_the_harness_is_not_loaded_as_a_plugin() -> None:

@@ -5,7 +5,7 @@ Threads and what each may do (ARCHITECTURE.md draws the whole picture):
 - ``tick`` (:class:`~arbiter.daemon.ticker.Ticker`): rule-file reloads, the process table,
   matching, readers, sources' states, certificates; hands a view to the decision thread;
 - the fast path (:class:`~arbiter.daemon.fastpath.FastPath`): a source's or helper's report,
-  taken on the thread that made it (or on the ``reflex`` thread when that would wait), with
+  taken on the thread that made it (or on the ``reports`` thread when that would wait), with
   the pause or resume a phase change of an immediate rule causes at once;
 - ``decide`` (:class:`~arbiter.daemon.decider.Decider`): decides and acts; alone writes the
   engine state and the snapshot;
@@ -19,6 +19,7 @@ request side reads: each of those members forwards to the collaborator that owns
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -92,12 +93,18 @@ class Daemon:
         self.started_wall = time.time()
         self.http_url = ""
         self._http: Any = None
+        self._socket: SocketServer | None = None  # the listeners exist while the daemon runs
         self._threads: list[threading.Thread] = []
-        self._lock_fd = self._take_state_dir()
+        self._started = False
+        # what building opened, closed in reverse where building fails or the daemon never starts
+        self._undo = contextlib.ExitStack()
         try:
-            self._build()
+            self._undo.callback(self.host.close)
+            self._lock_fd = self._take_state_dir()
+            self._undo.callback(os.close, self._lock_fd)
+            self._build(self._undo)
         except BaseException:
-            os.close(self._lock_fd)
+            self._undo.close()
             raise
 
     def _take_state_dir(self) -> int:
@@ -110,14 +117,17 @@ class Daemon:
             raise DaemonAlreadyRunning(f"another daemon holds {self.state_dir}; `arbiter status` shows it") from None
         return fd
 
-    def _build(self) -> None:
+    def _build(self, undo: contextlib.ExitStack) -> None:
         config, host = self.config, self.host
+        self.token = ensure_token(self.state_dir / TOKEN_FILE)
         self.store = Store(self.state_dir / "state.db")
+        undo.callback(self.store.close)
         self.recorder = Recorder(self.store, self._observe_event)
         journal_path = self.state_dir / "paused.journal"
         translators = make_translators(config, host, self._pid_reused)
         self._recovered = {**{e.key: e for e in self.store.paused()}, **PausedJournal.replay(journal_path)}
         self.journal = PausedJournal(journal_path)
+        undo.callback(self.journal.close)
         self.actuator = Actuator(host, translators, self.journal, self.recorder.paused)
         self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
         self.jobs.load(self.store)
@@ -134,10 +144,13 @@ class Daemon:
             self.record,
         )
         self.rulebook = RuleBook(config, host, self.store, self.fast.on_source, self.record)
+        undo.callback(self.rulebook.close)
         self.rulebook.load()
         self.published.snapshot = Snapshot(policy=self.rulebook.policy())
         self.tenants = TenantActions(self)
+        undo.callback(self.tenants.close)
         self.prober = Prober(lambda: host.kind_names("probes"), config.plugins, config.disable_plugins)
+        undo.callback(self.prober.close)
         self._probe_timer = threading.Timer(PROBE_DELAY_S, self.prober.get)
         self._probe_timer.daemon = True
         now, now_wall = time.monotonic(), time.time()
@@ -145,6 +158,7 @@ class Daemon:
         trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
         governors = {rid: governor.from_record(rec, now, now_wall) for rid, rec in self.store.governors().items()}
         run, self._run_problem = resumed_from(self.store.running_run())
+        self._resumed_run = run if run is not None and run.running else None
         self.decider = Decider(
             config,
             self.fast,
@@ -173,14 +187,16 @@ class Daemon:
             self.decider,
             lambda: status_line(self),
         )
+        undo.callback(self.ticker.observer.close)
         self.fast.linked = reflex_process(config, host, translators, journal_path, self.fast, self.actuator)
-        self.token = ensure_token(self.state_dir / TOKEN_FILE)
+        if self.fast.linked is not None:
+            undo.callback(self.fast.linked.link.close)
         self.helpers = Helpers(self)
-        self._socket = SocketServer(self.state_dir / SOCKET_FILE, self.dispatch, {"helper.attach": self.helpers.open})
 
     # --- start and stop -----------------------------------------------------------------------
 
     def start(self) -> None:
+        self._started = True
         self.recorder.start()
         self._recover()
         # not at once: seven probe processes would slow every start; the first need starts them sooner
@@ -189,6 +205,7 @@ class Daemon:
         self._spawn("reports", self.fast.run)
         self.ticker.once()  # the first decision waits for a full view
         self._spawn("tick", self.ticker.run)
+        self._socket = SocketServer(self.state_dir / SOCKET_FILE, self.dispatch, {"helper.attach": self.helpers.open})
         self._socket.start()
         if self.config.http.enabled:
             self._start_http()
@@ -199,8 +216,8 @@ class Daemon:
             f"arbiter {__version__} started (pid {os.getpid()})",
             {"config": str(self.config_path or "")},
         )
-        run = self.decider.engine_state.ab
-        if run is not None and run.running:
+        run = self._resumed_run  # as loaded: the first decision may have moved it on already
+        if run is not None:
             self.record(
                 codes.AB_RUN_STARTED,
                 run.spec.rule_id,
@@ -280,10 +297,14 @@ class Daemon:
 
     def shutdown(self) -> None:
         """Resume everything, write every job's control document back to run, and exit."""
+        if not self._started:  # nothing ran: close what building opened
+            self._undo.close()
+            return
         self.request_stop()
         for thread in self._threads:
             thread.join(timeout=10)
-        self._socket.close()
+        if self._socket:
+            self._socket.close()
         if self._http:
             self._http.stop()
         linked = self.fast.linked

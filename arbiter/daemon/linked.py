@@ -4,7 +4,8 @@ The process (:mod:`arbiter.reflexhost`, started by :class:`arbiter.daemon.reflex
 watches the phase sources of immediate rules and pauses or resumes on a change itself, from
 what the daemon armed it with after the last decision.  Its readings then stand for those
 sources: the daemon's own watchers' reports of them are set aside, to be taken if it goes.
-Everything here runs under the fast path's lock.
+Its lines are taken and its table armed under the fast path's lock; a source thread sets
+its own report aside (:meth:`Linked.stands_for`) without it, each such write one dict store.
 """
 
 from __future__ import annotations

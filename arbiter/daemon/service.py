@@ -43,6 +43,8 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         daemon = Daemon(cfg, config_path)
     except PluginLoadError as exc:
         raise CliError(str(exc), 2) from None
+    except (DaemonAlreadyRunning, UnsafeStateDir) as exc:
+        raise CliError(str(exc)) from None
     daemon.notifier = notifier = Notifier.from_environ(os.environ)
     if notifier.interval_s is not None and notifier.interval_s < cfg.tick_s + cfg.plugin_timeout_s:
         logging.getLogger("arbiter").warning(
@@ -56,10 +58,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     relay_signals(
         {signal.SIGINT: daemon.request_stop, signal.SIGTERM: daemon.request_stop, signal.SIGHUP: daemon.request_reload}
     )
-    try:
-        daemon.start()
-    except (DaemonAlreadyRunning, UnsafeStateDir) as exc:
-        raise CliError(str(exc)) from None
+    daemon.start()
     logging.getLogger("arbiter").info(
         "arbiter running: socket %s, http %s, %d rule(s)",
         daemon.state_dir / SOCKET_FILE,

@@ -1,5 +1,5 @@
 """Each fast-path thread asks the host for a core sooner (``arbiter_fast_thread``), on that
-thread: the decision and reflex threads as they start, a phase source of an immediate rule on
+thread: the decision and reports threads as they start, a phase source of an immediate rule on
 its watcher at its first report; status says what each got, and a plugin that fails there
 costs the fast path nothing."""
 

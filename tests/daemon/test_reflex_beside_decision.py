@@ -60,7 +60,7 @@ def sources_taken(daemon: Daemon, monkeypatch: Any) -> list[tuple[str, str | Non
 
 
 def slow_reflex_thread(monkeypatch: Any) -> threading.Event:
-    """The reflex thread takes the batch it waits for now at once; each batch after that,
+    """The reports thread takes the batch it waits for now at once; each batch after that,
     once fetched, waits until the event returned is set."""
     real_drained = fastpath.drained
     late = threading.Event()
@@ -255,12 +255,12 @@ def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, mon
 
 
 def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_path: Path, monkeypatch) -> None:
-    """A report that meets the lock held waits for the reflex thread; one made after it, with
+    """A report that meets the lock held waits for the reports thread; one made after it, with
     the lock free again, must not overtake it (here: on, then off, must end running)."""
     with running(tmp_path, 5, 7) as (node, daemon, events, pid):
         taken = sources_taken(daemon, monkeypatch)
         late = slow_reflex_thread(monkeypatch)
-        with daemon.fast.lock:  # a report of no helper, queued: the reflex thread's next wait is the slow one
+        with daemon.fast.lock:  # a report of no helper, queued: the reports thread's next wait is the slow one
             daemon.helper_gone((0, 0))
         node.wait_for(lambda: not daemon.fast._queued, timeout=5)
         with daemon.fast.lock:
@@ -274,18 +274,18 @@ def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_
         late.set()
         node.wait_for(lambda: len(taken) == 2, timeout=5)
         assert [p for _, p in taken] == ["on", "off"] and {t for t, _ in taken} == {"reports"}
-        # the reflex thread lets go of its queue's count once it has acted on the batch
-        wait_until(lambda: not daemon.fast._queued, 10, "the reflex thread to act on both reports")
+        # the reports thread lets go of its queue's count once it has acted on the batch
+        wait_until(lambda: not daemon.fast._queued, 10, "the reports thread to act on both reports")
         assert not stopped(pid)
 
 
 def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path: Path, monkeypatch) -> None:
     """A helper's report queued while the lock was held does not make a phase change wait
-    for the reflex thread: the source's watcher pauses the job itself."""
+    for the reports thread: the source's watcher pauses the job itself."""
     with running(tmp_path, 5, 9) as (node, daemon, events, pid):
         taken = sources_taken(daemon, monkeypatch)
         late = slow_reflex_thread(monkeypatch)
-        with daemon.fast.lock:  # taken by the reflex thread, whose next wait is the slow one
+        with daemon.fast.lock:  # taken by the reports thread, whose next wait is the slow one
             daemon.helper_gone((0, 0))
         node.wait_for(lambda: not daemon.fast._queued, timeout=5)
         with daemon.fast.lock:
@@ -304,7 +304,7 @@ def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path
     with running(tmp_path, 5, 8) as (_node, daemon, _events, pid):
         daemon.request_stop()
         daemon.fast.on_source("p", 0, SourceState(readable=True, phase="on", changed_at=time.monotonic()))
-        # queued, if anywhere, for the reflex thread: once it and the decision thread have
+        # queued, if anywhere, for the reports thread: once it and the decision thread have
         # ended, nothing is left to act on the report before the shutdown
         wait_until(lambda: not any(t.is_alive() for t in daemon._threads), 10, "the daemon's threads to end")
         assert not stopped(pid) and not daemon.actuator.paused
