@@ -102,7 +102,7 @@ def chi2_quantile(p: float, k: float) -> float:
 
 #: the drift allowance on the lag-1 autocorrelation: a flat part and a share of a positive
 #: estimate, for the estimate's error (the variance of the mean grows faster than linearly in it)
-DRIFT_FLAT = 0.01
+DRIFT_FLAT = 0.015
 DRIFT_SHARE = 0.20
 #: the bounds of the autocorrelation an interval is built with
 PHI_LOW, PHI_HIGH = -0.5, 0.9

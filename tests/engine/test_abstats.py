@@ -118,7 +118,9 @@ def test_drift_widens_the_interval_and_can_withhold_a_certificate() -> None:
     assert a.lag1 is not None and a.lag1 > 0.5 and a.phi > a.lag1
     assert a.widening > 1.5 and a.low < a.t_low and a.high > a.t_high
     assert "drift-robust" in a.method_why and "autocorrelation" in a.method_why
-    independent = analyse(blocks([0.993, 0.988, 0.995, 0.99, 0.996, 0.987, 0.993, 0.988, 0.992, 0.99, 0.995, 0.992]), 0.02)
+    independent = analyse(
+        blocks([0.993, 0.988, 0.995, 0.99, 0.996, 0.987, 0.993, 0.988, 0.992, 0.99, 0.995, 0.992]), 0.02
+    )
     assert independent.widening < a.widening
 
 
