@@ -15,7 +15,7 @@ and issues the certificate a passing run earns.
   slowdown, at once, not at the window's end.
 - After the pilot (the first ``pilot`` blocks) the run is sized with the upper 80 %
   confidence limit of the SD; one that cannot reach the margin within ``max_hours`` is
-  refused.  A run that outlives ``max_hours`` or leaves out too many blocks is aborted.
+  refused.  The pilot is then left out of R and its interval (:mod:`arbiter.engine.abstats`).  A run that outlives ``max_hours`` or leaves out too many blocks is aborted.
 - A sweep is a run per level; a run that passes starts the next level, the first that does
   not ends the sweep.
 """
