@@ -131,7 +131,7 @@ def step(
     gs = replace(gs, ceiling=top)
 
     def baseline(why: str) -> GovernorState:
-        new = replace(gs, mode="baseline", since=now, budget=0.0, take_back_until=None)
+        new = replace(gs, mode="baseline", since=now, budget=0.0, take_back_until=None, probe=None)
         events.append(
             _event(
                 codes.GPU_DUTY_BASELINE, rid, f"measuring {rid!r} without GPU work for {gp.baseline_s:g}s ({why})", new
@@ -199,6 +199,7 @@ def step(
             budget=0.0,
             take_back_until=now + gp.take_back_s,
             decided_at=now,
+            probe=None,  # a period from before is no line to step back on
         )
         events.append(_event(codes.GPU_DUTY_TAKE_BACK, rid, f"budget 0 for {gp.take_back_s:g}s: {why}", new))
         return new

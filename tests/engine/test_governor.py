@@ -129,6 +129,15 @@ def test_a_step_back_past_a_knee_takes_the_line_between_the_last_two_periods() -
     assert step_back(0.4, 0.05, (0.35, 0.04), 0.0375) == pytest.approx(0.3)  # the period before was over the aim
 
 
+def test_a_take_back_or_a_baseline_forgets_the_period_before() -> None:
+    g = Gov()
+    started(g)
+    g.at(120, 9.8, [coop()])
+    assert g.gov.probe == (0.5, pytest.approx(0.02))
+    g.at(180, 5.0, [coop()])  # taken back: the next step back must not draw a line to a stale period
+    assert g.gov.mode == "taken_back" and g.gov.probe is None
+
+
 def program(curve, load: float = 1.0):
     """The protected program's rate under a budget, on a slowdown curve."""
     return lambda budget: 10.0 * (1 - load * curve(budget))
