@@ -61,7 +61,10 @@ class GovernorConfig(Strict):
         300, ge=0, description="how long the budget stays 0 after a large slowdown or a memory-guard trip"
     )
     grow_step: float = Field(
-        0.05, gt=0, le=1, description="how much the budget grows each period while the program keeps up"
+        0.05,
+        gt=0,
+        le=1,
+        description="the most the budget grows in one period while the program's slowdown is under its aim",
     )
 
 

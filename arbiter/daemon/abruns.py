@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from arbiter.certificates import Certificate, fingerprint
 from arbiter.engine import abrun, codes
-from arbiter.engine.abstats import Block, analyse
 
 if TYPE_CHECKING:
     from arbiter.daemon.facade import Node
@@ -227,7 +226,9 @@ def certificate(daemon: Node, run: abrun.RunState) -> None:
     spec = run.spec
     exe = view.rule_exes.get(spec.rule_id) if view else None
     node = fingerprint(view.machine if view else {}, list(view.gpus) if view else [])
-    a = analyse([Block(b.on, b.off, b.on_first) for b in run.blocks], spec.margin)
+    a = abrun.analysis(run)
+    if a is None:  # a run passes only with its blocks analysed
+        raise AssertionError(f"run {spec.run_id} passed without an analysis")
     duty = abrun.certified_duty(run)
 
     def issue() -> None:

@@ -15,7 +15,7 @@ and issues the certificate a passing run earns.
   slowdown, at once, not at the window's end.
 - After the pilot (the first ``pilot`` blocks) the run is sized with the upper 80 %
   confidence limit of the SD; one that cannot reach the margin within ``max_hours`` is
-  refused.  A run that outlives ``max_hours`` or leaves out too many blocks is aborted.
+  refused.  The pilot is then left out of R and its interval (:mod:`arbiter.engine.abstats`).  A run that outlives ``max_hours`` or leaves out too many blocks is aborted.
 - A sweep is a run per level; a run that passes starts the next level, the first that does
   not ends the sweep.
 """
@@ -37,7 +37,7 @@ from arbiter.engine.abplan import (
     exclusions_mostly_on,
     order,
 )
-from arbiter.engine.abstats import Block, analyse, blocks_needed, planned_hours
+from arbiter.engine.abstats import Analysis, Block, analyse, blocks_needed, blocks_within, planned_hours
 from arbiter.engine.values import JobObs, TimelineEvent
 
 RunStatus = Literal["running", "done", "aborted", "refused"]
@@ -187,7 +187,20 @@ class RunState:
 
 
 def start(spec: RunSpec, wall: float, passed: tuple[float, ...] = ()) -> RunState:
-    return RunState(spec=spec, started_wall=wall, target=max(spec.blocks, spec.pilot), passed=passed)
+    return RunState(spec=spec, started_wall=wall, target=max(spec.blocks, pilot_of(spec) + 2), passed=passed)
+
+
+def pilot_of(spec: RunSpec) -> int:
+    """The blocks that size the run and are left out of R (a pilot under 2 blocks sizes nothing)."""
+    return spec.pilot if spec.pilot >= 2 else 0
+
+
+def analysis(rs: RunState) -> Analysis | None:
+    """The run's statistics so far; None until two blocks after the pilot are done."""
+    pilot = pilot_of(rs.spec)
+    if len(rs.blocks) < pilot + 2:
+        return None
+    return analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], rs.spec.margin, pilot)
 
 
 def abort(rs: RunState, why: str, wall: float) -> RunState:
@@ -322,8 +335,9 @@ def _finish(rs: RunState, sees: RunObs, events: list[TimelineEvent]) -> RunState
     """The block just completed may end the run: after the pilot, or at its target."""
     spec = rs.spec
     n = len(rs.blocks)
-    if n == spec.pilot and n >= 2:
-        needed = blocks_needed([Block(b.on, b.off, b.on_first) for b in rs.blocks], spec.margin)
+    if n == pilot_of(spec) and n >= 2:
+        most = blocks_within(spec.max_hours, spec.window_s) - n  # the blocks its hours leave
+        needed = blocks_needed([Block(b.on, b.off, b.on_first) for b in rs.blocks], spec.margin, max(0, most))
         if needed is None:
             return _end(
                 rs,
@@ -333,7 +347,7 @@ def _finish(rs: RunState, sees: RunObs, events: list[TimelineEvent]) -> RunState
                 f"would show the margin {spec.margin:g} (the program's progress is too noisy)",
                 sees.wall,
             )
-        target = max(rs.target, needed)
+        target = max(rs.target, n + needed)
         hours = spec.planned_hours(target)
         if hours > spec.max_hours:
             return _end(
@@ -355,9 +369,11 @@ def _finish(rs: RunState, sees: RunObs, events: list[TimelineEvent]) -> RunState
                 )
             )
         rs = replace(rs, target=target)
-    if n >= rs.target:
-        a = analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], spec.margin)
-        return _end(rs, "done", a.verdict, a.why, sees.wall, a.certifies)
+    if n >= max(rs.target, pilot_of(spec) + 2):  # a run recorded with a shorter target still gets two
+        a = analysis(rs)
+        if a is None:  # unreachable: the run ends at least two blocks past the pilot
+            raise AssertionError(f"run {spec.run_id} ended with {n} blocks, too few to analyse")
+        return _end(rs, "done", a.verdict, f"{a.why}; {a.method_why}", sees.wall, a.certifies)
     return rs
 
 
@@ -618,20 +634,22 @@ class Summary:
 
 
 def summary(rs: RunState) -> Summary:
-    blocks = [Block(b.on, b.off, b.on_first) for b in rs.blocks]
-    analysis = None
+    found = None
     notes: list[str] = []
-    if len(blocks) >= 2:
-        a = analyse(blocks, rs.spec.margin)
-        analysis = asdict(a)
+    a = analysis(rs)
+    if a is not None:
+        found = asdict(a)
         if a.order_effect_flag:
             notes.append(
                 f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)"
             )
         if a.lag1 is not None and abs(a.lag1) > 0.5:
-            notes.append(f"successive blocks are correlated (lag-1 autocorrelation {a.lag1:+.2f}): the program drifts")
+            notes.append(
+                f"successive blocks are correlated (lag-1 autocorrelation {a.lag1:+.2f}): the program drifts,"
+                f" and the interval is {a.widening:.2f} × as wide as for independent blocks"
+            )
     arms = [e.arm for e in rs.excluded]
     mostly_on = exclusions_mostly_on(arms)
     if mostly_on:
         notes.append("most left-out blocks fell in ON windows: that is harm, not chance")
-    return Summary(analysis, mostly_on, arms.count("on"), arms.count("off"), tuple(notes))
+    return Summary(found, mostly_on, arms.count("on"), arms.count("off"), tuple(notes))

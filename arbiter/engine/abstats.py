@@ -1,10 +1,17 @@
 """The statistics of a paired ON/OFF run, pure.
 
 Each block gives the protected program's progress rate with the work ON and OFF; d_i =
-ln(ON_i / OFF_i).  R = exp(mean d) with a paired t-interval at 90 %, Fieller's interval for
-the ratio of the mean rates as a cross-check, a verdict against the margin, how many more
-blocks would decide an inconclusive run, the pilot's sizing from the upper 80 % confidence
-limit of the SD, the lag-1 autocorrelation of d and an order-effect check.
+ln(ON_i / OFF_i).  The first blocks (the pilot) size the run and are then left out of R: using
+them twice would let a lucky pilot both shorten the run and narrow its interval.  R =
+exp(mean d) over the rest, with a drift-robust interval at 90 %: a machine drifts (clocks and
+temperature settle, other load comes and goes), successive d are then correlated and a paired
+t-interval is too narrow, so the interval assumes the lag-1 autocorrelation the blocks show
+(bias-corrected, plus an allowance for its error) and widens by the variance of a mean of AR(1)
+values; at an autocorrelation of 0 it is the paired t-interval.  Also Fieller's interval for the
+ratio of the mean rates as a cross-check, a verdict against the margin, how many more blocks
+would decide an inconclusive run, the pilot's sizing from the upper 80 % confidence limit of the
+SD, the lag-1 autocorrelation of d and an order-effect check.  bench/ab_validity.py measures the
+error rates under independent, heavy-tailed, drifting and trending blocks.
 
 Quantiles come from the exact distributions, integrated here: no statistics library needed.
 """
@@ -14,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Literal
 
 CONFIDENCE = 0.90
@@ -92,22 +100,101 @@ def chi2_quantile(p: float, k: float) -> float:
 
 # --- a run ---------------------------------------------------------------------------------------
 
+#: the drift allowance on the lag-1 autocorrelation: a flat part and a share of a positive
+#: estimate, for the estimate's error (the variance of the mean grows faster than linearly in it)
+DRIFT_FLAT = 0.015
+DRIFT_SHARE = 0.20
+#: the bounds of the autocorrelation an interval is built with
+PHI_LOW, PHI_HIGH = -0.5, 0.9
+#: the sizing plans this many times the blocks a paired t-interval would need (as far as the run's
+#: hours allow): the drift-robust interval is wider on independent blocks too
+ROBUST_ALLOWANCE = 2.0
+
+Method = Literal["paired t", "drift-robust"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval for ln R from the mean and SD of ``m`` block differences, assuming their lag-1
+    autocorrelation is ``phi`` (an AR(1) drift).  At ``phi`` = 0 it is the paired t-interval."""
+
+    mean: float
+    half: float  # the half-width on the log scale
+    df: int  # of the t quantile
+    vif: float  # the variance of the mean over that of independent blocks
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half
+
+
+def variance_factor(phi: float, m: int) -> float:
+    """Var(mean of m AR(1) values) / (σ²/m): 1 + 2 Σ_k (1 − k/m) φ^k."""
+    return 1 + 2 * sum((1 - k / m) * phi**k for k in range(1, m))
+
+
+def interval(mean: float, sd: float, m: int, phi: float = 0.0) -> Interval:
+    """The interval at :data:`CONFIDENCE` for the mean of ``m`` differences with sample SD ``sd``.
+
+    Under AR(1) drift the variance of the mean is σ²/m times :func:`variance_factor`, and the
+    sample variance underestimates σ² by (m − vif)/(m − 1); the t quantile takes the blocks'
+    effective number m / vif, less one, as its degrees of freedom."""
+    if m < 2:
+        raise ValueError("an interval needs at least 2 blocks")
+    vif = variance_factor(phi, m)
+    var = sd * sd / m * vif * (m - 1) / max(m - vif, 1.0)
+    df = min(m - 1, max(1, math.floor(m / vif) - 1))
+    return Interval(mean, t_quantile(1 - (1 - CONFIDENCE) / 2, df) * math.sqrt(var), df, vif)
+
+
+def lag1(d: Sequence[float]) -> float | None:
+    """The lag-1 autocorrelation of ``d`` around its mean (None: fewer than 3 values or no spread)."""
+    if len(d) < 3:
+        return None
+    m = _mean(d)
+    dev = [x - m for x in d]
+    ss = sum(x * x for x in dev)
+    if ss == 0:
+        return None
+    return sum(dev[i] * dev[i + 1] for i in range(len(d) - 1)) / ss
+
+
+def drift_phi(d: Sequence[float]) -> float:
+    """The autocorrelation the interval assumes: the lag-1 estimate r of all ``n`` blocks, corrected
+    for its small-sample bias (E r ≈ φ − (1 + 3φ)/n), plus the drift allowance, within bounds."""
+    n = len(d)
+    r = lag1(d)
+    est = 0.0 if r is None or n < 4 else (n * r + 1) / (n - 3)
+    phi = est + DRIFT_FLAT + DRIFT_SHARE * max(est, 0.0)
+    return min(PHI_HIGH, max(PHI_LOW, phi))
+
 
 @dataclass(frozen=True)
 class Analysis:
-    n: int
-    r: float  # exp(mean d)
-    low: float  # the paired t-interval for R at 90 %
+    n: int  # blocks analysed (the pilot's are not)
+    r: float  # exp(mean d) over the analysed blocks
+    low: float  # the interval for R at 90 % the verdict uses
     high: float
     fieller: tuple[float, float] | None  # Fieller's interval for mean ON / mean OFF (None: unbounded)
     sd: float  # of d
     verdict: Verdict
     certifies: bool
     more_blocks: int | None  # for "inconclusive": about how many more would decide it (None: none realistic)
-    lag1: float | None  # lag-1 autocorrelation of d
+    lag1: float | None  # lag-1 autocorrelation of d, every block
     order_effect: float | None  # mean d with ON first minus mean d with OFF first
     order_effect_flag: bool  # that difference is larger than twice its standard error
     why: str
+    method: Method = "drift-robust"
+    method_why: str = ""
+    pilot: int = 0  # the first blocks, which sized the run and are not in R or its interval
+    phi: float = 0.0  # the autocorrelation the interval assumes
+    widening: float = 1.0  # its half-width over the paired t-interval's
+    t_low: float = 0.0  # the paired t-interval at 90 % on the same blocks (assumes them independent)
+    t_high: float = 0.0
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -138,18 +225,32 @@ def fieller(on: Sequence[float], off: Sequence[float], t: float) -> tuple[float,
     return ((-qb - root) / (2 * qa), (-qb + root) / (2 * qa))
 
 
-def analyse(blocks: Sequence[Block], margin: float) -> Analysis:
-    """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated)."""
-    n = len(blocks)
-    if n < 2:
-        raise ValueError("a paired t-interval needs at least 2 blocks")
+def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
+    """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated).
+
+    The first ``pilot`` blocks sized the run: they count in the autocorrelation estimate but not
+    in R or its interval, so the choice of the run's length cannot bias them."""
+    n_all = len(blocks)
+    if pilot < 0 or n_all - pilot < 2:
+        raise ValueError(f"an interval needs at least 2 blocks after the pilot of {pilot}; there are {n_all}")
     if any(b.on <= 0 or b.off <= 0 for b in blocks):
         raise ValueError("every rate must be above 0 (a block without progress is excluded, not analysed)")
-    d = [math.log(b.on / b.off) for b in blocks]
+    d_all = [math.log(b.on / b.off) for b in blocks]
+    used = blocks[pilot:]
+    d = d_all[pilot:]
+    n = len(d)
     mean, sd = _mean(d), _sd(d)
-    t = t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1)
-    half = t * sd / math.sqrt(n)
-    r, low, high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    paired = interval(mean, sd, n)
+    phi = drift_phi(d_all)
+    robust = interval(mean, sd, n, phi)
+    widening = robust.half / paired.half if paired.half > 0 else 1.0
+    r_lag = lag1(d_all)
+    method_why = (
+        f"drift-robust: the interval assumes a lag-1 autocorrelation of {phi:+.2f} (estimated "
+        f"{'n/a' if r_lag is None else f'{r_lag:+.2f}'} over {n_all} blocks, bias-corrected, plus an allowance"
+        f" for its error), {widening:.2f} × the paired t-interval's width, on {robust.df} degrees of freedom"
+    )
+    r, low, high = math.exp(mean), math.exp(robust.low), math.exp(robust.high)
     floor = 1 - margin
     more: int | None = None
     if low >= floor:
@@ -159,64 +260,92 @@ def analyse(blocks: Sequence[Block], margin: float) -> Analysis:
         verdict, why = "slowdown", f"the whole interval is below 1 and R = {r:.4f} is below {floor:.4f}"
     else:
         verdict = "inconclusive"
-        gap = math.log(r) - math.log(floor)
-        if gap <= 0 or sd == 0:
+        gap = mean - math.log(floor)
+        if gap <= 0 or robust.half == 0:
             why = f"R = {r:.4f} is not above {floor:.4f}: no realistic number of blocks will show no slowdown"
         else:
-            needed = math.ceil((t * sd / gap) ** 2)
+            # the half-width shrinks as 1/√blocks
+            needed = math.ceil(n * (robust.half / gap) ** 2)
             if needed <= REALISTIC_BLOCKS:
                 more = max(1, needed - n)
                 why = f"about {more} more block(s) would decide it"
             else:
                 why = f"it would take about {needed} blocks: no realistic run will decide it"
-    lag1 = None
-    if n >= 3 and sd > 0:
-        dev = [x - mean for x in d]
-        lag1 = sum(dev[i] * dev[i + 1] for i in range(n - 1)) / sum(x * x for x in dev)
-    first = [x for x, b in zip(d, blocks, strict=True) if b.on_first]
-    second = [x for x, b in zip(d, blocks, strict=True) if not b.on_first]
+    first = [x for x, b in zip(d, used, strict=True) if b.on_first]
+    second = [x for x, b in zip(d, used, strict=True) if not b.on_first]
     effect, flag = None, False
     if len(first) >= 2 and len(second) >= 2:
         effect = _mean(first) - _mean(second)
         se = math.sqrt(_sd(first) ** 2 / len(first) + _sd(second) ** 2 / len(second))
         flag = se > 0 and abs(effect) > 2 * se
+    t = t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1)
     return Analysis(
         n=n,
         r=r,
         low=low,
         high=high,
-        fieller=fieller([b.on for b in blocks], [b.off for b in blocks], t),
+        fieller=fieller([b.on for b in used], [b.off for b in used], t),
         sd=sd,
         verdict=verdict,
         certifies=verdict in ("no slowdown shown", "slowdown smaller than the margin"),
         more_blocks=more,
-        lag1=lag1,
+        lag1=r_lag,
         order_effect=effect,
         order_effect_flag=flag,
         why=why,
+        method="drift-robust",
+        method_why=method_why,
+        pilot=pilot,
+        phi=phi,
+        widening=widening,
+        t_low=math.exp(paired.low),
+        t_high=math.exp(paired.high),
     )
 
 
-def blocks_needed(pilot: Sequence[Block], margin: float) -> int | None:
-    """From a pilot (the first blocks), how many blocks a run needs for a program that is not
-    slowed to show it, sizing with the upper 80 % confidence limit of the SD; None when no
-    realistic number will."""
+def _settled(sd_upper: float, gap: float, allowance: float) -> int:
+    """The fewest blocks m with m ≥ allowance · (t(m − 1) · sd_upper / gap)² (at least 2; past
+    10 × the realistic count, the first m found there).  No m below the same bound with the
+    normal quantile qualifies, since t is above it; from there m grows until t has shrunk enough."""
+    z = NormalDist().inv_cdf(1 - (1 - CONFIDENCE) / 2)
+    m = max(2, math.ceil(allowance * (z * sd_upper / gap) ** 2))
+    while m <= 10 * REALISTIC_BLOCKS:
+        t = t_quantile(1 - (1 - CONFIDENCE) / 2, m - 1)
+        if m >= allowance * (t * sd_upper / gap) ** 2:
+            break
+        m += 1
+    return m
+
+
+def blocks_needed(pilot: Sequence[Block], margin: float, most: int | None = None) -> int | None:
+    """From a pilot (the first blocks), how many blocks after it a run needs for a program that is
+    not slowed to show it, sizing with the upper 80 % confidence limit of the SD: what a paired
+    t-interval would need, times :data:`ROBUST_ALLOWANCE` for the drift-robust interval, the
+    allowance trimmed to ``most`` (the blocks the run's hours leave after the pilot).  None when
+    not even the paired t-interval's count is realistic; above ``most`` when only it is."""
     n = len(pilot)
     if n < 2:
         raise ValueError("a pilot needs at least 2 blocks")
     sd = _sd([math.log(b.on / b.off) for b in pilot])
     sd_upper = sd * math.sqrt((n - 1) / chi2_quantile(0.20, n - 1))
     gap = -math.log(1 - margin)
-    needed = n
-    for _ in range(20):  # t depends on the n it sizes: settle it
-        t = t_quantile(1 - (1 - CONFIDENCE) / 2, max(1, needed - 1))
-        new = max(n, math.ceil((t * sd_upper / gap) ** 2))
-        if new == needed:
-            break
-        needed = new
-    return needed if needed <= REALISTIC_BLOCKS else None
+    bare = _settled(sd_upper, gap, 1.0)
+    if bare > REALISTIC_BLOCKS:
+        return None
+    cap = REALISTIC_BLOCKS if most is None else min(most, REALISTIC_BLOCKS)
+    return min(_settled(sd_upper, gap, ROBUST_ALLOWANCE), max(bare, cap))
 
 
 def planned_hours(blocks: int, window_s: float) -> float:
     """Each block is two windows (each window's washout is its own first seconds)."""
     return blocks * 2 * window_s / 3600
+
+
+def blocks_within(max_hours: float, window_s: float) -> int:
+    """The most blocks whose :func:`planned_hours` is within ``max_hours``."""
+    b = max(0, math.floor(max_hours / planned_hours(1, window_s)))
+    while planned_hours(b + 1, window_s) <= max_hours:
+        b += 1
+    while b > 0 and planned_hours(b, window_s) > max_hours:
+        b -= 1
+    return b

@@ -6,8 +6,11 @@ time in; the new state, the budget, what holds cooperative work and the timeline
 - First hold GPU work for ``baseline_s`` to measure the program's progress without it
   (``GPU_DUTY_BASELINE``); again every ``rebaseline_s``.  Then run at the ceiling the first
   time, at the last level after a re-baseline (``GPU_DUTY_START``).
-- Every ``period_s``: pressure = 1 − rate/baseline.  pressure ≥ target: halve; pressure <
-  target/2: grow by ``grow_step`` up to the ceiling; pressure > 2 × target, or progress under
+- Every ``period_s``: pressure = 1 − rate/baseline; the governor keeps the sensitivity
+  (pressure per unit of duty, smoothed over the periods) and moves the budget to where it puts
+  the pressure on the aim, 85 % of the target: at most ``grow_step`` up a period, up to the
+  ceiling.  pressure ≥ target: the sensitivity is that period's alone, so the budget steps back
+  by the overshoot (budget × aim / pressure) at once.  pressure > 2 × target, or progress under
   half the baseline, or the memory guard: budget 0 for ``take_back_s``, then start again at
   half the level taken back.  An unreadable progress source: 0 until it reads.
 - A ceiling below the budget (a lower or expired certificate) clamps it.
@@ -35,6 +38,54 @@ def ceiling(certs: Iterable[CertView], rule_id: str, job_names: Sequence[str]) -
         if cert.rule_id == rule_id and cert.valid and all(covers(cert.work, n) for n in job_names):
             best = max(best, cert.duty)
     return best
+
+
+#: the share of the target the governor aims the pressure at, so that a period's noise seldom
+#: carries it over the target
+AIM = 0.9
+#: ... and the share it aims a step back at: further under, so that one step back is enough
+#: even when the period that went over read high
+STEP_BACK_AIM = 0.75
+#: the weight of the newest period in the smoothed sensitivity (pressure per unit of duty)
+SMOOTHING = 0.4
+
+
+def sensitivity(previous: float | None, budget: float, pressure: float, over: bool) -> float | None:
+    """Pressure per unit of duty, smoothed across periods: the newest period alone when the
+    pressure is over the target (a change of load must be answered at once), none while the
+    budget is 0, and a pressure at or under 0 counts as 0 (no slowdown seen at that duty)."""
+    if budget <= 0:
+        return previous
+    now = max(pressure, 0.0) / budget
+    if over or previous is None:
+        return now
+    return (1 - SMOOTHING) * previous + SMOOTHING * now
+
+
+#: the least spread of duty between two periods for the slope between them to mean anything
+MIN_SPREAD = 0.02
+
+
+def step_back(budget: float, pressure: float, probe: tuple[float, float] | None, aim: float) -> float:
+    """The budget after a period over the target: through the origin (budget × aim / pressure),
+    or, where the period before ran lower and under the aim, on the line between the two periods
+    when that is higher (a slowdown that starts only past some duty: the line through the origin
+    would step back past the knee).  Both lie over a convex curve, so neither oversteps it."""
+    back = budget * aim / pressure
+    if probe is not None:
+        duty, was = probe
+        if budget - duty >= MIN_SPREAD and was < aim < pressure:
+            back = max(back, duty + (aim - was) * (budget - duty) / (pressure - was))
+    return round(min(back, budget), 4)
+
+
+def next_budget(budget: float, slope: float | None, aim: float, step: float, top: float) -> float:
+    """The duty at which the smoothed sensitivity puts the pressure on the aim (aim / slope), at
+    most ``step`` above the budget and never above ``top``.  Where the slowdown is not
+    proportional to the duty the sensitivity is that of the duty it was measured at, so the
+    search settles where the pressure meets the aim on any rising curve."""
+    wanted = budget + step if not slope else min(aim / slope, budget + step)
+    return round(max(0.0, min(top, wanted)), 4)
 
 
 @dataclass(frozen=True)
@@ -80,7 +131,7 @@ def step(
     gs = replace(gs, ceiling=top)
 
     def baseline(why: str) -> GovernorState:
-        new = replace(gs, mode="baseline", since=now, budget=0.0, take_back_until=None)
+        new = replace(gs, mode="baseline", since=now, budget=0.0, take_back_until=None, probe=None)
         events.append(
             _event(
                 codes.GPU_DUTY_BASELINE, rid, f"measuring {rid!r} without GPU work for {gp.baseline_s:g}s ({why})", new
@@ -148,6 +199,7 @@ def step(
             budget=0.0,
             take_back_until=now + gp.take_back_s,
             decided_at=now,
+            probe=None,  # a period from before is no line to step back on
         )
         events.append(_event(codes.GPU_DUTY_TAKE_BACK, rid, f"budget 0 for {gp.take_back_s:g}s: {why}", new))
         return new
@@ -158,34 +210,46 @@ def step(
             gs = take_back(f"host memory available {100 * memory_available:.0f}% < {100 * gp.min_available:.0f}%")
         elif rate is not None and base_rate and gs.decided_at is not None and now - gs.decided_at >= gp.period_s:
             pressure = 1.0 - rate / base_rate
+            aim = AIM * target
             gs = replace(gs, pressure=pressure, decided_at=now)
             data = {"pressure": round(pressure, 4), "rate": rate, "baseline": base_rate, "target": target}
             if pressure > 2 * target or rate < base_rate / 2:
                 gs = take_back(
                     f"progress {rate:.3g}/s against a baseline of {base_rate:.3g}/s (pressure {pressure:.1%})"
                 )
-            elif pressure >= target:
-                gs = replace(gs, budget=round(gs.budget / 2, 4))
-                events.append(
-                    _event(
-                        codes.GPU_DUTY_HALVE,
-                        rid,
-                        f"pressure {pressure:.1%} ≥ target {target:.0%}: budget halved to {gs.budget:.2f}",
-                        gs,
-                        **data,
+            else:
+                over = pressure >= target
+                slope = sensitivity(gs.sensitivity, gs.budget, pressure, over)
+                probe = gs.probe
+                gs = replace(gs, sensitivity=slope, probe=(gs.budget, pressure))
+                if over:
+                    gs = replace(gs, budget=step_back(gs.budget, pressure, probe, STEP_BACK_AIM * target))
+                    events.append(
+                        _event(
+                            codes.GPU_DUTY_HALVE,
+                            rid,
+                            f"pressure {pressure:.1%} ≥ target {target:.0%}: budget stepped back to"
+                            f" {gs.budget:.2f}, aiming at {STEP_BACK_AIM * target:.1%}",
+                            gs,
+                            **data,
+                        )
                     )
-                )
-            elif pressure < target / 2 and gs.budget < top:
-                gs = replace(gs, budget=round(min(top, gs.budget + gp.grow_step), 4))
-                events.append(
-                    _event(
-                        codes.GPU_DUTY_GROW,
-                        rid,
-                        f"pressure {pressure:.1%} < {target / 2:.1%}: budget grows to {gs.budget:.2f}",
-                        gs,
-                        **data,
-                    )
-                )
+                else:
+                    new = next_budget(gs.budget, slope, aim, gp.grow_step, top)
+                    if new != gs.budget:
+                        code = codes.GPU_DUTY_GROW if new > gs.budget else codes.GPU_DUTY_HALVE
+                        verb = "grows" if new > gs.budget else "eases"
+                        gs = replace(gs, budget=new)
+                        events.append(
+                            _event(
+                                code,
+                                rid,
+                                f"pressure {pressure:.1%} (aim {aim:.1%}, {slope or 0:.3f} per unit of duty):"
+                                f" budget {verb} to {gs.budget:.2f}",
+                                gs,
+                                **data,
+                            )
+                        )
         if gs.mode == "running" and gs.budget > top:
             gs = replace(gs, budget=top)
             events.append(_event(codes.GPU_DUTY_CLAMP, rid, f"certificate ceiling {top:.2f}: budget clamped", gs))
@@ -237,6 +301,8 @@ def to_record(gs: GovernorState, now: float, now_wall: float) -> dict[str, Any]:
         "level": gs.level,
         "ceiling": gs.ceiling,
         "pressure": gs.pressure,
+        "sensitivity": gs.sensitivity,
+        "probe": None if gs.probe is None else list(gs.probe),
     }
     for name in _TIMES:
         t = getattr(gs, name)
@@ -253,5 +319,7 @@ def from_record(record: dict[str, Any], now: float, now_wall: float) -> Governor
         level=record.get("level"),
         ceiling=float(record.get("ceiling", 0.0)),
         pressure=record.get("pressure"),
+        sensitivity=record.get("sensitivity"),
+        probe=None if not record.get("probe") else (float(record["probe"][0]), float(record["probe"][1])),
         **times,
     )

@@ -135,6 +135,8 @@ class GovernorState:
     decided_at: float | None = None  # the last period's decision
     pressure: float | None = None  # 1 - rate / baseline at that decision
     take_back_until: float | None = None
+    sensitivity: float | None = None  # pressure per unit of duty, smoothed over the periods seen
+    probe: tuple[float, float] | None = None  # (duty, pressure) at the decision before the last
 
 
 @dataclass(frozen=True)

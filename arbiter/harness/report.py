@@ -82,6 +82,15 @@ def text(rep: dict[str, Any]) -> str:
             f"R = {a['r']:.4f}, 90 % interval {a['low']:.4f}–{a['high']:.4f} (1 − margin = {1 - rep['margin']:.4f})"
             + (f"; Fieller {fieller[0]:.4f}–{fieller[1]:.4f}" if fieller else "; Fieller unbounded")
         )
+        if a.get("method_why"):
+            lines.append(
+                f"{a['method_why']}; paired t-interval {a['t_low']:.4f}–{a['t_high']:.4f}"
+                + (
+                    f"; the first {a['pilot']} blocks (the pilot) sized the run and are not in R"
+                    if a.get("pilot")
+                    else ""
+                )
+            )
         extra = []
         if a.get("lag1") is not None:
             extra.append(f"lag-1 autocorrelation {a['lag1']:+.2f}")

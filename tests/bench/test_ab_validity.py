@@ -10,7 +10,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from arbiter.engine.abstats import Block, analyse, blocks_needed, planned_hours
+from arbiter.engine.abstats import Block, analyse, blocks_needed, blocks_within, planned_hours
 from arbiter_testing.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,25 +43,30 @@ def varied_d(rng: np.random.Generator, rows: int, blocks: int) -> tuple[np.ndarr
 def test_vectorised_analysis_matches_abstats() -> None:
     rng = np.random.default_rng(7)
     seen: set[str] = set()
-    for blocks, rows in [(2, 6), (3, 8), (4, 8), (7, 8), (12, 10), (20, 10)]:
+    for blocks, rows, pilot in [(2, 6, 0), (3, 8, 0), (4, 8, 0), (6, 8, 4), (7, 8, 0), (12, 10, 4), (20, 10, 4)]:
         d, on_first = varied_d(rng, rows, blocks)
-        got = abv.analyse_fixed(d, MARGIN)
+        got = abv.analyse_fixed(d, MARGIN, pilot)
         for i in range(rows):
-            want = analyse(as_blocks(d[i], on_first[i], rng.uniform(50, 150, blocks)), MARGIN)
+            want = analyse(as_blocks(d[i], on_first[i], rng.uniform(50, 150, blocks)), MARGIN, pilot)
             assert abv.VERDICTS[got["verdict"][i]] == want.verdict
             for key in ("r", "low", "high"):
                 assert got[key][i] == pytest.approx(getattr(want, key), abs=1e-9)
             seen.add(want.verdict)
+        paired = abv.analyse_fixed(d, MARGIN, pilot, robust=False)  # the procedure without drift allowance
+        for i in range(rows):
+            want = analyse(as_blocks(d[i], on_first[i], np.full(blocks, 100.0)), MARGIN, pilot)
+            assert paired["low"][i] == pytest.approx(want.t_low, abs=1e-9)
     assert len(seen) >= 3  # the check is only worth something if it met several verdicts
 
 
 def test_vectorised_sizing_matches_blocks_needed() -> None:
     rng = np.random.default_rng(11)
-    pilot, on_first = varied_d(rng, 50, 4)
-    got = abv.size_runs(pilot, MARGIN)
-    want = [blocks_needed(as_blocks(pilot[i], on_first[i], np.full(4, 100.0)), MARGIN) for i in range(50)]
-    assert [int(g) or None for g in got] == want
-    assert None in want and any(w is not None and w > 4 for w in want)
+    pilot, on_first = varied_d(rng, 60, 4)
+    for most in (None, 44, 8):
+        got = abv.size_runs(pilot, MARGIN, most)
+        want = [blocks_needed(as_blocks(pilot[i], on_first[i], np.full(4, 100.0)), MARGIN, most) for i in range(60)]
+        assert [int(g) or None for g in got] == want
+        assert None in want and any(w is not None and w > 8 for w in want)
 
 
 def test_whole_procedure_matches_a_run_by_hand() -> None:
@@ -69,27 +74,42 @@ def test_whole_procedure_matches_a_run_by_hand() -> None:
     d, on_first = varied_d(rng, 24, abv.most_blocks())
     d[:, :4] *= rng.choice([0.3, 1.0], size=(24, 1))  # quieter pilots too, so more runs go ahead
     runs = abv.run_procedure(d, MARGIN)
+    most = blocks_within(abv.MAX_HOURS, abv.WINDOW_S)
     ran = 0
     for i in range(24):
-        n = blocks_needed(as_blocks(d[i, :4], on_first[i, :4], np.full(4, 100.0)), MARGIN)
-        total = max(abv.PLANNED_BLOCKS, n or 0)
+        n = blocks_needed(as_blocks(d[i, :4], on_first[i, :4], np.full(4, 100.0)), MARGIN, most - 4)
+        total = max(abv.PLANNED_BLOCKS, 4 + (n or 0))
         assert int(runs["n"][i]) == (n or 0)
         if n is None or planned_hours(total, abv.WINDOW_S) > abv.MAX_HOURS:
             assert runs["verdict"][i] == abv.REFUSED and runs["blocks"][i] == 4
             continue
         ran += 1
-        want = analyse(as_blocks(d[i, :total], on_first[i, :total], np.full(total, 100.0)), MARGIN)
+        want = analyse(as_blocks(d[i, :total], on_first[i, :total], np.full(total, 100.0)), MARGIN, 4)
         assert runs["blocks"][i] == total
         assert abv.VERDICTS[runs["verdict"][i]] == want.verdict
         assert runs["low"][i] == pytest.approx(want.low, abs=1e-9)
     assert 0 < ran < 24
 
 
+def test_a_trend_is_centred_on_the_analysed_blocks() -> None:
+    """The trend model's truth is R at the middle of the analysed blocks: with no noise at all,
+    every run's R is the true one."""
+    rng = np.random.default_rng(9)
+    d, _, slope = abv.generate_d("trend", 0.99, 0.02, 50, abv.most_blocks(), rng)
+    assert slope > 0
+    d[:, :4] = math.log(0.99) + rng.normal(0, 0.002, (50, 4))  # quiet pilots: the runs go ahead
+    ramp = math.log(0.99) + slope * np.arange(d.shape[1])
+    d[:, 4:] = ramp[None, 4:]
+    runs = abv.run_procedure(d, MARGIN, slope=slope)
+    assert np.allclose(runs["r"][runs["verdict"] != abv.REFUSED], 0.99)
+
+
 def test_small_simulation_meets_its_goals() -> None:
     rng = np.random.default_rng(2025)
     null = abv.simulate(1.00, 0.02, "gaussian", 2000, rng)
     edge = abv.simulate(0.98, 0.02, "gaussian", 2000, rng)
-    for cell in (null, edge):
-        assert 0.86 <= cell["coverage"] <= 0.94
-    assert edge["p_certify"] <= 0.07
-    assert null["p_certify"] > 0.5
+    drift = abv.simulate(0.98, 0.02, "ar1-0.5", 2000, rng)
+    for cell in (null, edge, drift):
+        assert 0.86 <= cell["coverage"] <= 0.95
+    assert edge["p_certify"] <= 0.07 and drift["p_certify"] <= 0.07
+    assert null["p_certify"] > 0.7

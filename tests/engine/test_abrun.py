@@ -450,3 +450,28 @@ def test_a_runs_duty_never_lifts_another_rules_budget() -> None:
         if d.jobs["c1"].state == "run":
             duties.add(d.jobs["c1"].duty)
     assert duties and max(duties) <= 0.2  # q's governor gives at most its certificate's 0.2
+
+
+def test_the_pilot_is_left_out_of_r_and_a_run_recorded_with_a_shorter_target_still_ends_analysed() -> None:
+    rs, _, _, _ = drive(start(spec(), 1000.0), Program(10, 10), 400)
+    assert rs.status == "done" and "drift-robust" in rs.why  # the verdict says which interval it used
+    a = summary(rs).analysis
+    assert a is not None and a["pilot"] == 4 and a["n"] == len(rs.blocks) - 4
+    # a run recorded, past its pilot, with a target one block past it (as sizing once allowed):
+    # it runs on to two blocks past the pilot, then ends analysed
+    old = replace(
+        rs,
+        blocks=rs.blocks[:4],
+        attempt=4,
+        target=5,
+        status="running",
+        verdict="",
+        why="",
+        certifies=False,
+        ended_wall=None,
+        window=None,
+        first=None,
+        ref=None,
+    )
+    ended, _, _, _ = drive(from_record(to_record(old)), Program(10, 10), 400, t0=200.0)
+    assert ended.status == "done" and len(ended.blocks) == 6 and summary(ended).analysis is not None

@@ -7,7 +7,21 @@ import random
 
 import pytest
 
-from arbiter.engine.abstats import Block, analyse, blocks_needed, chi2_quantile, planned_hours, t_quantile
+from arbiter.engine.abstats import (
+    DRIFT_FLAT,
+    DRIFT_SHARE,
+    PHI_HIGH,
+    PHI_LOW,
+    ROBUST_ALLOWANCE,
+    Block,
+    analyse,
+    blocks_needed,
+    chi2_quantile,
+    interval,
+    planned_hours,
+    t_quantile,
+    variance_factor,
+)
 
 
 @pytest.mark.parametrize(
@@ -37,18 +51,88 @@ def blocks(ratios: list[float], off: float = 100.0) -> list[Block]:
     return [Block(on=off * r, off=off, on_first=i % 2 == 0) for i, r in enumerate(ratios)]
 
 
-def test_r_is_the_geometric_mean_ratio_with_a_paired_t_interval() -> None:
+def test_r_is_the_geometric_mean_ratio_with_a_drift_robust_interval() -> None:
     ratios = [0.99, 1.01, 1.0, 0.995, 1.005, 1.0]
     a = analyse(blocks(ratios), margin=0.02)
     d = [math.log(r) for r in ratios]
-    mean = sum(d) / len(d)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (len(d) - 1))
-    half = t_quantile(0.95, 5) * sd / math.sqrt(len(d))
-    assert a.r == pytest.approx(math.exp(mean)) and a.low == pytest.approx(math.exp(mean - half))
-    assert a.high == pytest.approx(math.exp(mean + half)) and a.sd == pytest.approx(sd)
+    n = len(d)
+    mean = sum(d) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = t_quantile(0.95, n - 1) * sd / math.sqrt(n)
+    assert a.r == pytest.approx(math.exp(mean)) and a.sd == pytest.approx(sd)
+    # the paired t-interval is reported beside the one the verdict uses
+    assert a.t_low == pytest.approx(math.exp(mean - half)) and a.t_high == pytest.approx(math.exp(mean + half))
+    # the robust one: the bias-corrected lag-1 estimate plus the allowance, the AR(1) variance of a mean
+    dev = [x - mean for x in d]
+    r1 = sum(dev[i] * dev[i + 1] for i in range(n - 1)) / sum(x * x for x in dev)
+    est = (n * r1 + 1) / (n - 3)
+    phi = min(PHI_HIGH, max(PHI_LOW, est + DRIFT_FLAT + DRIFT_SHARE * max(est, 0.0)))
+    assert a.phi == pytest.approx(phi) and a.lag1 == pytest.approx(r1)
+    vif = 1 + 2 * sum((1 - k / n) * phi**k for k in range(1, n))
+    df = min(n - 1, max(1, math.floor(n / vif) - 1))
+    robust = t_quantile(0.95, df) * math.sqrt(sd * sd / n * vif * (n - 1) / max(n - vif, 1.0))
+    assert a.low == pytest.approx(math.exp(mean - robust)) and a.high == pytest.approx(math.exp(mean + robust))
+    assert a.widening == pytest.approx(robust / half)
+    assert a.method == "drift-robust" and f"{a.widening:.2f} ×" in a.method_why
     assert a.verdict == "no slowdown shown" and a.certifies
-    low, high = a.fieller  # the cross-check agrees closely on such data
-    assert low == pytest.approx(a.low, abs=0.01) and high == pytest.approx(a.high, abs=0.01)
+    low, high = a.fieller  # the cross-check agrees closely with the t-interval on such data
+    assert low == pytest.approx(a.t_low, abs=0.01) and high == pytest.approx(a.t_high, abs=0.01)
+
+
+def test_the_interval_for_independent_blocks_is_scipys_paired_t_interval() -> None:
+    """An independent implementation: at an autocorrelation of 0 the interval is the log-scale
+    paired t-interval of scipy.stats, to 1e-9."""
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(11)
+    for n in (2, 3, 5, 8, 12, 30, 48):
+        on = [100 * math.exp(rng.gauss(-0.01, 0.02)) for _ in range(n)]
+        off = [100 * math.exp(rng.gauss(0.0, 0.01)) for _ in range(n)]
+        d = [math.log(x / y) for x, y in zip(on, off, strict=True)]
+        mean = sum(d) / n
+        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+        got = interval(mean, sd, n, phi=0.0)
+        res = stats.ttest_rel([math.log(x) for x in on], [math.log(y) for y in off])
+        want = res.confidence_interval(confidence_level=0.90)
+        assert got.low == pytest.approx(want.low, abs=1e-9) and got.high == pytest.approx(want.high, abs=1e-9)
+        assert got.df == n - 1 and got.vif == 1.0
+        if n >= 3:  # and analyse reports it beside the robust one
+            a = analyse([Block(x, y) for x, y in zip(on, off, strict=True)], margin=0.02)
+            assert math.log(a.t_low) == pytest.approx(want.low, abs=1e-9)
+            assert math.log(a.t_high) == pytest.approx(want.high, abs=1e-9)
+
+
+def test_the_variance_factor_of_an_ar1_mean() -> None:
+    assert variance_factor(0.0, 10) == 1.0
+    # 1 + 2 Σ (1 − k/m) φ^k, against the closed form of the same sum
+    phi, m = 0.5, 12
+    closed = (1 + phi) / (1 - phi) - 2 * phi * (1 - phi**m) / (m * (1 - phi) ** 2)
+    assert variance_factor(phi, m) == pytest.approx(closed)
+    assert variance_factor(-0.3, 12) < 1  # alternating blocks average out faster
+
+
+def test_drift_widens_the_interval_and_can_withhold_a_certificate() -> None:
+    """A slow swing of R across blocks: the paired t-interval would certify, the robust one widens
+    by the AR(1) variance of the mean and says why."""
+    swing = [0.993, 0.992, 0.99, 0.988, 0.987, 0.988, 0.99, 0.993, 0.995, 0.996, 0.995, 0.992]
+    a = analyse(blocks(swing), margin=0.02)
+    assert a.lag1 is not None and a.lag1 > 0.5 and a.phi > a.lag1
+    assert a.widening > 1.5 and a.low < a.t_low and a.high > a.t_high
+    assert "drift-robust" in a.method_why and "autocorrelation" in a.method_why
+    independent = analyse(
+        blocks([0.993, 0.988, 0.995, 0.99, 0.996, 0.987, 0.993, 0.988, 0.992, 0.99, 0.995, 0.992]), 0.02
+    )
+    assert independent.widening < a.widening
+
+
+def test_the_pilot_is_not_analysed() -> None:
+    pilot = blocks([1.2, 1.2, 1.2, 1.2])  # a lucky pilot cannot lift R or narrow the interval
+    rest = blocks([0.99, 1.01, 1.0, 0.995, 1.005, 1.0])
+    a = analyse(pilot + rest, margin=0.02, pilot=4)
+    b = analyse(rest, margin=0.02)
+    assert a.n == 6 and a.pilot == 4 and a.r == pytest.approx(b.r) and a.sd == pytest.approx(b.sd)
+    assert a.t_low == pytest.approx(b.t_low) and a.t_high == pytest.approx(b.t_high)
+    with pytest.raises(ValueError, match="after the pilot"):
+        analyse(pilot + rest[:1], margin=0.02, pilot=4)
 
 
 def test_a_slowdown_smaller_than_the_margin_certifies() -> None:
@@ -63,16 +147,16 @@ def test_a_clear_slowdown() -> None:
 
 
 def test_inconclusive_says_how_many_more_blocks() -> None:
-    a = analyse(blocks([1.03, 0.97, 1.02, 0.98, 1.01]), margin=0.02)
+    a = analyse(blocks([1.03, 1.02, 0.97, 1.01, 0.98]), margin=0.02)
     assert a.verdict == "inconclusive" and a.more_blocks is not None and a.more_blocks > 0
-    d = [math.log(r) for r in [1.03, 0.97, 1.02, 0.98, 1.01]]
-    t = t_quantile(0.95, 4)
-    expected = math.ceil((t * a.sd / (math.log(a.r) - math.log(0.98))) ** 2) - len(d)
+    n = 5
+    half = math.log(a.r) - math.log(a.low)  # the interval is symmetric on the log scale
+    expected = math.ceil(n * (half / (math.log(a.r) - math.log(0.98))) ** 2) - n
     assert a.more_blocks == max(1, expected) and f"{a.more_blocks} more" in a.why
 
 
 def test_inconclusive_below_the_margin_will_not_be_decided() -> None:
-    a = analyse(blocks([0.93, 1.02, 0.95, 1.01, 0.96]), margin=0.02)
+    a = analyse(blocks([0.93, 0.95, 1.02, 0.96, 1.01]), margin=0.02)
     assert a.verdict == "inconclusive" and a.more_blocks is None and "no realistic" in a.why
 
 
@@ -93,7 +177,16 @@ def test_lag_one_autocorrelation_and_order_effect() -> None:
 def test_the_pilot_sizes_the_run_with_the_upper_confidence_limit_of_the_sd() -> None:
     pilot = blocks([1.01, 0.99, 1.005, 0.995])
     needed = blocks_needed(pilot, margin=0.02)
-    assert needed is not None and needed >= 4
+    sd = math.sqrt(sum(math.log(b.on / b.off) ** 2 for b in pilot) / 3)  # their mean is ~0
+    upper = sd * math.sqrt(3 / chi2_quantile(0.20, 3))
+
+    def enough(m: int) -> bool:  # m blocks reach the margin with the allowance
+        return m >= ROBUST_ALLOWANCE * (t_quantile(0.95, m - 1) * upper / -math.log(0.98)) ** 2
+
+    assert needed is not None and enough(needed) and not any(enough(m) for m in range(2, needed))
+    assert needed == 6
+    assert blocks_needed(pilot, margin=0.02, most=5) == 5  # the allowance is trimmed to the hours left
+    assert blocks_needed(pilot, margin=0.02, most=3) == 4  # the paired t's own count is not: above most
     noisy = blocks([1.2, 0.8, 1.15, 0.85])
     assert blocks_needed(noisy, margin=0.02) is None  # no realistic run reaches the margin
     assert planned_hours(12, 300) == pytest.approx(12 * 2 * 300 / 3600)  # the washout is inside each window

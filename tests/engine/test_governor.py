@@ -10,7 +10,7 @@ import pytest
 
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
-from arbiter.engine.governor import from_record, to_record
+from arbiter.engine.governor import from_record, step_back, to_record
 from arbiter.engine.types import (
     CertView,
     EngineState,
@@ -92,22 +92,83 @@ def test_baseline_first_then_the_ceiling() -> None:
     assert g.job().state == "run" and g.job().duty == 0.5
 
 
-def test_halve_at_the_target_grow_below_half_of_it_hold_between() -> None:
+def test_step_back_by_the_overshoot_then_grow_toward_the_aim() -> None:
     g = Gov()
     started(g)
     g.at(119, 9.0, [coop()])
     assert g.gov.budget == 0.5  # no decision before a period has passed
-    g.at(120, 9.6, [coop()])  # pressure 4 %: between target/2 and the target
-    assert g.gov.budget == 0.5 and g.events() == []
-    g.at(180, 9.5, [coop()])  # pressure 5 % = target
-    assert g.gov.budget == 0.25 and g.events() == [codes.GPU_DUTY_HALVE] and g.job().duty == 0.25
-    g.at(240, 9.8, [coop()])  # pressure 2 % < 2.5 %
-    assert g.gov.budget == 0.3 and g.events() == [codes.GPU_DUTY_GROW]
+    g.at(120, 9.6, [coop()])  # pressure 4 %: 0.08 per unit of duty puts the aim (4.5 %) past the ceiling
+    assert g.gov.budget == 0.5 and g.events() == [] and g.gov.sensitivity == pytest.approx(0.08)
+    g.at(180, 9.4, [coop()])  # pressure 6 % ≥ target: back by the overshoot, aiming at 3.75 %
+    assert g.gov.budget == pytest.approx(0.5 * 0.0375 / 0.06, abs=1e-4) and g.events() == [codes.GPU_DUTY_HALVE]
+    assert g.job().duty == g.gov.budget and "aiming at 3.8%" in g.d.events[0].message
+    assert g.gov.sensitivity == pytest.approx(0.12)  # that period's alone: the load may have changed
+    g.at(240, 9.8, [coop()])  # 2 %: the smoothed sensitivity says 0.46 reaches the aim; one grow_step a period
+    assert g.gov.sensitivity == pytest.approx(0.6 * 0.12 + 0.4 * 0.02 / 0.3125)
+    assert g.gov.budget == pytest.approx(0.3625) and g.events() == [codes.GPU_DUTY_GROW]
     for t in (300, 360, 420, 480):
         g.at(t, 10.0, [coop()])
     assert g.gov.budget == 0.5  # grown back, never above the ceiling
     g.at(540, 10.0, [coop()])
     assert g.gov.budget == 0.5 and g.events() == []
+
+
+def test_between_the_aim_and_the_target_the_budget_eases_toward_the_aim() -> None:
+    g = Gov()
+    started(g)
+    g.at(120, 9.52, [coop()])  # 4.8 %: under the target, over the aim
+    assert g.events() == [codes.GPU_DUTY_HALVE] and "eases" in g.d.events[0].message
+    assert g.gov.budget == pytest.approx(0.045 / (0.048 / 0.5), abs=1e-4)
+
+
+def test_a_step_back_past_a_knee_takes_the_line_between_the_last_two_periods() -> None:
+    # no slowdown until 0.3, then 0.25 per unit: at 0.35 the pressure is 2.5 %, at 0.4 it is 5 %
+    assert step_back(0.4, 0.05, (0.35, 0.025), 0.0375) == pytest.approx(0.375)
+    assert step_back(0.4, 0.05, None, 0.0375) == pytest.approx(0.3)  # through the origin
+    assert step_back(0.4, 0.05, (0.39, 0.025), 0.0375) == pytest.approx(0.3)  # too close to mean a slope
+    assert step_back(0.4, 0.05, (0.35, 0.04), 0.0375) == pytest.approx(0.3)  # the period before was over the aim
+
+
+def test_a_take_back_or_a_baseline_forgets_the_period_before() -> None:
+    g = Gov()
+    started(g)
+    g.at(120, 9.8, [coop()])
+    assert g.gov.probe == (0.5, pytest.approx(0.02))
+    g.at(180, 5.0, [coop()])  # taken back: the next step back must not draw a line to a stale period
+    assert g.gov.mode == "taken_back" and g.gov.probe is None
+
+
+def program(curve, load: float = 1.0):
+    """The protected program's rate under a budget, on a slowdown curve."""
+    return lambda budget: 10.0 * (1 - load * curve(budget))
+
+
+@pytest.mark.parametrize(
+    ("curve", "oracle"),
+    [
+        (lambda d: max(0.0, 0.25 * (d - 0.2)), 0.4),  # paced frames: slack, then linear
+        (lambda d: 0.15 * d, 1 / 3),  # free-running: proportional
+        (lambda d: 0.4 * d * d, 0.125**0.5),  # convex
+    ],
+    ids=["paced", "free", "convex"],
+)
+def test_it_settles_near_the_highest_safe_duty_and_answers_a_load_step_within_a_period(curve, oracle) -> None:
+    g = Gov(replace(POLICY, rules={"trainer": RULES["trainer"]}))
+    cert = CertView("trainer", "gpu", 0.8)
+    g.at(0, 10.0, [coop()], certs=[cert])
+    rate = program(curve)
+    t = 60
+    for _ in range(40):
+        g.at(t, rate(g.gov.budget if g.gov.mode == "running" else 0.0), [coop()], certs=[cert])
+        t += 60
+    steady = g.gov.budget
+    assert g.gov.mode == "running" and 0.85 * oracle <= steady <= oracle
+    assert curve(steady) < 0.05
+    heavier = program(curve, load=1.6)
+    g.at(t, heavier(steady), [coop()], certs=[cert])  # the load steps up: over the target at once
+    assert g.gov.pressure is not None and g.gov.pressure >= 0.05 and g.events() == [codes.GPU_DUTY_HALVE]
+    g.at(t + 60, heavier(g.gov.budget), [coop()], certs=[cert])
+    assert g.gov.pressure < 0.05  # one period later it is back under the target
 
 
 @pytest.mark.parametrize(
@@ -154,11 +215,11 @@ def test_no_baseline_is_taken_while_progress_cannot_be_read() -> None:
 def test_rebaseline_every_rebaseline_s_and_start_at_the_last_level() -> None:
     g = Gov()
     started(g)
-    g.at(120, 9.5, [coop()])  # halve to 0.25
+    g.at(120, 9.5, [coop()])  # 5 %: back by the overshoot to 0.375
     g.at(1860, 9.7, [coop()])  # the baseline taken at 60 is 1800 s old
     assert codes.GPU_DUTY_BASELINE in g.events() and g.gov.mode == "baseline" and g.job().state == "paused"
     g.at(1920, 9.0, [coop()])
-    assert g.events() == [codes.GPU_DUTY_START] and g.gov.budget == 0.25 and g.gov.baseline == 9.0
+    assert g.events() == [codes.GPU_DUTY_START] and g.gov.budget == 0.375 and g.gov.baseline == 9.0
 
 
 def test_a_lower_certificate_clamps_and_none_valid_means_not_certified() -> None:
@@ -238,9 +299,13 @@ def test_a_restart_in_every_state_resumes_where_it_was(moment: str) -> None:
     b.state = EngineState(
         governors={"trainer": from_record(record, now=30.0, now_wall=5_000.0)}
     )  # another clock origin
+    assert (b.state.governors["trainer"].sensitivity, b.state.governors["trainer"].probe) == (
+        a.gov.sensitivity,
+        a.gov.probe,
+    )  # what the search has learnt survives the restart
     for t_a in (131.0, 200.0, 500.0):
-        a.at(t_a, 10.0, [coop()])
-        b.at(t_a - 100.0, 10.0, [coop()])
+        a.at(t_a, 9.8, [coop()])
+        b.at(t_a - 100.0, 9.8, [coop()])
         assert (b.gov.mode, b.gov.budget, b.job().state, b.job().duty) == (
             a.gov.mode,
             a.gov.budget,
