@@ -31,6 +31,7 @@ def local_items(config: str | None) -> list[Item]:
     """The config, the rule files and the plugins, as the CLI's own account sees them."""
     from arbiter.config.errors import ConfigError
     from arbiter.config.loader import check_paths, load_node_config
+    from arbiter.config.nodecheck import node_problems
     from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
     items = []
@@ -38,14 +39,16 @@ def local_items(config: str | None) -> list[Item]:
         cfg, path = load_node_config(config)
     except ConfigError as exc:
         return [Item("node config", False, str(exc).splitlines()[0], "fix it; `arbiter check` lists every problem")]
-    items.append(Item("node config", True, f"{path or 'built-in defaults'} is valid (gpu_jobs: {cfg.gpu_jobs})"))
     try:
         host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
     except PluginLoadError as exc:
-        return [
-            *items,
-            Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml"),
-        ]
+        return [Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml")]
+    problems = node_problems(cfg, path, host)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        items.append(Item("node config", False, f"{problems[0]}{more}", "fix it; `arbiter check` lists every problem"))
+    else:
+        items.append(Item("node config", True, f"{path or 'built-in defaults'} is valid (gpu_jobs: {cfg.gpu_jobs})"))
     listing = host.plugins()
     items.append(Item("plugins", True, f"{len(listing)} loaded: " + ", ".join(sorted(p["name"] for p in listing))))
     dirs = cfg.tenants_paths()

@@ -9,6 +9,7 @@ from arbiter.config.errors import ConfigError, Problem
 from arbiter.config.loader import check_paths, parse_node_config, read_text, resolve_paths, rule_files
 from arbiter.config.locate import find_config
 from arbiter.config.models import NodeConfig
+from arbiter.config.nodecheck import node_problems
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
 
@@ -27,20 +28,7 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
         host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
     except PluginLoadError as exc:
         raise CliError(f"plugins could not be loaded: {exc}", 2) from None
-    where = str(config_path or "arbiter.yaml")
-    for block in cfg.reader_blocks():
-        info = host.kind("readers", block.kind)
-        if info is not None and info.cls.stand_in and not cfg.stand_in_gpu:  # type: ignore[attr-defined]
-            problems.append(
-                Problem(
-                    where,
-                    0,
-                    0,
-                    "readers",
-                    f"{block.kind} is a stand-in for a GPU reader",
-                    "set stand_in_gpu: true (demos and tests only) or remove it",
-                )
-            )
+    problems.extend(node_problems(cfg, config_path, host))
     targets = paths or cfg.tenants_paths()
     for target in targets:
         if not target.exists():
@@ -51,3 +39,17 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
     for file_problems in ruleset.problems.values():
         problems.extend(file_problems)
     return problems, checked
+
+
+def refuse_bad_node_config(cfg: NodeConfig, path: Path | None) -> None:
+    """Start-up refuses what `arbiter check` refuses: a daemon never runs on a kind it lacks."""
+    try:
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
+    except PluginLoadError as exc:
+        raise CliError(str(exc), 2) from None
+    try:
+        problems = node_problems(cfg, path, host)
+    finally:
+        host.close()
+    if problems:
+        raise CliError("the node config is not valid:\n" + "\n".join(map(str, problems)), 2)
