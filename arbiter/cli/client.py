@@ -26,6 +26,18 @@ class CliError(Exception):
         super().__init__(message)
 
 
+#: the exit status of a command that needs the daemon when none answers (sysexits'
+#: EX_TEMPFAIL: start it, then try again), apart from 1 (the command failed) and 2 (bad input)
+EXIT_NO_DAEMON = 75
+
+
+class DaemonNotRunning(CliError):
+    """No daemon answers for the state dir the config names."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_NO_DAEMON)
+
+
 def node_config(config: str | None) -> tuple[NodeConfig, Path | None]:
     """The validated node config (for commands that need all of it)."""
     from arbiter.config.errors import ConfigError
@@ -60,7 +72,7 @@ def daemon_info(state_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     except FileNotFoundError:
-        raise CliError(
+        raise DaemonNotRunning(
             f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`"
         ) from None
     except (OSError, ValueError) as exc:
@@ -82,4 +94,4 @@ class Client:
         try:
             return request(self.socket, op, timeout=timeout, **args)
         except DaemonUnavailable as exc:
-            raise CliError(f"{exc}; is `arbiter run` running with this config?") from None
+            raise DaemonNotRunning(f"{exc}; is `arbiter run` running with this config?") from None

@@ -359,7 +359,11 @@ def demo(
     raise typer.Exit(run_demo(keep=keep))
 
 
-@job_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@job_app.command(
+    "run",
+    # what follows the command is its own: `job run python3 -c X` runs python3 -c X, `--` or not
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+)
 def job_run(
     cmd: Annotated[list[str], typer.Argument(help="the command, after --")],
     config: ConfigOpt = None,
@@ -372,10 +376,22 @@ def job_run(
     """Register a job, wait until it is admitted, run it, exit with its exit code."""
     from arbiter.cli.jobrun import run_job
 
+    if cmd and cmd[0].startswith("-") and cmd[0] != "-":
+        raise _fail(CliError(_not_an_option(cmd[0]), 2))
     try:
         raise typer.Exit(run_job(Client(config), list(cmd), name, manifest, cooperative))
     except CliError as exc:
         raise _fail(exc) from None
+
+
+def _not_an_option(word: str) -> str:
+    from arbiter.config.errors import did_you_mean
+
+    known = ["--config", "--name", "--manifest", "--cooperative", "--no-cooperative", "--help"]
+    return (
+        f"{word} is not an option of `arbiter job run` ({did_you_mean(word, known, 'its options')}); "
+        "its options come before the command: arbiter job run --name NAME -- CMD ARGS"
+    )
 
 
 def _job_op(op: str, job_id: str, config: str | None) -> None:
