@@ -448,15 +448,47 @@ FollowOpt = Annotated[
 ]
 
 
-def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, **args: Any) -> None:
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="start without asking (needed when not on a terminal)")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="show the plan and start nothing")]
+
+
+def _confirmed(plan: dict[str, Any], yes: bool) -> bool:
+    """A run holds other GPU work for hours: it starts only when asked for in so many words."""
+    if yes:
+        return True
+    if not _asks_a_person():
+        raise _fail(
+            CliError(
+                "a paired run holds other GPU work while it runs, so it starts only when confirmed: "
+                "pass --yes to start it (or --dry-run to see the plan only)",
+                2,
+            )
+        )
+    each = " per level" if plan.get("levels") else ""
+    return typer.confirm(f"Start it? Other GPU work waits for about {plan['planned_hours']:.1f} h{each}", default=False)
+
+
+def _asks_a_person() -> bool:
+    """Whether a question can be answered: someone types at a terminal."""
+    return sys.stdin.isatty()
+
+
+def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, yes: bool, dry_run: bool, **args: Any) -> None:
     from arbiter.cli.ab import follow as follow_run
     from arbiter.cli.ab import print_plan
 
     sweep = op == "ab.sweep"
     plan = _ask(config, "ab.plan", "plan", sweep=sweep, **args)
     console = _console()
-    if not as_json:
+    if as_json and dry_run:
+        _print_json(plan)
+    elif not as_json:
         print_plan(console, plan, started=False)
+    if dry_run:
+        return
+    if not _confirmed(plan, yes):
+        print("arbiter: nothing started", file=sys.stderr)
+        raise typer.Exit(1)
     plan = _ask(config, op, "plan", **args)
     if as_json and not follow:
         _print_json(plan)
@@ -500,6 +532,8 @@ def ab_start(
     off: OffOpt = "paused",
     max_hours: HoursOpt = 8,
     follow: FollowOpt = False,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -509,6 +543,8 @@ def ab_start(
         config,
         as_json,
         follow,
+        yes,
+        dry_run,
         rule=rule,
         work=work,
         duty=duty,
@@ -535,6 +571,8 @@ def ab_sweep(
     off: OffOpt = "paused",
     max_hours: HoursOpt = 8,
     follow: FollowOpt = False,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -548,6 +586,8 @@ def ab_sweep(
         config,
         as_json,
         follow,
+        yes,
+        dry_run,
         rule=rule,
         work=work,
         levels=parsed,
