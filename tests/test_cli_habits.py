@@ -101,3 +101,10 @@ def test_job_run_says_each_change_once() -> None:
         "job j1 resumed",
         "job j1 runs at duty 0.50",
     ]
+
+
+@pytest.mark.parametrize("command", [["job", "run"], ["ab", "start"], ["status"], []])
+def test_help_shows_no_type_beside_a_flag(command: list[str]) -> None:
+    out = CliRunner().invoke(main.app, [*command, "--help"])
+    assert out.exit_code == 0 and "--help" in out.output
+    assert "<bool>" not in out.output and "\x1b[" not in out.output

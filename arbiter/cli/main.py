@@ -20,10 +20,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
+    # plain help: options as `--flag / --no-flag`, no type beside a flag, readable in a pipe
+    rich_markup_mode=None,
 )
-job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True)
+job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(job_app, name="job")
-ab_app = typer.Typer(help="Prove co-tenancy: paired ON/OFF runs, sweeps and their reports.", no_args_is_help=True)
+ab_app = typer.Typer(
+    help="Prove co-tenancy: paired ON/OFF runs, sweeps and their reports.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(ab_app, name="ab")
 
 ConfigOpt = Annotated[
@@ -365,7 +369,7 @@ def demo(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 def job_run(
-    cmd: Annotated[list[str], typer.Argument(help="the command, after --")],
+    cmd: Annotated[list[str], typer.Argument(metavar="CMD", help="the command and its arguments, after its options (-- is optional)")],
     config: ConfigOpt = None,
     name: Annotated[Optional[str], typer.Option(help="the job name (the kind of work; trust is kept per name)")] = None,  # noqa: UP045
     manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
