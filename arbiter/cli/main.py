@@ -133,8 +133,18 @@ def run(ctx: typer.Context, config: ConfigOpt = None) -> None:
 
 
 @app.command()
-def status(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def status(
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="keep it current until Ctrl-C")] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="seconds between two looks, with --watch")] = 2.0,
+) -> None:
     """What runs, what is held and why; tenants and their GPU use."""
+    if watch:
+        from arbiter.cli.watch import watch_status
+
+        watch_status(lambda: _ask(config, "status", "status"), _console(), as_json, interval)
+        return
     _show(_ask(config, "status", "status"), as_json, "print_status")
 
 
@@ -155,9 +165,19 @@ def timeline(
     limit: Annotated[int, typer.Option(help="how many of the latest entries")] = 50,
     subject: Annotated[Optional[str], typer.Option(help="only entries about this job or rule")] = None,  # noqa: UP045
     code: Annotated[Optional[str], typer.Option(help="only entries with this code")] = None,  # noqa: UP045
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="then print each new entry until Ctrl-C")] = False,
 ) -> None:
     """What arbiter did and saw, latest last."""
-    _show(_ask(config, "timeline", "events", limit=limit, subject=subject, code=code), as_json, "print_timeline")
+
+    def ask() -> Any:
+        return _ask(config, "timeline", "events", limit=limit, subject=subject, code=code)
+
+    if follow:
+        from arbiter.cli.watch import follow_timeline
+
+        follow_timeline(ask, _console(), as_json)
+        return
+    _show(ask(), as_json, "print_timeline")
 
 
 @app.command()
@@ -369,7 +389,10 @@ def demo(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 def job_run(
-    cmd: Annotated[list[str], typer.Argument(metavar="CMD", help="the command and its arguments, after its options (-- is optional)")],
+    cmd: Annotated[
+        list[str],
+        typer.Argument(metavar="CMD", help="the command and its arguments, after its options (-- is optional)"),
+    ],
     config: ConfigOpt = None,
     name: Annotated[Optional[str], typer.Option(help="the job name (the kind of work; trust is kept per name)")] = None,  # noqa: UP045
     manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
