@@ -50,8 +50,17 @@ def node_config(config: str | None) -> tuple[NodeConfig, Path | None]:
 
 
 def state_dir_for(config: str | None) -> Path:
+    """The state dir of the daemon to ask: the config's; with no config given or found, the
+    one daemon that says it runs (see :mod:`arbiter.discovery`), else the default."""
     path = find_config(config)
     if path is None:
+        from arbiter.discovery import describe, running
+
+        daemons = running()
+        if len(daemons) == 1:
+            return Path(daemons[0]["state_dir"])
+        if daemons:
+            raise CliError(f"more than one daemon runs: {describe(daemons)}; say which with --config", 2)
         return Path(default_state_dir())
     import yaml
 
@@ -72,8 +81,12 @@ def daemon_info(state_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     except FileNotFoundError:
+        from arbiter.discovery import describe, running
+
+        others = [d for d in running() if Path(d["state_dir"]) != state_dir.resolve()]
+        found = f"; running: {describe(others)}" if others else ""
         raise DaemonNotRunning(
-            f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`"
+            f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`{found}"
         ) from None
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot read {path}: {exc}") from None

@@ -8,6 +8,7 @@ import os
 import signal
 from pathlib import Path
 
+from arbiter import discovery
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators
@@ -60,6 +61,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         daemon.start()
     except (DaemonAlreadyRunning, UnsafeStateDir) as exc:
         raise CliError(str(exc)) from None
+    pointer = discovery.publish(daemon.state_dir, daemon.state_dir / SOCKET_FILE, config_path)
     logging.getLogger("arbiter").info(
         "arbiter running: socket %s, http %s, %d rule(s)",
         daemon.state_dir / SOCKET_FILE,
@@ -75,6 +77,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         while not daemon.wait(1.0):
             pass
     finally:
+        discovery.withdraw(pointer)
         notifier.stopping()
         daemon.shutdown()
         notifier.close()
