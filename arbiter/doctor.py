@@ -130,20 +130,10 @@ def daemon_items(daemon: Daemon) -> list[Item]:
         rid = live.rule.id
         for fault in live.faults:
             items.append(Item(f"rule {rid}", False, fault, "fix the plugin block named; `arbiter check` shows it"))
+        view = daemon.snapshot.view
+        obs = view.rules.get(rid) if view else None
         for src in daemon.sources.view(rid, 0.0):
-            fix = ""
-            if not src["readable"]:
-                fix = (
-                    "run `arbiter helper` in the session of the user who owns the file"
-                    if src["needs_helper"]
-                    else "fix the source's path or permissions"
-                )
-            detail = (
-                f"{src['slot']} ({src['kind']}) read by {src['read_by']}"
-                if src["readable"]
-                else f"{src['slot']} ({src['kind']}): {src['why']}"
-            )
-            items.append(Item(f"rule {rid} source", src["readable"], detail, fix))
+            items.append(source_item(rid, src, bool(obs and obs.running)))
     access = daemon.observer.host_signal("access")
     for check in getattr(access, "items", ()):
         items.append(Item(f"{check.what} ({getattr(access, 'user', '?')})", check.ok, check.detail, check.fix))
@@ -157,3 +147,28 @@ def daemon_items(daemon: Daemon) -> list[Item]:
             )
         )
     return items
+
+
+def source_item(rid: str, src: dict[str, Any], running: bool) -> Item:
+    """One source of a rule.  A source that cannot be read while its program is not running
+    is no fault (a server that is not started refuses connections; a log is not written yet):
+    it is read once the program starts, and the program's phase counts only while it runs."""
+    what = f"{src['slot']} ({src['kind']})"
+    if src["readable"]:
+        return Item(f"rule {rid} source", True, f"{what} read by {src['read_by']}")
+    if src["needs_helper"]:
+        return Item(
+            f"rule {rid} source",
+            False,
+            f"{what}: {src['why']}",
+            "run `arbiter helper` in the session of the user who owns the file",
+        )
+    if not running:
+        return Item(f"rule {rid} source", True, f"{what}: not read while {rid} is not running ({src['why']})")
+    return Item(
+        f"rule {rid} source",
+        False,
+        f"{what}: {src['why']}, while {rid} runs",
+        "check that the source's options (path, URL, port) are where the program writes or listens, "
+        "and that the daemon's account may read them",
+    )

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from arbiter.config.errors import ConfigError, Problem, did_you_mean
-from arbiter.config.locate import find_config, relative_to_config
+from arbiter.config.locate import find_config, relative_to_config, shipped_tenants_dir
 from arbiter.config.models import KindBlock, Manifest, NodeConfig, Rule
 from arbiter.config.safety import command_file_problem
 from arbiter.config.yamlpos import Path_, Positions, anchor_of, load_with_positions, position_of
@@ -531,7 +531,7 @@ def resolve_rules(
             fail(
                 path,
                 f"no other rule file in the tenants dirs has id {name!r}",
-                f"{hint}; the base must be a rule file in one of the tenants_dirs",
+                f"{hint}; the base must be a rule file in one of the tenants_dirs, or one shipped with arbiter",
             )
 
     # A base extended twice: which one's changes win would depend on file names, so neither does.
@@ -685,6 +685,27 @@ def _peek(text: str | list[Problem]) -> RuleFile | None:
         return None
 
 
+def with_shipped_bases(files: dict[str, str | list[Problem]]) -> set[str]:
+    """Add to ``files`` the shipped default rule files that ``extends:`` may name, so that a
+    rule extending one needs no folder of them in tenants_dirs; returns the names added.  They
+    are bases only: a shipped rule that nothing extends is not in force (list the folder in
+    tenants_dirs for that).  One whose path, file name or id a file of ``files`` has is left out."""
+    shipped = shipped_tenants_dir()
+    if shipped is None:
+        return set()
+    # one of the same name is a copy of it, even where it cannot be read now
+    present = {os.path.realpath(name) for name in files} | {os.path.basename(name) for name in files}
+    ids = {rf.own_id for rf in map(_peek, files.values()) if rf and rf.own_id and rf.own_id != rf.data.get("extends")}
+    added: set[str] = set()
+    candidates = [p for p in rule_files([shipped]) if os.path.realpath(p) not in present and p.name not in present]
+    for path, text in read_rule_texts(candidates).items():
+        peeked = _peek(text)
+        if peeked is not None and peeked.own_id not in ids:
+            files[path] = text
+            added.add(path)
+    return added
+
+
 def check_paths(
     paths: Iterable[Path], options_for: OptionsLookup, kinds: KindsLookup, bases: Iterable[Path] = ()
 ) -> RuleSet:
@@ -705,6 +726,7 @@ def check_paths(
         if peeked is not None and peeked.own_id in ids:
             continue  # the checked file with this id stands in its place
         files[path] = text
+    with_shipped_bases(files)
     resolution = resolve_rules(files, options_for, kinds)
     wanted = set(map(str, checked))
     ruleset = RuleSet()
