@@ -1,10 +1,11 @@
 """Where running daemons say they are, so that a command finds one without being told its config.
 
 A daemon started by ``arbiter run`` leaves a pointer while it runs: a small JSON file (its
-state dir, socket, node config and pid) in its user's runtime directory,
-``$XDG_RUNTIME_DIR/arbiter/`` (private to that user), or ``/run/arbiter/`` for root, which
-every user can read.  A command given no config and finding none in the usual places asks the
-daemon a pointer names; a command whose daemon is not running names the daemons it did find.
+state dir, socket, node config and pid) in its login session's runtime directory,
+``$XDG_RUNTIME_DIR/arbiter/`` (private to that user), or, for root without one (a system
+service), in ``/run/arbiter/``, which every user can read.  A command given no config and
+finding none in the usual places asks the daemon a pointer names, its user's own first; a
+command whose daemon is not running names the daemons it did find.
 
 A pointer is believed only where nobody else could have written it: the user's own runtime
 directory, or a root-owned file in a root-owned ``/run/arbiter``; and only while its process
@@ -23,19 +24,18 @@ SYSTEM_DIR = Path("/run/arbiter")
 
 
 def _own_dir() -> Path | None:
-    """Where this user's daemon leaves its pointer (None: nowhere private to write one)."""
-    if os.geteuid() == 0:
-        return SYSTEM_DIR
+    """Where this user's daemon leaves its pointer: the login session's runtime directory,
+    else, for root (a system service has none), the system one; None: nowhere private."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if not runtime:
-        return None
-    try:
-        st = os.stat(runtime)
-    except OSError:
-        return None
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        return None  # not private to this user: a pointer there could be forged
-    return Path(runtime) / "arbiter"
+    if runtime:
+        try:
+            st = os.stat(runtime)
+        except OSError:
+            st = None
+        if st is not None and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+            return Path(runtime) / "arbiter"
+        # else not private to this user: a pointer there could be forged
+    return SYSTEM_DIR if os.geteuid() == 0 else None
 
 
 def _trusted(path: Path, owner: int) -> bool:
@@ -112,10 +112,13 @@ def withdraw(pointer: Path | None) -> None:
 
 
 def running() -> list[dict[str, Any]]:
-    """The daemons whose pointers can be believed and that run now: this user's, then root's."""
+    """The daemons whose pointers can be believed and that run now: this user's (``"scope":
+    "user"``), then the system's (``"system"``)."""
     found: dict[str, dict[str, Any]] = {}
-    places = [(d, os.geteuid()) for d in [_own_dir()] if d is not None and d != SYSTEM_DIR] + [(SYSTEM_DIR, 0)]
-    for where, owner in places:
+    own = _own_dir()
+    places = [(own, os.geteuid(), "user")] if own is not None and own != SYSTEM_DIR else []
+    places.append((SYSTEM_DIR, 0, "system"))
+    for where, owner, scope in places:
         try:
             pointers = sorted(where.glob("*.json"))
         except OSError:
@@ -126,8 +129,20 @@ def running() -> list[dict[str, Any]]:
                 continue
             if not Path(str(data.get("socket"))).exists():
                 continue
-            found.setdefault(data["state_dir"], data)
+            found.setdefault(data["state_dir"], {**data, "scope": scope})
     return list(found.values())
+
+
+def the_one(daemons: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The daemon a command with no config means: this user's own if it has one, else the
+    system's; None when there is none.  ValueError when the choice is not clear."""
+    for scope in ("user", "system"):
+        these = [d for d in daemons if d["scope"] == scope]
+        if len(these) == 1:
+            return these[0]
+        if these:
+            raise ValueError(f"more than one daemon runs: {describe(these)}; say which with --config")
+    return None
 
 
 def describe(daemons: list[dict[str, Any]]) -> str:

@@ -27,7 +27,7 @@ def pointers(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.delenv("ARBITER_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)  # no ./arbiter.yaml
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
-    return where if os.geteuid() == 0 else runtime / "arbiter"
+    return runtime / "arbiter"
 
 
 def state(tmp_path: Path, name: str) -> tuple[Path, Path, socket.socket]:
@@ -88,3 +88,17 @@ def test_two_daemons_ask_for_a_config_and_a_missing_one_names_them(tmp_path: Pat
             daemon_info(tmp_path / "elsewhere")
         assert err.value.exit_code == EXIT_NO_DAEMON
         assert f"running: {first.resolve()} (pid {os.getpid()}, --config {tmp_path / 'one.yaml'})" in str(err.value)
+
+
+def test_a_users_own_daemon_comes_before_the_systems(tmp_path: Path, pointers: Path, monkeypatch) -> None:
+    mine, my_sock, s1 = state(tmp_path, "mine")
+    system, system_sock, s2 = state(tmp_path, "system")
+    with s1, s2:
+        discovery.publish(mine, my_sock, None)
+        if os.geteuid() == 0:  # only root writes the system's pointer
+            monkeypatch.delenv("XDG_RUNTIME_DIR")
+            discovery.publish(system, system_sock, None)
+            assert state_dir_for(None) == system.resolve()  # a service's shell: only the system's
+            monkeypatch.setenv("XDG_RUNTIME_DIR", str(pointers.parent))
+            assert {d["scope"] for d in discovery.running()} == {"user", "system"}
+        assert state_dir_for(None) == mine.resolve()

@@ -54,14 +54,13 @@ def state_dir_for(config: str | None) -> Path:
     one daemon that says it runs (see :mod:`arbiter.discovery`), else the default."""
     path = find_config(config)
     if path is None:
-        from arbiter.discovery import describe, running
+        from arbiter.discovery import running, the_one
 
-        daemons = running()
-        if len(daemons) == 1:
-            return Path(daemons[0]["state_dir"])
-        if daemons:
-            raise CliError(f"more than one daemon runs: {describe(daemons)}; say which with --config", 2)
-        return Path(default_state_dir())
+        try:
+            found = the_one(running())
+        except ValueError as exc:
+            raise CliError(str(exc), 2) from None
+        return Path(found["state_dir"]) if found else Path(default_state_dir())
     import yaml
 
     try:
