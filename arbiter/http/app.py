@@ -133,11 +133,11 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
         return {"status": "reloading"}
 
     @app.get("/", response_class=HTMLResponse)
-    def page() -> str:
+    def page(subject: str | None = None) -> str:
         import time
 
         from arbiter.http.page import render_page
 
-        return render_page(provider, time.time())
+        return render_page(provider, time.time(), subject)
 
     return app
