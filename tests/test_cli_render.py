@@ -147,3 +147,12 @@ def test_columns_sets_the_width_of_piped_output(monkeypatch) -> None:
     out, con = piped()
     print_timeline(con, [{"t": time.time(), "code": "X", "subject": "s", "message": LONG}])
     assert max(len(line) for line in out.getvalue().splitlines()) <= 70
+
+
+def test_following_a_run_prints_its_id_as_written() -> None:
+    from arbiter.cli.ab import follow
+
+    out, con = terminal()
+    run = {"run": "[/x]", "duty": None, "target": 2, "blocks_done": 2, "status": "done", "live": {}}
+    assert follow(con, lambda: [run], "[/x]", None) == run  # "[/x]" as markup raised MarkupError
+    assert "[/x]" in plain(out)
