@@ -133,7 +133,9 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
         return {"status": "reloading"}
 
     @app.get("/", response_class=HTMLResponse)
-    def page(subject: str | None = None) -> str:
+    def page(
+        subject: str | None = Query(default=None, description="a job id or tenant: its timeline entries alone"),
+    ) -> str:
         import time
 
         from arbiter.http.page import render_page
