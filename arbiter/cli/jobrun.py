@@ -80,7 +80,7 @@ def _watch(client: Client, job_id: str, ended: threading.Event, shown: tuple[Any
     """While the command runs: one line for each change of what arbiter does to it."""
     while not ended.wait(WATCH_S):
         try:
-            answer = client.call("job.wait", id=job_id, timeout=0.0)
+            answer = client.call("job.wait", id=job_id, timeout=5.0)  # the connection's; the daemon answers within 1 s
         except (CliError, RequestRefused, DaemonUnavailable):
             continue  # a daemon restarting: the next look tells
         if answer["state"] == "ended" or ended.is_set():
