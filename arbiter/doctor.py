@@ -31,6 +31,7 @@ def local_items(config: str | None) -> list[Item]:
     """The config, the rule files and the plugins, as the CLI's own account sees them."""
     from arbiter.config.errors import ConfigError
     from arbiter.config.loader import check_paths, load_node_config
+    from arbiter.config.nodecheck import node_problems
     from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
     items = []
@@ -38,14 +39,16 @@ def local_items(config: str | None) -> list[Item]:
         cfg, path = load_node_config(config)
     except ConfigError as exc:
         return [Item("node config", False, str(exc).splitlines()[0], "fix it; `arbiter check` lists every problem")]
-    items.append(Item("node config", True, f"{path or 'built-in defaults'} is valid (gpu_jobs: {cfg.gpu_jobs})"))
     try:
         host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
     except PluginLoadError as exc:
-        return [
-            *items,
-            Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml"),
-        ]
+        return [Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml")]
+    problems = node_problems(cfg, path, host)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        items.append(Item("node config", False, f"{problems[0]}{more}", "fix it; `arbiter check` lists every problem"))
+    else:
+        items.append(Item("node config", True, f"{path or 'built-in defaults'} is valid (gpu_jobs: {cfg.gpu_jobs})"))
     listing = host.plugins()
     items.append(Item("plugins", True, f"{len(listing)} loaded: " + ", ".join(sorted(p["name"] for p in listing))))
     dirs = cfg.tenants_paths()
@@ -127,20 +130,10 @@ def daemon_items(daemon: Node) -> list[Item]:
         rid = live.rule.id
         for fault in live.faults:
             items.append(Item(f"rule {rid}", False, fault, "fix the plugin block named; `arbiter check` shows it"))
+        view = daemon.snapshot.view
+        obs = view.rules.get(rid) if view else None
         for src in daemon.sources.view(rid, 0.0):
-            fix = ""
-            if not src["readable"]:
-                fix = (
-                    "run `arbiter helper` in the session of the user who owns the file"
-                    if src["needs_helper"]
-                    else "fix the source's path or permissions"
-                )
-            detail = (
-                f"{src['slot']} ({src['kind']}) read by {src['read_by']}"
-                if src["readable"]
-                else f"{src['slot']} ({src['kind']}): {src['why']}"
-            )
-            items.append(Item(f"rule {rid} source", src["readable"], detail, fix))
+            items.append(source_item(rid, src, bool(obs and obs.running)))
     access = daemon.observer.host_signal("access")
     for check in getattr(access, "items", ()):
         items.append(Item(f"{check.what} ({getattr(access, 'user', '?')})", check.ok, check.detail, check.fix))
@@ -154,3 +147,28 @@ def daemon_items(daemon: Node) -> list[Item]:
             )
         )
     return items
+
+
+def source_item(rid: str, src: dict[str, Any], running: bool) -> Item:
+    """One source of a rule.  A source that cannot be read while its program is not running
+    is no fault (a server that is not started refuses connections; a log is not written yet):
+    it is read once the program starts, and the program's phase counts only while it runs."""
+    what = f"{src['slot']} ({src['kind']})"
+    if src["readable"]:
+        return Item(f"rule {rid} source", True, f"{what} read by {src['read_by']}")
+    if src["needs_helper"]:
+        return Item(
+            f"rule {rid} source",
+            False,
+            f"{what}: {src['why']}",
+            "run `arbiter helper` in the session of the user who owns the file",
+        )
+    if not running:
+        return Item(f"rule {rid} source", True, f"{what}: not read while {rid} is not running ({src['why']})")
+    return Item(
+        f"rule {rid} source",
+        False,
+        f"{what}: {src['why']}, while {rid} runs",
+        "check that the source's options (path, URL, port) are where the program writes or listens, "
+        "and that the daemon's account may read them",
+    )

@@ -76,6 +76,12 @@ class KindOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     runs_command: ClassVar[bool] = False
 
+    def gives_phase(self) -> bool | None:
+        """For a source's options: whether the source they make reports a phase (on, off,
+        soon), as a rule's ``during:`` needs.  ``arbiter check`` refuses a ``during:`` source
+        whose options say ``False``; ``None`` (the default) says nothing either way."""
+        return None
+
 
 @dataclass(frozen=True)
 class PluginContext:

@@ -91,3 +91,68 @@ def test_status_prints_rule_ids_and_job_names_as_written() -> None:
     print_status(con, status)
     shown = plain(out)
     assert "[upload]" in shown and "[/x]" in shown and "[b]batch" in shown
+
+
+# --- into a file, a pipe or a CI log -------------------------------------------------------------
+
+LONG = (
+    "a phase of 'mytrain' is on, so GPU work waits until it ends; the protected program's own events file "
+    "says so and nothing else holds this job back at the moment"
+)
+
+
+def piped() -> tuple[io.StringIO, object]:
+    out = io.StringIO()  # not a terminal, as stdout is under `> file` or `| less`
+    return out, console(file=out)
+
+
+def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out, con = piped()
+    job = {
+        "kind": "job",
+        "id": "batch",
+        "state": "held",
+        "via": None,
+        "duty": 1.0,
+        "reported": {},
+        "reasons": [{"code": "PROTECTION_PHASE_ON", "message": LONG, "remedy": "wait for the phase to end"}],
+    }
+    print_explain(console=con, e={"subject": "node", "notices": [], "items": [job]})
+    lines = out.getvalue().splitlines()
+    assert f"PROTECTION_PHASE_ON {LONG}" in lines
+    assert "\x1b[" not in out.getvalue()  # no colours in a file
+
+
+def test_piped_tables_neither_split_codes_nor_pad_lines(monkeypatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out, con = piped()
+    events = [{"t": time.time(), "code": "PROTECTION_PHASE_OFF", "subject": "mytrain", "message": LONG}]
+    print_timeline(con, events)
+    text = out.getvalue()
+    assert "PROTECTION_PHASE_OFF" in text and LONG in text
+    assert max(len(line) for line in text.splitlines()) < len(LONG) + 60  # as wide as it holds
+
+
+def test_a_narrow_terminal_still_keeps_a_code_whole() -> None:
+    out = io.StringIO()
+    con = console(file=out, force_terminal=True, width=60, color_system=None)
+    events = [{"t": time.time(), "code": "PROTECTION_PHASE_OFF", "subject": "mytrain", "message": LONG}]
+    print_timeline(con, events)
+    assert "PROTECTION_PHASE_OFF" in out.getvalue()
+
+
+def test_columns_sets_the_width_of_piped_output(monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "70")
+    out, con = piped()
+    print_timeline(con, [{"t": time.time(), "code": "X", "subject": "s", "message": LONG}])
+    assert max(len(line) for line in out.getvalue().splitlines()) <= 70
+
+
+def test_following_a_run_prints_its_id_as_written() -> None:
+    from arbiter.cli.ab import follow
+
+    out, con = terminal()
+    run = {"run": "[/x]", "duty": None, "target": 2, "blocks_done": 2, "status": "done", "live": {}}
+    assert follow(con, lambda: [run], "[/x]", None) == run  # "[/x]" as markup raised MarkupError
+    assert "[/x]" in plain(out)

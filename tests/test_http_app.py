@@ -123,3 +123,14 @@ def test_a_loopback_listener_refuses_other_host_names_dns_rebinding() -> None:
         assert "loopback" in reply.json()["detail"]
     assert TestClient(create_app(FakeProvider()), base_url="http://localhost:7807").get("/v1/status").status_code == 200
     assert TestClient(create_app(FakeProvider()), base_url="http://[::1]:7807").get("/healthz").status_code == 200
+
+
+def test_nothing_served_needs_the_internet() -> None:
+    """The interactive API docs load from a CDN (blank offline): not served, not linked."""
+    client = TestClient(create_app(FakeProvider()), base_url="http://127.0.0.1:7807")
+    assert client.get("/docs").status_code == 404 and client.get("/redoc").status_code == 404
+    assert client.get("/openapi.json").json()["info"]["title"] == "arbiter"
+    page = client.get("/").text
+    assert "/docs" not in page and "/openapi.json" in page
+    for fetch in ("src='http", 'src="http', "href='http", 'href="http', "url(http", "@import"):
+        assert fetch not in page  # nothing loaded from elsewhere

@@ -64,7 +64,7 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
 def follow(console: Console, ask: Callable[[], list[dict[str, Any]]], run_id: str, sweep: str | None) -> dict[str, Any]:
     """Show the run's progress until it (or its sweep) ends; returns its last status."""
     with Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # run and rule ids are data
         BarColumn(),
         TextColumn("{task.completed:.0f}/{task.total:.0f} blocks"),
         TimeRemainingColumn(),

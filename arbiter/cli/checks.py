@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import socket
 from pathlib import Path
 
 from arbiter.cli.client import CliError
 from arbiter.config.errors import ConfigError, Problem
 from arbiter.config.loader import check_paths, parse_node_config, read_text, resolve_paths, rule_files
-from arbiter.config.locate import find_config
+from arbiter.config.locate import config_candidates, find_config
 from arbiter.config.models import NodeConfig
+from arbiter.config.nodecheck import node_problems
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
 
@@ -27,20 +30,7 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
         host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
     except PluginLoadError as exc:
         raise CliError(f"plugins could not be loaded: {exc}", 2) from None
-    where = str(config_path or "arbiter.yaml")
-    for block in cfg.reader_blocks():
-        info = host.kind("readers", block.kind)
-        if info is not None and info.cls.stand_in and not cfg.stand_in_gpu:  # type: ignore[attr-defined]
-            problems.append(
-                Problem(
-                    where,
-                    0,
-                    0,
-                    "readers",
-                    f"{block.kind} is a stand-in for a GPU reader",
-                    "set stand_in_gpu: true (demos and tests only) or remove it",
-                )
-            )
+    problems.extend(node_problems(cfg, config_path, host))
     targets = paths or cfg.tenants_paths()
     for target in targets:
         if not target.exists():
@@ -51,3 +41,57 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
     for file_problems in ruleset.problems.values():
         problems.extend(file_problems)
     return problems, checked
+
+
+def refuse_bad_node_config(cfg: NodeConfig, path: Path | None) -> None:
+    """Start-up refuses what `arbiter check` refuses (a daemon never runs on a kind it lacks),
+    and a listener it cannot open; it says loudly what it runs on when no config was found."""
+    _refuse_a_busy_port(cfg)
+    _say_what_defaults_mean(cfg, path)
+    try:
+        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
+    except PluginLoadError as exc:
+        raise CliError(str(exc), 2) from None
+    try:
+        problems = node_problems(cfg, path, host)
+    finally:
+        host.close()
+    if problems:
+        raise CliError("the node config is not valid:\n" + "\n".join(map(str, problems)), 2)
+
+
+def _refuse_a_busy_port(cfg: NodeConfig) -> None:
+    """The HTTP listener's port must be free: a second daemon on the same port would
+    otherwise run without its status page and metrics, and say so only in its log."""
+    if not cfg.http.enabled or cfg.http.port == 0:
+        return
+    family = socket.AF_INET6 if ":" in cfg.http.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listener binds
+        try:
+            probe.bind((cfg.http.host, cfg.http.port))
+        except OSError as exc:
+            raise CliError(
+                f"http.listen {cfg.http.listen} cannot be opened: {exc.strerror or exc} (another arbiter, or another "
+                "program, listens there); give this node another port in http.listen (port 0 picks a free one) "
+                "or set http.enabled: false",
+                2,
+            ) from None
+
+
+def _say_what_defaults_mean(cfg: NodeConfig, path: Path | None) -> None:
+    log = logging.getLogger("arbiter")
+    if path is None:
+        log.warning(
+            "no node config found (--config, $ARBITER_CONFIG, %s): running on built-in defaults, state_dir %s, "
+            "tenants_dirs %s",
+            ", ".join(map(str, config_candidates())),
+            cfg.state_path(),
+            ", ".join(map(str, cfg.tenants_paths())),
+        )
+    if not rule_files([d for d in cfg.tenants_paths() if d.is_dir()]):
+        log.warning(
+            "no rule file in %s: nothing is protected, and fleet work runs as if no program needed the GPU; "
+            "drop a rule file there (the shipped tenants.d/ has examples)",
+            ", ".join(map(str, cfg.tenants_paths())),
+        )

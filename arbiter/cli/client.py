@@ -26,6 +26,18 @@ class CliError(Exception):
         super().__init__(message)
 
 
+#: the exit status of a command that needs the daemon when none answers (sysexits'
+#: EX_TEMPFAIL: start it, then try again), apart from 1 (the command failed) and 2 (bad input)
+EXIT_NO_DAEMON = 75
+
+
+class DaemonNotRunning(CliError):
+    """No daemon answers for the state dir the config names."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_NO_DAEMON)
+
+
 def node_config(config: str | None) -> tuple[NodeConfig, Path | None]:
     """The validated node config (for commands that need all of it)."""
     from arbiter.config.errors import ConfigError
@@ -38,9 +50,17 @@ def node_config(config: str | None) -> tuple[NodeConfig, Path | None]:
 
 
 def state_dir_for(config: str | None) -> Path:
+    """The state dir of the daemon to ask: the config's; with no config given or found, the
+    one daemon that says it runs (see :mod:`arbiter.discovery`), else the default."""
     path = find_config(config)
     if path is None:
-        return Path(default_state_dir())
+        from arbiter.discovery import running, the_one
+
+        try:
+            found = the_one(running())
+        except ValueError as exc:
+            raise CliError(str(exc), 2) from None
+        return Path(found["state_dir"]) if found else Path(default_state_dir())
     import yaml
 
     try:
@@ -60,8 +80,12 @@ def daemon_info(state_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     except FileNotFoundError:
-        raise CliError(
-            f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`"
+        from arbiter.discovery import describe, running
+
+        others = [d for d in running() if Path(d["state_dir"]) != state_dir.resolve()]
+        found = f"; running: {describe(others)}" if others else ""
+        raise DaemonNotRunning(
+            f"no daemon is running for state_dir {state_dir} ({path} is missing); start one with `arbiter run`{found}"
         ) from None
     except (OSError, ValueError) as exc:
         raise CliError(f"cannot read {path}: {exc}") from None
@@ -82,4 +106,4 @@ class Client:
         try:
             return request(self.socket, op, timeout=timeout, **args)
         except DaemonUnavailable as exc:
-            raise CliError(f"{exc}; is `arbiter run` running with this config?") from None
+            raise DaemonNotRunning(f"{exc}; is `arbiter run` running with this config?") from None

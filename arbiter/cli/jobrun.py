@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,48 @@ def _say(message: str) -> None:
 EXIT_UNPLACEABLE = 69  # EX_UNAVAILABLE
 
 
+def change(before: tuple[Any, ...] | None, answer: dict[str, Any], job_id: str) -> tuple[str | None, tuple[Any, ...]]:
+    """What to print of a job's verdict: a line when its state, duty or the codes holding it
+    change, else none (messages that only restate a figure do not count), and what to compare
+    the next verdict with."""
+    codes = tuple(r["code"] for r in answer["reasons"])
+    duty = round(float(answer.get("duty") or 0.0), 2)
+    now = (answer["state"], duty if answer["state"] == "run" else None, codes)
+    if now == before:
+        return None, now
+    why = "; ".join(f"{r['code']}: {r['message']}" for r in answer["reasons"])
+    state = answer["state"]
+    if state == "held":
+        line = f"waiting: {why or 'deciding'} (arbiter explain {job_id})"
+    elif state == "paused":
+        line = f"job {job_id} paused: {why or 'by its owner'} (arbiter explain {job_id})"
+    elif state == "run":
+        was = before[0] if before else None
+        line = f"job {job_id} {'resumed' if was == 'paused' else 'runs'}" + (f" at duty {duty:.2f}" if duty < 1 else "")
+        line += f" ({why})" if why else ""
+    else:
+        line = f"job {job_id} {state}" + (f": {why}" if why else "")
+    return line, now
+
+
+#: how often a running job's verdict is looked at for changes worth a line
+WATCH_S = 1.0
+
+
+def _watch(client: Client, job_id: str, ended: threading.Event, shown: tuple[Any, ...]) -> None:
+    """While the command runs: one line for each change of what arbiter does to it."""
+    while not ended.wait(WATCH_S):
+        try:
+            answer = client.call("job.wait", id=job_id, timeout=5.0)  # the connection's; the daemon answers within 1 s
+        except (CliError, RequestRefused, DaemonUnavailable):
+            continue  # a daemon restarting: the next look tells
+        if answer["state"] == "ended" or ended.is_set():
+            return
+        line, shown = change(shown, answer, job_id)
+        if line:
+            _say(line)
+
+
 def _call_retrying(client: Client, op: str, **args: Any) -> dict[str, Any]:
     """Calls that must reach the daemon eventually: wait out a daemon restart.  A refusal
     is final and becomes a CliError."""
@@ -79,16 +122,16 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         raise CliError(f"the daemon refused the job: {exc}", 2) from None
     job_id = job["id"]
     _say(f"job {job_id} registered")
-    shown = None
+    shown: tuple[Any, ...] | None = None
     try:
         while True:
             answer = _call_retrying(client, "job.wait", id=job_id, timeout=2.0)
             if answer["admitted"]:
+                admitted = change(None, answer, job_id)[1]
                 break
-            summary = "; ".join(f"{r['code']}: {r['message']}" for r in answer["reasons"])
-            if summary != shown:
-                _say(f"waiting: {summary or 'deciding'} (arbiter explain {job_id})")
-                shown = summary
+            line, shown = change(shown, answer, job_id)
+            if line:
+                _say(line)
     except KeyboardInterrupt:
         try:
             client.call("job.stop", id=job_id)
@@ -119,12 +162,17 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         proc.kill()  # never leave a command running that arbiter does not know
         proc.wait()
         raise
+    ended = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(client, job_id, ended, admitted), name="job-watch", daemon=True)
+    watcher.start()
     while True:
         try:
             code = proc.wait()
             break
         except KeyboardInterrupt:
             continue  # the terminal sent it to the command too; wait for it to end
+    ended.set()
+    watcher.join(timeout=3.0)
     try:
         client.call("job.exited", id=job_id, exit_code=code)
     except (CliError, RequestRefused, DaemonUnavailable):

@@ -1,5 +1,8 @@
 """The ``arbiter`` command.  Imports neither the HTTP server nor any plugin up front, so it
-starts fast; commands that need plugins (check, plugins, run, schema) load them when run."""
+starts fast; commands that need plugins (check, plugins, run, schema) load them when run.
+
+It is over 400 lines because it is the command's whole surface: one short function per
+command, each importing what it does only when it runs."""
 
 from __future__ import annotations
 
@@ -20,10 +23,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
+    # plain help: options as `--flag / --no-flag`, no type beside a flag, readable in a pipe
+    rich_markup_mode=None,
 )
-job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True)
+job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(job_app, name="job")
-ab_app = typer.Typer(help="Prove co-tenancy: paired ON/OFF runs, sweeps and their reports.", no_args_is_help=True)
+ab_app = typer.Typer(
+    help="Prove co-tenancy: paired ON/OFF runs, sweeps and their reports.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(ab_app, name="ab")
 
 ConfigOpt = Annotated[
@@ -115,20 +122,32 @@ def _main(
 @app.command()
 def run(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """Run the daemon in the foreground (a service manager runs it like this)."""
+    from arbiter.cli.checks import refuse_bad_node_config
     from arbiter.cli.logs import configure
     from arbiter.daemon.service import serve
 
     configure((ctx.obj or {}).get("log_format", "text"))
     try:
         cfg, path = node_config(config)
+        refuse_bad_node_config(cfg, path)
         raise typer.Exit(serve(cfg, path))
     except CliError as exc:
         raise _fail(exc) from None
 
 
 @app.command()
-def status(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def status(
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="keep it current until Ctrl-C")] = False,
+    interval: Annotated[float, typer.Option(min=0.2, help="seconds between two looks, with --watch")] = 2.0,
+) -> None:
     """What runs, what is held and why; tenants and their GPU use."""
+    if watch:
+        from arbiter.cli.watch import watch_status
+
+        watch_status(lambda: _ask(config, "status", "status"), _console(), as_json, interval)
+        return
     _show(_ask(config, "status", "status"), as_json, "print_status")
 
 
@@ -149,9 +168,19 @@ def timeline(
     limit: Annotated[int, typer.Option(help="how many of the latest entries")] = 50,
     subject: Annotated[Optional[str], typer.Option(help="only entries about this job or rule")] = None,  # noqa: UP045
     code: Annotated[Optional[str], typer.Option(help="only entries with this code")] = None,  # noqa: UP045
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="then print each new entry until Ctrl-C")] = False,
 ) -> None:
     """What arbiter did and saw, latest last."""
-    _show(_ask(config, "timeline", "events", limit=limit, subject=subject, code=code), as_json, "print_timeline")
+
+    def ask() -> Any:
+        return _ask(config, "timeline", "events", limit=limit, subject=subject, code=code)
+
+    if follow:
+        from arbiter.cli.watch import follow_timeline
+
+        follow_timeline(ask, _console(), as_json)
+        return
+    _show(ask(), as_json, "print_timeline")
 
 
 @app.command()
@@ -357,9 +386,16 @@ def demo(
     raise typer.Exit(run_demo(keep=keep))
 
 
-@job_app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@job_app.command(
+    "run",
+    # what follows the command is its own: `job run python3 -c X` runs python3 -c X, `--` or not
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+)
 def job_run(
-    cmd: Annotated[list[str], typer.Argument(help="the command, after --")],
+    cmd: Annotated[
+        list[str],
+        typer.Argument(metavar="CMD", help="the command and its arguments, after its options (-- is optional)"),
+    ],
     config: ConfigOpt = None,
     name: Annotated[Optional[str], typer.Option(help="the job name (the kind of work; trust is kept per name)")] = None,  # noqa: UP045
     manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
@@ -370,10 +406,22 @@ def job_run(
     """Register a job, wait until it is admitted, run it, exit with its exit code."""
     from arbiter.cli.jobrun import run_job
 
+    if cmd and cmd[0].startswith("-") and cmd[0] != "-":
+        raise _fail(CliError(_not_an_option(cmd[0]), 2))
     try:
         raise typer.Exit(run_job(Client(config), list(cmd), name, manifest, cooperative))
     except CliError as exc:
         raise _fail(exc) from None
+
+
+def _not_an_option(word: str) -> str:
+    from arbiter.config.errors import did_you_mean
+
+    known = ["--config", "--name", "--manifest", "--cooperative", "--no-cooperative", "--help"]
+    return (
+        f"{word} is not an option of `arbiter job run` ({did_you_mean(word, known, 'its options')}); "
+        "its options come before the command: arbiter job run --name NAME -- CMD ARGS"
+    )
 
 
 def _job_op(op: str, job_id: str, config: str | None) -> None:
@@ -430,15 +478,47 @@ FollowOpt = Annotated[
 ]
 
 
-def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, **args: Any) -> None:
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="start without asking (needed when not on a terminal)")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="show the plan and start nothing")]
+
+
+def _confirmed(plan: dict[str, Any], yes: bool) -> bool:
+    """A run holds other GPU work for hours: it starts only when asked for in so many words."""
+    if yes:
+        return True
+    if not _asks_a_person():
+        raise _fail(
+            CliError(
+                "a paired run holds other GPU work while it runs, so it starts only when confirmed: "
+                "pass --yes to start it (or --dry-run to see the plan only)",
+                2,
+            )
+        )
+    each = " per level" if plan.get("levels") else ""
+    return typer.confirm(f"Start it? Other GPU work waits for about {plan['planned_hours']:.1f} h{each}", default=False)
+
+
+def _asks_a_person() -> bool:
+    """Whether a question can be answered: someone types at a terminal."""
+    return sys.stdin.isatty()
+
+
+def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, yes: bool, dry_run: bool, **args: Any) -> None:
     from arbiter.cli.ab import follow as follow_run
     from arbiter.cli.ab import print_plan
 
     sweep = op == "ab.sweep"
     plan = _ask(config, "ab.plan", "plan", sweep=sweep, **args)
     console = _console()
-    if not as_json:
+    if as_json and dry_run:
+        _print_json(plan)
+    elif not as_json:
         print_plan(console, plan, started=False)
+    if dry_run:
+        return
+    if not _confirmed(plan, yes):
+        print("arbiter: nothing started", file=sys.stderr)
+        raise typer.Exit(1)
     plan = _ask(config, op, "plan", **args)
     if as_json and not follow:
         _print_json(plan)
@@ -482,6 +562,8 @@ def ab_start(
     off: OffOpt = "paused",
     max_hours: HoursOpt = 8,
     follow: FollowOpt = False,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -491,6 +573,8 @@ def ab_start(
         config,
         as_json,
         follow,
+        yes,
+        dry_run,
         rule=rule,
         work=work,
         duty=duty,
@@ -517,6 +601,8 @@ def ab_sweep(
     off: OffOpt = "paused",
     max_hours: HoursOpt = 8,
     follow: FollowOpt = False,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -530,6 +616,8 @@ def ab_sweep(
         config,
         as_json,
         follow,
+        yes,
+        dry_run,
         rule=rule,
         work=work,
         levels=parsed,

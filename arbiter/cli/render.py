@@ -7,6 +7,7 @@ quote them), so no string is read as rich markup: a tag ``[/x]`` or a reported p
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -14,10 +15,22 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+#: the width output to a file or a pipe is laid out for: no line is wrapped short of it (tables
+#: are as wide as what they hold, so nothing pads a line to it)
+UNWRAPPED = 1000
+
 
 def console(**options: Any) -> Console:
-    """The console every command prints through: no markup in strings (see above)."""
-    return Console(markup=False, **options)
+    """The console every command prints through: no markup in strings (see above).
+
+    On a terminal, its width.  Into a file, a pipe or a CI log, plain text without colours and
+    without wrapping: a sentence stays one line and a code is never split across two, so what
+    is saved can be searched.  ``COLUMNS`` still sets a width where one is wanted.
+    """
+    made = Console(markup=False, **options)
+    if not made.is_terminal and "width" not in options and not os.environ.get("COLUMNS"):
+        made = Console(markup=False, width=UNWRAPPED, soft_wrap=True, **options)
+    return made
 
 
 STATE_STYLE = {"run": "green", "held": "yellow", "paused": "yellow", "stopping": "red"}
@@ -36,7 +49,7 @@ def _reasons(reasons: list[dict[str, Any]]) -> Text:
 
 
 def jobs_table(jobs: list[dict[str, Any]]) -> Table:
-    table = Table(title="Jobs", expand=True)
+    table = Table(title="Jobs")
     for col in ("job", "state", "duty", "gpu", "pids", "why"):
         table.add_column(col, overflow="fold")
     for j in jobs:
@@ -55,7 +68,7 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
 
 
 def rules_table(rules: list[dict[str, Any]]) -> Table:
-    table = Table(title="Tenants", expand=True)
+    table = Table(title="Tenants")
     for col in ("rule", "prio", "protected", "running", "GPU", "uses GPU", "VRAM", "phases", "holds"):
         table.add_column(col, overflow="fold")
     for r in rules:
@@ -91,7 +104,7 @@ def _vram(r: dict[str, Any]) -> str:
 
 
 def sources_table(rules: list[dict[str, Any]]) -> Table:
-    table = Table(title="Sources", expand=True)
+    table = Table(title="Sources")
     for col in ("rule", "source", "state", "rate/s", "read by", "write → decision p50/p99"):
         table.add_column(col, overflow="fold")
     for r in rules:
@@ -228,8 +241,10 @@ def _reported(r: dict[str, Any]) -> str:
 
 
 def print_timeline(console: Console, events: list[dict[str, Any]]) -> None:
-    table = Table(title="Timeline", expand=True)
-    for col in ("time", "code", "subject", "message"):
+    table = Table(title="Timeline")
+    table.add_column("time", no_wrap=True)
+    table.add_column("code", no_wrap=True)  # a code split over two lines cannot be searched for
+    for col in ("subject", "message"):
         table.add_column(col, overflow="fold")
     for e in events:
         stamp = time.strftime("%H:%M:%S", time.localtime(e["t"])) + f".{int(e['t'] * 1000) % 1000:03d}"
@@ -238,7 +253,7 @@ def print_timeline(console: Console, events: list[dict[str, Any]]) -> None:
 
 
 def print_conformance(console: Console, job: str, results: list[Any]) -> None:
-    table = Table(title=f"Conformance of {job}", expand=True)
+    table = Table(title=f"Conformance of {job}")
     for col in ("spec", "asked", "reported", "measured", "verdict", "why"):
         table.add_column(col, overflow="fold")
     style = {"pass": "green", "fail": "red", "skip": "yellow"}
@@ -257,7 +272,7 @@ def print_conformance(console: Console, job: str, results: list[Any]) -> None:
 def print_duty(console: Console, d: dict[str, Any]) -> None:
     console.print(Text(d["summary"], style="bold"))
     if d["rules"]:
-        table = Table(title="Governors", expand=True)
+        table = Table(title="Governors")
         for col in ("rule", "state", "budget", "ceiling", "baseline/s", "baseline age", "last pressure"):
             table.add_column(col)
         for r in d["rules"]:
@@ -272,7 +287,7 @@ def print_duty(console: Console, d: dict[str, Any]) -> None:
                 "-" if r["pressure"] is None else f"{100 * r['pressure']:.1f}%",
             )
         console.print(table)
-    table = Table(title="Jobs", expand=True)
+    table = Table(title="Jobs")
     for col in ("job", "asked", "measured", "reported", "state", "why"):
         table.add_column(col, overflow="fold")
     for j in d["jobs"]:
@@ -291,7 +306,7 @@ def print_duty(console: Console, d: dict[str, Any]) -> None:
 
 
 def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
-    table = Table(title="Certificates", expand=True)
+    table = Table(title="Certificates")
     for col in ("rule", "work", "duty", "R [interval]", "margin", "status", "why"):
         table.add_column(col, overflow="fold")
     style = {"valid": "green", "expired": "yellow", "stale": "red"}
@@ -316,7 +331,7 @@ def print_gpu_apis(console: Console, a: dict[str, Any]) -> None:
         f"host provides {', '.join(a['host']) or 'no GPU API'}; containers get {', '.join(a['containers']) or 'none'}"
     )
     console.print(head)
-    table = Table(expand=True)
+    table = Table()
     table.add_column("api")
     table.add_column("usable")
     table.add_column("evidence", overflow="fold")

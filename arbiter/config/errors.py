@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+def did_you_mean(name: str, known: Iterable[str], what: str = "known") -> str:
+    """A hint for a name that is not one of ``known``: the closest, then the whole list."""
+    names = sorted(set(known))
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return hint + (f"{what}: {', '.join(names)}" if names else f"{what}: none installed")
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,17 @@
 
 Rule files validate in two stages: the outer :class:`Rule` model, then every
 ``{kind: ...}`` block against the options model of the plugin that registered the kind.
+
+It is over 400 lines because reading, validating and following ``extends:`` share the
+positions of every value: split apart, each would pass them back and forth.
 """
 
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import stat
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +20,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from arbiter.config.errors import ConfigError, Problem
-from arbiter.config.locate import find_config, relative_to_config
+from arbiter.config.errors import ConfigError, Problem, did_you_mean
+from arbiter.config.locate import find_config, relative_to_config, shipped_tenants_dir
 from arbiter.config.models import KindBlock, Manifest, NodeConfig, Rule
 from arbiter.config.safety import command_file_problem
 from arbiter.config.yamlpos import Path_, Positions, anchor_of, load_with_positions, position_of
@@ -51,28 +54,64 @@ def _field_path(loc: Iterable[str | int]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation holds: itself, or inside Optional, a union, a list or a dict."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        found += _models_in(arg)
+    return found
+
+
+def known_keys(model: type[BaseModel], loc: Sequence[str | int]) -> list[str]:
+    """The keys a model takes at ``loc`` (the mapping that holds the last part of it)."""
+    models = [model]
+    for part in loc[:-1]:
+        inner = [
+            m
+            for current in models
+            for name, info in current.model_fields.items()
+            if part in (name, info.alias)
+            for m in _models_in(info.annotation)
+        ]
+        if inner:
+            models = inner  # a field; else a list index or a mapping's key: the same models hold
+    return sorted({info.alias or name for m in models for name, info in m.model_fields.items()})
+
+
 def problems_from(
     exc: ValidationError,
     filename: str,
     positions: Positions,
     prefix: Path_ = (),
     origins: Mapping[Path_, str] | None = None,
+    model: type[BaseModel] | None = None,
 ) -> list[Problem]:
     """Each validation error as a Problem at its line.  ``origins`` (a position's key → the
     file it is in) is for a rule merged from several files: each problem then names the file
-    that holds the value, so the user edits the right one."""
+    that holds the value, so the user edits the right one.  With the ``model`` validated, a key
+    it does not take gets the keys it does take, the closest first."""
     out = []
     for err in exc.errors(include_url=False):
-        loc: Path_ = (*prefix, *[p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-"))])
+        own = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         # unions report each alternative under a type tag; it means nothing to a user
-        loc = tuple(p for p in loc if p not in ("str", "KindBlock", "list[str]"))
+        own = tuple(p for p in own if p not in ("str", "KindBlock", "list[str]"))
+        loc: Path_ = (*prefix, *own)
         anchor = anchor_of(positions, loc, prefer_key=err["type"] == "extra_forbidden")
         line, col = positions.get(anchor, (1, 1))
         where = origins.get(anchor, filename) if origins else filename
         message = err["msg"]
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
-        out.append(Problem(where, line, col, _field_path(loc), message, _HINTS.get(err["type"], "")))
+        hint = _HINTS.get(err["type"], "")
+        if err["type"] == "extra_forbidden" and model is not None and own:
+            keys = [k for k in known_keys(model, own) if k != "kind"]
+            message = f"unknown key {own[-1]!r}"
+            hint = did_you_mean(str(own[-1]), keys, "known keys here") if keys else "it takes no options: remove it"
+            if keys and not hint.startswith("did you mean"):
+                hint = f"remove it; {hint}"
+        out.append(Problem(where, line, col, _field_path(loc), message, hint))
     return sorted(out, key=lambda p: (p.line, p.column))
 
 
@@ -87,7 +126,7 @@ def validate(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(problems_from(exc, filename, positions, prefix, origins)) from None
+        raise ConfigError(problems_from(exc, filename, positions, prefix, origins, model)) from None
 
 
 def read_text(path: Path) -> str:
@@ -356,17 +395,35 @@ def _validate_rule(
         model = options_for(family, kind)
         if model is None:
             file, line, col = where((*loc, "kind"))
-            known = ", ".join(sorted(kinds(family))) or "none installed"
             problems.append(
                 Problem(
-                    file, line, col, f"{field_path}.kind", f"unknown {family[:-1]} kind {kind!r}", f"known: {known}"
+                    file,
+                    line,
+                    col,
+                    f"{field_path}.kind",
+                    f"unknown {family[:-1]} kind {kind!r}",
+                    did_you_mean(kind, kinds(family), f"known {family[:-1]} kinds"),
                 )
             )
             continue
         try:
-            validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
+            options = validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
         except ValidationError as exc:
-            problems.extend(problems_from(exc, top.path, positions, loc, origins))
+            problems.extend(problems_from(exc, top.path, positions, loc, origins, model))
+        else:
+            if loc[0] == "during" and getattr(options, "gives_phase", lambda: None)() is False:
+                file, line, col = where(loc)
+                problems.append(
+                    Problem(
+                        file,
+                        line,
+                        col,
+                        field_path,
+                        f"a {kind} source with these options gives no phase (on, off, soon), which during: needs",
+                        "give it the options of a phase (docs/rule-files.md lists each kind's), or move it to "
+                        "protect.source, which takes a rate",
+                    )
+                )
         if getattr(model, "runs_command", False):
             # every file the rule is made of is trusted with the command, not only the one naming the kind
             for layer in layers:
@@ -471,15 +528,13 @@ def resolve_rules(
             )
         else:
             known = sorted({i for i, ps in writers.items() if any(p != path for p in ps)})
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            hint += f"known ids: {', '.join(known)}" if known else "no other rule file has an id"
+            hint = did_you_mean(name, known, "known ids") if known else "no other rule file has an id"
             if unreadable:
                 hint += f"; these files could not be read and may hold it: {', '.join(unreadable)}"
             fail(
                 path,
                 f"no other rule file in the tenants dirs has id {name!r}",
-                f"{hint}; the base must be a rule file in one of the tenants_dirs",
+                f"{hint}; the base must be a rule file in one of the tenants_dirs, or one shipped with arbiter",
             )
 
     # A base extended twice: which one's changes win would depend on file names, so neither does.
@@ -633,6 +688,27 @@ def _peek(text: str | list[Problem]) -> RuleFile | None:
         return None
 
 
+def with_shipped_bases(files: dict[str, str | list[Problem]]) -> set[str]:
+    """Add to ``files`` the shipped default rule files that ``extends:`` may name, so that a
+    rule extending one needs no folder of them in tenants_dirs; returns the names added.  They
+    are bases only: a shipped rule that nothing extends is not in force (list the folder in
+    tenants_dirs for that).  One whose path, file name or id a file of ``files`` has is left out."""
+    shipped = shipped_tenants_dir()
+    if shipped is None:
+        return set()
+    # one of the same name is a copy of it, even where it cannot be read now
+    present = {os.path.realpath(name) for name in files} | {os.path.basename(name) for name in files}
+    ids = {rf.own_id for rf in map(_peek, files.values()) if rf and rf.own_id and rf.own_id != rf.data.get("extends")}
+    added: set[str] = set()
+    candidates = [p for p in rule_files([shipped]) if os.path.realpath(p) not in present and p.name not in present]
+    for path, text in read_rule_texts(candidates).items():
+        peeked = _peek(text)
+        if peeked is not None and peeked.own_id not in ids:
+            files[path] = text
+            added.add(path)
+    return added
+
+
 def check_paths(
     paths: Iterable[Path], options_for: OptionsLookup, kinds: KindsLookup, bases: Iterable[Path] = ()
 ) -> RuleSet:
@@ -653,6 +729,7 @@ def check_paths(
         if peeked is not None and peeked.own_id in ids:
             continue  # the checked file with this id stands in its place
         files[path] = text
+    with_shipped_bases(files)
     resolution = resolve_rules(files, options_for, kinds)
     wanted = set(map(str, checked))
     ruleset = RuleSet()

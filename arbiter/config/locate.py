@@ -6,6 +6,7 @@ Kept free of pydantic so that CLI commands that only talk to the daemon start fa
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 CONFIG_ENV = "ARBITER_CONFIG"
@@ -35,3 +36,13 @@ def default_state_dir() -> str:
 def relative_to_config(value: str, config_path: Path) -> Path:
     """Relative paths in a config file mean relative to that file."""
     return config_path.resolve().parent / Path(value).expanduser()
+
+
+def shipped_tenants_dir() -> Path | None:
+    """The default rule files that come with arbiter: ``tenants.d`` beside the package in a
+    checkout, ``<prefix>/share/arbiter/tenants.d`` in an installed wheel."""
+    here = Path(__file__).resolve().parents[2]
+    for candidate in (here / "tenants.d", Path(sys.prefix) / "share" / "arbiter" / "tenants.d"):
+        if candidate.is_dir():
+            return candidate
+    return None

@@ -16,6 +16,20 @@ from arbiter.engine import codes
 from arbiter.store import PausedEntry, Store
 
 log = logging.getLogger("arbiter.recorder")
+#: every timeline entry is one log line too: a foreground daemon says what it decides
+timeline_log = logging.getLogger("arbiter.timeline")
+#: entries that say something is wrong, logged as warnings
+WARN_CODES = frozenset(
+    {
+        codes.CONFIG_REJECTED,
+        codes.PLUGIN_FAILED,
+        codes.PID_REUSED,
+        codes.GPU_TIME_UNREADABLE,
+        codes.PROTECTION_SOURCE_UNREADABLE,
+        codes.VRAM_RELEASE_FAILED,
+        codes.STATE_WRITE_FAILED,
+    }
+)
 
 Write = Callable[[sqlite3.Connection], None]
 
@@ -121,6 +135,8 @@ class Recorder:
                         {"since": since, "lost": lost, "error": self.last_error},
                     )
             for e in events:
+                level = logging.WARNING if e["code"] in WARN_CODES else logging.INFO
+                timeline_log.log(level, "%s %s: %s", e["code"], e["subject"], e["message"])
                 try:
                     self.observe(e)
                 except Exception as exc:  # an exporter plugin must not stop recording

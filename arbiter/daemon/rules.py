@@ -20,6 +20,7 @@ from arbiter.config.loader import (
     rule_file_stats,
     rule_files,
     validate_kind_options,
+    with_shipped_bases,
 )
 from arbiter.config.models import KindBlock, MatchBlock, NodeConfig, Rule
 from arbiter.daemon.sources import BUSY
@@ -132,6 +133,7 @@ class RuleBook:
         versions of the files it is made of give."""
         self._signature = _signature(self.config.tenants_paths())
         files = read_rule_texts(rule_files(self.config.tenants_paths()))
+        shipped = with_shipped_bases(files)  # bases for extends: only, not rules in force
         now = self._resolve(files)
         fallback: Resolution | None = None
         if now.problems:
@@ -147,6 +149,8 @@ class RuleBook:
         invalid: list[str] = []
         problems: dict[str, list[Problem]] = {}
         for name in files:
+            if name in shipped:
+                continue
             rule = now.rules.get(name)
             found = now.problems.get(name)
             if found:

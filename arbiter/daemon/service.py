@@ -8,6 +8,7 @@ import os
 import signal
 from pathlib import Path
 
+from arbiter import discovery
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, make_translators
@@ -59,6 +60,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         {signal.SIGINT: daemon.request_stop, signal.SIGTERM: daemon.request_stop, signal.SIGHUP: daemon.request_reload}
     )
     daemon.start()
+    pointer = discovery.publish(daemon.state_dir, daemon.state_dir / SOCKET_FILE, config_path)
     logging.getLogger("arbiter").info(
         "arbiter running: socket %s, http %s, %d rule(s)",
         daemon.state_dir / SOCKET_FILE,
@@ -74,6 +76,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         while not daemon.wait(1.0):
             pass
     finally:
+        discovery.withdraw(pointer)
         notifier.stopping()
         daemon.shutdown()
         notifier.close()

@@ -94,17 +94,23 @@ def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
             + (f", {window['arm'].upper()} window" if window else "")
             + f", {run['excluded']} left out"
         )
-    return Group(Panel(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
+    return Group(Panel.fit(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
 
 
 def _show(live: Live, node: LocalNode, step: str, rate: _Rate, seconds: float, until: Any = None) -> None:
+    """A step: on a terminal, its view redrawn in place; into a file or a log, where a redraw
+    would keep only the last step, the view as the step ends, printed below the steps before."""
+    on_terminal = live.console.is_terminal
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        live.update(_view(node, step, rate))
+        if on_terminal:
+            live.update(_view(node, step, rate))
         if until is not None and until():
             deadline = min(deadline, time.monotonic() + 1.5)
             until = None
         time.sleep(0.25)
+    if not on_terminal:
+        live.console.print(_view(node, step, rate))
 
 
 def _state(node: LocalNode, name: str) -> str:

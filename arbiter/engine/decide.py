@@ -226,8 +226,10 @@ def _node_holds(obs: Observation, policy: Policy) -> list[_Hold]:
                 "gpu",
                 Reason(
                     codes.CONFIG_REJECTED,
-                    f"rule file(s) never valid: {', '.join(obs.invalid_files)}; GPU work waits until they are fixed",
-                    "run `arbiter check` and fix what it reports",
+                    f"rule file(s) never valid: {', '.join(obs.invalid_files)}; until one reads, which program it "
+                    "protects cannot be known, and it may be any that uses the GPU now, so all GPU work waits",
+                    f"fix what `arbiter check {' '.join(obs.invalid_files)}` reports, or move the file out of the "
+                    "tenants dirs until it is finished",
                     {"files": list(obs.invalid_files)},
                 ),
             )

@@ -20,6 +20,10 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
         title="arbiter",
         version=__version__,
         description="Status, reasons and timeline of a node's GPU sharing. Read-only; mutations need the token.",
+        # the interactive docs pages load their scripts from a CDN and render blank offline:
+        # the schema itself, at /openapi.json, is what an offline node can serve
+        docs_url=None,
+        redoc_url=None,
     )
     if is_loopback_bind(bind_host):
         app.add_middleware(LoopbackHostGate)
@@ -106,11 +110,13 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
         return {"status": "reloading"}
 
     @app.get("/", response_class=HTMLResponse)
-    def page() -> str:
+    def page(
+        subject: str | None = Query(default=None, description="a job id or tenant: its timeline entries alone"),
+    ) -> str:
         import time
 
         from arbiter.http.page import render_page
 
-        return render_page(provider, time.time())
+        return render_page(provider, time.time(), subject)
 
     return app

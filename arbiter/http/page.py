@@ -2,10 +2,14 @@
 no external asset, so it works from a plain ``curl`` as well as a browser, and refreshes
 itself.
 
-Jobs and tenants come from the status answer, whose items are the explain answer for the
+Jobs, tenants and their sources come from the status answer, whose items are the explain answer for the
 node (same builder), so each reason shows with its code, message and remedy.  The budget
 chart is drawn from the governor's timeline events: each carries the rule, its budget and
-its ceiling after the step, so the store already holds the history.
+its ceiling after the step, so the store already holds the history.  ``?subject=ID`` keeps
+the timeline to one job's or tenant's entries: its history.
+
+It is over 400 lines because each section is a short function of one answer, read top to
+bottom as the page is.
 """
 
 from __future__ import annotations
@@ -151,7 +155,7 @@ def jobs_section(jobs: Sequence[Mapping[str, Any]], duty_jobs: Sequence[Mapping[
         pids = [str(p) for p in j.get("pids") or []]
         rows.append(
             [
-                f"<span class='code'>{_e(j.get('id'))}</span>{name}",
+                f"{_history_link(j.get('id'))}{name}",
                 f"<span class='state {STATE_CLASS.get(state, '')}'>{_e(state)}</span>{via}",
                 duty,
                 _e(j.get("use", "")),
@@ -164,6 +168,46 @@ def jobs_section(jobs: Sequence[Mapping[str, Any]], duty_jobs: Sequence[Mapping[
         rows,
         "no jobs are registered; start one with `arbiter job run -- CMD`",
         cls="jobs",
+    )
+
+
+def _history_link(subject: Any) -> str:
+    """A job's or tenant's id, linking to the page with only its timeline entries."""
+    href = f"/?subject={quote(str(subject), safe='')}#timeline"
+    return f"<a class='code' href='{_e(href)}'>{_e(subject)}</a>"
+
+
+def sources_section(rules: Sequence[Mapping[str, Any]]) -> str:
+    """Each tenant's sources: whether they read, their rate, who reads them, how fast a write
+    reaches a decision."""
+    rows = []
+    for r in rules:
+        for src in r.get("sources") or []:
+            if src.get("readable", True):
+                state = f"<span class='state run'>{_e(src.get('phase') or 'reads')}</span>"
+            else:
+                why = "needs a session helper: " if src.get("needs_helper") else "cannot be read: "
+                state = f"<span class='bad'>{_e(why + str(src.get('why', '')))}</span>"
+            lat = src.get("latency") or {}
+            rows.append(
+                [
+                    _history_link(r.get("id")),
+                    _e(f"{src.get('slot', '')} ({src.get('kind', '')})"),
+                    state,
+                    _e("-" if src.get("rate") is None else f"{float(src['rate']):.3g}"),
+                    _e(src.get("read_by", "")),
+                    _e(
+                        f"{lat.get('p50_ms')} / {lat.get('p99_ms')} ms ({lat.get('count')})"
+                        if lat.get("count")
+                        else "-"
+                    ),
+                ]
+            )
+    return _table(
+        ("tenant", "source", "state", "rate/s", "read by", "write → decision p50/p99"),
+        rows,
+        "no tenant reads a source (rules with protect.source, during:, busy: or events: do)",
+        cls="sources",
     )
 
 
@@ -199,7 +243,7 @@ def tenants_section(rules: Sequence[Mapping[str, Any]]) -> str:
         holds = [*(r.get("holds") or []), *(r.get("notes") or [])]
         rows.append(
             [
-                f"<span class='code'>{_e(r.get('id'))}</span>",
+                _history_link(r.get("id")),
                 _e(r.get("priority", "")),
                 "yes" if r.get("protected") else "no",
                 _e(running),
@@ -342,10 +386,22 @@ def budget_chart(
     return "".join(parts) + f"<div class='muted'>{key}</div>"
 
 
-def budget_section(duty: Mapping[str, Any], events: Iterable[Mapping[str, Any]], now: float) -> str:
+def budget_section(
+    duty: Mapping[str, Any], events: Iterable[Mapping[str, Any]], now: float, gpu_jobs: str = "certified"
+) -> str:
     rules = duty.get("rules") or []
     current = {str(r["rule"]): float(r["budget"]) for r in rules if isinstance(r.get("budget"), (int, float))}
-    out = [f"<p><b>{_e(duty.get('summary', ''))}</b></p>", budget_chart(budget_history(events), current, now)]
+    history = budget_history(events)
+    out = [f"<p><b>{_e(duty.get('summary', ''))}</b></p>"]
+    if gpu_jobs != "certified" and not history and not current:
+        # nothing to draw: say why, rather than show an empty chart
+        out.append(
+            f"<p class='muted'>This node runs gpu_jobs: {_e(gpu_jobs)}: GPU work waits while a protected program "
+            "uses the GPU, so no budget is given out beside one. Under gpu_jobs: certified, a budget per protected "
+            "program, earned by `arbiter ab sweep`, is drawn here over time.</p>"
+        )
+        return "".join(out)
+    out.append(budget_chart(history, current, now))
     rows = []
     for r in rules:
         left = f" ({float(r['take_back_left_s']):.0f}s left)" if r.get("take_back_left_s") else ""
@@ -417,15 +473,24 @@ def governor_events(provider: Provider) -> list[dict[str, Any]]:
     return events
 
 
-def render_page(provider: Provider, now: float) -> str:
+def render_page(provider: Provider, now: float, subject: str | None = None) -> str:
+    """The page; with ``subject`` (a job id or a tenant), its timeline holds only that one's
+    entries: the job's or tenant's history."""
     status = provider.status()
     duty = provider.duty()
+    gpu_jobs = str(status.get("gpu_jobs", ""))
+    timeline = timeline_section(provider.timeline(TIMELINE_ROWS, subject or None, None))
+    if subject:
+        timeline = (
+            f"<p>only <span class='code'>{_e(subject)}</span>: <a href='/#timeline'>every entry</a></p>" + timeline
+        )
     sections = [
         ("Node", node_section(status)),
         ("Jobs", jobs_section(status.get("jobs") or [], duty.get("jobs") or [])),
         ("Tenants", tenants_section(status.get("rules") or [])),
-        ("Budget over time", budget_section(duty, governor_events(provider), now)),
-        ("Timeline", timeline_section(provider.timeline(TIMELINE_ROWS, None, None))),
+        ("Sources", sources_section(status.get("rules") or [])),
+        ("Budget over time", budget_section(duty, governor_events(provider), now, gpu_jobs)),
+        ("Timeline", timeline),
         ("A/B runs", ab_section(provider.ab_runs())),
     ]
     body = "".join(
@@ -438,6 +503,6 @@ def render_page(provider: Provider, now: float) -> str:
         f"<title>arbiter {_e(status.get('version', ''))}</title><style>{CSS}</style></head><body>"
         f"<h1>arbiter</h1><div class='muted'>refreshes every {REFRESH_S}s; as of {_clock(now)}; JSON at "
         "<a href='/v1/status'>/v1/status</a>, <a href='/v1/explain'>/v1/explain</a>, <a href='/v1/duty'>/v1/duty</a>, "
-        "<a href='/v1/timeline'>/v1/timeline</a>, <a href='/docs'>/docs</a></div>"
+        "<a href='/v1/timeline'>/v1/timeline</a>; API schema at <a href='/openapi.json'>/openapi.json</a></div>"
         f"{body}</body></html>"
     )

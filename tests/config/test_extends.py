@@ -142,7 +142,7 @@ def test_an_unknown_base_names_the_line_and_the_known_ids(host, shipped) -> None
     (p,) = problems(check(host, shipped))
     assert (p.file, p.line, p.column, p.field) == (str(path), 2, 10, "extends")
     assert "'llm-sever'" in p.message and "no other rule file" in p.message
-    assert "known ids: llm-server" in p.hint and "tenants_dirs" in p.hint
+    assert "did you mean 'llm-server'?" in p.hint and "tenants_dirs" in p.hint
 
 
 def test_a_base_extended_twice_is_an_error_in_both_extensions(host, shipped) -> None:
@@ -229,7 +229,11 @@ def test_arbiter_check_finds_a_single_files_base_in_the_tenants_dirs(tmp_path, s
     assert out.returncode == 0, out.stdout + out.stderr
     override.write_text("extends: llm-servr\n")
     out = run_cli("check", "--config", str(node), str(override))
-    assert out.returncode == 1 and f"{override}:1:10: extends:" in out.stdout and "known ids: llm-server" in out.stdout
+    assert (
+        out.returncode == 1
+        and f"{override}:1:10: extends:" in out.stdout
+        and "did you mean 'llm-server'?" in out.stdout
+    )
     assert run_cli("check", "--config", str(node), str(ROOT / "tenants.d")).returncode == 0
 
 
@@ -298,5 +302,28 @@ def test_the_daemon_reports_an_unknown_base_and_holds_gpu_work(host, tmp_path) -
         assert book.invalid_files == [str(ext)] and not book.live
         code, subject, msg = records[-1]
         assert (code, subject) == ("CONFIG_REJECTED", str(ext)) and "never valid" in msg and ":1:10: extends:" in msg
+    finally:
+        book.close()
+
+
+def test_a_shipped_default_is_a_base_without_its_folder_in_tenants_dirs(host, tmp_path) -> None:
+    """`extends:` finds the shipped defaults; those nothing extends stay out of force."""
+    folder = tmp_path / "tenants.d"
+    folder.mkdir()
+    ext = write(folder, "compositor.yaml", "extends: desktop-compositor\npriority: 95\n")
+    ruleset = check(host, folder)
+    assert not ruleset.problems and list(ruleset.rules) == ["desktop-compositor"]
+    assert ruleset.rules["desktop-compositor"].priority == 95
+    node = write(tmp_path, "node.yaml", f"tenants_dirs: [{folder}]\nstate_dir: {tmp_path / 'state'}\n")
+    out = run_cli("check", "--config", str(node))
+    assert out.returncode == 0, out.stdout + out.stderr
+    records: list[tuple[str, str, str]] = []
+    book = rulebook(folder, records, host)
+    try:
+        assert book.load()
+        assert list(book.live) == ["desktop-compositor"] and not book.problems and not book.invalid_files
+        live = book.live["desktop-compositor"]
+        assert (live.rule.priority, live.path) == (95, str(ext))
+        assert live.rule.match.options() == check(host, ROOT / "tenants.d").rules["desktop-compositor"].match.options()
     finally:
         book.close()

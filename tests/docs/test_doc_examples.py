@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.config.loader import check_paths, parse_manifest, parse_node_config
+from arbiter.config.nodecheck import node_problems
 from arbiter.pluginmanager import build_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +33,14 @@ def test_rule_files_shown_are_valid(page: str, blocks, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("page", PAGES)
 def test_node_configs_and_manifests_shown_are_valid(page: str, blocks) -> None:
-    for name, text in blocks(page, "yaml"):
-        if name == "arbiter.yaml":
-            parse_node_config(text, f"docs/{page}")
-        elif name == "job.yaml":
-            parse_manifest(text, f"docs/{page}")
+    host = build_plugin_manager()
+    try:
+        for name, text in blocks(page, "yaml"):
+            if name == "arbiter.yaml":
+                # what `arbiter check` and start-up ask of it: the kinds it names are installed
+                problems = node_problems(parse_node_config(text, f"docs/{page}"), None, host)
+                assert not problems, f"docs/{page}:\n" + "\n".join(map(str, problems))
+            elif name == "job.yaml":
+                parse_manifest(text, f"docs/{page}")
+    finally:
+        host.close()

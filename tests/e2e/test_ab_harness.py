@@ -26,7 +26,7 @@ CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 PINNED = (
     f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
 )
-SHORT = ["--window", "3", "--washout", "1", "--blocks", "6", "--max-hours", "1"]
+SHORT = ["--yes", "--window", "3", "--washout", "1", "--blocks", "6", "--max-hours", "1"]
 #: at most 36 blocks a run: a pilot too noisy for that is refused in seconds, not run for an hour
 SWEEP = [*SHORT[:-1], "0.06"]
 SLOWING_JOB = Path(__file__).with_name("slowing_job.py")

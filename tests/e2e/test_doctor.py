@@ -48,6 +48,12 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
             },
         )
         node.start()
+        # its program is not running: a source that cannot be read yet is no fault
+        _, report = doctor(node)
+        source = {i["area"]: i for i in report["items"]}["rule p source"]
+        assert source["ok"] and "not read while p is not running" in source["detail"]
+        node.spawn(["sleep", "1009"])
+        node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
         code, report = doctor(node)
         areas = {i["area"]: i for i in report["items"]}
         assert code == 1 and report["healthy"] is False

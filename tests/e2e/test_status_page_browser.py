@@ -131,6 +131,19 @@ def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(
     else:
         raise AssertionError("an unknown run's plot was served")
 
+    # the job's id links to its history: the timeline with its entries alone
+    from selenium.webdriver.common.by import By
+
+    WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: d.find_element(By.LINK_TEXT, job["id"])
+    ).click()
+    WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: "JOB_HELD" in d.find_element(By.CSS_SELECTOR, "section#timeline").text
+    )
+    history = browser.find_element(By.CSS_SELECTOR, "section#timeline").text
+    assert f"only {job['id']}" in history and "PROTECTION_GPU_ON" not in history  # the tenant's entry is not its
+    assert "gpu_jobs: when_no_gpu_protected" in browser.find_element(By.CSS_SELECTOR, "section#budget").text
+
     shot = save_screenshot(browser, tmp_path)
     print(f"\nscreenshot: {shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

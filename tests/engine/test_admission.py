@@ -222,6 +222,10 @@ def test_never_valid_rule_file_holds_gpu_work() -> None:
     obs = Observation(now=0, jobs={"j1": job(), "c": job("c", use="none")}, invalid_files=("tenants.d/bad.yaml",))
     d = decide(obs, EngineState(), POLICY, 0)
     assert codes_of(d.jobs["j1"]) == [codes.CONFIG_REJECTED] and d.jobs["c"].state == "run"
+    why = d.jobs["j1"].reasons[0]
+    # it says why all GPU work waits, not only that it does, and names the file in the remedy
+    assert "which program it protects cannot be known" in why.message
+    assert "arbiter check tenants.d/bad.yaml" in why.remedy
     assert [n.code for n in d.notices] == [codes.CONFIG_REJECTED]
     assert codes.CONFIG_REJECTED in [e.code for e in d.events]
     d2 = decide(replace(obs, now=2), d.state, POLICY, 2)

@@ -286,3 +286,72 @@ def test_the_route_serves_it() -> None:
     answer = client.get("/")
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/html")
     assert "PROTECTED_GPU_BUSY" in answer.text and "<svg" in answer.text
+
+
+class WithSources(Provider):
+    def status(self) -> dict[str, Any]:
+        s = super().status()
+        s["rules"][0]["sources"] = [
+            {
+                "slot": "progress",
+                "kind": "jsonl",
+                "readable": True,
+                "phase": None,
+                "rate": 41.5,
+                "read_by": "helper (uid 1000)",
+                "needs_helper": False,
+                "why": "",
+                "latency": {"p50_ms": 0.4, "p99_ms": 1.2, "count": 9},
+            },
+            {
+                "slot": "during.0",
+                "kind": "jsonl",
+                "readable": False,
+                "phase": None,
+                "rate": None,
+                "read_by": "daemon",
+                "needs_helper": False,
+                "why": f"no such file {EVIL}",
+                "latency": {"count": 0},
+            },
+        ]
+        return s
+
+
+def section(page: str, name: str) -> str:
+    return page.split(f"<section id='{name}'>", 1)[1].split("</section>", 1)[0]
+
+
+def test_the_sources_show_state_rate_reader_and_latency() -> None:
+    page = render_page(WithSources(), NOW)
+    text = " ".join(parse(section(page, "sources")).text)
+    assert "progress (jsonl)" in text and "41.5" in text and "helper (uid 1000)" in text
+    assert "0.4 / 1.2 ms (9)" in text
+    assert "cannot be read: no such file" in text and EVIL not in page
+
+
+class Plain(Provider):
+    """A node without gpu_jobs: certified: the governor never runs."""
+
+    def status(self) -> dict[str, Any]:
+        return {**super().status(), "gpu_jobs": "when_no_gpu_protected"}
+
+    def duty(self) -> dict[str, Any]:
+        return {**super().duty(), "gpu_jobs": "when_no_gpu_protected", "rules": [], "summary": "no governor runs"}
+
+    def timeline(self, limit: int, subject: str | None, code: str | None) -> list[dict[str, Any]]:
+        events = [e for e in self.events if not e["code"].startswith("GPU_DUTY")]
+        return [e for e in events if (code is None or e["code"] == code) and subject in (None, e["subject"])]
+
+
+def test_without_certified_the_budget_section_says_why_instead_of_an_empty_chart() -> None:
+    budget = section(render_page(Plain(), NOW), "budget")
+    assert "<svg" not in budget and "gpu_jobs: when_no_gpu_protected" in budget and "arbiter ab sweep" in budget
+
+
+def test_a_job_links_to_its_history() -> None:
+    page = render_page(Plain(), NOW)
+    assert "href='/?subject=j-1#timeline'" in section(page, "jobs")
+    alone = section(render_page(Plain(), NOW, subject="j-1"), "timeline")
+    assert "JOB_PAUSED" in alone and "only" in alone and "href='/#timeline'" in alone
+    assert "JOB_PAUSED" not in section(render_page(Plain(), NOW, subject="someone-else"), "timeline")

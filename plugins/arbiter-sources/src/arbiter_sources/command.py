@@ -27,6 +27,9 @@ MAX_OUTPUT_BYTES = 4096
 class ExecOptions(KindOptions):
     """``{kind: exec, command, every_s, timeout_s}``: the command prints one number, a rate."""
 
+    def gives_phase(self) -> bool:
+        return False
+
     runs_command = True
 
     kind: Literal["exec"] = "exec"
@@ -163,6 +166,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 class OnExecOptions(KindOptions):
     """``{kind: on_exec, match: {...}}``: a phase that is on while a matching process runs."""
+
+    def gives_phase(self) -> bool:
+        return True
 
     kind: Literal["on_exec"] = "on_exec"
     match: dict[str, Any] = Field(description="a match block, as a rule's own match:")

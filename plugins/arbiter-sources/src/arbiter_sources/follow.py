@@ -88,8 +88,7 @@ class FollowOptions(KindOptions):
             raise ValueError(f"path must name a file, not a directory (got {value!r})")
         return value
 
-    @property
-    def has_phase(self) -> bool:
+    def gives_phase(self) -> bool:
         return False
 
 
@@ -110,7 +109,7 @@ class FollowedFile(Source):
         #: lines that did not parse (or were too long), skipped
         self.malformed = 0
         self._count = 0
-        self._phase: Phase | None = "off" if options.has_phase else None
+        self._phase: Phase | None = "off" if options.gives_phase() else None
         self._readable = False
         self._why = "not read yet"
         self._needs_helper = False
@@ -231,7 +230,7 @@ class FollowedFile(Source):
             poller.register(self._inotify.fileno(), select.POLLIN)
         resting = select.poll()  # the wake-up alone: close() is heard while a count rests
         resting.register(self._wake_r, select.POLLIN)
-        pace_ms = 0 if self.options.has_phase else COUNT_PACE_S * 1000
+        pace_ms = 0 if self.options.gives_phase() else COUNT_PACE_S * 1000
         while not self._stopping:
             try:
                 rescan = self._wait(poller)

@@ -44,6 +44,9 @@ def _dotted(value: str) -> str:
 class HttpCountOptions(KindOptions):
     """``{kind: http_count, url, count_keys, ...}``: busy while the lists hold anything."""
 
+    def gives_phase(self) -> bool:
+        return False
+
     kind: Literal["http_count"] = "http_count"
     url: str = Field(description="the http(s) URL to GET, e.g. http://127.0.0.1:8188/queue")
     count_keys: list[str] = Field(min_length=1, description="dotted paths of the lists whose lengths are summed")

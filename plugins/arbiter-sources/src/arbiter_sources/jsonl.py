@@ -119,8 +119,7 @@ class JsonlOptions(FollowOptions):
             )
         return self
 
-    @property
-    def has_phase(self) -> bool:
+    def gives_phase(self) -> bool:
         return self.field is not None or self.enter is not None
 
 

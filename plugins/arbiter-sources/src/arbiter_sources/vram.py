@@ -22,6 +22,9 @@ GIB = 1 << 30  # "GB" in rule files means GiB, as GPU tools show VRAM
 class VramOptions(KindOptions):
     """``{kind: vram, above_gb: N}``: busy while the tenant holds more than N GB."""
 
+    def gives_phase(self) -> bool:
+        return False
+
     kind: Literal["vram"] = "vram"
     above_gb: float = Field(ge=0, description="busy while the tenant's processes hold more VRAM than this (GB = GiB)")
 

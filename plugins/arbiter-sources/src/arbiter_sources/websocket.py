@@ -31,6 +31,9 @@ MAX_MESSAGE_BYTES = 64 << 20
 class WebsocketOptions(KindOptions):
     """``{kind: websocket, url}``: any message wakes the tenant's busy probe."""
 
+    def gives_phase(self) -> bool:
+        return False
+
     kind: Literal["websocket"] = "websocket"
     url: str = Field(description="the ws:// or wss:// URL, e.g. ws://127.0.0.1:8188/ws")
     retry_s: float = Field(2.0, gt=0, le=600, description="first wait before connecting again")

@@ -60,11 +60,17 @@ class FlagFileOptions(FileOptions):
     def _soon_is_absolute(cls, value: str | None) -> str | None:
         return None if value is None else _absolute(value)
 
+    def gives_phase(self) -> bool:
+        return True  # on while the file exists: during: may use it
+
 
 class CounterFileOptions(FileOptions):
     """``{kind: counter_file, path}``: the file holds one whole number, the work done so far."""
 
     kind: Literal["counter_file"] = "counter_file"
+
+    def gives_phase(self) -> bool:
+        return False  # a count: protect.source, not during:
 
 
 class _PolledFile(Source):

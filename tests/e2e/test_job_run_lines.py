@@ -1,0 +1,68 @@
+"""What `arbiter job run` says while its job lives: each change once (paused with its reason,
+resumed), never a line per look."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing import wait_until
+
+
+def phase(path: Path, value: str) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"t": time.time(), "event": "status", "state": {"phase": value}}) + "\n")
+
+
+def test_job_run_says_paused_and_resumed_once_each(tmp_path: Path) -> None:
+    events = tmp_path / "events.jsonl"
+    events.touch()
+    node = LocalNode(tmp_path, tick_s=1)
+    try:
+        node.add_rule(
+            "p",
+            {
+                "id": "p",
+                "match": {"cmdline": ["sleep 1002"]},
+                "immediate": True,
+                "during": [
+                    {
+                        "source": {
+                            "kind": "jsonl",
+                            "path": str(events),
+                            "event": "status",
+                            "field": "state.phase",
+                            "on": ["uploading"],
+                        },
+                        "pause_fleet": {"scope": "gpu"},
+                    }
+                ],
+            },
+        )
+        node.start()
+        node.spawn(["sleep", "1002"])
+        node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
+        job = node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain", stderr=subprocess.PIPE)
+        said: list[str] = []
+
+        def read() -> None:
+            assert job.stderr is not None
+            for line in job.stderr:
+                said.append(line.decode(errors="replace").rstrip())
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        wait_until(lambda: any("admitted; starting" in s for s in said), 30, "the job to start")
+        phase(events, "uploading")
+        wait_until(lambda: any(" paused: PROTECTION_PHASE_ON" in s for s in said), 30, "job run to say paused")
+        phase(events, "idle")
+        wait_until(lambda: any(s.endswith(" resumed") for s in said), 30, "job run to say resumed")
+        time.sleep(3 * 1.0)  # three more looks: nothing new happened, so nothing more is said
+        assert sum(" paused: " in s for s in said) == 1 and sum(s.endswith(" resumed") for s in said) == 1, said
+        assert not [s for s in said if s.startswith("arbiter: waiting")], said
+    finally:
+        node.close()
