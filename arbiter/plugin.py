@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
+from arbiter.children import run_child, start_child
 from arbiter.childwork import ChildWorker, ChildWorkFailed
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
 
@@ -53,6 +54,8 @@ __all__ = [
     "Translator",
     "hookimpl",
     "open_file_share",
+    "run_child",
+    "start_child",
     "write_control_document",
 ]
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
+from arbiter.children import python_module, run_child
 from arbiter.config.models import Manifest
 
 PROBE_TIMEOUT_S = 20.0
@@ -43,20 +44,16 @@ def run_probe(
 ) -> dict[str, Any]:
     """One probe in a child process: ``{"usable", "evidence", "apis"?, "seconds"}``."""
     started = time.monotonic()
-    env = {
-        **os.environ,
-        "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)),
-        "ARBITER_PROBE_DISABLE": json.dumps(list(disable)),
-    }
+    env = {"ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)), "ARBITER_PROBE_DISABLE": json.dumps(list(disable))}
     try:
         # its own process group (no terminal's signals) but the asker's session: where the
         # scheduler groups by session, a new one would be a new group and undo the lower priority
-        out = subprocess.run(
-            [sys.executable, "-m", "arbiter.probing", kind],
+        out = run_child(
+            python_module("arbiter.probing", kind),
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            env=env,
+            extra_env=env,
             process_group=0,
             check=False,  # a failed probe is reported below, with its last line of stderr
         )

@@ -73,15 +73,16 @@ class DaemonProvider:
         kept while the run has not changed."""
         import json
         import subprocess
-        import sys
+
+        from arbiter.children import python_module, run_child
 
         rep = self.ab_report(run_id)
         key = json.dumps([rep["status"], len(rep["blocks"]), len(rep["excluded"])])
         cached = self._plots.get(run_id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "arbiter.harness.report"],
+        done: subprocess.CompletedProcess[bytes] = run_child(
+            python_module("arbiter.harness.report"),
             input=json.dumps(rep).encode(),
             capture_output=True,
             timeout=PLOT_TIMEOUT_S,
