@@ -126,11 +126,32 @@ class JobRecord:
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
+#: the database and its side files: the database holds every rule file's text, whose
+#: headers and tokens are no other account's to read
+DB_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def private_files(db: Path) -> None:
+    """The database (made here when missing) and each side file there, mode 0600 whatever the
+    umask; SQLite gives the side files it makes later the database's mode."""
+    for suffix in DB_SIDE_FILES:
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_CREAT if not suffix else 0)
+        try:
+            fd = os.open(f"{db}{suffix}", flags, 0o600)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fchmod(fd, 0o600)
+        finally:
+            os.close(fd)
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
+        private_files(path)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")

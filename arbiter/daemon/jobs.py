@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.config.models import Manifest
+from arbiter.daemon.safefs import create_file, make_dir, open_dir
 from arbiter.engine.types import JobObs
 from arbiter.plugin import ProcessRef
 from arbiter.store import JobRecord, Store
 
 Persist = Callable[[JobRecord], None]
+
+EVENTS_FILE = "events.jsonl"
 
 
 def to_monotonic(wall: float | None, now_wall: float, now_mono: float) -> float | None:
@@ -52,11 +55,8 @@ class JobRegistry:
     ) -> JobRecord:
         job_id = f"{manifest.name}-{secrets.token_hex(3)}"
         directory = self.jobs_dir / job_id
-        directory.mkdir(parents=True, mode=0o755)
-        events = directory / "events.jsonl"
-        events.touch(mode=0o644)
-        if os.geteuid() == 0 and owner_uid != 0:
-            os.chown(events, owner_uid, -1)  # the job writes its events as its owner
+        self._make_folder(job_id, owner_uid)
+        events = directory / EVENTS_FILE
         record = JobRecord(
             id=job_id,
             owner_uid=owner_uid,
@@ -73,6 +73,24 @@ class JobRegistry:
             self.records[job_id] = record
         self.persist(record)
         return record
+
+    def _make_folder(self, job_id: str, owner_uid: int) -> None:
+        """``jobs/ID/`` with its events file, made through open folders: a folder swapped
+        for a link between two calls turns neither into a ``chown`` of another file."""
+        state_fd = open_dir(self.jobs_dir.parent)
+        try:
+            jobs_fd = make_dir(state_fd, self.jobs_dir.name, 0o755, exist_ok=True)  # jobs read their control document
+        finally:
+            os.close(state_fd)
+        try:
+            job_fd = make_dir(jobs_fd, job_id, 0o755)
+            try:
+                # the job writes its events as its owner; the daemon alone writes the control document
+                create_file(job_fd, EVENTS_FILE, 0o644, owner=owner_uid if os.geteuid() == 0 else None)
+            finally:
+                os.close(job_fd)
+        finally:
+            os.close(jobs_fd)
 
     def get(self, job_id: str) -> JobRecord | None:
         with self.lock:
