@@ -126,6 +126,9 @@ class JobRecord:
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
+#: how long an ended job's row and folder are kept (for `arbiter status` and the timeline)
+ENDED_JOBS_KEPT_S = 24 * 3600.0
+
 #: the database and its side files: the database holds every rule file's text, whose
 #: headers and tokens are no other account's to read
 DB_SIDE_FILES = ("", "-wal", "-shm", "-journal")
@@ -237,9 +240,14 @@ class Store:
 
     @staticmethod
     def put_job(db: sqlite3.Connection, job: JobRecord) -> None:
+        """Write ``job``; a job newly registered also takes away the rows of jobs that ended
+        more than :data:`ENDED_JOBS_KEPT_S` ago (a command line may be tens of kilobytes,
+        and any account may register jobs)."""
         row = job.to_row()
         cols = ", ".join(row)
         db.execute(f"INSERT OR REPLACE INTO jobs ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+        if job.state == "pending":
+            db.execute("DELETE FROM jobs WHERE state = 'ended' AND ended < ?", (time.time() - ENDED_JOBS_KEPT_S,))
 
     def jobs(self, include_ended: bool = False) -> list[JobRecord]:
         sql = "SELECT * FROM jobs" + ("" if include_ended else " WHERE state != 'ended'") + " ORDER BY submitted"

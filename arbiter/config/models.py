@@ -108,6 +108,18 @@ class HttpConfig(Strict):
         return int(self.listen.rpartition(":")[2])
 
 
+class QuotaConfig(Strict):
+    """What one account other than root and the daemon's may hold of the daemon at once: a
+    flood by one local user must never starve the daemon of the descriptors, threads or
+    time it needs to pause work for a protected program."""
+
+    jobs_per_uid: int = Field(256, ge=1, description="jobs one account may have registered and not ended")
+    connections_per_uid: int = Field(64, ge=1, description="socket connections one account may hold open")
+    cmd_bytes: int = Field(
+        65536, ge=256, le=1 << 20, description="the most bytes a job's command line (all its words) may have"
+    )
+
+
 class NodeConfig(Strict):
     """``arbiter.yaml``: how this node shares its GPU."""
 
@@ -168,6 +180,10 @@ class NodeConfig(Strict):
         ),
     )
     http: HttpConfig = Field(default_factory=HttpConfig, description="the read-only HTTP listener")
+    quotas: QuotaConfig = Field(
+        default_factory=QuotaConfig,
+        description="what one account other than root and the daemon's may hold at once (jobs, connections)",
+    )
     translators: dict[Literal["pause", "control", "terminate"], list[str]] = Field(
         default_factory=dict,
         description="translator kinds to use per action, in order; default: every installed one that declares it",

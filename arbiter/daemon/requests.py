@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from arbiter import __version__
 from arbiter.config.models import Manifest
+from arbiter.daemon.quotas import job_quota_problem
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
@@ -174,6 +175,9 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
         cmd = args.get("cmd")
         if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
             raise Refused("cmd must be a non-empty list of strings", "BAD_REQUEST")
+        over = job_quota_problem(daemon.config.quotas, daemon.jobs, uid, cmd)
+        if over:
+            raise Refused(over, "QUOTA")
         # the launcher is the caller itself: its pid comes from the socket, not from the request
         launcher = peer_pid or int(_number_arg(op, args, "launcher_pid", 0, whole=True))
         warnings: list[str] = []
