@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from arbiter.children import run_child, start_child
 from arbiter.childwork import ChildWorker, ChildWorkFailed
+from arbiter.safeopen import NotRegularFile, open_regular
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
 
 try:
@@ -41,6 +42,7 @@ __all__ = [
     "JobTarget",
     "KindOptions",
     "Matcher",
+    "NotRegularFile",
     "PluginContext",
     "PluginError",
     "Probe",
@@ -54,6 +56,7 @@ __all__ = [
     "Translator",
     "hookimpl",
     "open_file_share",
+    "open_regular",
     "run_child",
     "start_child",
     "write_control_document",
