@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from arbiter.children import run_child, start_child
 from arbiter.childwork import ChildWorker, ChildWorkFailed
+from arbiter.httpread import AnswerRefused, HttpAnswer, http_read, quote
 from arbiter.safeopen import NotRegularFile, open_regular
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
 
@@ -34,11 +35,13 @@ __all__ = [
     "NUDGE_SIGNAL",
     "PROJECT",
     "ActionResult",
+    "AnswerRefused",
     "ChildWorkFailed",
     "ChildWorker",
     "ControlUpdate",
     "GpuReading",
     "HostSignal",
+    "HttpAnswer",
     "JobTarget",
     "KindOptions",
     "Matcher",
@@ -55,8 +58,10 @@ __all__ = [
     "SourceState",
     "Translator",
     "hookimpl",
+    "http_read",
     "open_file_share",
     "open_regular",
+    "quote",
     "run_child",
     "start_child",
     "write_control_document",

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
+from arbiter.plugin import AnswerRefused, KindOptions, PluginContext, Source, SourceState, http_read, quote
 
 if TYPE_CHECKING:
     import httpx
@@ -263,19 +263,19 @@ class HttpCountSource(Source):
 
         url = self.options.url
         try:
-            response = client.get(url)
+            response = http_read(client, "GET", url, total_s=self.options.timeout_s, max_bytes=MAX_ANSWER_BYTES)
         except httpx.TimeoutException:
             return None, f"{url} did not answer within {self.options.timeout_s:g}s"
         except httpx.HTTPError as exc:
             return None, f"cannot read {url}: {exc}; is the program running and listening there?"
+        except AnswerRefused as exc:
+            return None, f"{exc}: not a status document"
         if response.status_code != 200:
-            return None, f"{url} answered HTTP {response.status_code}: {response.text[:200].strip()}"
-        if len(response.content) > MAX_ANSWER_BYTES:
-            return None, f"{url} answered {len(response.content)} bytes, too large for a status document"
+            return None, f"{url} answered HTTP {response.status_code}: {quote(response.text)}"
         try:
             doc = response.json()
         except ValueError:
-            return None, f"{url} did not answer JSON: {response.text[:120].strip()!r}"
+            return None, f"{url} did not answer JSON: {quote(response.text)!r}"
         try:
             return read_answer(doc, self.options.count_keys, self.options.models_key, self.options.model_field), ""
         except ValueError as exc:

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from arbiter.plugin import ActionResult, KindOptions, PluginContext, Translator
+from arbiter.plugin import ActionResult, HttpAnswer, KindOptions, PluginContext, Translator, http_read, quote
 
 if TYPE_CHECKING:
     import httpx
 
-#: at most this much of an error answer is quoted back
-QUOTE_CHARS = 200
+#: at most this much of an error answer is quoted back (printable characters only): what a
+#: program answers is its own, and status is readable by every account
+QUOTE_CHARS = 80
 
 
 def _http_url(value: str) -> str:
@@ -33,9 +34,8 @@ def _http_url(value: str) -> str:
     return value
 
 
-def _answer_text(response: httpx.Response) -> str:
-    text = response.text.strip().replace("\n", " ")
-    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
+def _answer_text(response: HttpAnswer) -> str:
+    return quote(response.text, QUOTE_CHARS)
 
 
 def _client(headers: dict[str, str]) -> httpx.Client:
@@ -137,7 +137,7 @@ class HttpPostTranslator(Translator):
                     continue
                 sent.append(what)
                 try:
-                    response = self._client.post(url, json=body, timeout=left)
+                    response = http_read(self._client, "POST", url, total_s=left, json=body)
                 except Exception as exc:  # any failure is returned: never raised into the loop
                     errors.append(_failure(what, url, exc, timeout))
                     continue
@@ -260,7 +260,7 @@ class HttpKnobTranslator(Translator):
             if key == self._applied:
                 return ActionResult(note=f"{tenant!r} already has value {json.dumps(value)}: no request sent")
             try:
-                response = self._client.request(method, url, json=body, timeout=self.options.timeout_s)
+                response = http_read(self._client, method, url, total_s=self.options.timeout_s, json=body)
             except Exception as exc:  # returned, never raised into the loop
                 self._applied = None
                 return ActionResult(requested=(what,), errors=(_failure(what, url, exc, self.options.timeout_s),))
