@@ -361,7 +361,7 @@ def demo(
 def job_run(
     cmd: Annotated[list[str], typer.Argument(help="the command, after --")],
     config: ConfigOpt = None,
-    name: Annotated[Optional[str], typer.Option(help="the job name (the kind of work; trust is kept per name)")] = None,  # noqa: UP045
+    name: Annotated[Optional[str], typer.Option(help="the job name (trust is kept per owner and name)")] = None,  # noqa: UP045
     manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
     cooperative: Annotated[
         bool, typer.Option(help="the job obeys its control document (cooperative_throttle and _pause)")

@@ -74,7 +74,9 @@ class ComplianceConfig(Strict):
     pause_s: float = Field(60.0, ge=0, description="how long that pause lasts")
     strikes_to_stop: int = Field(3, ge=1, description="pauses within strike_window_s that stop the job")
     strike_window_s: float = Field(3600.0, gt=0, description="the window in which strikes_to_stop pauses are counted")
-    untrusted_s: float = Field(3600.0, ge=0, description="how long a stopped job's name gets no duty")
+    untrusted_s: float = Field(
+        3600.0, ge=0, description="how long the jobs of a stopped job's owner and name get no duty"
+    )
     still_busy_samples: int = Field(2, ge=1, description="samples a job told to pause may go on using the GPU")
 
 
@@ -328,7 +330,9 @@ class Manifest(Strict):
     """What a job declares about itself."""
 
     name: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64, description="the kind of work; trust is kept per name"
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description="the kind of work; trust is kept per owner and name",
     )
     capabilities: list[Capability] = Field(default_factory=list, description="what it does on its own when asked")
     gpu: GpuUse = Field(default_factory=GpuUse, description="what it needs of the GPU")
