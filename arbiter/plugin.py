@@ -79,12 +79,21 @@ class PluginError(Exception):
 class KindOptions(BaseModel):
     """Base for a kind's options: unknown fields are errors, values are immutable.
 
-    A kind that runs a command sets ``runs_command = True``: a rule file using it loads only
-    from a file and folders that only root or the daemon's user can change.
+    A rule file is trusted with what the daemon does for it only as far as the accounts that
+    may change it are: options that have the daemon do more than any local account could do
+    by itself (run a command, send requests that act on a program or carry credentials, apply
+    a GPU profile) say so in :meth:`needs_trusted_file`, and a rule file holding them then
+    loads only from a file and folders that only root or the daemon's user can change.  A
+    kind that runs a command sets ``runs_command = True``, which says so too.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     runs_command: ClassVar[bool] = False
+
+    def needs_trusted_file(self) -> str | None:
+        """Why these options may come only from a rule file that only root or the daemon's
+        user can change ("it runs a command"), or None when any rule file may hold them."""
+        return "runs a command" if self.runs_command else None
 
 
 @dataclass(frozen=True)

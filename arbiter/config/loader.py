@@ -22,6 +22,7 @@ from arbiter.config.locate import find_config, relative_to_config
 from arbiter.config.models import KindBlock, Manifest, NodeConfig, Rule
 from arbiter.config.safety import command_file_problem
 from arbiter.config.yamlpos import Path_, Positions, anchor_of, load_with_positions, position_of
+from arbiter.plugin import KindOptions
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -363,12 +364,15 @@ def _validate_rule(
                 )
             )
             continue
+        needs = "runs a command" if getattr(model, "runs_command", False) else None
         try:
-            validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
+            options = validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
+            if isinstance(options, KindOptions):
+                needs = options.needs_trusted_file()
         except ValidationError as exc:
             problems.extend(problems_from(exc, top.path, positions, loc, origins))
-        if getattr(model, "runs_command", False):
-            # every file the rule is made of is trusted with the command, not only the one naming the kind
+        if needs:
+            # every file the rule is made of is trusted with it, not only the one naming the kind
             for layer in layers:
                 unsafe = command_check(layer.path)
                 if unsafe:
@@ -379,7 +383,7 @@ def _validate_rule(
                             line,
                             col,
                             f"{field_path}.kind",
-                            f"kind {kind!r} runs a command, and this file is not safe to take one from: {unsafe}",
+                            f"kind {kind!r} {needs}, and this file is not safe to take that from: {unsafe}",
                             COMMAND_FILE_HINT,
                         )
                     )

@@ -11,8 +11,6 @@ whatever is swapped in after.
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Collection
 from pathlib import Path
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -21,11 +19,6 @@ NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLO
 
 class UnsafePath(OSError):
     """A path the daemon would make or open is not plainly its own."""
-
-
-def trusted_uids() -> frozenset[int]:
-    """The accounts whose files and folders the daemon may trust: root and its own."""
-    return frozenset({0, os.geteuid()})
 
 
 def open_dir(name: str | Path, dir_fd: int | None = None) -> int:
@@ -89,57 +82,3 @@ def replace_file(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     except BaseException:
         os.unlink(tmp, dir_fd=dir_fd)
         raise
-
-
-def folder_problem(st: os.stat_result, path: str, trusted: Collection[int]) -> str | None:
-    """Why the folder ``path`` (as ``st`` describes it) could let another account change
-    what lies under it, or None.
-
-    A folder others may write is safe only with the sticky bit (as ``/tmp``): there no one
-    but an entry's owner may rename or remove it, and the entry below is checked in turn.
-    """
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is not a folder"
-    if st.st_uid not in trusted:
-        names = " or ".join(f"uid {u}" for u in sorted(trusted))
-        return f"the folder {path} is owned by uid {st.st_uid}, not {names}"
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        who = " and ".join(w for bit, w in ((0o020, "its group"), (0o002, "everyone")) if st.st_mode & bit)
-        return f"the folder {path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-def path_problem(path: Path, trusted: Collection[int] | None = None) -> str | None:
-    """Why some folder on the way to ``path`` (links followed and each link's owner checked)
-    could be changed by an account other than root or the daemon's, or None."""
-    trusted = trusted_uids() if trusted is None else trusted
-    pending = [c for c in os.path.abspath(path).split("/") if c]
-    current = "/"
-    followed = 0
-    problem = folder_problem(os.lstat("/"), "/", trusted)
-    while pending and problem is None:
-        part = pending.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            current = os.path.dirname(current)
-            continue
-        nxt = os.path.join(current, part)
-        try:
-            st = os.lstat(nxt)
-        except FileNotFoundError:
-            return None  # made by the daemon below a folder checked safe
-        if stat.S_ISLNK(st.st_mode):
-            followed += 1
-            if st.st_uid not in trusted:
-                return f"the symbolic link {nxt} is owned by uid {st.st_uid}"
-            if followed > 40:
-                return f"too many symbolic links resolving {path}"
-            target = os.readlink(nxt)
-            if os.path.isabs(target):
-                current = "/"
-            pending = [c for c in target.split("/") if c] + pending
-            continue
-        problem = folder_problem(st, nxt, trusted)
-        current = nxt
-    return problem

@@ -16,7 +16,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from arbiter.daemon.safefs import path_problem, trusted_uids
+from arbiter.config.safety import folders_problem
 
 log = logging.getLogger("arbiter.daemon")
 
@@ -98,7 +98,7 @@ def check_state_dir(path: Path) -> None:
     repaired: the start is refused, saying which folder and what to do.
     """
     path = Path(os.path.abspath(path))
-    problem = path_problem(path.parent)
+    problem = folders_problem(str(path), missing_ok=True)
     if problem:
         raise UnsafeStateDir(
             f"state_dir {path} is not safe for the daemon: {problem}; another account could swap what the daemon "
@@ -137,8 +137,8 @@ def check_recorded_state(path: Path) -> None:
     the folder and its parents as :func:`check_state_dir` wants them, each record a regular
     file of root's or the daemon's that no one else may write."""
     path = Path(os.path.abspath(path))
-    problem = path_problem(path)
-    trusted = trusted_uids()
+    problem = folders_problem(str(path / "x"), missing_ok=True)  # the state folder itself too
+    trusted = {0, os.geteuid()}
     for name in RECORDED:
         if problem:
             break

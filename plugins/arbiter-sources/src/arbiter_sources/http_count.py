@@ -74,6 +74,10 @@ class HttpCountOptions(KindOptions):
     def _key(cls, value: str | None) -> str | None:
         return None if value is None else _dotted(value)
 
+    def needs_trusted_file(self) -> str | None:
+        # a header may carry a credential: only a trusted rule file has the daemon send one
+        return "sends request headers" if self.headers else None
+
 
 def lookup(doc: Any, dotted: str) -> Any:
     """``doc["a"]["b"]`` for ``"a.b"``; a key that itself contains the dots wins.  KeyError

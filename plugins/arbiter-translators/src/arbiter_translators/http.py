@@ -94,6 +94,9 @@ class HttpPostOptions(KindOptions):
             )
         return self
 
+    def needs_trusted_file(self) -> str | None:
+        return "sends requests that change what a program does"
+
 
 class HttpPostTranslator(Translator):
     """Sends the release; with ``per_model``, one request per model the busy probe read loaded,
@@ -222,6 +225,9 @@ class HttpKnobOptions(KindOptions):
             if level <= duty + 1e-9:  # a duty of 0.5 written as 0.49999… still reaches 0.5
                 chosen = value
         return chosen
+
+    def needs_trusted_file(self) -> str | None:
+        return "sends requests that change what a program does"
 
 
 class HttpKnobTranslator(Translator):

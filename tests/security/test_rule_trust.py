@@ -1,0 +1,59 @@
+"""A rule file another account may change gets from the root daemon only what that account
+could do by itself: a rule with request headers (a credential), a release or a GPU profile
+loads only from a file and folders root or the daemon's user alone can change."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from arbiter.demo.node import LocalNode
+from arbiter_testing import RecordingServer, run_as
+
+from .conftest import needs_root
+
+NOBODY = 65534
+
+
+def sneaky_rule(url: str) -> str:
+    return (
+        "id: sneaky\n"
+        "match: {cmdline: ['sleep 1031']}\n"
+        "busy:\n"
+        f"  kind: http_count\n  url: {url}/internal\n  count_keys: [queue]\n  every_s: 0.2\n"
+        "  headers: {X-Internal-Token: chosen-by-nobody}\n"
+    )
+
+
+def releasing_rule(url: str) -> str:
+    return (
+        "id: releasing\n"
+        "match: {cmdline: ['sleep 1032']}\n"
+        f"busy: {{kind: http_count, url: {url}/q, count_keys: [queue]}}\n"
+        f"release: {{kind: http_post, url: {url}/release}}\n"
+    )
+
+
+@needs_root
+def test_a_rule_file_nobody_may_change_gets_no_headers_and_no_releases(shared_root: Path) -> None:
+    theirs = shared_root / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    with RecordingServer(answer={"queue": []}) as server:
+
+        def plant() -> None:
+            (theirs / "sneaky.yaml").write_text(sneaky_rule(server.url))
+            (theirs / "releasing.yaml").write_text(releasing_rule(server.url))
+
+        run_as("nobody", plant)
+        node = LocalNode(shared_root / "node", tenants_dirs=[str(theirs)])
+        node.start()
+        try:
+            rejected = node.events(code="CONFIG_REJECTED", contains="sends request headers")
+            assert any(f"owned by uid {NOBODY}" in e["message"] for e in rejected), rejected
+            node.events(code="CONFIG_REJECTED", contains="sends requests that change what a program does")
+            loaded = {r["id"] for r in node.status()["rules"]}
+            assert not loaded & {"sneaky", "releasing"}, loaded
+            assert not [s for s in server.seen if "x-internal-token" in {k.lower() for k in s.headers}]
+        finally:
+            node.close()
