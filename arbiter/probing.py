@@ -12,6 +12,7 @@ protected program.  The answer has this shape:
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -109,6 +110,7 @@ class Prober:
         self._cond = threading.Condition()
         self._running = False
         self._finished = 0
+        self._finished_at = -math.inf
         self.answer: dict[str, Any] | None = None
 
     def _run(self) -> None:
@@ -122,9 +124,11 @@ class Prober:
                 "platform": platform_tag(),
                 "arbiter_version": __version__,
             }
+        result["probed_at"] = time.time()
         with self._cond:
             self.answer, self._running = result, False
             self._finished += 1
+            self._finished_at = time.monotonic()
             self._cond.notify_all()
 
     def _start(self) -> None:  # under the lock
@@ -132,9 +136,12 @@ class Prober:
             self._running = True
             threading.Thread(target=self._run, name="probes", daemon=True).start()
 
-    def refresh(self, wait_s: float = 0.0) -> dict[str, Any] | None:
-        """Probe again (or join the run in progress); wait up to ``wait_s`` for it."""
+    def refresh(self, wait_s: float = 0.0, min_age_s: float = 0.0) -> dict[str, Any] | None:
+        """Probe again (or join the run in progress); wait up to ``wait_s`` for it.  An
+        answer younger than ``min_age_s`` is given as it is, without a new run."""
         with self._cond:
+            if self.answer is not None and time.monotonic() - self._finished_at < min_age_s and not self._running:
+                return self.answer
             target = self._finished + 1
             self._start()
             self._cond.wait_for(lambda: self._finished >= target, wait_s)

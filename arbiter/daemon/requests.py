@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 5.0
 PROBE_WAIT_S = 45.0  # the first run of every probe, on a slow host
+#: how often, at most, an account that is not an administrator gets the probes run anew
+PROBE_REFRESH_EVERY_S = 60.0
 
 
 class Refused(Exception):
@@ -149,7 +151,13 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
 
         return {"items": [i.to_dict() for i in daemon_items(daemon)]}
     if op == "gpu-apis":
-        answer = daemon.prober.refresh(PROBE_WAIT_S) if args.get("refresh") else daemon.prober.get(PROBE_WAIT_S)
+        if args.get("refresh"):
+            # the probes run as the daemon's account: any other account's asking starts a run
+            # at most once a while, so no one can keep them running
+            admin = may_admin(uid, daemon.uid, group_members(daemon.config.admin_group))
+            answer = daemon.prober.refresh(PROBE_WAIT_S, 0.0 if admin else PROBE_REFRESH_EVERY_S)
+        else:
+            answer = daemon.prober.get(PROBE_WAIT_S)
         if answer is None:
             raise Refused(f"the GPU API probes have not answered within {PROBE_WAIT_S:g}s; ask again", "BUSY")
         return {"gpu_apis": answer}

@@ -11,6 +11,7 @@ import uvicorn
 from arbiter.daemon.views import duty_view, explain_view, status_view
 from arbiter.http.app import create_app
 from arbiter.http.guard import warn_if_reachable
+from arbiter.http.protocol import MAX_CONCURRENCY, HeadTimeoutProtocol
 
 if TYPE_CHECKING:
     from arbiter.daemon.core import Daemon
@@ -98,7 +99,15 @@ class HttpServer:
     def __init__(self, daemon: Daemon, host: str, port: int) -> None:
         warn_if_reachable(host, port)
         app = create_app(DaemonProvider(daemon), bind_host=host)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            http=HeadTimeoutProtocol,
+            limit_concurrency=MAX_CONCURRENCY,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
         self.host = host

@@ -180,3 +180,23 @@ def test_a_flood_by_one_account_never_delays_a_pause(shared_root: Path) -> None:
         wait_until(lambda: process_state(pid) != "T", 30, "root's job to be resumed")
     finally:
         node.close()
+
+
+@needs_root
+@pytest.mark.timeout(240)
+def test_any_account_asking_for_the_probes_again_cannot_keep_them_running(shared_root: Path) -> None:
+    """The probes run as root, a process each: an account other than an administrator gets
+    the last answer while it is under a minute old, however often it asks."""
+    node = LocalNode(shared_root, admin_group="arbiter-no-such-group")
+    node.start()
+    try:
+        sock = str(node.socket)
+
+        def refreshed() -> float:
+            return float(request(sock, "gpu-apis", refresh=True, timeout=120)["gpu_apis"]["probed_at"])
+
+        first = run_as("nobody", refreshed)
+        assert [run_as("nobody", refreshed) for _ in range(3)] == [first] * 3
+        assert refreshed() > first  # root's asking runs them anew
+    finally:
+        node.close()
