@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints, field_validator, model_validator
 
 from arbiter.config.locate import default_state_dir
 
@@ -362,9 +362,14 @@ class _Event(Strict):
     t: float
 
 
+#: what a job says of itself is shown to every account (status, explain, the page): short,
+#: on one line, and without control characters (no terminal escape reaches a reader's screen)
+JobText = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")]
+
+
 class PhaseEvent(_Event):
     event: Literal["phase"]
-    phase: str
+    phase: JobText
 
 
 class ProgressEvent(_Event):
@@ -375,7 +380,7 @@ class ProgressEvent(_Event):
 
 class MetricEvent(_Event):
     event: Literal["metric"]
-    name: str
+    name: JobText
     busy: float = Field(ge=0)
     duty: Share
     device: Literal["gpu", "cpu"] = "gpu"

@@ -174,3 +174,16 @@ def test_only_json_white_space_is_taken_off_a_line(events: Path) -> None:
         fh.write(b'\t{"t": 1.0, "event": "phase", "phase": "a"} \r\n\x0c{"t": 2.0, "event": "phase", "phase": "b"}\n')
     report = JobEventLog().read({"j": str(events)})["j"]
     assert report.phase == "a" and report.malformed == 1  # a form feed is no JSON white space
+
+
+@pytest.mark.parametrize(
+    "phase",
+    ["[link=https://evil.example]click[/link]" + "x" * 64, "\x1b]8;;https://evil.example\x07here", "two\nlines", ""],
+)
+def test_what_a_job_says_of_itself_is_short_and_has_no_control_characters(events: Path, phase: str) -> None:
+    """Status is every account's to read: a job's phase is at most 64 characters on one line,
+    with no terminal escape; anything else is a malformed line, named, never shown."""
+    with open(events, "a") as fh:
+        fh.write(json.dumps({"t": 1.0, "event": "phase", "phase": phase}) + "\n")
+    report = JobEventLog().read({"j": str(events)})["j"]
+    assert report.phase is None and report.malformed == 1 and (not phase or phase not in report.problem)
