@@ -22,6 +22,7 @@ from arbiter.childwork import ChildWorker, ChildWorkFailed
 from arbiter.httpread import AnswerRefused, HttpAnswer, http_read, quote
 from arbiter.safeopen import NotRegularFile, open_regular
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
+from arbiter.secretref import SecretRef, secret_values
 
 try:
     import resource
@@ -54,6 +55,7 @@ __all__ = [
     "ProcessRef",
     "Reader",
     "Register",
+    "SecretRef",
     "Source",
     "SourceState",
     "Translator",
@@ -63,6 +65,7 @@ __all__ = [
     "open_regular",
     "quote",
     "run_child",
+    "secret_values",
     "start_child",
     "write_control_document",
 ]

@@ -4,6 +4,7 @@ loads only from a file and folders root or the daemon's user alone can change.""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -57,3 +58,30 @@ def test_a_rule_file_nobody_may_change_gets_no_headers_and_no_releases(shared_ro
             assert not [s for s in server.seen if "x-internal-token" in {k.lower() for k in s.headers}]
         finally:
             node.close()
+
+
+def test_a_secret_header_comes_from_a_file_and_is_never_stored_or_shown(tmp_path: Path) -> None:
+    secret = "s3cret-token-" + os.urandom(8).hex()
+    secret_file = tmp_path / "token"
+    secret_file.write_text(secret + "\n")
+    os.chmod(secret_file, 0o600)
+    with RecordingServer(answer={"queue": []}) as server:
+        node = LocalNode(tmp_path / "node")
+        node.add_rule(
+            "guarded",
+            "id: guarded\nmatch: {cmdline: ['sleep 1033']}\n"
+            f"busy: {{kind: http_count, url: {server.url}/q, count_keys: [queue], every_s: 0.2,\n"
+            f"  headers: {{Authorization: {{from_file: {secret_file}}}}}}}\n",
+        )
+        node.start()
+        try:
+            node.wait_for(lambda: any(s.headers.get("Authorization") == secret for s in server.seen))
+            shown = json.dumps([node.status(), node.call("explain"), node.call("timeline", limit=500)])
+            assert secret not in shown
+            node.call("reload")
+        finally:
+            node.close()
+    for name in ("state.db", "state.db-wal"):
+        path = node.state_dir / name
+        if path.exists():
+            assert secret.encode() not in path.read_bytes(), name

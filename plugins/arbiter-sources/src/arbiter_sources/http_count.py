@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from arbiter.plugin import AnswerRefused, KindOptions, PluginContext, Source, SourceState, http_read, quote
+from arbiter.plugin import (
+    AnswerRefused,
+    KindOptions,
+    PluginContext,
+    SecretRef,
+    Source,
+    SourceState,
+    http_read,
+    quote,
+    secret_values,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -55,7 +65,10 @@ class HttpCountOptions(KindOptions):
     stale_after_s: float = Field(90.0, gt=0, description="a suspect claim unchanged this long is stale: idle")
     models_key: str | None = Field(None, description="dotted path of the list of loaded models, for per-model release")
     model_field: str = Field("name", description="the field of each entry of that list that names the model")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
+    headers: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
+    )
 
     @field_validator("url")
     @classmethod
@@ -233,7 +246,13 @@ class HttpCountSource(Source):
     def _loop(self) -> None:
         import httpx  # here: a process that never probes over HTTP does not carry it (it is large)
 
-        headers = {"Accept": "application/json", **self.options.headers}
+        try:
+            headers = {"Accept": "application/json", **secret_values(self.options.headers)}
+        except ValueError as exc:  # unknown: counted as busy, and said
+            self._set(
+                SourceState(readable=False, busy=None, why=f"{self.options.url}: {exc}", changed_at=self._clock())
+            )
+            return
         # trust_env off: a tenant on this host is never reached through a proxy from the environment
         with httpx.Client(timeout=self.options.timeout_s, headers=headers, trust_env=False) as client:
             while not self._stop.is_set():

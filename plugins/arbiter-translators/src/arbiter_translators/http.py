@@ -18,7 +18,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from arbiter.plugin import ActionResult, HttpAnswer, KindOptions, PluginContext, Translator, http_read, quote
+from arbiter.plugin import (
+    ActionResult,
+    HttpAnswer,
+    KindOptions,
+    PluginContext,
+    PluginError,
+    SecretRef,
+    Translator,
+    http_read,
+    quote,
+    secret_values,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -38,13 +49,17 @@ def _answer_text(response: HttpAnswer) -> str:
     return quote(response.text, QUOTE_CHARS)
 
 
-def _client(headers: dict[str, str]) -> httpx.Client:
+def _client(headers: dict[str, str | SecretRef]) -> httpx.Client:
     """A client kept open between requests: the next one starts without a new connection.
     httpx is imported here: a process that never makes one (the reflex process, a daemon
     with no such rule) does not carry it, and it is large."""
     import httpx
 
-    return httpx.Client(trust_env=False, headers=headers)
+    try:
+        values = secret_values(headers)
+    except ValueError as exc:
+        raise PluginError(f"a request header: {exc}") from None
+    return httpx.Client(trust_env=False, headers=values)
 
 
 def _failure(what: str, url: str, exc: Exception, timeout_s: float) -> str:
@@ -78,7 +93,10 @@ class HttpPostOptions(KindOptions):
         ),
     )
     confirm: bool = Field(True, description="the release counts only once the tenant's VRAM is seen to fall")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
+    headers: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
+    )
 
     @field_validator("url")
     @classmethod
@@ -190,7 +208,10 @@ class HttpKnobOptions(KindOptions):
     body: Any = Field(None, description="a JSON template; a string that is only {value} becomes the value itself")
     levels: dict[float, Any] | None = Field(None, description="duty → value, e.g. {0: 1, 0.5: 4, 1: 8}")
     timeout_s: float = Field(5.0, gt=0, le=60, description="a request not answered by then failed")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
+    headers: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
+    )
 
     @field_validator("url")
     @classmethod
