@@ -35,16 +35,29 @@ def releasing_rule(url: str) -> str:
     )
 
 
+def oracle_rule(secret: Path) -> str:
+    """A pattern on a root-only file: its progress would say whether the file matches."""
+    return (
+        "id: oracle\n"
+        "match: {cmdline: ['sleep 1034']}\n"
+        f"protect: {{metric: progress_rate, source: {{kind: log, path: {secret}, log_regex: 'password=h'}}}}\n"
+    )
+
+
 @needs_root
 def test_a_rule_file_nobody_may_change_gets_no_headers_and_no_releases(shared_root: Path) -> None:
     theirs = shared_root / "theirs"
     theirs.mkdir(mode=0o755)
     os.chown(theirs, NOBODY, NOBODY)
+    secret = shared_root / "root-only"
+    secret.write_text("password=hunter2\n")
+    os.chmod(secret, 0o600)
     with RecordingServer(answer={"queue": []}) as server:
 
         def plant() -> None:
             (theirs / "sneaky.yaml").write_text(sneaky_rule(server.url))
             (theirs / "releasing.yaml").write_text(releasing_rule(server.url))
+            (theirs / "oracle.yaml").write_text(oracle_rule(secret))
 
         run_as("nobody", plant)
         node = LocalNode(shared_root / "node", tenants_dirs=[str(theirs)])
@@ -53,8 +66,9 @@ def test_a_rule_file_nobody_may_change_gets_no_headers_and_no_releases(shared_ro
             rejected = node.events(code="CONFIG_REJECTED", contains="sends request headers")
             assert any(f"owned by uid {NOBODY}" in e["message"] for e in rejected), rejected
             node.events(code="CONFIG_REJECTED", contains="sends requests that change what a program does")
+            node.events(code="CONFIG_REJECTED", contains="reads a file with the daemon's rights")
             loaded = {r["id"] for r in node.status()["rules"]}
-            assert not loaded & {"sneaky", "releasing"}, loaded
+            assert not loaded & {"sneaky", "releasing", "oracle"}, loaded
             assert not [s for s in server.seen if "x-internal-token" in {k.lower() for k in s.headers}]
         finally:
             node.close()

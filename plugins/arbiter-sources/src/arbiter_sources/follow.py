@@ -92,6 +92,11 @@ class FollowOptions(KindOptions):
     def has_phase(self) -> bool:
         return False
 
+    def needs_trusted_file(self) -> str | None:
+        # a pattern matched on a file the daemon may read and the rule's writer may not
+        # would tell that writer what the file holds, one match at a time
+        return "reads a file with the daemon's rights"
+
 
 class FollowedFile(Source):
     """Follows one file (or the newest file a glob matches) and counts the lines that match."""
