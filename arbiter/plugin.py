@@ -20,7 +20,6 @@ from pydantic import BaseModel, ConfigDict
 from arbiter.children import run_child, start_child
 from arbiter.childwork import ChildWorker, ChildWorkFailed
 from arbiter.httpread import AnswerRefused, HttpAnswer, http_read, quote
-from arbiter.safeopen import NotRegularFile, open_regular
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
 from arbiter.secretref import SecretRef, secret_values
 
@@ -46,7 +45,6 @@ __all__ = [
     "JobTarget",
     "KindOptions",
     "Matcher",
-    "NotRegularFile",
     "PluginContext",
     "PluginError",
     "Probe",
@@ -62,7 +60,6 @@ __all__ = [
     "hookimpl",
     "http_read",
     "open_file_share",
-    "open_regular",
     "quote",
     "run_child",
     "secret_values",

@@ -6,11 +6,10 @@ plugin needs it and never shown."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from arbiter.safeopen import open_regular
 
 #: a secret file longer than this is not a token
 MAX_SECRET_BYTES = 64 * 1024
@@ -41,10 +40,14 @@ class SecretRef(BaseModel):
             return found
         assert self.from_file is not None
         try:
-            fd, st = open_regular(self.from_file)
+            # non-blocking, checked on the descriptor: a FIFO there must not hang the caller
+            fd = os.open(self.from_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
         except OSError as exc:
             raise ValueError(f"cannot read the secret file {self.from_file}: {exc.strerror or exc}") from None
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"the secret file {self.from_file} is not a regular file")
             if st.st_size > MAX_SECRET_BYTES:
                 raise ValueError(f"the secret file {self.from_file} is over {MAX_SECRET_BYTES} bytes: not a token")
             data = os.read(fd, MAX_SECRET_BYTES + 1)

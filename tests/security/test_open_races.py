@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from arbiter.plugin import NotRegularFile, PluginContext, open_regular
+from arbiter.plugin import PluginContext
 from arbiter_sources import JsonlSource, follow
+from arbiter_sources.safeopen import NotRegularFile, open_regular
 
 
 class BlockedWriter:

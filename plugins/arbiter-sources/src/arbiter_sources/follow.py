@@ -23,9 +23,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from arbiter.plugin import KindOptions, NotRegularFile, PluginContext, PluginError, Source, SourceState, open_regular
+from arbiter.plugin import KindOptions, PluginContext, PluginError, Source, SourceState
 from arbiter_sources import inotify
 from arbiter_sources.kqueue import Kqueue
+from arbiter_sources.safeopen import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 

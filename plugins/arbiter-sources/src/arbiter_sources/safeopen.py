@@ -1,4 +1,5 @@
-"""Opening a file named by a path in a folder another account may change.
+"""Opening a file named by a path in a folder another account may change (Linux: O_PATH and
+/proc/self/fd; elsewhere a non-blocking open checked after).
 
 Checking a path (``stat``) and then opening it by name lets the path change in between:
 a file checked regular may be a FIFO (an open that blocks) or a device (an open with side
