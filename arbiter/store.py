@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -136,17 +138,27 @@ DB_SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
 def private_files(db: Path) -> None:
     """The database (made here when missing) and each side file there, mode 0600 whatever the
-    umask; SQLite gives the side files it makes later the database's mode."""
+    umask; SQLite gives the side files it makes later the database's mode.  A file that
+    cannot be changed (a read-only file system) is left, and said: the daemon still runs."""
     for suffix in DB_SIDE_FILES:
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_CREAT if not suffix else 0)
+        path = f"{db}{suffix}"
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            fd = os.open(f"{db}{suffix}", flags, 0o600)
-        except FileNotFoundError:
-            continue
-        try:
-            os.fchmod(fd, 0o600)
-        finally:
-            os.close(fd)
+            try:
+                fd = os.open(path, flags)
+            except FileNotFoundError:
+                if suffix:
+                    continue
+                fd = os.open(path, flags | os.O_CREAT, 0o600)
+            try:
+                if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+                    os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            logging.getLogger("arbiter.store").warning(
+                "cannot make %s readable by the daemon's account alone: %s", path, exc.strerror or exc
+            )
 
 
 class Store:
