@@ -199,7 +199,14 @@ def _handle(daemon: Daemon, op: str, args: dict[str, Any], peer_pid: int, uid: i
                     f"this host cannot run job {manifest.name!r}: {why}; health: undetected (not an alert)",
                     codes.GPU_API_UNAVAILABLE,
                 )
-        record = daemon.jobs.register(uid, manifest, cmd, launcher, _process(daemon, launcher).start_time)
+        try:
+            record = daemon.jobs.register(uid, manifest, cmd, launcher, _process(daemon, launcher).start_time)
+        except OSError as exc:  # a jobs folder that is not plainly the daemon's own, a full disk
+            raise Refused(
+                f"cannot make the folder of job {manifest.name!r} in {daemon.jobs.jobs_dir}: {exc.strerror or exc}; "
+                "`arbiter doctor` and the daemon's log say more",
+                "STATE_DIR",
+            ) from None
         daemon.notify_jobs()
         return {
             "job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},

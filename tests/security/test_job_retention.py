@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from arbiter.config.models import Manifest
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.store import ENDED_JOBS_KEPT_S, Store
@@ -42,3 +44,15 @@ def test_a_link_among_the_job_folders_is_not_followed(tmp_path: Path) -> None:
     registry = JobRegistry(state / "jobs", lambda record: None, "linux-x86_64")
     registry.register(os.getuid(), Manifest(name="fresh"), ["true"], os.getpid(), 0.0)
     assert (elsewhere / "keep").read_text() == "keep"
+
+
+def test_a_jobs_folder_that_is_a_link_is_never_followed(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, state / "jobs")
+    registry = JobRegistry(state / "jobs", lambda record: None, "linux-x86_64")
+    with pytest.raises(OSError, match="a link or not a folder"):
+        registry.register(os.getuid(), Manifest(name="batch"), ["true"], os.getpid(), 0.0)
+    assert list(elsewhere.iterdir()) == [] and not registry.active()
