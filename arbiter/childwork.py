@@ -65,7 +65,9 @@ class ChildWorker:
     def __init__(
         self, module_file: str, factory: str, *args: Any, timeout_s: float = 3.0, retry_s: float = 60.0
     ) -> None:
-        self._argv = [sys.executable, "-I", "-S", __file__, module_file, factory, marshal.dumps(args).hex()]
+        from arbiter.children import python_script  # the child itself imports the standard library only
+
+        self._argv = python_script(__file__, module_file, factory, marshal.dumps(args).hex())
         self.timeout_s = timeout_s
         self.retry_s = retry_s
         self.failure = ""  # why the last child was given up
@@ -91,11 +93,11 @@ class ChildWorker:
                     raise ChildWorkFailed(
                         f"{self.failure}; another child starts in {self._retry_at - time.monotonic():.0f}s"
                     )
+                from arbiter.children import start_child
+
                 try:
                     self._child.append(
-                        subprocess.Popen(
-                            self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True
-                        )
+                        start_child(self._argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
                     )
                 except OSError as exc:
                     self._fail(f"it could not be started ({exc.strerror or exc})")

@@ -17,9 +17,12 @@ from typing import Any, ClassVar, Literal
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
+from arbiter.children import run_child, start_child
 from arbiter.childwork import ChildWorker, ChildWorkFailed
 from arbiter.engine.types import Phase as Phase
+from arbiter.httpread import AnswerRefused, HttpAnswer, http_read, quote
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
+from arbiter.secretref import SecretRef, secret_values
 
 try:
     import resource
@@ -33,11 +36,13 @@ __all__ = [
     "NUDGE_SIGNAL",
     "PROJECT",
     "ActionResult",
+    "AnswerRefused",
     "ChildWorkFailed",
     "ChildWorker",
     "ControlUpdate",
     "GpuReading",
     "HostSignal",
+    "HttpAnswer",
     "JobTarget",
     "KindOptions",
     "Matcher",
@@ -49,11 +54,17 @@ __all__ = [
     "ProcessRef",
     "Reader",
     "Register",
+    "SecretRef",
     "Source",
     "SourceState",
     "Translator",
     "hookimpl",
+    "http_read",
     "open_file_share",
+    "quote",
+    "run_child",
+    "secret_values",
+    "start_child",
     "write_control_document",
 ]
 
@@ -69,8 +80,12 @@ class PluginError(Exception):
 class KindOptions(BaseModel):
     """Base for a kind's options: unknown fields are errors, values are immutable.
 
-    A kind that runs a command sets ``runs_command = True``: a rule file using it loads only
-    from a file and folders that only root or the daemon's user can change.
+    A rule file is trusted with what the daemon does for it only as far as the accounts that
+    may change it are: options that have the daemon do more than any local account could do
+    by itself (run a command, send requests that act on a program or carry credentials, apply
+    a GPU profile) say so in :meth:`needs_trusted_file`, and a rule file holding them then
+    loads only from a file and folders that only root or the daemon's user can change.  A
+    kind that runs a command sets ``runs_command = True``, which says so too.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -81,6 +96,11 @@ class KindOptions(BaseModel):
         soon), as a rule's ``during:`` needs.  ``arbiter check`` refuses a ``during:`` source
         whose options say ``False``; ``None`` (the default) says nothing either way."""
         return None
+
+    def needs_trusted_file(self) -> str | None:
+        """Why these options may come only from a rule file that only root or the daemon's
+        user can change ("it runs a command"), or None when any rule file may hold them."""
+        return "runs a command" if self.runs_command else None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ protected program.  The answer has this shape:
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import signal
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
+from arbiter.children import python_module, start_child
 from arbiter.config.models import Manifest
 
 PROBE_TIMEOUT_S = 20.0
@@ -83,19 +85,15 @@ def run_probe(
 ) -> dict[str, Any]:
     """One probe in a child process: ``{"usable", "evidence", "apis"?, "seconds"}``."""
     started = time.monotonic()
-    env = {
-        **os.environ,
-        "ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)),
-        "ARBITER_PROBE_DISABLE": json.dumps(list(disable)),
-    }
+    env = {"ARBITER_PROBE_PLUGINS": json.dumps(list(plugins)), "ARBITER_PROBE_DISABLE": json.dumps(list(disable))}
     # its own process group (no terminal's signals) but the asker's session: where the
     # scheduler groups by session, a new one would be a new group and undo the lower priority
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "arbiter.probing", kind],
+    proc = start_child(
+        python_module("arbiter.probing", kind),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        extra_env=env,
         process_group=0,
     )
     if children is not None and not children.add(proc):
@@ -170,6 +168,7 @@ class Prober:
         self._cond = threading.Condition()
         self._running = False
         self._finished = 0
+        self._finished_at = -math.inf
         self.answer: dict[str, Any] | None = None
         self._children = Children()
 
@@ -188,9 +187,11 @@ class Prober:
                 "platform": platform_tag(),
                 "arbiter_version": __version__,
             }
+        result["probed_at"] = time.time()
         with self._cond:
             self.answer, self._running = result, False
             self._finished += 1
+            self._finished_at = time.monotonic()
             self._cond.notify_all()
 
     def _start(self) -> None:  # under the lock
@@ -198,9 +199,12 @@ class Prober:
             self._running = True
             threading.Thread(target=self._run, name="probes", daemon=True).start()
 
-    def refresh(self, wait_s: float = 0.0) -> dict[str, Any] | None:
-        """Probe again (or join the run in progress); wait up to ``wait_s`` for it."""
+    def refresh(self, wait_s: float = 0.0, min_age_s: float = 0.0) -> dict[str, Any] | None:
+        """Probe again (or join the run in progress); wait up to ``wait_s`` for it.  An
+        answer younger than ``min_age_s`` is given as it is, without a new run."""
         with self._cond:
+            if self.answer is not None and time.monotonic() - self._finished_at < min_age_s and not self._running:
+                return self.answer
             target = self._finished + 1
             self._start()
             self._cond.wait_for(lambda: self._finished >= target, wait_s)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -126,11 +128,45 @@ class JobRecord:
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
+#: how long an ended job's row and folder are kept (for `arbiter status` and the timeline)
+ENDED_JOBS_KEPT_S = 24 * 3600.0
+
+#: the database and its side files: the database holds every rule file's text, whose
+#: headers and tokens are no other account's to read
+DB_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def private_files(db: Path) -> None:
+    """The database (made here when missing) and each side file there, mode 0600 whatever the
+    umask; SQLite gives the side files it makes later the database's mode.  A file that
+    cannot be changed (a read-only file system) is left, and said: the daemon still runs."""
+    for suffix in DB_SIDE_FILES:
+        path = f"{db}{suffix}"
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            try:
+                fd = os.open(path, flags)
+            except FileNotFoundError:
+                if suffix:
+                    continue
+                fd = os.open(path, flags | os.O_CREAT, 0o600)
+            try:
+                if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+                    os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            logging.getLogger("arbiter.store").warning(
+                "cannot make %s readable by the daemon's account alone: %s", path, exc.strerror or exc
+            )
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.Lock()
+        private_files(path)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=10)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -216,9 +252,14 @@ class Store:
 
     @staticmethod
     def put_job(db: sqlite3.Connection, job: JobRecord) -> None:
+        """Write ``job``; a job newly registered also takes away the rows of jobs that ended
+        more than :data:`ENDED_JOBS_KEPT_S` ago (a command line may be tens of kilobytes,
+        and any account may register jobs)."""
         row = job.to_row()
         cols = ", ".join(row)
         db.execute(f"INSERT OR REPLACE INTO jobs ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+        if job.state == "pending":
+            db.execute("DELETE FROM jobs WHERE state = 'ended' AND ended < ?", (time.time() - ENDED_JOBS_KEPT_S,))
 
     def jobs(self, include_ended: bool = False) -> list[JobRecord]:
         sql = "SELECT * FROM jobs" + ("" if include_ended else " WHERE state != 'ended'") + " ORDER BY submitted"

@@ -137,21 +137,80 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     # full, and a connect to a full Unix socket fails at once (EAGAIN) rather than waiting
     request_queue_size = 128
 
-    def __init__(self, path: str, dispatch: Handler, sessions: dict[str, SessionOpener]) -> None:
+    def __init__(
+        self, path: str, dispatch: Handler, sessions: dict[str, SessionOpener], per_uid: int | None = None
+    ) -> None:
         self.dispatch = dispatch
         self.sessions = sessions
+        self.per_uid = per_uid
+        self._held: dict[int, int] = {}  # uid → connections it holds open
+        self._uids: dict[socket.socket, int] = {}
+        self._held_lock = threading.Lock()
         super().__init__(path, _RequestHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, but no more than ``per_uid`` at once for an account other
+        than root and the daemon's: a flood of silent connections holds threads and
+        descriptors the daemon needs to protect anyone."""
+        if self.per_uid is not None:
+            try:
+                _pid, uid = peer_credentials(request)
+            except OSError:
+                self.shutdown_request(request)
+                return
+            if uid not in (0, os.geteuid()):
+                with self._held_lock:
+                    held = self._held.get(uid, 0)
+                    if held < self.per_uid:
+                        self._held[uid] = held + 1
+                        self._uids[request] = uid
+                if held >= self.per_uid:
+                    self._refuse(request, uid)
+                    return
+        super().process_request(request, client_address)
+
+    def _refuse(self, request: socket.socket, uid: int) -> None:
+        answer = {
+            "ok": False,
+            "error": f"uid {uid} holds {self.per_uid} connections to the daemon, the most quotas.connections_per_uid "
+            "allows; close some and ask again",
+            "code": "QUOTA",
+        }
+        try:
+            request.setblocking(False)  # the accepting thread never waits on a client
+            request.send((json.dumps(answer) + "\n").encode())
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._held_lock:
+                uid = self._uids.pop(request, None)
+                if uid is not None:
+                    self._held[uid] -= 1
+                    if not self._held[uid]:
+                        del self._held[uid]
 
 
 class SocketServer:
     """Serves ``dispatch(op, args, peer)`` on a Unix socket anyone may connect to; an op
-    named in ``sessions`` opens a session that keeps the connection for many requests."""
+    named in ``sessions`` opens a session that keeps the connection for many requests; an
+    account other than root and the daemon's holds at most ``connections_per_uid`` at once."""
 
-    def __init__(self, path: Path, dispatch: Handler, sessions: dict[str, SessionOpener] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        dispatch: Handler,
+        sessions: dict[str, SessionOpener] | None = None,
+        connections_per_uid: int | None = None,
+    ) -> None:
         self.path = path
         if path.exists() or path.is_symlink():
             path.unlink()
-        self._server = _Server(str(path), dispatch, sessions or {})
+        self._server = _Server(str(path), dispatch, sessions or {}, connections_per_uid)
         os.chmod(path, 0o666)  # anyone may read status; rights are checked per request
         self._thread = threading.Thread(target=self._server.serve_forever, name="socket", daemon=True)
 

@@ -71,8 +71,17 @@ def test_sdk_uses_only_the_standard_library_and_itself() -> None:
 
 def test_child_work_uses_only_the_standard_library() -> None:
     # a plugin's child runs it with ``python -I -S``: nothing else is importable there
+    # (its parent side starts the child through arbiter.children, itself of the standard
+    # library alone, imported in the parent only)
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert _imports(CORE / "childwork.py") <= stdlib, _imports(CORE / "childwork.py") - stdlib
+    assert _imports(CORE / "childwork.py") - {"arbiter"} <= stdlib, _imports(CORE / "childwork.py") - stdlib
+    from_arbiter = {
+        node.module
+        for node in ast.walk(ast.parse((CORE / "childwork.py").read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("arbiter")
+    }
+    assert from_arbiter <= {"arbiter.children"}, from_arbiter
+    assert _imports(CORE / "children.py") <= stdlib, _imports(CORE / "children.py") - stdlib
 
 
 def _modules_after(code: str) -> set[str]:

@@ -397,7 +397,7 @@ def job_run(
         typer.Argument(metavar="CMD", help="the command and its arguments, after its options (-- is optional)"),
     ],
     config: ConfigOpt = None,
-    name: Annotated[Optional[str], typer.Option(help="the job name (the kind of work; trust is kept per name)")] = None,  # noqa: UP045
+    name: Annotated[Optional[str], typer.Option(help="the job name (trust is kept per owner and name)")] = None,  # noqa: UP045
     manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
     cooperative: Annotated[
         bool, typer.Option(help="the job obeys its control document (cooperative_throttle and _pause)")

@@ -25,6 +25,7 @@ from arbiter.config.locate import find_config, relative_to_config, shipped_tenan
 from arbiter.config.models import KindBlock, Manifest, NodeConfig, Rule
 from arbiter.config.safety import command_file_problem
 from arbiter.config.yamlpos import Path_, Positions, anchor_of, load_with_positions, position_of
+from arbiter.plugin import KindOptions
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -406,11 +407,14 @@ def _validate_rule(
                 )
             )
             continue
+        needs = "runs a command" if getattr(model, "runs_command", False) else None
         try:
             options = validate_kind_options(KindBlock(**{**raw, "kind": kind}), model)
         except ValidationError as exc:
             problems.extend(problems_from(exc, top.path, positions, loc, origins, model))
         else:
+            if isinstance(options, KindOptions):
+                needs = options.needs_trusted_file()
             if loc[0] == "during" and getattr(options, "gives_phase", lambda: None)() is False:
                 file, line, col = where(loc)
                 problems.append(
@@ -424,8 +428,8 @@ def _validate_rule(
                         "protect.source, which takes a rate",
                     )
                 )
-        if getattr(model, "runs_command", False):
-            # every file the rule is made of is trusted with the command, not only the one naming the kind
+        if needs:
+            # every file the rule is made of is trusted with it, not only the one naming the kind
             for layer in layers:
                 unsafe = command_check(layer.path)
                 if unsafe:
@@ -436,7 +440,7 @@ def _validate_rule(
                             line,
                             col,
                             f"{field_path}.kind",
-                            f"kind {kind!r} runs a command, and this file is not safe to take one from: {unsafe}",
+                            f"kind {kind!r} {needs}, and this file is not safe to take that from: {unsafe}",
                             COMMAND_FILE_HINT,
                         )
                     )

@@ -13,8 +13,12 @@ CONFIG_ENV = "ARBITER_CONFIG"
 
 
 def config_candidates() -> list[Path]:
+    """Where a config is looked for.  Root never takes one from the working folder: any
+    account may have left an ``arbiter.yaml`` (and a state folder it names) where root
+    happens to run a command; ``--config`` names one on purpose."""
     xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [Path("arbiter.yaml"), Path(xdg) / "arbiter" / "arbiter.yaml", Path("/etc/arbiter/arbiter.yaml")]
+    here = [] if os.geteuid() == 0 else [Path("arbiter.yaml")]
+    return [*here, Path(xdg) / "arbiter" / "arbiter.yaml", Path("/etc/arbiter/arbiter.yaml")]
 
 
 def find_config(explicit: str | os.PathLike[str] | None = None) -> Path | None:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, StringConstraints, field_validator, model_validator
 
 from arbiter.config.locate import default_state_dir
 
@@ -77,7 +77,9 @@ class ComplianceConfig(Strict):
     pause_s: float = Field(60.0, ge=0, description="how long that pause lasts")
     strikes_to_stop: int = Field(3, ge=1, description="pauses within strike_window_s that stop the job")
     strike_window_s: float = Field(3600.0, gt=0, description="the window in which strikes_to_stop pauses are counted")
-    untrusted_s: float = Field(3600.0, ge=0, description="how long a stopped job's name gets no duty")
+    untrusted_s: float = Field(
+        3600.0, ge=0, description="how long the jobs of a stopped job's owner and name get no duty"
+    )
     still_busy_samples: int = Field(2, ge=1, description="samples a job told to pause may go on using the GPU")
 
 
@@ -109,6 +111,18 @@ class HttpConfig(Strict):
     @property
     def port(self) -> int:
         return int(self.listen.rpartition(":")[2])
+
+
+class QuotaConfig(Strict):
+    """What one account other than root and the daemon's may hold of the daemon at once: a
+    flood by one local user must never starve the daemon of the descriptors, threads or
+    time it needs to pause work for a protected program."""
+
+    jobs_per_uid: int = Field(256, ge=1, description="jobs one account may have registered and not ended")
+    connections_per_uid: int = Field(64, ge=1, description="socket connections one account may hold open")
+    cmd_bytes: int = Field(
+        65536, ge=256, le=1 << 20, description="the most bytes a job's command line (all its words) may have"
+    )
 
 
 class NodeConfig(Strict):
@@ -171,6 +185,10 @@ class NodeConfig(Strict):
         ),
     )
     http: HttpConfig = Field(default_factory=HttpConfig, description="the read-only HTTP listener")
+    quotas: QuotaConfig = Field(
+        default_factory=QuotaConfig,
+        description="what one account other than root and the daemon's may hold at once (jobs, connections)",
+    )
     translators: dict[Literal["pause", "control", "terminate"], list[str]] = Field(
         default_factory=dict,
         description="translator kinds to use per action, in order; default: every installed one that declares it",
@@ -315,7 +333,9 @@ class Manifest(Strict):
     """What a job declares about itself."""
 
     name: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64, description="the kind of work; trust is kept per name"
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        max_length=64,
+        description="the kind of work; trust is kept per owner and name",
     )
     capabilities: list[Capability] = Field(default_factory=list, description="what it does on its own when asked")
     gpu: GpuUse = Field(default_factory=GpuUse, description="what it needs of the GPU")
@@ -345,9 +365,14 @@ class _Event(Strict):
     t: float
 
 
+#: what a job says of itself is shown to every account (status, explain, the page): short,
+#: on one line, and without control characters (no terminal escape reaches a reader's screen)
+JobText = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")]
+
+
 class PhaseEvent(_Event):
     event: Literal["phase"]
-    phase: str
+    phase: JobText
 
 
 class ProgressEvent(_Event):
@@ -358,7 +383,7 @@ class ProgressEvent(_Event):
 
 class MetricEvent(_Event):
     event: Literal["metric"]
-    name: str
+    name: JobText
     busy: float = Field(ge=0)
     duty: Share
     device: Literal["gpu", "cpu"] = "gpu"

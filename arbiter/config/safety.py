@@ -1,9 +1,13 @@
-"""Whether a rule file that runs a command is safe to take commands from.
+"""Whether a rule file is safe to take what only a trusted account may ask for from (a
+command to run, requests that act on a program or carry credentials, GPU settings).
 
-As sudo and cron check theirs: the file and every folder above it are owned by root or the
-daemon's user and writable by nobody else, and the file is a regular file with one link (a
-hard link could make an unsafe name point at the same contents).  The file system is read
-through ``lstat``/``readlink`` parameters so every case can be tested without root.
+The file and every folder above it are owned by root or the daemon's user and writable by
+nobody else, and the file is a regular file with one link (a hard link could make an unsafe
+name point at the same contents).  A folder others may write is safe only with the sticky
+bit, as ``/tmp`` has: there no one but an entry's owner may rename or remove it, and the
+entry below is checked in turn.  The same policy holds for the state folder.  The file
+system is read through ``lstat``/``readlink`` parameters so every case can be tested
+without root.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ def _owner_and_mode(path: str, st: os.stat_result, trusted: Collection[int], wha
     if st.st_uid not in trusted:
         names = " or ".join(f"uid {u}" for u in sorted(trusted))
         return f"{what} {path} is owned by uid {st.st_uid}, not {names}"
-    if st.st_mode & 0o022:
+    if st.st_mode & 0o022 and not (what == "the folder" and st.st_mode & stat.S_ISVTX):
         who = " and ".join(w for bit, w in ((0o020, "its group"), (0o002, "everyone")) if st.st_mode & bit)
         return f"{what} {path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
@@ -69,9 +73,24 @@ def command_file_problem(
             return f"{path} is not a regular file"
         if st.st_nlink != 1:
             return f"{path} has {st.st_nlink} hard links"
-        problem = _owner_and_mode(path, st, trusted, "the file")
-        if problem:
-            return problem
+        return _owner_and_mode(path, st, trusted, "the file") or folders_problem(path, trusted, lstat, readlink)
+    except OSError as exc:
+        return f"cannot check {path}: {exc.strerror or exc}"
+
+
+def folders_problem(
+    path: str,
+    trusted: Collection[int] | None = None,
+    lstat: Lstat = os.lstat,
+    readlink: Readlink = os.readlink,
+    missing_ok: bool = False,
+) -> str | None:
+    """Why a folder above ``path`` (or a link met resolving them) could be changed by an
+    account other than the trusted ones, or None.  ``missing_ok``: a folder not there yet
+    ends the check (whoever makes it, below folders found safe, owns it); otherwise
+    ``OSError`` is raised."""
+    trusted = {0, os.geteuid()} if trusted is None else set(trusted)
+    try:
         for folder, fst in _folders(path, lstat, readlink):
             if stat.S_ISLNK(fst.st_mode):
                 if fst.st_uid not in trusted:
@@ -82,6 +101,7 @@ def command_file_problem(
                 problem = _owner_and_mode(folder, fst, trusted, "the folder")
                 if problem:
                     return problem
-    except OSError as exc:
-        return f"cannot check {path}: {exc.strerror or exc}"
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
     return None

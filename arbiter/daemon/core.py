@@ -205,7 +205,12 @@ class Daemon:
         self._spawn("reports", self.fast.run)
         self.ticker.once()  # the first decision waits for a full view
         self._spawn("tick", self.ticker.run)
-        self._socket = SocketServer(self.state_dir / SOCKET_FILE, self.dispatch, {"helper.attach": self.helpers.open})
+        self._socket = SocketServer(
+            self.state_dir / SOCKET_FILE,
+            self.dispatch,
+            {"helper.attach": self.helpers.open},
+            connections_per_uid=self.config.quotas.connections_per_uid,
+        )
         self._socket.start()
         if self.config.http.enabled:
             self._start_http()

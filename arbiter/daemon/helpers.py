@@ -18,7 +18,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from arbiter.daemon.sources import SlotKey
 from arbiter.plugin import Phase, SourceState
@@ -76,6 +76,12 @@ class Report(BaseModel):
     why: str = Field("", max_length=1000)
     needs_helper: bool = False
     changed_at: float = 0.0
+
+    @field_validator("why")
+    @classmethod
+    def _one_printable_line(cls, value: str) -> str:
+        # shown to every account in status: no terminal escape, no second line
+        return "".join(c if c.isprintable() else " " for c in value)
 
 
 class HelperSession:

@@ -94,7 +94,6 @@ class _Follow:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.fd: int | None = None  # kept open: the file lives in a folder only the daemon may change
         self.pos = 0
         self.line_no = 0  # lines taken so far, so a problem names its line
         self.partial = b""
@@ -102,39 +101,47 @@ class _Follow:
         self.report = JobReport()
 
     def read(self, budget: int) -> int:
-        """Take what was appended, up to ``budget`` bytes; returns the bytes read."""
-        if self.fd is None:
-            try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            except FileNotFoundError:
-                self.report = replace(self.report, why=f"{self.path} does not exist")
-                return 0
-            except OSError as exc:
-                self.report = replace(self.report, why=f"cannot open {self.path}: {exc.strerror or exc}")
-                return 0
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                self.report = replace(self.report, why=f"{self.path} is not a regular file")
-                return 0
-            self.fd = fd
+        """Take what was appended, up to ``budget`` bytes; returns the bytes read.
+
+        The file is opened only while there is something to read, and closed at once: a
+        descriptor held per registered job would let one account that registers jobs in
+        bulk use up the daemon's descriptors (and with them its means to pause anything).
+        """
         try:
-            size = os.fstat(self.fd).st_size
-            if size < self.pos:  # truncated: the job started its file over
-                self.pos, self.line_no, self.partial, self.discarding = 0, 0, b"", False
-            data = os.pread(self.fd, min(budget, size - self.pos), self.pos) if budget > 0 else b""
+            size = os.stat(self.path, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            self.report = replace(self.report, why=f"{self.path} does not exist")
+            return 0
         except OSError as exc:
-            self.close()
             self.report = replace(self.report, why=f"cannot read {self.path}: {exc.strerror or exc}")
             return 0
+        if size == self.pos or budget <= 0:
+            self.report = replace(self.report, why="", behind_bytes=max(0, size - self.pos))
+            return 0
+        try:
+            # opened, then checked: what the name pointed to at the stat may be gone by now
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            self.report = replace(self.report, why=f"cannot open {self.path}: {exc.strerror or exc}")
+            return 0
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                self.report = replace(self.report, why=f"{self.path} is not a regular file")
+                return 0
+            size = st.st_size
+            if size < self.pos:  # truncated: the job started its file over
+                self.pos, self.line_no, self.partial, self.discarding = 0, 0, b"", False
+            data = os.pread(fd, min(budget, size - self.pos), self.pos)
+        except OSError as exc:
+            self.report = replace(self.report, why=f"cannot read {self.path}: {exc.strerror or exc}")
+            return 0
+        finally:
+            os.close(fd)
         self.pos += len(data)
         self._take(data)
         self.report = replace(self.report, why="", behind_bytes=max(0, size - self.pos))
         return len(data)
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
     def _take(self, data: bytes) -> None:
         lines = (self.partial + data).split(b"\n")
@@ -182,20 +189,16 @@ class JobEventLog:
         self._turn = 0  # whose file is read first: a flood in one cannot starve the others
 
     def close(self) -> None:
-        for follow in self._follows.values():
-            follow.close()
         self._follows.clear()
 
     def read(self, paths: Mapping[str, str]) -> dict[str, JobReport]:
         """Read what each job (id → its events path) appended since the last call; jobs not
         named are forgotten.  Returns each named job's report."""
         for job_id in [j for j in self._follows if j not in paths]:
-            self._follows.pop(job_id).close()
+            del self._follows[job_id]
         for job_id, path in paths.items():
             follow = self._follows.get(job_id)
             if follow is None or follow.path != path:
-                if follow is not None:
-                    follow.close()
                 self._follows[job_id] = _Follow(path)
         order = sorted(self._follows)
         if order:

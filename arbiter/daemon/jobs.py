@@ -3,8 +3,10 @@ decision thread behind one lock, persisted through the recorder."""
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -12,11 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.config.models import Manifest
+from arbiter.daemon.safefs import create_file, make_dir, open_dir
 from arbiter.engine.types import JobObs
 from arbiter.plugin import ProcessRef
-from arbiter.store import JobRecord, Store
+from arbiter.store import ENDED_JOBS_KEPT_S, JobRecord, Store
 
 Persist = Callable[[JobRecord], None]
+
+log = logging.getLogger("arbiter.daemon")
+
+EVENTS_FILE = "events.jsonl"
+#: how often, at most, a registration looks for ended jobs' folders to remove
+SWEEP_EVERY_S = 600.0
 
 
 def to_monotonic(wall: float | None, now_wall: float, now_mono: float) -> float | None:
@@ -35,6 +44,7 @@ class JobRegistry:
         # (job id, field) → that wall-clock time on the monotonic clock, converted once: a
         # wall clock set back an hour must not push a stop's grace period an hour away
         self._mono: dict[tuple[str, str], float] = {}
+        self._sweep_at = 0.0  # when registering next looks for ended jobs' folders to remove
 
     def manifest(self, record: JobRecord) -> Manifest:
         parsed = self._manifests.get(record.id)
@@ -52,11 +62,8 @@ class JobRegistry:
     ) -> JobRecord:
         job_id = f"{manifest.name}-{secrets.token_hex(3)}"
         directory = self.jobs_dir / job_id
-        directory.mkdir(parents=True, mode=0o755)
-        events = directory / "events.jsonl"
-        events.touch(mode=0o644)
-        if os.geteuid() == 0 and owner_uid != 0:
-            os.chown(events, owner_uid, -1)  # the job writes its events as its owner
+        self._make_folder(job_id, owner_uid)
+        events = directory / EVENTS_FILE
         record = JobRecord(
             id=job_id,
             owner_uid=owner_uid,
@@ -73,6 +80,50 @@ class JobRegistry:
             self.records[job_id] = record
         self.persist(record)
         return record
+
+    def _make_folder(self, job_id: str, owner_uid: int) -> None:
+        """``jobs/ID/`` with its events file, made through open folders: a folder swapped
+        for a link between two calls turns neither into a ``chown`` of another file."""
+        state_fd = open_dir(self.jobs_dir.parent)
+        try:
+            jobs_fd = make_dir(state_fd, self.jobs_dir.name, 0o755, exist_ok=True)  # jobs read their control document
+        finally:
+            os.close(state_fd)
+        try:
+            if time.monotonic() >= self._sweep_at:
+                self._sweep_at = time.monotonic() + SWEEP_EVERY_S
+                self._sweep(jobs_fd)
+            job_fd = make_dir(jobs_fd, job_id, 0o755)
+            try:
+                # the job writes its events as its owner; the daemon alone writes the control document
+                create_file(job_fd, EVENTS_FILE, 0o644, owner=owner_uid if os.geteuid() == 0 else None)
+            finally:
+                os.close(job_fd)
+        finally:
+            os.close(jobs_fd)
+
+    def _sweep(self, jobs_fd: int) -> None:
+        """Remove the folders of jobs that ended more than ENDED_JOBS_KEPT_S ago (unchanged
+        since), never following a link: what is in them is the jobs' to write."""
+        cutoff = time.time() - ENDED_JOBS_KEPT_S
+        with self.lock:
+            active = set(self.records)
+        for name in os.listdir(jobs_fd):
+            if name in active:
+                continue
+            try:
+                st = os.stat(name, dir_fd=jobs_fd, follow_symlinks=False)
+                if not stat.S_ISDIR(st.st_mode) or st.st_mtime > cutoff:
+                    continue
+                fd = open_dir(name, jobs_fd)
+                try:
+                    for entry in os.listdir(fd):
+                        os.unlink(entry, dir_fd=fd)
+                finally:
+                    os.close(fd)
+                os.rmdir(name, dir_fd=jobs_fd)
+            except OSError as exc:  # a folder a job made inside its own: left, and said once
+                log.info("left the folder of ended job %s in place: %s", name, exc)
 
     def get(self, job_id: str) -> JobRecord | None:
         with self.lock:

@@ -16,7 +16,6 @@ import logging
 import os
 import select
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -24,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from arbiter.children import python_module, start_child
 from arbiter.reflexhost import ARMS_AT, CATCH_UP_S, LINES_AT, read_count, write_count
 
 log = logging.getLogger(__name__)
@@ -94,9 +94,7 @@ class ReflexLink:
         write_count(self._lock_fd, ARMS_AT, 0)
         write_count(self._lock_fd, LINES_AT, 0)
         self._arms, self._received, self._arm = 0, 0, None
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "arbiter.reflexhost"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True
-        )
+        self._proc = start_child(python_module("arbiter.reflexhost"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self._proc.stdin is not None
         os.set_blocking(self._proc.stdin.fileno(), False)
         self._readers += 1

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from arbiter import __version__
 from arbiter.config.models import Manifest
+from arbiter.daemon.quotas import job_quota_problem
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 5.0
 PROBE_WAIT_S = 45.0  # the first run of every probe, on a slow host
+#: how often, at most, an account that is not an administrator gets the probes run anew
+PROBE_REFRESH_EVERY_S = 60.0
 
 
 class Refused(Exception):
@@ -148,7 +151,13 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
 
         return {"items": [i.to_dict() for i in daemon_items(daemon)]}
     if op == "gpu-apis":
-        answer = daemon.prober.refresh(PROBE_WAIT_S) if args.get("refresh") else daemon.prober.get(PROBE_WAIT_S)
+        if args.get("refresh"):
+            # the probes run as the daemon's account: any other account's asking starts a run
+            # at most once a while, so no one can keep them running
+            admin = may_admin(uid, daemon.uid, group_members(daemon.config.admin_group))
+            answer = daemon.prober.refresh(PROBE_WAIT_S, 0.0 if admin else PROBE_REFRESH_EVERY_S)
+        else:
+            answer = daemon.prober.get(PROBE_WAIT_S)
         if answer is None:
             raise Refused(f"the GPU API probes have not answered within {PROBE_WAIT_S:g}s; ask again", "BUSY")
         return {"gpu_apis": answer}
@@ -174,6 +183,9 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
         cmd = args.get("cmd")
         if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
             raise Refused("cmd must be a non-empty list of strings", "BAD_REQUEST")
+        over = job_quota_problem(daemon.config.quotas, daemon.jobs, uid, cmd)
+        if over:
+            raise Refused(over, "QUOTA")
         # the launcher is the caller itself: its pid comes from the socket, not from the request
         launcher = peer_pid or int(_number_arg(op, args, "launcher_pid", 0, whole=True))
         warnings: list[str] = []
@@ -187,7 +199,14 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
                     f"this host cannot run job {manifest.name!r}: {why}; health: undetected (not an alert)",
                     codes.GPU_API_UNAVAILABLE,
                 )
-        record = daemon.jobs.register(uid, manifest, cmd, launcher, _process(daemon, launcher).start_time)
+        try:
+            record = daemon.jobs.register(uid, manifest, cmd, launcher, _process(daemon, launcher).start_time)
+        except OSError as exc:  # a jobs folder that is not plainly the daemon's own, a full disk
+            raise Refused(
+                f"cannot make the folder of job {manifest.name!r} in {daemon.jobs.jobs_dir}: {exc.strerror or exc}; "
+                "`arbiter doctor` and the daemon's log say more",
+                "STATE_DIR",
+            ) from None
         daemon.notify_jobs()
         return {
             "job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},

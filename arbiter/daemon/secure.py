@@ -16,6 +16,8 @@ import secrets
 import stat
 from pathlib import Path
 
+from arbiter.config.safety import folders_problem
+
 log = logging.getLogger("arbiter.daemon")
 
 TOKEN_BYTES = 32
@@ -89,10 +91,31 @@ class UnsafeStateDir(Exception):
 def check_state_dir(path: Path) -> None:
     """Make ``path`` (created if missing) the daemon's own and writable by it alone.
 
-    Another account owning it could swap the socket, the token or the paused record under
-    the daemon, so that refuses to start rather than being repaired.
+    Every folder above it must be root's or the daemon's and writable by no one else (or
+    sticky, as ``/tmp``): whoever may rename a folder on the way may swap the job folders
+    under the daemon between its ``mkdir`` and its ``chown``.  Another account owning the
+    folder itself could swap the socket, the token or the paused record, so neither is
+    repaired: the start is refused, saying which folder and what to do.
     """
-    path.mkdir(parents=True, exist_ok=True)
+    path = Path(os.path.abspath(path))
+    problem = folders_problem(str(path), missing_ok=True)
+    if problem:
+        raise UnsafeStateDir(
+            f"state_dir {path} is not safe for the daemon: {problem}; another account could swap what the daemon "
+            f"makes there. Choose a state_dir whose every folder is owned by root or uid {os.geteuid()} and writable "
+            "by no one else (e.g. /var/lib/arbiter, or a folder in the daemon user's home)"
+        )
+    missing = []
+    for folder in (path, *path.parents):
+        if os.path.lexists(folder):
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o755)
+            os.chmod(folder, 0o755)  # the umask took bits off, or none: a folder above is checked safe
+        except FileExistsError:
+            pass
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeStateDir(f"state_dir {path} is not a directory; point state_dir at a folder")
@@ -102,3 +125,35 @@ def check_state_dir(path: Path) -> None:
             f"another account could replace its socket or token; `chown {os.geteuid()} {path}` or choose another state_dir"
         )
     os.chmod(path, 0o755)  # anyone may reach the socket and daemon.json; only the daemon writes
+    check_recorded_state(path)
+
+
+#: what the daemon reads back at start: rows in them name processes to signal and files to write
+RECORDED = ("state.db", "state.db-wal", "state.db-shm", "paused.journal")
+
+
+def check_recorded_state(path: Path) -> None:
+    """Refuse a state folder, or a record in it, that another account could have written:
+    the folder and its parents as :func:`check_state_dir` wants them, each record a regular
+    file of root's or the daemon's that no one else may write."""
+    path = Path(os.path.abspath(path))
+    problem = folders_problem(str(path / "x"), missing_ok=True)  # the state folder itself too
+    trusted = {0, os.geteuid()}
+    for name in RECORDED:
+        if problem:
+            break
+        try:
+            st = os.lstat(path / name)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            problem = f"{path / name} is not a plain file (a link, or several names)"
+        elif st.st_uid not in trusted:
+            problem = f"{path / name} is owned by uid {st.st_uid}"
+        elif st.st_mode & 0o022:
+            problem = f"{path / name} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    if problem:
+        raise UnsafeStateDir(
+            f"the state in {path} is not trusted: {problem}; another account could have written what it records. "
+            "Nothing was resumed or signalled: look at the folder, and name the right one with --config"
+        )

@@ -15,7 +15,7 @@ from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
 from arbiter.daemon.limits import cap_malloc_arenas, raise_open_file_limit
 from arbiter.daemon.notify import Notifier, status_line
-from arbiter.daemon.secure import UnsafeStateDir
+from arbiter.daemon.secure import UnsafeStateDir, check_recorded_state
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 from arbiter.signal_relay import relay_signals
 from arbiter.store import PausedJournal, Store
@@ -40,6 +40,9 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     raised = raise_open_file_limit()  # before the plugins, which size what they keep open by it
     if raised is not None:
         logging.getLogger("arbiter").info("open-file limit raised from %d to %d", *raised)
+    # no child, and no path the daemon opens, may depend on the folder it was started in
+    config_path = config_path.absolute() if config_path is not None else None
+    os.chdir("/")
     try:
         daemon = Daemon(cfg, config_path)
     except PluginLoadError as exc:
@@ -93,6 +96,10 @@ def resume_recorded(cfg: NodeConfig) -> tuple[int, list[str], list[str]]:
         return 0, [], []
     if _running_daemon(cfg):
         raise CliError("a daemon is running and resumes what it paused when it stops; stop it instead")
+    try:
+        check_recorded_state(state)  # its rows name processes to signal and files to write
+    except UnsafeStateDir as exc:
+        raise CliError(str(exc)) from None
     store = Store(db)
     try:
         entries = {**{e.key: e for e in store.paused()}, **PausedJournal.replay(journal_path)}

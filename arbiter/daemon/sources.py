@@ -111,6 +111,11 @@ class LatencyHistogram:
         return out
 
 
+def _caution(state: SourceState) -> tuple[int, int]:
+    """How cautious a reading is: a phase on, then soon, then none or off; busy before idle."""
+    return {"on": 2, "soon": 1}.get(state.phase or "", 0), 1 if state.busy is not False else 0
+
+
 @dataclass
 class Slot:
     kind: str
@@ -124,13 +129,17 @@ class Slot:
 
     def effective(self, owners: frozenset[int]) -> tuple[Reading, str]:
         """The reading that counts.  A helper counts only while its user runs the rule's
-        program: another user's helper must not speak for it."""
+        program: another user's helper must not speak for it.  Where helpers of several
+        users that run it report, the most cautious report counts (a phase on before soon
+        before off, busy before idle): any user can start a process the rule matches, and
+        so have a helper of theirs report, but never to lift another user's protection."""
         helpers = {k: r for k, r in self.helpers.items() if k[0] in owners}
         if self.own.state.readable or not helpers:
             return self.own, "daemon"
-        for (uid, _), reading in sorted(helpers.items()):
-            if reading.state.readable:
-                return reading, f"helper (uid {uid})"
+        readable = [(key, r) for key, r in sorted(helpers.items()) if r.state.readable]
+        if readable:
+            (uid, _), reading = max(readable, key=lambda item: _caution(item[1].state))  # the first of equals
+            return reading, f"helper (uid {uid})"
         (uid, _), reading = min(helpers.items())
         why = f"{self.own.state.why}; the helper (uid {uid}) cannot read it either: {reading.state.why}"
         return Reading(replace(self.own.state, why=why), self.own.seen_by), "daemon"

@@ -26,6 +26,12 @@ class Verdict:
     events: tuple[TimelineEvent, ...] = field(default_factory=tuple)
 
 
+def trust_key(job: JobObs) -> str:
+    """Whose trust a job draws on: its owner's jobs of its name.  One account's jobs that
+    overran their duty must cost another account's jobs of the same name nothing."""
+    return f"{job.owner_uid}:{job.name}"
+
+
 def untrusted_reason(name: str, trust: NameTrust, now: float) -> Reason:
     left = (trust.untrusted_until or now) - now
     return Reason(

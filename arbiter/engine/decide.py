@@ -15,7 +15,7 @@ from arbiter.engine.abrun import RunObs, RunState, advance, covers, work_seen
 from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
-from arbiter.engine.compliance import untrusted_reason
+from arbiter.engine.compliance import trust_key, untrusted_reason
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
 from arbiter.engine.handoff import TenantObs
@@ -518,7 +518,9 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     candidates = [
         j
         for j in obs.jobs.values()
-        if _can_throttle(j) and j.stop_requested_at is None and not prev.trust.get(j.name, NameTrust()).untrusted(now)
+        if _can_throttle(j)
+        and j.stop_requested_at is None
+        and not prev.trust.get(trust_key(j), NameTrust()).untrusted(now)
     ]
     # the ceiling covers the work running now; a job not started yet gets a duty only where
     # every governed rule's certificates cover it too (else it waits like work that cannot throttle)
@@ -649,13 +651,13 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             job.uses_gpu and job.max_duty < 1.0,
             bool(prev_v and prev_v.state == "paused" and prev_v.via == "control"),
             prev.compliance.get(job.job_id, JobCompliance()),
-            trust.get(job.name, NameTrust()),
+            trust.get(trust_key(job), NameTrust()),
             policy.compliance,
             policy.busy_threshold,
             now,
         )
         compliance[job.job_id] = checked.state
-        trust[job.name] = checked.trust
+        trust[trust_key(job)] = checked.trust
         events.extend(checked.events)
         share = min(budgets) / len(throttlers) if budgets and throttlers else None
         says = _run_says(run, job) if run is not None else None

@@ -11,6 +11,7 @@ import uvicorn
 from arbiter.daemon.views import duty_view, explain_view, status_view
 from arbiter.http.app import create_app
 from arbiter.http.guard import warn_if_reachable
+from arbiter.http.protocol import MAX_CONCURRENCY, HeadTimeoutProtocol
 
 if TYPE_CHECKING:
     from arbiter.daemon.facade import Node
@@ -73,15 +74,16 @@ class DaemonProvider:
         kept while the run has not changed."""
         import json
         import subprocess
-        import sys
+
+        from arbiter.children import python_module, run_child
 
         rep = self.ab_report(run_id)
         key = json.dumps([rep["status"], len(rep["blocks"]), len(rep["excluded"])])
         cached = self._plots.get(run_id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        done = subprocess.run(
-            [sys.executable, "-m", "arbiter.harness.report"],
+        done: subprocess.CompletedProcess[bytes] = run_child(
+            python_module("arbiter.harness.report"),
             input=json.dumps(rep).encode(),
             capture_output=True,
             timeout=PLOT_TIMEOUT_S,
@@ -97,7 +99,15 @@ class HttpServer:
     def __init__(self, daemon: Node, host: str, port: int) -> None:
         warn_if_reachable(host, port)
         app = create_app(DaemonProvider(daemon), bind_host=host)
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            http=HeadTimeoutProtocol,
+            limit_concurrency=MAX_CONCURRENCY,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
         self.host = host

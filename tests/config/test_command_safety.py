@@ -122,7 +122,8 @@ def test_the_file_matrix(owner: int, mode: int, link: bool, nlink: int) -> None:
 def test_the_folder_matrix(owner: int, mode: int, link: bool, link_owner: int) -> None:
     mode_dir = mode if mode != 0o644 else 0o755
     why = problem(tree(dir_owner=owner, dir_mode=mode_dir, dir_link=link, link_owner=link_owner))
-    safe = owner in TRUSTED and not mode_dir & 0o022 and (not link or link_owner in TRUSTED)
+    sticky = bool(mode_dir & 0o1000)  # others may add entries, but rename or remove only their own
+    safe = owner in TRUSTED and (sticky or not mode_dir & 0o022) and (not link or link_owner in TRUSTED)
     assert (why is None) == safe, why
     if link and link_owner not in TRUSTED:
         assert why and "symbolic link /etc/arbiter/tenants.d" in why
@@ -130,9 +131,13 @@ def test_the_folder_matrix(owner: int, mode: int, link: bool, link_owner: int) -
         assert why and ("/srv/rules" if link else "/etc/arbiter/tenants.d") in why
 
 
-def test_a_world_writable_sticky_folder_is_refused_too() -> None:
-    why = problem(tree(dir_mode=0o1777))
-    assert why and "writable by its group and everyone" in why
+def test_a_sticky_folder_is_safe_only_as_far_as_its_owner_and_the_entry_below() -> None:
+    assert problem(tree(dir_mode=0o1777)) is None  # as /tmp: the file below is root's, and only root may move it
+    why = problem(tree(dir_mode=0o1777, file_owner=OTHER))
+    assert why and f"owned by uid {OTHER}" in why
+    why = problem(tree(dir_mode=0o1777, dir_owner=OTHER))
+    assert why and f"owned by uid {OTHER}" in why
+    assert "writable by its group and everyone" in (problem(tree(dir_mode=0o777)) or "")
 
 
 def test_a_missing_file_cannot_be_checked() -> None:

@@ -97,8 +97,12 @@ during:
 """
 
 
-def parse(host, source: str):
-    return parse_rule(RULE.replace("SOURCE", source), "t.yaml", host.options_model, host.kind_names)
+def parse(host, source: str, folder: Path):
+    """The rule with ``source`` as its during: source, from a file in ``folder`` (file sources
+    are taken only from a rule file that only root can change, as this one)."""
+    path = folder / "t.yaml"
+    path.write_text(RULE.replace("SOURCE", source))
+    return parse_rule(path.read_text(), str(path), host.options_model, host.kind_names)
 
 
 def test_a_misspelt_key_in_a_plugin_block_gets_the_closest(host) -> None:
@@ -113,9 +117,9 @@ def test_a_misspelt_key_in_a_plugin_block_gets_the_closest(host) -> None:
     assert p.field == "match.cmdlin" and p.hint.startswith("did you mean 'cmdline'?") and "user" in p.hint
 
 
-def test_a_misspelt_kind_in_a_rule_gets_the_closest(host) -> None:
+def test_a_misspelt_kind_in_a_rule_gets_the_closest(host, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        parse(host, "{kind: jsnol, path: /tmp/x.jsonl, enter: a, exit: b}")
+        parse(host, "{kind: jsnol, path: /tmp/x.jsonl, enter: a, exit: b}", tmp_path)
     (p,) = err.value.problems
     assert p.field == "during.0.source.kind" and p.hint.startswith("did you mean 'jsonl'?") and "log" in p.hint
 
@@ -124,9 +128,9 @@ def test_a_misspelt_kind_in_a_rule_gets_the_closest(host) -> None:
     "source",
     ["{kind: jsonl, path: /tmp/x.jsonl, event: step}", "{kind: log, path: /tmp/x.log, log_regex: step}"],
 )
-def test_a_during_source_that_gives_only_a_rate_is_refused(host, source: str) -> None:
+def test_a_during_source_that_gives_only_a_rate_is_refused(host, source: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
-        parse(host, source)
+        parse(host, source, tmp_path)
     (p,) = err.value.problems
     assert (p.field, p.line) == ("during.0.source", 4) and "gives no phase" in p.message
 
@@ -139,8 +143,8 @@ def test_a_during_source_that_gives_only_a_rate_is_refused(host, source: str) ->
         "{kind: on_exec, match: {name: [x]}}",
     ],
 )
-def test_a_during_source_that_gives_a_phase_is_taken(host, source: str) -> None:
-    assert parse(host, source).during[0].pause_fleet.scope == "gpu"
+def test_a_during_source_that_gives_a_phase_is_taken(host, source: str, tmp_path: Path) -> None:
+    assert parse(host, source, tmp_path).during[0].pause_fleet.scope == "gpu"
 
 
 def test_a_missing_phase_file_counts_as_on(host, tmp_path: Path) -> None:

@@ -46,3 +46,11 @@ def test_reports_carry_counts_and_phases_only() -> None:
     for extra in ({"content": "a line"}, {"command": ["/bin/sh"]}, {"phase": "maybe"}, {"count": -1}):
         with pytest.raises(ValueError):
             Report.model_validate({"rule": "r", "index": 0, "readable": True, **extra})
+
+
+def test_what_a_helper_says_is_one_printable_line() -> None:
+    """Status is every account's to read: a helper's why carries no terminal escape."""
+    report = Report.model_validate(
+        {"rule": "r", "index": 0, "readable": False, "why": "denied\x1b]8;;https://evil.example\x07\nsecond"}
+    )
+    assert report.why.isprintable() and "\n" not in report.why and report.why.startswith("denied")

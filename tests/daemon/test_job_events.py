@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from arbiter.daemon import jobevents
-from arbiter.daemon.jobevents import JobEventLog
+from arbiter.daemon.jobevents import JobEventLog, JobReport
 from arbiter.sdk.control import Control
 
 
@@ -143,16 +143,30 @@ def test_jobs_no_longer_named_are_forgotten(events: Path) -> None:
     assert set(log.read({"b": str(events)})) == {"b"}
 
 
-def test_a_file_is_opened_once_and_closed_when_its_job_is_forgotten(events: Path) -> None:
+def held(path: Path) -> int:
+    """Descriptors this process holds on ``path``."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        try:
+            count += os.readlink(fd) == str(path)
+        except OSError:
+            pass
+    return count
+
+
+def test_no_descriptor_is_held_between_reads_and_an_unchanged_file_is_not_opened(events: Path) -> None:
+    """One account may register hundreds of jobs: a descriptor kept per job would spend the
+    daemon's descriptors for it."""
     log = JobEventLog()
-    log.read({"j": str(events)})
-    fd = log._follows["j"].fd
-    assert fd is not None
     append(events, {"t": 1.0, "event": "phase", "phase": "p"})
-    assert log.read({"j": str(events)})["j"].phase == "p" and log._follows["j"].fd == fd
-    log.read({})
-    with pytest.raises(OSError):
-        os.fstat(fd)
+    assert log.read({"j": str(events)})["j"].phase == "p"
+    assert held(events) == 0
+    fifo = events.with_name("fifo")
+    os.mkfifo(fifo)  # size 0, nothing to read: never opened (an open of some files has side effects)
+    assert log.read({"j": str(events), "f": str(fifo)})["f"] == JobReport()
+    append(events, {"t": 2.0, "event": "phase", "phase": "q"})
+    assert log.read({"j": str(events)})["j"].phase == "q" and held(events) == 0
 
 
 def test_only_json_white_space_is_taken_off_a_line(events: Path) -> None:
@@ -160,3 +174,16 @@ def test_only_json_white_space_is_taken_off_a_line(events: Path) -> None:
         fh.write(b'\t{"t": 1.0, "event": "phase", "phase": "a"} \r\n\x0c{"t": 2.0, "event": "phase", "phase": "b"}\n')
     report = JobEventLog().read({"j": str(events)})["j"]
     assert report.phase == "a" and report.malformed == 1  # a form feed is no JSON white space
+
+
+@pytest.mark.parametrize(
+    "phase",
+    ["[link=https://evil.example]click[/link]" + "x" * 64, "\x1b]8;;https://evil.example\x07here", "two\nlines", ""],
+)
+def test_what_a_job_says_of_itself_is_short_and_has_no_control_characters(events: Path, phase: str) -> None:
+    """Status is every account's to read: a job's phase is at most 64 characters on one line,
+    with no terminal escape; anything else is a malformed line, named, never shown."""
+    with open(events, "a") as fh:
+        fh.write(json.dumps({"t": 1.0, "event": "phase", "phase": phase}) + "\n")
+    report = JobEventLog().read({"j": str(events)})["j"]
+    assert report.phase is None and report.malformed == 1 and (not phase or phase not in report.problem)

@@ -99,6 +99,22 @@ def test_a_helper_counts_only_for_the_user_running_the_program() -> None:
     assert b.observed(KEY, 0).readable
 
 
+def test_where_two_users_run_the_program_any_helpers_on_phase_wins() -> None:
+    """A system account (uid 6) starts a process the rule matches and has its helper say
+    "off": uid 1000's "on" still counts, whatever the uids' order."""
+    b = book()
+    b.sync({KEY: ("jsonl", 1), ("trainer", -1): ("jsonl", 1)}, {"trainer": frozenset({6, 1000})})
+    b.own(KEY, SourceState(readable=False, why="~ is not here"), "tick")
+    b.helper((1000, 1), KEY, SourceState(readable=True, phase="on", changed_at=1.0))
+    b.helper((6, 2), KEY, SourceState(readable=True, phase="off", changed_at=2.0))
+    assert b.observed(KEY, 0).phase == "on"
+    assert b.view("trainer", 0)[1]["read_by"] == "helper (uid 1000)"
+    b.helper((6, 2), KEY, SourceState(readable=True, phase="soon", changed_at=3.0))
+    assert b.observed(KEY, 0).phase == "on"
+    b.helper((1000, 1), KEY, SourceState(readable=True, phase="off", changed_at=4.0))
+    assert b.observed(KEY, 0).phase == "soon"  # the most cautious of what they say
+
+
 def test_a_reloaded_rule_forgets_what_helpers_said() -> None:
     b = book()
     b.own(KEY, SourceState(readable=False, why="denied", needs_helper=True), "tick")

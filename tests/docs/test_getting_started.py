@@ -2,7 +2,7 @@
 in its own terminal where the page says so, with the files the page shows.
 
 What differs from a person at a keyboard, and why: the folder is the test's own instead of
-/tmp/arbiter-try; the protected program runs 20 s instead of 60; the HTTP listener takes a free
+~/arbiter-try; the protected program runs 20 s instead of 60; the HTTP listener takes a free
 port (tests run side by side); and the terminals after the first get a runtime dir of their own
 (the daemon's pointer is how they find it without the config, as the page says).
 """
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 PAGE = "getting-started.md"
 STATUS = [sys.executable, "-m", "arbiter", "status", "--json"]
-DOC_DIR = "/tmp/arbiter-try"
+DOC_DIR = "~/arbiter-try"
 PROTECTED_S = "20"
 #: not run here, each with why
 LEFT_OUT = {

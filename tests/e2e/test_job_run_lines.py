@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from arbiter.demo.node import PYTHON, LocalNode
 from arbiter_testing import wait_until
+from arbiter_testing.node import PYTHON, HarnessNode
 
 
 def phase(path: Path, value: str) -> None:
@@ -21,7 +21,7 @@ def phase(path: Path, value: str) -> None:
 def test_job_run_says_paused_and_resumed_once_each(tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     events.touch()
-    node = LocalNode(tmp_path, tick_s=1)
+    node = HarnessNode(tmp_path, tick_s=1)
     try:
         node.add_rule(
             "p",

@@ -152,16 +152,33 @@ def test_distrust_survives_a_restart_of_the_engine_state() -> None:
         over_three_samples(run, t)
         t += 70.0
         run.at(t - 2, job(0.0, t - 2))
-    assert run.state.trust["batch"].untrusted(t)
+    assert run.state.trust["1000:batch"].untrusted(t)
     # the daemon stores names' records with wall times, and a new daemon (another
     # monotonic origin) reads them back
-    record = trust_to_record(run.state.trust["batch"], now=t, now_wall=1_000_000.0)
+    record = trust_to_record(run.state.trust["1000:batch"], now=t, now_wall=1_000_000.0)
     restored = trust_from_record(record, now=50.0, now_wall=1_000_010.0)
     after = Run()
-    after.state = EngineState(trust={"batch": restored})
+    after.state = EngineState(trust={"1000:batch": restored})
     after.at(60.0, job(None, None, jid="j9", started=False))
     assert after.codes("j9") == [codes.JOB_UNTRUSTED]
-    assert restored.untrusted_until == pytest.approx(run.state.trust["batch"].untrusted_until - t + 40.0)
+    assert restored.untrusted_until == pytest.approx(run.state.trust["1000:batch"].untrusted_until - t + 40.0)
+
+
+def test_one_accounts_overruns_cost_another_accounts_jobs_of_that_name_nothing() -> None:
+    """Trust is kept per (owner, name): any account may name its jobs "batch"."""
+    run = Run()
+    run.at(0.0, job(None, None))
+    t = 2.0
+    for _ in range(3):
+        over_three_samples(run, t)
+        t += 70.0
+        run.at(t - 2, job(0.0, t - 2))
+    assert run.state.trust["1000:batch"].untrusted(t)
+    theirs = replace(job(None, None, jid="j2", started=False), owner_uid=1001)
+    mine = job(None, None, jid="j3", started=False)
+    run.at(t, theirs, mine)
+    assert run.codes("j3") == [codes.JOB_UNTRUSTED]
+    assert codes.JOB_UNTRUSTED not in run.codes("j2") and run.last.jobs["j2"].state == "run"
 
 
 def test_a_job_whose_gpu_time_cannot_be_read_is_held() -> None:
@@ -225,9 +242,9 @@ def test_strikes_of_names_without_a_job_are_forgotten_after_the_window() -> None
     run = Run()
     run.at(0.0, job(None, None))
     over_three_samples(run, 2.0)
-    assert run.state.trust["batch"].strikes
+    assert run.state.trust["1000:batch"].strikes
     run.at(4000.0)  # no job of that name any more
-    assert "batch" not in run.state.trust
+    assert "1000:batch" not in run.state.trust
 
 
 def test_a_sample_that_began_under_another_duty_does_not_count() -> None:

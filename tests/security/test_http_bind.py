@@ -4,8 +4,10 @@ loopback Host (DNS rebinding), and are POST only."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +21,7 @@ from arbiter.daemon.core import Daemon
 from arbiter.http.app import create_app
 from arbiter.http.guard import OPEN_PATHS, bearer_ok, is_loopback_bind
 from arbiter.http.server import DaemonProvider
+from arbiter_testing import run_as
 from arbiter_testing.node import HarnessNode
 
 REMOTE_HOST = "192.0.2.7:7807"  # TEST-NET-1: a name no loopback resolves to
@@ -151,3 +154,45 @@ def test_the_page_and_docs_never_echo_the_token(start_daemon, bind: str) -> None
     good = {"Authorization": f"Bearer {daemon.token}"}
     for path in ("/", "/v1/status", "/openapi.json", "/metrics", "/v1/explain", "/v1/timeline"):
         assert daemon.token not in client.get(path, headers=good).text, path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the connections are held as another account, which needs root")
+def test_a_connection_that_never_sends_a_request_is_closed(tmp_path: Path) -> None:
+    """Any account may connect to the listener: one that sends nothing, or its request head a
+    byte at a time, is cut off after a few seconds instead of being held for ever."""
+    from arbiter.http.protocol import HEAD_TIMEOUT_S
+
+    node = HarnessNode(tmp_path)
+    node.start()
+    try:
+        host, port = node.info()["http"].removeprefix("http://").rsplit(":", 1)
+
+        def hold(trickle: bool) -> float:
+            started = time.monotonic()
+            with socket.create_connection((host, int(port)), timeout=HEAD_TIMEOUT_S * 4) as conn:
+                if trickle:
+                    conn.settimeout(0.5)
+                    for byte in b"GET /v1/status HTTP/1.1\r\nHost: localhost\r\n":
+                        try:
+                            conn.send(bytes([byte]))
+                            if conn.recv(1) == b"":
+                                break
+                        except TimeoutError:
+                            continue
+                        except OSError:
+                            break
+                    conn.settimeout(HEAD_TIMEOUT_S * 4)
+                try:
+                    while conn.recv(4096):
+                        pass
+                except ConnectionResetError:
+                    pass
+            return time.monotonic() - started
+
+        silent = run_as("nobody", lambda: hold(False))
+        trickling = run_as("nobody", lambda: hold(True))
+        assert HEAD_TIMEOUT_S - 0.5 <= silent < HEAD_TIMEOUT_S * 3, silent
+        assert trickling < HEAD_TIMEOUT_S * 3, trickling
+        assert node.status()  # the listener still serves
+    finally:
+        node.close()

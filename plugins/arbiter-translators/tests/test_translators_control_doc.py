@@ -39,6 +39,13 @@ def translator(tmp_path: Path) -> ControlDocTranslator:
     return ControlDocTranslator(ControlDocTranslator.Options(), PluginContext(state_dir=tmp_path))
 
 
+def control_path(state_dir: Path, job_id: str = "j1") -> Path:
+    """Where the daemon keeps a job's control document: the only place the translator writes one."""
+    path = state_dir / "jobs" / job_id / "control.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def ref_of(pid: int) -> ProcessRef:
     return ProcessRef(pid, psutil.Process(pid).create_time())
 
@@ -76,7 +83,7 @@ def read_line_within(proc: subprocess.Popen[str], timeout: float) -> str | None:
 
 
 def test_writes_the_document(tmp_path: Path) -> None:
-    path = tmp_path / "control.json"
+    path = control_path(tmp_path)
     job = JobTarget(job_id="j1", name="batch", processes=(), control_path=str(path))
     t = translator(tmp_path)
     t.control(job, ControlUpdate(state="paused", gpu_duty=0.25, reason="trainer is uploading"), seq=7)
@@ -90,11 +97,11 @@ def test_writes_the_document(tmp_path: Path) -> None:
     t.control(job, ControlUpdate(state="run", gpu_duty=1.0), seq=8)
     doc = json.loads(path.read_text())
     assert (doc["seq"], doc["state"], doc["gpu_duty"], doc["reason"]) == (8, "run", 1.0, "")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["control.json"]  # no temporary left behind
+    assert sorted(p.name for p in path.parent.iterdir()) == ["control.json"]  # no temporary left behind
 
 
 def test_readers_never_see_half_a_document(tmp_path: Path) -> None:
-    path = tmp_path / "control.json"
+    path = control_path(tmp_path)
     job = JobTarget(job_id="j1", name="batch", processes=(), control_path=str(path))
     t = translator(tmp_path)
     t.control(job, ControlUpdate(state="run", gpu_duty=1.0, reason="x" * 5000), seq=0)
@@ -122,7 +129,7 @@ def test_readers_never_see_half_a_document(tmp_path: Path) -> None:
 
 
 def test_a_cooperative_job_is_nudged(tmp_path: Path, cooperative: subprocess.Popen[str]) -> None:
-    path = tmp_path / "control.json"
+    path = control_path(tmp_path)
     job = JobTarget(
         job_id="j1", name="batch", processes=(ref_of(cooperative.pid),), control_path=str(path), cooperative=True
     )
@@ -131,7 +138,7 @@ def test_a_cooperative_job_is_nudged(tmp_path: Path, cooperative: subprocess.Pop
 
 
 def test_no_nudge_without_cooperative_or_with_a_stale_ref(tmp_path: Path, cooperative: subprocess.Popen[str]) -> None:
-    path = tmp_path / "control.json"
+    path = control_path(tmp_path)
     ref = ref_of(cooperative.pid)
     t = translator(tmp_path)
     t.control(JobTarget("j1", "batch", (ref,), str(path), cooperative=False), ControlUpdate("paused", 0.0), seq=1)
@@ -147,7 +154,7 @@ def test_a_job_without_a_handler_is_not_killed_by_a_document_write(tmp_path: Pat
     # The nudge's default action ends a process: only cooperative jobs get it.
     proc = subprocess.Popen(["sleep", "60"])
     try:
-        job = JobTarget("j1", "batch", (ref_of(proc.pid),), str(tmp_path / "c.json"), cooperative=False)
+        job = JobTarget("j1", "batch", (ref_of(proc.pid),), str(control_path(tmp_path)), cooperative=False)
         translator(tmp_path).control(job, ControlUpdate("stop", 0.0, reason="ending"), seq=1)
         wait_until(lambda: never_signalled(proc.pid), 10, "the job asleep, never nudged")
         assert proc.poll() is None
@@ -160,9 +167,26 @@ def test_errors_say_what_to_do(tmp_path: Path) -> None:
     t = translator(tmp_path)
     with pytest.raises(PluginError, match="no control document path"):
         t.control(JobTarget("j1", "batch", ()), ControlUpdate("run", 1.0), seq=1)
-    missing_dir = tmp_path / "nowhere" / "control.json"
+    missing_dir = tmp_path / "jobs" / "j9" / "control.json"  # where it goes, but its folder is gone
     with pytest.raises(PluginError, match="must exist"):
-        t.control(JobTarget("j1", "batch", (), str(missing_dir)), ControlUpdate("run", 1.0), seq=1)
+        t.control(JobTarget("j9", "batch", (), str(missing_dir)), ControlUpdate("run", 1.0), seq=1)
     with pytest.raises(PluginError, match="not one of"):
-        t.control(JobTarget("j1", "batch", (), str(tmp_path / "c.json")), ControlUpdate("sleep", 1.0), seq=1)  # type: ignore[arg-type]
-    assert not os.path.exists(tmp_path / "c.json")
+        t.control(JobTarget("j1", "batch", (), str(control_path(tmp_path))), ControlUpdate("sleep", 1.0), seq=1)  # type: ignore[arg-type]
+    assert not os.path.exists(control_path(tmp_path))
+
+
+@pytest.mark.parametrize("where", ["elsewhere", "traversal", "other job"])
+def test_a_control_document_is_written_only_where_arbiter_keeps_it(tmp_path: Path, where: str) -> None:
+    """A paused record names the document to write: one naming any other file (a record
+    someone else wrote, say) has nothing written."""
+    bait = tmp_path / "precious"
+    bait.write_text("keep")
+    path = {
+        "elsewhere": str(bait),
+        "traversal": str(tmp_path / "jobs" / "j1" / ".." / ".." / "precious"),
+        "other job": str(control_path(tmp_path, "j2")),
+    }[where]
+    job = JobTarget(job_id="j1", name="batch", processes=(), control_path=path)
+    with pytest.raises(PluginError, match="where arbiter keeps it"):
+        translator(tmp_path).control(job, ControlUpdate("paused", 0.0, "x"), 1)
+    assert bait.read_text() == "keep" and not (tmp_path / "jobs" / "j2" / "control.json").exists()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from arbiter.plugin import HostSignal, KindOptions, PluginContext
+from arbiter.plugin import HostSignal, KindOptions, PluginContext, run_child
 from arbiter_host._files import read_text
 
 SYSCTL = "/usr/sbin/sysctl"
@@ -111,7 +111,7 @@ def os_version(system: str, release: str) -> str:
 
 
 def _run_sysctl(args: Sequence[str]) -> str:
-    done = subprocess.run(
+    done: subprocess.CompletedProcess[str] = run_child(
         [SYSCTL, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=True, stdin=subprocess.DEVNULL
     )
     return done.stdout

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import Field
 
-from arbiter.plugin import KindOptions, PluginContext, Probe
+from arbiter.plugin import KindOptions, PluginContext, Probe, start_child
 
 DEFAULT_TIMEOUT_S = 5.0
 #: the stdlib-only script that asks a native library (NVML, libcuda, libvulkan, libOpenCL, D3D12)
@@ -63,12 +63,12 @@ def run_command(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -
     if program is None:
         raise FileNotFoundError(2, "not found on PATH", argv[0])
     posix = os.name == "posix"
-    proc = subprocess.Popen(
+    proc = start_child(
         [program, *argv[1:]],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=dict(env),
+        env=env,
         text=True,
         errors="replace",
         # its own group, so a helper it started dies with it; the prober's session, so it keeps

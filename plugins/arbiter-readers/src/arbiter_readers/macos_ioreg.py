@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader
+from arbiter.plugin import GpuReading, KindOptions, PluginContext, ProcessGpu, Reader, run_child
 from arbiter_readers._ledger import Ledger
 
 IOREG = "/usr/sbin/ioreg"
@@ -127,7 +127,7 @@ class MacosIoregOptions(KindOptions):
 
 
 def _run_ioreg(args: Sequence[str]) -> str:
-    done = subprocess.run(
+    done: subprocess.CompletedProcess[str] = run_child(
         [IOREG, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=True, stdin=subprocess.DEVNULL
     )
     return done.stdout

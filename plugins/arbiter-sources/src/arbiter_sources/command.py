@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
+from arbiter.plugin import KindOptions, PluginContext, Source, SourceState, start_child
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +118,13 @@ class ExecSource(Source):
         self.runs += 1
         env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.path.expanduser("~")}
         try:
-            proc = subprocess.Popen(
+            proc = start_child(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
                 start_new_session=True,
-                close_fds=True,
             )
         except OSError as exc:
             return False, None, f"cannot run {argv[0]}: {exc.strerror or exc}"

@@ -26,6 +26,7 @@ from pydantic import Field, field_validator
 from arbiter.plugin import KindOptions, PluginContext, PluginError, Source, SourceState
 from arbiter_sources import inotify
 from arbiter_sources.kqueue import Kqueue
+from arbiter_sources.safeopen import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,11 @@ class FollowOptions(KindOptions):
 
     def gives_phase(self) -> bool:
         return False
+
+    def needs_trusted_file(self) -> str | None:
+        # a pattern matched on a file the daemon may read and the rule's writer may not
+        # would tell that writer what the file holds, one match at a time
+        return "reads a file with the daemon's rights"
 
 
 class FollowedFile(Source):
@@ -524,8 +530,12 @@ class FollowedFile(Source):
     def _open(self, name: str) -> None:
         path = os.path.join(self._dir, name)
         try:
-            # O_NONBLOCK: a FIFO swapped in after the stat must not block this thread
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+            # checked before it is opened for reading: a FIFO or a device swapped in after
+            # the stat is never opened (a FIFO's open blocks, a device's may act)
+            fd, st = open_regular(path)
+        except NotRegularFile:
+            self._set_unreadable(_Problem(f"{path} is not a regular file"))
+            return
         except FileNotFoundError:
             self._set_unreadable(self._missing(path))
             return
@@ -534,11 +544,6 @@ class FollowedFile(Source):
             return
         except OSError as exc:
             self._set_unreadable(_Problem(f"cannot open {path}: {exc.strerror or exc}"))
-            return
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            self._set_unreadable(_Problem(f"{path} is not a regular file"))
             return
         self._fd, self._name = fd, name
         self._target_name = os.path.basename(os.path.realpath(path))

@@ -23,7 +23,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from arbiter.plugin import KindOptions, PluginContext, Source, SourceState
+from arbiter.plugin import (
+    AnswerRefused,
+    KindOptions,
+    PluginContext,
+    SecretRef,
+    Source,
+    SourceState,
+    http_read,
+    quote,
+    secret_values,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -58,7 +68,10 @@ class HttpCountOptions(KindOptions):
     stale_after_s: float = Field(90.0, gt=0, description="a suspect claim unchanged this long is stale: idle")
     models_key: str | None = Field(None, description="dotted path of the list of loaded models, for per-model release")
     model_field: str = Field("name", description="the field of each entry of that list that names the model")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
+    headers: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
+    )
 
     @field_validator("url")
     @classmethod
@@ -76,6 +89,10 @@ class HttpCountOptions(KindOptions):
     @classmethod
     def _key(cls, value: str | None) -> str | None:
         return None if value is None else _dotted(value)
+
+    def needs_trusted_file(self) -> str | None:
+        # a header may carry a credential: only a trusted rule file has the daemon send one
+        return "sends request headers" if self.headers else None
 
 
 def lookup(doc: Any, dotted: str) -> Any:
@@ -232,7 +249,13 @@ class HttpCountSource(Source):
     def _loop(self) -> None:
         import httpx  # here: a process that never probes over HTTP does not carry it (it is large)
 
-        headers = {"Accept": "application/json", **self.options.headers}
+        try:
+            headers = {"Accept": "application/json", **secret_values(self.options.headers)}
+        except ValueError as exc:  # unknown: counted as busy, and said
+            self._set(
+                SourceState(readable=False, busy=None, why=f"{self.options.url}: {exc}", changed_at=self._clock())
+            )
+            return
         # trust_env off: a tenant on this host is never reached through a proxy from the environment
         with httpx.Client(timeout=self.options.timeout_s, headers=headers, trust_env=False) as client:
             while not self._stop.is_set():
@@ -266,19 +289,19 @@ class HttpCountSource(Source):
 
         url = self.options.url
         try:
-            response = client.get(url)
+            response = http_read(client, "GET", url, total_s=self.options.timeout_s, max_bytes=MAX_ANSWER_BYTES)
         except httpx.TimeoutException:
             return None, f"{url} did not answer within {self.options.timeout_s:g}s"
         except httpx.HTTPError as exc:
             return None, f"cannot read {url}: {exc}; is the program running and listening there?"
+        except AnswerRefused as exc:
+            return None, f"{exc}: not a status document"
         if response.status_code != 200:
-            return None, f"{url} answered HTTP {response.status_code}: {response.text[:200].strip()}"
-        if len(response.content) > MAX_ANSWER_BYTES:
-            return None, f"{url} answered {len(response.content)} bytes, too large for a status document"
+            return None, f"{url} answered HTTP {response.status_code}: {quote(response.text)}"
         try:
             doc = response.json()
         except ValueError:
-            return None, f"{url} did not answer JSON: {response.text[:120].strip()!r}"
+            return None, f"{url} did not answer JSON: {quote(response.text)!r}"
         try:
             return read_answer(doc, self.options.count_keys, self.options.models_key, self.options.model_field), ""
         except ValueError as exc:

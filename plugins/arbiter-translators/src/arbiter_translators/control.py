@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from arbiter.plugin import (
@@ -37,6 +38,17 @@ class ControlDocTranslator(Translator):
                 f"job {target.name!r} ({target.job_id}) has no control document path, so control_doc "
                 "cannot reach it; start it through arbiter (which sets ARBITER_CONTROL) or register "
                 "it with a control path"
+            )
+        own = self.context.state_dir / "jobs" / target.job_id / "control.json"
+        if (
+            "/" in target.job_id
+            or target.job_id in ("", ".", "..")
+            or os.path.normpath(target.control_path) != str(own)
+        ):
+            # a record of another daemon's, or one someone else wrote, never has root write elsewhere
+            raise PluginError(
+                f"job {target.name!r} ({target.job_id}): its control document path {target.control_path} is not "
+                f"{own}, where arbiter keeps it; nothing was written"
             )
         try:
             write_control_document(target.control_path, update.state, update.gpu_duty, seq, update.reason)

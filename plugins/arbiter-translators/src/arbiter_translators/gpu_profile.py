@@ -123,6 +123,9 @@ class GpuProfileOptions(KindOptions):
             raise ValueError("a gpu_profile sets at least one of power_limit_w, gpu_clocks_mhz and memory_clocks_mhz")
         return self
 
+    def needs_trusted_file(self) -> str | None:
+        return "applies GPU settings (power, clocks) as the daemon's account"
+
 
 # --- what is saved -----------------------------------------------------------------------------
 

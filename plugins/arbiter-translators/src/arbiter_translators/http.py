@@ -18,13 +18,25 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from arbiter.plugin import ActionResult, KindOptions, PluginContext, Translator
+from arbiter.plugin import (
+    ActionResult,
+    HttpAnswer,
+    KindOptions,
+    PluginContext,
+    PluginError,
+    SecretRef,
+    Translator,
+    http_read,
+    quote,
+    secret_values,
+)
 
 if TYPE_CHECKING:
     import httpx
 
-#: at most this much of an error answer is quoted back
-QUOTE_CHARS = 200
+#: at most this much of an error answer is quoted back (printable characters only): what a
+#: program answers is its own, and status is readable by every account
+QUOTE_CHARS = 80
 
 
 def _http_url(value: str) -> str:
@@ -33,18 +45,21 @@ def _http_url(value: str) -> str:
     return value
 
 
-def _answer_text(response: httpx.Response) -> str:
-    text = response.text.strip().replace("\n", " ")
-    return text if len(text) <= QUOTE_CHARS else text[: QUOTE_CHARS - 3] + "..."
+def _answer_text(response: HttpAnswer) -> str:
+    return quote(response.text, QUOTE_CHARS)
 
 
-def _client(headers: dict[str, str]) -> httpx.Client:
+def _client(headers: dict[str, str | SecretRef]) -> httpx.Client:
     """A client kept open between requests: the next one starts without a new connection.
     httpx is imported here: a process that never makes one (the reflex process, a daemon
     with no such rule) does not carry it, and it is large."""
     import httpx
 
-    return httpx.Client(trust_env=False, headers=headers)
+    try:
+        values = secret_values(headers)
+    except ValueError as exc:
+        raise PluginError(f"a request header: {exc}") from None
+    return httpx.Client(trust_env=False, headers=values)
 
 
 def _failure(what: str, url: str, exc: Exception, timeout_s: float) -> str:
@@ -78,7 +93,10 @@ class HttpPostOptions(KindOptions):
         ),
     )
     confirm: bool = Field(True, description="the release counts only once the tenant's VRAM is seen to fall")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
+    headers: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
+    )
 
     @field_validator("url")
     @classmethod
@@ -93,6 +111,9 @@ class HttpPostOptions(KindOptions):
                 "to a loaded model's name"
             )
         return self
+
+    def needs_trusted_file(self) -> str | None:
+        return "sends requests that change what a program does"
 
 
 class HttpPostTranslator(Translator):
@@ -137,7 +158,7 @@ class HttpPostTranslator(Translator):
                     continue
                 sent.append(what)
                 try:
-                    response = self._client.post(url, json=body, timeout=left)
+                    response = http_read(self._client, "POST", url, total_s=left, json=body)
                 except Exception as exc:  # any failure is returned: never raised into the loop
                     errors.append(_failure(what, url, exc, timeout))
                     continue
@@ -187,7 +208,10 @@ class HttpKnobOptions(KindOptions):
     body: Any = Field(None, description="a JSON template; a string that is only {value} becomes the value itself")
     levels: dict[float, Any] | None = Field(None, description="duty → value, e.g. {0: 1, 0.5: 4, 1: 8}")
     timeout_s: float = Field(5.0, gt=0, le=60, description="a request not answered by then failed")
-    headers: dict[str, str] = Field(default_factory=dict, description="extra request headers")
+    headers: dict[str, str | SecretRef] = Field(
+        default_factory=dict,
+        description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
+    )
 
     @field_validator("url")
     @classmethod
@@ -222,6 +246,9 @@ class HttpKnobOptions(KindOptions):
             if level <= duty + 1e-9:  # a duty of 0.5 written as 0.49999… still reaches 0.5
                 chosen = value
         return chosen
+
+    def needs_trusted_file(self) -> str | None:
+        return "sends requests that change what a program does"
 
 
 class HttpKnobTranslator(Translator):
@@ -260,7 +287,7 @@ class HttpKnobTranslator(Translator):
             if key == self._applied:
                 return ActionResult(note=f"{tenant!r} already has value {json.dumps(value)}: no request sent")
             try:
-                response = self._client.request(method, url, json=body, timeout=self.options.timeout_s)
+                response = http_read(self._client, method, url, total_s=self.options.timeout_s, json=body)
             except Exception as exc:  # returned, never raised into the loop
                 self._applied = None
                 return ActionResult(requested=(what,), errors=(_failure(what, url, exc, self.options.timeout_s),))
