@@ -122,3 +122,17 @@ def arbiter_node_state(state: dict[str, Any]) -> None:
         have answered), "gpu_jobs_admitted": bool, "certified_duty": {rule: duty}, "gpu_jobs":
         mode, "at": wall time}``; do not modify it.  Called on the tick thread under the plugin timeout, never on the fast path.
     """
+
+
+@hookspec
+def arbiter_scheduler_jobs() -> list[dict[str, Any]] | None:
+    """Say which jobs an outside scheduler runs on this node now, for the daemon to adopt
+    those it does not know (missed hooks, its own restart).
+
+    Return one dict per task: ``{"id": "<scheduler>-<job id>[.<step>...]", "uid": owner uid,
+    "pid": the task's first process, "manifest": a job manifest dict or None}``; None when
+    this node is not under the plugin's scheduler.  A job the daemon knows under that id with
+    another process or owner is ended and the one reported adopted: the scheduler's word wins.
+    Called on the tick thread every few seconds under the plugin timeout, never on the fast
+    path; an implementation bounds the commands it runs well inside that timeout.
+    """

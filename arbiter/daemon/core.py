@@ -44,6 +44,7 @@ from arbiter.certificates import status as certificate_status
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators, next_seq
+from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.jobs import JobRegistry
@@ -193,6 +194,7 @@ class Daemon:
         self._expired_certs: set[int] = set()  # seen expired: they stay so, whatever the wall clock says
         # GPU API probes: on first need, or PROBE_DELAY_S after start (node labels), on reload and doctor
         self.prober = Prober(lambda: self.host.kind_names("probes"), config.plugins, config.disable_plugins)
+        self.reconciler = Reconciler()  # jobs an outside scheduler started, adopted on the tick
         self._node_state: dict[str, Any] | None = None
         self._node_state_at = 0.0
         # CPU seconds of ticking and deciding: the thread's own, plus what the plugin calls it
@@ -493,6 +495,8 @@ class Daemon:
         if self._reload_wanted.is_set() or self.rulebook.changed():
             self._reload_wanted.clear()
             self._reload_rules()
+        if self.reconciler.due(time.monotonic()):
+            self.reconciler.run(self)
         view = self.observer.observe(self.rulebook, self.jobs.active(), own_pids=[os.getpid()])
         self._note_faults(view)
         self._reap(view)

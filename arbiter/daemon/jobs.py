@@ -74,6 +74,37 @@ class JobRegistry:
         self.persist(record)
         return record
 
+    def adopt(self, job_id: str, owner_uid: int, manifest: Manifest, pid: int, start: float) -> JobRecord:
+        """A job that is running already (an outside scheduler started it): its process is
+        both its launcher and its root, so it ends when that process and its tree are gone."""
+        directory = self.jobs_dir / job_id
+        directory.mkdir(parents=True, mode=0o755, exist_ok=True)
+        events = directory / "events.jsonl"
+        events.touch(mode=0o644)
+        if os.geteuid() == 0 and owner_uid != 0:
+            os.chown(events, owner_uid, -1)
+        now = time.time()
+        record = JobRecord(
+            id=job_id,
+            owner_uid=owner_uid,
+            name=manifest.name,
+            manifest=manifest.model_dump(mode="json"),
+            cmd=[job_id],
+            launcher_pid=pid,
+            launcher_start=start,
+            control_path=str(directory / "control.json"),
+            events_path=str(events),
+            submitted=now,
+            state="running",
+            root_pid=pid,
+            root_start=start,
+        )
+        with self.lock:
+            self.records[job_id] = record
+            self._manifests.pop(job_id, None)
+        self.persist(record)
+        return record
+
     def get(self, job_id: str) -> JobRecord | None:
         with self.lock:
             return self.records.get(job_id)

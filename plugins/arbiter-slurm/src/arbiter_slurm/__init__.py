@@ -1,0 +1,58 @@
+"""``slurm``: arbiter under the Slurm scheduler.
+
+Slurm jobs become arbiter jobs without their users doing anything: slurm.conf's TaskProlog
+(``arbiter-slurm``, run as the job's user just before each task starts) hands the task's
+process to the local daemon, and the Epilog ends the job there.  Hooks can be missed (the
+daemon restarting, a hook timing out), so the daemon also asks this plugin every few seconds
+which jobs Slurm runs on this node (``squeue --json``) and which processes they have
+(``scontrol listpids``), and adopts what it does not know.
+
+Which node this is: ``$ARBITER_SLURM_NODE`` in the daemon's environment, else the short host
+name.  Which cluster: ``$SLURM_CONF``, else ``/etc/slurm/slurm.conf``; with neither (nor the
+commands) installed, the plugin stays silent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from arbiter.plugin import hookimpl
+from arbiter_slurm import commands
+
+log = logging.getLogger(__name__)
+
+
+def scheduler_jobs(node: str) -> list[dict[str, Any]]:
+    """Every task Slurm runs on ``node``, as ``arbiter_scheduler_jobs`` reports them."""
+    out: list[dict[str, Any]] = []
+    for job in commands.jobs_on(node):
+        try:
+            manifest = commands.manifest_from_comment(job.comment)
+        except commands.SlurmError as exc:
+            log.warning("Slurm job %s: %s; adopted as plain GPU work", job.job_id, exc)
+            manifest = None
+        try:
+            tasks = commands.listpids(job.job_id, node)
+        except commands.SlurmError as exc:
+            log.warning("Slurm job %s: %s", job.job_id, exc)  # ended since squeue answered
+            continue
+        for task in tasks:
+            if task.local_id is None:
+                continue  # a process the task started: its tree is the job's already
+            out.append(
+                {
+                    "id": commands.job_key(job.job_id, task.step, task.local_id),
+                    "uid": job.uid,
+                    "pid": task.pid,
+                    "manifest": manifest,
+                }
+            )
+    return out
+
+
+@hookimpl
+def arbiter_scheduler_jobs() -> list[dict[str, Any]] | None:
+    if not commands.configured():
+        return None
+    return scheduler_jobs(commands.node_name())
