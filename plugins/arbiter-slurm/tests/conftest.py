@@ -212,9 +212,13 @@ class SlurmCluster:
     def close(self) -> None:
         """Stop everything this cluster started, each by its pid, whatever state it is in."""
         try:
-            subprocess.run(["scancel", "--full", "--user", "root"], env=self.env(), capture_output=True, timeout=10, check=False)
+            subprocess.run(
+                ["scancel", "--full", "--user", "root"], env=self.env(), capture_output=True, timeout=10, check=False
+            )
             for user in ("nobody",):
-                subprocess.run(["scancel", "--user", user], env=self.env(), capture_output=True, timeout=10, check=False)
+                subprocess.run(
+                    ["scancel", "--user", user], env=self.env(), capture_output=True, timeout=10, check=False
+                )
         except (subprocess.TimeoutExpired, OSError):
             pass
         for node in self.arbiter.values():
