@@ -5,6 +5,7 @@ Against a real slurmctld and slurmd on loopback (see conftest.py)."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -94,3 +95,31 @@ def _task_tree(slurm: Any, job: int, node: str) -> str:
         except OSError:
             continue
     return "\n".join(cmdlines) + os.linesep
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1")
+    marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
+    n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
+    job = slurm.sbatch("sleep 300\n", "--nodelist=n1")
+    key = f"slurm-{job}"
+    pids = wait_until(lambda: (_job(n1, key) or {}).get("pids"), WAIT_S, f"{key}'s processes", poll_s=0.1)
+    assert all(_state(p) in "SR" for p in pids)
+
+    protected = n1.spawn([sys.executable, "-m", "arbiter.demo.protected", "--events", str(slurm.root / "p.jsonl")])
+    try:
+        wait_until(lambda: all(_state(p) == "T" for p in pids), WAIT_S, "the Slurm job's processes stopped")
+        (item,) = n1.call("explain", subject=key)["explain"]["items"]
+        assert item["state"] == "paused" and item["reasons"][0]["code"] == "PROTECTED_GPU_BUSY", item
+    finally:
+        protected.terminate()
+        protected.wait()
+    wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the Slurm job's processes running again")
