@@ -128,7 +128,10 @@ class Reconciler:
         """Adopt the scheduler jobs not known yet; the ids adopted."""
         self._last = time.monotonic()
         try:
-            answers = daemon.host.call("scheduler jobs", lambda: daemon.host.hook.arbiter_scheduler_jobs())
+            state = daemon.node_state() if daemon.snapshot.decision is not None else None
+            answers = daemon.host.call(
+                "scheduler jobs", lambda: daemon.host.hook.arbiter_scheduler_jobs(node_state=state)
+            )
         except PluginFailed as exc:
             daemon.record(codes.PLUGIN_FAILED, "node", f"cannot ask the scheduler what runs here: {exc}")
             return []

@@ -45,6 +45,7 @@ from arbiter.config.models import NodeConfig
 from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators, next_seq
 from arbiter.daemon.adopt import Reconciler
+from arbiter.daemon.fleetstate import HeldSince, held_by
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.jobs import JobRegistry
@@ -195,6 +196,7 @@ class Daemon:
         # GPU API probes: on first need, or PROBE_DELAY_S after start (node labels), on reload and doctor
         self.prober = Prober(lambda: self.host.kind_names("probes"), config.plugins, config.disable_plugins)
         self.reconciler = Reconciler()  # jobs an outside scheduler started, adopted on the tick
+        self.held_since = HeldSince()  # since when new GPU work is held (node state)
         self._node_state: dict[str, Any] | None = None
         self._node_state_at = 0.0
         # CPU seconds of ticking and deciding: the thread's own, plus what the plugin calls it
@@ -521,6 +523,8 @@ class Daemon:
             "gpu_jobs_admitted": bool(decision and decision.admits_gpu),
             "certified_duty": certified,
             "gpu_jobs": self.config.gpu_jobs,
+            "held_since": self.held_since.update(decision.admits_gpu, time.time()) if decision else None,
+            "held_by": held_by(decision),
         }
 
     def _publish_node_state(self) -> None:

@@ -85,6 +85,7 @@ class SlurmCluster:
         self.arbiter: dict[str, LocalNode] = {}
         self.configs = root / "configs"  # one arbiter config per node, named after it
         self.configs.mkdir()
+        self._arbiter_env: dict[str, dict[str, str]] = {}
 
     # --- the environment every Slurm command and hook sees -----------------------------------
 
@@ -187,16 +188,34 @@ class SlurmCluster:
             ignore=(subprocess.CalledProcessError, subprocess.TimeoutExpired),
         )
 
-    def start_arbiter(self, name: str, **config: Any) -> LocalNode:
+    def start_arbiter(self, name: str, env: dict[str, str] | None = None, **config: Any) -> LocalNode:
+        """An arbiter daemon for node ``name`` (``env`` added to its environment)."""
         node = LocalNode(self.root / f"arbiter-{name}", **config)
         shutil.copy(node.config_path, self.configs / f"{name}.yaml")
         node.config_path = self.configs / f"{name}.yaml"
-        node.start(ARBITER_SLURM_NODE=name, SLURM_CONF=str(self.conf))
         self.arbiter[name] = node
+        self._arbiter_env[name] = {"ARBITER_SLURM_NODE": name, "SLURM_CONF": str(self.conf), **(env or {})}
+        node.start(**self._arbiter_env[name])
         return node
 
     def restart_arbiter(self, name: str) -> None:
-        self.arbiter[name].start(ARBITER_SLURM_NODE=name, SLURM_CONF=str(self.conf))
+        self.arbiter[name].start(**self._arbiter_env[name])
+
+    def restart_controller(self) -> None:
+        self.stop_process("slurmctld")
+        self.start_controller()
+
+    def features(self) -> dict[str, set[str]]:
+        """Each node's active features, as sinfo shows them."""
+        out = self.run("sinfo", "--noheader", "--Node", "--format=%N %b")
+        return {
+            n: set(f.split(",")) - {"(null)"} for n, f in (line.split() for line in out.splitlines() if line.strip())
+        }
+
+    def reasons(self) -> dict[str, str]:
+        """Each drained or down node's reason, as ``sinfo -R`` shows it."""
+        out = self.run("sinfo", "-R", "--noheader", "--format=%N|%E")
+        return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
     def stop_process(self, key: str, timeout: float = 10.0) -> None:
         proc = self.pids.pop(key, None)

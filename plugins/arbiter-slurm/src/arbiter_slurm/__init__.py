@@ -5,7 +5,9 @@ Slurm jobs become arbiter jobs without their users doing anything: slurm.conf's 
 process to the local daemon, and the Epilog ends the job there.  Hooks can be missed (the
 daemon restarting, a hook timing out), so the daemon also asks this plugin every few seconds
 which jobs Slurm runs on this node (``squeue --json``) and which processes they have
-(``scontrol listpids``), and adopts what it does not know.
+(``scontrol listpids``), and adopts what it does not know.  The node's state in Slurm's terms
+(features for ``--constraint``, a drain while protection holds GPU work too long) is set on
+every change and re-asserted every few seconds (see :mod:`arbiter_slurm.nodes`).
 
 Which node this is: ``$ARBITER_SLURM_NODE`` in the daemon's environment, else the short host
 name.  Which cluster: ``$SLURM_CONF``, else ``/etc/slurm/slurm.conf``; with neither (nor the
@@ -18,7 +20,7 @@ import logging
 from typing import Any
 
 from arbiter.plugin import hookimpl
-from arbiter_slurm import commands
+from arbiter_slurm import commands, nodes
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,26 @@ def scheduler_jobs(node: str) -> list[dict[str, Any]]:
 
 
 @hookimpl
-def arbiter_scheduler_jobs() -> list[dict[str, Any]] | None:
+def arbiter_scheduler_jobs(node_state: dict[str, Any] | None) -> list[dict[str, Any]] | None:
     if not commands.configured():
         return None
-    return scheduler_jobs(commands.node_name())
+    node = commands.node_name()
+    if node_state is not None:
+        _sync_node(node, node_state)
+    return scheduler_jobs(node)
+
+
+@hookimpl
+def arbiter_node_state(state: dict[str, Any]) -> None:
+    if commands.configured():
+        _sync_node(commands.node_name(), state)
+
+
+def _sync_node(node: str, state: dict[str, Any]) -> None:
+    """Features and drain; a failure is logged and tried again on the next call (every few
+    seconds), never in the way of adopting jobs."""
+    try:
+        for update in nodes.sync(node, state):
+            log.info("Slurm node %s: scontrol update %s", node, " ".join(update))
+    except commands.SlurmError as exc:
+        log.warning("cannot set Slurm node %s's features or drain: %s", node, exc)
