@@ -102,7 +102,7 @@ def test_silent_on_a_node_without_slurm(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert not commands.configured()
     from arbiter_slurm import arbiter_scheduler_jobs
 
-    assert arbiter_scheduler_jobs() is None
+    assert arbiter_scheduler_jobs(node_state=None) is None
 
 
 def test_the_job_manifest_from_the_environment(tmp_path: Path) -> None:

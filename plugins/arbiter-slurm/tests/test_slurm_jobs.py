@@ -123,3 +123,48 @@ def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) 
         protected.terminate()
         protected.wait()
     wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the Slurm job's processes running again")
+
+
+SLURM_TRANSLATOR = {"translators": {"pause": ["slurm"], "terminate": ["slurm"]}}
+
+
+def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+    marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
+    n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
+    job = slurm.sbatch("sleep 300\n", "--nodelist=n1")
+    key = f"slurm-{job}"
+    pids = wait_until(lambda: (_job(n1, key) or {}).get("pids"), WAIT_S, f"{key}'s processes", poll_s=0.1)
+
+    protected = n1.spawn([sys.executable, "-m", "arbiter.demo.protected", "--events", str(slurm.root / "p.jsonl")])
+    try:
+        wait_until(lambda: all(_state(p) == "T" for p in pids), WAIT_S, "the job's processes stopped here")
+        wait_until(lambda: slurm.jobs()[job]["job_state"] == "SUSPENDED", WAIT_S, "the job S in squeue", poll_s=0.1)
+    finally:
+        protected.terminate()
+        protected.wait()
+    wait_until(lambda: slurm.jobs()[job]["job_state"] == "RUNNING", WAIT_S, "the job R in squeue", poll_s=0.1)
+    wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the job's processes running again")
+
+
+def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+    again = slurm.sbatch('echo "restart=$SLURM_RESTART_COUNT"\nsleep 300\n', "--nodelist=n1", "--requeue")
+    once = slurm.sbatch("sleep 300\n", "--nodelist=n1", "--no-requeue")
+    for job in (again, once):
+        wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted", poll_s=0.1)
+    n1.call("job.stop", id=f"slurm-{again}")
+    n1.call("job.stop", id=f"slurm-{once}")
+    wait_until(lambda: "restart=1" in slurm.output(again), WAIT_S, "the requeued job running again", poll_s=0.2)
+    ended = wait_until(
+        lambda: (
+            slurm.jobs()[once]["job_state"] not in ("RUNNING", "SUSPENDED", "PENDING", "COMPLETING")
+            and slurm.jobs()[once]["job_state"]
+        ),
+        WAIT_S,
+        "the job that may not be requeued ended",
+        poll_s=0.2,
+    )
+    assert ended in ("CANCELLED", "FAILED", "COMPLETED"), ended
+    assert slurm.jobs()[once]["restart_cnt"] == 0
+    assert slurm.jobs()[again]["restart_cnt"] == 1

@@ -9,6 +9,9 @@ which jobs Slurm runs on this node (``squeue --json``) and which processes they 
 (features for ``--constraint``, a drain while protection holds GPU work too long) is set on
 every change and re-asserted every few seconds (see :mod:`arbiter_slurm.nodes`).
 
+The ``slurm`` translator (``translators: {pause: [slurm], terminate: [slurm]}`` in the node
+config) makes a pause one the scheduler sees: see :mod:`arbiter_slurm.translator`.
+
 Which node this is: ``$ARBITER_SLURM_NODE`` in the daemon's environment, else the short host
 name.  Which cluster: ``$SLURM_CONF``, else ``/etc/slurm/slurm.conf``; with neither (nor the
 commands) installed, the plugin stays silent.
@@ -19,8 +22,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from arbiter.plugin import hookimpl
+from arbiter.plugin import Register, hookimpl
 from arbiter_slurm import commands, nodes
+from arbiter_slurm.translator import SlurmTranslator
 
 log = logging.getLogger(__name__)
 
@@ -77,3 +81,8 @@ def _sync_node(node: str, state: dict[str, Any]) -> None:
             log.info("Slurm node %s: scontrol update %s", node, " ".join(update))
     except commands.SlurmError as exc:
         log.warning("cannot set Slurm node %s's features or drain: %s", node, exc)
+
+
+@hookimpl
+def arbiter_register_translators(register: Register) -> None:
+    register("slurm", SlurmTranslator)
