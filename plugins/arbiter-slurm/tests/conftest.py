@@ -83,19 +83,14 @@ class SlurmCluster:
         self.munge_socket = self.dir / "munge.sock"
         self.pids: dict[str, subprocess.Popen[bytes]] = {}
         self.arbiter: dict[str, LocalNode] = {}
-        self.configs = root / "configs"  # one arbiter config per node, named after it
+        self.configs = self.dir / "arbiter"  # one arbiter config per node, named after it, beside slurm.conf
         self.configs.mkdir()
         self._arbiter_env: dict[str, dict[str, str]] = {}
 
     # --- the environment every Slurm command and hook sees -----------------------------------
 
     def env(self, **extra: str) -> dict[str, str]:
-        return {
-            **os.environ,
-            "SLURM_CONF": str(self.conf),
-            "ARBITER_SLURM_CONFIGS": str(self.configs),
-            **extra,
-        }
+        return {**os.environ, "SLURM_CONF": str(self.conf), **extra}
 
     def write_conf(self) -> None:
         ctld, node_port, *ports = free_ports(2 + len(self.nodes))

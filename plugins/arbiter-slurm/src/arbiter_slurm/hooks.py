@@ -18,9 +18,10 @@ Prolog and Epilog, the job's error file for the TaskProlog).
 - **Prolog** (as root, before the job starts): checks that the daemon answers and says so in
   the slurmd log when it does not (the job then runs without arbiter knowing it).
 
-Which daemon: ``$ARBITER_SLURM_CONFIGS/<node>.yaml`` where that folder is given (several
-slurmd on one host), else the node config arbiter finds itself (``$ARBITER_CONFIG``, then
-the default places).
+Which daemon: where several slurmd run on one host, each node's config is
+``<node>.yaml`` in ``$ARBITER_SLURM_CONFIGS`` or in the folder ``arbiter/`` beside
+slurm.conf; otherwise the node config arbiter finds itself (``$ARBITER_CONFIG``, then the
+default places).
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ MANIFEST_ENV = "ARBITER_MANIFEST"
 #: the longest a hook waits for the daemon: a task waits for its TaskProlog
 CALL_TIMEOUT_S = 5.0
 ROLES = {"prolog_slurmd": "prolog", "prolog_task": "taskprolog", "epilog_slurmd": "epilog"}
+#: what a failure means, per role
+AFTER = {
+    "taskprolog": " (the job runs without arbiter knowing it until the daemon reconciles)",
+    "prolog": " (the job will run without arbiter knowing it while the daemon is not there)",
+    "epilog": " (the daemon ends the job once it sees its processes gone)",
+}
 
 
 class HookError(Exception):
@@ -55,10 +62,25 @@ def _say(role: str, message: str) -> None:
         print(f"print {line}", flush=True)  # a TaskProlog's "print" lines go to the task's output
 
 
+def node_config(env: dict[str, str]) -> str | None:
+    """The node config of the node this hook runs on, where one is kept per node name (several
+    slurmd on one host); None for the one arbiter finds itself.  slurmd gives the Prolog and
+    Epilog only Slurm's variables, so the folder beside slurm.conf serves them."""
+    node = env.get("SLURMD_NODENAME")
+    if not node:
+        return None
+    folders = [env.get(CONFIGS_ENV)]
+    if env.get("SLURM_CONF"):
+        folders.append(str(Path(env["SLURM_CONF"]).parent / "arbiter"))
+    for folder in folders:
+        if folder and (Path(folder) / f"{node}.yaml").is_file():
+            return str(Path(folder) / f"{node}.yaml")
+    return None
+
+
 def socket_path(env: dict[str, str]) -> str:
     """The local daemon's socket, for the node this hook runs on."""
-    configs, node = env.get(CONFIGS_ENV), env.get("SLURMD_NODENAME")
-    config = str(Path(configs) / f"{node}.yaml") if configs and node else None
+    config = node_config(env)
     try:
         return str(daemon_info(state_dir_for(config))["socket"])
     except CliError as exc:
@@ -174,7 +196,8 @@ def main(argv: list[str] | None = None) -> None:
             print(line, flush=True)
     except HookError as exc:
         job = env.get("SLURM_JOB_ID", "?")
-        _say(role or "?", f"job {job}: {exc} (the job runs without arbiter knowing it until the daemon reconciles)")
+        after = AFTER.get(role, "")
+        _say(role or "?", f"job {job}: {exc}{after}")
     except Exception as exc:  # a hook never fails the job or drains the node
         _say(role or "?", f"{type(exc).__name__}: {exc}")
     sys.exit(0)
