@@ -170,3 +170,16 @@ def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: Any) -
     assert ended in ("CANCELLED", "FAILED", "COMPLETED"), ended
     assert slurm.jobs()[once]["restart_cnt"] == 0
     assert slurm.jobs()[again]["restart_cnt"] == 1
+
+
+def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1")
+    config = slurm.configs / "n1.yaml"
+    script = (
+        f'{sys.executable} -m arbiter job run --config {config} -- sh -c "echo inside=\\$ARBITER_JOB_ID; sleep 300"\n'
+    )
+    job = slurm.sbatch(script, "--nodelist=n1")
+    key = f"slurm-{job}"
+    out = wait_until(lambda: "inside=" in slurm.output(job) and slurm.output(job), WAIT_S, "the command's output")
+    assert f"inside={key}" in out and f"running inside job {key}" in out, out
+    assert [j["id"] for j in n1.status()["jobs"]] == [key]
