@@ -70,9 +70,11 @@ def _enclosing_job(client: Client) -> str | None:
     if not job_id or not os.environ.get(CONTROL_ENV):
         return None
     try:
-        answer = client.call("job.wait", id=job_id, timeout=0)
-    except (CliError, RequestRefused):
-        return None  # a job that ended, or another daemon's: this one registers anew
+        answer = client.call("job.wait", id=job_id)  # answers at once for an admitted job, else within 1 s
+    except (CliError, RequestRefused) as exc:
+        # a job that ended, or another daemon's: this command becomes a job of its own
+        _say(f"not running as part of job {job_id} ({exc}): registering a job of its own")
+        return None
     return job_id if answer.get("state") != "ended" else None
 
 
