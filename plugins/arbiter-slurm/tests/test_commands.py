@@ -78,6 +78,13 @@ def test_listpids_and_task_ids() -> None:
     assert commands.job_key("17", "interactive", 0) == "slurm-17"
 
 
+def test_host_lists() -> None:
+    assert commands.expand_hostlist("n1") == ["n1"]
+    assert commands.expand_hostlist("n[1-3,7],gpu01") == ["n1", "n2", "n3", "n7", "gpu01"]
+    assert commands.expand_hostlist("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
+    assert commands.expand_hostlist("") == []
+
+
 def test_a_manifest_in_the_comment() -> None:
     assert commands.manifest_from_comment('arbiter:{"name": "train"}') == {"name": "train"}
     assert commands.manifest_from_comment("nightly run") is None

@@ -41,7 +41,7 @@ def scheduler_jobs(node: str) -> list[dict[str, Any]]:
         try:
             tasks = commands.listpids(job.job_id, node)
         except commands.SlurmError as exc:
-            log.warning("Slurm job %s: %s", job.job_id, exc)  # ended since squeue answered
+            log.debug("Slurm job %s: %s", job.job_id, exc)  # ended, or not started here yet
             continue
         for task in tasks:
             if task.local_id is None:

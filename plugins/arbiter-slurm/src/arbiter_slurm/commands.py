@@ -40,6 +40,7 @@ class SlurmJob:
     comment: str
     requeue: bool
     restart_count: int
+    nodes: str = ""  # Slurm's host list: n[1-2]
 
 
 @dataclass(frozen=True)
@@ -117,13 +118,36 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         comment=str(j.get("comment") or ""),
         requeue=bool(j.get("requeue")),
         restart_count=_number(j.get("restart_cnt")),
+        nodes=str(j.get("nodes") or ""),
     )
 
 
+def expand_hostlist(expr: str) -> list[str]:
+    """Slurm's host list (``n[1-3,7],gpu01``) as names; a part it cannot read is kept whole."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", expr):
+        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+        if match is None:
+            names.append(part)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for item in ranges.split(","):
+            low, _, high = item.partition("-")
+            if not high:
+                names.append(f"{prefix}{low}{suffix}")
+            elif low.isdigit() and high.isdigit():
+                names.extend(f"{prefix}{n:0{len(low)}d}{suffix}" for n in range(int(low), int(high) + 1))
+            else:
+                names.append(part)
+    return names
+
+
 def jobs_on(node: str) -> list[SlurmJob]:
-    """The jobs Slurm has on ``node`` that have processes there."""
+    """The jobs Slurm has on ``node`` that have processes there.  squeue's own filters match
+    host names (several slurmd on one host share one) and are not applied by every release's
+    ``--json``: the jobs are chosen here by their node list."""
     text = run(["squeue", "--json", "--nodelist", node, "--states", ",".join(LIVE_STATES)])
-    return [j for j in parse_squeue(text) if j.state in LIVE_STATES]
+    return [j for j in parse_squeue(text) if j.state in LIVE_STATES and node in expand_hostlist(j.nodes)]
 
 
 def parse_listpids(text: str) -> list[TaskPid]:
