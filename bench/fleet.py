@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,19 @@ def job_pids(cluster: SlurmCluster, job: int, node: str) -> list[int]:
 def squeue_states(cluster: SlurmCluster, jobs: list[int]) -> dict[int, str]:
     data = json.loads(cluster.run("squeue", "--json", "--jobs", ",".join(map(str, jobs))))
     return {j["job_id"]: j["job_state"] for j in data["jobs"] if j["job_id"] in jobs}
+
+
+def adopted(cluster: SlurmCluster, node: str, job: int) -> bool:
+    return any(j["id"] == f"slurm-{job}" for j in cluster.arbiter[node].status()["jobs"])
+
+
+def node_pids(cluster: SlurmCluster, node: str, jobs: list[int]) -> list[int] | None:
+    return [p for j in jobs for p in job_pids(cluster, j, node)] or None
+
+
+def running_again(cluster: SlurmCluster, job: int) -> bool:
+    j = cluster.jobs().get(job)
+    return bool(j and j["job_state"] == "RUNNING" and j["restart_cnt"] >= 1)
 
 
 def running(pids: list[int]) -> bool:
@@ -130,17 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         pids: dict[str, list[int]] = {}
         for name in names:
             for job in jobs[name]:
-                wait_until(
-                    lambda job=job, name=name: cluster.arbiter[name].call("explain", subject=f"slurm-{job}"),
-                    WAIT_S,
-                    f"slurm-{job} adopted on {name}",
-                    ignore=(Exception,),
-                )
-            pids[name] = wait_until(
-                lambda name=name: [p for j in jobs[name] for p in job_pids(cluster, j, name)] or None,
-                WAIT_S,
-                f"{name}'s job processes",
-            )
+                wait_until(partial(adopted, cluster, name, job), WAIT_S, f"slurm-{job} adopted on {name}")
+            pids[name] = wait_until(partial(node_pids, cluster, name, jobs[name]), WAIT_S, f"{name}'s job processes")
         time.sleep(2.0)  # the rules' processes matched on a tick before the first phase
         print(f"{sum(len(p) for p in pids.values())} job processes on {len(names)} nodes; phase rounds:", flush=True)
         for r in range(args.rounds):
@@ -171,14 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             job = jobs[name][0]
             started = time.perf_counter()
             cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
-            wait_until(
-                lambda job=job: (
-                    (j := cluster.jobs().get(job)) and j["job_state"] == "RUNNING" and j["restart_cnt"] >= 1
-                ),
-                WAIT_S,
-                f"job {job} running again",
-                poll_s=0.05,
-            )
+            wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
             requeue.append((time.perf_counter() - started) * 1000)
     finally:
         for proc in stand_ins:
