@@ -77,9 +77,12 @@ def running_again(cluster: SlurmCluster, job: int) -> bool:
     return bool(j and j["job_state"] == "RUNNING" and j["restart_cnt"] >= 1)
 
 
-def running(pids: list[int]) -> bool:
+def running(pids: list[int], since: float = 0.0) -> bool:
     """Whether any of these processes is not stopped (running or sleeping: free to run)."""
-    return any(proc_state(p) not in ("T", "t", "Z", "gone") for p in pids)
+    free = [(p, s) for p in pids if (s := proc_state(p)) not in ("T", "t", "Z", "gone")]
+    if free:
+        print(f"  not stopped {(time.perf_counter() - since) * 1000:.0f} ms into the phase: {free}", flush=True)
+    return bool(free)
 
 
 def set_phase(path: Path, on: bool) -> float:
@@ -113,11 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"cannot run: {why}")
         return 2
+    names = [f"n{i + 1}" for i in range(args.nodes)]
     # a SIGTERM (a timeout) ends the run through the cleanup below, not around it
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    try:
+        return run(args, names)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run(args: argparse.Namespace, names: list[str]) -> int:
     rng = random.Random(args.seed)
     root = Path(tempfile.mkdtemp(prefix="arbiter-fleet-"))
-    names = [f"n{i + 1}" for i in range(args.nodes)]
     cluster = SlurmCluster(root, names)
     stand_ins: list[subprocess.Popen[bytes]] = []
     local: list[float] = []
@@ -156,13 +166,13 @@ def main(argv: list[str] | None = None) -> int:
             local.append((time.perf_counter() - started) * 1000)
             while not all(s == "SUSPENDED" for s in squeue_states(cluster, jobs[name]).values()):
                 samples_protected += 1
-                ran_while_protected += running(pids[name])
+                ran_while_protected += running(pids[name], started)
                 time.sleep(0.01)
             in_slurm.append((time.perf_counter() - started) * 1000)
             held_until = time.perf_counter() + HOLD_S  # past Slurm's own SIGSTOP, ~2 s after its SIGTSTP
             while time.perf_counter() < held_until:
                 samples_protected += 1
-                ran_while_protected += running(pids[name])
+                ran_while_protected += running(pids[name], started)
                 time.sleep(0.01)
             started = set_phase(events[name], False)
             while any(proc_state(p) in "Tt" for p in pids[name]):
