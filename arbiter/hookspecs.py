@@ -120,5 +120,24 @@ def arbiter_node_state(state: dict[str, Any]) -> None:
 
     :param state: ``{"gpu_apis": {"host": [...], "containers": [...]} (None until the probes
         have answered), "gpu_jobs_admitted": bool, "certified_duty": {rule: duty}, "gpu_jobs":
-        mode, "at": wall time}``; do not modify it.  Called on the tick thread under the plugin timeout, never on the fast path.
+        mode, "held_since": wall time new GPU work has been held since (None while admitted),
+        "held_by": [{"rule", "code"}] what holds it, "at": wall time}``; do not modify it.  Called on the tick thread under the plugin timeout, never on the fast path.
+    """
+
+
+@hookspec
+def arbiter_scheduler_jobs(node_state: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    """Say which jobs an outside scheduler runs on this node now, for the daemon to adopt
+    those it does not know (missed hooks, its own restart).
+
+    :param node_state: what the node offers now, as ``arbiter_node_state`` receives it (None
+        before the first decision), for a plugin that keeps the scheduler's view of the node
+        in line every few seconds (a scheduler that forgets it when it restarts).
+
+    Return one dict per task: ``{"id": "<scheduler>-<job id>[.<step>...]", "uid": owner uid,
+    "pid": the task's first process, "manifest": a job manifest dict or None}``; None when
+    this node is not under the plugin's scheduler.  A job the daemon knows under that id with
+    another process or owner is ended and the one reported adopted: the scheduler's word wins.
+    Called on the tick thread every few seconds under the plugin timeout, never on the fast
+    path; an implementation bounds the commands it runs well inside that timeout.
     """

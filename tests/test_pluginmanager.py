@@ -61,6 +61,7 @@ SHIPPED = {
     "testing": ("arbiter-testing", {"readers/fake", "translators/fake_profile"}),
     "host": ("arbiter-host", {"host/memory", "host/power", "host/machine", "host/access"}),
     "nfd": ("arbiter-nfd", set()),
+    "slurm": ("arbiter-slurm", {"translators/slurm"}),
     "probes": (
         "arbiter-probes",
         {

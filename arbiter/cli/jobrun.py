@@ -106,9 +106,49 @@ def _call_retrying(client: Client, op: str, **args: Any) -> dict[str, Any]:
             time.sleep(1.0)
 
 
+def _enclosing_job(client: Client) -> str | None:
+    """The job this command already runs in, where a scheduler's hook handed it over and told
+    it so (``ARBITER_JOB_ID`` of a job this user may act on): then it is the same job."""
+    job_id = os.environ.get("ARBITER_JOB_ID")
+    if not job_id or not os.environ.get(CONTROL_ENV):
+        return None
+    try:
+        answer = client.call("job.wait", id=job_id)  # answers at once for an admitted job, else within 1 s
+    except (CliError, RequestRefused) as exc:
+        # a job that ended, or another daemon's: this command becomes a job of its own
+        _say(f"not running as part of job {job_id} ({exc}): registering a job of its own")
+        return None
+    return job_id if answer.get("state") != "ended" else None
+
+
+def _run_inside(client: Client, job_id: str, cmd: list[str]) -> int:
+    """Run ``cmd`` as part of the enclosing job: admitted when it is, paused and stopped with it."""
+    _say(f"running inside job {job_id} (arbiter explain {job_id})")
+    shown = None
+    while True:
+        answer = _call_retrying(client, "job.wait", id=job_id, timeout=2.0)
+        if answer["admitted"] or answer["state"] == "ended":
+            break
+        summary = "; ".join(f"{r['code']}: {r['message']}" for r in answer["reasons"])
+        if summary != shown:
+            _say(f"waiting: {summary or 'deciding'} (arbiter explain {job_id})")
+            shown = summary
+    ignore_nudges()
+    try:
+        code = subprocess.call(cmd)
+    except OSError as exc:
+        raise CliError(f"cannot start {cmd[0]}: {exc.strerror or exc}", 127) from None
+    return code if code >= 0 else 128 - code
+
+
 def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str | None, cooperative: bool) -> int:
     if not cmd:
         raise CliError("give the command after --, e.g. arbiter job run -- python batch.py", 2)
+    enclosing = _enclosing_job(client)
+    if enclosing is not None:
+        if name or manifest_path or cooperative:
+            _say(f"warning: --name, --manifest and --cooperative do not apply inside job {enclosing}; it keeps its own")
+        return _run_inside(client, enclosing, cmd)
     manifest = build_manifest(cmd, name, manifest_path, cooperative)
     try:
         answer = client.call("job.register", timeout=60, manifest=manifest, cmd=cmd)  # may wait for the probes

@@ -37,6 +37,7 @@ from arbiter import __version__
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators
+from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.decider import Decider
 from arbiter.daemon.fastpath import FastPath
 from arbiter.daemon.handoff import TenantActions
@@ -150,6 +151,7 @@ class Daemon:
         self.tenants = TenantActions(self)
         undo.callback(self.tenants.close)
         self.prober = Prober(lambda: host.kind_names("probes"), config.plugins, config.disable_plugins)
+        self.reconciler = Reconciler()  # jobs an outside scheduler started, taken over on the tick
         undo.callback(self.prober.close)
         self._probe_timer = threading.Timer(PROBE_DELAY_S, self.prober.get)
         self._probe_timer.daemon = True
@@ -186,6 +188,7 @@ class Daemon:
             self.published,
             self.decider,
             lambda: status_line(self),
+            self._reconcile,
         )
         undo.callback(self.ticker.observer.close)
         self.fast.linked = reflex_process(config, host, translators, journal_path, self.fast, self.actuator)
@@ -358,6 +361,11 @@ class Daemon:
     def _persist_job(self, record: JobRecord) -> None:
         snapshot = replace(record)
         self.recorder.write(lambda db: Store.put_job(db, snapshot))
+
+    def _reconcile(self) -> None:
+        """Take over the jobs an outside scheduler started here, where a look is due."""
+        if self.reconciler.due(time.monotonic()):
+            self.reconciler.run(self)
 
     def _releasing(self) -> None:
         """A tenant was asked to release VRAM: the tick looks more often until it is seen to fall."""

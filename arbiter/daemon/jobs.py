@@ -3,6 +3,7 @@ decision thread behind one lock, persisted through the recorder."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -81,9 +82,11 @@ class JobRegistry:
         self.persist(record)
         return record
 
-    def _make_folder(self, job_id: str, owner_uid: int) -> None:
+    def _make_folder(self, job_id: str, owner_uid: int, again: bool = False) -> None:
         """``jobs/ID/`` with its events file, made through open folders: a folder swapped
-        for a link between two calls turns neither into a ``chown`` of another file."""
+        for a link between two calls turns neither into a ``chown`` of another file.  With
+        ``again`` (a job id an outside scheduler uses once more, as for a requeued job) the
+        folder may be there already, and its events file is made anew."""
         state_fd = open_dir(self.jobs_dir.parent)
         try:
             jobs_fd = make_dir(state_fd, self.jobs_dir.name, 0o755, exist_ok=True)  # jobs read their control document
@@ -93,8 +96,11 @@ class JobRegistry:
             if time.monotonic() >= self._sweep_at:
                 self._sweep_at = time.monotonic() + SWEEP_EVERY_S
                 self._sweep(jobs_fd)
-            job_fd = make_dir(jobs_fd, job_id, 0o755)
+            job_fd = make_dir(jobs_fd, job_id, 0o755, exist_ok=again)
             try:
+                if again:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(EVENTS_FILE, dir_fd=job_fd)
                 # the job writes its events as its owner; the daemon alone writes the control document
                 create_file(job_fd, EVENTS_FILE, 0o644, owner=owner_uid if os.geteuid() == 0 else None)
             finally:
@@ -124,6 +130,34 @@ class JobRegistry:
                 os.rmdir(name, dir_fd=jobs_fd)
             except OSError as exc:  # a folder a job made inside its own: left, and said once
                 log.info("left the folder of ended job %s in place: %s", name, exc)
+
+    def adopt(self, job_id: str, owner_uid: int, manifest: Manifest, pid: int, start: float) -> JobRecord:
+        """A job that is running already (an outside scheduler started it): its process is
+        both its launcher and its root, so it ends when that process and its tree are gone."""
+        directory = self.jobs_dir / job_id
+        self._make_folder(job_id, owner_uid, again=True)
+        events = directory / EVENTS_FILE
+        now = time.time()
+        record = JobRecord(
+            id=job_id,
+            owner_uid=owner_uid,
+            name=manifest.name,
+            manifest=manifest.model_dump(mode="json"),
+            cmd=[job_id],
+            launcher_pid=pid,
+            launcher_start=start,
+            control_path=str(directory / "control.json"),
+            events_path=str(events),
+            submitted=now,
+            state="running",
+            root_pid=pid,
+            root_start=start,
+        )
+        with self.lock:
+            self.records[job_id] = record
+            self._manifests.pop(job_id, None)
+        self.persist(record)
+        return record
 
     def get(self, job_id: str) -> JobRecord | None:
         with self.lock:

@@ -212,6 +212,8 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
             "job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},
             "warnings": warnings,
         }
+    if op == "job.adopt":
+        return _adopt(daemon, args, peer_pid, uid)
     if op == "job.wait":
         record = _job(daemon, args, uid)
         deadline = time.monotonic() + max(0.0, min(_number_arg(op, args, "timeout", 1.0), MAX_WAIT_S))
@@ -264,6 +266,38 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
         daemon.request_reload()
         return {}
     raise Refused(f"unknown request {op!r}", "BAD_REQUEST")
+
+
+def _adopt(daemon: Node, args: dict[str, Any], peer_pid: int, uid: int) -> dict[str, Any]:
+    """A running process handed over by an outside scheduler's hook (see
+    :mod:`arbiter.daemon.adopt`): only root, the daemon's user, or the process's own user
+    for itself or its parent."""
+    from arbiter.daemon import adopt
+
+    job_id = _text_arg("job.adopt", args, "id") or ""
+    manifest = args.get("manifest")
+    if manifest is not None and not isinstance(manifest, dict):
+        raise Refused("job.adopt: argument 'manifest' must be a mapping", "BAD_REQUEST")
+    try:
+        adopt.check_id(job_id)
+        parsed = adopt.parse_manifest(job_id, manifest)
+        proc = _process(daemon, int(_number_arg("job.adopt", args, "pid", whole=True)))
+        peer = None
+        if peer_pid:
+            try:
+                peer = _process(daemon, peer_pid)
+            except Refused:
+                peer = None
+        why = adopt.may_hand_over(uid, peer, proc, daemon.uid)
+        if why is not None:
+            raise Refused(f"job.adopt: {why}", "FORBIDDEN")
+        record, new = adopt.adopt(daemon, job_id, proc, parsed, f"handed over by process {peer_pid}")
+    except adopt.AdoptRefused as exc:
+        raise Refused(str(exc), exc.code) from None
+    return {
+        "job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},
+        "new": new,
+    }
 
 
 def _ab(daemon: Node, op: str, args: dict[str, Any], uid: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from arbiter.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.certificates import status as certificate_status
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.decider import Decider, Ongoing
+from arbiter.daemon.fleetstate import HeldSince, held_by
 from arbiter.daemon.inbox import JobEnded, PolicyChanged, Tick
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.notify import Notifier
@@ -43,7 +44,9 @@ CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A
 
 
 class Ticker:
-    """:param status_line: one line on the node, for the service manager's watchdog pings."""
+    """:param status_line: one line on the node, for the service manager's watchdog pings.
+    :param reconcile: called first on every tick: jobs an outside scheduler started are
+        taken over (where one is due)."""
 
     def __init__(
         self,
@@ -58,6 +61,7 @@ class Ticker:
         published: Published,
         decider: Decider,
         status_line: Callable[[], str],
+        reconcile: Callable[[], None],
     ) -> None:
         self.config = config
         self.host = host
@@ -70,6 +74,8 @@ class Ticker:
         self.published = published
         self.decider = decider
         self.status_line = status_line
+        self.reconcile = reconcile
+        self.held_since = HeldSince()  # since when new GPU work is held (node state)
         self.notifier = Notifier(None, None)  # the service manager's, if any, is given before start
         self.stop_event = threading.Event()
         self.wake = threading.Event()  # ends the tick's wait early (reload, stop, a release)
@@ -131,6 +137,7 @@ class Ticker:
                 self.prober.refresh()  # in the background: drivers may have come or gone
             self.rules.load()
             self.decider.tell(PolicyChanged(self.rules.policy()))
+        self.reconcile()
         view = self.observer.observe(self.rules, self.jobs.active(), own_pids=[os.getpid()])
         self._note_faults(view)
         self._reap(view)
@@ -243,6 +250,8 @@ class Ticker:
             "gpu_jobs_admitted": bool(decision and decision.admits_gpu),
             "certified_duty": certified,
             "gpu_jobs": self.config.gpu_jobs,
+            "held_since": self.held_since.update(decision.admits_gpu, time.time()) if decision else None,
+            "held_by": held_by(decision),
         }
 
     def node_fingerprint(self) -> dict[str, Any]:

@@ -713,4 +713,5 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         handoff.releases,
         tuple(sorted(working - prev.profiles)),
         tuple(sorted(prev.profiles - working)),
+        () if admits else tuple(h.reason for h in holds if h.binds(newcomer, False)),
     )

@@ -343,3 +343,4 @@ class Decision:
     releases: tuple[Release, ...] = ()  # VRAM releases to ask for now
     profiles_on: tuple[str, ...] = ()  # rules whose GPU profile to apply now
     profiles_off: tuple[str, ...] = ()  # ... and to restore now
+    held_by: tuple[Reason, ...] = ()  # while admits_gpu is False: what holds a new GPU job back

@@ -1,0 +1,158 @@
+"""Jobs an outside scheduler started: adopted as they run, and reconciled with what the
+scheduler says runs here.
+
+A scheduler's hook (run as the job's user just before its task starts) hands the daemon the
+task's process; the daemon makes it a job that is running already, with the id the scheduler
+gives it (``<scheduler>-<job id>``), so that ``arbiter explain`` and the status name the
+scheduler's job.  Hooks can be missed (the daemon restarting, a hook's call timing out), so
+the tick also asks ``arbiter_scheduler_jobs`` what runs here and adopts what it does not know.
+The scheduler's word wins: a job under its id with another owner or process is ended first.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from arbiter.config.models import Manifest
+from arbiter.engine import codes
+from arbiter.plugin import ProcessInfo
+from arbiter.pluginmanager import PluginFailed
+
+if TYPE_CHECKING:
+    from arbiter.daemon.facade import Node
+    from arbiter.store import JobRecord
+
+log = logging.getLogger(__name__)
+
+#: how often the tick asks the schedulers what runs here (besides at start)
+RECONCILE_EVERY_S = 5.0
+#: an adopted job's id: the scheduler's name, a dash, its own job (and step) id
+ID_PATTERN = re.compile(r"^[a-z][a-z0-9]*-[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+
+
+class AdoptRefused(Exception):
+    def __init__(self, message: str, code: str = "BAD_REQUEST") -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class SchedulerJob:
+    """One job (or one task of it) that a scheduler runs on this node."""
+
+    id: str
+    uid: int
+    pid: int
+    manifest: dict[str, Any] | None = None
+
+
+def default_manifest(job_id: str) -> dict[str, Any]:
+    """What a scheduler's job declares when it declares nothing: shared GPU work, named after
+    its scheduler (trust is kept per name)."""
+    return {"name": job_id.split("-", 1)[0], "gpu": {"use": "shared"}}
+
+
+def parse_manifest(job_id: str, raw: dict[str, Any] | None) -> Manifest:
+    try:
+        return Manifest.model_validate(raw if raw else default_manifest(job_id))
+    except ValidationError as exc:
+        raise AdoptRefused(f"job {job_id}: invalid job manifest: {exc}", "BAD_MANIFEST") from None
+
+
+def check_id(job_id: str) -> None:
+    if not ID_PATTERN.match(job_id):
+        raise AdoptRefused(
+            f"{job_id!r} is not a scheduler job id: expected <scheduler>-<id>, e.g. batch-1234 "
+            "(lower-case letters and digits, a dash, then letters, digits, _ . + -)"
+        )
+
+
+def adopt(daemon: Node, job_id: str, proc: ProcessInfo, manifest: Manifest, why: str) -> tuple[JobRecord, bool]:
+    """Make ``proc`` the running job ``job_id``; (the record, whether it is new).
+
+    Asking again for the same process returns the job it is already; an active job with this
+    id and another process or owner is ended first (the caller vouches for ``proc``)."""
+    check_id(job_id)
+    existing = daemon.jobs.get(job_id)
+    if existing is not None and existing.state != "ended":
+        if (
+            existing.root_pid == proc.pid
+            and existing.root_start is not None
+            and abs(existing.root_start - proc.start_time) <= 0.01
+            and existing.owner_uid == proc.uid
+        ):
+            return existing, False
+        daemon.end_job(existing, None, f"{job_id} is now process {proc.pid} of uid {proc.uid} ({why})")
+    record = daemon.jobs.adopt(job_id, proc.uid, manifest, proc.pid, proc.start_time)
+    daemon.record(
+        codes.JOB_ADOPTED,
+        job_id,
+        f"job {job_id} adopted: process {proc.pid} of uid {proc.uid}, already running ({why})",
+        {"pid": proc.pid, "uid": proc.uid, "name": manifest.name},
+    )
+    daemon.notify_jobs()
+    return record, True
+
+
+def may_hand_over(peer_uid: int, peer: ProcessInfo | None, proc: ProcessInfo, daemon_uid: int) -> str | None:
+    """Why the caller may not make ``proc`` a job (None: it may).  Root and the daemon's user
+    may name any process; anyone else only their own, and only itself or its parent (a
+    scheduler's task hook is a child of the task it runs before)."""
+    if peer_uid in (0, daemon_uid):
+        return None
+    if proc.uid != peer_uid:
+        return f"process {proc.pid} runs as uid {proc.uid}, not as the caller's uid {peer_uid}"
+    if peer is None or proc.pid not in (peer.pid, peer.ppid):
+        return f"process {proc.pid} is neither the caller nor the caller's parent"
+    return None
+
+
+class Reconciler:
+    """On the tick: every ``RECONCILE_EVERY_S``, adopt what the schedulers say runs here."""
+
+    def __init__(self, every_s: float = RECONCILE_EVERY_S) -> None:
+        self.every_s = every_s
+        self._last = -every_s
+        self.last_seen: dict[str, int] = {}  # scheduler job id → its process, as last reported (status)
+
+    def due(self, now: float) -> bool:
+        return now - self._last >= self.every_s
+
+    def run(self, daemon: Node, table: list[ProcessInfo] | None = None) -> list[str]:
+        """Adopt the scheduler jobs not known yet; the ids adopted."""
+        self._last = time.monotonic()
+        try:
+            state = daemon.node_state() if daemon.snapshot.decision is not None else None
+            answers = daemon.host.call(
+                "scheduler jobs", lambda: daemon.host.hook.arbiter_scheduler_jobs(node_state=state)
+            )
+        except PluginFailed as exc:
+            daemon.record(codes.PLUGIN_FAILED, "node", f"cannot ask the scheduler what runs here: {exc}")
+            return []
+        reported = [SchedulerJob(**job) for answer in answers if answer for job in answer]
+        if not reported:
+            self.last_seen = {}
+            return []
+        if table is None:
+            table = daemon.observer.process_table()
+        by_pid = {p.pid: p for p in table}
+        adopted = []
+        for job in reported:
+            proc = by_pid.get(job.pid)
+            if proc is None or proc.uid != job.uid:
+                continue  # ended since the scheduler answered, or not the process it named
+            try:
+                _, new = adopt(daemon, job.id, proc, parse_manifest(job.id, job.manifest), "found by reconciling")
+            except AdoptRefused as exc:
+                log.warning("not adopting %s: %s", job.id, exc)
+                continue
+            if new:
+                adopted.append(job.id)
+        self.last_seen = {job.id: job.pid for job in reported}
+        return adopted

@@ -1,0 +1,212 @@
+"""A fleet under real Slurm: how fast a protected program's phase reaches the node's jobs, and
+Slurm's view of them.
+
+    uv run python bench/fleet.py [--nodes 2] [--jobs 4] [--rounds 10] [--seed 1]
+
+Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge.  A cluster on
+loopback (munged, slurmctld, one slurmd per node) with one arbiter daemon per node using the
+``slurm`` translator; each node has a protected stand-in (a ``sleep`` the rule matches) whose
+phase is read from a JSONL file under an ``immediate`` rule.  ``--jobs`` batch jobs per node
+(``sbatch --requeue``) run ``sleep``.  Then, ``--rounds`` times, on a node chosen at random
+(seeded): the phase turns on, and the bench polls until every job process on that node is
+stopped (local) and until squeue shows each of its jobs ``S``; the phase turns off, and it polls
+until they run and show ``R`` again.  It also samples, every 10 ms while the phase is on (3 s a
+round, past Slurm's own SIGSTOP), whether any of that node's job processes is not stopped
+(protected time with fleet work free to run on the node: goal 0 samples).  Last, one job per node is stopped through arbiter (``arbiter job stop``): the time
+until squeue shows it running again with its restart count one higher.  Prints p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from arbiter_testing.slurm import SlurmCluster, unavailable
+from arbiter_testing.waiting import wait_until
+
+WAIT_S = 60.0
+POLL_S = 0.002
+#: how long the phase stays on each round
+HOLD_S = 3.0
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def proc_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def job_pids(cluster: SlurmCluster, job: int, node: str) -> list[int]:
+    out = cluster.run("scontrol", "listpids", str(job), node, check=False)
+    return [int(line.split()[0]) for line in out.splitlines()[1:] if line.split() and line.split()[0].isdigit()]
+
+
+def squeue_states(cluster: SlurmCluster, jobs: list[int]) -> dict[int, str]:
+    data = json.loads(cluster.run("squeue", "--json", "--jobs", ",".join(map(str, jobs))))
+    return {j["job_id"]: j["job_state"] for j in data["jobs"] if j["job_id"] in jobs}
+
+
+def adopted(cluster: SlurmCluster, node: str, job: int) -> bool:
+    return any(j["id"] == f"slurm-{job}" for j in cluster.arbiter[node].status()["jobs"])
+
+
+def node_pids(cluster: SlurmCluster, node: str, jobs: list[int]) -> list[int] | None:
+    return [p for j in jobs for p in job_pids(cluster, j, node)] or None
+
+
+def running_again(cluster: SlurmCluster, job: int) -> bool:
+    j = cluster.jobs().get(job)
+    return bool(j and j["job_state"] == "RUNNING" and j["restart_cnt"] >= 1)
+
+
+def running(pids: list[int], since: float = 0.0) -> bool:
+    """Whether any of these processes is not stopped (running or sleeping: free to run)."""
+    free = [(p, s) for p in pids if (s := proc_state(p)) not in ("T", "t", "Z", "gone")]
+    if free:
+        print(f"  not stopped {(time.perf_counter() - since) * 1000:.0f} ms into the phase: {free}", flush=True)
+    return bool(free)
+
+
+def set_phase(path: Path, on: bool) -> float:
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"event": "status", "phase": "on" if on else "off"}) + "\n")
+    return time.perf_counter()
+
+
+def protect_rule(node: str, events: Path, marker: str) -> dict[str, Any]:
+    return {
+        "id": f"stand-in-{node}",
+        "match": {"cmdline": [marker]},
+        "immediate": True,
+        "during": [
+            {
+                "source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["on"]},
+                "pause_fleet": {"scope": "all"},
+            }
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=4, help="batch jobs per node")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    why = unavailable()
+    if why:
+        print(f"cannot run: {why}")
+        return 2
+    names = [f"n{i + 1}" for i in range(args.nodes)]
+    # a SIGTERM (a timeout) ends the run through the cleanup below, not around it
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    try:
+        return run(args, names)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run(args: argparse.Namespace, names: list[str]) -> int:
+    rng = random.Random(args.seed)
+    root = Path(tempfile.mkdtemp(prefix="arbiter-fleet-"))
+    cluster = SlurmCluster(root, names)
+    stand_ins: list[subprocess.Popen[bytes]] = []
+    local: list[float] = []
+    in_slurm: list[float] = []
+    back_local: list[float] = []
+    back_slurm: list[float] = []
+    requeue: list[float] = []
+    ran_while_protected = 0
+    samples_protected = 0
+    try:
+        cluster.start()
+        events: dict[str, Path] = {}
+        for i, name in enumerate(names):
+            events[name] = root / f"phase-{name}.jsonl"
+            events[name].touch()
+            marker = f"sleep {990000 + i}"
+            node = cluster.start_arbiter(name, translators={"pause": ["slurm"], "terminate": ["slurm"]}, tick_s=1.0)
+            node.add_rule(f"stand-in-{name}", protect_rule(name, events[name], marker))
+            stand_ins.append(subprocess.Popen(marker.split()))
+        jobs = {
+            name: [cluster.sbatch("sleep 3000\n", f"--nodelist={name}", "--requeue") for _ in range(args.jobs)]
+            for name in names
+        }
+        pids: dict[str, list[int]] = {}
+        for name in names:
+            for job in jobs[name]:
+                wait_until(partial(adopted, cluster, name, job), WAIT_S, f"slurm-{job} adopted on {name}")
+            pids[name] = wait_until(partial(node_pids, cluster, name, jobs[name]), WAIT_S, f"{name}'s job processes")
+        time.sleep(2.0)  # the rules' processes matched on a tick before the first phase
+        print(f"{sum(len(p) for p in pids.values())} job processes on {len(names)} nodes; phase rounds:", flush=True)
+        for r in range(args.rounds):
+            name = rng.choice(names)
+            started = set_phase(events[name], True)
+            while not all(proc_state(p) in "TtZ" or proc_state(p) == "gone" for p in pids[name]):
+                time.sleep(POLL_S)
+            local.append((time.perf_counter() - started) * 1000)
+            while not all(s == "SUSPENDED" for s in squeue_states(cluster, jobs[name]).values()):
+                samples_protected += 1
+                ran_while_protected += running(pids[name], started)
+                time.sleep(0.01)
+            in_slurm.append((time.perf_counter() - started) * 1000)
+            held_until = time.perf_counter() + HOLD_S  # past Slurm's own SIGSTOP, ~2 s after its SIGTSTP
+            while time.perf_counter() < held_until:
+                samples_protected += 1
+                ran_while_protected += running(pids[name], started)
+                time.sleep(0.01)
+            started = set_phase(events[name], False)
+            while any(proc_state(p) in "Tt" for p in pids[name]):
+                time.sleep(POLL_S)
+            back_local.append((time.perf_counter() - started) * 1000)
+            while not all(s == "RUNNING" for s in squeue_states(cluster, jobs[name]).values()):
+                time.sleep(0.01)
+            back_slurm.append((time.perf_counter() - started) * 1000)
+            print(f"round {r + 1}: {name} stopped in {local[-1]:.1f} ms, S in {in_slurm[-1]:.0f} ms", flush=True)
+        for name in names:
+            job = jobs[name][0]
+            started = time.perf_counter()
+            cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
+            wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
+            requeue.append((time.perf_counter() - started) * 1000)
+    finally:
+        for proc in stand_ins:
+            proc.kill()
+            proc.wait()
+        cluster.close()
+    print(f"{args.nodes} nodes x {args.jobs} jobs, {args.rounds} phase rounds (seed {args.seed})")
+    print(
+        f"phase on -> the node's job processes stopped (local): p50 {pct(local, 0.5):.1f} ms, p99 {pct(local, 0.99):.1f} ms"
+    )
+    print(f"phase on -> every job S in squeue: p50 {pct(in_slurm, 0.5):.0f} ms, p99 {pct(in_slurm, 0.99):.0f} ms")
+    print(f"phase off -> processes running: p50 {pct(back_local, 0.5):.1f} ms, p99 {pct(back_local, 0.99):.1f} ms")
+    print(f"phase off -> every job R in squeue: p50 {pct(back_slurm, 0.5):.0f} ms, p99 {pct(back_slurm, 0.99):.0f} ms")
+    print(f"stop -> requeued job running again: p50 {pct(requeue, 0.5):.0f} ms, p99 {pct(requeue, 0.99):.0f} ms")
+    print(
+        f"samples (every 10 ms) with the phase on and a job process of its node not stopped: "
+        f"{ran_while_protected} of {samples_protected}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""``slurm``: arbiter under the Slurm scheduler.
+
+Slurm jobs become arbiter jobs without their users doing anything: slurm.conf's TaskProlog
+(``arbiter-slurm``, run as the job's user just before each task starts) hands the task's
+process to the local daemon, and the Epilog ends the job there.  Hooks can be missed (the
+daemon restarting, a hook timing out), so the daemon also asks this plugin every few seconds
+which jobs Slurm runs on this node (``squeue --json``) and which processes they have
+(``scontrol listpids``), and adopts what it does not know.  The node's state in Slurm's terms
+(features for ``--constraint``, a drain while protection holds GPU work too long) is set on
+every change and re-asserted every few seconds (see :mod:`arbiter_slurm.nodes`).
+
+The ``slurm`` translator (``translators: {pause: [slurm], terminate: [slurm]}`` in the node
+config) makes a pause one the scheduler sees: see :mod:`arbiter_slurm.translator`.
+
+Which node this is: ``$ARBITER_SLURM_NODE`` in the daemon's environment, else the short host
+name.  Which cluster: ``$SLURM_CONF``, else ``/etc/slurm/slurm.conf``; with neither (nor the
+commands) installed, the plugin stays silent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from arbiter.plugin import Register, hookimpl
+from arbiter_slurm import commands, nodes
+from arbiter_slurm.translator import SlurmTranslator
+
+log = logging.getLogger(__name__)
+
+
+def scheduler_jobs(node: str) -> list[dict[str, Any]]:
+    """Every task Slurm runs on ``node``, as ``arbiter_scheduler_jobs`` reports them."""
+    out: list[dict[str, Any]] = []
+    for job in commands.jobs_on(node):
+        try:
+            manifest = commands.manifest_from_comment(job.comment)
+        except commands.SlurmError as exc:
+            log.warning("Slurm job %s: %s; adopted as plain GPU work", job.job_id, exc)
+            manifest = None
+        try:
+            tasks = commands.listpids(job.job_id, node)
+        except commands.SlurmError as exc:
+            log.debug("Slurm job %s: %s", job.job_id, exc)  # ended, or not started here yet
+            continue
+        for task in tasks:
+            if task.local_id is None:
+                continue  # a process the task started: its tree is the job's already
+            out.append(
+                {
+                    "id": commands.job_key(job.job_id, task.step, task.local_id),
+                    "uid": job.uid,
+                    "pid": task.pid,
+                    "manifest": manifest,
+                }
+            )
+    return out
+
+
+@hookimpl
+def arbiter_scheduler_jobs(node_state: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+    if not commands.configured():
+        return None
+    node = commands.node_name()
+    if node_state is not None:
+        _sync_node(node, node_state)
+    return scheduler_jobs(node)
+
+
+@hookimpl
+def arbiter_node_state(state: dict[str, Any]) -> None:
+    if commands.configured():
+        _sync_node(commands.node_name(), state)
+
+
+def _sync_node(node: str, state: dict[str, Any]) -> None:
+    """Features and drain; a failure is logged and tried again on the next call (every few
+    seconds), never in the way of adopting jobs."""
+    try:
+        for update in nodes.sync(node, state):
+            log.info("Slurm node %s: scontrol update %s", node, " ".join(update))
+    except commands.SlurmError as exc:
+        log.warning("cannot set Slurm node %s's features or drain: %s", node, exc)
+
+
+@hookimpl
+def arbiter_register_translators(register: Register) -> None:
+    register("slurm", SlurmTranslator)

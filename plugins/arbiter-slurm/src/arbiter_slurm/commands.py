@@ -1,0 +1,192 @@
+"""Slurm through its own commands (``squeue --json``, ``scontrol listpids``): no Python binding
+matches every Slurm release, the commands' output does.  Every call has a timeout and a
+failure says which command, how it failed and what Slurm printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+#: a command that has not answered within this long has failed (the daemon's plugin timeout is 5 s)
+TIMEOUT_S = 3.0
+NODE_ENV = "ARBITER_SLURM_NODE"
+#: where slurm.conf is when $SLURM_CONF does not say
+DEFAULT_CONF = "/etc/slurm/slurm.conf"
+#: a job's manifest in its comment: ``--comment 'arbiter:{"name": "render", ...}'``
+COMMENT_PREFIX = "arbiter:"
+#: Slurm job states in which a job has processes on its nodes
+LIVE_STATES = ("RUNNING", "SUSPENDED", "COMPLETING")
+
+_JOB_ID = re.compile(r"^\d+(_\d+)?$")
+
+
+class SlurmError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    job_id: int
+    uid: int
+    user: str
+    state: str
+    name: str
+    comment: str
+    requeue: bool
+    restart_count: int
+    nodes: str = ""  # Slurm's host list: n[1-2]
+
+
+@dataclass(frozen=True)
+class TaskPid:
+    """One line of ``scontrol listpids``: a process of a job step; ``local_id`` is None for a
+    process the task started (only the task's own process has one)."""
+
+    pid: int
+    job_id: int
+    step: str
+    local_id: int | None
+
+
+def configured() -> bool:
+    """Whether this node is under Slurm: its commands are installed and it has a config."""
+    if shutil.which("squeue") is None or shutil.which("scontrol") is None:
+        return False
+    return bool(os.environ.get(NODE_ENV)) or os.path.exists(os.environ.get("SLURM_CONF") or DEFAULT_CONF)
+
+
+def node_name() -> str:
+    """This node's Slurm name: ``$ARBITER_SLURM_NODE``, else the short host name (Slurm's default)."""
+    return os.environ.get(NODE_ENV) or socket.gethostname().split(".")[0]
+
+
+def run(args: list[str], timeout: float = TIMEOUT_S) -> str:
+    """Run a Slurm command; its standard output, or a SlurmError saying why not."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise SlurmError(f"{args[0]} is not installed (PATH={os.environ.get('PATH', '')})") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{' '.join(args)}` did not answer within {timeout:g}s (is slurmctld up?)") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise SlurmError(f"`{' '.join(args)}` failed with exit {done.returncode}: {' / '.join(said)[:400]}")
+    return done.stdout
+
+
+def parse_squeue(text: str) -> list[SlurmJob]:
+    """The jobs in ``squeue --json`` output (Slurm 22.05 and later: ``{"jobs": [...]}``)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SlurmError(f"squeue --json printed something that is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+        raise SlurmError("squeue --json printed no 'jobs' list")
+    errors = [e.get("error") or e.get("description") or str(e) for e in data.get("errors") or [] if e]
+    if errors:
+        raise SlurmError(f"squeue --json reported: {'; '.join(map(str, errors))[:400]}")
+    return [_job(j) for j in data["jobs"] if isinstance(j, dict)]
+
+
+def _state(raw: Any) -> str:
+    # 22.05 gives "RUNNING"; later releases give ["RUNNING"] (a list of flags)
+    if isinstance(raw, list):
+        return str(raw[0]) if raw else ""
+    return str(raw or "")
+
+
+def _number(raw: Any) -> int:
+    # later releases wrap numbers: {"set": true, "infinite": false, "number": 3}
+    if isinstance(raw, dict):
+        raw = raw.get("number", 0)
+    return int(raw or 0)
+
+
+def _job(j: dict[str, Any]) -> SlurmJob:
+    return SlurmJob(
+        job_id=_number(j.get("job_id")),
+        uid=_number(j.get("user_id")),
+        user=str(j.get("user_name") or ""),
+        state=_state(j.get("job_state")),
+        name=str(j.get("name") or ""),
+        comment=str(j.get("comment") or ""),
+        requeue=bool(j.get("requeue")),
+        restart_count=_number(j.get("restart_cnt")),
+        nodes=str(j.get("nodes") or ""),
+    )
+
+
+def expand_hostlist(expr: str) -> list[str]:
+    """Slurm's host list (``n[1-3,7],gpu01``) as names; a part it cannot read is kept whole."""
+    names: list[str] = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", expr):
+        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
+        if match is None:
+            names.append(part)
+            continue
+        prefix, ranges, suffix = match.groups()
+        for item in ranges.split(","):
+            low, _, high = item.partition("-")
+            if not high:
+                names.append(f"{prefix}{low}{suffix}")
+            elif low.isdigit() and high.isdigit():
+                names.extend(f"{prefix}{n:0{len(low)}d}{suffix}" for n in range(int(low), int(high) + 1))
+            else:
+                names.append(part)
+    return names
+
+
+def jobs_on(node: str) -> list[SlurmJob]:
+    """The jobs Slurm has on ``node`` that have processes there.  squeue's own filters match
+    host names (several slurmd on one host share one) and are not applied by every release's
+    ``--json``: the jobs are chosen here by their node list."""
+    text = run(["squeue", "--json", "--nodelist", node, "--states", ",".join(LIVE_STATES)])
+    return [j for j in parse_squeue(text) if j.state in LIVE_STATES and node in expand_hostlist(j.nodes)]
+
+
+def parse_listpids(text: str) -> list[TaskPid]:
+    """``scontrol listpids`` output: a header, then ``PID JOBID STEPID LOCALID GLOBALID``."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4 or not parts[0].isdigit():
+            continue  # the header, or a line this parser does not know
+        local = int(parts[3]) if parts[3].isdigit() else None
+        out.append(TaskPid(int(parts[0]), int(parts[1]) if parts[1].isdigit() else 0, parts[2], local))
+    return out
+
+
+def listpids(job_id: int, node: str) -> list[TaskPid]:
+    """The processes of ``job_id`` on ``node`` (run where that node's slurmd is)."""
+    return parse_listpids(run(["scontrol", "listpids", str(job_id), node]))
+
+
+def job_key(job_id: int | str, step: str, local_id: int) -> str:
+    """The arbiter job id of one task: ``slurm-<job>`` for the batch script (or a job's first
+    task), ``slurm-<job>.<step>.<task>`` for the others."""
+    if step in ("batch", "") or (step == "interactive" and local_id == 0):
+        return f"slurm-{job_id}"
+    return f"slurm-{job_id}.{step}.{local_id}"
+
+
+def manifest_from_comment(comment: str) -> dict[str, Any] | None:
+    """A manifest a job gave in its comment (``arbiter:{json}``), else None."""
+    if not comment.startswith(COMMENT_PREFIX):
+        return None
+    try:
+        value = json.loads(comment[len(COMMENT_PREFIX) :])
+    except json.JSONDecodeError as exc:
+        raise SlurmError(f"the job's comment starts with {COMMENT_PREFIX!r} but is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise SlurmError(f"the job's comment after {COMMENT_PREFIX!r} must be a JSON object")
+    return value
+
+
+def valid_job_id(text: str) -> bool:
+    return bool(_JOB_ID.match(text))

@@ -1,0 +1,132 @@
+"""Reading Slurm's commands: squeue --json across releases, scontrol listpids, the ids given to
+tasks, a manifest in a job's comment, and a command that fails or hangs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from arbiter.pluginmanager import build_plugin_manager
+from arbiter_slurm import commands, hooks
+
+# what Slurm 22.05 prints (trimmed to the fields read), and the shape later releases give
+SQUEUE_2205 = {
+    "meta": {"Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}}},
+    "errors": [],
+    "jobs": [
+        {
+            "job_id": 17,
+            "user_id": 65534,
+            "user_name": "nobody",
+            "job_state": "RUNNING",
+            "name": "train.sh",
+            "comment": 'arbiter:{"name": "train"}',
+            "requeue": True,
+            "restart_cnt": 1,
+        },
+        {"job_id": 18, "user_id": 0, "user_name": "root", "job_state": "PENDING", "name": "x", "comment": ""},
+    ],
+}
+SQUEUE_2311 = {
+    "jobs": [
+        {
+            "job_id": 21,
+            "user_id": 1000,
+            "user_name": "ana",
+            "job_state": ["SUSPENDED"],
+            "name": "render",
+            "comment": "",
+            "requeue": False,
+            "restart_cnt": {"set": True, "infinite": False, "number": 0},
+        }
+    ]
+}
+LISTPIDS = """PID      JOBID    STEPID   LOCALID GLOBALID
+20935    17       batch    0       0
+20948    17       batch    -       -
+21001    17       0        1       1
+"""
+
+
+def test_squeue_json_of_22_05_and_later() -> None:
+    jobs = commands.parse_squeue(json.dumps(SQUEUE_2205))
+    assert [(j.job_id, j.uid, j.state, j.requeue, j.restart_count) for j in jobs] == [
+        (17, 65534, "RUNNING", True, 1),
+        (18, 0, "PENDING", False, 0),
+    ]
+    (later,) = commands.parse_squeue(json.dumps(SQUEUE_2311))
+    assert (later.job_id, later.state, later.restart_count) == (21, "SUSPENDED", 0)
+
+
+def test_squeue_errors_and_garbage_say_what_was_wrong() -> None:
+    with pytest.raises(commands.SlurmError, match="not JSON"):
+        commands.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller")
+    with pytest.raises(commands.SlurmError, match="Invalid user"):
+        commands.parse_squeue(json.dumps({"jobs": [], "errors": [{"error": "Invalid user"}]}))
+    with pytest.raises(commands.SlurmError, match="no 'jobs' list"):
+        commands.parse_squeue("[]")
+
+
+def test_listpids_and_task_ids() -> None:
+    pids = commands.parse_listpids(LISTPIDS)
+    assert [(p.pid, p.step, p.local_id) for p in pids] == [(20935, "batch", 0), (20948, "batch", None), (21001, "0", 1)]
+    assert commands.job_key(17, "batch", 0) == "slurm-17"
+    assert commands.job_key(17, "0", 1) == "slurm-17.0.1"
+    assert commands.job_key("17", "interactive", 0) == "slurm-17"
+
+
+def test_host_lists() -> None:
+    assert commands.expand_hostlist("n1") == ["n1"]
+    assert commands.expand_hostlist("n[1-3,7],gpu01") == ["n1", "n2", "n3", "n7", "gpu01"]
+    assert commands.expand_hostlist("gpu[08-10]") == ["gpu08", "gpu09", "gpu10"]
+    assert commands.expand_hostlist("") == []
+
+
+def test_a_manifest_in_the_comment() -> None:
+    assert commands.manifest_from_comment('arbiter:{"name": "train"}') == {"name": "train"}
+    assert commands.manifest_from_comment("nightly run") is None
+    with pytest.raises(commands.SlurmError, match="not JSON"):
+        commands.manifest_from_comment("arbiter:{name: train}")
+    with pytest.raises(commands.SlurmError, match="JSON object"):
+        commands.manifest_from_comment('arbiter:["train"]')
+
+
+def test_a_command_that_fails_or_hangs_says_which_and_why(tmp_path: Path) -> None:
+    with pytest.raises(commands.SlurmError, match="not installed"):
+        commands.run([str(tmp_path / "no-such-squeue")])
+    with pytest.raises(commands.SlurmError, match="failed with exit 3: went wrong"):
+        commands.run([sys.executable, "-c", "import sys; print('went wrong', file=sys.stderr); sys.exit(3)"])
+    with pytest.raises(commands.SlurmError, match=r"did not answer within 0\.2s"):
+        commands.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.2)
+
+
+def test_silent_on_a_node_without_slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("ARBITER_SLURM_NODE", raising=False)
+    assert not commands.configured()
+    from arbiter_slurm import arbiter_scheduler_jobs
+
+    assert arbiter_scheduler_jobs(node_state=None) is None
+
+
+def test_the_job_manifest_from_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text("name: nightly\ngpu: {use: shared}\n")
+    assert hooks.manifest_for({"ARBITER_MANIFEST": str(path)}, "5") == {"name": "nightly", "gpu": {"use": "shared"}}
+    assert hooks.manifest_for({"ARBITER_MANIFEST": '{"name": "inline"}'}, "5") == {"name": "inline"}
+    with pytest.raises(hooks.HookError, match="cannot read the job manifest from"):
+        hooks.manifest_for({"ARBITER_MANIFEST": str(tmp_path / "missing.yaml")}, "5")
+
+
+def test_the_hook_always_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        hooks.main(["nonsense"])
+    assert done.value.code == 0
+    assert "unknown role 'nonsense'" in capsys.readouterr().err
+
+
+def test_registered_through_its_entry_point() -> None:
+    assert "slurm" in {p["name"] for p in build_plugin_manager().plugins()}

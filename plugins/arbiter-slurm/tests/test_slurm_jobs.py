@@ -1,0 +1,185 @@
+"""Slurm jobs become arbiter jobs: through the TaskProlog as they start, through reconciling
+against squeue and scontrol listpids when a hook was missed, and they end through the Epilog.
+Against a real slurmctld and slurmd on loopback (see conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pytest
+
+from arbiter_testing.waiting import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(240)]
+
+WAIT_S = 60.0
+
+
+def _job(node: Any, job_id: str) -> dict[str, Any] | None:
+    return next((j for j in node.status()["jobs"] if j["id"] == job_id), None)
+
+
+def _events(node: Any, code: str, subject: str) -> list[dict[str, Any]]:
+    return node.call("timeline", code=code, subject=subject, limit=50)["events"]  # type: ignore[no-any-return]
+
+
+def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(slurm: Any) -> None:
+    # ticks far apart: the job is known, and ends, through the hooks alone, not by reconciling
+    # or by the tick noticing its processes gone
+    n1 = slurm.start_arbiter("n1", tick_s=60)
+    job = slurm.sbatch('echo "id=$ARBITER_JOB_ID control=$ARBITER_CONTROL"\nsleep 300\n', "--nodelist=n1")
+    key = f"slurm-{job}"
+    seen = wait_until(lambda: _job(n1, key), WAIT_S, f"{key} in n1's status", poll_s=0.1)
+    assert seen["state"] == "run", seen
+    adopted = _events(n1, "JOB_ADOPTED", key)
+    assert adopted and "handed over" in adopted[0]["message"], adopted
+    # the task was told who it is to arbiter, before its first line ran
+    out = wait_until(lambda: slurm.output(job), WAIT_S, "the job's output")
+    assert f"id={key} " in out and "control=" in out and "/jobs/" in out, out
+    # the arbiter job is the task itself: its tree holds the batch script's sleep
+    pids = wait_until(lambda: (_job(n1, key) or {}).get("pids"), WAIT_S, "the job's processes", poll_s=0.1)
+    assert pids, _job(n1, key)
+
+    slurm.run("scancel", str(job))
+    wait_until(lambda: _job(n1, key) is None, WAIT_S, f"{key} gone from n1's status", poll_s=0.1)
+    ended = _events(n1, "JOB_EXITED", key)
+    assert ended and "its command exited" in ended[0]["message"], ended  # told by the Epilog
+
+
+def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: Any) -> None:
+    job = slurm.sbatch(
+        "sleep 300\n", "--nodelist=n2", "--comment=arbiter:" + '{"name": "render", "gpu": {"use": "shared"}}'
+    )
+    wait_until(lambda: slurm.jobs().get(job, {}).get("job_state") == "RUNNING", WAIT_S, "the job running")
+    wait_until(lambda: "sleep 300" in _task_tree(slurm, job, "n2"), WAIT_S, "the job's script started")
+    n2 = slurm.start_arbiter("n2")
+    key = f"slurm-{job}"
+    seen = wait_until(lambda: _job(n2, key), WAIT_S, f"{key} adopted by n2", poll_s=0.1)
+    assert seen["name"] == "render", seen  # the manifest in the job's comment
+    assert "reconciling" in _events(n2, "JOB_ADOPTED", key)[0]["message"]
+
+
+def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1")
+    jobs = [slurm.sbatch("sleep 300\n", "--nodelist=n1") for _ in range(2)]
+    for job in jobs:
+        wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} in n1's status", poll_s=0.1)
+    n1.kill_daemon()
+    # what the daemon knew is gone with it: the scheduler's word is what brings it back
+    for path in n1.state_dir.glob("arbiter.db*"):
+        path.unlink()
+    slurm.restart_arbiter("n1")
+    for job in jobs:
+        seen = wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted again", poll_s=0.1)
+        assert seen["state"] == "run", seen
+
+
+def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: Any) -> None:
+    job = slurm.sbatch('echo "id=[$ARBITER_JOB_ID]"\n', "--nodelist=n1")
+    wait_until(lambda: "id=" in slurm.output(job), WAIT_S, "the job's output")
+    out = slurm.output(job)
+    assert "id=[]" in out, out  # it ran, unknown to arbiter
+    assert "arbiter-slurm taskprolog: job" in out and "runs without arbiter knowing it" in out, out
+    # the Prolog and Epilog failed to reach the daemon too, and the node is not drained for it
+    wait_until(lambda: slurm.node_states()["n1"] == "idle", WAIT_S, "n1 idle again, not drained", poll_s=0.1)
+
+
+def _task_tree(slurm: Any, job: int, node: str) -> str:
+    out = slurm.run("scontrol", "listpids", str(job), node, check=False)
+    cmdlines = []
+    for line in out.splitlines()[1:]:
+        pid = line.split()[0]
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdlines.append(fh.read().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    return "\n".join(cmdlines) + os.linesep
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1")
+    marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
+    n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
+    job = slurm.sbatch("sleep 300\n", "--nodelist=n1")
+    key = f"slurm-{job}"
+    pids = wait_until(lambda: (_job(n1, key) or {}).get("pids"), WAIT_S, f"{key}'s processes", poll_s=0.1)
+    assert all(_state(p) in "SR" for p in pids)
+
+    protected = n1.spawn([sys.executable, "-m", "arbiter.demo.protected", "--events", str(slurm.root / "p.jsonl")])
+    try:
+        wait_until(lambda: all(_state(p) == "T" for p in pids), WAIT_S, "the Slurm job's processes stopped")
+        (item,) = n1.call("explain", subject=key)["explain"]["items"]
+        assert item["state"] == "paused" and item["reasons"][0]["code"] == "PROTECTED_GPU_BUSY", item
+    finally:
+        protected.terminate()
+        protected.wait()
+    wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the Slurm job's processes running again")
+
+
+SLURM_TRANSLATOR = {"translators": {"pause": ["slurm"], "terminate": ["slurm"]}}
+
+
+def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+    marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
+    n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
+    job = slurm.sbatch("sleep 300\n", "--nodelist=n1")
+    key = f"slurm-{job}"
+    pids = wait_until(lambda: (_job(n1, key) or {}).get("pids"), WAIT_S, f"{key}'s processes", poll_s=0.1)
+
+    protected = n1.spawn([sys.executable, "-m", "arbiter.demo.protected", "--events", str(slurm.root / "p.jsonl")])
+    try:
+        wait_until(lambda: all(_state(p) == "T" for p in pids), WAIT_S, "the job's processes stopped here")
+        wait_until(lambda: slurm.jobs()[job]["job_state"] == "SUSPENDED", WAIT_S, "the job S in squeue", poll_s=0.1)
+    finally:
+        protected.terminate()
+        protected.wait()
+    wait_until(lambda: slurm.jobs()[job]["job_state"] == "RUNNING", WAIT_S, "the job R in squeue", poll_s=0.1)
+    wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the job's processes running again")
+
+
+def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+    again = slurm.sbatch('echo "restart=$SLURM_RESTART_COUNT"\nsleep 300\n', "--nodelist=n1", "--requeue")
+    once = slurm.sbatch("sleep 300\n", "--nodelist=n1", "--no-requeue")
+    for job in (again, once):
+        wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted", poll_s=0.1)
+    n1.call("job.stop", id=f"slurm-{again}")
+    n1.call("job.stop", id=f"slurm-{once}")
+    wait_until(lambda: "restart=1" in slurm.output(again), WAIT_S, "the requeued job running again", poll_s=0.2)
+    ended = wait_until(
+        lambda: (
+            slurm.jobs()[once]["job_state"] not in ("RUNNING", "SUSPENDED", "PENDING", "COMPLETING")
+            and slurm.jobs()[once]["job_state"]
+        ),
+        WAIT_S,
+        "the job that may not be requeued ended",
+        poll_s=0.2,
+    )
+    assert ended in ("CANCELLED", "FAILED", "COMPLETED"), ended
+    assert slurm.jobs()[once]["restart_cnt"] == 0
+    assert slurm.jobs()[again]["restart_cnt"] == 1
+
+
+def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: Any) -> None:
+    n1 = slurm.start_arbiter("n1")
+    config = slurm.configs / "n1.yaml"
+    script = (
+        f'{sys.executable} -m arbiter job run --config {config} -- sh -c "echo inside=\\$ARBITER_JOB_ID; sleep 300"\n'
+    )
+    job = slurm.sbatch(script, "--nodelist=n1")
+    key = f"slurm-{job}"
+    out = wait_until(lambda: "inside=" in slurm.output(job) and slurm.output(job), WAIT_S, "the command's output")
+    assert f"inside={key}" in out and f"running inside job {key}" in out, out
+    assert [j["id"] for j in n1.status()["jobs"]] == [key]
