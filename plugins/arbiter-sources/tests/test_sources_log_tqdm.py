@@ -36,7 +36,9 @@ def make(tmp_path: Path) -> Iterator[Callable[..., LogSource]]:
     made: list[LogSource] = []
 
     def build(**block: Any) -> LogSource:
-        source = LogSource(LogSource.Options.model_validate({"kind": "log", **block}), PluginContext(state_dir=tmp_path))
+        source = LogSource(
+            LogSource.Options.model_validate({"kind": "log", **block}), PluginContext(state_dir=tmp_path)
+        )
         made.append(source)
         return source
 
