@@ -10,6 +10,8 @@
   nothing is released and the blockers say why.  Equal or higher priority is never interrupted.
 - **Idle release**: an idle reclaimable tenant that has held VRAM for its
   ``idle_release_after_s`` since it became idle is asked to release it.
+- **The way back**: a tenant released for a handoff that declares a reacquire is woken once
+  no demander needs its VRAM (:mod:`arbiter.engine.reacquire`).
 
 No I/O and no clock reads: the caller passes the views, the device's free VRAM and ``now``.
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter.engine import codes
+from arbiter.engine import reacquire as wake
 from arbiter.engine.types import Reason, Release, TenantVramState, TimelineEvent, evolve
 
 #: "GB" in rule files and messages means GiB, as GPU tools show VRAM
@@ -367,6 +370,9 @@ class Seen:
     idle_release_after_s: float
     timeout_s: float
     confirm: bool
+    reacquire_after_s: float | None = None  # None: it declares no way back
+    reacquire_timeout_s: float = 30.0
+    reacquire_confirm: bool = True
 
 
 @dataclass(frozen=True)
@@ -387,7 +393,10 @@ def request_over(
 ) -> TenantVramState:
     """What the release worker reports of a request that brings no VRAM back: a failed one
     waits its ``timeout_s``; a handoff with nothing to send, a moment; an idle one with
-    nothing to send only waits for the tenant to hold more than it does now."""
+    nothing to send only waits for the tenant to hold more than it does now.  A wake that
+    failed or had nothing to send waits out its backoff."""
+    if why == wake.REACQUIRE:
+        return wake.failed(st, now)
     if failed:
         return settled(st, now, timeout_s, None)
     return settled(st, now, 0.0 if why == "idle" else MOOT_RETRY_S, held)
@@ -476,6 +485,8 @@ def step(
     def asking(tenant: Seen, why: str) -> None:
         releases.append(Release(tenant.tenant_id, why, tenant.held_bytes or 0, tenant.timeout_s))
         st = states[tenant.tenant_id]
+        if why != "idle" and tenant.reacquire_after_s is not None:
+            st = wake.asleep(st, tenant.held_bytes or 0)
         if tenant.confirm:
             states[tenant.tenant_id] = evolve(st, requested_at=now, held_at_request=tenant.held_bytes or 0, why=why)
         else:  # the request's own answer is all there is to know: just not asked again at once
@@ -508,8 +519,9 @@ def step(
     by_id = {t.tenant_id: t for t in seen}
     notes: dict[str, Reason] = {}
     planned: dict[str, str] = {}
+    made = plans(views, free_bytes) if free_bytes is not None else ()
     if free_bytes is not None:
-        for p in plans(views, free_bytes):
+        for p in made:
             key = _plan_key(p)
             planned[p.demander] = key
             if key != states[p.demander].plan:
@@ -527,6 +539,12 @@ def step(
     for idle in idle_releases([v for v in views if v.tenant_id not in asked], now):
         events.append(idle_event(idle))
         asking(by_id[idle.tenant_id], "idle")
+    wakes = wake.step(seen, states, views, made, free_bytes, now)
+    states = dict(wakes.states)
+    events.extend(wakes.events)
+    releases.extend(wakes.requests)
+    for rid, note in wakes.notes.items():
+        notes.setdefault(rid, note)
     for tid in states:
         states[tid] = evolve(states[tid], plan=planned.get(tid, ""))
     return Step(states, tuple(releases), tuple(events), notes)
