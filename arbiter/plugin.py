@@ -411,6 +411,20 @@ class Translator(_Kind):
             "use a kind whose actions include release, such as http_post"
         )
 
+    def reacquire(self, tenant: str, models: Sequence[str] = ()) -> ActionResult:
+        """Ask a tenant to take back the VRAM a release freed (wake a server put to sleep).
+        The daemon asks once no other tenant needs that VRAM, and confirms it by watching the
+        tenant's VRAM rise.
+
+        :param tenant: the tenant's rule id (for messages).
+        :param models: the names of the models its busy probe last read loaded.
+        :returns: what was sent and every error, which are returned, never raised.
+        """
+        raise PluginError(
+            f"this translator cannot bring a tenant back (asked for tenant {tenant!r}); "
+            "use a kind whose actions include reacquire, such as http_post"
+        )
+
     def set_duty(self, tenant: str, duty: float) -> ActionResult:
         """Turn a duty into the program's own setting (a batch size, a rate limit).
 

@@ -177,6 +177,7 @@ RULE_BLOCKS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("busy",), "sources"),
     (("events",), "sources"),
     (("release",), "translators"),
+    (("reacquire",), "translators"),
     (("profile",), "translators"),
     (("throttle",), "translators"),
 )

@@ -268,6 +268,16 @@ class Rule(Strict):
     pause_fleet: PauseFleet | None = Field(None, description="fleet work paused whenever its program runs")
     busy: KindBlock | None = Field(None, description="a source block (busy probe): whether the tenant is working now")
     release: KindBlock | None = Field(None, description="a translator block: how it is asked to give its VRAM back")
+    reacquire: KindBlock | None = Field(
+        None,
+        description=(
+            "a translator block: how it takes its VRAM back after a release made for another tenant "
+            "(a server put to sleep told to wake up), once no one needs that VRAM"
+        ),
+    )
+    reacquire_after_s: float = Field(
+        10, ge=0, le=86400, description="how long no one may need the released VRAM before it is woken"
+    )
     events: KindBlock | None = Field(
         None, description="a source block whose every message makes the busy probe read again at once"
     )
@@ -286,6 +296,12 @@ class Rule(Strict):
     @property
     def protected(self) -> bool:
         return self.protect is not None
+
+    @model_validator(mode="after")
+    def _way_back_needs_a_release(self) -> Rule:
+        if self.reacquire is not None and self.release is None:
+            raise ValueError("reacquire: undoes a release: add a release: block (how it gives its VRAM back)")
+        return self
 
 
 # --- jobs ------------------------------------------------------------------------------------

@@ -510,7 +510,9 @@ def step(
             t.reclaimable,
             t.needs_bytes,
             states[t.tenant_id].idle_since,
-            t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) else None,
+            # one that must be woken gives its VRAM only for a handoff: released while idle it
+            # would answer errors, and nothing would bring it back on its next request
+            t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) and t.reacquire_after_s is None else None,
             states[t.tenant_id].requested_at is not None,
             cooling(t),
         )

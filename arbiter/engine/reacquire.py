@@ -13,8 +13,8 @@ It is woken (its reacquire translator is called) once:
 
 A wake counts once the tenant's VRAM is seen to rise by half of what it gave up, or fails
 after the reacquire's ``timeout_s``; where the rule says ``confirm: false``, the
-translator's own answer is all there is.  A release for idleness is never undone: the tenant
-would only be idle again.
+translator's own answer is all there is.  Such a tenant is never released for being idle:
+nothing would wake it on its next request.
 
 No I/O and no clock reads: the caller passes the views, the free VRAM and ``now``.
 """

@@ -56,7 +56,7 @@ def asleep_llm() -> tuple[dict[str, TenantVramState], float]:
 
 
 def test_woken_after_the_demander_is_done_and_the_quiet_period() -> None:
-    states, t = asleep_llm()
+    states, _ = asleep_llm()
     busy_diff = tenant("diff", 60, True, 12, needs_gb=12)
     llm = tenant("llm", 50, False, 0.4, after=10)
     # the demander holds what it needs and is busy: taking 13 GB back would leave it short
@@ -144,10 +144,12 @@ def test_without_confirm_the_answer_is_enough() -> None:
     assert not s.releases and not s.events  # nothing to confirm: the worker records what it answered
 
 
-def test_an_idle_release_and_a_rule_without_reacquire_are_never_woken() -> None:
+def test_a_tenant_that_must_be_woken_is_not_released_for_idleness_and_one_without_reacquire_is_not_woken() -> None:
     idle = tenant("llm", 50, False, 6, after=0)
     s = step([idle], {}, 10 * GIB, 0.0)
     s = step([idle], s.states, 10 * GIB, 31.0)
+    assert not s.releases
+    s = step([replace(idle, reacquire_after_s=None)], s.states, 10 * GIB, 62.0)
     assert [r.why for r in s.releases] == ["idle"] and s.states["llm"].asleep_bytes == 0
     plain = replace(tenant("llm", 50, True, 13), reacquire_after_s=None)
     s = step([plain, tenant("d", 60, True, 1, needs_gb=12)], {}, GIB, 0.0)

@@ -65,7 +65,9 @@ def test_a_translator_without_release_or_duty_says_so(tmp_path: Path) -> None:
         signal.release("llm-server", ["m"])
     with pytest.raises(PluginError, match="cannot set a duty"):
         signal.set_duty("llm-server", 0.5)
-    assert HttpPostTranslator.actions == {"release"} and HttpKnobTranslator.actions == {"duty"}
+    with pytest.raises(PluginError, match="cannot bring a tenant back"):
+        signal.reacquire("llm-server")
+    assert HttpPostTranslator.actions == {"release", "reacquire"} and HttpKnobTranslator.actions == {"duty"}
 
 
 # --- http_post ----------------------------------------------------------------------------------
@@ -236,3 +238,24 @@ def test_a_get_knob_puts_the_value_in_the_url_quoted(tmp_path: Path) -> None:
         assert tr.set_duty("t", 0.2).ok
         tr.close()
         assert server.requests("GET")[0].path == "/rate?limit=0%20per%20s"
+
+
+def test_http_post_sends_its_request_to_bring_a_tenant_back(tmp_path: Path) -> None:
+    from arbiter_testing import RecordingServer
+
+    with RecordingServer() as server:
+        block = {"kind": "http_post", "url": f"{server.url}/wake_up", "timeout_s": 5}
+        wake = HttpPostTranslator(HttpPostTranslator.Options.model_validate(block), PluginContext(state_dir=tmp_path))
+        try:
+            result = wake.reacquire("vllm")
+        finally:
+            wake.close()
+        assert result.requested == ("reacquire",) and not result.errors
+        assert [s.path for s in server.requests("POST")] == ["/wake_up"]
+        server.status = 500
+        wake = HttpPostTranslator(HttpPostTranslator.Options.model_validate(block), PluginContext(state_dir=tmp_path))
+        try:
+            failed = wake.reacquire("vllm")
+        finally:
+            wake.close()
+        assert failed.errors and "HTTP 500" in failed.errors[0]

@@ -100,7 +100,7 @@ class HttpPostTranslator(Translator):
     and none when none is.  Requests go one after another within ``timeout_s`` in all."""
 
     Options = HttpPostOptions
-    actions = frozenset({"release"})
+    actions = frozenset({"release", "reacquire"})
 
     def __init__(self, options: HttpPostOptions, context: PluginContext) -> None:
         super().__init__(options, context)
@@ -122,9 +122,16 @@ class HttpPostTranslator(Translator):
         return [(f"model {name}", {**self.options.body, self.options.model_field: name}) for name in seen]
 
     def release(self, tenant: str, models: Sequence[str] = ()) -> ActionResult:
-        requests = self.bodies(models)
+        return self._send(tenant, models, "release")
+
+    def reacquire(self, tenant: str, models: Sequence[str] = ()) -> ActionResult:
+        """The same request, sent to bring the tenant back (``url`` is its wake-up URL)."""
+        return self._send(tenant, models, "reacquire")
+
+    def _send(self, tenant: str, models: Sequence[str], action: str) -> ActionResult:
+        requests = [(action if what == "release" else what, body) for what, body in self.bodies(models)]
         if not requests:
-            return ActionResult(note=f"{tenant!r} has no model loaded: nothing to release, no request sent")
+            return ActionResult(note=f"{tenant!r} has no model loaded: nothing to {action}, no request sent")
         url, timeout = self.options.url, self.options.timeout_s
         sent: list[str] = []
         errors: list[str] = []
@@ -133,7 +140,7 @@ class HttpPostTranslator(Translator):
             for what, body in requests:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    errors.append(f"{what}: not sent, the release's {timeout:g}s (timeout_s) were used up")
+                    errors.append(f"{what}: not sent, the {action}'s {timeout:g}s (timeout_s) were used up")
                     continue
                 sent.append(what)
                 try:

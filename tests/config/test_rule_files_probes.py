@@ -1,0 +1,76 @@
+"""`arbiter check`'s errors for the value probes, tqdm's count and the way back: each names
+file, line and field."""
+
+from __future__ import annotations
+
+import pytest
+
+from arbiter.config.errors import ConfigError
+from arbiter.config.loader import parse_rule
+from arbiter.pluginmanager import build_plugin_manager
+
+BASE = """\
+id: vllm
+priority: 50
+match:
+  cmdline: [vllm serve]
+busy:
+  kind: prometheus
+  url: http://127.0.0.1:8000/metrics
+  metrics: ["vllm:num_requests_running"]
+  busy_when: "> 0"
+release:
+  kind: http_post
+  url: http://127.0.0.1:8000/sleep?level=1
+reacquire:
+  kind: http_post
+  url: http://127.0.0.1:8000/wake_up
+reacquire_after_s: 10
+"""
+
+
+@pytest.fixture(scope="module")
+def host():
+    return build_plugin_manager()
+
+
+def problems(host, text: str) -> list[tuple[int | None, str, str]]:
+    with pytest.raises(ConfigError) as err:
+        parse_rule(text, "t.yaml", host.options_model, host.kind_names)
+    return [(p.line, p.field, str(p)) for p in err.value.problems]
+
+
+def test_the_base_is_valid(host) -> None:
+    rule = parse_rule(BASE, "t.yaml", host.options_model, host.kind_names)
+    assert rule.reacquire is not None and rule.reacquire_after_s == 10
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "field", "says"),
+    [
+        ('busy_when: "> 0"', 'busy_when: "running"', 9, "busy.busy_when", "does not start with a comparison"),
+        ('["vllm:num_requests_running"]', '["a b"]', 8, "busy.metrics", "not a metric selector"),
+        ("  url: http://127.0.0.1:8000/wake_up", "  url: http://127.0.0.1:8000/wake_up\n  colour: red", 16,
+         "reacquire.colour", "Extra inputs"),
+        ("reacquire_after_s: 10", "reacquire_after_s: -1", 16, "reacquire_after_s", "greater than or equal"),
+        ("kind: prometheus", "kind: http_value\n  field: is_sleeping", 9, "busy.metrics", "Extra inputs"),
+    ],
+)  # fmt: skip
+def test_each_new_option_is_checked_where_it_is(host, old: str, new: str, line: int, field: str, says: str) -> None:
+    found = problems(host, BASE.replace(old, new, 1))
+    assert any(ln == line and fd == field and says in text for ln, fd, text in found), found
+
+
+def test_a_reacquire_without_a_release_is_refused(host) -> None:
+    text = BASE.replace("release:\n  kind: http_post\n  url: http://127.0.0.1:8000/sleep?level=1\n", "")
+    ((_, _, message),) = problems(host, text)
+    assert "add a release: block" in message
+
+
+def test_a_log_regex_group_named_almost_count(host) -> None:
+    text = (
+        "id: t\nmatch: {cmdline: [train.py]}\nprotect:\n  source:\n    kind: log\n    path: /tmp/t.log\n"
+        "    log_regex: '(?P<n>\\d+)/'\n"
+    )
+    ((line, field, message),) = problems(host, text)
+    assert (line, field) == (7, "protect.source.log_regex") and "did you mean (?P<count>" in message
