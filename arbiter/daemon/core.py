@@ -68,6 +68,7 @@ from arbiter.engine.abrun import RunState, to_record
 from arbiter.engine.compliance import trust_from_record, trust_to_record
 from arbiter.engine.decide import decide
 from arbiter.engine.handoff import request_over
+from arbiter.engine.reacquire import next_look
 from arbiter.engine.reflex import reflex
 from arbiter.engine.types import (
     Action,
@@ -472,7 +473,9 @@ class Daemon:
                 st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
                 for st in self._engine_state.vram.values()
             )
-            self._wake.wait(min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s)
+            wait = min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s
+            waking = next_look(self._engine_state.vram.values(), now, RELEASE_POLL_S, RELEASE_POLL_FOR_S)
+            self._wake.wait(wait if waking is None else min(wait, waking))
             self._wake.clear()
             if self._stop.is_set():
                 return

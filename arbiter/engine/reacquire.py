@@ -65,8 +65,29 @@ def failed(st: TenantVramState, now: float) -> TenantVramState:
 
 def woken(st: TenantVramState) -> TenantVramState:
     return evolve(
-        st, asleep_bytes=0, quiet_since=None, waking_at=None, held_at_wake=0, wake_tries=0, wake_retry_at=None
+        st,
+        asleep_bytes=0,
+        quiet_since=None,
+        waking_at=None,
+        held_at_wake=0,
+        wake_tries=0,
+        wake_retry_at=None,
+        wake_due=None,
     )
+
+
+def next_look(states: Iterable[TenantVramState], now: float, poll_s: float, poll_for_s: float) -> float | None:
+    """How soon the daemon should decide again for the way back (None: no sooner than its
+    tick): at once every ``poll_s`` while a wake's VRAM is awaited (for ``poll_for_s`` at
+    most), and when a quiet period or a backoff ends."""
+    soonest: float | None = None
+    for st in states:
+        if st.waking_at is not None and now - st.waking_at < poll_for_s:
+            soonest = poll_s if soonest is None else min(soonest, poll_s)
+        elif st.wake_due is not None and st.asleep_bytes > 0:
+            wait = max(0.0, st.wake_due - now)
+            soonest = wait if soonest is None else min(soonest, wait)
+    return soonest
 
 
 @dataclass(frozen=True)
@@ -148,12 +169,13 @@ def step(
             continue  # the release itself is still on its way
         blocker = _blocker(t, st, views, plans, free_bytes)
         if blocker is not None:  # the quiet period starts again once nothing stands in the way
-            out[rid] = evolve(st, quiet_since=None)
+            out[rid] = evolve(st, quiet_since=None, wake_due=None)
             if blocker[1]:
                 notes[rid] = _waiting(rid, st, blocker[0], now)
             continue
         quiet_since = st.quiet_since if st.quiet_since is not None else now
-        st = out[rid] = evolve(st, quiet_since=quiet_since)
+        due = max(quiet_since + t.reacquire_after_s, st.wake_retry_at or 0.0)
+        st = out[rid] = evolve(st, quiet_since=quiet_since, wake_due=due)
         if now - quiet_since < t.reacquire_after_s:
             continue
         if st.wake_retry_at is not None and now < st.wake_retry_at:
@@ -165,7 +187,7 @@ def step(
             f"{now - quiet_since:.0f}s): asking it to take it back"
         ), {"tenant": rid, "asleep_bytes": st.asleep_bytes, "free_bytes": free_bytes, "tries": st.wake_tries}))  # fmt: skip
         if t.reacquire_confirm:
-            out[rid] = evolve(st, waking_at=now, held_at_wake=t.held_bytes or 0)
+            out[rid] = evolve(st, waking_at=now, held_at_wake=t.held_bytes or 0, wake_due=None)
         else:  # the translator's answer is all there is to know (the worker records it)
             out[rid] = woken(st)
     return Wakes(out, tuple(requests), tuple(events), notes)

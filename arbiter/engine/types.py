@@ -327,6 +327,7 @@ class TenantVramState:
     held_at_wake: int = 0
     wake_tries: int = 0  # wakes that failed in a row
     wake_retry_at: float | None = None
+    wake_due: float | None = None  # when its quiet period (or backoff) ends: the next decision is due then
 
 
 @dataclass(frozen=True)
