@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 def diffusion_rule(diffusion: dict[str, Any], websocket: bool) -> dict[str, Any]:
     return {
         "extends": "diffusion-server",
-        "match": {"cmdline": ["fake_servers diffusion"]},
+        "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
         "busy": {"url": f"{diffusion['url']}/queue"},
         "release": {"url": f"{diffusion['url']}/free"},
         "events": {"url": diffusion["ws_url"]} if websocket else None,

@@ -68,7 +68,7 @@ from arbiter.engine.abrun import RunState, to_record
 from arbiter.engine.compliance import trust_from_record, trust_to_record
 from arbiter.engine.decide import decide
 from arbiter.engine.handoff import request_over
-from arbiter.engine.reacquire import next_look
+from arbiter.engine.reacquire import newly_due, next_look
 from arbiter.engine.reflex import reflex
 from arbiter.engine.types import (
     Action,
@@ -1047,8 +1047,8 @@ class Daemon:
         for rel in decision.releases:
             reading = self.sources.state((rel.rule_id, BUSY))  # the model names it last listed
             self.tenants.release(rel, reading.models if reading else ())
-        if decision.releases:
-            self._wake.set()  # the tick looks more often until the VRAM is seen to fall
+        if decision.releases or newly_due(self._engine_state.vram, decision.state.vram):
+            self._wake.set()  # the tick looks more often until the VRAM is seen to fall, or sooner for a wake
         if decision.profiles_on or decision.profiles_off:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)
         latency_ms = [*self._acted_ms, *self.sources.decided(time.monotonic())]

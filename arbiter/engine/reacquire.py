@@ -76,6 +76,15 @@ def woken(st: TenantVramState) -> TenantVramState:
     )
 
 
+def newly_due(before: Mapping[str, TenantVramState], after: Mapping[str, TenantVramState]) -> bool:
+    """Whether a quiet period (or backoff) began in this decision: the tick, which waits on
+    the state it saw before, must look again at when it ends."""
+    return any(
+        st.wake_due is not None and (before.get(rid) is None or before[rid].wake_due != st.wake_due)
+        for rid, st in after.items()
+    )
+
+
 def next_look(states: Iterable[TenantVramState], now: float, poll_s: float, poll_for_s: float) -> float | None:
     """How soon the daemon should decide again for the way back (None: no sooner than its
     tick): at once every ``poll_s`` while a wake's VRAM is awaited (for ``poll_for_s`` at

@@ -59,7 +59,7 @@ def test_vllm_is_put_to_sleep_for_a_render_and_woken_after_it(tmp_path: Path) ->
             "my-diffusion",
             {
                 "extends": "diffusion-server",
-                "match": {"cmdline": ["fake_servers diffusion"]},
+                "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
                 "busy": {"url": f"{diffusion['url']}/queue"},
                 "release": {"url": f"{diffusion['url']}/free"},
                 "events": {"url": diffusion["ws_url"]},

@@ -154,3 +154,18 @@ def test_a_tenant_that_must_be_woken_is_not_released_for_idleness_and_one_withou
     plain = replace(tenant("llm", 50, True, 13), reacquire_after_s=None)
     s = step([plain, tenant("d", 60, True, 1, needs_gb=12)], {}, GIB, 0.0)
     assert s.releases and s.states["llm"].asleep_bytes == 0
+
+
+def test_the_tick_is_told_when_to_look_again() -> None:
+    from arbiter.engine.reacquire import newly_due, next_look
+
+    states, _ = asleep_llm()
+    llm = tenant("llm", 50, False, 0.4, after=10)
+    s = step([llm], states, 23 * GIB, 2.0)  # nothing stands in the way: quiet from 2 s, due at 12 s
+    assert s.states["llm"].wake_due == 12.0 and newly_due(states, s.states)
+    assert next_look(s.states.values(), 5.0, 0.02, 5.0) == 7.0
+    again = step([llm], s.states, 23 * GIB, 3.0)
+    assert not newly_due(s.states, again.states)  # the same due time: no extra look
+    asked = step([llm], again.states, 23 * GIB, 12.0)
+    assert asked.releases and next_look(asked.states.values(), 12.5, 0.02, 5.0) == 0.02  # its VRAM is awaited
+    assert next_look(asked.states.values(), 18.0, 0.02, 5.0) is None  # awaited long enough: ticks will do
