@@ -179,7 +179,6 @@ RULE_BLOCKS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("release",), "translators"),
     (("reacquire",), "translators"),
     (("profile",), "translators"),
-    (("throttle",), "translators"),
 )
 
 

@@ -288,9 +288,6 @@ class Rule(Strict):
     profile: KindBlock | None = Field(
         None, description="a translator block: a GPU profile (power, clocks) applied while it works on the GPU"
     )
-    throttle: KindBlock | None = Field(
-        None, description="a translator block: turns a duty into its own setting, making the tenant a job"
-    )
     notes: str = Field("", description="free text for people; shown by explain")
 
     @property
