@@ -74,3 +74,29 @@ def test_a_log_regex_group_named_almost_count(host) -> None:
     )
     ((line, field, message),) = problems(host, text)
     assert (line, field) == (7, "protect.source.log_regex") and "did you mean (?P<count>" in message
+
+
+def test_the_rule_schema_holds_each_kinds_options(host) -> None:
+    import jsonschema
+    import yaml
+
+    from arbiter.config.schemas import schema_for
+
+    def kinds(family: str) -> dict[str, object]:
+        return {n: host.options_model(family, n) for n in host.kind_names(family)}
+
+    schema = schema_for("rule", kinds)  # type: ignore[arg-type]
+    assert "busy_when" in schema["$defs"]["sources.http_value"]["properties"]
+    assert "metrics" in schema["$defs"]["sources.prometheus"]["properties"]
+    validator = jsonschema.Draft202012Validator(schema)
+    base = yaml.safe_load(BASE)
+    assert not list(validator.iter_errors(base))
+    for where, typo in (("busy", "busy_whn"), ("reacquire", "urll"), ("release", "timeout")):
+        bad = {**base, where: {**base[where], typo: 1}}
+        assert list(validator.iter_errors(bad)), f"a typo in {where} passes the schema"
+    tqdm = {
+        "id": "t",
+        "match": {"cmdline": ["x"]},
+        "protect": {"source": {"kind": "log", "path": "/t", "log_regx": "a"}},
+    }
+    assert list(validator.iter_errors(tqdm))
