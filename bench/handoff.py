@@ -167,9 +167,7 @@ def vllm_rounds(args: argparse.Namespace) -> None:
             {
                 "extends": "vllm",
                 "match": {"cmdline": ["arbiter_testing.fake_vllm"]},
-                "busy": {"url": f"{vllm['url']}/metrics"},
-                "release": {"url": f"{vllm['url']}/sleep?level=1"},
-                "reacquire": {"url": f"{vllm['url']}/wake_up"},
+                "base_url": vllm["url"],  # the shipped paths, on the fake's port
                 "reacquire_after_s": args.quiet_s,
             },
         )

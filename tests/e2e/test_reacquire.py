@@ -1,5 +1,5 @@
-"""The way back, end to end: the shipped vLLM rule (through ``extends:``, only its URLs and
-quiet period change) against a fake vLLM server on 127.0.0.1 with the documented sleep mode
+"""The way back, end to end: the shipped vLLM rule (through ``extends:``, only its base_url,
+match and quiet period change) against a fake vLLM server on 127.0.0.1 with the documented sleep mode
 and ``/metrics``, beside the shipped diffusion server rule.  A render short of VRAM puts vLLM
 to sleep; once the render is done and the quiet period has passed, vLLM is woken
 (``VRAM_REACQUIRED``) and answers completions again."""
@@ -49,9 +49,7 @@ def test_vllm_is_put_to_sleep_for_a_render_and_woken_after_it(tmp_path: Path) ->
             {
                 "extends": "vllm",
                 "match": {"cmdline": ["arbiter_testing.fake_vllm"]},
-                "busy": {"url": f"{vllm['url']}/metrics"},
-                "release": {"url": f"{vllm['url']}/sleep?level=1"},
-                "reacquire": {"url": f"{vllm['url']}/wake_up"},
+                "base_url": vllm["url"],  # the shipped paths, on the fake's port
                 "reacquire_after_s": 1,
             },
         )
