@@ -58,6 +58,8 @@ class FakeVllmServer(_App):
         self.running = 0
         self.wakes = 0
         self.sleeps = 0
+        #: "500": /wake_up fails with HTTP 500 and it stays asleep (a test's fault)
+        self.wake_fault = ""
         self.routes[("GET", "/health")] = lambda body: (200, None)
         self.routes[("GET", "/v1/models")] = lambda body: (200, self.models())
         self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics().encode())
@@ -65,6 +67,8 @@ class FakeVllmServer(_App):
         self.routes[("POST", "/sleep")] = self._sleep_route
         self.routes[("POST", "/wake_up")] = self._wake_route
         self.routes[("POST", "/v1/completions")] = self._completion_route
+        # not the real program's: a test in another process sets or clears the wake-up fault
+        self.routes[("POST", "/debug/wake_fault")] = self._fault_route
         self._publish()
 
     def is_sleeping(self) -> bool:
@@ -119,7 +123,13 @@ class FakeVllmServer(_App):
         self._publish()
         return 200, None
 
+    def _fault_route(self, body: Any) -> tuple[int, Any]:
+        self.wake_fault = str((body or {}).get("fault", ""))
+        return 200, {"fault": self.wake_fault}
+
     def _wake_route(self, body: Any) -> tuple[int, Any]:
+        if self.wake_fault == "500":
+            return 500, {"object": "error", "message": "CUDA error: out of memory", "type": "InternalServerError"}
         time.sleep(self.wake_s)  # the weights come back from CPU memory
         with self._lock:
             self.sleeping, self.level = False, 0
@@ -163,9 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-gb", type=float, default=13.0, help="weights and KV cache, preallocated")
     parser.add_argument("--gen-s", type=float, default=0.5)
     parser.add_argument("--wake-s", type=float, default=0.2)
+    parser.add_argument("--wake-fault", choices=["", "500"], default="", help="answer /wake_up with HTTP 500")
     args = parser.parse_args(argv)
     board = VramBoard(args.state_file, int(args.total_gb * GIB))
     fake = FakeVllmServer(board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s, wake_s=args.wake_s)
+    fake.wake_fault = args.wake_fault
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
