@@ -33,7 +33,7 @@ TEST_ONLY = frozenset({"arbiter-testing"})
 RULE_FAMILIES = (
     ("matchers", "`match:`, and `match:` inside a source that watches processes"),
     ("sources", "`protect.source`, `during[].source`, `busy:` and `events:`"),
-    ("translators", "`release:`, `profile:` and `throttle:`"),
+    ("translators", "`release:`, `reacquire:` and `profile:`"),
 )
 NODE_FAMILIES = (("readers", "`readers:` (by name, or as a block with options)"),)
 

@@ -223,7 +223,7 @@ class JobTarget:
 
 @dataclass(frozen=True)
 class ActionResult:
-    """What a translator did for a request it sends to a program (a release, a duty).
+    """What a translator did for a request it sends to a program (a release, a reacquire).
 
     ``requested`` names each request it sent (e.g. ``"model mistral:latest"``); ``errors``
     says, for a user, each one that failed; ``note`` says why nothing was sent, where nothing
@@ -368,7 +368,7 @@ class Translator(_Kind):
 
     ``pause``/``resume`` (a process tree), ``control`` (a job's control document and nudge),
     ``terminate``/``kill`` (end a process tree), ``release`` (ask a tenant to give its VRAM
-    back), ``duty`` (turn a duty into a program's own setting), ``profile`` (apply a GPU
+    back), ``reacquire`` (ask it to take that VRAM back), ``profile`` (apply a GPU
     profile, such as clocks and a power limit, and restore what it changed).  Every method is
     idempotent.
     """
@@ -435,16 +435,18 @@ class Translator(_Kind):
             "use a kind whose actions include release, such as http_post"
         )
 
-    def set_duty(self, tenant: str, duty: float) -> ActionResult:
-        """Turn a duty into the program's own setting (a batch size, a rate limit).
+    def reacquire(self, tenant: str, models: Sequence[str] = ()) -> ActionResult:
+        """Ask a tenant to take back the VRAM a release freed (wake a server put to sleep).
+        The daemon asks once no other tenant needs that VRAM, and confirms it by watching the
+        tenant's VRAM rise.
 
         :param tenant: the tenant's rule id (for messages).
-        :param duty: the share of each second it may keep the GPU busy, 0..1.
+        :param models: the names of the models its busy probe last read loaded.
         :returns: what was sent and every error, which are returned, never raised.
         """
         raise PluginError(
-            f"this translator cannot set a duty (asked for tenant {tenant!r}); "
-            "use a kind whose actions include duty, such as http_knob"
+            f"this translator cannot bring a tenant back (asked for tenant {tenant!r}); "
+            "use a kind whose actions include reacquire, such as http_post"
         )
 
     def read_profile(self, tenant: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """VRAM handoff: arbiter's own share of the time from a tenant becoming starved to its
 release confirmed.
 
-    uv run python bench/handoff.py [--rounds 20] [--no-websocket]
+    uv run python bench/handoff.py [--rounds 20] [--no-websocket] [--tenant llm|vllm|both]
 
 Fake LLM and diffusion servers on 127.0.0.1 (shaped like the real programs' APIs) under a
 real daemon that uses the shipped rule files through ``extends:``.  Each round loads a 13 GB
@@ -11,6 +11,13 @@ timeline, minus the fake LLM server's own unload time (from its unload starting 
 gone): what is left is arbiter's share (noticing, planning, asking, confirming).  With the
 diffusion server's websocket as a wake-up the goal is under 50 ms; without it, within one
 tick of the busy probe.  Also shown: how long the render itself was starved.
+
+With ``--tenant vllm`` (or ``both``, the default) the same render takes its VRAM from a fake
+vLLM server instead, read through its Prometheus ``/metrics`` (a number probe) and put to
+sleep with ``POST /sleep``; once the render is over, it is woken with ``POST /wake_up`` (its
+rule's ``reacquire:``).  Shown: starved → released, and idle → reacquired: from the render's
+end to ``VRAM_REACQUIRED``, less the quiet period (``reacquire_after_s``) and the fake's own
+wake-up time: arbiter's share of bringing it back.
 """
 
 from __future__ import annotations
@@ -37,8 +44,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tick", type=float, default=2.0, help="the daemon's tick_s")
     parser.add_argument("--unload-s", type=float, default=0.2, help="the fake LLM server's own unload time")
     parser.add_argument("--no-websocket", action="store_true", help="no events: source (the busy probe polls)")
+    parser.add_argument("--tenant", choices=["llm", "vllm", "both"], default="both", help="who gives VRAM up")
+    parser.add_argument("--quiet-s", type=float, default=1.0, help="vllm: its reacquire_after_s")
+    parser.add_argument("--wake-s", type=float, default=0.2, help="vllm: the fake's own wake-up time")
     args = parser.parse_args(argv)
+    if args.tenant in ("llm", "both"):
+        llm_rounds(args)
+    if args.tenant in ("vllm", "both"):
+        vllm_rounds(args)
+    return 0
 
+
+def diffusion_rule(diffusion: dict[str, Any], websocket: bool) -> dict[str, Any]:
+    return {
+        "extends": "diffusion-server",
+        "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
+        "busy": {"url": f"{diffusion['url']}/queue"},
+        "release": {"url": f"{diffusion['url']}/free"},
+        "events": {"url": diffusion["ws_url"]} if websocket else None,
+    }
+
+
+def start_diffusion(node: HarnessNode, board: Path, root: Path) -> dict[str, Any]:
+    return start_fake(
+        node, board, root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.3", "--starved-s", "5"
+    )
+
+
+def llm_rounds(args: argparse.Namespace) -> None:
     root = Path(tempfile.mkdtemp(prefix="arbiter-bench-handoff-"))
     (root / "vram.json").write_text("{}")
     node = HarnessNode(
@@ -50,20 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         board = root / "vram.json"
         llm = start_fake(node, board, root, "llm", "--model", "mistral:latest=13", "--unload-s", str(args.unload_s))
-        diffusion = start_fake(
-            node,
-            board,
-            root,
-            "diffusion",
-            "--model-gb",
-            "1.6",
-            "--needs-gb",
-            "12",
-            "--fast-s",
-            "0.3",
-            "--starved-s",
-            "5",
-        )
+        diffusion = start_diffusion(node, board, root)
         node.add_rule(
             "my-llm",
             {
@@ -73,14 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 "release": {"url": f"{llm['url']}/api/generate"},
             },
         )
-        diffusion_rule: dict[str, Any] = {
-            "extends": "diffusion-server",
-            "match": {"cmdline": ["fake_servers diffusion"]},
-            "busy": {"url": f"{diffusion['url']}/queue"},
-            "release": {"url": f"{diffusion['url']}/free"},
-            "events": None if args.no_websocket else {"url": diffusion["ws_url"]},
-        }
-        node.add_rule("my-diffusion", diffusion_rule)
+        node.add_rule("my-diffusion", diffusion_rule(diffusion, not args.no_websocket))
         node.start()
         offset = time.time() - time.monotonic()  # the fakes' monotonic clock is this machine's
         for i in range(args.rounds):
@@ -125,7 +138,74 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the fake's own unload:       p50 {pct(own, 0.5):.1f} ms")
     print(f"arbiter's share:             p50 {pct(shares, 0.5):.1f} ms, p99 {pct(shares, 0.99):.1f} ms")
     print(f"the render ran starved for:  p50 {pct(starved, 0.5):.0f} ms, p99 {pct(starved, 0.99):.0f} ms")
-    return 0
+
+
+def timeline_after(node: HarnessNode, code: str, before: int) -> Any:
+    events = node.call("timeline", code=code, limit=1000)["events"]
+    return len(events) > before and events[-1]
+
+
+def count(node: HarnessNode, code: str) -> int:
+    return len(node.call("timeline", code=code, limit=1000)["events"])
+
+
+def vllm_rounds(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="arbiter-bench-handoff-vllm-"))
+    (root / "vram.json").write_text("{}")
+    node = HarnessNode(
+        root, tick_s=args.tick, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(root / "vram.json")}]
+    )
+    for name in ("vllm", "diffusion-server"):
+        shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
+    released, woken, woken_share = [], [], []
+    try:
+        board = root / "vram.json"
+        vllm = start_fake(node, board, root, "vllm", "--held-gb", "13", "--wake-s", str(args.wake_s))
+        diffusion = start_diffusion(node, board, root)
+        node.add_rule(
+            "my-vllm",
+            {
+                "extends": "vllm",
+                "match": {"cmdline": ["arbiter_testing.fake_vllm"]},
+                "base_url": vllm["url"],  # the shipped paths, on the fake's port
+                "reacquire_after_s": args.quiet_s,
+            },
+        )
+        node.add_rule("my-diffusion", diffusion_rule(diffusion, not args.no_websocket))
+        node.start()
+        offset = time.time() - time.monotonic()  # the fakes' monotonic clock is this machine's
+        for i in range(args.rounds):
+            node.wait_for(
+                lambda: next(r for r in node.status()["rules"] if r["id"] == "vllm")["vram_bytes"] == 13 * GIB,
+                timeout=60,
+            )
+            time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it awake
+            before_rel, before_wake = count(node, "VRAM_RELEASED"), count(node, "VRAM_REACQUIRED")
+            queued = time.time()
+            http_json(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
+            rel = node.wait_for(lambda b=before_rel: timeline_after(node, "VRAM_RELEASED", b), timeout=60)
+            run = node.wait_for(
+                lambda i=i: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30
+            )
+            wake = node.wait_for(lambda b=before_wake: timeline_after(node, "VRAM_REACQUIRED", b), timeout=60)
+            ended = run["started_at"] + run["took_s"] + offset
+            released.append((rel["t"] - queued) * 1000)
+            woken.append((wake["t"] - ended) * 1000)
+            woken_share.append((wake["t"] - ended - args.quiet_s - args.wake_s) * 1000)
+            print(
+                f"round {i + 1}: starved → released {released[-1]:.1f} ms; render over → reacquired "
+                f"{woken[-1]:.1f} ms (arbiter {woken_share[-1]:.1f} ms beyond the {1000 * args.quiet_s:.0f} ms quiet "
+                f"period and the {1000 * args.wake_s:.0f} ms wake-up)",
+                flush=True,
+            )
+    finally:
+        node.close()
+        shutil.rmtree(root, ignore_errors=True)
+    mode = "polling busy probe" if args.no_websocket else "websocket wake-ups"
+    print(f"\nvLLM (Prometheus number probe, sleep and wake_up), {mode}, tick {args.tick:g}s, {len(woken)} rounds")
+    print(f"starved → released:      p50 {pct(released, 0.5):.1f} ms, p99 {pct(released, 0.99):.1f} ms")
+    print(f"idle → reacquired:       p50 {pct(woken, 0.5):.1f} ms, p99 {pct(woken, 0.99):.1f} ms")
+    print(f"  arbiter's share:       p50 {pct(woken_share, 0.5):.1f} ms, p99 {pct(woken_share, 0.99):.1f} ms")
 
 
 if __name__ == "__main__":

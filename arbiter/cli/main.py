@@ -213,10 +213,20 @@ def schema(
 ) -> None:
     """Print JSON Schema for arbiter's files and wire protocol."""
     from arbiter.config.schemas import SCHEMAS, schema_for
+    from arbiter.pluginmanager import build_plugin_manager
 
     if what != "all" and what not in SCHEMAS:
         raise _fail(CliError(f"unknown schema {what!r}; choose one of: {', '.join(SCHEMAS)}, all", 2))
-    _print_json(schema_for(what))
+    host = build_plugin_manager()  # a rule's plugin blocks are the installed kinds' options
+    try:
+
+        def kinds(family: str) -> dict[str, Any]:
+            found = {name: host.options_model(family, name) for name in host.kind_names(family)}
+            return {name: model for name, model in found.items() if model is not None}
+
+        _print_json(schema_for(what, kinds))
+    finally:
+        host.close()
 
 
 @app.command()

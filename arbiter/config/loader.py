@@ -217,8 +217,8 @@ RULE_BLOCKS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("busy",), "sources"),
     (("events",), "sources"),
     (("release",), "translators"),
+    (("reacquire",), "translators"),
     (("profile",), "translators"),
-    (("throttle",), "translators"),
 )
 
 
@@ -364,6 +364,20 @@ def merge_rule_files(layers: Sequence[RuleFile]) -> MergedRule:
     return merged
 
 
+def with_base_url(data: dict[str, Any]) -> dict[str, Any]:
+    """The rule with each plugin block's ``url`` that is a path (``/metrics``) joined to the
+    rule's ``base_url``, so that a program on another port is one line of an extension."""
+    base = data.get("base_url")
+    if not isinstance(base, str) or not base:
+        return data
+    out = copy.deepcopy(data)
+    for _, _, block in raw_kind_blocks(out):
+        url = block.get("url")
+        if isinstance(url, str) and url.startswith("/"):
+            block["url"] = base.rstrip("/") + url
+    return out
+
+
 def _validate_rule(
     layers: Sequence[RuleFile], options_for: OptionsLookup, kinds: KindsLookup, command_check: CommandCheck
 ) -> Rule:
@@ -376,6 +390,7 @@ def _validate_rule(
     else:
         merged = merge_rule_files(layers)
         data, positions, origins = merged.data, merged.positions, merged.origins
+    data = with_base_url(data)
 
     def where(loc: Path_) -> tuple[str, int, int]:
         anchor = anchor_of(positions, loc)

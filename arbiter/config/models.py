@@ -287,8 +287,25 @@ class Rule(Strict):
         default_factory=list, description="phases (an upload, a render) that pause fleet work while on"
     )
     pause_fleet: PauseFleet | None = Field(None, description="fleet work paused whenever its program runs")
+    base_url: str | None = Field(
+        None,
+        description=(
+            "where the program answers, e.g. http://127.0.0.1:8000: a url of its blocks that is a path "
+            "(/metrics) is taken from here, so another port is one line of an extension"
+        ),
+    )
     busy: KindBlock | None = Field(None, description="a source block (busy probe): whether the tenant is working now")
     release: KindBlock | None = Field(None, description="a translator block: how it is asked to give its VRAM back")
+    reacquire: KindBlock | None = Field(
+        None,
+        description=(
+            "a translator block: how it takes its VRAM back after a release made for another tenant "
+            "(a server put to sleep told to wake up), once no one needs that VRAM"
+        ),
+    )
+    reacquire_after_s: float = Field(
+        10, ge=0, le=86400, description="how long no one may need the released VRAM before it is woken"
+    )
     events: KindBlock | None = Field(
         None, description="a source block whose every message makes the busy probe read again at once"
     )
@@ -299,14 +316,24 @@ class Rule(Strict):
     profile: KindBlock | None = Field(
         None, description="a translator block: a GPU profile (power, clocks) applied while it works on the GPU"
     )
-    throttle: KindBlock | None = Field(
-        None, description="a translator block: turns a duty into its own setting, making the tenant a job"
-    )
     notes: str = Field("", description="free text for people; shown by explain")
 
     @property
     def protected(self) -> bool:
         return self.protect is not None
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith(("http://", "https://")) or "?" in value or "#" in value):
+            raise ValueError(f"base_url is a scheme, host and port, like http://127.0.0.1:8000 (got {value!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _way_back_needs_a_release(self) -> Rule:
+        if self.reacquire is not None and self.release is None:
+            raise ValueError("reacquire: undoes a release: add a release: block (how it gives its VRAM back)")
+        return self
 
 
 # --- jobs ------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from arbiter.engine.abrun import RunState, to_record
 from arbiter.engine.compliance import trust_to_record
 from arbiter.engine.decide import decide
 from arbiter.engine.handoff import request_over
+from arbiter.engine.reacquire import newly_due
 from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, SourceObs, evolve
 from arbiter.store import Store
 
@@ -306,8 +307,8 @@ class Decider:
         for rel in decision.releases:
             reading = self.fast.book.state((rel.rule_id, BUSY))  # the model names it last listed
             self.tenants.release(rel, reading.models if reading else ())
-        if decision.releases:
-            self.releasing()
+        if decision.releases or newly_due(self.engine_state.vram, decision.state.vram):
+            self.releasing()  # the tick looks more often until the VRAM is seen to fall, or sooner for a wake
         if decision.profiles_on or decision.profiles_off:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)
         latency_ms = self.fast.take_acted_ms()

@@ -1,4 +1,5 @@
-"""Carrying out what the decision asks of tenants: VRAM releases and GPU profiles.
+"""Carrying out what the decision asks of tenants: VRAM releases, the way back after one
+(a reacquire), and GPU profiles.
 
 Both talk to other programs or drivers and may take seconds, so they run on worker threads,
 never on the decision thread.  A release's failure is reported back to the decision thread
@@ -20,6 +21,7 @@ from arbiter.config.loader import validate_kind_options
 from arbiter.config.models import KindBlock
 from arbiter.engine import codes
 from arbiter.engine.handoff import gb
+from arbiter.engine.reacquire import REACQUIRE
 from arbiter.engine.types import Release
 from arbiter.plugin import PluginContext, Translator
 from arbiter.pluginmanager import PluginFailed
@@ -54,6 +56,9 @@ class TenantActions:
         self._pool.submit(self._release, rel, models)
 
     def _release(self, rel: Release, models: tuple[str, ...]) -> None:
+        if rel.why == REACQUIRE:
+            self._reacquire(rel, models)
+            return
         d = self.daemon
         held, timeout_s = rel.held_bytes, rel.timeout_s
         live = d.rulebook.live.get(rel.rule_id)
@@ -107,6 +112,66 @@ class TenantActions:
         else:
             with self._lock:
                 self.release_failed.pop(rel.rule_id, None)
+
+    def _reacquire(self, rel: Release, models: tuple[str, ...]) -> None:
+        """Call the rule's reacquire translator.  A failure goes back to the decision thread
+        as a failed request (it backs off); success is confirmed by the decision from the
+        readers' VRAM, or, where the reacquire says ``confirm: false``, recorded here."""
+        d = self.daemon
+        live = d.rulebook.live.get(rel.rule_id)
+        block = live.rule.reacquire if live is not None else None
+        translator = live.reacquire if live is not None else None
+        errors: list[str] = []
+        note = ""
+        started = time.monotonic()
+        if translator is None or block is None:
+            errors.append("its reacquire translator could not be loaded (see `arbiter doctor`)")
+        else:
+            try:
+                result = d.host.call(
+                    f"translators/{block.kind} reacquire",
+                    translator.reacquire,
+                    rel.rule_id,
+                    models,
+                    timeout=rel.timeout_s + GRACE_S,
+                )
+                errors.extend(result.errors)
+                if not result.errors and not result.requested:
+                    errors.append(f"it sent nothing ({result.note or 'no request to send'})")
+                note = ", ".join(result.requested)
+            except PluginFailed as exc:
+                errors.append(exc.why)
+        if errors:
+            message = (
+                f"asking {rel.rule_id!r} to take back the {gb(rel.held_bytes)} it released failed: {'; '.join(errors)}"
+            )
+            remedy = (
+                f"check that {rel.rule_id!r} runs and answers its reacquire: request (its own log says why it refused); "
+                "it is tried again after a backoff (5 s, doubling to 5 minutes), and answers errors until then "
+                "if it needs to be woken"
+            )
+            evidence = {"tenant": rel.rule_id, "asleep_bytes": rel.held_bytes, "errors": errors}
+            with self._lock:
+                self.release_failed[rel.rule_id] = {
+                    "code": codes.VRAM_REACQUIRE_FAILED,
+                    "message": message,
+                    "remedy": remedy,
+                    "evidence": evidence,
+                }
+            d.record(codes.VRAM_REACQUIRE_FAILED, rel.rule_id, message, {**evidence, "remedy": remedy})
+            d.release_over(rel, failed=True)  # the decision backs off (the request's why says it was a wake)
+            return
+        with self._lock:
+            self.release_failed.pop(rel.rule_id, None)
+        assert block is not None
+        if not block.options().get("confirm", True):
+            took = time.monotonic() - started
+            d.record(
+                codes.VRAM_REACQUIRED,
+                rel.rule_id,
+                f"{rel.rule_id!r} was asked to take its VRAM back ({note}) and answered in {took:.2f}s",
+                {"tenant": rel.rule_id, "duration_s": round(took, 3), "confirmed": False},
+            )
 
     def _fresh_models(self, live: Any, stale: tuple[str, ...]) -> tuple[str, ...]:
         """Wake the tenant's busy probe and wait (briefly) for model names it did not have."""

@@ -53,6 +53,7 @@ class LiveRule:
     busy: Source | None = None  # its busy probe
     events: Source | None = None  # its wake-ups: any change re-probes ``busy`` now
     release: Translator | None = None  # asks it to give VRAM back
+    reacquire: Translator | None = None  # asks it to take that VRAM back (wakes it)
     profile: Translator | None = None  # its GPU profile while it works on the GPU
     faults: list[str] = field(default_factory=list)  # instances that could not be made
 
@@ -86,6 +87,7 @@ class LiveRule:
             self.busy,
             self.events,
             self.release,
+            self.reacquire,
             self.profile,
         ]:
             if inst is not None:
@@ -255,7 +257,7 @@ class RuleBook:
             live.busy = self._start_source(live, rule.busy, BUSY, "busy")
         if rule.events:
             live.events = self._start_wakeups(live, rule.events)
-        for attr in ("release", "profile"):
+        for attr in ("release", "reacquire", "profile"):
             block = getattr(rule, attr)
             if block is not None:
                 try:
@@ -305,6 +307,7 @@ class RuleBook:
         for rid, live in self.live.items():
             r = live.rule
             release = r.release.options() if r.release else {}  # timeout_s and confirm
+            wake = r.reacquire.options() if r.reacquire else {}
             rules[rid] = RulePolicy(
                 rule_id=rid,
                 priority=r.priority,
@@ -320,6 +323,10 @@ class RuleBook:
                 idle_release_after_s=r.idle_release_after_s,
                 release_timeout_s=float(release.get("timeout_s", RulePolicy.release_timeout_s)),
                 confirm=bool(release.get("confirm", RulePolicy.confirm)),
+                reacquire=live.reacquire is not None and live.release is not None,
+                reacquire_after_s=r.reacquire_after_s,
+                reacquire_timeout_s=float(wake.get("timeout_s", RulePolicy.reacquire_timeout_s)),
+                reacquire_confirm=bool(wake.get("confirm", RulePolicy.reacquire_confirm)),
                 profile=r.profile is not None,
             )
         return replace(base, rules=rules)

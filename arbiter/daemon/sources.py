@@ -299,6 +299,10 @@ class SourceBook:
                     "busy": st.busy,
                     "count": st.count,
                     "rate": None if r is None else round(r, 4),
+                    # a counted rate is over the last rate_window_s, and none is given before
+                    # first_rate_after_s of readings (a source just opened says nothing yet)
+                    "rate_window_s": self.rate_window_s,
+                    "first_rate_after_s": max(1.0, self.rate_window_s / 2),
                     "read_by": by,
                     "seen_by": reading.seen_by,
                     "latency": percentiles(list(slot.latencies)),

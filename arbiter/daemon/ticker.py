@@ -29,6 +29,7 @@ from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.snapshot import Published
 from arbiter.daemon.sources import SlotKey
 from arbiter.engine import codes
+from arbiter.engine.reacquire import next_look
 from arbiter.engine.types import CertView
 from arbiter.plugin import SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost
@@ -99,7 +100,10 @@ class Ticker:
                 st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
                 for st in self.decider.engine_state.vram.values()
             )
-            self.wake.wait(min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s)
+            wait = min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s
+            # a tenant to wake once its quiet period ends is looked at then, not a tick later
+            waking = next_look(self.decider.engine_state.vram.values(), now, RELEASE_POLL_S, RELEASE_POLL_FOR_S)
+            self.wake.wait(wait if waking is None else min(wait, waking))
             self.wake.clear()
             if self.stop_event.is_set():
                 return

@@ -502,6 +502,9 @@ def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> 
                 rp.idle_release_after_s,
                 rp.release_timeout_s,
                 rp.confirm,
+                rp.reacquire_after_s if rp.reacquire else None,
+                rp.reacquire_timeout_s,
+                rp.reacquire_confirm,
             )
         )
     return out

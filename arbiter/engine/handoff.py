@@ -10,6 +10,8 @@
   nothing is released and the blockers say why.  Equal or higher priority is never interrupted.
 - **Idle release**: an idle reclaimable tenant that has held VRAM for its
   ``idle_release_after_s`` since it became idle is asked to release it.
+- **The way back**: a tenant released for a handoff that declares a reacquire is woken once
+  no demander needs its VRAM (:mod:`arbiter.engine.reacquire`).
 
 No I/O and no clock reads: the caller passes the views, the device's free VRAM and ``now``.
 """
@@ -18,13 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from arbiter.engine import codes
+from arbiter.engine import reacquire as wake
 from arbiter.engine.types import Reason, Release, TenantVramState, TimelineEvent, evolve
-
-#: "GB" in rule files and messages means GiB, as GPU tools show VRAM
-GIB = 1 << 30
+from arbiter.engine.vramplan import GIB as GIB
+from arbiter.engine.vramplan import Blocker as Blocker
+from arbiter.engine.vramplan import HandoffPlan as HandoffPlan
+from arbiter.engine.vramplan import Starvation as Starvation
+from arbiter.engine.vramplan import TenantObs as TenantObs
+from arbiter.engine.vramplan import TenantVram as TenantVram
+from arbiter.engine.vramplan import gb as gb
 
 # Why a tenant is not released (the blockers' texts).
 WHY_RANKS = "busy and ranks at or above the demander"
@@ -32,131 +38,6 @@ WHY_UNKNOWN_RANKS = "its state is unknown, which counts as busy, and it ranks at
 WHY_NO_RELEASE = "declares no release"
 WHY_ENOUGH = "enough was freed without it"
 WHY_COOLING = "its last release freed nothing: it is asked again after its timeout_s"
-
-
-def gb(n: int) -> str:
-    """Bytes as messages show them."""
-    return f"{n / GIB:.1f} GB"
-
-
-@dataclass(frozen=True)
-class TenantVram:
-    """One tenant as the handoff sees it.
-
-    ``busy`` is ``None`` when its busy probe could not be read: that counts as busy.
-    ``needs_bytes`` is its ``needs_vram_gb`` (``None``: it declares no need, so it is never
-    starved).  ``idle_since`` is when it last became idle (``None`` while busy or unknown);
-    ``idle_release_after_s`` is ``None`` for a tenant never released for being idle.
-    ``releasing`` says a release was already asked for and its VRAM has not fallen yet: it is
-    not asked again, and what it holds counts as on its way.
-    """
-
-    tenant_id: str
-    priority: int
-    busy: bool | None
-    held_bytes: int
-    reclaimable: bool
-    needs_bytes: int | None = None
-    idle_since: float | None = None
-    idle_release_after_s: float | None = None
-    releasing: bool = False
-    cooling: bool = False  # its last release freed nothing: not asked again yet
-
-    @property
-    def counts_busy(self) -> bool:
-        return self.busy is not False
-
-
-@dataclass(frozen=True)
-class Starvation:
-    """A busy tenant that cannot get the VRAM it needs: needs > free + held."""
-
-    tenant_id: str
-    priority: int
-    needs_bytes: int
-    free_bytes: int
-    held_bytes: int
-    state_unknown: bool = False  # it counts as busy because its state could not be read
-
-    @property
-    def shortfall_bytes(self) -> int:
-        return self.needs_bytes - self.free_bytes - self.held_bytes
-
-
-@dataclass(frozen=True)
-class Blocker:
-    """A tenant holding VRAM that the plan does not release, and why."""
-
-    tenant_id: str
-    held_bytes: int
-    why: str
-
-
-@dataclass(frozen=True)
-class HandoffPlan:
-    """What to release for one starved demander, decided before anything is released.
-
-    ``candidates`` are every tenant the demander may take VRAM from, in the order they would
-    be taken.  ``release`` is what to ask now (empty unless ``covers``); ``awaiting`` are
-    candidates already releasing whose VRAM the plan counts on.  ``blockers`` are the tenants
-    holding VRAM that are left alone, each with why.
-    """
-
-    starvation: Starvation
-    candidates: tuple[str, ...]
-    release: tuple[str, ...]
-    awaiting: tuple[str, ...]
-    reclaimable_bytes: int  # what all candidates together hold
-    planned_bytes: int  # what the tenants in release + awaiting hold
-    covers: bool
-    blockers: tuple[Blocker, ...]
-    #: (tenant, bytes held) of every candidate
-    held: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def demander(self) -> str:
-        return self.starvation.tenant_id
-
-    def held_by(self, tenant_id: str) -> int:
-        return dict(self.held).get(tenant_id, 0)
-
-    def summary(self) -> str:
-        s = self.starvation
-        head = (
-            f"{s.tenant_id!r} needs {gb(s.needs_bytes)} but has {gb(s.held_bytes)} with {gb(s.free_bytes)} free "
-            f"(short {gb(s.shortfall_bytes)})"
-            + (" and its state is unknown, so it counts as busy" if s.state_unknown else "")
-        )
-        blocked = "; ".join(f"{b.tenant_id!r} ({gb(b.held_bytes)}): {b.why}" for b in self.blockers)
-        if self.covers:
-            asked = ", ".join(repr(t) for t in self.release) or "nothing new"
-            text = f"{head}: releasing {asked}" + (
-                f", awaiting {', '.join(repr(t) for t in self.awaiting)}" if self.awaiting else ""
-            )
-            return text + (f"; left alone: {blocked}" if blocked else "")
-        return (
-            f"{head}: releasing nothing, the tenants that may give VRAM back hold only "
-            f"{gb(self.reclaimable_bytes)}" + (f"; blockers: {blocked}" if blocked else "")
-        )
-
-    def to_data(self) -> dict[str, Any]:
-        s = self.starvation
-        return {
-            "demander": s.tenant_id,
-            "priority": s.priority,
-            "needs_bytes": s.needs_bytes,
-            "free_bytes": s.free_bytes,
-            "held_bytes": s.held_bytes,
-            "shortfall_bytes": s.shortfall_bytes,
-            "state_unknown": s.state_unknown,
-            "candidates": list(self.candidates),
-            "release": list(self.release),
-            "awaiting": list(self.awaiting),
-            "reclaimable_bytes": self.reclaimable_bytes,
-            "planned_bytes": self.planned_bytes,
-            "covers": self.covers,
-            "blockers": [{"tenant": b.tenant_id, "held_bytes": b.held_bytes, "why": b.why} for b in self.blockers],
-        }
 
 
 def starvation(tenant: TenantVram, free_bytes: int) -> Starvation | None:
@@ -355,21 +236,6 @@ MOOT_RETRY_S = 1.0
 
 
 @dataclass(frozen=True)
-class TenantObs:
-    """One running tenant as this decision sees it (``busy`` None: unknown)."""
-
-    tenant_id: str
-    priority: int
-    busy: bool | None
-    held_bytes: int | None  # None: the readers cannot say
-    reclaimable: bool
-    needs_bytes: int | None
-    idle_release_after_s: float
-    timeout_s: float
-    confirm: bool
-
-
-@dataclass(frozen=True)
 class Step:
     states: Mapping[str, TenantVramState]
     releases: tuple[Release, ...]
@@ -387,7 +253,10 @@ def request_over(
 ) -> TenantVramState:
     """What the release worker reports of a request that brings no VRAM back: a failed one
     waits its ``timeout_s``; a handoff with nothing to send, a moment; an idle one with
-    nothing to send only waits for the tenant to hold more than it does now."""
+    nothing to send only waits for the tenant to hold more than it does now.  A wake that
+    failed or had nothing to send waits out its backoff."""
+    if why == wake.REACQUIRE:
+        return wake.failed(st, now)
     if failed:
         return settled(st, now, timeout_s, None)
     return settled(st, now, 0.0 if why == "idle" else MOOT_RETRY_S, held)
@@ -480,6 +349,8 @@ def step(
     def asking(tenant: TenantObs, why: str) -> None:
         releases.append(Release(tenant.tenant_id, why, tenant.held_bytes or 0, tenant.timeout_s))
         st = states[tenant.tenant_id]
+        if why != "idle" and tenant.reacquire_after_s is not None:
+            st = wake.asleep(st, tenant.held_bytes or 0)
         if tenant.confirm:
             states[tenant.tenant_id] = evolve(st, requested_at=now, held_at_request=tenant.held_bytes or 0, why=why)
         else:  # the request's own answer is all there is to know: just not asked again at once
@@ -503,7 +374,9 @@ def step(
             t.reclaimable,
             t.needs_bytes,
             states[t.tenant_id].idle_since,
-            t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) else None,
+            # one that must be woken gives its VRAM only for a handoff: released while idle it
+            # would answer errors, and nothing would bring it back on its next request
+            t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) and t.reacquire_after_s is None else None,
             states[t.tenant_id].requested_at is not None,
             cooling(t),
         )
@@ -512,8 +385,9 @@ def step(
     by_id = {t.tenant_id: t for t in seen}
     notes: dict[str, Reason] = {}
     planned: dict[str, str] = {}
+    made = plans(views, free_bytes) if free_bytes is not None else ()
     if free_bytes is not None:
-        for p in plans(views, free_bytes):
+        for p in made:
             key = _plan_key(p)
             planned[p.demander] = key
             if key != states[p.demander].plan:
@@ -531,6 +405,12 @@ def step(
     for idle in idle_releases([v for v in views if v.tenant_id not in asked], now):
         events.append(idle_event(idle))
         asking(by_id[idle.tenant_id], "idle")
+    wakes = wake.step(seen, states, views, made, free_bytes, now)
+    states = dict(wakes.states)
+    events.extend(wakes.events)
+    releases.extend(wakes.requests)
+    for rid, note in wakes.notes.items():
+        notes.setdefault(rid, note)
     for tid in states:
         states[tid] = evolve(states[tid], plan=planned.get(tid, ""))
     return Step(states, tuple(releases), tuple(events), notes)

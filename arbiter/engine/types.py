@@ -201,6 +201,10 @@ class RulePolicy:
     idle_release_after_s: float = 30.0
     release_timeout_s: float = 10.0  # for its VRAM to fall after a release is asked
     confirm: bool = True  # a release is done only when its VRAM is seen to fall
+    reacquire: bool = False  # it declares a way back after a release (a reacquire whose translator loaded)
+    reacquire_after_s: float = 10.0  # quiet period before it is woken
+    reacquire_timeout_s: float = 30.0  # for its VRAM to come back
+    reacquire_confirm: bool = True  # a wake is done only when its VRAM is seen to rise
     profile: bool = False  # it has a GPU profile applied while it works on the GPU
 
 
@@ -291,6 +295,14 @@ class TenantVramState:
     retry_at: float | None = None  # not asked again before then (its last request freed nothing, or is on its way)
     floor: int | None = None  # what it held when its last request ended (idle release waits for more)
     plan: str = ""  # its last plan as a demander (a plan is logged when it changes)
+    # the way back (a rule with reacquire:)
+    asleep_bytes: int = 0  # what it released for a handoff and has not taken back
+    quiet_since: float | None = None  # since when no demander needs that VRAM
+    waking_at: float | None = None  # a wake asked for and not yet seen done
+    held_at_wake: int = 0
+    wake_tries: int = 0  # wakes that failed in a row
+    wake_retry_at: float | None = None
+    wake_due: float | None = None  # when its quiet period (or backoff) ends: the next decision is due then
 
 
 @dataclass(frozen=True)

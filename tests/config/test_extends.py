@@ -131,7 +131,7 @@ def test_merged_positions_name_the_file_each_value_came_from(shipped) -> None:
     assert merged.origins[("busy", "url")] == "ext.yaml" and merged.positions[("busy", "url")] == (3, 8)
     assert merged.origins[("busy", "count_keys")] == "base.yaml"
     assert merged.origins[()] == "ext.yaml"  # what is missing is the top file's to add
-    assert base.data["busy"]["url"].endswith(":11434/api/ps")  # the files' own values are untouched
+    assert base.data["busy"]["url"] == "/api/ps"  # the files' own values are untouched
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -327,3 +327,15 @@ def test_a_shipped_default_is_a_base_without_its_folder_in_tenants_dirs(host, tm
         assert live.rule.match.options() == check(host, ROOT / "tenants.d").rules["desktop-compositor"].match.options()
     finally:
         book.close()
+
+
+def test_another_port_is_one_line(host, shipped) -> None:
+    shutil.copy(ROOT / "tenants.d" / "diffusion-server.yaml", shipped / "diffusion-server.yaml")
+    write(shipped, "mine.yaml", "extends: diffusion-server\nbase_url: http://127.0.0.1:9188\n")
+    ruleset = check(host, shipped)
+    assert not ruleset.problems, problems(ruleset)
+    rule = ruleset.rules["diffusion-server"]
+    urls = [b.options()["url"] for b in (rule.busy, rule.release, rule.events) if b is not None]
+    assert urls == ["http://127.0.0.1:9188/queue", "http://127.0.0.1:9188/free", "http://127.0.0.1:9188/ws"]
+    write(shipped, "mine.yaml", "extends: diffusion-server\nbase_url: 127.0.0.1:9188\n")
+    assert any("base_url is a scheme, host and port" in str(p) for p in problems(check(host, shipped)))

@@ -112,7 +112,7 @@ def test_shipped_rule_files_and_examples_are_valid(host) -> None:
 def test_every_shipped_block_validates_against_its_plugins_own_options(host) -> None:
     """Not only "some plugin took it": each block is checked by the model of the plugin that
     will run it, so a field the plugin does not know (or a wrong value) fails here."""
-    from arbiter.config.loader import raw_kind_blocks, read_rule_file, validate_kind_options
+    from arbiter.config.loader import raw_kind_blocks, read_rule_file, validate_kind_options, with_base_url
     from arbiter.config.models import KindBlock
     from arbiter_sources.http_count import HttpCountOptions
     from arbiter_sources.websocket import WebsocketOptions
@@ -126,7 +126,7 @@ def test_every_shipped_block_validates_against_its_plugins_own_options(host) -> 
     seen = set()
     for path in sorted((ROOT / "tenants.d").glob("*.yaml")):
         rf = read_rule_file(path.read_text(), str(path))
-        for loc, family, raw in raw_kind_blocks(rf.data):
+        for loc, family, raw in raw_kind_blocks(with_base_url(rf.data)):
             kind = raw.get("kind", "process")
             model = host.options_model(family, kind)
             assert model is not None, f"{path.name}: {'.'.join(map(str, loc))}: no plugin registers {family}/{kind}"
@@ -163,7 +163,10 @@ def test_shipped_defaults_say_what_section_7_asks(host) -> None:
     assert busy["count_keys"] == ["queue_running", "queue_pending"] and busy["vram_floor_gb"] > 0
     assert diffusion.release.kind == "http_post" and release["url"] == "http://127.0.0.1:8188/free"
     assert release["body"] == DOCUMENTED_FREE
-    assert diffusion.events.kind == "websocket" and events["url"] == "ws://127.0.0.1:8188/ws"
+    assert diffusion.events.kind == "websocket" and events["url"] == "http://127.0.0.1:8188/ws"
+    from arbiter_sources.websocket import WebsocketOptions
+
+    assert WebsocketOptions.model_validate(events).url == "ws://127.0.0.1:8188/ws"  # connected as ws://
 
     assert desktop.priority == 90 and desktop.release is None  # never reclaimable
 

@@ -12,7 +12,7 @@ from arbiter.pluginmanager import build_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[2]
 #: pages whose rule files use only shipped kinds (plugins.md's are checked with the example installed)
-PAGES = ["getting-started.md", "rule-files.md", "node-config.md"]
+PAGES = ["getting-started.md", "rule-files.md", "node-config.md", "tenants.md"]
 
 
 @pytest.mark.parametrize("page", PAGES)

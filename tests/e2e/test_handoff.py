@@ -63,7 +63,7 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
             "my-diffusion",
             {
                 "extends": "diffusion-server",
-                "match": {"cmdline": ["fake_servers diffusion"]},
+                "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
                 "busy": {"url": f"{diffusion['url']}/queue"},
                 "release": {"url": f"{diffusion['url']}/free"},
                 "events": {"url": diffusion["ws_url"]},

@@ -56,7 +56,7 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
         "my-diffusion",
         {
             "extends": "diffusion-server",
-            "match": {"cmdline": ["fake_servers diffusion"]},
+            "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
             "protect": {"metric": "gpu_share"},
             "busy": {"url": f"{diffusion['url']}/queue"},
             "release": {"url": f"{diffusion['url']}/free"},

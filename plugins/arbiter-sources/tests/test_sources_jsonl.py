@@ -115,6 +115,8 @@ def test_registers_every_source_kind() -> None:
         "exec",
         "on_exec",
         "http_count",
+        "http_value",
+        "prometheus",
         "vram",
         "websocket",
     }

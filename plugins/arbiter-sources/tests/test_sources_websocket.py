@@ -65,7 +65,8 @@ def test_backoff_is_2_s_doubling_to_15_s() -> None:
 
 def test_options_are_checked() -> None:
     with pytest.raises(ValidationError, match="ws:// or wss://"):
-        WebsocketSource.Options.model_validate({"kind": "websocket", "url": "http://127.0.0.1/ws"})
+        WebsocketSource.Options.model_validate({"kind": "websocket", "url": "ftp://127.0.0.1/ws"})
+    assert WebsocketSource.Options.model_validate({"kind": "websocket", "url": "https://h/ws"}).url == "wss://h/ws"
     with pytest.raises(ValidationError, match="at least retry_s"):
         WebsocketSource.Options.model_validate(
             {"kind": "websocket", "url": "ws://x/ws", "retry_s": 5, "max_retry_s": 1}

@@ -348,7 +348,7 @@ def test_a_pynvml_without_the_call_is_an_error_not_a_crash(tmp_path: Path) -> No
     [
         None,
         [],
-        {"kind": "http_knob"},
+        {"kind": "http_post"},
         {"format": 2, "kind": "gpu_profile", "device": 0},
         {"format": 1, "kind": "gpu_profile", "device": -1},
         {"format": 1, "kind": "gpu_profile", "device": 0, "power_limit_mw": "300 W", "restore_power_limit": True},

@@ -1,4 +1,4 @@
-"""``http_post`` (release VRAM) and ``http_knob`` (a duty as a program's own setting) against
+"""``http_post`` (release VRAM, and take it back) against
 real HTTP servers on 127.0.0.1: the fake LLM server unloading per model, the fake diffusion
 server's ``/free``, and a recording server for errors, timeouts and templates.  Errors are
 returned, never raised."""
@@ -25,17 +25,12 @@ from arbiter_testing import (
     api_fixture,
     wait_until,
 )
-from arbiter_translators import HttpKnobTranslator, HttpPostTranslator, SignalTranslator
+from arbiter_translators import HttpPostTranslator, SignalTranslator
 
 
 def post(tmp_path: Path, **options: object) -> HttpPostTranslator:
     opts = HttpPostTranslator.Options.model_validate({"kind": "http_post", **options})
     return HttpPostTranslator(opts, PluginContext(state_dir=tmp_path))
-
-
-def knob(tmp_path: Path, **options: object) -> HttpKnobTranslator:
-    opts = HttpKnobTranslator.Options.model_validate({"kind": "http_knob", **options})
-    return HttpKnobTranslator(opts, PluginContext(state_dir=tmp_path))
 
 
 def free_port() -> int:
@@ -59,13 +54,13 @@ def llm(board: VramBoard) -> Iterator[FakeLlmServer]:
 # --- the base class --------------------------------------------------------------------------
 
 
-def test_a_translator_without_release_or_duty_says_so(tmp_path: Path) -> None:
+def test_a_translator_without_release_or_reacquire_says_so(tmp_path: Path) -> None:
     signal = SignalTranslator(SignalTranslator.Options(), PluginContext(state_dir=tmp_path))
     with pytest.raises(PluginError, match="this translator cannot release"):
         signal.release("llm-server", ["m"])
-    with pytest.raises(PluginError, match="cannot set a duty"):
-        signal.set_duty("llm-server", 0.5)
-    assert HttpPostTranslator.actions == {"release"} and HttpKnobTranslator.actions == {"duty"}
+    with pytest.raises(PluginError, match="cannot bring a tenant back"):
+        signal.reacquire("llm-server")
+    assert HttpPostTranslator.actions == {"release", "reacquire"}
 
 
 # --- http_post ----------------------------------------------------------------------------------
@@ -159,80 +154,22 @@ def test_timeout_s_bounds_the_whole_release(tmp_path: Path) -> None:
     assert took < 0.3 + 1.0, "not three full timeouts one after another"
 
 
-# --- http_knob ----------------------------------------------------------------------------------
+def test_http_post_sends_its_request_to_bring_a_tenant_back(tmp_path: Path) -> None:
+    from arbiter_testing import RecordingServer
 
-
-def test_knob_options_are_checked() -> None:
-    base = {"kind": "http_knob", "url": "http://127.0.0.1:1/set"}
-    for bad, match in (
-        ({"levels": {0.5: 4}}, "must include 0"),
-        ({"levels": {0: 1, 1.5: 4}}, "from 0 to 1"),
-        ({"levels": {}}, "is empty"),
-        ({"method": "GET", "body": {"a": 1}}, "sends no body"),
-        ({"method": "DELETE"}, "method"),
-    ):
-        with pytest.raises(ValidationError, match=match):
-            HttpKnobTranslator.Options.model_validate({**base, **bad})
-
-
-def test_a_duty_becomes_the_level_value_in_a_templated_request(tmp_path: Path) -> None:
-    with RecordingServer(answer={"ok": True}) as server:
-        tr = knob(
-            tmp_path,
-            url=f"{server.url}/config/{{value}}?d={{duty}}",
-            method="PUT",
-            body={"batch_size": "{value}", "note": "duty {duty} → batch {value}", "fixed": [1, "{x}"]},
-            levels={0: 1, 0.25: 4, 0.5: 8, 1: 16},
-        )
-        result = tr.set_duty("embedder", 0.6)
-        assert result.ok and result.requested == (f"PUT {server.url}/config/8?d=0.6 value 8 (duty 0.60)",)
-        (seen,) = server.requests("PUT")
-        assert seen.path == "/config/8?d=0.6"
-        assert seen.body == {"batch_size": 8, "note": "duty 0.6 → batch 8", "fixed": [1, "{x}"]}
-        # {duty} is in this request, so another duty is another request, even at the same value
-        assert tr.set_duty("embedder", 0.7).requested != ()
-        tr.close()
-
-
-def test_a_duty_that_maps_to_the_value_already_set_sends_nothing(tmp_path: Path) -> None:
     with RecordingServer() as server:
-        tr = knob(tmp_path, url=f"{server.url}/config", body={"batch_size": "{value}"}, levels={0: 1, 0.5: 8})
-        assert tr.set_duty("embedder", 0.6).ok
-        again = tr.set_duty("embedder", 0.7)
-        assert again.ok and again.requested == () and "already has value 8" in again.note
-        assert tr.set_duty("embedder", 0.1).ok
-        assert [s.body["batch_size"] for s in server.requests("POST")] == [8, 1]
-        tr.close()
-
-
-def test_without_levels_the_value_is_the_duty(tmp_path: Path) -> None:
-    with RecordingServer() as server:
-        tr = knob(tmp_path, url=f"{server.url}/limit", body={"gpu_share": "{value}"})
-        assert tr.set_duty("t", 0.35).ok
-        tr.close()
-        assert server.requests("POST")[0].body == {"gpu_share": 0.35}
-
-
-def test_a_failed_knob_is_returned_and_sent_again_next_time(tmp_path: Path) -> None:
-    with RecordingServer(status=500, answer={"error": "no"}) as server:
-        tr = knob(tmp_path, url=f"{server.url}/set", body={"v": "{value}"}, levels={0: 1, 0.5: 2})
-        failed = tr.set_duty("t", 0.5)
-        assert not failed.ok and "answered HTTP 500" in failed.errors[0]
-        server.status = 200
-        assert tr.set_duty("t", 0.5).ok
-        assert len(server.requests("POST")) == 2
-        tr.close()
-    gone = knob(tmp_path, url=f"http://127.0.0.1:{free_port()}/set", timeout_s=1)
-    result = gone.set_duty("t", 0.5)
-    gone.close()
-    assert not result.ok and "cannot reach" in result.errors[0]
-    out_of_range = knob(tmp_path, url="http://127.0.0.1:1/set").set_duty("t", 1.5)
-    assert not out_of_range.ok and "not between 0 and 1" in out_of_range.errors[0]
-
-
-def test_a_get_knob_puts_the_value_in_the_url_quoted(tmp_path: Path) -> None:
-    with RecordingServer() as server:
-        tr = knob(tmp_path, url=f"{server.url}/rate?limit={{value}}", method="GET", levels={0: "0 per s", 1: "all"})
-        assert tr.set_duty("t", 0.2).ok
-        tr.close()
-        assert server.requests("GET")[0].path == "/rate?limit=0%20per%20s"
+        block = {"kind": "http_post", "url": f"{server.url}/wake_up", "timeout_s": 5}
+        wake = HttpPostTranslator(HttpPostTranslator.Options.model_validate(block), PluginContext(state_dir=tmp_path))
+        try:
+            result = wake.reacquire("vllm")
+        finally:
+            wake.close()
+        assert result.requested == ("reacquire",) and not result.errors
+        assert [s.path for s in server.requests("POST")] == ["/wake_up"]
+        server.status = 500
+        wake = HttpPostTranslator(HttpPostTranslator.Options.model_validate(block), PluginContext(state_dir=tmp_path))
+        try:
+            failed = wake.reacquire("vllm")
+        finally:
+            wake.close()
+        assert failed.errors and "HTTP 500" in failed.errors[0]

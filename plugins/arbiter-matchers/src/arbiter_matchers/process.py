@@ -1,4 +1,5 @@
-"""The ``process`` matcher: selects processes by name, command line, executable and user."""
+"""The ``process`` matcher: selects processes by name, command line, executable, the script or
+module an interpreter runs, working directory and user."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ try:
 except ImportError:  # pragma: no cover - not a POSIX host: user names resolve per process only
     pwd = None  # type: ignore[assignment]
 
-_SELECTORS = ("name", "cmdline", "cmdline_endswith", "path_prefix")
+_SELECTORS = ("name", "cmdline", "cmdline_endswith", "path_prefix", "script", "module", "cwd")
 
 
 class ProcessOptions(KindOptions):
@@ -33,12 +34,35 @@ class ProcessOptions(KindOptions):
     path_prefix: list[str] = Field(
         [], description="path prefixes of the executable (~ expands for the daemon's account)"
     )
+    script: list[str] = Field(
+        [],
+        description=(
+            "a file among its arguments, as an interpreter is given its script: an argument that, taken from "
+            "its working directory where it is relative, is it or ends with /it, ignoring case (main.py; "
+            "ComfyUI/main.py matches both `python ComfyUI/main.py` and `cd ComfyUI && python main.py`)"
+        ),
+    )
+    module: list[str] = Field(
+        [],
+        description=(
+            "a Python module it runs with -m, or a package above it (vllm matches -m vllm.entrypoints.openai.api_server)"
+        ),
+    )
+    cwd: list[str] = Field(
+        [],
+        description=(
+            "its working directory: a path prefix (absolute or ~), or a folder name it is in or under, ignoring "
+            "case (ComfyUI, for `cd ComfyUI && python main.py`); a directory it cannot read does not match"
+        ),
+    )
     user: list[str] = Field([], description="user names or uids the process runs as (its real uid)")
     tree: Literal["process", "descendants"] = Field(
         "process", description="descendants: the rule's processes are the matching ones and every process they start"
     )
 
-    @field_validator("name", "cmdline", "cmdline_endswith", "path_prefix", "user", mode="before")
+    @field_validator(
+        "name", "cmdline", "cmdline_endswith", "path_prefix", "script", "module", "cwd", "user", mode="before"
+    )
     @classmethod
     def _one_is_a_list(cls, value: Any) -> Any:
         # `name: ollama` in a rule file means `name: [ollama]`; YAML also reads `user: [1000]`
@@ -49,7 +73,7 @@ class ProcessOptions(KindOptions):
             return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value]
         return value
 
-    @field_validator("name", "cmdline", "cmdline_endswith", "path_prefix", "user")
+    @field_validator("name", "cmdline", "cmdline_endswith", "path_prefix", "script", "module", "cwd", "user")
     @classmethod
     def _no_empty_entries(cls, value: list[str]) -> list[str]:
         # An empty string would match every process (a substring of everything).
@@ -80,6 +104,12 @@ class ProcessMatcher(Matcher):
         self._suffixes = tuple(c.lower() for c in options.cmdline_endswith)
         # Expanded once, for the account the daemon runs as.
         self._prefixes = tuple(os.path.expanduser(p) for p in options.path_prefix)
+        self._scripts = tuple(s.replace("\\", "/").lower() for s in options.script)
+        self._script_tails = tuple("/" + s.lstrip("/") for s in self._scripts)
+        self._script_names = frozenset(s.rsplit("/", 1)[-1] for s in self._scripts)
+        self._modules = tuple(options.module)
+        self._cwd_prefixes = tuple(os.path.expanduser(c).rstrip("/") for c in options.cwd if _is_path(c))
+        self._cwd_names = frozenset(c.lower() for c in options.cwd if not _is_path(c))
         self._uids, self._usernames = _resolve_users(options.user)
         self._descendants = options.tree == "descendants"
         self.judges_each_process = not self._descendants  # descendants are found through other processes
@@ -140,8 +170,70 @@ class ProcessMatcher(Matcher):
                 exe = p.cmdline[0]
             if not exe or not exe.startswith(self._prefixes):
                 return False
+        if self._scripts and not self._runs_script(p):
+            return False
+        if self._modules and not any(_runs_module(m, self._modules) for m in _modules_run(p.cmdline)):
+            return False
+        if (self._cwd_prefixes or self._cwd_names) and not self._in_cwd(p.pid):
+            return False
         # where users are named, the process must be one of theirs
         return not (self._uids or self._usernames) or p.uid in self._uids or p.username in self._usernames
+
+    def _runs_script(self, p: ProcessInfo) -> bool:
+        relative = []
+        for raw in p.cmdline[1:]:
+            arg = raw.replace("\\", "/").lower()  # a Windows launch writes ComfyUI\main.py
+            if arg in self._scripts or arg.endswith(self._script_tails):
+                return True
+            if not arg.startswith("/") and arg.rsplit("/", 1)[-1] in self._script_names:
+                relative.append(arg)
+        if not relative:
+            return False
+        cwd = _cwd_of(p.pid)  # read only for an argument that names one of the scripts
+        if cwd is None:
+            return False
+        base = cwd.replace("\\", "/").lower().rstrip("/")
+        return any(f"{base}/{arg}".endswith(self._script_tails) for arg in relative)
+
+    def _in_cwd(self, pid: int) -> bool:
+        """Read last, and only for a process every other selector took: it is one more
+        look at the process that the table does not carry."""
+        cwd = _cwd_of(pid)
+        if cwd is None:
+            return False
+        if any(cwd == c or cwd.startswith(c + "/") for c in self._cwd_prefixes):
+            return True
+        return any(part.lower() in self._cwd_names for part in cwd.split("/") if part)
+
+
+def _is_path(entry: str) -> bool:
+    return entry.startswith(("/", "~"))
+
+
+def _modules_run(cmdline: Sequence[str]) -> list[str]:
+    """What ``-m MODULE`` (or ``-mMODULE``) names among the arguments."""
+    out = []
+    for i, arg in enumerate(cmdline[1:], start=1):
+        if arg == "-m" and i + 1 < len(cmdline):
+            out.append(cmdline[i + 1])
+        elif arg.startswith("-m") and len(arg) > 2 and not arg.startswith("--"):
+            out.append(arg[2:])
+    return out
+
+
+def _runs_module(module: str, wanted: Sequence[str]) -> bool:
+    return any(module == w or module.startswith(w + ".") for w in wanted)
+
+
+def _cwd_of(pid: int) -> str | None:
+    """Its working directory, or None where it cannot be read (another user's process
+    without the rights to look, or one that has exited)."""
+    try:
+        import psutil
+
+        return str(psutil.Process(pid).cwd())
+    except Exception:  # psutil's errors, and a platform that cannot say
+        return None
 
 
 def _resolve_users(users: list[str]) -> tuple[frozenset[int], frozenset[str]]:

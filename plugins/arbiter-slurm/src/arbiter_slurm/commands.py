@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from arbiter.plugin import run_child
+
 #: a command that has not answered within this long has failed (the daemon's plugin timeout is 5 s)
 TIMEOUT_S = 3.0
 NODE_ENV = "ARBITER_SLURM_NODE"
@@ -69,7 +71,7 @@ def node_name() -> str:
 def run(args: list[str], timeout: float = TIMEOUT_S) -> str:
     """Run a Slurm command; its standard output, or a SlurmError saying why not."""
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+        done = run_child(args, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
         raise SlurmError(f"{args[0]} is not installed (PATH={os.environ.get('PATH', '')})") from None
     except subprocess.TimeoutExpired:

@@ -1,7 +1,8 @@
 """Following a file a protected program appends to, as ``tail -F`` does.
 
 A glob in the last path component follows the newest match; renames and truncation are
-followed; partial lines wait for their newline.  Changes are seen through inotify on
+followed; partial lines wait for their newline (or, where the subclass says so, a carriage
+return: a progress bar rewrites one line with ``\r``).  Changes are seen through inotify on
 Linux and kqueue on macOS and the BSDs (a line reaches ``on_change`` within a millisecond),
 and by checking every 250 ms elsewhere.  A source that only counts lines reads at most
 every 10 ms (:data:`COUNT_PACE_S`); one that gives a phase reads at every write.
@@ -103,6 +104,8 @@ class FollowedFile(Source):
 
     kind = "file"
     Options: ClassVar[type[FollowOptions]] = FollowOptions
+    #: a carriage return ends a line too (progress bars redraw one line with ``\r``)
+    splits_cr: ClassVar[bool] = False
 
     def __init__(self, options: FollowOptions, context: PluginContext) -> None:
         super().__init__(options, context)
@@ -152,6 +155,11 @@ class FollowedFile(Source):
     def match_line(self, line: bytes) -> LineMeaning:
         """What one complete, stripped, non-empty line means."""
         raise NotImplementedError
+
+    def units(self) -> int:
+        """How much progress the line ``match_line`` just matched is worth (one, unless the
+        line carries its own count)."""
+        return 1
 
     # --- the Source API ------------------------------------------------------------------
 
@@ -554,7 +562,7 @@ class FollowedFile(Source):
         if self._skip_history:
             # The file was there when the source opened: its phase is the last one it
             # records, and only lines written from now on count as progress.
-            self._pos = _end_of_last_line(fd, st.st_size)
+            self._pos = _end_of_last_line(fd, st.st_size, self.splits_cr)
             self._tail = _read_tail(fd, self._pos)
             if self._phase is not None:
                 phase = self._last_phase(fd, self._pos)
@@ -615,6 +623,8 @@ class FollowedFile(Source):
             self._set_unreadable(_Problem(f"cannot read {path}: {exc.strerror or exc}"))
 
     def _feed(self, chunk: bytes) -> None:
+        if self.splits_cr:
+            chunk = chunk.replace(b"\r", b"\n")  # "\r\n" leaves an empty line, which is skipped
         if self._discarding:
             end = chunk.find(b"\n")
             if end < 0:
@@ -638,7 +648,7 @@ class FollowedFile(Source):
             return
         matched, phase = meaning
         if matched:
-            self._count += 1
+            self._count += self.units()
             if phase is not None:
                 self._phase = phase
 
@@ -680,14 +690,15 @@ class FollowedFile(Source):
         return self._state
 
 
-def _end_of_last_line(fd: int, size: int) -> int:
-    """The offset just past the file's last newline (0 when it has none)."""
+def _end_of_last_line(fd: int, size: int, cr: bool = False) -> int:
+    """The offset just past the file's last newline (or carriage return, with ``cr``; 0
+    when it has none)."""
     pos = size
     while pos > 0:
         n = min(_CHUNK, pos)
         pos -= n
         block = os.pread(fd, n, pos)
-        at = block.rfind(b"\n")
+        at = max(block.rfind(b"\n"), block.rfind(b"\r")) if cr else block.rfind(b"\n")
         if at >= 0:
             return pos + at + 1
     return 0

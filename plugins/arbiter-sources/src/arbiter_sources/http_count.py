@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -51,23 +51,19 @@ def _dotted(value: str) -> str:
     return value
 
 
-class HttpCountOptions(KindOptions):
-    """``{kind: http_count, url, count_keys, ...}``: busy while the lists hold anything."""
+class HttpProbeOptions(KindOptions):
+    """What every busy probe over HTTP has: where, how often, and how a claim is corroborated."""
 
     def gives_phase(self) -> bool:
         return False
 
-    kind: Literal["http_count"] = "http_count"
     url: str = Field(description="the http(s) URL to GET, e.g. http://127.0.0.1:8188/queue")
-    count_keys: list[str] = Field(min_length=1, description="dotted paths of the lists whose lengths are summed")
     every_s: float = Field(2.0, gt=0, le=3600, description="how often it is read (a wake-up reads it at once)")
     timeout_s: float = Field(2.0, gt=0, le=60, description="a read that takes longer fails (state unknown)")
     vram_floor_gb: float | None = Field(
         None, ge=0, description="a claim while the tenant holds less VRAM than this is suspect (GB = GiB)"
     )
     stale_after_s: float = Field(90.0, gt=0, description="a suspect claim unchanged this long is stale: idle")
-    models_key: str | None = Field(None, description="dotted path of the list of loaded models, for per-model release")
-    model_field: str = Field("name", description="the field of each entry of that list that names the model")
     headers: dict[str, str | SecretRef] = Field(
         default_factory=dict,
         description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
@@ -79,6 +75,15 @@ class HttpCountOptions(KindOptions):
         if not value.startswith(("http://", "https://")):
             raise ValueError(f"url must start with http:// or https:// (got {value!r})")
         return value
+
+
+class HttpCountOptions(HttpProbeOptions):
+    """``{kind: http_count, url, count_keys, ...}``: busy while the lists hold anything."""
+
+    kind: Literal["http_count"] = "http_count"
+    count_keys: list[str] = Field(min_length=1, description="dotted paths of the lists whose lengths are summed")
+    models_key: str | None = Field(None, description="dotted path of the list of loaded models, for per-model release")
+    model_field: str = Field("name", description="the field of each entry of that list that names the model")
 
     @field_validator("count_keys")
     @classmethod
@@ -193,17 +198,19 @@ class Corroborator:
         )
 
 
-class HttpCountSource(Source):
-    """Reads the URL every ``every_s`` (and at once on ``refresh()``) on its own thread."""
+class HttpProbe(Source):
+    """Reads the URL every ``every_s`` (and at once on ``refresh()``) on its own thread; a
+    subclass says what an answer claims (:meth:`parse`)."""
 
-    Options = HttpCountOptions
+    Options: ClassVar[type[HttpProbeOptions]] = HttpProbeOptions
     uses_vram = True
+    accept = "application/json"
 
     def __init__(
-        self, options: HttpCountOptions, context: PluginContext, clock: Callable[[], float] = time.monotonic
+        self, options: HttpProbeOptions, context: PluginContext, clock: Callable[[], float] = time.monotonic
     ) -> None:
         super().__init__(options, context)
-        self.options: HttpCountOptions = options
+        self.options: HttpProbeOptions = options
         self._clock = clock
         floor = None if options.vram_floor_gb is None else round(options.vram_floor_gb * GIB)
         self._judge = Corroborator(floor, options.stale_after_s)
@@ -222,7 +229,7 @@ class HttpCountSource(Source):
         self._on_change = on_change
         if self._thread is None:
             self._thread = threading.Thread(
-                target=self._loop, name=f"arbiter-http_count:{self.options.url}", daemon=True
+                target=self._loop, name=f"arbiter-{type(self).__name__}:{self.options.url}", daemon=True
             )
             self._thread.start()
 
@@ -250,7 +257,7 @@ class HttpCountSource(Source):
         import httpx  # here: a process that never probes over HTTP does not carry it (it is large)
 
         try:
-            headers = {"Accept": "application/json", **secret_values(self.options.headers)}
+            headers = {"Accept": self.accept, **secret_values(self.options.headers)}
         except ValueError as exc:  # unknown: counted as busy, and said
             self._set(
                 SourceState(readable=False, busy=None, why=f"{self.options.url}: {exc}", changed_at=self._clock())
@@ -281,7 +288,7 @@ class HttpCountSource(Source):
             try:
                 self._on_change(state)
             except Exception:
-                log.exception("http_count source %s: on_change failed", self.options.url)
+                log.exception("busy probe %s: on_change failed", self.options.url)
         return state
 
     def _fetch(self, client: httpx.Client) -> tuple[Answer | None, str]:
@@ -299,13 +306,13 @@ class HttpCountSource(Source):
         if response.status_code != 200:
             return None, f"{url} answered HTTP {response.status_code}: {quote(response.text)}"
         try:
-            doc = response.json()
-        except ValueError:
-            return None, f"{url} did not answer JSON: {quote(response.text)!r}"
-        try:
-            return read_answer(doc, self.options.count_keys, self.options.models_key, self.options.model_field), ""
+            return self.parse(response.text), ""
         except ValueError as exc:
-            return None, f"{url}: {exc}; check count_keys/models_key against what it answers"
+            return None, f"{url}: {exc}"
+
+    def parse(self, text: str) -> Answer:
+        """What one answer (a 200's body) claims; ValueError says how it has the wrong shape."""
+        raise NotImplementedError
 
     def _judged(self, answer: Answer) -> SourceState:
         busy, why = self._judge.judge(answer, self._held, self._clock())
@@ -322,3 +329,30 @@ class HttpCountSource(Source):
             )
         self._state = state
         return changed
+
+
+def json_answer(text: str) -> Any:
+    """The JSON document of an answer; ValueError quotes what it was instead."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ValueError(f"did not answer JSON: {quote(text)!r}") from None
+
+
+class HttpCountSource(HttpProbe):
+    """Busy while the lists under ``count_keys`` hold anything."""
+
+    Options = HttpCountOptions
+
+    def __init__(
+        self, options: HttpCountOptions, context: PluginContext, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        super().__init__(options, context, clock)
+        self.options: HttpCountOptions = options
+
+    def parse(self, text: str) -> Answer:
+        o = self.options
+        try:
+            return read_answer(json_answer(text), o.count_keys, o.models_key, o.model_field)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; check count_keys/models_key against what it answers") from None

@@ -35,7 +35,12 @@ class WebsocketOptions(KindOptions):
         return False
 
     kind: Literal["websocket"] = "websocket"
-    url: str = Field(description="the ws:// or wss:// URL, e.g. ws://127.0.0.1:8188/ws")
+    url: str = Field(
+        description=(
+            "the ws:// or wss:// URL, e.g. ws://127.0.0.1:8188/ws; an http:// or https:// one (a path taken "
+            "from the rule's base_url) is connected as ws:// or wss://"
+        )
+    )
     retry_s: float = Field(2.0, gt=0, le=600, description="first wait before connecting again")
     max_retry_s: float = Field(15.0, gt=0, le=3600, description="the wait doubles up to this")
     open_timeout_s: float = Field(5.0, gt=0, le=60, description="a connection not open by then failed")
@@ -43,6 +48,8 @@ class WebsocketOptions(KindOptions):
     @field_validator("url")
     @classmethod
     def _ws(cls, value: str) -> str:
+        if value.startswith(("http://", "https://")):
+            return "ws" + value[len("http") :]  # the same server's websocket endpoint
         if not value.startswith(("ws://", "wss://")):
             raise ValueError(f"url must start with ws:// or wss:// (got {value!r})")
         return value

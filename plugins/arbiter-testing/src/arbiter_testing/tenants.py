@@ -23,16 +23,22 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
 def start_fake(
     node: Any, state_file: Path, ready_dir: Path, program: str, *args: str, timeout: float = 30.0
 ) -> dict[str, Any]:
-    """Start the fake ``program`` (``llm`` or ``diffusion``) as a child of ``node`` (a
-    ``HarnessNode``), on a 16 GiB board kept in ``state_file``; what it says once listening
+    """Start the fake ``program`` (``llm``, ``diffusion``, ``vllm``, ``llamacpp``, ``sglang`` or
+    ``tgi``) as a child of ``node``
+    (a ``HarnessNode``), on a 16 GiB board kept in ``state_file``; what it says once listening
     (``url`` among it), with its process as ``proc``."""
     ready = ready_dir / f"{program}.ready"
+    if program == "vllm":
+        module = ["arbiter_testing.fake_vllm"]
+    elif program in ("llamacpp", "sglang", "tgi"):
+        module = ["arbiter_testing.fake_llm_servers", program]
+    else:
+        module = ["arbiter_testing.fake_servers", program]
     proc = node.spawn(
         [
             sys.executable,
             "-m",
-            "arbiter_testing.fake_servers",
-            program,
+            *module,
             "--state-file",
             str(state_file),
             "--ready-file",

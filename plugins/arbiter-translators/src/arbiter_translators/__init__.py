@@ -1,6 +1,6 @@
 """arbiter translator kinds: ``signal`` (pause, resume, terminate, kill), ``cgroup_freeze``
 (pause a job's own cgroup v2, else signals), ``control_doc``, ``http_post`` (ask a daemon to
-release its VRAM), ``http_knob`` (a duty as a daemon's own setting) and ``gpu_profile`` (an
+release its VRAM, or to take it back) and ``gpu_profile`` (an
 NVIDIA GPU's power limit and locked clocks while a tenant works on it).
 
 Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
@@ -14,14 +14,13 @@ from arbiter.plugin import hookimpl
 from arbiter_translators.cgroup import CgroupFreezeTranslator
 from arbiter_translators.control import ControlDocTranslator
 from arbiter_translators.gpu_profile import GpuProfileTranslator
-from arbiter_translators.http import HttpKnobTranslator, HttpPostTranslator
+from arbiter_translators.http import HttpPostTranslator
 from arbiter_translators.signals import SignalTranslator
 
 __all__ = [
     "CgroupFreezeTranslator",
     "ControlDocTranslator",
     "GpuProfileTranslator",
-    "HttpKnobTranslator",
     "HttpPostTranslator",
     "SignalTranslator",
     "arbiter_register_translators",
@@ -34,5 +33,4 @@ def arbiter_register_translators(register: Callable[[str, type], None]) -> None:
     register("cgroup_freeze", CgroupFreezeTranslator)
     register("control_doc", ControlDocTranslator)
     register("http_post", HttpPostTranslator)
-    register("http_knob", HttpKnobTranslator)
     register("gpu_profile", GpuProfileTranslator)

@@ -1,18 +1,14 @@
-"""``http_post``: ask a daemon over HTTP to release its VRAM; ``http_knob``: turn a duty into a
-daemon's own setting (a batch size, a rate limit) through a templated request.
+"""``http_post``: ask a daemon over HTTP to release its VRAM, or to take it back.
 
-Both return what they sent and every error in an :class:`arbiter.plugin.ActionResult`: a
-tenant that does not answer must never break the daemon's loop.  Neither reaches its tenant
+It returns what it sent and every error in an :class:`arbiter.plugin.ActionResult`: a
+tenant that does not answer must never break the daemon's loop.  It never reaches its tenant
 through a proxy from the environment (tenants run on this host).
 """
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -121,7 +117,7 @@ class HttpPostTranslator(Translator):
     and none when none is.  Requests go one after another within ``timeout_s`` in all."""
 
     Options = HttpPostOptions
-    actions = frozenset({"release"})
+    actions = frozenset({"release", "reacquire"})
 
     def __init__(self, options: HttpPostOptions, context: PluginContext) -> None:
         super().__init__(options, context)
@@ -143,9 +139,16 @@ class HttpPostTranslator(Translator):
         return [(f"model {name}", {**self.options.body, self.options.model_field: name}) for name in seen]
 
     def release(self, tenant: str, models: Sequence[str] = ()) -> ActionResult:
-        requests = self.bodies(models)
+        return self._send(tenant, models, "release")
+
+    def reacquire(self, tenant: str, models: Sequence[str] = ()) -> ActionResult:
+        """The same request, sent to bring the tenant back (``url`` is its wake-up URL)."""
+        return self._send(tenant, models, "reacquire")
+
+    def _send(self, tenant: str, models: Sequence[str], action: str) -> ActionResult:
+        requests = [(action if what == "release" else what, body) for what, body in self.bodies(models)]
         if not requests:
-            return ActionResult(note=f"{tenant!r} has no model loaded: nothing to release, no request sent")
+            return ActionResult(note=f"{tenant!r} has no model loaded: nothing to {action}, no request sent")
         url, timeout = self.options.url, self.options.timeout_s
         sent: list[str] = []
         errors: list[str] = []
@@ -154,7 +157,7 @@ class HttpPostTranslator(Translator):
             for what, body in requests:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    errors.append(f"{what}: not sent, the release's {timeout:g}s (timeout_s) were used up")
+                    errors.append(f"{what}: not sent, the {action}'s {timeout:g}s (timeout_s) were used up")
                     continue
                 sent.append(what)
                 try:
@@ -165,137 +168,3 @@ class HttpPostTranslator(Translator):
                 if not 200 <= response.status_code < 300:
                     errors.append(f"{what}: POST {url} answered HTTP {response.status_code}: {_answer_text(response)}")
         return ActionResult(requested=tuple(sent), errors=tuple(errors))
-
-
-# --- http_knob ---------------------------------------------------------------------------------
-
-_PLACEHOLDER = re.compile(r"\{(duty|value)\}")
-
-
-def _render(template: Any, values: dict[str, Any], quote: bool = False) -> Any:
-    """``template`` with ``{duty}`` and ``{value}`` filled in.  A string that is only a
-    placeholder becomes the value itself (a number stays a number); inside a longer string it
-    is written as text.  Other braces are left as they are."""
-    if isinstance(template, str):
-        whole = _PLACEHOLDER.fullmatch(template)
-        if whole and not quote:
-            return values[whole.group(1)]
-
-        def text(m: re.Match[str]) -> str:
-            value = values[m.group(1)]
-            shown = json.dumps(value) if not isinstance(value, str) else value
-            return urllib.parse.quote(shown, safe="") if quote else shown
-
-        return _PLACEHOLDER.sub(text, template)
-    if isinstance(template, dict):
-        return {k: _render(v, values) for k, v in template.items()}
-    if isinstance(template, list):
-        return [_render(v, values) for v in template]
-    return template
-
-
-class HttpKnobOptions(KindOptions):
-    """``{kind: http_knob, url, method, body, levels}``: a duty as the program's own setting.
-
-    ``levels`` maps a duty to a value: a duty gets the value of the highest level at or below
-    it (``{0: 1, 0.5: 4, 1: 8}``: duty 0.7 → 4).  Without ``levels`` the value is the duty.
-    ``{duty}`` and ``{value}`` in ``url`` and in ``body``'s strings are filled in.
-    """
-
-    kind: Literal["http_knob"] = "http_knob"
-    url: str = Field(description="the URL; may contain {duty} and {value}")
-    method: Literal["POST", "PUT", "PATCH", "GET"] = Field("POST", description="the HTTP method that sets the value")
-    body: Any = Field(None, description="a JSON template; a string that is only {value} becomes the value itself")
-    levels: dict[float, Any] | None = Field(None, description="duty → value, e.g. {0: 1, 0.5: 4, 1: 8}")
-    timeout_s: float = Field(5.0, gt=0, le=60, description="a request not answered by then failed")
-    headers: dict[str, str | SecretRef] = Field(
-        default_factory=dict,
-        description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
-    )
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        return _http_url(value)
-
-    @field_validator("levels")
-    @classmethod
-    def _levels(cls, value: dict[float, Any] | None) -> dict[float, Any] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("levels is empty: give at least {0: VALUE}")
-        bad = [k for k in value if not 0.0 <= k <= 1.0]
-        if bad:
-            raise ValueError(f"levels are duties from 0 to 1; {', '.join(f'{k:g}' for k in bad)} is not")
-        if 0.0 not in value:
-            raise ValueError("levels must include 0, so that every duty has a value")
-        return dict(sorted(value.items()))
-
-    @model_validator(mode="after")
-    def _get_has_no_body(self) -> HttpKnobOptions:
-        if self.method == "GET" and self.body is not None:
-            raise ValueError("a GET request sends no body: put {value} in the url, or use POST or PUT")
-        return self
-
-    def value_for(self, duty: float) -> Any:
-        if self.levels is None:
-            return round(duty, 4)
-        chosen = self.levels[0.0]
-        for level, value in self.levels.items():
-            if level <= duty + 1e-9:  # a duty of 0.5 written as 0.49999… still reaches 0.5
-                chosen = value
-        return chosen
-
-    def needs_trusted_file(self) -> str | None:
-        return "sends requests that change what a program does"
-
-
-class HttpKnobTranslator(Translator):
-    """Sends the rendered request when the value it would set differs from the last one it set
-    (many duties map to one level; a failed request is sent again next time)."""
-
-    Options = HttpKnobOptions
-    actions = frozenset({"duty"})
-
-    def __init__(self, options: HttpKnobOptions, context: PluginContext) -> None:
-        super().__init__(options, context)
-        self.options: HttpKnobOptions = options
-        self._lock = threading.Lock()
-        self._client = _client(options.headers)
-        self._applied: tuple[str, str, str] | None = None  # the last request that succeeded
-
-    def close(self) -> None:
-        self._client.close()
-
-    def request_for(self, duty: float) -> tuple[str, str, Any]:
-        """(method, url, body) for ``duty``."""
-        value = self.options.value_for(duty)
-        values = {"duty": round(duty, 4), "value": value}
-        url = _render(self.options.url, values, quote=True)
-        body = None if self.options.body is None else _render(self.options.body, values)
-        return self.options.method, url, body
-
-    def set_duty(self, tenant: str, duty: float) -> ActionResult:
-        if not 0.0 <= duty <= 1.0:
-            return ActionResult(errors=(f"duty {duty!r} for {tenant!r} is not between 0 and 1",))
-        method, url, body = self.request_for(duty)
-        value = self.options.value_for(duty)
-        what = f"{method} {url} value {json.dumps(value)} (duty {duty:.2f})"
-        key = (method, url, json.dumps(body, sort_keys=True))
-        with self._lock:
-            if key == self._applied:
-                return ActionResult(note=f"{tenant!r} already has value {json.dumps(value)}: no request sent")
-            try:
-                response = http_read(self._client, method, url, total_s=self.options.timeout_s, json=body)
-            except Exception as exc:  # returned, never raised into the loop
-                self._applied = None
-                return ActionResult(requested=(what,), errors=(_failure(what, url, exc, self.options.timeout_s),))
-            if not 200 <= response.status_code < 300:
-                self._applied = None
-                return ActionResult(
-                    requested=(what,),
-                    errors=(f"{what}: answered HTTP {response.status_code}: {_answer_text(response)}",),
-                )
-            self._applied = key
-        return ActionResult(requested=(what,))

@@ -1,0 +1,194 @@
+"""A fake vLLM OpenAI-compatible server with sleep mode, shaped like the real one's documented API.
+
+- ``GET /health``: 200 while it serves.
+- ``GET /v1/models``: ``{"object": "list", "data": [{"id": MODEL, "object": "model", ...}]}``.
+- ``GET /metrics``: the Prometheus text format, with the gauges ``vllm:num_requests_running``
+  and ``vllm:num_requests_waiting`` labelled ``model_name`` (and a counter beside them).
+- ``POST /v1/completions`` ``{"model", "prompt", "max_tokens"}``: runs for ``gen_s`` (the
+  running gauge counts it), then answers a ``text_completion``; while asleep it fails.
+- ``POST /sleep?level=1`` (sleep mode, served with ``VLLM_SERVER_DEV_MODE=1``): level 1
+  offloads the weights to CPU memory and discards the KV cache, so the VRAM falls to what the
+  CUDA context keeps; answered 200 with no body once done.  ``POST /wake_up``: the weights
+  and cache come back over ``wake_s``, then 200.  ``GET /is_sleeping``: ``{"is_sleeping": bool}``.
+
+Like the real server it preallocates its KV cache: it holds the same VRAM idle or busy, so
+VRAM cannot say whether it works.  Its VRAM goes to a :class:`VramBoard` for the ``fake``
+reader.  Run as a process: ``python -m arbiter_testing.fake_vllm --state-file F --ready-file R``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from arbiter_testing.fake_reader import write_state
+from arbiter_testing.fake_servers import WORKING_SHARE, _App
+from arbiter_testing.vram_board import GIB, VramBoard
+
+#: what a sleeping engine keeps on the device (its CUDA context and buffers)
+ASLEEP_BYTES = 512 << 20
+
+
+class FakeVllmServer(_App):
+    """One model, its weights and KV cache preallocated in ``held_bytes``."""
+
+    def __init__(
+        self,
+        board: VramBoard,
+        model: str = "Qwen/Qwen2.5-7B-Instruct",
+        held_bytes: int = 13 * GIB,
+        gen_s: float = 0.5,
+        wake_s: float = 0.2,
+        pid: int | None = None,
+        port: int = 0,
+    ) -> None:
+        super().__init__(port)
+        self.board = board
+        self.model, self.full_bytes, self.gen_s, self.wake_s = model, held_bytes, gen_s, wake_s
+        self.pid = os.getpid() if pid is None else pid
+        self._lock = threading.Lock()
+        self.sleeping = False
+        self.level = 0
+        self.running = 0
+        self.wakes = 0
+        self.sleeps = 0
+        #: "500": /wake_up fails with HTTP 500 and it stays asleep (a test's fault)
+        self.wake_fault = ""
+        self.routes[("GET", "/health")] = lambda body: (200, None)
+        self.routes[("GET", "/v1/models")] = lambda body: (200, self.models())
+        self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics().encode())
+        self.routes[("GET", "/is_sleeping")] = lambda body: (200, {"is_sleeping": self.is_sleeping()})
+        self.routes[("POST", "/sleep")] = self._sleep_route
+        self.routes[("POST", "/wake_up")] = self._wake_route
+        self.routes[("POST", "/v1/completions")] = self._completion_route
+        # not the real program's: a test in another process sets or clears the wake-up fault
+        self.routes[("POST", "/debug/wake_fault")] = self._fault_route
+        self._publish()
+
+    def is_sleeping(self) -> bool:
+        with self._lock:
+            return self.sleeping
+
+    def held_bytes(self) -> int:
+        with self._lock:
+            return ASLEEP_BYTES if self.sleeping else self.full_bytes
+
+    def _publish(self) -> None:
+        with self._lock:
+            held = ASLEEP_BYTES if self.sleeping else self.full_bytes
+            share = WORKING_SHARE if self.running else 0.0
+        self.board.set(self.pid, held, share)
+
+    def models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "vllm", "root": self.model}],
+        }
+
+    def metrics(self) -> str:
+        with self._lock:
+            running = self.running
+        label = f'{{engine="0",model_name="{self.model}"}}'
+        return (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{label} {float(running)}\n"
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{label} 0.0\n"
+            "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+            "# TYPE vllm:prompt_tokens_total counter\n"
+            f"vllm:prompt_tokens_total{label} {float(self.sleeps + self.wakes)}\n"
+        )
+
+    def _query(self, path: str) -> dict[str, list[str]]:
+        """The query of the latest request to ``path`` (routes are given the body only)."""
+        for seen in reversed(self.requests("POST")):
+            split = urlsplit(seen.path)
+            if split.path == path:
+                return parse_qs(split.query)
+        return {}
+
+    def _sleep_route(self, body: Any) -> tuple[int, Any]:
+        level = int(self._query("/sleep").get("level", ["1"])[0])
+        with self._lock:
+            self.sleeping, self.level = True, level
+            self.sleeps += 1
+        self._publish()
+        return 200, None
+
+    def _fault_route(self, body: Any) -> tuple[int, Any]:
+        self.wake_fault = str((body or {}).get("fault", ""))
+        return 200, {"fault": self.wake_fault}
+
+    def _wake_route(self, body: Any) -> tuple[int, Any]:
+        if self.wake_fault == "500":
+            return 500, {"object": "error", "message": "CUDA error: out of memory", "type": "InternalServerError"}
+        time.sleep(self.wake_s)  # the weights come back from CPU memory
+        with self._lock:
+            self.sleeping, self.level = False, 0
+            self.wakes += 1
+        self._publish()
+        return 200, None
+
+    def _completion_route(self, body: Any) -> tuple[int, Any]:
+        if not isinstance(body, dict) or body.get("model") != self.model:
+            return 404, {"object": "error", "message": f"The model `{(body or {}).get('model')}` does not exist."}
+        with self._lock:
+            if self.sleeping:
+                return 500, {"object": "error", "message": "the engine is sleeping", "type": "InternalServerError"}
+            self.running += 1
+        self._publish()
+        try:
+            time.sleep(self.gen_s)
+        finally:
+            with self._lock:
+                self.running -= 1
+            self._publish()
+        return 200, {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "text": " ok", "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+
+    def stop(self) -> None:
+        super().stop()
+        self.board.remove(self.pid)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m arbiter_testing.fake_vllm")
+    parser.add_argument("--state-file", required=True, help="the fake reader's state file")
+    parser.add_argument("--ready-file", required=True, help="written with {pid, url} once serving")
+    parser.add_argument("--total-gb", type=float, default=24.0)
+    parser.add_argument("--held-gb", type=float, default=13.0, help="weights and KV cache, preallocated")
+    parser.add_argument("--gen-s", type=float, default=0.5)
+    parser.add_argument("--wake-s", type=float, default=0.2)
+    parser.add_argument("--wake-fault", choices=["", "500"], default="", help="answer /wake_up with HTTP 500")
+    args = parser.parse_args(argv)
+    board = VramBoard(args.state_file, int(args.total_gb * GIB))
+    fake = FakeVllmServer(board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s, wake_s=args.wake_s)
+    fake.wake_fault = args.wake_fault
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    fake.start()
+    try:
+        write_state(args.ready_file, {"pid": os.getpid(), "url": fake.url})
+        stop.wait()
+    finally:
+        fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
