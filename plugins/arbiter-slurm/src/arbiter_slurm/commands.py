@@ -79,7 +79,7 @@ def run(args: list[str], timeout: float = TIMEOUT_S) -> str:
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise SlurmError(f"`{' '.join(args)}` failed with exit {done.returncode}: {' / '.join(said)[:400]}")
-    return done.stdout
+    return str(done.stdout)
 
 
 def parse_squeue(text: str) -> list[SlurmJob]:
