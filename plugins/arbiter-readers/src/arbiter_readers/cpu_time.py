@@ -1,6 +1,9 @@
 """``cpu_time``: each process's CPU time, read as if it were GPU busy time.
 
-A stand-in for demos and tests on hosts without a readable GPU.  It never counts unless
+A stand-in for demos and tests on hosts without a readable GPU.  Busy is time on a CPU, as
+it is for a job holding a duty on the CPU (``arbiter.sdk.Duty(device="cpu")`` times each
+unit by its thread's CPU time): time spent waiting for a CPU, after an idle or in a unit,
+is counted by neither.  It never counts unless
 the node config says ``stand_in_gpu: true``: a CPU reading must not silently stand in
 for a GPU reader that failed.  The daemon's process table holds each process's CPU time,
 and the reading is taken from it; where it does not (or for each thread), a child worker
@@ -58,12 +61,6 @@ class CpuTimeOptions(KindOptions):
         description="count each thread as its own engine, so the busiest thread is the "
         "measure (a job whose units run on one thread beside others)",
     )
-    waiting: bool = Field(
-        False,
-        description="with threads, count the time a thread was ready but waited for a CPU "
-        "as busy (Linux schedstat): the time it wanted the engine, so a duty "
-        "measured on a crowded host is not read short",
-    )
 
 
 class CpuTimeReader(Reader):
@@ -92,7 +89,7 @@ class CpuTimeReader(Reader):
             return GpuReading(readable=False, at_ns=time.monotonic_ns(), device="cpu", why=NOT_ALLOWED)
         at_ns = time.monotonic_ns()
         if _LINUX:
-            request = (list(pids), bool(self.options.threads), bool(self.options.waiting))
+            request = (list(pids), bool(self.options.threads))
             with self._lock:
                 answer = self._from_child(request)
                 if answer is None:
