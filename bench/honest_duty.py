@@ -180,13 +180,13 @@ def run_job(
     return cells
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0, help="the honest jobs' time in all")
     parser.add_argument("--no-hog", action="store_true", help="leave the other core alone")
     parser.add_argument("--sdk", help="a folder holding a copy of arbiter/sdk as arbiter_sdk/")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     module = "arbiter_sdk" if args.sdk else "arbiter.sdk"
     job = HONEST_JOB.format(module=module)
     per_duty = args.minutes * 60 / len(DUTIES)
