@@ -95,15 +95,15 @@ class Duty:
         self._installed = True
 
     def _on_continue(self, signum: int, frame: Any) -> None:
-        self._continued_at = self._clock()
-        self._continues += 1
+        self.continued()
         if callable(self._chained):
             self._chained(signum, frame)
 
     def continued(self) -> None:
-        """Say the process was just continued after a stop the Duty cannot see (a job that
-        handles ``SIGCONT`` itself after the Duty was made, or learns of a thaw)."""
-        self._on_continue(0, None)
+        """Say the process was just continued after a stop (the SIGCONT handler says so; call
+        it where the Duty cannot see one: a job that handles ``SIGCONT`` itself, or a thaw)."""
+        self._continued_at = self._clock()
+        self._continues += 1
 
     # --- the duty -------------------------------------------------------------------------
 
