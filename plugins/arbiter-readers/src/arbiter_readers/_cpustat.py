@@ -9,12 +9,15 @@ daemon's interpreter its fast path would wait for them.
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Collection
 
-#: a request: (the pids, whether each thread is its own engine); the answer maps each readable
-#: pid to its busy nanoseconds, or with threads to {"thread:<tid>": nanoseconds}
+#: a request: (the pids, whether each thread is its own engine); the answer is (when the reads
+#: began, by CLOCK_MONOTONIC in nanoseconds, and a map of each readable pid to its busy
+#: nanoseconds, or with threads to {"thread:<tid>": nanoseconds})
 Request = tuple[list[int], bool]
+Answer = tuple[int, dict[int, int] | dict[int, dict[str, int]]]
 
 
 def _busy_ns_of(data: bytes | None, ns_per_tick: float) -> int | None:
@@ -113,11 +116,14 @@ class BusyTimes:
         self.files = _StatFiles(keep)
         weakref.finalize(self, self.files.close)
 
-    def __call__(self, request: Request) -> dict[int, int] | dict[int, dict[str, int]]:
+    def __call__(self, request: Request) -> Answer:
+        # the time of the read itself, not of the request: a child answering late on a busy
+        # host must not stretch one sample and shrink the next
         pids, threads = request
         ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
+        at_ns = time.monotonic_ns()
         if threads:
-            return {pid: engines for pid in pids if (engines := _threads_busy_ns(pid, ns_per_tick))}
+            return at_ns, {pid: engines for pid in pids if (engines := _threads_busy_ns(pid, ns_per_tick))}
         asked = set(pids)
         self.files.keep_only(asked)
         busy_ns: dict[int, int] = {}
@@ -125,7 +131,7 @@ class BusyTimes:
             busy = _busy_ns_of(self.files.read(pid), ns_per_tick)
             if busy is not None:
                 busy_ns[pid] = busy
-        return busy_ns
+        return at_ns, busy_ns
 
     def close(self) -> None:
         self.files.close()

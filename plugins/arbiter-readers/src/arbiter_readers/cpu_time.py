@@ -33,7 +33,7 @@ from arbiter.plugin import (
     open_file_share,
 )
 from arbiter_readers import _cpustat
-from arbiter_readers._cpustat import BusyTimes, Request
+from arbiter_readers._cpustat import Answer, BusyTimes, Request
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
 ENGINE = "cpu"
@@ -41,9 +41,9 @@ _LINUX = sys.platform.startswith("linux")
 
 
 def _well_formed(answer: object) -> bool:
-    if type(answer) is not dict:
+    if type(answer) is not tuple or len(answer) != 2 or type(answer[0]) is not int or type(answer[1]) is not dict:
         return False
-    for pid, busy in answer.items():
+    for pid, busy in answer[1].items():
         if type(pid) is not int:
             return False
         if type(busy) is dict:
@@ -94,8 +94,9 @@ class CpuTimeReader(Reader):
                 answer = self._from_child(request)
                 if answer is None:
                     answer = self._busy(request)
-                read = self._processes(answer)
-            return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=read)
+                read_at_ns, busy = answer
+                read = self._processes(busy)
+            return GpuReading(readable=True, at_ns=read_at_ns, device="cpu", processes=read)
         processes: dict[int, ProcessGpu] = {}
         for pid in pids:
             try:
@@ -133,7 +134,7 @@ class CpuTimeReader(Reader):
         with self._lock:
             return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=self._processes(busy))
 
-    def _from_child(self, request: Request) -> dict[int, Any] | None:
+    def _from_child(self, request: Request) -> Answer | None:
         if self._child is None:
             return None
         try:
