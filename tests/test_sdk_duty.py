@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -89,6 +90,112 @@ def test_scale_sizes_units_to_the_duty_share_of_a_second() -> None:
     assert duty.scale() == pytest.approx(4.0)  # small units may grow
 
 
+class FakeCpu:
+    """A thread's CPU time beside a FakeClock: it advances only while the unit runs."""
+
+    def __init__(self) -> None:
+        self.now = 7.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_cpu_unit_counts_the_cpu_time_it_ran_not_its_waits_for_a_cpu() -> None:
+    clock, cpu = FakeClock(), FakeCpu()
+    duty = Duty(device="cpu", clock=clock, sleep=clock.sleep, cpu_clock=cpu)
+    duty.set(0.25)
+    with duty.unit():
+        clock.now += 0.2  # 0.2 s on the wall clock, half of it waiting for a CPU
+        cpu.now += 0.1
+    # it ran 0.1 s: the next unit begins 0.4 s after this one began, 0.2 s after it ended
+    assert duty.busy_s == pytest.approx(0.1) and sum(clock.slept) == pytest.approx(0.2)
+
+
+def test_a_cpu_unit_stopped_from_outside_idles_only_for_what_it_ran() -> None:
+    clock, cpu = FakeClock(), FakeCpu()
+    duty = Duty(device="cpu", clock=clock, sleep=clock.sleep, cpu_clock=cpu)
+    duty.set(0.2)
+    with duty.unit():
+        clock.now += 3.0  # stopped 3 s in the middle of 10 ms of work
+        clock.now += 0.01
+        cpu.now += 0.01
+    # the stop was idle enough: nothing is owed (it was 12 s of idle when the stop counted)
+    assert duty.busy_s == pytest.approx(0.01) and sum(clock.slept) == pytest.approx(0.0)
+    run_unit_cpu = 0.01
+    with duty.unit():
+        clock.now += run_unit_cpu
+        cpu.now += run_unit_cpu
+    assert sum(clock.slept) == pytest.approx(0.04)  # the next unit idles its own 0.01·(1−0.2)/0.2
+
+
+def test_a_gpu_unit_continued_after_a_stop_counts_what_ran_after_and_one_unit_before() -> None:
+    clock = FakeClock()
+    duty = Duty(clock=clock, sleep=clock.sleep)
+    duty.set(0.2)
+    run_unit(duty, clock, 0.05)
+    clock.slept.clear()
+    with duty.unit():
+        clock.now += 0.02
+        clock.now += 3.0  # stopped (SIGSTOP) for 3 s
+        duty.continued()  # what the SIGCONT handler does
+        clock.now += 0.03
+    # 0.03 after the continue plus at most the last unit (0.05) before it; stop time is idle
+    assert duty.busy_s == pytest.approx(0.05 + 0.08)
+    assert sum(clock.slept) == pytest.approx(0.0)  # 3.05 s since it began is more than 0.08/0.2
+
+
+def test_no_idle_is_longer_than_the_longest_unit_allows() -> None:
+    clock = FakeClock()
+    duty = Duty(clock=clock, sleep=clock.sleep, max_unit_s=0.5)
+    duty.set(0.2)
+    run_unit(duty, clock, 30.0)  # a frozen cgroup, unseen: 30 s of wall time in one unit
+    assert sum(clock.slept) == pytest.approx(0.0)  # 0.5/0.2 = 2.5 s since it began: owed nothing
+    clock.slept.clear()
+    run_unit(duty, clock, 0.8)
+    # counted as 0.5 s: the next begins 2.5 s after it began, an idle under 0.5·(1−0.2)/0.2
+    assert sum(clock.slept) == pytest.approx(2.5 - 0.8)
+
+
+def test_a_real_job_stopped_mid_unit_resumes_within_its_own_idle(tmp_path: Path) -> None:
+    # a unit of 0.3 s at duty 0.2 idles 1.2 s; stopped 3 s inside a unit, it once idled 13 s
+    marks = tmp_path / "marks"
+    script = (
+        "import os, sys, time\n"
+        "from arbiter.sdk import Duty\n"
+        "device, marks = sys.argv[1], sys.argv[2]\n"
+        "d = Duty(device=device); d.set(0.2)\n"
+        "work = (lambda: time.sleep(0.3)) if device == 'gpu' else (lambda: [t := time.thread_time(), "
+        "[0 for _ in iter(lambda: time.thread_time() - t < 0.3, False)]])\n"
+        "for i in range(4):\n"
+        "    with d.unit():\n"
+        "        open(marks, 'a').write(f'{i} {time.monotonic()}\\n')\n"
+        "        work()\n"
+    )
+    for device in ("gpu", "cpu"):
+        marks.unlink(missing_ok=True)
+        job = subprocess.Popen([sys.executable, "-c", script, device, str(marks)])
+        try:
+
+            def lines() -> list[list[str]]:
+                return [x.split() for x in marks.read_text().splitlines()] if marks.exists() else []
+
+            wait_until(lambda: len(lines()) >= 2, 30, "the second unit to begin")
+            job.send_signal(signal.SIGSTOP)  # inside the second unit's 0.3 s (or in its idle)
+            time.sleep(3.0)  # the outside pause being tested, not a wait for something
+            job.send_signal(signal.SIGCONT)
+            continued = time.monotonic()
+            wait_until(lambda: len(lines()) >= 3, 30, "the unit after the stop to begin")
+            after = float(lines()[2][1]) - continued
+            print(f"{device}: the next unit began {after:.2f} s after the continue")
+            # at most the rest of the unit (0.3 s) and its own idle (1.2 s), with room for a busy host
+            assert after < 3.0, (device, after)
+            assert job.wait(30) == 0
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+
+
 def in_thread(body: Callable[[], None]) -> tuple[threading.Thread, list[BaseException]]:
     """Run ``body`` on a thread of its own (a daemon thread: a unit idling for ever must not
     hold the test run); the exception it raised, if any, lands in the list."""
@@ -133,7 +240,7 @@ def test_a_pause_while_idling_buys_no_units_back_to_back(tmp_path: Path) -> None
 def test_gpu_duty_metric_every_two_seconds(tmp_path: Path) -> None:
     clock = FakeClock()
     events = tmp_path / "events.jsonl"
-    duty = Duty(events=str(events), device="cpu", clock=clock, sleep=clock.sleep)
+    duty = Duty(events=str(events), device="cpu", clock=clock, sleep=clock.sleep, cpu_clock=clock)
     duty.set(0.5)
     for _ in range(50):
         run_unit(duty, clock, 0.1)  # 0.2 s per unit: a report every 10 units

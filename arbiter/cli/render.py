@@ -261,7 +261,7 @@ def print_conformance(console: Console, job: str, results: list[Any]) -> None:
         table.add_row(
             r.name,
             f"{r.asked:.2f}",
-            "-" if r.reported is None else f"{r.reported:.3f}",
+            "-" if r.reported is None else f"{r.reported:.3f}" + (f" (waited {r.waited:.3f})" if r.waited else ""),
             "-" if r.measured is None else f"{r.measured:.3f}" + (f" ({r.measured_by})" if r.measured_by else ""),
             Text(r.verdict, style=style[r.verdict]),
             "\n".join(r.why) or "-",

@@ -414,6 +414,9 @@ class MetricEvent(_Event):
     busy: float = Field(ge=0)
     duty: Share
     device: Literal["gpu", "cpu"] = "gpu"
+    waited: float = Field(
+        0.0, ge=0, description="the share of the window its units took without running (waiting for a CPU, stopped)"
+    )
 
 
 class StopAckEvent(_Event):

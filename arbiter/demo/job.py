@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from arbiter.demo.protected import pin_to_first_cpu, work
+from arbiter.demo.protected import pin_to_first_cpu, work_cpu
 from arbiter.sdk import Control, Duty, Stopped
 
 
@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         while not args.seconds or time.monotonic() - started < args.seconds:
             if duty is not None:
                 with duty.unit():
-                    work(args.unit_s)
+                    work_cpu(args.unit_s)
             else:
-                work(args.unit_s)
+                work_cpu(args.unit_s)
             done += 1
             if ctl is not None and done % 50 == 0:
                 ctl.progress(done)

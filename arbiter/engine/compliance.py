@@ -7,6 +7,7 @@ state, what holds it and what goes on the timeline out.  Every number is a field
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,14 +33,19 @@ def trust_key(job: JobObs) -> str:
     return f"{job.owner_uid}:{job.name}"
 
 
-def untrusted_reason(name: str, trust: NameTrust, now: float) -> Reason:
-    left = (trust.untrusted_until or now) - now
+def untrusted_reason(name: str, trust: NameTrust, now: float, governed: bool = False) -> Reason:
+    """Why a run of an untrusted name waits.  ``governed``: a certificate would have let it
+    run beside a protected program under the budget, which its name is not trusted with."""
+    left = max(0.0, (trust.untrusted_until or now) - now)
     return Reason(
         codes.JOB_UNTRUSTED,
-        f"job name {name!r} was stopped for exceeding its GPU duty {len(trust.strikes)} times within the hour; "
-        f"its runs get no duty for another {left / 60:.0f} min",
-        "fix the job so it holds its duty (arbiter conform checks it), then run it again once the hour is over",
-        {"name": name, "untrusted_for_s": round(left, 1)},
+        f"job name {name!r} was stopped for exceeding its GPU duty "
+        f"{'once' if len(trust.strikes) == 1 else f'{len(trust.strikes)} times'} within the hour; "
+        f"its runs get no duty for another {max(1, math.ceil(left / 60)):d} min"
+        + (", so it waits like work that cannot throttle instead of running under the budget" if governed else ""),
+        f"it is trusted again in {max(1, math.ceil(left / 60)):d} min; "
+        "meanwhile fix the job so it holds its duty (`arbiter conform` checks it)",
+        {"name": name, "untrusted_for_s": round(left, 1), "strikes": len(trust.strikes)},
     )
 
 

@@ -55,6 +55,9 @@ class _Hold:
     applies: str = "all"
     #: a paired run of this rule decides for the work it covers, past this hold
     run_waives: str | None = None
+    #: under the governor, the remedy for work that may not run under the budget (its name is
+    #: not trusted with a duty): without the budget's way out, which is not this job's
+    remedy_unbudgeted: str | None = None
 
     def binds(self, job: JobObs, can_throttle: bool) -> bool:
         if not in_scope(self.scope, job):
@@ -149,6 +152,10 @@ def _rule_holds(
         else:
             evidence = {"rule": rid, "release_after_s": policy.release_after_s}
             why = f"it stopped using the GPU less than {policy.release_after_s:g}s ago"
+        remedy = remedy or (
+            f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
+            "(gpu_busy_threshold, gpu_release_after_s in arbiter.yaml)"
+        )
         holds.append(
             _Hold(
                 "gpu",
@@ -156,13 +163,12 @@ def _rule_holds(
                     code,
                     f"protected program {rid!r} uses the GPU: {why}",
                     remedy
-                    or f"nothing to do: it runs once {rid!r} stays below the threshold for {policy.release_after_s:g}s "
-                    "(gpu_busy_threshold, gpu_release_after_s in arbiter.yaml)"
                     + ("; work that declares cooperative_throttle runs beside it under the budget" if governed else ""),
                     evidence,
                 ),
                 applies="cannot_throttle" if governed else "all",
                 run_waives=rid,
+                remedy_unbudgeted=remedy if governed else None,
             )
         )
         if policy.gpu_jobs == "certified" and not governed:
@@ -330,10 +336,21 @@ def _job_verdict(
             since, reason = checked.state.stopped_at, checked.stop
         step = _stop_step(job, since, policy.stop_grace_s, now)
         return JobVerdict(job.job_id, "stopping", duty=0.0, stop_step=step, reasons=(reason,))  # type: ignore[arg-type]
-    pausing = [h.reason for h in holds if not h.soon and h.binds(job, can_throttle)]
+    binding = [h for h in holds if not h.soon and h.binds(job, can_throttle)]
+    pausing = [h.reason for h in binding]
+    if job.uses_gpu and checked.trust.untrusted(now):
+        # its name gets no duty: it waits where it would run under one (its manifest caps it,
+        # or a governor would give it a budget), and that comes first, as the reason that lasts
+        unbudgeted = [h for h in binding if h.remedy_unbudgeted is not None]
+        if job.max_duty < 1.0 or (_can_throttle(job) and unbudgeted):
+            pausing = [
+                untrusted_reason(job.name, checked.trust, now, governed=bool(unbudgeted)),
+                *(
+                    evolve(h.reason, remedy=h.remedy_unbudgeted) if h.remedy_unbudgeted is not None else h.reason
+                    for h in binding
+                ),
+            ]
     pausing.extend(checked.holds)
-    if job.uses_gpu and job.max_duty < 1.0 and checked.trust.untrusted(now):
-        pausing.append(untrusted_reason(job.name, checked.trust, now))  # it cannot be trusted with a duty
     soon = [h.reason for h in holds if h.soon and h.binds(job, can_throttle)]
     if job.user_hold:
         pausing.append(Reason(codes.JOB_HELD_BY_USER, "its owner paused it", f"arbiter job resume {job.job_id}"))

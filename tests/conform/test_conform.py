@@ -32,12 +32,14 @@ def test_llmbatch_holds_its_duties() -> None:
     results = {r["name"]: r for r in report["results"]}
     assert set(results) == {"duty-0.1", "duty-0.3", "duty-0.7"}
     for r in results.values():
-        print(f"\n{r['name']}: asked {r['asked']}, reported {r['reported']:.3f}, measured {r['measured']:.3f}")
-        assert r["verdict"] == "pass", r
-        assert (
-            abs(r["measured"] - r["asked"]) < 0.1
-            and r["measured_by"] == "CPU time of its busiest thread, with its waits for a CPU"
+        print(
+            f"\n{r['name']}: asked {r['asked']}, reported {r['reported']:.3f} (its units waited "
+            f"{r['waited']:.3f} for a CPU), measured {r['measured']:.3f}"
         )
+        assert r["verdict"] == "pass", r
+        assert r["measured"] < r["asked"] + 0.1 and r["measured_by"] == "CPU time of its busiest thread"
+        # it ran its duty, or wanted to and the host did not give it a CPU: it did not hold back too much
+        assert r["measured"] > r["asked"] - 0.1 or r["reported"] + r["waited"] > r["asked"] - 0.1, r
     assert code == 0
 
 
@@ -45,8 +47,8 @@ def test_a_job_that_lies_about_its_duty_fails() -> None:
     code, report = conform(HERE / "liar")
     [r] = report["results"]
     assert code == 1 and r["verdict"] == "fail"
-    # it spins flat out: about 1.0, its waits for a CPU on a crowded host counted
-    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.8
+    # it spins flat out: about 1.0 where it has a core, and still well over 0.4 beside a busy one
+    assert r["reported"] == pytest.approx(0.3) and r["measured"] > 0.5
     assert any("over 0.40" in why for why in r["why"]) and any("disagree" in why for why in r["why"])
 
 

@@ -5,6 +5,7 @@ the budget halves, then is taken back; `arbiter duty` and `explain` show each st
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -51,8 +52,8 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
             },
         )
         node.start()
-        # frames on a fixed schedule, late ones made up (as in the A/B harness tests): only the
-        # slow file moves its rate, not what other work on a busy machine takes of its core
+        # 50 frames a second on a fixed schedule, late ones made up: only the slow file moves
+        # its rate, however busy the machine (its 4 ms of CPU time a frame is its GPU use)
         protected = node.spawn(
             [
                 PYTHON,
@@ -60,11 +61,11 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
                 "arbiter.demo.protected",
                 "--events",
                 str(events),
-                "--frame-s",
-                "0.01",
-                "--catch-up",
                 "--step-s",
-                "0.002",
+                "0.004",
+                "--frame-s",
+                "0.02",
+                "--catch-up",
                 "--slow-file",
                 str(slow),
                 "--no-pin",
@@ -157,5 +158,99 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
         assert [r["code"] for r in reasons][:2] == ["PROTECTED_GPU_BUSY", "GPU_NOT_CERTIFIED"]
         assert reasons[1]["remedy"] == "arbiter ab sweep --rule frames"
         assert "no governor runs" in duty(node)["summary"]
+    finally:
+        node.close()
+
+
+def certify(node: HarnessNode, protected: subprocess.Popen, rule: str, duty: float) -> None:
+    """A valid certificate for ``rule`` at ``duty``, as a passing paired run stores it."""
+    exe = psutil.Process(protected.pid).exe()
+    store = Store(node.state_dir / "state.db")
+    store.add_certificate(
+        Certificate(
+            rule=rule,
+            work="gpu",
+            duty=duty,
+            r=0.995,
+            r_low=0.985,
+            r_high=1.004,
+            margin=0.02,
+            run_id="test",
+            issued_at=time.time(),
+            node="here",
+            fingerprint=node.call("certificates")["node"],
+            exe_path=exe,
+            exe_sha256=ExeHasher().digest(exe) or "",
+        )
+    )
+    store.close()
+    node.wait_for(lambda: node.call("certificates")["certificates"][0]["status"] == "valid")
+
+
+def test_a_name_caught_over_its_duty_waits_and_explain_says_distrust_first(tmp_path: Path) -> None:
+    events = tmp_path / "progress.jsonl"
+    manifest = tmp_path / "batch.yaml"
+    manifest.write_text("name: batch\ncapabilities: [cooperative_throttle]\ngpu: {use: shared}\n")
+    node = HarnessNode(
+        tmp_path,
+        gpu_jobs="certified",
+        tick_s=0.25,
+        stop_grace_s=1,
+        governor={"period_s": 1, "baseline_s": 1, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05},
+        # a spinner at duty 0.1 reads over 0.2 beside as many as nine other busy processes
+        compliance={"sample_s": 0.5, "pause_s": 1, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600},
+    )
+    try:
+        node.add_rule(
+            "frames",
+            {
+                "id": "frames",
+                "match": {"cmdline": [f"arbiter.demo.protected --events {events}"]},  # this test's stand-in alone
+                # the budget stays at the certificate's duty: no slowdown of the stand-in halves it
+                "protect": {
+                    "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
+                    "max_slowdown": 0.9,
+                },
+            },
+        )
+        node.start()
+        protected = node.spawn(
+            [PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.01", "--no-pin"]
+        )
+        node.wait_for(lambda: node.status()["rules"][0]["using_gpu"])
+        certify(node, protected, "frames", 0.1)
+
+        # a job that says it holds its duty and spins flat out: given 0.1, it is caught and stopped
+        cheater = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))
+        try:
+            cheater.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            print(json.dumps(node.call("explain", subject="batch")["explain"]["items"][0], indent=1)[:3000])
+            print(json.dumps(duty(node))[:3000])
+            for e in node.call("timeline", limit=60)["events"]:
+                print(e["code"], e["message"])
+            raise
+        node.events("JOB_UNTRUSTED")
+
+        # its next run waits: for its name's distrust first, then for the program it may not run beside
+        again = node.job_run([PYTHON, "-c", "pass"], "--manifest", str(manifest))
+        node.wait_for(lambda: (j := node.job("batch")) and j["state"] == "held" and len(j["reasons"]) >= 2, timeout=30)
+        item = node.call("explain", subject="batch")["explain"]["items"][0]
+        print("\n" + "\n".join(f"{r['code']}: {r['message']} -> {r['remedy']}" for r in item["reasons"]))
+        distrust, busy = item["reasons"][:2]
+        assert distrust["code"] == "JOB_UNTRUSTED" and busy["code"] == "PROTECTED_GPU_BUSY"
+        assert "instead of running under the budget" in distrust["message"]
+        assert "trusted again in 10 min" in distrust["remedy"]
+        assert "under the budget" not in busy["remedy"]  # the budget is no way out for this name
+        assert again.poll() is None
+        out = subprocess.run(
+            [PYTHON, "-m", "arbiter", "explain", "--config", str(node.config_path), "batch"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        ).stdout
+        assert out.index("JOB_UNTRUSTED") < out.index("PROTECTED_GPU_BUSY"), out
     finally:
         node.close()

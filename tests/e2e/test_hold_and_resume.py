@@ -319,3 +319,50 @@ def test_start_keeps_on_record_what_a_previous_daemon_left_and_cannot_resume(nod
     assert node.events("JOB_RESUMED", contains="left by a previous daemon")
     rows = [json.loads(line) for line in (node.state_dir / "paused.journal").read_text().splitlines()]
     assert [r["entries"][0][:3] for r in rows] == [["left-behind", "control", sleeper.pid]]
+
+
+DUTY_JOB = """
+import sys, time
+from arbiter.sdk import Control, Duty, Stopped
+
+ctl = Control()
+duty = Duty(ctl)  # units timed by the wall clock, as on a GPU; a stop is seen through SIGCONT
+try:
+    while True:
+        with duty.unit():
+            open(sys.argv[1], "a").write(f"{time.monotonic()}\\n")
+            time.sleep(1.0)  # the unit's work: 1 s on the device
+except Stopped:
+    ctl.acknowledge_stop()
+"""
+
+
+def test_a_duty_job_paused_from_outside_mid_unit_is_not_idled_for_the_pause(
+    node: HarnessNode, tmp_path: Path, procs
+) -> None:
+    # a unit of 1 s at duty 0.2 idles 4 s; a 3 s pause inside one once made it idle 16 s more
+    manifest = tmp_path / "duty.yaml"
+    manifest.write_text("name: dutyjob\ncapabilities: [cooperative_throttle]\ngpu: {use: shared, max_duty: 0.2}\n")
+    units = tmp_path / "units"
+    node.start()
+    node.job_run([PYTHON, "-c", DUTY_JOB, str(units)], "--manifest", str(manifest))
+    pid = job_pid(node, "dutyjob")
+    job_id = node.job("dutyjob")["id"]
+
+    def begun() -> list[float]:
+        return [float(x) for x in units.read_text().split()] if units.exists() else []
+
+    wait_until(lambda: len(begun()) >= 2, 30, "the job's second unit to begin")
+    first_two = begun()
+    node.call("job.pause", id=job_id)  # no cooperative_pause: it is stopped from outside
+    procs.wait(pid, {"stopped"}, timeout=10)
+    paused_in_unit = time.monotonic() - first_two[-1] < 1.0
+    time.sleep(3.0)  # the outside pause under test, not a wait for something
+    node.call("job.resume", id=job_id)
+    procs.wait(pid, RUNNING, timeout=10)
+    resumed = time.monotonic()
+    wait_until(lambda: len(begun()) >= 3, 30, "the unit after the pause to begin")
+    after = begun()[2] - resumed
+    print(f"\npaused {'inside' if paused_in_unit else 'after'} a unit; the next began {after:.2f}s after the resume")
+    # what is left of the unit (1 s) and one unit's idle (4 s) at most, not the pause's 12 s more
+    assert after < 6.0

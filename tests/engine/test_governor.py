@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from arbiter.engine import codes
+from arbiter.engine.compliance import trust_key
 from arbiter.engine.decide import decide
 from arbiter.engine.governor import from_record, step_back, to_record
 from arbiter.engine.types import (
@@ -16,6 +17,7 @@ from arbiter.engine.types import (
     EngineState,
     GovernorPolicy,
     JobObs,
+    NameTrust,
     Observation,
     Policy,
     RuleObs,
@@ -335,3 +337,33 @@ def test_a_pending_job_no_certificate_covers_waits_and_the_running_one_keeps_its
     g.at(61, 10.0, [coop(), newcomer], certs=[named])
     assert g.job("c1").state == "run" and g.job("c1").duty == 0.4
     assert g.job("c2").state == "held" and g.job("c2").reasons[0].code == codes.PROTECTED_GPU_BUSY
+
+
+def test_an_untrusted_name_waits_under_a_certificate_and_says_so_first() -> None:
+    g = Gov()
+    g.state = replace(g.state, trust={trust_key(coop()): NameTrust((1.0, 2.0, 3.0), untrusted_until=600.0)})
+    g.at(0, 10.0, [coop()])
+    g.at(60, 10.0, [coop()])
+    reasons = g.job("c1").reasons
+    assert g.job("c1").state == "paused" and [r.code for r in reasons] == [
+        codes.JOB_UNTRUSTED,
+        codes.PROTECTED_GPU_BUSY,
+    ]
+    distrust, busy = reasons
+    # when it ends, and that the budget is what it may not have; the program's hold no longer
+    # offers the budget as a way out
+    assert "9 min" in distrust.message and "under the budget" in distrust.message
+    assert "trusted again in 9 min" in distrust.remedy and distrust.evidence["untrusted_for_s"] == 540.0
+    assert "under the budget" not in busy.remedy and busy.remedy.startswith("nothing to do: it runs once")
+    # a trusted name's run beside it is under the budget, and its hold says so
+    other = coop("c2", name="other")
+    g.at(61, 10.0, [coop(), other])
+    assert g.job("c2").state == "run"
+
+    # once the program no longer uses the GPU, distrust holds nothing (no duty to trust it with)
+    quiet = replace(trainer(10.0), gpu_share=0.0, running=False)
+    g.at(200, 10.0, [coop()], rules={"trainer": quiet})
+    assert g.job("c1").state == "run" and g.job("c1").duty == 1.0
+    # and once the distrust ends, it runs under the budget beside the program again
+    g.at(601, 10.0, [coop()])
+    assert g.job("c1").state == "run" and g.job("c1").duty < 1.0

@@ -161,7 +161,9 @@ def test_the_reads_run_in_a_child_and_an_unchanged_process_is_the_same_object(
     try:
         first = r.read([busy, idle])
         assert r._child is not None and r._child.pid is not None and not r._child.failure
-        here = r._busy(([busy, idle], False, False))
+        at_ns, here = r._busy(([busy, idle], False))
+        # each reading is timed where /proc was read: in the child, just before this read here
+        assert first.at_ns < at_ns <= time.monotonic_ns()
         assert set(first.processes) == set(here) == {busy, idle}
         assert abs(first.processes[idle].busy_ns["cpu"] - here[idle]) < 50_000_000
         assert r.read([busy, idle]).processes[idle] is first.processes[idle]  # idle: nothing to build again

@@ -9,13 +9,15 @@ daemon's interpreter its fast path would wait for them.
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from collections.abc import Collection
 
-#: a request: (the pids, whether each thread is its own engine, whether a thread's waits for a
-#: CPU count as busy); the answer maps each readable pid to its busy nanoseconds, or with
-#: threads to {"thread:<tid>": nanoseconds}
-Request = tuple[list[int], bool, bool]
+#: a request: (the pids, whether each thread is its own engine); the answer is (when the reads
+#: began, by CLOCK_MONOTONIC in nanoseconds, and a map of each readable pid to its busy
+#: nanoseconds, or with threads to {"thread:<tid>": nanoseconds})
+Request = tuple[list[int], bool]
+Answer = tuple[int, dict[int, int] | dict[int, dict[str, int]]]
 
 
 def _busy_ns_of(data: bytes | None, ns_per_tick: float) -> int | None:
@@ -93,28 +95,15 @@ def _read_once(path: str) -> bytes | None:
         os.close(fd)
 
 
-def _ran_and_waited_ns(data: bytes | None) -> int | None:
-    """The time on a CPU plus the time runnable but waiting for one (the first two fields of
-    a ``schedstat`` line), or None when there is none."""
-    fields = data.split() if data else []
-    if len(fields) < 2:
-        return None
-    return int(fields[0]) + int(fields[1])
-
-
-def _threads_busy_ns(pid: int, ns_per_tick: float, waiting: bool) -> dict[str, int]:
-    """Each thread's utime + stime, as engine ``thread:<tid>``; with ``waiting``, the time it
-    ran or waited to run (``schedstat``)."""
+def _threads_busy_ns(pid: int, ns_per_tick: float) -> dict[str, int]:
+    """Each thread's utime + stime, as engine ``thread:<tid>``."""
     out: dict[str, int] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return out
     for tid in tids:
-        if waiting:
-            busy = _ran_and_waited_ns(_read_once(f"/proc/{pid}/task/{tid}/schedstat"))
-        else:
-            busy = _busy_ns_of(_read_once(f"/proc/{pid}/task/{tid}/stat"), ns_per_tick)
+        busy = _busy_ns_of(_read_once(f"/proc/{pid}/task/{tid}/stat"), ns_per_tick)
         if busy is not None:
             out[f"thread:{tid}"] = busy
     return out
@@ -126,16 +115,15 @@ class BusyTimes:
     def __init__(self, keep: int) -> None:
         self.files = _StatFiles(keep)
         weakref.finalize(self, self.files.close)
-        # one measure per kernel, never mixed within a thread's readings: a kernel without
-        # schedstat is read from stat, its waits uncounted
-        self.schedstat = os.path.exists("/proc/self/schedstat")
 
-    def __call__(self, request: Request) -> dict[int, int] | dict[int, dict[str, int]]:
-        pids, threads, waiting = request
+    def __call__(self, request: Request) -> Answer:
+        # the time of the read itself, not of the request: a child answering late on a busy
+        # host must not stretch one sample and shrink the next
+        pids, threads = request
         ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
+        at_ns = time.monotonic_ns()
         if threads:
-            waiting = waiting and self.schedstat
-            return {pid: engines for pid in pids if (engines := _threads_busy_ns(pid, ns_per_tick, waiting))}
+            return at_ns, {pid: engines for pid in pids if (engines := _threads_busy_ns(pid, ns_per_tick))}
         asked = set(pids)
         self.files.keep_only(asked)
         busy_ns: dict[int, int] = {}
@@ -143,7 +131,7 @@ class BusyTimes:
             busy = _busy_ns_of(self.files.read(pid), ns_per_tick)
             if busy is not None:
                 busy_ns[pid] = busy
-        return busy_ns
+        return at_ns, busy_ns
 
     def close(self) -> None:
         self.files.close()

@@ -1,6 +1,9 @@
 """``cpu_time``: each process's CPU time, read as if it were GPU busy time.
 
-A stand-in for demos and tests on hosts without a readable GPU.  It never counts unless
+A stand-in for demos and tests on hosts without a readable GPU.  Busy is time on a CPU, as
+it is for a job holding a duty on the CPU (``arbiter.sdk.Duty(device="cpu")`` times each
+unit by its thread's CPU time): time spent waiting for a CPU, after an idle or in a unit,
+is counted by neither.  It never counts unless
 the node config says ``stand_in_gpu: true``: a CPU reading must not silently stand in
 for a GPU reader that failed.  The daemon's process table holds each process's CPU time,
 and the reading is taken from it; where it does not (or for each thread), a child worker
@@ -30,7 +33,7 @@ from arbiter.plugin import (
     open_file_share,
 )
 from arbiter_readers import _cpustat
-from arbiter_readers._cpustat import BusyTimes, Request
+from arbiter_readers._cpustat import Answer, BusyTimes, Request
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
 ENGINE = "cpu"
@@ -38,9 +41,9 @@ _LINUX = sys.platform.startswith("linux")
 
 
 def _well_formed(answer: object) -> bool:
-    if type(answer) is not dict:
+    if type(answer) is not tuple or len(answer) != 2 or type(answer[0]) is not int or type(answer[1]) is not dict:
         return False
-    for pid, busy in answer.items():
+    for pid, busy in answer[1].items():
         if type(pid) is not int:
             return False
         if type(busy) is dict:
@@ -57,12 +60,6 @@ class CpuTimeOptions(KindOptions):
         False,
         description="count each thread as its own engine, so the busiest thread is the "
         "measure (a job whose units run on one thread beside others)",
-    )
-    waiting: bool = Field(
-        False,
-        description="with threads, count the time a thread was ready but waited for a CPU "
-        "as busy (Linux schedstat): the time it wanted the engine, so a duty "
-        "measured on a crowded host is not read short",
     )
 
 
@@ -92,13 +89,14 @@ class CpuTimeReader(Reader):
             return GpuReading(readable=False, at_ns=time.monotonic_ns(), device="cpu", why=NOT_ALLOWED)
         at_ns = time.monotonic_ns()
         if _LINUX:
-            request = (list(pids), bool(self.options.threads), bool(self.options.waiting))
+            request = (list(pids), bool(self.options.threads))
             with self._lock:
                 answer = self._from_child(request)
                 if answer is None:
                     answer = self._busy(request)
-                read = self._processes(answer)
-            return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=read)
+                read_at_ns, busy = answer
+                read = self._processes(busy)
+            return GpuReading(readable=True, at_ns=read_at_ns, device="cpu", processes=read)
         processes: dict[int, ProcessGpu] = {}
         for pid in pids:
             try:
@@ -136,7 +134,7 @@ class CpuTimeReader(Reader):
         with self._lock:
             return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=self._processes(busy))
 
-    def _from_child(self, request: Request) -> dict[int, Any] | None:
+    def _from_child(self, request: Request) -> Answer | None:
         if self._child is None:
             return None
         try:
