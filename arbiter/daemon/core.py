@@ -233,7 +233,7 @@ class Daemon:
         self.recorder = Recorder(self.store, self._observe_event)
         self.recorder.start()
         journal_path = self.state_dir / "paused.journal"
-        translators = make_translators(self.config, self.host, self._pid_reused)
+        translators = make_translators(self.config, self.host, self._pid_reused, self._translator_note)
         recovered = {**{e.key: e for e in self.store.paused()}, **PausedJournal.replay(journal_path)}
         self.journal = PausedJournal(journal_path)
         self.actuator = Actuator(self.host, translators, self.journal, self.recorder.paused)
@@ -418,6 +418,14 @@ class Daemon:
             paused = list(actuator.paused.values()) if actuator is not None else []
             job_id = next((e.job_id for e in paused if e.pid == ref.pid and e.start_time == ref.start_time), "")
         self._record(codes.PID_REUSED, job_id or "node", why, {"pid": ref.pid, "recorded_start": ref.start_time})
+
+    def _translator_note(self, job_id: str, code: str, message: str, data: dict[str, Any]) -> None:
+        """A translator says what an action did (called on its thread: only queues)."""
+        if not job_id and "pid" in data:  # a resume names no job: the paused set knows whose the process was
+            actuator = getattr(self, "actuator", None)
+            paused = list(actuator.paused.values()) if actuator is not None else []
+            job_id = next((e.job_id for e in paused if e.pid == data["pid"]), "")
+        self._record(code, job_id or "node", message, data)
 
     @property
     def engine_state(self) -> EngineState:

@@ -48,6 +48,11 @@ CERT_NOT_ISSUED = "CERT_NOT_ISSUED"  # a run passed but what it would be bound t
 CONFIG_RELOADED = "CONFIG_RELOADED"
 CONFIG_REJECTED = "CONFIG_REJECTED"
 PLUGIN_FAILED = "PLUGIN_FAILED"
+GPU_MEMORY_CHECKPOINTED = (
+    "GPU_MEMORY_CHECKPOINTED"  # a pause moved a job's device memory to host memory: its VRAM is free
+)
+GPU_MEMORY_RESTORED = "GPU_MEMORY_RESTORED"  # a resume put it back on the GPU
+GPU_CHECKPOINT_FAILED = "GPU_CHECKPOINT_FAILED"  # the driver could not: the job was paused holding its VRAM
 PID_REUSED = "PID_REUSED"  # a recorded process's pid now names another process: no signal was sent
 GPU_TIME_UNREADABLE = "GPU_TIME_UNREADABLE"
 CLOCK_JUMPED = "CLOCK_JUMPED"  # the wall clock moved against the monotonic one (set, or the machine slept)

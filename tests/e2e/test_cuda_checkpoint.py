@@ -1,0 +1,67 @@
+"""End to end: a daemon whose pause translator is ``cuda_checkpoint``, over the fake CUDA
+driver library (found as ``libcuda.so.1`` on the daemon's library path, as the real one is):
+a job is checkpointed before it is stopped, explain says its VRAM was released, and it is
+restored after it is continued."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from arbiter.demo.node import PYTHON, LocalNode
+from arbiter_testing.fake_cuda import FakeCuda, build
+from arbiter_testing.waiting import wait_until
+
+RUNNING = {"running", "sleeping", "disk-sleep"}
+
+
+def start_protected(node: LocalNode) -> subprocess.Popen[bytes]:
+    return node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(node.root / "p.jsonl")])
+
+
+def test_a_paused_cuda_job_gives_its_vram_back_and_gets_it_again(tmp_path: Path, procs) -> None:
+    library = build(tmp_path / "lib", utility=False)
+    cuda = FakeCuda(tmp_path / "driver")
+    node = LocalNode(tmp_path, translators={"pause": ["cuda_checkpoint"], "terminate": ["cuda_checkpoint"]})
+    try:
+        marker = f"arbiter.demo.protected --events {node.root / 'p.jsonl'}"  # this test's stand-in only
+        node.add_rule(
+            "prot", {"id": "prot", "priority": 50, "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}}
+        )
+        node.start(LD_LIBRARY_PATH=str(library.parent), **cuda.env)
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "trainer")
+        pid = node.wait_for(lambda: ((node.job("trainer") or {}).get("pids") or [None])[0])
+        cuda.uses_cuda(pid)
+        protected = start_protected(node)
+        procs.wait(pid, {"stopped"}, timeout=30)
+        assert cuda.state(pid) == "checkpointed"
+        (event,) = node.events("GPU_MEMORY_CHECKPOINTED")
+        out = subprocess.run(
+            [PYTHON, "-m", "arbiter", "explain", "trainer", "--json", "--config", str(node.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+        (item,) = json.loads(out.stdout)["items"]
+        assert event["subject"] == item["id"]
+        assert item["state"] == "paused" and "VRAM released" in item["pause_effect"], item
+        shown = subprocess.run(
+            [PYTHON, "-m", "arbiter", "explain", "trainer", "--config", str(node.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+        assert "its pause: its CUDA work was locked and checkpointed" in " ".join(shown.split())
+        protected.terminate()
+        protected.wait()
+        procs.wait(pid, RUNNING, timeout=30)
+        wait_until(lambda: cuda.state(pid) == "running", 30, "the job's CUDA state restored and unlocked")
+        node.events("GPU_MEMORY_RESTORED", subject=item["id"])
+        ops = [c.op for c in cuda.calls() if c.pid == pid]
+        assert ops == ["lock", "checkpoint", "restore", "unlock"], ops
+        assert all(c.proc_state != "T" for c in cuda.calls()), "the driver was called while the job was stopped"
+    finally:
+        node.close()
