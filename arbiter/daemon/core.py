@@ -467,7 +467,14 @@ class Daemon:
             stop_grace_s=c.stop_grace_s,
             compliance=CompliancePolicy(**c.compliance.model_dump()),
             governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
+            pause_frees_vram=self._pause_frees_vram(),
         )
+
+    def _pause_frees_vram(self) -> bool:
+        """Whether the pause translator gives a paused job's VRAM back (see Translator.frees_vram)."""
+        actuator = getattr(self, "actuator", None)
+        pausing = actuator.translators.get("pause") if actuator is not None else None
+        return bool(pausing is not None and pausing[1].frees_vram)
 
     # --- the tick -------------------------------------------------------------------------------
 
@@ -954,7 +961,7 @@ class Daemon:
             now=now,
             node_faults=node_faults,
             rules=rules,
-            jobs=self.jobs.observations(view.job_processes, now, view.job_busy, view.job_busy_at),
+            jobs=self.jobs.observations(view.job_processes, now, view.job_busy, view.job_busy_at, view.job_vram),
             invalid_files=tuple(self.rulebook.invalid_files),
             reader_ok=bool(view.reader),
             reader_why=view.reader_why,

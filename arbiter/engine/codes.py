@@ -60,4 +60,5 @@ STATE_WRITE_FAILED = "STATE_WRITE_FAILED"  # the state directory is full or read
 DAEMON_STARTED = "DAEMON_STARTED"
 DAEMON_STOPPED = "DAEMON_STOPPED"
 VRAM_HANDOFF_PLANNED = "VRAM_HANDOFF_PLANNED"  # a starved tenant's plan covers its shortfall (logged before releasing)
+JOB_PAUSED_FOR_VRAM = "JOB_PAUSED_FOR_VRAM"  # reason: a job is paused so that its VRAM goes to a tenant short of it
 VRAM_HANDOFF_BLOCKED = "VRAM_HANDOFF_BLOCKED"  # a starved tenant's plan cannot cover it: nothing is released

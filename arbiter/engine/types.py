@@ -88,6 +88,7 @@ class JobObs:
     #: its processes' measured GPU duty over the last sample (None with measured_at set: unreadable)
     measured: float | None = None
     measured_at: float | None = None  # when that sample was taken; None: no sample yet
+    vram_bytes: int | None = None  # what its processes hold, as the readers read it (None: unknown)
 
     @property
     def cooperative_pause(self) -> bool:
@@ -238,6 +239,9 @@ class Policy:
     rules: Mapping[str, RulePolicy] = field(default_factory=dict)
     compliance: CompliancePolicy = field(default_factory=CompliancePolicy)
     governor: GovernorPolicy = field(default_factory=GovernorPolicy)
+    #: the pause translator gives a paused job's VRAM back (it checkpoints the job's device
+    #: memory): a running job's VRAM is then releasable to a tenant short of it, by pausing it
+    pause_frees_vram: bool = False
 
 
 # --- state and decision ----------------------------------------------------------------------
@@ -316,6 +320,8 @@ class TenantVramState:
     retry_at: float | None = None  # not asked again before then (its last request freed nothing, or is on its way)
     floor: int | None = None  # what it held when its last request ended (idle release waits for more)
     plan: str = ""  # its last plan as a demander (a plan is logged when it changes)
+    #: a job paused to give its VRAM to this tenant: it stays paused while that tenant is busy
+    for_demander: str = ""
 
 
 @dataclass(frozen=True)
