@@ -181,11 +181,15 @@ def test_a_restored_process_is_checkpointed_again_before_it_is_killed(
     cuda.uses_cuda(other.pid)  # never restored: killed as it is
     t.pause(job(ref))
     t.resume([ref])
-    # a daemon started again knows what the last one restored
+    held = start(procs)
+    cuda.uses_cuda(held.pid)
+    t.pause(job(held))
+    # a daemon started again knows what the last one restored, and what a pause it made freed
     again = make(tmp_path, [], backend="driver", library=str(libs["new"]))
+    assert "VRAM released" in again.pause_effect([held])
     cuda.clear_calls()
     again.kill(job(ref, other))
-    wait_until(lambda: all(p.poll() is not None for p in procs), 10, "both killed")
+    wait_until(lambda: procs[0].poll() is not None and procs[1].poll() is not None, 10, "both killed")
     assert [(c.op, c.pid) for c in cuda.calls()] == [("lock", ref.pid), ("checkpoint", ref.pid)]
     assert cuda.state(ref.pid) == "checkpointed"
 

@@ -33,7 +33,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef
-from arbiter_translators.cuda_driver import Checkpointer, CheckpointRefused, format_version, open_checkpointer
+from arbiter_translators.cuda_driver import (
+    Checkpointer,
+    CheckpointRefused,
+    DriverCheckpointer,
+    format_version,
+    open_checkpointer,
+)
 from arbiter_translators.signals import SignalOptions, SignalTranslator
 
 CHECKPOINTED = "GPU_MEMORY_CHECKPOINTED"
@@ -209,6 +215,11 @@ class CudaCheckpointTranslator(SignalTranslator):
 
     def pause_effect(self, refs: Sequence[ProcessRef]) -> str:
         said = [self._effects[r] for r in refs if r in self._effects]
+        # paused by an earlier daemon: the driver's state says what its pause did (a library
+        # call that returns at once; the utility would be a process per look)
+        driver = self.driver if isinstance(self.driver, DriverCheckpointer) else None
+        if not said and driver and any(driver.state(r.pid) == "checkpointed" for r in refs if self._alive(r)):
+            said = [self._freed_text(0.0)]
         if not said:
             if self.driver is None:
                 return f"{HELD} ({self.why_not})"
