@@ -35,8 +35,8 @@ def test_a_paused_cuda_job_gives_its_vram_back_and_gets_it_again(tmp_path: Path,
         cuda.uses_cuda(pid)
         protected = start_protected(node)
         procs.wait(pid, {"stopped"}, timeout=30)
-        assert cuda.state(pid) == "checkpointed"
-        (event,) = node.events("GPU_MEMORY_CHECKPOINTED")
+        event = node.events("GPU_MEMORY_CHECKPOINTED")[0]
+        assert [c.op for c in cuda.calls() if c.pid == pid][:2] == ["lock", "checkpoint"]
         out = subprocess.run(
             [PYTHON, "-m", "arbiter", "explain", "trainer", "--json", "--config", str(node.config_path)],
             capture_output=True,
@@ -61,7 +61,8 @@ def test_a_paused_cuda_job_gives_its_vram_back_and_gets_it_again(tmp_path: Path,
         wait_until(lambda: cuda.state(pid) == "running", 30, "the job's CUDA state restored and unlocked")
         node.events("GPU_MEMORY_RESTORED", subject=item["id"])
         ops = [c.op for c in cuda.calls() if c.pid == pid]
-        assert ops == ["lock", "checkpoint", "restore", "unlock"], ops
+        # a busy machine may see the protected program pause and resume it more than once
+        assert ops and ops == ["lock", "checkpoint", "restore", "unlock"] * (len(ops) // 4), ops
         assert all(c.proc_state != "T" for c in cuda.calls()), "the driver was called while the job was stopped"
     finally:
         node.close()
