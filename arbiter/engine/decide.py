@@ -19,7 +19,7 @@ from arbiter.engine.compliance import prune as prune_trust
 from arbiter.engine.compliance import untrusted_reason
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
-from arbiter.engine.handoff import Seen, job_tenant
+from arbiter.engine.handoff import JOB_PREFIX, Seen, job_tenant
 from arbiter.engine.handoff import step as handoff_step
 from arbiter.engine.types import (
     Action,
@@ -633,7 +633,11 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
 
     faulty = bool(obs.node_faults)  # who runs is not known: no handoff or profile change on its word
     handoff = handoff_step(_tenants(policy, obs, rule_states), prev.vram, obs.vram_free_bytes, now, faulty)
-    events.extend(handoff.events)
+    # a job's entries are about the job: the timeline lists them under its id
+    events.extend(
+        evolve(e, subject=e.subject.removeprefix(JOB_PREFIX)) if e.subject.startswith(JOB_PREFIX) else e
+        for e in handoff.events
+    )
     for rid, note in handoff.notes.items():
         rule_verdicts[rid] = evolve(rule_verdicts[rid], notes=(note,))
     working = (

@@ -373,9 +373,13 @@ class Seen:
     job: bool = False  # a job, released by pausing it (its id is ``job_tenant(job id)``)
 
 
+#: what the handoff puts before a job's id to name it beside tenants (no rule id has a colon)
+JOB_PREFIX = "job:"
+
+
 def job_tenant(job_id: str) -> str:
-    """The handoff's name for a job (no rule id has a colon)."""
-    return f"job:{job_id}"
+    """The handoff's name for a job."""
+    return f"{JOB_PREFIX}{job_id}"
 
 
 @dataclass(frozen=True)

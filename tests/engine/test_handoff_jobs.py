@@ -81,7 +81,7 @@ def test_the_decision_pauses_the_job_for_the_tenant_and_resumes_it_once_that_one
     assert ("j1", "pause") in [(a.job_id, a.op) for a in d.actions] and d.releases == ()
     freed = decide(replace(observation(0, 14), now=2.0), d.state, POLICY, 2.0)
     assert freed.jobs["j1"].state == "paused"
-    assert any(e.code == codes.VRAM_RELEASED for e in freed.events)
+    assert [e.subject for e in freed.events if e.code == codes.VRAM_RELEASED] == ["j1"]  # listed under the job
     idle = decide(replace(observation(0, 14, render_busy=False), now=3.0), freed.state, POLICY, 3.0)
     assert idle.jobs["j1"].state == "run" and ("j1", "resume") in [(a.job_id, a.op) for a in idle.actions]
 
