@@ -18,7 +18,10 @@ again):
 - ``checkpoint``: a seeded training loop holding N GiB, paused by ``cuda_checkpoint`` and
   resumed: VRAM freed, time to checkpoint and to restore, and its loss sequence bitwise equal
   to an unpaused run's.
-- ``handoff`` and ``protected`` (a real daemon; bench/gpu_truth_daemon.py).
+- ``handoff``: a model server holding N GiB gives it to a tenant short of VRAM, then a job
+  holding N GiB gives it by being checkpointed; ``protected``: a training loop as the
+  protected program earns (or refuses) a certificate in a short A/B run, then the governor
+  runs beside it (a real daemon; bench/gpu_truth_daemon.py).
 
 It only reads the device: every NVML call that would change a setting (power limit, clocks,
 compute mode, MIG, persistence) is refused, and so is ``--apply-profile``.  ``--dry-run``
@@ -127,6 +130,16 @@ class Rig:
             proc.wait(30)
             raise RuntimeError(f"{' '.join(args)} exited ({proc.returncode}) before it was ready")
         return proc, json.loads(line)
+
+    def forget_the_dead(self) -> None:
+        """The dry run's board keeps what each stand-in wrote until it is removed: a process
+        that has ended holds nothing, as on a GPU."""
+        if not self.dry:
+            return
+        board = self.nvml.board
+        for pid in list(board._read().get("processes", {})):
+            if not psutil.pid_exists(int(pid)):
+                board.remove(int(pid))
 
     def free_bytes(self) -> int:
         return int(self.nvml.nvmlDeviceGetMemoryInfo(self.handle).free)
@@ -528,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_part(name: str, rig: Rig, quick: bool, gib: float) -> Figures:
+    rig.forget_the_dead()
     if name == "readers":
         return part_readers(rig, quick)
     if name == "pause":

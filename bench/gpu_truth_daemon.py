@@ -4,6 +4,9 @@
   under the shipped ``llm-server`` rule; a demander that ranks above it starts using the GPU
   with ``needs_vram_gb`` more than is free.  Measured: the demander seen → the plan, the
   request → ``VRAM_RELEASED`` confirmed by the readers, less the server's own unload time.
+  Then a job holds N GiB under a daemon whose pause translator is ``cuda_checkpoint``, and a
+  second demander takes that memory by pausing it: plan, checkpoint, release confirmed, and
+  the restore once the demander has ended.
 - ``protected``: a seeded training loop (its steps on a JSON-lines events file, its bar by
   tqdm) is the protected program, a cooperative job beside it; ``ab start`` with short
   windows earns (or refuses) a certificate, then the governor runs and the program's
@@ -34,7 +37,9 @@ def _node(rig: Rig, name: str, **config: Any) -> LocalNode:
     root = rig.out / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    readers: list[Any] = [{"kind": "fake", "state_file": str(rig.board)}] if rig.dry else ["nvml"]
+    readers: list[Any] = (
+        [{"kind": "fake", "state_file": str(rig.board), "cuda_dir": str(rig.cuda_dir)}] if rig.dry else ["nvml"]
+    )
     return LocalNode(root, readers=readers, stand_in_gpu=False, **config)
 
 
@@ -51,12 +56,20 @@ def _first(node: LocalNode, code: str, subject: str | None = None, timeout: floa
 
 
 def part_handoff(rig: Rig, quick: bool, gib: float) -> Figures:
-    node = _node(rig, "handoff", tick_s=0.5)
+    node = _node(
+        rig,
+        "handoff",
+        tick_s=0.5,
+        translators={"pause": ["cuda_checkpoint"], "terminate": ["cuda_checkpoint"]},
+        plugin_timeout_s=120,
+    )
     try:
         free = rig.free_bytes()
         hold_gib = round(min(gib, 0.6 * free / GIB), 2)
         # starved while the server holds its memory, not once it has given half of it back
         need_gib = round((free - hold_gib * GIB / 2) / GIB, 2)
+        # the same for the job of the second half (the server's context may stay behind)
+        job_need_gib = round((free - hold_gib * GIB / 4) / GIB, 2)
         server = node.spawn(
             [
                 sys.executable,
@@ -88,7 +101,14 @@ def part_handoff(rig: Rig, quick: bool, gib: float) -> Figures:
             "gt-demander",
             {"id": "gt-demander", "priority": 80, "match": {"cmdline": [marker]}, "needs_vram_gb": need_gib},
         )
-        node.start(60.0, **{k: v for k, v in rig.env.items() if k.startswith(("FAKE_CUDA", "GPU_TRUTH"))})
+        job_marker = f"--tag {node.root} duty --duty 0.5 --unit-ms 5 --seconds 121"
+        node.add_rule(
+            "gt-demander2",
+            {"id": "gt-demander2", "priority": 80, "match": {"cmdline": [job_marker]}, "needs_vram_gb": job_need_gib},
+        )
+        node.start(
+            60.0, **{k: v for k, v in rig.env.items() if k.startswith(("FAKE_CUDA", "GPU_TRUTH", "LD_LIBRARY_PATH"))}
+        )
         node.wait_for(
             lambda: (
                 next(r for r in node.status()["rules"] if r["id"] == "llm-server")["vram_bytes"] >= 0.9 * hold_gib * GIB
@@ -96,7 +116,7 @@ def part_handoff(rig: Rig, quick: bool, gib: float) -> Figures:
             timeout=60,
         )
         started = time.time()
-        node.spawn(
+        demander = node.spawn(
             [sys.executable, str(WORK), *(["--dry"] if rig.dry else []), *marker.split()],
             stdout=subprocess.DEVNULL,
             env=_env(rig, node),
@@ -124,9 +144,72 @@ def part_handoff(rig: Rig, quick: bool, gib: float) -> Figures:
             f"unload {own:.3f}s: arbiter's share {duration - own:.3f}s",
             f"freed: {(released['data'].get('freed_bytes') or 0) / GIB:.2f} GiB",
         ]
+        demander.kill()
+        demander.wait(30)
+        figures.update(_job_handoff(rig, node, hold_gib, job_need_gib, job_marker))
+        figures["lines"] += figures.pop("job_lines")
         return figures
     finally:
+        _keep_timeline(node)
         node.close()
+
+
+def _job_handoff(rig: Rig, node: LocalNode, hold_gib: float, need_gib: float, marker: str) -> Figures:
+    """A job holding N GiB, paused by ``cuda_checkpoint`` for a demander short of VRAM."""
+    dry = ["--dry"] if rig.dry else []
+    before = rig.free_bytes()
+    node.job_run(
+        [sys.executable, str(WORK), *dry, "hold", "--gib", str(hold_gib)],
+        "--name",
+        "gt-hold",
+        stdout=subprocess.DEVNULL,
+        env=_env(rig, node),
+    )
+    _until(lambda: rig.free_bytes() <= before - 0.9 * hold_gib * GIB, 120, "the job holding its memory")
+    job_id = node.job("gt-hold")["id"]  # type: ignore[index]
+    started = time.time()
+    demander = node.spawn(
+        [sys.executable, str(WORK), *dry, *marker.split()], stdout=subprocess.DEVNULL, env=_env(rig, node)
+    )
+    released = _first(node, "VRAM_RELEASED", job_id, timeout=180)
+    checkpointed = _first(node, "GPU_MEMORY_CHECKPOINTED", job_id)
+    planned = _first(node, "VRAM_HANDOFF_PLANNED", "gt-demander2")
+    demander.kill()
+    demander.wait(30)
+    restored = _first(node, "GPU_MEMORY_RESTORED", job_id, timeout=120)
+    return {
+        "job_held_gib": hold_gib,
+        "job_seen_to_plan_s": round(planned["t"] - started, 3),
+        "job_request_to_confirmed_s": released["data"].get("duration_s"),
+        "job_checkpoint_s": checkpointed["data"].get("seconds"),
+        "job_restore_s": restored["data"].get("seconds"),
+        "job_lines": [
+            f"a job holding {hold_gib:g} GiB, a demander needing {need_gib:g} GiB, the pause translator "
+            "cuda_checkpoint: demander started → plan "
+            f"{planned['t'] - started:.2f}s; its pause → VRAM_RELEASED {released['data'].get('duration_s')}s "
+            f"(the checkpoint itself {checkpointed['data'].get('seconds')}s); freed "
+            f"{(released['data'].get('freed_bytes') or 0) / GIB:.2f} GiB; restored after the demander ended in "
+            f"{restored['data'].get('seconds')}s",
+        ],
+    }
+
+
+def _keep_timeline(node: LocalNode) -> None:
+    """What the daemon did and saw, beside the results: a failed part is read from it."""
+    try:
+        events = node.call("timeline", limit=2000)["events"]
+        status = node.status()
+    except Exception:  # the daemon is gone: its log is in the same folder
+        return
+    (node.root / "timeline.json").write_text(json.dumps({"events": events, "status": status}, indent=1, default=str))
+
+
+def _until(predicate: Any, timeout_s: float, what: str) -> None:
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise TimeoutError(f"waited {timeout_s:g}s for {what}")
+        time.sleep(0.1)
 
 
 def _get(url: str) -> str:
@@ -170,7 +253,9 @@ def part_protected(rig: Rig, quick: bool) -> Figures:
                 },
             },
         )
-        node.start(60.0, **{k: v for k, v in rig.env.items() if k.startswith(("FAKE_CUDA", "GPU_TRUTH"))})
+        node.start(
+            60.0, **{k: v for k, v in rig.env.items() if k.startswith(("FAKE_CUDA", "GPU_TRUTH", "LD_LIBRARY_PATH"))}
+        )
         dry = ["--dry"] if rig.dry else []
         node.spawn(
             [
@@ -262,4 +347,5 @@ def part_protected(rig: Rig, quick: bool) -> Figures:
         figures["lines"] = lines
         return figures
     finally:
+        _keep_timeline(node)
         node.close()

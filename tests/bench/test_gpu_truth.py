@@ -28,11 +28,15 @@ def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
 @pytest.mark.timeout(400)
 def test_the_dry_run_measures_each_part_keeps_it_and_skips_it_next_time(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    first = run("--dry-run", "--out", str(out), "--parts", "pause,checkpoint")
+    first = run("--dry-run", "--out", str(out), "--parts", "pause,checkpoint,handoff", timeout=360)
     print(first.stdout[-4000:], first.stderr[-2000:])
     assert first.returncode == 0
     doc = json.loads((out / "results.json").read_text())
-    assert doc["device"]["dry_run"] == "True" and set(doc["parts"]) == {"pause", "checkpoint"}
+    assert doc["device"]["dry_run"] == "True" and set(doc["parts"]) == {"pause", "checkpoint", "handoff"}
+    handoff = doc["parts"]["handoff"]["figures"]
+    assert (
+        handoff["freed_bytes"] > 0 and handoff["job_checkpoint_s"] is not None and handoff["job_restore_s"] is not None
+    )
     pauses = {r["translator"]: r for r in doc["parts"]["pause"]["figures"]["rows"]}
     assert set(pauses) == {"control_doc", "signal", "cgroup_freeze", "cuda_checkpoint"}
     # only the checkpoint gives the (stand-in) VRAM back
