@@ -115,6 +115,9 @@ class PluginContext:
     #: left alone because the pid now names another process (a reused pid); the daemon puts
     #: it on the timeline.  It only queues, so it may be called on the fast path.
     pid_reused: Callable[[str, ProcessRef, str], None] | None = None
+    #: a translator calls this with (job id or "", code, message, data) for what an action did
+    #: that the timeline shows (a pause that freed a job's VRAM, or could not); it only queues
+    note: Callable[[str, str, str, dict[str, Any]], None] | None = None
 
 
 # --- observations -------------------------------------------------------------------------
@@ -382,6 +385,9 @@ class Translator(_Kind):
     #: CPU, and was the largest part of the time a phase took to pause its jobs.  Leave it
     #: False for anything that can wait on a network, another process or a lock.
     bounded: ClassVar[bool] = False
+    #: True when its pause gives the job's VRAM back (a checkpoint of its device memory), so
+    #: that VRAM counts as releasable while the job may be paused
+    frees_vram: ClassVar[bool] = False
 
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         self.options = options
@@ -390,6 +396,14 @@ class Translator(_Kind):
     def available(self) -> tuple[bool, str]:
         """Whether it can act on this host, and why not."""
         return True, ""
+
+    def pause_effect(self, refs: Sequence[ProcessRef]) -> str:
+        """What its pause of these processes stops and frees, and what it leaves held (its
+        VRAM), in a sentence ``arbiter explain`` shows beside a paused job.  Must not block.
+
+        :param refs: the processes of one job that it paused.
+        """
+        return ""
 
     def pause(self, target: JobTarget) -> list[ProcessRef]:
         """Pause every process of ``target``; return those it paused."""

@@ -196,6 +196,8 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         for trouble in (j.get("reported", {}).get(k) for k in ("why", "problem")):
             if trouble:
                 console.print(Text(f"  its events file: {trouble}", style="yellow"))
+        if j.get("pause_effect"):
+            console.print(f"  its pause: {j['pause_effect']}")
         if j["reasons"] or j.get("problems"):
             console.print(_reasons(j["reasons"] + j.get("problems", [])))
         elif j["state"] == "run":

@@ -45,17 +45,25 @@ class ActResult:
 
 
 def make_translators(
-    config: NodeConfig, host: PluginHost, pid_reused: Callable[[str, ProcessRef, str], None] | None = None
+    config: NodeConfig,
+    host: PluginHost,
+    pid_reused: Callable[[str, ProcessRef, str], None] | None = None,
+    note: Callable[[str, str, str, dict[str, Any]], None] | None = None,
 ) -> dict[str, tuple[str, Translator]]:
     """Per need (pause, control, terminate), the translator that serves it.
 
     ``translators:`` in the node config names kinds in order; otherwise every installed
     translator that declares the action, in name order.  The first that says it is
     available here wins.  ``pid_reused`` hears of each recorded process a translator left
-    alone because its pid now names another process.
+    alone because its pid now names another process; ``note`` hears what an action did that
+    the timeline shows (a pause that freed a job's VRAM).
     """
     context = PluginContext(
-        state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid(), pid_reused=pid_reused
+        state_dir=config.state_path(),
+        stand_in_gpu=config.stand_in_gpu,
+        daemon_uid=os.geteuid(),
+        pid_reused=pid_reused,
+        note=note,
     )
     chosen: dict[str, tuple[str, Translator]] = {}
     made: dict[str, Translator] = {}
@@ -134,6 +142,25 @@ class Actuator:
         self.unconfirmed.update(e.key for e in unconfirmed if e.key in self.paused)
         if entries:
             self.persist(op, entries)
+
+    def pause_effect(self, job_id: str) -> str:
+        """What the pause of ``job_id`` stops and frees, as the translators that paused it say
+        ("" where it is not paused, or they say nothing).  Called off the decision thread: it
+        reads a copy of the paused set."""
+        said: list[str] = []
+        by_translator: dict[str, list[ProcessRef]] = {}
+        for e in list(self.paused.values()):
+            if e.job_id == job_id:
+                by_translator.setdefault(e.translator, []).append(ProcessRef(e.pid, e.start_time))
+        for name, refs in by_translator.items():
+            translator = self.by_name.get(name)
+            if translator is None:
+                continue
+            try:
+                said.append(translator.pause_effect(refs))
+            except Exception:  # a plugin's answer for explain must not fail the view
+                continue
+        return "; ".join(s for s in said if s)
 
     def trees_paused(self) -> dict[str, list[PausedEntry]]:
         """Each job's paused processes, in one pass (a decision asks for every job's)."""

@@ -125,7 +125,7 @@ class Daemon:
         undo.callback(self.store.close)
         self.recorder = Recorder(self.store, self._observe_event)
         journal_path = self.state_dir / "paused.journal"
-        translators = make_translators(config, host, self._pid_reused)
+        translators = make_translators(config, host, self._pid_reused, self._translator_note)
         self._recovered = {**{e.key: e for e in self.store.paused()}, **PausedJournal.replay(journal_path)}
         self.journal = PausedJournal(journal_path)
         undo.callback(self.journal.close)
@@ -144,7 +144,15 @@ class Daemon:
             self._tell,
             self.record,
         )
-        self.rulebook = RuleBook(config, host, self.store, self.fast.on_source, self.record)
+        pausing = translators.get("pause")
+        self.rulebook = RuleBook(
+            config,
+            host,
+            self.store,
+            self.fast.on_source,
+            self.record,
+            pause_frees_vram=bool(pausing is not None and pausing[1].frees_vram),
+        )
         undo.callback(self.rulebook.close)
         self.rulebook.load()
         self.published.snapshot = Snapshot(policy=self.rulebook.policy())
@@ -354,6 +362,12 @@ class Daemon:
             paused = list(self.actuator.paused.values())
             job_id = next((e.job_id for e in paused if e.pid == ref.pid and e.start_time == ref.start_time), "")
         self.record(codes.PID_REUSED, job_id or "node", why, {"pid": ref.pid, "recorded_start": ref.start_time})
+
+    def _translator_note(self, job_id: str, code: str, message: str, data: dict[str, Any]) -> None:
+        """A translator says what an action did (called on its thread: only records)."""
+        if not job_id and "pid" in data:  # a resume names no job: the paused set knows whose the process was
+            job_id = next((e.job_id for e in self.actuator.paused.values() if e.pid == data["pid"]), "")
+        self.record(code, job_id or "node", message, data)
 
     def _observe_event(self, event: dict[str, Any]) -> None:
         self.host.call("timeline observers", lambda: self.host.hook.arbiter_timeline_event(event=event))

@@ -228,7 +228,7 @@ class Decider:
             now=now,
             node_faults=node_faults,
             rules=rules,
-            jobs=self.jobs.observations(view.job_processes, now, view.job_busy, view.job_busy_at),
+            jobs=self.jobs.observations(view.job_processes, now, view.job_busy, view.job_busy_at, view.job_vram),
             invalid_files=tuple(self.rules.invalid_files),
             reader_ok=bool(view.reader),
             reader_why=view.reader_why,

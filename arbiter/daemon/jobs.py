@@ -204,9 +204,10 @@ class JobRegistry:
         now_mono: float,
         busy: Mapping[str, float | None] | None = None,
         busy_at: float | None = None,
+        vram: Mapping[str, int | None] | None = None,
     ) -> dict[str, JobObs]:
         """Every job as the engine sees it, with its measured GPU duty (``busy``) sampled at
-        ``busy_at`` where there is a sample."""
+        ``busy_at`` where there is a sample, and the VRAM its processes hold (``vram``)."""
         now_wall = time.time()
         out = {}
         with self.lock:
@@ -231,5 +232,6 @@ class JobRegistry:
                 stop_requested_at=self._monotonic(r.id, "stop_requested", r.stop_requested, now_wall, now_mono),
                 measured=(busy or {}).get(r.id),
                 measured_at=busy_at if busy is not None and r.id in busy else None,
+                vram_bytes=(vram or {}).get(r.id),
             )
         return out

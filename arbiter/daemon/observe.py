@@ -35,6 +35,7 @@ class TickView:
     scan_s: float
     faults: tuple[str, ...] = ()
     vram: Mapping[str, int | None] = field(default_factory=dict)
+    job_vram: Mapping[str, int | None] = field(default_factory=dict)  # job id → what its processes hold
     rule_uids: Mapping[str, frozenset[int]] = field(default_factory=dict)  # who runs each rule's program
     #: when job_busy was sampled (seconds, monotonic); None on a first reading (no interval yet)
     job_busy_at: float | None = None
@@ -297,8 +298,11 @@ class Observer:
         vram: dict[str, int | None] = (
             {"total": reading.vram_total_bytes, "free": reading.vram_free_bytes} if reading else {}
         )
+        job_vram = (
+            {jid: held_vram(reading, {r.pid for r in refs}) for jid, refs in job_processes.items()} if reading else {}
+        )
         if reading is not None:
-            vram["jobs"] = sum(held_vram(reading, {r.pid for r in refs}) or 0 for refs in job_processes.values())
+            vram["jobs"] = sum(held or 0 for held in job_vram.values())
         return TickView(
             now=time.monotonic(),
             rules=rules,
@@ -311,6 +315,7 @@ class Observer:
             scan_s=time.monotonic() - started,
             faults=tuple(faults),
             vram=vram,
+            job_vram=job_vram,
             job_busy_at=busy_at,
             rule_exes={rid: by_pid[min(pids)].exe for rid, pids in rule_pids.items() if pids and min(pids) in by_pid},
             memory_available=self._memory(),

@@ -104,8 +104,17 @@ def _signature(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
 
 class RuleBook:
     def __init__(
-        self, config: NodeConfig, host: PluginHost, store: Store | None, on_source: SourceCallback, record: Record
+        self,
+        config: NodeConfig,
+        host: PluginHost,
+        store: Store | None,
+        on_source: SourceCallback,
+        record: Record,
+        pause_frees_vram: bool = False,
     ) -> None:
+        """:param pause_frees_vram: the pause translator gives a paused job's VRAM back, so the
+        handoff may take a running job's memory by pausing it."""
+        self.pause_frees_vram = pause_frees_vram
         self.config = config
         self.host = host
         self.store = store
@@ -302,6 +311,7 @@ class RuleBook:
             stop_grace_s=c.stop_grace_s,
             compliance=CompliancePolicy(**c.compliance.model_dump()),
             governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
+            pause_frees_vram=self.pause_frees_vram,
         )
         rules = {}
         for rid, live in self.live.items():

@@ -46,6 +46,8 @@ def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str
         "cmd": record.cmd,
         "submitted": record.submitted,
         "reasons": [r.to_dict() for r in verdict.reasons] if verdict else [],
+        # what its pause stops and frees, and what it leaves held (its VRAM), as the translator says
+        "pause_effect": daemon.actuator.pause_effect(record.id) if verdict and verdict.state == "paused" else "",
         # what the daemon is trying and failing to do to it (a pause the translator refuses)
         "problems": [
             {

@@ -53,6 +53,11 @@ CERT_NOT_ISSUED = "CERT_NOT_ISSUED"  # a run passed but what it would be bound t
 CONFIG_RELOADED = "CONFIG_RELOADED"
 CONFIG_REJECTED = "CONFIG_REJECTED"
 PLUGIN_FAILED = "PLUGIN_FAILED"
+GPU_MEMORY_CHECKPOINTED = (
+    "GPU_MEMORY_CHECKPOINTED"  # a pause moved a job's device memory to host memory: its VRAM is free
+)
+GPU_MEMORY_RESTORED = "GPU_MEMORY_RESTORED"  # a resume put it back on the GPU
+GPU_CHECKPOINT_FAILED = "GPU_CHECKPOINT_FAILED"  # the driver could not: the job was paused holding its VRAM
 PID_REUSED = "PID_REUSED"  # a recorded process's pid now names another process: no signal was sent
 GPU_TIME_UNREADABLE = "GPU_TIME_UNREADABLE"
 CLOCK_JUMPED = "CLOCK_JUMPED"  # the wall clock moved against the monotonic one (set, or the machine slept)
@@ -60,4 +65,5 @@ STATE_WRITE_FAILED = "STATE_WRITE_FAILED"  # the state directory is full or read
 DAEMON_STARTED = "DAEMON_STARTED"
 DAEMON_STOPPED = "DAEMON_STOPPED"
 VRAM_HANDOFF_PLANNED = "VRAM_HANDOFF_PLANNED"  # a starved tenant's plan covers its shortfall (logged before releasing)
+JOB_PAUSED_FOR_VRAM = "JOB_PAUSED_FOR_VRAM"  # reason: a job is paused so that its VRAM goes to a tenant short of it
 VRAM_HANDOFF_BLOCKED = "VRAM_HANDOFF_BLOCKED"  # a starved tenant's plan cannot cover it: nothing is released

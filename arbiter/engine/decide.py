@@ -7,6 +7,7 @@ the timeline.  Nothing here reads a clock, a file or a process.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from arbiter.engine.compliance import prune as prune_trust
 from arbiter.engine.compliance import trust_key, untrusted_reason
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
-from arbiter.engine.handoff import TenantObs
+from arbiter.engine.handoff import JOB_PREFIX, TenantObs, job_tenant
 from arbiter.engine.handoff import step as handoff_step
 from arbiter.engine.types import (
     Action,
@@ -318,6 +319,7 @@ def _job_verdict(
     can_throttle: bool = False,
     share: float | None = None,
     run: _RunSays | None = None,
+    vram_for: Reason | None = None,
 ) -> JobVerdict:
     """``share``: the duty the governor's budget gives each job that can throttle; ``run``:
     what a paired run in progress says of this job."""
@@ -360,6 +362,8 @@ def _job_verdict(
         pausing.extend(r for r in exclusive_blockers if r.evidence.get("exclusive_job"))
     if run is not None and run.reason is not None:
         pausing.append(run.reason)
+    if vram_for is not None:
+        pausing.append(vram_for)
     duty = job.max_duty if job.uses_gpu else 1.0
     if can_throttle and share is not None:
         duty = min(duty, round(share, 4))
@@ -524,7 +528,44 @@ def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> 
                 rp.reacquire_confirm,
             )
         )
+    if policy.pause_frees_vram:
+        # below every tenant; busy, so never released for being idle; a cooperative job pauses
+        # itself, which frees nothing, so only one paused from outside counts
+        below = min((rp.priority for rp in policy.rules.values()), default=0) - 1
+        for job in obs.jobs.values():
+            if job.started and job.uses_gpu and job.stop_requested_at is None and not job.cooperative_pause:
+                out.append(
+                    TenantObs(
+                        job_tenant(job.job_id),
+                        below,
+                        True,
+                        job.vram_bytes,
+                        True,
+                        None,
+                        0.0,
+                        JOB_RELEASE_TIMEOUT_S,
+                        True,
+                        job=True,
+                    )
+                )
     return out
+
+
+#: how long a job's pause may take to give its VRAM back (a checkpoint copies it to host memory)
+JOB_RELEASE_TIMEOUT_S = 60.0
+
+
+def _vram_pause(job: JobObs, pauses: Mapping[str, str]) -> Reason | None:
+    """Why a job is paused for another tenant's VRAM, if it is."""
+    demander = pauses.get(job_tenant(job.job_id))
+    if demander is None:
+        return None
+    return Reason(
+        codes.JOB_PAUSED_FOR_VRAM,
+        f"paused so that its VRAM goes to {demander!r}, which is short of it",
+        f"it resumes once {demander!r} is idle or ends; a pause that frees VRAM checkpoints its device memory",
+        {"tenant": demander},
+    )
 
 
 def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> Decision:
@@ -616,7 +657,11 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
 
     faulty = bool(obs.node_faults)  # who runs is not known: no handoff or profile change on its word
     handoff = handoff_step(_tenants(policy, obs, rule_states), prev.vram, obs.vram_free_bytes, now, faulty)
-    events.extend(handoff.events)
+    # a job's entries are about the job: the timeline lists them under its id
+    events.extend(
+        evolve(e, subject=e.subject.removeprefix(JOB_PREFIX)) if e.subject.startswith(JOB_PREFIX) else e
+        for e in handoff.events
+    )
     for rid, note in handoff.notes.items():
         rule_verdicts[rid] = evolve(rule_verdicts[rid], notes=(note,))
     working = (
@@ -682,7 +727,17 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         share = min(budgets) / len(throttlers) if budgets and throttlers else None
         says = _run_says(run, job) if run is not None else None
         verdict = _job_verdict(
-            job, holds, blockers, policy, now, prev_v, checked, job.job_id in throttler_ids, share, says
+            job,
+            holds,
+            blockers,
+            policy,
+            now,
+            prev_v,
+            checked,
+            job.job_id in throttler_ids,
+            share,
+            says,
+            _vram_pause(job, handoff.job_pauses),
         )
         if verdict.state == "paused" and verdict.via == "control" and not (prev_v and prev_v.state == "paused"):
             compliance[job.job_id] = evolve(checked.state, told_at=now)  # told now: samples count from here

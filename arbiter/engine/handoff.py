@@ -12,6 +12,9 @@
   ``idle_release_after_s`` since it became idle is asked to release it.
 - **The way back**: a tenant released for a handoff that declares a reacquire is woken once
   no demander needs its VRAM (:mod:`arbiter.engine.reacquire`).
+- **Jobs**: where a pause gives a job's VRAM back, a running job is a candidate too, ranked
+  below every tenant and busy: its release is its pause, confirmed like any release by its
+  VRAM falling, and it stays paused while the tenant it gave the memory to is busy.
 
 No I/O and no clock reads: the caller passes the views, the device's free VRAM and ``now``.
 """
@@ -19,7 +22,7 @@ No I/O and no clock reads: the caller passes the views, the device's free VRAM a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from arbiter.engine import codes
 from arbiter.engine import reacquire as wake
@@ -235,12 +238,24 @@ IDLE_REGROWTH_BYTES = 256 << 20
 MOOT_RETRY_S = 1.0
 
 
+#: what the handoff puts before a job's id to name it beside tenants (no rule id has a colon)
+JOB_PREFIX = "job:"
+
+
+def job_tenant(job_id: str) -> str:
+    """The handoff's name for a job."""
+    return f"{JOB_PREFIX}{job_id}"
+
+
 @dataclass(frozen=True)
 class Step:
     states: Mapping[str, TenantVramState]
     releases: tuple[Release, ...]
     events: tuple[TimelineEvent, ...]
     notes: Mapping[str, Reason]  # a starved tenant whose plan cannot cover, and why
+    #: job tenant id → the tenant it is paused for: asked now, awaiting its VRAM falling, or
+    #: released to a tenant that is still busy
+    job_pauses: Mapping[str, str] = field(default_factory=dict)
 
 
 def _plan_key(p: HandoffPlan) -> str:
@@ -343,12 +358,17 @@ def step(
                         },
                     )
                 )
-                st = settled(st, now, t.timeout_s, t.held_bytes)
+                st = evolve(settled(st, now, t.timeout_s, t.held_bytes), for_demander="")
         states[t.tenant_id] = st
 
-    def asking(tenant: TenantObs, why: str) -> None:
-        releases.append(Release(tenant.tenant_id, why, tenant.held_bytes or 0, tenant.timeout_s))
+    def asking(tenant: TenantObs, why: str, demander: str = "") -> None:
         st = states[tenant.tenant_id]
+        if tenant.job:  # its release is its pause, which the caller makes
+            states[tenant.tenant_id] = evolve(
+                st, requested_at=now, held_at_request=tenant.held_bytes or 0, why=why, for_demander=demander
+            )
+            return
+        releases.append(Release(tenant.tenant_id, why, tenant.held_bytes or 0, tenant.timeout_s))
         if why != "idle" and tenant.reacquire_after_s is not None:
             st = wake.asleep(st, tenant.held_bytes or 0)
         if tenant.confirm:
@@ -395,7 +415,7 @@ def step(
             if p.covers:
                 events.extend(request_events(p))
                 for tid in p.release:
-                    asking(by_id[tid], f"handoff for {p.demander}")
+                    asking(by_id[tid], f"handoff for {p.demander}", p.demander)
             else:
                 reason = plan_reason(p)
                 if reason is not None:
@@ -413,4 +433,14 @@ def step(
         notes.setdefault(rid, note)
     for tid in states:
         states[tid] = evolve(states[tid], plan=planned.get(tid, ""))
-    return Step(states, tuple(releases), tuple(events), notes)
+    job_pauses: dict[str, str] = {}
+    for t in seen:
+        st = states[t.tenant_id]
+        if not t.job or not st.for_demander:
+            continue
+        demander = by_id.get(st.for_demander)
+        if st.requested_at is not None or (demander is not None and demander.busy is not False):
+            job_pauses[t.tenant_id] = st.for_demander
+        else:  # the tenant it gave its memory to is idle or gone: it may have it back
+            states[t.tenant_id] = evolve(st, for_demander="")
+    return Step(states, tuple(releases), tuple(events), notes, job_pauses)

@@ -217,6 +217,9 @@ class Policy:
     rules: Mapping[str, RulePolicy] = field(default_factory=dict)
     compliance: CompliancePolicy = field(default_factory=CompliancePolicy)
     governor: GovernorPolicy = field(default_factory=GovernorPolicy)
+    #: the pause translator gives a paused job's VRAM back (it checkpoints the job's device
+    #: memory): a running job's VRAM is then releasable to a tenant short of it, by pausing it
+    pause_frees_vram: bool = False
 
 
 # --- state and decision ----------------------------------------------------------------------
@@ -303,6 +306,8 @@ class TenantVramState:
     wake_tries: int = 0  # wakes that failed in a row
     wake_retry_at: float | None = None
     wake_due: float | None = None  # when its quiet period (or backoff) ends: the next decision is due then
+    #: a job paused to give its VRAM to this tenant: it stays paused while that tenant is busy
+    for_demander: str = ""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class JobObs:
     #: its processes' measured GPU duty over the last sample (None with measured_at set: unreadable)
     measured: float | None = None
     measured_at: float | None = None  # when that sample was taken; None: no sample yet
+    vram_bytes: int | None = None  # what its processes hold, as the readers read it (None: unknown)
 
     @property
     def cooperative_pause(self) -> bool:

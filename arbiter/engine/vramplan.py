@@ -154,3 +154,4 @@ class TenantObs:
     reacquire_after_s: float | None = None  # None: it declares no way back
     reacquire_timeout_s: float = 30.0
     reacquire_confirm: bool = True
+    job: bool = False  # a job, released by pausing it (its id is ``job_tenant(job id)``)

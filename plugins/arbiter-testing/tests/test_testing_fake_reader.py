@@ -135,3 +135,25 @@ def test_the_file_may_say_unreadable(tmp_path: Path) -> None:
     write_state(path, {"readable": False, "why": "driver reset", "processes": {"1": {"busy_share": 1}}})
     reading = reader(path).read([1])
     assert not reading.readable and reading.why == "driver reset" and reading.processes == {}
+
+
+def test_a_process_the_fake_driver_holds_checkpointed_holds_no_vram(tmp_path: Path) -> None:
+    state = tmp_path / "gpu.json"
+    write_state(
+        state,
+        {
+            "vram_total_bytes": 10 << 30,
+            "vram_free_bytes": 4 << 30,
+            "processes": {
+                "7": {"busy_share": 0.0, "vram_bytes": 5 << 30},
+                "8": {"busy_share": 0.0, "vram_bytes": 1 << 30},
+            },
+        },
+    )
+    (tmp_path / "driver").mkdir()
+    (tmp_path / "driver" / "7").write_text("checkpointed\n")
+    (tmp_path / "driver" / "8").write_text("running\n")
+    options = FakeReader.Options(state_file=str(state), cuda_dir=str(tmp_path / "driver"))
+    got = FakeReader(options, PluginContext(state_dir=tmp_path)).read([7, 8])
+    assert got.processes[7].vram_bytes == 0 and got.processes[8].vram_bytes == 1 << 30
+    assert got.vram_free_bytes == 9 << 30

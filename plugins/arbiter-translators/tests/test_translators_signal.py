@@ -76,7 +76,7 @@ def test_registers_every_kind() -> None:
     seen: dict[str, type] = {}
     arbiter_register_translators(lambda name, cls: seen.__setitem__(name, cls))
     assert seen["signal"] is SignalTranslator and seen["control_doc"] is ControlDocTranslator
-    assert set(seen) == {"signal", "control_doc", "cgroup_freeze", "http_post", "gpu_profile"}
+    assert set(seen) == {"signal", "control_doc", "cgroup_freeze", "http_post", "gpu_profile", "cuda_checkpoint"}
     assert SignalTranslator.actions == {"pause", "resume", "terminate", "kill"}
     assert ControlDocTranslator.actions == {"control"}
 

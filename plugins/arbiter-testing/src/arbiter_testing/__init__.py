@@ -2,7 +2,9 @@
 ``fake_profile`` translator, whose device is a JSON file;
 :func:`run_as`, for tests that check what another account may do; and fake programs that
 hold VRAM (an LLM server, a diffusion server) serving their real APIs' shapes on 127.0.0.1,
-writing their VRAM to the fake reader's file through a :class:`VramBoard`.
+writing their VRAM to the fake reader's file through a :class:`VramBoard`; a
+:class:`ModelServer` that holds real device memory on a GPU (or board memory without one);
+and a fake CUDA driver library and ``cuda-checkpoint`` utility (:mod:`arbiter_testing.fake_cuda`).
 
 Install this distribution only where tests run; it registers through the ``arbiter``
 entry point group like any plugin.
@@ -20,7 +22,9 @@ from arbiter_testing.fake_profile import FakeProfileTranslator
 from arbiter_testing.fake_reader import FakeReader, write_state
 
 if TYPE_CHECKING:
+    from arbiter_testing.fake_cuda import FakeCuda
     from arbiter_testing.fake_servers import FakeDiffusionServer, FakeLlmServer, FakeModel, RecordingServer
+    from arbiter_testing.model_server import ModelServer
     from arbiter_testing.users import ChildFailed, run_as
     from arbiter_testing.vram_board import GIB, VramBoard
     from arbiter_testing.waiting import wait_until
@@ -38,6 +42,8 @@ _LAZY = {
     "run_as": "users",
     "GIB": "vram_board",
     "VramBoard": "vram_board",
+    "ModelServer": "model_server",
+    "FakeCuda": "fake_cuda",
 }
 
 
@@ -50,11 +56,13 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "GIB",
     "ChildFailed",
+    "FakeCuda",
     "FakeDiffusionServer",
     "FakeLlmServer",
     "FakeModel",
     "FakeProfileTranslator",
     "FakeReader",
+    "ModelServer",
     "RecordingServer",
     "VramBoard",
     "api_fixture",

@@ -35,6 +35,9 @@ GARBAGE_VRAM = 1 << 30
 class FakeOptions(KindOptions):
     kind: Literal["fake"] = "fake"
     state_file: str
+    #: a fake CUDA driver's folder (:mod:`arbiter_testing.fake_cuda`): a process it holds
+    #: checkpointed holds no VRAM, as the real driver releases it
+    cuda_dir: str | None = None
 
 
 @dataclass
@@ -99,11 +102,14 @@ class FakeReader(Reader):
         if not doc.get("readable", True):
             why = str(doc.get("why") or "the fake reader's state file says the GPU is unreadable")
             return self._unreadable(now_ns, why, device=str(doc.get("device", "gpu")))
+        released = self._checkpointed(entries)
         processes: dict[int, ProcessGpu] = {}
         for pid in pids:
             entry = entries.get(pid)
             if entry is None:
                 continue
+            if pid in released:
+                entry = _Entry(entry.busy_ns, entry.busy_share, 0)
             if entry.busy_ns is not None:
                 busy = dict(entry.busy_ns)
             else:
@@ -115,9 +121,23 @@ class FakeReader(Reader):
             processes=processes,
             device=str(doc.get("device", "gpu")),
             vram_total_bytes=_opt_int(doc, "vram_total_bytes"),
-            vram_free_bytes=_opt_int(doc, "vram_free_bytes"),
+            vram_free_bytes=_free(doc, sum(entries[pid].vram_bytes or 0 for pid in released)),
             why=str(doc.get("why") or ""),
         )
+
+    def _checkpointed(self, entries: Mapping[int, _Entry]) -> set[int]:
+        folder = self.options.cuda_dir  # type: ignore[attr-defined]
+        if not folder:
+            return set()
+        out = set()
+        for pid in entries:
+            try:
+                with open(os.path.join(folder, str(pid))) as fh:
+                    if fh.read().strip() == "checkpointed":
+                        out.add(pid)
+            except OSError:
+                continue
+        return out
 
     def _integrate(self, pid: int, entry: _Entry, now_ns: int, written_ns: int) -> None:
         track = self._tracks.get(pid)
@@ -206,6 +226,11 @@ def _parse(doc: Any) -> dict[int, _Entry]:
             share = float(share)
         entries[pid] = _Entry(busy_ns=busy_ns, busy_share=share, vram_bytes=_opt_int(value, "vram_bytes", key))
     return entries
+
+
+def _free(doc: Mapping[str, Any], released: int) -> int | None:
+    free = _opt_int(doc, "vram_free_bytes")
+    return None if free is None else free + released
 
 
 def _opt_int(obj: Mapping[str, Any], key: str, where: str | None = None) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Literal
 
 from arbiter.plugin import (
@@ -12,6 +13,7 @@ from arbiter.plugin import (
     KindOptions,
     PluginContext,
     PluginError,
+    ProcessRef,
     Translator,
     write_control_document,
 )
@@ -31,6 +33,12 @@ class ControlDocTranslator(Translator):
     def __init__(self, options: ControlDocOptions, context: PluginContext) -> None:
         super().__init__(options, context)
         self._signaller = Signaller()
+
+    def pause_effect(self, refs: Sequence[ProcessRef]) -> str:
+        return (
+            "it was asked to pause at its next safe point: it submits no GPU work while paused, and its VRAM stays "
+            "allocated unless the job itself frees it"
+        )
 
     def control(self, target: JobTarget, update: ControlUpdate, seq: int) -> None:
         if not target.control_path:

@@ -12,6 +12,11 @@ from arbiter_translators.identity import REUSED, SENT, Signaller
 
 #: how often :meth:`SignalTranslator.settle` looks whether its processes have stopped
 SETTLE_POLL_S = 0.00005
+#: what stopping a job's processes frees, and what it does not
+PLAIN_PAUSE = (
+    "its processes are stopped: GPU work it had already queued runs to completion, then it submits none; "
+    "the VRAM it holds stays allocated (the cuda_checkpoint translator frees it)"
+)
 
 
 class SignalOptions(KindOptions):
@@ -46,6 +51,9 @@ class SignalTranslator(Translator):
 
     def resume(self, refs: Sequence[ProcessRef]) -> None:
         self._send_all(refs, signal.SIGCONT, "resume", None)
+
+    def pause_effect(self, refs: Sequence[ProcessRef]) -> str:
+        return PLAIN_PAUSE
 
     def settle(self, refs: Sequence[ProcessRef], timeout_s: float) -> bool:
         # A stopped process must run once to stop: the kernel stops it on its way back to
