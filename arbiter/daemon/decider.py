@@ -34,6 +34,7 @@ from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import TickView
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
+from arbiter.daemon.sharehistory import ShareHistory
 from arbiter.daemon.snapshot import Published, Snapshot, Targets
 from arbiter.daemon.sources import BUSY, PROGRESS
 from arbiter.engine import codes, governor
@@ -119,6 +120,7 @@ class Decider:
         self.inbox: queue.Queue[Message] = queue.Queue()
         self.view: TickView | None = None
         self.certificates: tuple[CertView, ...] = ()
+        self.shares = ShareHistory(config.tick_s)  # this thread's alone; snapshots carry its points
         self.failures = Ongoing()  # actions that fail on this thread
         self._failed_controls: dict[str, Action] = {}
         self.costs = {"decisions": 0, "decide_cpu_s": 0.0, "redecisions": 0}
@@ -147,6 +149,7 @@ class Decider:
         for message in batch:
             if isinstance(message, Tick):
                 self.view, self.certificates = message.view, message.certificates
+                self.shares.add(message.view, time.time())
                 self._take_tick(message)
             elif isinstance(message, PolicyChanged):
                 self.policy = message.policy
@@ -313,7 +316,9 @@ class Decider:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)
         latency_ms = self.fast.take_acted_ms()
         before, self.engine_state = self.engine_state, decision.state
-        self.published.snapshot = Snapshot(decision, obs, view, list(records.values()), time.time(), self.policy)
+        self.published.snapshot = Snapshot(
+            decision, obs, view, list(records.values()), time.time(), self.policy, self.shares.points()
+        )
         if self.fast.linked is not None:
             self.fast.linked.arm(obs, decision, records)
         return _Acted(before, now, failures, latency_ms)

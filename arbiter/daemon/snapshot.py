@@ -11,6 +11,7 @@ from typing import Any
 
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import TickView
+from arbiter.daemon.sharehistory import SharePoint
 from arbiter.engine.types import Decision, Observation, Policy
 from arbiter.plugin import JobTarget, ProcessRef
 from arbiter.store import JobRecord
@@ -26,6 +27,7 @@ class Snapshot:
     jobs: list[JobRecord] = field(default_factory=list)
     decided_at: float = 0.0
     policy: Policy = field(default_factory=Policy)
+    shares: tuple[SharePoint, ...] = ()  # each tenant's GPU share and the jobs' total, one point per tick
 
 
 class Published:

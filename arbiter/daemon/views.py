@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from arbiter import __version__
 from arbiter.daemon.observe import clock_jump_message
+from arbiter.daemon.sharehistory import share_view
 from arbiter.engine import codes
 from arbiter.engine.types import JobVerdict
 
@@ -206,6 +207,7 @@ def status_view(daemon: Node) -> dict[str, Any]:
         "scan_ms": round(view.scan_s * 1000, 2) if view else None,
         "rules": rules,
         "vram": vram_view(daemon, rules),
+        "gpu_share_history": share_view(snap.shares),
         "jobs": jobs,
         "notices": ([r.to_dict() for r in decision.notices] if decision else [])
         + state_notices(daemon)

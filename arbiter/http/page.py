@@ -5,7 +5,8 @@ itself.
 Jobs, tenants and their sources come from the status answer, whose items are the explain answer for the
 node (same builder), so each reason shows with its code, message and remedy.  The budget
 chart is drawn from the governor's timeline events: each carries the rule, its budget and
-its ceiling after the step, so the store already holds the history.  ``?subject=ID`` keeps
+its ceiling after the step, so the store already holds the history.  The GPU share over time
+(``sharechart.py``) is drawn from the status answer's ``gpu_share_history``.  ``?subject=ID`` keeps
 the timeline to one job's or tenant's entries: its history.
 
 It is over 400 lines because each section is a short function of one answer, read top to
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from arbiter.engine import codes
+from arbiter.http.sharechart import share_section
 
 if TYPE_CHECKING:
     from arbiter.http.provider import Provider
@@ -50,7 +52,7 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;vertical-align:t
 th{background:#f6f8fa;font-weight:600}.muted{color:#656d76}.code{font-family:ui-monospace,monospace;font-weight:700}
 .ok{color:#1a7f37;font-weight:600}.warn{color:#9a6700;font-weight:600}.bad{color:#d1242f;font-weight:600}
 .remedy{color:#0a7ea4}.reason{margin:.1em 0 .4em}.notice{background:#fff8c5;border:1px solid #d4a72c;padding:.4em .6em;margin:.3em 0}
-.facts span{margin-right:1.4em}svg{max-width:100%;height:auto;border:1px solid #eaeef2}
+.facts span{margin-right:1.4em}figure{margin:.4em 0}svg{max-width:100%;height:auto;border:1px solid #eaeef2}
 .ab{display:inline-block;margin:.5em 1em .5em 0;vertical-align:top}.ab img{max-width:480px;border:1px solid #eaeef2}
 """
 
@@ -489,6 +491,7 @@ def render_page(provider: Provider, now: float, subject: str | None = None) -> s
         ("Jobs", jobs_section(status.get("jobs") or [], duty.get("jobs") or [])),
         ("Tenants", tenants_section(status.get("rules") or [])),
         ("Sources", sources_section(status.get("rules") or [])),
+        ("GPU share over time", share_section(status.get("gpu_share_history"), now)),
         ("Budget over time", budget_section(duty, governor_events(provider), now, gpu_jobs)),
         ("Timeline", timeline),
         ("A/B runs", ab_section(provider.ab_runs())),

@@ -144,6 +144,20 @@ def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(
     assert f"only {job['id']}" in history and "PROTECTION_GPU_ON" not in history  # the tenant's entry is not its
     assert "gpu_jobs: when_no_gpu_protected" in browser.find_element(By.CSS_SELECTOR, "section#budget").text
 
+    # the GPU share over time: the protected program's line and the jobs' total, drawn inline
+    def share_lines(d: Any) -> set[str] | None:
+        lines = d.find_elements(By.CSS_SELECTOR, "section#gpu figure.shares svg.share-chart polyline.share-line")
+        tenants = {line.get_attribute("data-tenant") for line in lines}
+        return tenants if {"prot", "jobs"} <= tenants else None
+
+    assert WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
+        share_lines
+    ) == {"prot", "jobs"}
+    chart = browser.find_element(By.CSS_SELECTOR, "section#gpu svg.share-chart")
+    assert chart.size["width"] > 300 and chart.size["height"] > 100  # rendered, not just in the markup
+    caption = browser.find_element(By.CSS_SELECTOR, "section#gpu figcaption").text
+    assert "GPU share per tenant" in caption and "prot " in caption and "jobs " in caption
+
     shot = save_screenshot(browser, tmp_path)
     print(f"\nscreenshot: {shot}")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

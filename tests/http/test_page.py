@@ -355,3 +355,42 @@ def test_a_job_links_to_its_history() -> None:
     alone = section(render_page(Plain(), NOW, subject="j-1"), "timeline")
     assert "JOB_PAUSED" in alone and "only" in alone and "href='/#timeline'" in alone
     assert "JOB_PAUSED" not in section(render_page(Plain(), NOW, subject="someone-else"), "timeline")
+
+
+class WithShares(Provider):
+    """A node whose tenants' GPU share was measured over the last ticks."""
+
+    def status(self) -> dict[str, Any]:
+        return {
+            **super().status(),
+            "gpu_share_history": {
+                "window_s": 600.0,
+                "t": [NOW - 3, NOW - 2, NOW - 1, NOW],
+                "tenants": {"render": [0.5, 0.75, None, 0.25], EVIL: [0.0, 0.0, 0.1, 0.2]},
+                "jobs": [0.1, 0.2, 0.3, 0.0],
+            },
+        }
+
+
+def test_the_share_chart_draws_each_tenant_and_the_jobs_over_time() -> None:
+    shares = section(render_page(WithShares(), NOW), "gpu")
+    tags = parse(shares).tags
+    assert [t for t, _ in tags].count("svg") == 1
+    lines = [a for t, a in tags if t == "polyline"]
+    # an unread point breaks render's line in two: one line, then one lone point
+    assert sorted(a["data-tenant"] for a in lines) == sorted(["render", EVIL, "jobs"])
+    (render,) = [a for a in lines if a["data-tenant"] == "render"]
+    assert len(render["points"].split()) == 2
+    assert [a["data-tenant"] for t, a in tags if t == "circle"] == ["render"]
+    (jobs,) = [a for a in lines if a["data-tenant"] == "jobs"]
+    ys = [float(p.split(",")[1]) for p in jobs["points"].split()]
+    assert ys[0] > ys[1] > ys[2] < ys[3]  # 10%, 20%, 30% then 0%: higher share, higher on the chart
+    text = " ".join(parse(shares).text)
+    assert "render 25% now, peak 75%" in text and "jobs 0% now, peak 30%" in text and "4 points" in text
+    assert EVIL not in shares and "&lt;script&gt;" in shares
+
+
+def test_the_share_chart_says_no_data_yet_without_points() -> None:
+    for provider in (Provider(), Plain()):
+        shares = section(render_page(provider, NOW), "gpu")
+        assert "<svg" not in shares and "no data yet" in shares
