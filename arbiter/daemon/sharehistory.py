@@ -64,17 +64,26 @@ class ShareHistory:
         return self._frozen
 
 
-def share_view(points: Sequence[SharePoint], window_s: float = WINDOW_S) -> dict[str, Any]:
-    """The history as columns: ``t``, each tenant's shares and the jobs' total, aligned;
-    a tenant not loaded at a point reads null there, as one that could not be read."""
+#: the status answer carries at most this many columns: each the mean of the ticks it covers
+COLUMNS = 120
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 4) if known else None
+
+
+def share_view(points: Sequence[SharePoint], window_s: float = WINDOW_S, columns: int = COLUMNS) -> dict[str, Any]:
+    """The history as columns: ``t``, each tenant's shares and the jobs' total, aligned; a
+    tenant not loaded at a point reads null there, as one that could not be read.  Past
+    ``columns`` points, each column is the mean of consecutive ticks (its ``t`` the last of
+    them), so every status answer stays small whatever the tick."""
     names = sorted({rid for p in points for rid in p.tenants})
-
-    def r(v: float | None) -> float | None:
-        return None if v is None else round(v, 4)
-
+    size = max(1, math.ceil(len(points) / columns))
+    groups = [points[i : i + size] for i in range(0, len(points), size)]
     return {
         "window_s": window_s,
-        "t": [round(p.t, 2) for p in points],
-        "tenants": {rid: [r(p.tenants.get(rid)) for p in points] for rid in names},
-        "jobs": [r(p.jobs) for p in points],
+        "t": [round(g[-1].t, 2) for g in groups],
+        "tenants": {rid: [_mean([p.tenants.get(rid) for p in g]) for g in groups] for rid in names},
+        "jobs": [_mean([p.jobs for p in g]) for g in groups],
     }

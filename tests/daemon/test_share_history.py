@@ -66,3 +66,13 @@ def test_the_status_columns_align_and_a_tenant_loaded_later_reads_null_before() 
     assert cols["t"] == [10.0, 11.0] and cols["jobs"] == [0.25, 0.0]
     assert cols["tenants"] == {"a": [0.1235, 0.5], "b": [None, 1.0]}
     assert share_view(()) == {"window_s": 600.0, "t": [], "tenants": {}, "jobs": []}
+
+
+def test_the_status_columns_are_few_whatever_the_tick() -> None:
+    from arbiter.daemon.sharehistory import COLUMNS, SharePoint
+
+    points = [SharePoint(float(i), {"p": 0.5 if i % 2 else None}, float(i % 3)) for i in range(1000)]
+    cols = share_view(points)
+    assert len(cols["t"]) <= COLUMNS and cols["t"][-1] == 999.0
+    assert cols["tenants"]["p"] == [0.5] * len(cols["t"])  # the unread ticks left out of each mean
+    assert all(0.0 <= j <= 2.0 for j in cols["jobs"])
