@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import shutil
 import sqlite3
@@ -232,12 +233,17 @@ class Bench:
             for i in range(certificates - 1):
                 store.add_certificate(self._certificate(i))
             now = time.time()
-            with store.transaction() as db:  # a name stopped for its duty, and one with a strike
+            # a name stopped for its duty, and one with a strike: each its owner's (the bench's user)
+            owner = os.geteuid()
+            with store.transaction() as db:
                 Store.put_trust(
                     db,
                     {
-                        "greedy": {"strikes": [now - 300, now - 200, now - 100], "untrusted_until": now + 3 * 3600},
-                        "careful": {"strikes": [now - 50], "untrusted_until": None},
+                        f"{owner}:greedy": {
+                            "strikes": [now - 300, now - 200, now - 100],
+                            "untrusted_until": now + 3 * 3600,
+                        },
+                        f"{owner}:careful": {"strikes": [now - 50], "untrusted_until": None},
                     },
                 )
         finally:
