@@ -20,6 +20,7 @@ from arbiter.plugin import PluginContext
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter_testing import GIB, VramBoard
 from arbiter_testing.fake_llm_servers import FakeLlamaServer, FakeSglangServer, FakeTgiServer
+from arbiter_testing.fake_model_swappers import FakeLlamaSwap, FakeLocalAI
 from arbiter_testing.fake_vllm import FakeVllmServer
 from arbiter_testing.waiting import wait_until
 
@@ -70,4 +71,63 @@ def test_the_shipped_busy_probe_reads_its_server(rule_id: str, tmp_path: Path) -
             assert probe.probe_once(client).busy is False
         finally:
             probe.close()
+    host.close()
+
+
+# Servers that list their loaded models, not their running requests: busy while a model is
+# loaded, and the shipped release (built by its plugin from the shipped file) unloads them.
+SWAPPERS: dict[str, tuple[Callable[..., Any], str]] = {
+    "llama-swap": (FakeLlamaSwap, "/api/models/unload"),
+    "localai": (FakeLocalAI, "/backend/shutdown"),
+}
+
+
+@pytest.mark.parametrize("rule_id", sorted(SWAPPERS))
+def test_the_shipped_rule_reads_loaded_models_and_unloads_them(rule_id: str, tmp_path: Path) -> None:
+    make, release_path = SWAPPERS[rule_id]
+    board = VramBoard(tmp_path / "vram.json", 24 * GIB)
+    host = build_plugin_manager()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    with make(board, gen_s=0.2) as server, httpx.Client(timeout=5, trust_env=False) as client:
+        (mine / "port.yaml").write_text(f"extends: {rule_id}\nbase_url: {server.url}\n")
+        ruleset = check_paths([ROOT / "tenants.d", mine], host.options_model, host.kind_names)
+        assert not ruleset.problems, ruleset.problems
+        rule = ruleset.rules[rule_id]
+        assert rule.busy is not None and rule.release is not None
+        source = host.kind("sources", rule.busy.kind)
+        translator = host.kind("translators", rule.release.kind)
+        assert source is not None and translator is not None
+        ctx = PluginContext(state_dir=tmp_path)
+        probe = source.cls(validate_kind_options(rule.busy, source.cls.Options), ctx)
+        release = translator.cls(validate_kind_options(rule.release, translator.cls.Options), ctx)
+        try:
+            idle = probe.probe_once(client)
+            assert idle.readable and idle.busy is False and idle.models == (), idle.why
+            if rule_id == "localai":  # a release per model: nothing loaded, nothing sent
+                assert "nothing to release" in release.release(rule_id, idle.models).note
+                assert not server.requests("POST", release_path)
+            for model in ("qwen2.5-7b", "llama-3.2-3b"):
+                post(
+                    f"{server.url}/v1/chat/completions",
+                    {"model": model, "messages": [{"role": "user", "content": "hi"}]},
+                )
+            loaded = probe.probe_once(client)
+            assert loaded.readable and loaded.busy is True, loaded.why
+            # llama-swap keeps one model (the second request swapped the first out); LocalAI both
+            expected = {"llama-3.2-3b"} if rule_id == "llama-swap" else {"qwen2.5-7b", "llama-3.2-3b"}
+            assert set(loaded.models) == expected
+            assert board.held(server.pid) == (9 if rule_id == "localai" else 3) * GIB
+            result = release.release(rule_id, loaded.models)
+            assert not result.errors, result.errors
+            sent = server.requests("POST", release_path)
+            assert len(sent) == (1 if rule_id == "llama-swap" else 2)
+            if rule_id == "localai":
+                assert {s.body["model"] for s in sent} == expected
+            after = probe.probe_once(client)
+            assert after.readable and after.busy is False and after.models == (), after.why
+            assert board.held(server.pid) == 0
+        finally:
+            probe.close()
+            release.close()
     host.close()

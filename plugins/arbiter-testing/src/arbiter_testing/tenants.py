@@ -23,8 +23,8 @@ def http_json(url: str, body: dict[str, Any] | None = None) -> Any:
 def start_fake(
     node: Any, state_file: Path, ready_dir: Path, program: str, *args: str, timeout: float = 30.0
 ) -> dict[str, Any]:
-    """Start the fake ``program`` (``llm``, ``diffusion``, ``vllm``, ``llamacpp``, ``sglang`` or
-    ``tgi``) as a child of ``node``
+    """Start the fake ``program`` (``llm``, ``diffusion``, ``vllm``, ``llamacpp``, ``sglang``,
+    ``tgi``, ``llama-swap`` or ``localai``) as a child of ``node``
     (a ``HarnessNode``), on a 16 GiB board kept in ``state_file``; what it says once listening
     (``url`` among it), with its process as ``proc``."""
     ready = ready_dir / f"{program}.ready"
@@ -32,6 +32,8 @@ def start_fake(
         module = ["arbiter_testing.fake_vllm"]
     elif program in ("llamacpp", "sglang", "tgi"):
         module = ["arbiter_testing.fake_llm_servers", program]
+    elif program in ("llama-swap", "localai"):
+        module = ["arbiter_testing.fake_model_swappers", program]
     else:
         module = ["arbiter_testing.fake_servers", program]
     proc = node.spawn(

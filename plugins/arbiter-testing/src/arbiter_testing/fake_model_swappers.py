@@ -1,0 +1,245 @@
+"""Fake servers that load models on demand and unload them when asked, shaped like the real
+ones' documented APIs:
+
+- :class:`FakeLlamaSwap`, llama-swap (a proxy that starts one upstream server per model, port
+  8080): ``GET /health`` answers ``OK``; ``GET /v1/models`` lists the configured models;
+  ``POST /v1/chat/completions`` ``{"model", "messages"}`` swaps to that model (the one loaded
+  before is stopped, then the new one loads over ``load_s``) and answers; an unknown model is
+  answered 400.  ``GET /running`` is ``{"running": [{"model": ID, "state": "ready"}]}``,
+  listing only models that are ready (loaded).  ``GET /unload`` and ``POST /api/models/unload``
+  stop every model at once and answer ``OK``.
+- :class:`FakeLocalAI`, LocalAI (port 8080): ``GET /readyz`` and ``GET /healthz``;
+  ``POST /v1/chat/completions`` ``{"model", "messages"}`` loads that model's backend if it is
+  not loaded, then answers; an unknown model is answered 404.  ``GET /system`` is
+  ``{"backends": [...], "loaded_models": [{"id": ID}]}``.  ``GET /backend/monitor?model=ID``
+  is ``{"state": 1 (busy) | 2 (ready), "memory": {"total": BYTES, "breakdown": {...}}}`` for a
+  loaded model, 500 for one that is not.  ``POST /backend/shutdown`` ``{"model": ID}`` stops
+  that model's backend (200), several models may stay loaded at once.
+
+Neither says how many requests are running in the list of loaded models: a loaded model holds
+its VRAM whether or not it answers one.  Their VRAM goes to a :class:`VramBoard` for the
+``fake`` reader.  Run one as a process:
+``python -m arbiter_testing.fake_model_swappers llama-swap|localai --state-file F --ready-file R``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+import time
+import uuid
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from arbiter_testing.fake_reader import write_state
+from arbiter_testing.fake_servers import WORKING_SHARE, _App
+from arbiter_testing.vram_board import GIB, VramBoard
+
+#: the models each fake serves, with the VRAM each takes once loaded
+MODELS: dict[str, int] = {"qwen2.5-7b": 6 * GIB, "llama-3.2-3b": 3 * GIB}
+
+
+class _Swapper(_App):
+    """What both share: models loaded on a request and unloaded when asked, each request
+    running ``gen_s``; only one model at a time when ``swap`` is true."""
+
+    swap = True
+
+    def __init__(
+        self,
+        board: VramBoard,
+        models: dict[str, int] | None = None,
+        gen_s: float = 0.5,
+        load_s: float = 0.1,
+        pid: int | None = None,
+        port: int = 0,
+    ) -> None:
+        super().__init__(port)
+        self.board = board
+        self.models = dict(MODELS if models is None else models)
+        self.gen_s, self.load_s = gen_s, load_s
+        self.pid = os.getpid() if pid is None else pid
+        self._lock = threading.Lock()
+        self.loaded: dict[str, int] = {}  # model -> requests running on it
+        self.unloads = 0
+        self._publish()
+
+    def _publish(self) -> None:
+        with self._lock:
+            held = sum(self.models[m] for m in self.loaded)
+            share = WORKING_SHARE if any(self.loaded.values()) else 0.0
+        self.board.set(self.pid, held, share)
+
+    def _load(self, model: str) -> None:
+        with self._lock:
+            if model in self.loaded:
+                self.loaded[model] += 1
+                return
+            if self.swap:
+                self.loaded.clear()
+        self._publish()
+        time.sleep(self.load_s)  # the upstream server starts and reads its weights
+        with self._lock:
+            self.loaded[model] = self.loaded.get(model, 0) + 1
+        self._publish()
+
+    def _generate(self, model: str) -> None:
+        self._load(model)
+        try:
+            time.sleep(self.gen_s)
+        finally:
+            with self._lock:
+                if model in self.loaded:  # an unload while it ran ended it
+                    self.loaded[model] -= 1
+            self._publish()
+
+    def _unload(self, models: list[str] | None = None) -> None:
+        with self._lock:
+            for name in list(self.loaded) if models is None else models:
+                self.loaded.pop(name, None)
+            self.unloads += 1
+        self._publish()
+
+    def _chat(self, body: Any) -> tuple[int, Any] | str:
+        """The requested model's name, or the error answer where there is none."""
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str) or not model:
+            return 400, {"error": "the request names no model"}
+        return model
+
+    @staticmethod
+    def _completion(model: str) -> dict[str, Any]:
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+
+    def stop(self) -> None:
+        super().stop()
+        self.board.remove(self.pid)
+
+
+class FakeLlamaSwap(_Swapper):
+    def __init__(self, board: VramBoard, **kwargs: Any) -> None:
+        super().__init__(board, **kwargs)
+        self.routes[("GET", "/health")] = lambda body: (200, b"OK")
+        self.routes[("GET", "/v1/models")] = lambda body: (200, self._list())
+        self.routes[("GET", "/running")] = lambda body: (200, self._running())
+        self.routes[("GET", "/unload")] = self._unload_all
+        self.routes[("POST", "/api/models/unload")] = self._unload_all
+        self.routes[("POST", "/v1/chat/completions")] = self._chat_route
+
+    def _list(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": m, "object": "model", "created": 0, "owned_by": "llama-swap"} for m in self.models],
+        }
+
+    def _running(self) -> dict[str, Any]:
+        with self._lock:
+            return {"running": [{"model": m, "state": "ready"} for m in self.loaded]}
+
+    def _unload_all(self, body: Any) -> tuple[int, Any]:
+        self._unload()
+        return 200, b"OK"
+
+    def _chat_route(self, body: Any) -> tuple[int, Any]:
+        model = self._chat(body)
+        if not isinstance(model, str):
+            return model
+        if model not in self.models:
+            return 400, {"error": f"could not find suitable handler for {model}"}
+        self._generate(model)
+        return 200, self._completion(model)
+
+
+class FakeLocalAI(_Swapper):
+    swap = False  # each model runs in its own backend process, side by side
+    BACKENDS = ("llama-cpp", "whisper", "diffusers")
+
+    def __init__(self, board: VramBoard, **kwargs: Any) -> None:
+        super().__init__(board, **kwargs)
+        self.routes[("GET", "/readyz")] = lambda body: (200, b"OK")
+        self.routes[("GET", "/healthz")] = lambda body: (200, b"OK")
+        self.routes[("GET", "/system")] = lambda body: (200, self._system())
+        self.routes[("GET", "/backend/monitor")] = self._monitor
+        self.routes[("POST", "/backend/shutdown")] = self._shutdown
+        self.routes[("POST", "/v1/chat/completions")] = self._chat_route
+
+    def _system(self) -> dict[str, Any]:
+        with self._lock:
+            return {"backends": list(self.BACKENDS), "loaded_models": [{"id": m} for m in self.loaded]}
+
+    def _monitor(self, body: Any) -> tuple[int, Any]:
+        model = self._query("GET", "/backend/monitor").get("model", [None])[0]
+        if model is None and isinstance(body, dict):
+            model = body.get("model")  # the older form: the name in a JSON body
+        if not model:
+            return 400, {"error": {"code": 400, "message": "model is required", "type": ""}}
+        with self._lock:
+            running = self.loaded.get(model)
+        if running is None:
+            return 500, {"error": {"code": 500, "message": f"backend {model} is not loaded", "type": ""}}
+        total = self.models[model]
+        breakdown = {"weights": total * 3 // 4, "kv_cache": total - total * 3 // 4}
+        return 200, {"state": 1 if running else 2, "memory": {"total": total, "breakdown": breakdown}}
+
+    def _shutdown(self, body: Any) -> tuple[int, Any]:
+        model = body.get("model") if isinstance(body, dict) else None
+        if not isinstance(model, str) or not model:
+            return 400, {"error": {"code": 400, "message": "model is required", "type": ""}}
+        self._unload([model])
+        return 200, None
+
+    def _query(self, method: str, path: str) -> dict[str, list[str]]:
+        """The query of the latest request to ``path`` (routes are given the body only)."""
+        for seen in reversed(self.requests(method)):
+            split = urlsplit(seen.path)
+            if split.path == path:
+                return parse_qs(split.query)
+        return {}
+
+    def _chat_route(self, body: Any) -> tuple[int, Any]:
+        model = self._chat(body)
+        if not isinstance(model, str):
+            return model
+        if model not in self.models:
+            return 404, {"error": {"code": 404, "message": f"model {model} not found", "type": ""}}
+        self._generate(model)
+        return 200, self._completion(model)
+
+
+SERVERS: dict[str, type[_Swapper]] = {"llama-swap": FakeLlamaSwap, "localai": FakeLocalAI}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m arbiter_testing.fake_model_swappers")
+    parser.add_argument("program", choices=sorted(SERVERS))
+    parser.add_argument("--state-file", required=True, help="the fake reader's state file")
+    parser.add_argument("--ready-file", required=True, help="written with {pid, url} once serving")
+    parser.add_argument("--total-gb", type=float, default=24.0)
+    parser.add_argument("--gen-s", type=float, default=0.5)
+    parser.add_argument("--load-s", type=float, default=0.1)
+    args = parser.parse_args(argv)
+    board = VramBoard(args.state_file, int(args.total_gb * GIB))
+    fake = SERVERS[args.program](board, gen_s=args.gen_s, load_s=args.load_s)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    fake.start()
+    try:
+        write_state(args.ready_file, {"pid": os.getpid(), "url": fake.url})
+        stop.wait()
+    finally:
+        fake.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
