@@ -32,6 +32,10 @@ class LocalNode:
         self.tenants = root / "tenants.d"
         self.tenants.mkdir(parents=True, exist_ok=True)
         self.config_path = root / "arbiter.yaml"
+        # its own runtime folder: the daemon's pointer (how a command finds it without its
+        # config) stays here, not among the machine's
+        self.runtime = root / "runtime"
+        self.runtime.mkdir(mode=0o700, exist_ok=True)
         self.config: dict[str, Any] = {
             "state_dir": str(self.state_dir),
             "tenants_dirs": [str(self.tenants)],
@@ -63,7 +67,12 @@ class LocalNode:
         return self.state_dir / "arbiter.sock"
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "ARBITER_CONFIG": str(self.config_path), "PYTHONUNBUFFERED": "1"}
+        return {
+            **os.environ,
+            "ARBITER_CONFIG": str(self.config_path),
+            "PYTHONUNBUFFERED": "1",
+            "XDG_RUNTIME_DIR": str(self.runtime),
+        }
 
     def start(self, timeout: float = 30.0, **env: str) -> None:
         """Start the daemon (with ``env`` added to its environment)."""
