@@ -57,6 +57,7 @@ SHIPPED = {
             "translators/control_doc",
             "translators/http_post",
             "translators/gpu_profile",
+            "translators/cuda_checkpoint",
         },
     ),
     "testing": ("arbiter-testing", {"readers/fake", "translators/fake_profile"}),

@@ -249,7 +249,7 @@ CommandCheck = Callable[[str], "str | None"]
 
 COMMAND_FILE_HINT = (
     "make the file and every folder above it owned by root (or the daemon's user) and not writable by "
-    "group or others (chown root FILE; chmod go-w FILE and its folders); no symbolic link, one hard link"
+    "group or others (chown root FILE; chmod go-w FILE and its folders); no symbolic link"
 )
 
 

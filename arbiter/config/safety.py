@@ -2,8 +2,9 @@
 command to run, requests that act on a program or carry credentials, GPU settings).
 
 The file and every folder above it are owned by root or the daemon's user and writable by
-nobody else, and the file is a regular file with one link (a hard link could make an unsafe
-name point at the same contents).  A folder others may write is safe only with the sticky
+nobody else, and the file is a regular file, not a symbolic link.  Other hard links to it are
+no matter: owner and mode belong to the contents, whatever name reaches them (a package
+installer that links files from its cache makes them).  A folder others may write is safe only with the sticky
 bit, as ``/tmp`` has: there no one but an entry's owner may rename or remove it, and the
 entry below is checked in turn.  The same policy holds for the state folder.  The file
 system is read through ``lstat``/``readlink`` parameters so every case can be tested
@@ -71,8 +72,6 @@ def command_file_problem(
             return f"{path} is a symbolic link"
         if not stat.S_ISREG(st.st_mode):
             return f"{path} is not a regular file"
-        if st.st_nlink != 1:
-            return f"{path} has {st.st_nlink} hard links"
         return _owner_and_mode(path, st, trusted, "the file") or folders_problem(path, trusted, lstat, readlink)
     except OSError as exc:
         return f"cannot check {path}: {exc.strerror or exc}"
