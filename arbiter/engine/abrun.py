@@ -18,6 +18,10 @@ and issues the certificate a passing run earns.
   refused.  The pilot is then left out of R and its interval (:mod:`arbiter.engine.abstats`).  A run that outlives ``max_hours`` or leaves out too many blocks is aborted.
 - A sweep is a run per level; a run that passes starts the next level, the first that does
   not ends the sweep.
+
+It runs past 500 lines because a window's life (open, watch, read, finish, leave out,
+close) is one state machine over one run state; planning and statistics are
+:mod:`arbiter.engine.abplan` and :mod:`arbiter.engine.abstats`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 It says, for every job, whether it may run (and at what duty), waits, is paused (and how)
 or is being stopped, each with its reasons; which actions that changes; and what goes on
 the timeline.  Nothing here reads a clock, a file or a process.
+
+It runs past 500 lines because it is one function's cases: each job's verdict weighs every
+rule's holds, its trust, the governor's budget and the handoff's pauses together.  What
+stands alone has a module of its own (compliance, governor, handoff, reacquire, the paired
+run); the helpers left here exist only for :func:`decide`.
 """
 
 from __future__ import annotations

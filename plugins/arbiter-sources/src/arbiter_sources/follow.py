@@ -7,6 +7,10 @@ Linux and kqueue on macOS and the BSDs (a line reaches ``on_change`` within a mi
 and by checking every 250 ms elsewhere.  A source that only counts lines reads at most
 every 10 ms (:data:`COUNT_PACE_S`); one that gives a phase reads at every write.
 Subclasses say what a line means.
+
+It runs past 500 lines because following one file (globs, renames, truncation, partial
+lines, and the three ways of being woken) is one state machine over one open file; what a
+line means is in the subclasses' modules.
 """
 
 from __future__ import annotations

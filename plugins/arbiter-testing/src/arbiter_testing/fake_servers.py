@@ -20,6 +20,9 @@
 Every fake writes the VRAM its process holds to a :class:`~arbiter_testing.vram_board.VramBoard`
 (the ``fake`` reader's state file).  Run one as its own process (so a daemon can match it by
 its command line) with ``python -m arbiter_testing.fake_servers llm|diffusion ...``.
+
+It runs past 500 lines because both fakes share its HTTP serving, the VRAM board and the
+process entry point; the servers added since are modules of their own.
 """
 
 from __future__ import annotations
