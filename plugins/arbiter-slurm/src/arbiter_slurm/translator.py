@@ -6,7 +6,7 @@ seconds after its SIGTSTP), then tells Slurm: ``scontrol suspend`` (the job show
 squeue and its time limit stops counting).  Resume is ``scontrol resume``, then SIGCONT here.
 Stop is ``scontrol requeue`` for a job that may be requeued (``sbatch --requeue``; a
 suspended job is resumed first, so that it gets the grace Slurm gives it, never a bare
-SIGKILL) followed by ``StartTime=now`` so it is placed again at once; a job that may not be
+SIGKILL) followed by ``StartTime=now+2`` so it is placed again in seconds; a job that may not be
 requeued is ended here with SIGTERM, as by the ``signal`` translator.  Other jobs are paused
 and ended with signals alone.
 
@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 Op = Literal["suspend", "resume", "requeue"]
 #: how long a requeued job may take to finish completing before it is placed again at once
 REQUEUE_SETTLE_S = 30.0
+#: slurmd refuses a job's new start whose credential is dated no later than the second its
+#: last run was revoked in (the requeue): the job would end at once, "Job credential revoked"
+CREDENTIAL_CLEAR_S = 2
 
 
 class SlurmOptions(KindOptions):
@@ -169,7 +172,8 @@ class SlurmTranslator(SignalTranslator):
 
     def _place_at_once(self, job: str) -> None:
         """A requeued job waits a while before it may start again (its BeginTime); once it
-        has finished completing here, that wait is lifted (set earlier, completing resets it)."""
+        has finished completing here, that wait is shortened to the few seconds slurmd needs
+        to accept its new credential (set earlier, completing resets it)."""
         deadline = time.monotonic() + REQUEUE_SETTLE_S
         while self._state(job) != "PENDING":
             if time.monotonic() >= deadline:
@@ -177,7 +181,7 @@ class SlurmTranslator(SignalTranslator):
                 return
             time.sleep(0.1)
         try:
-            commands.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+            commands.run(["scontrol", "update", f"JobId={job}", f"StartTime=now+{CREDENTIAL_CLEAR_S}"])
         except commands.SlurmError as exc:
             log.info("Slurm job %s requeued; placing it at once failed: %s", job, exc)
 
