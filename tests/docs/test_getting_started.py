@@ -190,7 +190,9 @@ def test_getting_started_command_by_command(tmp_path: Path) -> None:
                 assert out.returncode == 0, out.stderr
                 said = out.stdout.splitlines()
                 assert said[0].endswith(" waits (not started)") and said[1].startswith("PROTECTED_GPU_BUSY ")
-                assert said[2].strip().startswith("→ nothing to do")
+                # the reason may wrap onto more lines (its figures vary); the remedy follows it
+                remedy = next(line.strip() for line in said[2:] if line.strip().startswith("→"))
+                assert remedy.startswith("→ nothing to do"), said
             else:
                 raise AssertionError(f"the page runs {command!r}: teach this test what it does")
         assert job is not None, "the page runs no job"

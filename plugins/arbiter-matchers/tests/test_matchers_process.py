@@ -216,8 +216,10 @@ def test_descendants_of_a_real_tree(process_tree: tuple[str, int, int]) -> None:
     only_root = {"cmdline_endswith": [marker.upper()]}
 
     def with_the_tree() -> list[ProcessInfo] | None:
+        # the leaf counts once it runs its own command (forked, it still shows its parent's)
         table = process_table()
-        return table if {root, leaf} <= {p.pid for p in table} else None
+        seen = {p.pid: p.cmdline for p in table}
+        return table if root in seen and seen.get(leaf, ("",))[-1:] == (marker + "-leaf",) else None
 
     table = wait_until(with_the_tree, 10, "the tree in the process table")
     assert matcher(**only_root).select(table) == {root}
