@@ -4,11 +4,12 @@ Threads and what each may do (ARCHITECTURE.md draws the whole picture):
 
 - ``tick`` (:class:`~arbiter.daemon.ticker.Ticker`): rule-file reloads, the process table,
   matching, readers, sources' states, certificates; hands a view to the decision thread;
-- the fast path (:class:`~arbiter.daemon.fastpath.FastPath`): a source's or helper's report,
-  taken on the thread that made it (or on the ``reports`` thread when that would wait), with
-  the pause or resume a phase change of an immediate rule causes at once;
-- ``decide`` (:class:`~arbiter.daemon.decider.Decider`): decides and acts; alone writes the
-  engine state and the snapshot;
+- the intake (:class:`~arbiter.daemon.intake.Intake`): a source's, helper's or the reflex
+  process's report, handed from the thread that made it to the decision thread;
+- ``decide`` (:class:`~arbiter.daemon.decider.Decider`): takes reports, decides and acts;
+  alone writes the engine state, the source book and the snapshot;
+- the reflex process (:mod:`arbiter.daemon.linked`), the one fast path: pauses or resumes on
+  an immediate rule's phase change at once, from what the last decision armed it with;
 - ``recorder``: SQLite commits and timeline observers;
 - the socket and HTTP servers answer from the last published snapshot
   (:mod:`arbiter.daemon.requests`, :mod:`arbiter.daemon.views`).
@@ -39,10 +40,10 @@ from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.decider import Decider
-from arbiter.daemon.fastpath import FastPath
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.inbox import ChangeRun, JobsChanged, ReleaseOver, RunChange
+from arbiter.daemon.intake import Intake
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.linked import reflex_process
 from arbiter.daemon.notify import Notifier, status_line
@@ -134,22 +135,13 @@ class Daemon:
         self.jobs.load(self.store)
         self.published = Published(Policy())
         self.targets = Targets(self.jobs)
-        self.fast = FastPath(
-            host,
-            SourceBook(config.governor.period_s),
-            self.actuator,
-            self.jobs,
-            self.published,
-            self.targets,
-            self._tell,
-            self.record,
-        )
+        self.intake = Intake(host, SourceBook(config.governor.period_s), self.published, self._tell, self.record)
         pausing = translators.get("pause")
         self.rulebook = RuleBook(
             config,
             host,
             self.store,
-            self.fast.on_source,
+            self.intake.on_source,
             self.record,
             pause_frees_vram=bool(pausing is not None and pausing[1].frees_vram),
         )
@@ -171,7 +163,7 @@ class Daemon:
         self._resumed_run = run if run is not None and run.running else None
         self.decider = Decider(
             config,
-            self.fast,
+            self.intake,
             self.actuator,
             self.jobs,
             self.rulebook,
@@ -199,9 +191,10 @@ class Daemon:
             self._reconcile,
         )
         undo.callback(self.ticker.observer.close)
-        self.fast.linked = reflex_process(config, host, translators, journal_path, self.fast, self.actuator)
-        if self.fast.linked is not None:
-            undo.callback(self.fast.linked.link.close)
+        linked = reflex_process(config, host, translators, journal_path, self.intake, self.actuator, self.targets)
+        if linked is not None:
+            undo.callback(linked.link.close)
+        self.intake.linked = linked
         self.helpers = Helpers(self)
 
     # --- start and stop -----------------------------------------------------------------------
@@ -213,7 +206,6 @@ class Daemon:
         # not at once: seven probe processes would slow every start; the first need starts them sooner
         self._probe_timer.start()
         self._spawn("decide", self.decider.run)
-        self._spawn("reports", self.fast.run)
         self.ticker.once()  # the first decision waits for a full view
         self._spawn("tick", self.ticker.run)
         self._socket = SocketServer(
@@ -305,7 +297,6 @@ class Daemon:
     def request_stop(self) -> None:
         self.ticker.stop()
         self.decider.stop()
-        self.fast.stop()
 
     def request_reload(self) -> None:
         """Read the rule files again at once."""
@@ -323,13 +314,11 @@ class Daemon:
             self._socket.close()
         if self._http:
             self._http.stop()
-        linked = self.fast.linked
-        if linked is not None:
+        linked = self.intake.linked
+        if linked is not None:  # what it paused last is resumed below
             linked.link.close()
-        with self.fast.lock:  # after a reflex still acting on a source's thread, if one is
-            if linked is not None:  # what it paused last is resumed below
-                linked.settle()
-            failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
+            linked.settle()
+        failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
         self._probe_timer.cancel()
         self.prober.close()
         self.tenants.close()
@@ -400,7 +389,7 @@ class Daemon:
 
     @property
     def sources(self) -> SourceBook:
-        return self.fast.book
+        return self.intake.book
 
     @property
     def observer(self) -> Observer:
@@ -468,13 +457,13 @@ class Daemon:
         return sorted(self.decider.failures.current)
 
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
-        self.fast.on_helper(helper, key, state)
+        self.intake.on_helper(helper, key, state)
 
     def helper_gone(self, helper: HelperKey) -> None:
-        self.fast.helper_gone(helper)
+        self.intake.helper_gone(helper)
 
     def latency_figures(self) -> dict[str, Any]:
-        return self.fast.figures()
+        return self.intake.figures()
 
     def dispatch(self, op: str, args: dict[str, Any], peer: tuple[int, int]) -> dict[str, Any]:
         from arbiter.daemon.requests import handle
