@@ -346,8 +346,8 @@ class Decider:
             self.recorder.event(event.code, event.subject, event.message, data)
         for job_id, message in self.failures.started(set(acted.failures)):
             self.recorder.event(codes.PLUGIN_FAILED, job_id, message)
-        # the reflex to the next phase change finds every job's target, paused entries and
-        # journal rows made: with fifty jobs, making them there came before its first signal
+        # the decision on the next phase change finds every job's target, paused entries and
+        # journal rows made: with fifty jobs, making them then came before its first signal
         self.actuator.prepare([self.targets.of(record, view) for record in snap.jobs])
 
     def _persist_run(self, run: RunState | None) -> None:
