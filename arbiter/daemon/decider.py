@@ -142,15 +142,19 @@ class Decider:
         self.intake.ask_fast_thread("decide")
         while (batch := drained(self.inbox)) is not None:
             cpu = self.cpu()
+            decided = True
             try:
-                self.take(batch)
+                decided = self.take(batch)
             except Exception as exc:  # this thread must outlive anything one batch meets
                 log.exception("decision failed")
                 self.recorder.event(codes.PLUGIN_FAILED, "node", f"a decision failed: {type(exc).__name__}: {exc}")
-            self.costs["decisions"] += 1
+            # the thread's CPU counts whole (reports taken too); a batch of reports alone is no decision
+            self.costs["decisions"] += decided
             self.costs["decide_cpu_s"] += self.cpu() - cpu
 
-    def take(self, batch: list[Message]) -> None:
+    def take(self, batch: list[Message]) -> bool:
+        """Everything in the batch taken in order; then a decision, unless the batch held
+        only reports no rule must act on before the tick.  Whether it decided."""
         urgent = False  # a change an immediate rule must act on now, between ticks
         for message in batch:
             if isinstance(message, Tick):
@@ -175,18 +179,20 @@ class Decider:
                         codes.PLUGIN_FAILED, message.job_id, f"could not continue what was left of it: {failure}"
                     )
             elif isinstance(message, SourceReport | HelperReport | HelperGone | LinkLines):
+                changed = self.intake.take(message)
                 # a busy probe's change may starve a tenant or free one: the handoff acts now
-                urgent = urgent or any(
+                urgent |= any(
                     rp.immediate or rp.progress or rp.busy_probe
-                    for rid in self.intake.take(message)
+                    for rid in changed
                     if (rp := self.policy.rules.get(rid))
                 )
         if self.view is None:
-            return
+            return False
         reports = (SourceReport, HelperReport, HelperGone, LinkLines)
         if all(isinstance(m, reports) for m in batch) and not urgent:
-            return  # a rule that is not immediate waits for the tick
+            return False  # a rule that is not immediate waits for the tick
         self._decide_and_act()
+        return True
 
     def _take_tick(self, tick: Tick) -> None:
         self.book.sync(tick.wanted, dict(tick.view.rule_uids))

@@ -212,6 +212,35 @@ def test_reports_are_taken_in_the_order_they_came(tmp_path: Path) -> None:
         assert not stopped(pid) and not daemon.actuator.paused
 
 
+def test_every_report_in_one_batch_is_taken_after_one_that_makes_the_decision_urgent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "on" then "off" reach the decision thread in one batch (it is held meanwhile): the
+    first makes a decision urgent, and the second must still reach the source book."""
+    with running(tmp_path, 60, 10) as (node, daemon, _events, pid):
+        real = decider.decide
+        held, entered = threading.Event(), threading.Event()
+        first = [True]
+
+        def slow_decide(*args: Any) -> Any:
+            if first[0]:
+                first[0] = False
+                entered.set()
+                held.wait(10)
+            return real(*args)
+
+        monkeypatch.setattr(decider, "decide", slow_decide)
+        daemon.notify_jobs()
+        assert entered.wait(10)
+        now = time.monotonic()
+        daemon.intake.on_source("p", 0, SourceState(readable=True, phase="on", changed_at=now))
+        daemon.intake.on_source("p", 0, SourceState(readable=True, phase="off", changed_at=now + 0.001))
+        held.set()
+        node.wait_for(lambda: (daemon.sources.state(("p", 0)) or SourceState()).phase == "off", timeout=10)
+        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.job("j")["id"]].state == "run", timeout=10)
+        assert not stopped(pid)
+
+
 def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path: Path) -> None:
     # the shutdown resumes what is paused: a pause after that would be left in place
     with running(tmp_path, 5, 8) as (_node, daemon, _events, pid):
