@@ -70,6 +70,11 @@ DAEMON_FILE = "daemon.json"
 SOCKET_FILE = "arbiter.sock"
 TOKEN_FILE = "token"
 PROBE_DELAY_S = 60.0
+#: how long the shutdown waits for each thread to end
+JOIN_WAIT_S = 10.0
+#: how long the shutdown's resume waits for a decision still acting (each of its plugin calls
+#: ends within the plugin timeout): what that act pauses must be resumed too
+STOP_WAIT_S = 60.0
 
 
 class DaemonAlreadyRunning(Exception):
@@ -135,7 +140,7 @@ class Daemon:
         self.jobs.load(self.store)
         self.published = Published(Policy())
         self.targets = Targets(self.jobs)
-        self.intake = Intake(host, SourceBook(config.governor.period_s), self.published, self._tell, self.record)
+        self.intake = Intake(host, SourceBook(config.governor.period_s), self.published, self.record)
         pausing = translators.get("pause")
         self.rulebook = RuleBook(
             config,
@@ -303,22 +308,26 @@ class Daemon:
         self.ticker.reload()
 
     def shutdown(self) -> None:
-        """Resume everything, write every job's control document back to run, and exit."""
-        if not self._started:  # nothing ran: close what building opened
+        """Resume everything, write every job's control document back to run, and exit.
+        Called again, it does nothing."""
+        if not self._started:  # nothing ran: close what building opened (once: it is empty then)
             self._undo.close()
             return
+        self._started = False
+        self._undo.pop_all()  # what it would close is closed below, in order
         self.request_stop()
         for thread in self._threads:
-            thread.join(timeout=10)
+            thread.join(timeout=JOIN_WAIT_S)
         if self._socket:
             self._socket.close()
         if self._http:
             self._http.stop()
         linked = self.intake.linked
-        if linked is not None:  # what it paused last is resumed below
-            linked.link.close()
-            linked.settle()
-        failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
+        with self.intake.stopped(STOP_WAIT_S):
+            if linked is not None:  # what it paused last is resumed below
+                linked.link.close()
+                linked.settle()
+            failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
         self._probe_timer.cancel()
         self.prober.close()
         self.tenants.close()
@@ -341,9 +350,6 @@ class Daemon:
 
     def record(self, code: str, subject: str, message: str, data: dict[str, Any] | None = None) -> None:
         self.recorder.event(code, subject, message, data)
-
-    def _tell(self, message: Any) -> None:
-        self.decider.tell(message)
 
     def _pid_reused(self, job_id: str, ref: ProcessRef, why: str) -> None:
         """A translator refused to signal a recorded process (called on its thread: only records)."""

@@ -11,7 +11,6 @@ never undoes it.  Keeping, telling and recording follow after the act.
 from __future__ import annotations
 
 import logging
-import queue
 import sys
 import time
 from collections.abc import Callable
@@ -123,7 +122,7 @@ class Decider:
         self.run_ended = run_ended
         self.releasing = releasing
         self.cpu = cpu
-        self.inbox: queue.Queue[Message] = queue.Queue()
+        self.inbox = intake.inbox
         self.view: TickView | None = None
         self.certificates: tuple[CertView, ...] = ()
         self.shares = ShareHistory(config.tick_s)  # this thread's alone; snapshots carry its points
@@ -157,34 +156,12 @@ class Decider:
         only reports no rule must act on before the tick.  Whether it decided."""
         urgent = False  # a change an immediate rule must act on now, between ticks
         for message in batch:
-            if isinstance(message, Tick):
-                self.view, self.certificates = message.view, message.certificates
-                self.shares.add(message.view, time.time())
-                self._take_tick(message)
-            elif isinstance(message, PolicyChanged):
-                self.policy = message.policy
-            elif isinstance(message, ReleaseOver):  # no VRAM is coming back from that request
-                rel = message.release
-                st = self.engine_state.vram.get(rel.rule_id)
-                if st is not None:
-                    st = request_over(st, message.failed, rel.why, rel.held_bytes, rel.timeout_s, time.monotonic())
-                    self.engine_state = replace(self.engine_state, vram={**self.engine_state.vram, rel.rule_id: st})
-            elif isinstance(message, ChangeRun):
-                self._change_run(message)
-            elif isinstance(message, JobEnded):
-                with self.intake.acting():
-                    failures = self.actuator.end_job(message.job_id)
-                for failure in failures:
-                    self.recorder.event(
-                        codes.PLUGIN_FAILED, message.job_id, f"could not continue what was left of it: {failure}"
-                    )
-            elif isinstance(message, SourceReport | HelperReport | HelperGone | LinkLines):
-                changed = self.intake.take(message)
-                # a busy probe's change may starve a tenant or free one: the handoff acts now
-                urgent |= any(
-                    rp.immediate or rp.progress or rp.busy_probe
-                    for rid in changed
-                    if (rp := self.policy.rules.get(rid))
+            try:
+                urgent |= self._take_one(message)
+            except Exception as exc:  # the messages after it are still taken
+                log.exception("taking %s failed", type(message).__name__)
+                self.recorder.event(
+                    codes.PLUGIN_FAILED, "node", f"taking {type(message).__name__} failed: {type(exc).__name__}: {exc}"
                 )
         if self.view is None:
             return False
@@ -193,6 +170,38 @@ class Decider:
             return False  # a rule that is not immediate waits for the tick
         self._decide_and_act()
         return True
+
+    def _take_one(self, message: Message) -> bool:
+        """One message taken; whether a rule must be decided on now."""
+        if isinstance(message, Tick):
+            self.view, self.certificates = message.view, message.certificates
+            self.shares.add(message.view, time.time())
+            self._take_tick(message)
+        elif isinstance(message, PolicyChanged):
+            self.policy = message.policy
+        elif isinstance(message, ReleaseOver):  # no VRAM is coming back from that request
+            rel = message.release
+            st = self.engine_state.vram.get(rel.rule_id)
+            if st is not None:
+                st = request_over(st, message.failed, rel.why, rel.held_bytes, rel.timeout_s, time.monotonic())
+                self.engine_state = replace(self.engine_state, vram={**self.engine_state.vram, rel.rule_id: st})
+        elif isinstance(message, ChangeRun):
+            self._change_run(message)
+        elif isinstance(message, JobEnded):
+            with self.intake.acting() as may:
+                failures = self.actuator.end_job(message.job_id) if may else []
+            for failure in failures:
+                self.recorder.event(
+                    codes.PLUGIN_FAILED, message.job_id, f"could not continue what was left of it: {failure}"
+                )
+        elif isinstance(message, SourceReport | HelperReport | HelperGone | LinkLines):
+            # a busy probe's change may starve a tenant or free one: the handoff acts now
+            return any(
+                rp.immediate or rp.progress or rp.busy_probe
+                for rid in self.intake.take(message)
+                if (rp := self.policy.rules.get(rid))
+            )
+        return False
 
     def _take_tick(self, tick: Tick) -> None:
         self.book.sync(tick.wanted, dict(tick.view.rule_uids))
@@ -257,14 +266,18 @@ class Decider:
             seen, now = self.intake.changes, time.monotonic()
             obs = self.observation(view, now)
             decision = decide(obs, self.engine_state, self.policy, now)
-            with self.intake.acting():
+            with self.intake.acting() as may:
+                if not may:
+                    return  # the daemon is stopping: its shutdown resumes everything
                 acted = self._act(view, obs, decision, now) if self.intake.changes == seen else None
             if acted is not None:
                 self._after_act(acted)
                 return
             # the reflex process acted on a newer phase meanwhile: this decision could undo it
             self.costs["redecisions"] += 1
-        with self.intake.acting():  # a source flapping this fast waits for one decision
+        with self.intake.acting() as may:  # a source flapping this fast waits for one decision
+            if not may:
+                return
             now = time.monotonic()
             obs = self.observation(view, now)
             decision = decide(obs, self.engine_state, self.policy, now)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,22 +34,16 @@ Record = Callable[[str, str, str], None]
 class Intake:
     """Reports in from any thread; taken into the source book on the decision thread.
 
-    :param tell: hands the decision thread a message.
+    It owns the decision thread's inbox, which exists before any source starts: a source may
+    report from its ``start``, before the decision thread is built.
     """
 
-    def __init__(
-        self,
-        host: PluginHost,
-        book: SourceBook,
-        published: Published,
-        tell: Callable[[Message], None],
-        record: Record,
-    ) -> None:
+    def __init__(self, host: PluginHost, book: SourceBook, published: Published, record: Record) -> None:
         self.host = host
         self.book = book
         self.published = published
-        self.tell = tell
         self.record = record
+        self.inbox: queue.Queue[Message] = queue.Queue()
         self.acted_ms: list[float] = []  # latencies of changes the reflex process acted on, for the decision's events
         # each fast thread's role → what arbiter_fast_thread did for it (status shows it); a
         # source watcher that asked already is marked in its own thread-local
@@ -56,8 +51,15 @@ class Intake:
         self._fast_asked = threading.local()
         self.linked: Linked | None = None  # the reflex process, where one runs
         self._moved = 0  # source changes its lines brought
+        # a decision's act and the shutdown's resume take turns: once stopping, nothing is acted on
+        self._turn = threading.Lock()
+        self._stopping = False
 
     # --- reports in, on any thread --------------------------------------------------------------
+
+    def tell(self, message: Message) -> None:
+        """Hand the decision thread a message."""
+        self.inbox.put(message)
 
     def on_source(self, rule_id: str, index: int, state: SourceState) -> None:
         """Called from a source's own thread."""
@@ -124,15 +126,33 @@ class Intake:
         return self._moved + (self.linked.changes if self.linked is not None else 0)
 
     @contextlib.contextmanager
-    def acting(self) -> Iterator[None]:
+    def acting(self) -> Iterator[bool]:
         """Held while a decision acts: the lock the reflex process signals under, with what
-        it did taken in first (a decision made before that is made again)."""
-        if self.linked is None:
+        it did taken in first (a decision made before that is made again).  Yields whether
+        the decision may act: not once the daemon is stopping."""
+        with self._turn:
+            if self._stopping:
+                yield False
+            elif self.linked is None:
+                yield True
+            else:
+                with self.linked.held():
+                    self._lines(set())
+                    yield True
+
+    @contextlib.contextmanager
+    def stopped(self, wait_s: float) -> Iterator[None]:
+        """For the shutdown's resume: no decision acts from now on, and one acting now is
+        waited for (at most ``wait_s``: a resume that waits forever resumes nothing)."""
+        self._stopping = True
+        taken = self._turn.acquire(timeout=wait_s)
+        if not taken:
+            log.error("a decision still acting after %gs: everything is resumed beside it", wait_s)
+        try:
             yield
-            return
-        with self.linked.held():
-            self._lines(set())
-            yield
+        finally:
+            if taken:
+                self._turn.release()
 
     def take_acted_ms(self) -> list[float]:
         """The reflex process's latencies since the last call, and the decision's own."""

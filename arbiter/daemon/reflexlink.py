@@ -4,7 +4,7 @@ The link starts the process when an immediate rule has a phase source, tells it 
 sources to watch, arms it after each decision, and hands the daemon the process's lines
 (its readings, and what it paused and resumed) in the order it wrote them.  A process that
 exits or stops answering is killed and started again later; meanwhile, and for any source
-it cannot watch, the daemon's own watchers and reflex act as they do without it.
+it cannot watch, the daemon's own watchers report to the decision thread, which acts.
 """
 
 from __future__ import annotations

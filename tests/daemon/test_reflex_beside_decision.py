@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+import arbiter.daemon.core as core
 import arbiter.daemon.decider as decider
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
@@ -249,6 +250,30 @@ def test_a_report_that_comes_once_the_daemon_is_stopping_pauses_nothing(tmp_path
         # queued, if anywhere, for the decision thread: once it has ended, nothing is left
         # to act on the report before the shutdown
         wait_until(lambda: not any(t.is_alive() for t in daemon._threads), 10, "the daemon's threads to end")
+        assert not stopped(pid) and not daemon.actuator.paused
+
+
+def test_the_shutdown_resumes_what_a_decision_still_acting_pauses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shutdown's wait for the decision thread runs out while its act pauses a job (a
+    slow translator): the resume waits for that act, so the job does not stay stopped."""
+    monkeypatch.setattr(core, "JOIN_WAIT_S", 0.2)
+    with running(tmp_path, 60, 11) as (_node, daemon, events, pid):
+        entered, release = threading.Event(), threading.Event()
+        real = daemon.actuator.pause_trees
+
+        def pause_trees(targets: Any) -> Any:
+            if targets:
+                entered.set()
+                release.wait(10)
+            return real(targets)
+
+        monkeypatch.setattr(daemon.actuator, "pause_trees", pause_trees)
+        phase(events, "on")
+        assert entered.wait(10)
+        threading.Timer(1.0, release.set).start()  # after the shutdown gave up on the thread
+        daemon.shutdown()
         assert not stopped(pid) and not daemon.actuator.paused
 
 
