@@ -90,11 +90,12 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
 def arbiter_fast_thread(role: str) -> str | None:
     """Ask the host to run the calling thread as soon as it wakes.
 
-    :param role: what the thread does: ``"decide"``, ``"reports"`` (the fast path's queued reports), or ``"source RULE/SLOT"``
-        (a watcher that reports a phase of an ``immediate`` rule).
+    :param role: what the thread does: ``"decide"`` (the decision thread, which acts on a
+        phase change the reflex process does not), or ``"source RULE/SLOT"`` (a watcher that
+        reports a phase of an ``immediate`` rule, in the daemon or in the reflex process).
 
-    The thread carries the fast path (a phase change reaching a paused job within a
-    millisecond or two) and mostly sleeps; on a busy host most of its delay is waiting for a
+    The thread carries a phase change to a paused job (within a millisecond or two) and
+    mostly sleeps; on a busy host most of its delay is waiting for a
     core.  An implementation may ask the OS scheduler for less of that wait, never for more
     than the thread's fair share of the CPU nor for any privilege, and must return at once.
     Called on that thread, once, before its first fast-path work (a source's watcher: at its

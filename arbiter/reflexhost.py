@@ -219,7 +219,7 @@ class ReflexHost:
         self.done.clear()
         self.actuator.paused.clear()  # the daemon keeps the record; each act starts afresh
         self.actuator.unconfirmed.clear()
-        # the job taking the most GPU time is paused first, alone (see the daemon's reflex),
+        # the job taking the most GPU time is paused first, alone (see Actuator.pause_in_turn),
         # and the first job to resume is resumed alone too: the others' signals wake fifty
         # processes at once
         first_at = self.actuator.pause_in_turn(pause)

@@ -8,7 +8,7 @@ loaded.  The bench appends phase lines at random intervals and polls the job's s
 it is stopped (or continued), then prints p50/p99 beside the figure ``status`` shows for the
 source (write seen → decided and signalled), and the same for a rule that is not immediate
 (the tick).  The immediate rule is measured twice: with the reflex process acting on the
-change, and with it off (``reflex_process: false``), the daemon acting itself.
+change, and with it off (``reflex_process: false``), the decision thread acting.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def main() -> None:
         f" p99 {daemon['p99_ms']} ms over {daemon['count']} changes"
     )
     print(
-        f"the same, the reflex process off (the daemon acts itself): p50 {pct(inside, 0.5):.2f} ms,"
+        f"the same, the reflex process off (the decision thread acts): p50 {pct(inside, 0.5):.2f} ms,"
         f" p99 {pct(inside, 0.99):.2f} ms over {len(inside)} changes; status says p50 {inside_daemon['p50_ms']} ms,"
         f" p99 {inside_daemon['p99_ms']} ms"
     )

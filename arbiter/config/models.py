@@ -198,7 +198,7 @@ class NodeConfig(Strict):
     reflex_process: bool = Field(
         True,
         description="act on the phase changes of immediate rules in a process of their own, beside the daemon (the "
-        "daemon's own work under load delayed them); off: inside the daemon",
+        "daemon's own work under load delays them); off: the daemon's decision thread acts on them",
     )
 
     def reader_blocks(self) -> list[KindBlock]:

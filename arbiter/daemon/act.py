@@ -186,9 +186,9 @@ class Actuator:
         return ActResult(action, True)
 
     def prepare(self, targets: Iterable[JobTarget]) -> None:
-        """Make the paused entries and journal rows of each target now, off the fast path, for
-        :meth:`pause_trees` to find (a phase pausing fifty jobs made them on its way to the
-        first signal: a millisecond under load); those of other targets are forgotten."""
+        """Make the paused entries and journal rows of each target now, after a decision, for
+        the next one's :meth:`pause_trees` to find (a phase pausing fifty jobs would make them
+        on its way to the first signal); those of other targets are forgotten."""
         if "pause" not in self.translators:
             return
         self._prepared = {id(t): self._made(t) for t in targets}  # read from the old one while made

@@ -4,11 +4,12 @@ Threads and what each may do (ARCHITECTURE.md draws the whole picture):
 
 - ``tick`` (:class:`~arbiter.daemon.ticker.Ticker`): rule-file reloads, the process table,
   matching, readers, sources' states, certificates; hands a view to the decision thread;
-- the fast path (:class:`~arbiter.daemon.fastpath.FastPath`): a source's or helper's report,
-  taken on the thread that made it (or on the ``reports`` thread when that would wait), with
-  the pause or resume a phase change of an immediate rule causes at once;
-- ``decide`` (:class:`~arbiter.daemon.decider.Decider`): decides and acts; alone writes the
-  engine state and the snapshot;
+- the intake (:class:`~arbiter.daemon.intake.Intake`): a source's, helper's or the reflex
+  process's report, handed from the thread that made it to the decision thread;
+- ``decide`` (:class:`~arbiter.daemon.decider.Decider`): takes reports, decides and acts;
+  alone writes the engine state, the source book and the snapshot;
+- the reflex process (:mod:`arbiter.daemon.linked`), the one fast path: pauses or resumes on
+  an immediate rule's phase change at once, from what the last decision armed it with;
 - ``recorder``: SQLite commits and timeline observers;
 - the socket and HTTP servers answer from the last published snapshot
   (:mod:`arbiter.daemon.requests`, :mod:`arbiter.daemon.views`).
@@ -39,10 +40,10 @@ from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.decider import Decider
-from arbiter.daemon.fastpath import FastPath
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.inbox import ChangeRun, JobsChanged, ReleaseOver, RunChange
+from arbiter.daemon.intake import Intake
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.linked import reflex_process
 from arbiter.daemon.notify import Notifier, status_line
@@ -69,6 +70,11 @@ DAEMON_FILE = "daemon.json"
 SOCKET_FILE = "arbiter.sock"
 TOKEN_FILE = "token"
 PROBE_DELAY_S = 60.0
+#: how long the shutdown waits for each thread to end
+JOIN_WAIT_S = 10.0
+#: how long the shutdown's resume waits for a decision still acting (each of its plugin calls
+#: ends within the plugin timeout): what that act pauses must be resumed too
+STOP_WAIT_S = 60.0
 
 
 class DaemonAlreadyRunning(Exception):
@@ -134,22 +140,13 @@ class Daemon:
         self.jobs.load(self.store)
         self.published = Published(Policy())
         self.targets = Targets(self.jobs)
-        self.fast = FastPath(
-            host,
-            SourceBook(config.governor.period_s),
-            self.actuator,
-            self.jobs,
-            self.published,
-            self.targets,
-            self._tell,
-            self.record,
-        )
+        self.intake = Intake(host, SourceBook(config.governor.period_s), self.published, self.record)
         pausing = translators.get("pause")
         self.rulebook = RuleBook(
             config,
             host,
             self.store,
-            self.fast.on_source,
+            self.intake.on_source,
             self.record,
             pause_frees_vram=bool(pausing is not None and pausing[1].frees_vram),
         )
@@ -171,7 +168,7 @@ class Daemon:
         self._resumed_run = run if run is not None and run.running else None
         self.decider = Decider(
             config,
-            self.fast,
+            self.intake,
             self.actuator,
             self.jobs,
             self.rulebook,
@@ -199,9 +196,10 @@ class Daemon:
             self._reconcile,
         )
         undo.callback(self.ticker.observer.close)
-        self.fast.linked = reflex_process(config, host, translators, journal_path, self.fast, self.actuator)
-        if self.fast.linked is not None:
-            undo.callback(self.fast.linked.link.close)
+        linked = reflex_process(config, host, translators, journal_path, self.intake, self.actuator, self.targets)
+        if linked is not None:
+            undo.callback(linked.link.close)
+        self.intake.linked = linked
         self.helpers = Helpers(self)
 
     # --- start and stop -----------------------------------------------------------------------
@@ -213,7 +211,6 @@ class Daemon:
         # not at once: seven probe processes would slow every start; the first need starts them sooner
         self._probe_timer.start()
         self._spawn("decide", self.decider.run)
-        self._spawn("reports", self.fast.run)
         self.ticker.once()  # the first decision waits for a full view
         self._spawn("tick", self.ticker.run)
         self._socket = SocketServer(
@@ -305,29 +302,30 @@ class Daemon:
     def request_stop(self) -> None:
         self.ticker.stop()
         self.decider.stop()
-        self.fast.stop()
 
     def request_reload(self) -> None:
         """Read the rule files again at once."""
         self.ticker.reload()
 
     def shutdown(self) -> None:
-        """Resume everything, write every job's control document back to run, and exit."""
-        if not self._started:  # nothing ran: close what building opened
+        """Resume everything, write every job's control document back to run, and exit.
+        Called again, it does nothing."""
+        if not self._started:  # nothing ran: close what building opened (once: it is empty then)
             self._undo.close()
             return
+        self._started = False
+        self._undo.pop_all()  # what it would close is closed below, in order
         self.request_stop()
         for thread in self._threads:
-            thread.join(timeout=10)
+            thread.join(timeout=JOIN_WAIT_S)
         if self._socket:
             self._socket.close()
         if self._http:
             self._http.stop()
-        linked = self.fast.linked
-        if linked is not None:
-            linked.link.close()
-        with self.fast.lock:  # after a reflex still acting on a source's thread, if one is
+        linked = self.intake.linked
+        with self.intake.stopped(STOP_WAIT_S):
             if linked is not None:  # what it paused last is resumed below
+                linked.link.close()
                 linked.settle()
             failures = self.actuator.resume_entries(list(self.actuator.paused.values()))
         self._probe_timer.cancel()
@@ -352,9 +350,6 @@ class Daemon:
 
     def record(self, code: str, subject: str, message: str, data: dict[str, Any] | None = None) -> None:
         self.recorder.event(code, subject, message, data)
-
-    def _tell(self, message: Any) -> None:
-        self.decider.tell(message)
 
     def _pid_reused(self, job_id: str, ref: ProcessRef, why: str) -> None:
         """A translator refused to signal a recorded process (called on its thread: only records)."""
@@ -400,7 +395,7 @@ class Daemon:
 
     @property
     def sources(self) -> SourceBook:
-        return self.fast.book
+        return self.intake.book
 
     @property
     def observer(self) -> Observer:
@@ -468,13 +463,13 @@ class Daemon:
         return sorted(self.decider.failures.current)
 
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
-        self.fast.on_helper(helper, key, state)
+        self.intake.on_helper(helper, key, state)
 
     def helper_gone(self, helper: HelperKey) -> None:
-        self.fast.helper_gone(helper)
+        self.intake.helper_gone(helper)
 
     def latency_figures(self) -> dict[str, Any]:
-        return self.fast.figures()
+        return self.intake.figures()
 
     def dispatch(self, op: str, args: dict[str, Any], peer: tuple[int, int]) -> dict[str, Any]:
         from arbiter.daemon.requests import handle

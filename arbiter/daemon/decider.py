@@ -1,16 +1,16 @@
 """The decision thread: takes its inbox, decides, acts through the actuator, publishes.
 
-It alone writes the engine state and the snapshot.  It takes tick views, source changes, job
-changes and paired-run requests from its inbox, re-decides from the last view with only what
-changed, and carries the decision out under the fast path's lock (the two take turns on the
-actuator and the source book).  A decision made while a reflex acted is made again on what
-the reflex saw, so it never undoes it.  Keeping, telling and recording follow after the lock.
+It alone writes the engine state, the snapshot, the source book and the actuator's record.
+It takes tick views, source reports, job changes and paired-run requests from its inbox,
+re-decides from the last view with only what changed (at once where an immediate rule's
+source changed), and carries the decision out holding the lock the reflex process signals
+under.  A decision made while the reflex process acted is made again on what it saw, so it
+never undoes it.  Keeping, telling and recording follow after the act.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import sys
 import time
 from collections.abc import Callable
@@ -18,18 +18,22 @@ from dataclasses import dataclass, replace
 
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.act import Actuator, next_seq
-from arbiter.daemon.fastpath import FastPath, drained
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.inbox import (
     ChangeRun,
+    HelperGone,
+    HelperReport,
     JobEnded,
+    LinkLines,
     Message,
     PolicyChanged,
     ReleaseOver,
-    Sourced,
+    SourceReport,
     Stop,
     Tick,
+    drained,
 )
+from arbiter.daemon.intake import Intake
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.observe import TickView
 from arbiter.daemon.recorder import Recorder
@@ -48,10 +52,10 @@ from arbiter.store import Store
 
 log = logging.getLogger("arbiter.daemon")
 
-REDECIDE_AT_MOST = 3  # then the reflex waits for the decision: a flapping source must not starve it
+REDECIDE_AT_MOST = 3  # then the reflex process waits for the decision: a flapping source must not starve it
 #: the interpreter's switch interval while the daemon runs: a phase change waits for the
 #: interpreter behind the tick and the source watchers at every step (the queue, each
-#: signal's pool call), and under load those waits are most of the fast path's time
+#: signal's pool call), and under load those waits are most of a decision's reaction
 FAST_SWITCH_S = 0.0005
 
 
@@ -73,12 +77,12 @@ class Ongoing:
 
 @dataclass(frozen=True)
 class _Acted:
-    """What carrying the snapshot's decision out leaves for after the act lock."""
+    """What carrying the snapshot's decision out leaves for after the act."""
 
     before: EngineState  # the engine state the decision was made from
     now: float
     failures: list[tuple[str, str]]  # (job id, what failed)
-    latency_ms: list[float]  # the fast path's, since the last decision
+    latency_ms: list[float]  # from sources' changes to acting on them, since the last decision
 
 
 class Decider:
@@ -90,7 +94,7 @@ class Decider:
     def __init__(
         self,
         config: NodeConfig,
-        fast: FastPath,
+        intake: Intake,
         actuator: Actuator,
         jobs: JobRegistry,
         rules: RuleBook,
@@ -104,7 +108,8 @@ class Decider:
         cpu: Callable[[], float],
     ) -> None:
         self.config = config
-        self.fast = fast
+        self.intake = intake
+        self.book = intake.book
         self.actuator = actuator
         self.jobs = jobs
         self.rules = rules
@@ -117,7 +122,7 @@ class Decider:
         self.run_ended = run_ended
         self.releasing = releasing
         self.cpu = cpu
-        self.inbox: queue.Queue[Message] = queue.Queue()
+        self.inbox = intake.inbox
         self.view: TickView | None = None
         self.certificates: tuple[CertView, ...] = ()
         self.shares = ShareHistory(config.tick_s)  # this thread's alone; snapshots carry its points
@@ -133,65 +138,80 @@ class Decider:
 
     def run(self) -> None:
         sys.setswitchinterval(FAST_SWITCH_S)
-        self.fast.ask_fast_thread("decide")
+        self.intake.ask_fast_thread("decide")
         while (batch := drained(self.inbox)) is not None:
             cpu = self.cpu()
+            decided = True
             try:
-                self.take(batch)
+                decided = self.take(batch)
             except Exception as exc:  # this thread must outlive anything one batch meets
                 log.exception("decision failed")
                 self.recorder.event(codes.PLUGIN_FAILED, "node", f"a decision failed: {type(exc).__name__}: {exc}")
-            self.costs["decisions"] += 1
+            # the thread's CPU counts whole (reports taken too); a batch of reports alone is no decision
+            self.costs["decisions"] += decided
             self.costs["decide_cpu_s"] += self.cpu() - cpu
 
-    def take(self, batch: list[Message]) -> None:
+    def take(self, batch: list[Message]) -> bool:
+        """Everything in the batch taken in order; then a decision, unless the batch held
+        only reports no rule must act on before the tick.  Whether it decided."""
         urgent = False  # a change an immediate rule must act on now, between ticks
         for message in batch:
-            if isinstance(message, Tick):
-                self.view, self.certificates = message.view, message.certificates
-                self.shares.add(message.view, time.time())
-                self._take_tick(message)
-            elif isinstance(message, PolicyChanged):
-                self.policy = message.policy
-            elif isinstance(message, ReleaseOver):  # no VRAM is coming back from that request
-                rel = message.release
-                st = self.engine_state.vram.get(rel.rule_id)
-                if st is not None:
-                    st = request_over(st, message.failed, rel.why, rel.held_bytes, rel.timeout_s, time.monotonic())
-                    self.engine_state = replace(self.engine_state, vram={**self.engine_state.vram, rel.rule_id: st})
-            elif isinstance(message, ChangeRun):
-                self._change_run(message)
-            elif isinstance(message, JobEnded):
-                with self.fast.acting():
-                    failures = self.actuator.end_job(message.job_id)
-                for failure in failures:
-                    self.recorder.event(
-                        codes.PLUGIN_FAILED, message.job_id, f"could not continue what was left of it: {failure}"
-                    )
-            elif isinstance(message, Sourced):
-                # a busy probe's change may starve a tenant or free one: the handoff acts now
-                urgent = urgent or any(
-                    rp.immediate or rp.progress or rp.busy_probe
-                    for rid in message.rules
-                    if (rp := self.policy.rules.get(rid))
+            try:
+                urgent |= self._take_one(message)
+            except Exception as exc:  # the messages after it are still taken
+                log.exception("taking %s failed", type(message).__name__)
+                self.recorder.event(
+                    codes.PLUGIN_FAILED, "node", f"taking {type(message).__name__} failed: {type(exc).__name__}: {exc}"
                 )
         if self.view is None:
-            return
-        if all(isinstance(m, Sourced) for m in batch) and not urgent:
-            return  # a rule that is not immediate waits for the tick
+            return False
+        reports = (SourceReport, HelperReport, HelperGone, LinkLines)
+        if all(isinstance(m, reports) for m in batch) and not urgent:
+            return False  # a rule that is not immediate waits for the tick
         self._decide_and_act()
+        return True
+
+    def _take_one(self, message: Message) -> bool:
+        """One message taken; whether a rule must be decided on now."""
+        if isinstance(message, Tick):
+            self.view, self.certificates = message.view, message.certificates
+            self.shares.add(message.view, time.time())
+            self._take_tick(message)
+        elif isinstance(message, PolicyChanged):
+            self.policy = message.policy
+        elif isinstance(message, ReleaseOver):  # no VRAM is coming back from that request
+            rel = message.release
+            st = self.engine_state.vram.get(rel.rule_id)
+            if st is not None:
+                st = request_over(st, message.failed, rel.why, rel.held_bytes, rel.timeout_s, time.monotonic())
+                self.engine_state = replace(self.engine_state, vram={**self.engine_state.vram, rel.rule_id: st})
+        elif isinstance(message, ChangeRun):
+            self._change_run(message)
+        elif isinstance(message, JobEnded):
+            with self.intake.acting() as may:
+                failures = self.actuator.end_job(message.job_id) if may else []
+            for failure in failures:
+                self.recorder.event(
+                    codes.PLUGIN_FAILED, message.job_id, f"could not continue what was left of it: {failure}"
+                )
+        elif isinstance(message, SourceReport | HelperReport | HelperGone | LinkLines):
+            # a busy probe's change may starve a tenant or free one: the handoff acts now
+            return any(
+                rp.immediate or rp.progress or rp.busy_probe
+                for rid in self.intake.take(message)
+                if (rp := self.policy.rules.get(rid))
+            )
+        return False
 
     def _take_tick(self, tick: Tick) -> None:
-        fast = self.fast
-        with fast.lock:
-            fast.book.sync(tick.wanted, dict(tick.view.rule_uids))
-            quiet = time.monotonic() - 2 * self.config.tick_s
-            linked = fast.linked
-            for key, state in tick.readings.items():
-                if linked is None or linked.counts_tick(key, quiet):
-                    fast.book.own(key, state, "tick")
-            if linked is not None:
-                linked.sync(self.rules, self.policy)
+        self.book.sync(tick.wanted, dict(tick.view.rule_uids))
+        quiet = time.monotonic() - 2 * self.config.tick_s
+        linked = self.intake.linked
+        for key, state in tick.readings.items():
+            if linked is None or linked.counts_tick(key, quiet):
+                self.book.own(key, state, "tick")
+        if linked is not None:
+            linked.sync(self.rules, self.policy)
 
     def _change_run(self, message: ChangeRun) -> None:
         """Start or abort a paired run: the engine state is this thread's."""
@@ -212,17 +232,14 @@ class Decider:
         stale = now - view.now > 3 * self.config.tick_s + self.config.plugin_timeout_s
         node_faults = view.faults + ((f"no fresh observation for {now - view.now:.0f}s",) if stale else ())
         read: dict[str, tuple[tuple[SourceObs, ...], SourceObs | None, SourceObs | None]] = {}
-        book = self.fast.book
-        # the reflex writes the source book: only the reads of it hold the lock (a reflex
-        # would wait behind this whole loop, a hundred rules long, on every decision)
-        with self.fast.lock:
-            for rid, rp in self.policy.rules.items():
-                if rid in view.rules and (rp.during or rp.progress or rp.busy_probe):
-                    read[rid] = (
-                        tuple(book.observed((rid, i), now) for i in range(len(rp.during))),
-                        book.observed((rid, PROGRESS), now) if rp.progress else None,
-                        book.observed((rid, BUSY), now) if rp.busy_probe else None,
-                    )
+        book = self.book
+        for rid, rp in self.policy.rules.items():
+            if rid in view.rules and (rp.during or rp.progress or rp.busy_probe):
+                read[rid] = (
+                    tuple(book.observed((rid, i), now) for i in range(len(rp.during))),
+                    book.observed((rid, PROGRESS), now) if rp.progress else None,
+                    book.observed((rid, BUSY), now) if rp.busy_probe else None,
+                )
         rules = {}
         for rid, ro in view.rules.items():
             phases, progress, busy = read.get(rid, ((), None, None))
@@ -246,17 +263,21 @@ class Decider:
         view = self.view
         assert view is not None
         for _ in range(REDECIDE_AT_MOST):
-            seen, now = self.fast.reflexes, time.monotonic()
+            seen, now = self.intake.changes, time.monotonic()
             obs = self.observation(view, now)
             decision = decide(obs, self.engine_state, self.policy, now)
-            with self.fast.acting():
-                acted = self._act(view, obs, decision, now) if self.fast.reflexes == seen else None
+            with self.intake.acting() as may:
+                if not may:
+                    return  # the daemon is stopping: its shutdown resumes everything
+                acted = self._act(view, obs, decision, now) if self.intake.changes == seen else None
             if acted is not None:
                 self._after_act(acted)
                 return
-            # a reflex acted on a newer phase meanwhile: this decision could undo it
+            # the reflex process acted on a newer phase meanwhile: this decision could undo it
             self.costs["redecisions"] += 1
-        with self.fast.acting():  # a source flapping this fast waits for one decision
+        with self.intake.acting() as may:  # a source flapping this fast waits for one decision
+            if not may:
+                return
             now = time.monotonic()
             obs = self.observation(view, now)
             decision = decide(obs, self.engine_state, self.policy, now)
@@ -264,9 +285,8 @@ class Decider:
         self._after_act(acted)
 
     def _act(self, view: TickView, obs: Observation, decision: Decision, now: float) -> _Acted:
-        """Carry a decision out and publish it.  Under the fast path's lock; what a reflex
-        does not need is left to :meth:`_after_act`, after the lock (a phase change that
-        meets the lock held waits for the reports thread)."""
+        """Carry a decision out and publish it, holding the reflex process's signalling lock;
+        what it does not need is left to :meth:`_after_act`, after the lock."""
         records = {r.id: r for r in self.jobs.active()}
         failures: list[tuple[str, str]] = []
         retry = self._failed_controls
@@ -308,19 +328,19 @@ class Decider:
             for jid in sorted(still):
                 failures.extend((jid, f"resume failed: {m}") for m in messages)
         for rel in decision.releases:
-            reading = self.fast.book.state((rel.rule_id, BUSY))  # the model names it last listed
+            reading = self.book.state((rel.rule_id, BUSY))  # the model names it last listed
             self.tenants.release(rel, reading.models if reading else ())
         if decision.releases or newly_due(self.engine_state.vram, decision.state.vram):
             self.releasing()  # the tick looks more often until the VRAM is seen to fall, or sooner for a wake
         if decision.profiles_on or decision.profiles_off:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)
-        latency_ms = self.fast.take_acted_ms()
+        latency_ms = self.intake.take_acted_ms()
         before, self.engine_state = self.engine_state, decision.state
         self.published.snapshot = Snapshot(
             decision, obs, view, list(records.values()), time.time(), self.policy, self.shares.points()
         )
-        if self.fast.linked is not None:
-            self.fast.linked.arm(obs, decision, records)
+        if self.intake.linked is not None:
+            self.intake.linked.arm(obs, decision, records)
         return _Acted(before, now, failures, latency_ms)
 
     def _after_act(self, acted: _Acted) -> None:
@@ -345,8 +365,8 @@ class Decider:
             self.recorder.event(event.code, event.subject, event.message, data)
         for job_id, message in self.failures.started(set(acted.failures)):
             self.recorder.event(codes.PLUGIN_FAILED, job_id, message)
-        # the reflex to the next phase change finds every job's target, paused entries and
-        # journal rows made: with fifty jobs, making them there came before its first signal
+        # the decision on the next phase change finds every job's target, paused entries and
+        # journal rows made: with fifty jobs, making them then came before its first signal
         self.actuator.prepare([self.targets.of(record, view) for record in snap.jobs])
 
     def _persist_run(self, run: RunState | None) -> None:

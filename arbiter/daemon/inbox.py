@@ -1,16 +1,17 @@
-"""What the daemon's threads hand each other: one dataclass per kind of message.
+"""What the daemon's threads hand the decision thread: one dataclass per kind of message.
 
-The decision thread's inbox takes :data:`Message`; the fast path's queue takes :data:`Report`
-(what a source, a session helper or the reflex process said, to be taken in the order each
-origin said it).  Both end with :class:`Stop`.
+Its inbox takes :data:`Message`: ticks, changes of policy, jobs and paired runs, and every
+:data:`Report` (what a source, a session helper or the reflex process said), in the order
+they came; it ends with :class:`Stop`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import queue
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from arbiter.daemon.observe import TickView
 from arbiter.daemon.sources import HelperKey, SlotKey
@@ -72,17 +73,7 @@ class JobsChanged:
     """The job registry changed: decide now rather than at the next tick."""
 
 
-@dataclass(frozen=True)
-class Sourced:
-    """These rules' sources changed (the fast path took the reports already)."""
-
-    rules: frozenset[str]
-
-
-Message = Stop | Tick | PolicyChanged | ReleaseOver | ChangeRun | JobEnded | JobsChanged | Sourced
-
-
-# --- for the fast path ---------------------------------------------------------------------------
+# --- reports ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -112,14 +103,18 @@ class LinkLines:
     """The reflex process wrote lines: take them, in order."""
 
 
-Report = Stop | SourceReport | HelperReport | HelperGone | LinkLines
+Report = SourceReport | HelperReport | HelperGone | LinkLines
+Message = Stop | Tick | PolicyChanged | ReleaseOver | ChangeRun | JobEnded | JobsChanged | Report
+
+T = TypeVar("T")
 
 
-def origin(report: Report) -> Hashable:
-    """Whose report it is: a source's slot, or a session helper (its reports and its going
-    away are one sequence); only an origin's own older reports hold a report back."""
-    if isinstance(report, SourceReport):
-        return report.key
-    if isinstance(report, HelperReport | HelperGone):
-        return report.helper
-    return type(report).__name__
+def drained(inbox: queue.Queue[T]) -> list[T] | None:
+    """Everything waiting (at least one item), or None once a stop is among it."""
+    batch = [inbox.get()]
+    while True:
+        try:
+            batch.append(inbox.get_nowait())
+        except queue.Empty:
+            break
+    return None if any(isinstance(item, Stop) for item in batch) else batch

@@ -4,8 +4,10 @@ The process (:mod:`arbiter.reflexhost`, started by :class:`arbiter.daemon.reflex
 watches the phase sources of immediate rules and pauses or resumes on a change itself, from
 what the daemon armed it with after the last decision.  Its readings then stand for those
 sources: the daemon's own watchers' reports of them are set aside, to be taken if it goes.
-Its lines are taken and its table armed under the fast path's lock; a source thread sets
-its own report aside (:meth:`Linked.stands_for`) without it, each such write one dict store.
+Its lines are taken and its table armed on the decision thread; a source thread sets its own
+report aside (:meth:`Linked.stands_for`), each such write one dict store.  A phase change it
+reads but was not armed for, or any after it is gone, is acted on by the decision its line
+(or its going) brings about.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ log = logging.getLogger("arbiter.daemon")
 
 
 class Linked:
-    """:param reflex: the fast path's reflex, for a phase the process left to the daemon.
-    :param acted_ms: the fast path's list of acted-on latencies, which its lines extend."""
+    """:param acted_ms: the list of acted-on latencies the next decision's events take,
+    which its lines extend."""
 
     def __init__(
         self,
@@ -47,7 +49,6 @@ class Linked:
         actuator: Actuator,
         published: Published,
         targets: Targets,
-        reflex: Callable[[str, int], None],
         acted_ms: list[float],
         record: Callable[[str, str, str], None],
         fast_threads: dict[str, str],
@@ -57,7 +58,6 @@ class Linked:
         self.actuator = actuator
         self.published = published
         self.targets = targets
-        self.reflex = reflex
         self.acted_ms = acted_ms
         self.record = record
         self.fast_threads = fast_threads
@@ -120,8 +120,8 @@ class Linked:
                 # journal are judged now, not at the next tick
                 changed.add(key[0])
                 state = aside.get(key)
-                if state is not None and self.book.own(key, state, "watch"):
-                    self.reflex(*key)
+                if state is not None:
+                    self.book.own(key, state, "watch")
             return
         for op, rows in line.get("did", ()):
             self.actuator.adopt(
@@ -159,8 +159,6 @@ class Linked:
             changed.add(rid)
             if line.get("armed"):
                 self.acted_ms.extend(self.book.decided(line["acted_at"]))
-            else:
-                self.reflex(rid, index)
 
     def reconcile(self) -> None:
         """After the process is gone: what the journal holds paused that the record lacks (it
@@ -228,7 +226,7 @@ class Linked:
         self.link.arm(arm)
 
     def settle(self) -> None:
-        """After the process was stopped: what it did last, taken in (under the fast path's lock)."""
+        """After the process was stopped: what it did last, taken in."""
         self.take(set())
         self.reconcile()
 
@@ -251,8 +249,9 @@ def reflex_process(
     host: PluginHost,
     translators: dict[str, tuple[str, Translator]],
     journal_path: Path,
-    fast: FastPathSide,
+    intake: IntakeSide,
     actuator: Actuator,
+    targets: Targets,
 ) -> Linked | None:
     """The reflex process's side, where the config asks for one and the pause translator
     bounds its own time (the process waits on it while it holds the signalling lock)."""
@@ -273,31 +272,28 @@ def reflex_process(
         "translator": pause[0],
         "journal": str(journal_path),
     }
-    # its lines are taken on the reports thread, never on the link's reader: a reflex taken
-    # there would wait for lines only that reader can read
-    link = ReflexLink(setup, state_dir, fast.lines_came)
+    # its lines are taken on the decision thread, never on the link's reader: a decision
+    # acting there would wait for lines only that reader can read
+    link = ReflexLink(setup, state_dir, intake.lines_came)
     return Linked(
         link,
-        fast.book,
+        intake.book,
         actuator,
-        fast.published,
-        fast.targets,
-        fast.reflex,
-        fast.acted_ms,
-        fast.record,
-        fast.fast_threads,
+        intake.published,
+        targets,
+        intake.acted_ms,
+        intake.record,
+        intake.fast_threads,
     )
 
 
-class FastPathSide(Protocol):
-    """What of the fast path the reflex process's side is wired to."""
+class IntakeSide(Protocol):
+    """What of the report intake the reflex process's side is wired to."""
 
     book: SourceBook
     published: Published
-    targets: Targets
     acted_ms: list[float]
     fast_threads: dict[str, str]
 
     def lines_came(self) -> None: ...
-    def reflex(self, rule_id: str, index: int) -> None: ...
     def record(self, code: str, subject: str, message: str) -> None: ...

@@ -4,7 +4,7 @@ The link starts the process when an immediate rule has a phase source, tells it 
 sources to watch, arms it after each decision, and hands the daemon the process's lines
 (its readings, and what it paused and resumed) in the order it wrote them.  A process that
 exits or stops answering is killed and started again later; meanwhile, and for any source
-it cannot watch, the daemon's own watchers and reflex act as they do without it.
+it cannot watch, the daemon's own watchers report to the decision thread, which acts.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ class ReflexLink:
         self._received = 0  # lines read from the process now running
         self._pending: deque[dict[str, Any]] = deque()
         self._cv = threading.Condition()
-        self._depth = 0  # held() is re-entered by the daemon's reflex inside a decision's act
         self._retry_at = 0.0
         self._retry_s = RETRY_S
         self._readers = 0  # reader threads running (the process's, and one given up still being read)
@@ -205,14 +204,9 @@ class ReflexLink:
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
         """The lock both processes signal under; once it is held, every line the process
-        wrote under it has arrived.  Under the daemon's act lock (which makes it
-        re-entrant)."""
-        if self._depth or self._proc is None or self._closed:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
+        wrote under it has arrived.  Taken by the decision thread alone, never nested."""
+        if self._proc is None or self._closed:
+            yield
             return
         deadline, locked = time.monotonic() + LOCK_WAIT_S, False
         while not locked:
@@ -226,7 +220,6 @@ class ReflexLink:
                         self._drained()
                     break
                 time.sleep(0.0002)
-        self._depth += 1
         try:
             if locked:
                 wanted = read_count(self._lock_fd, LINES_AT)
@@ -238,12 +231,11 @@ class ReflexLink:
                         self._drained()
             yield
         finally:
-            self._depth -= 1
             if locked:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def take(self) -> list[dict[str, Any]]:
-        """The lines that arrived, in order (under the daemon's act lock)."""
+        """The lines that arrived, in order (on the decision thread)."""
         with self._cv:
             out = list(self._pending)
             self._pending.clear()

@@ -208,6 +208,7 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
                 "STATE_DIR",
             ) from None
         daemon.notify_jobs()
+        daemon.recorder.flush()  # answered once on disk: a daemon killed right after still knows the job
         return {
             "job": {"id": record.id, "control_path": record.control_path, "events_path": record.events_path},
             "warnings": warnings,
@@ -238,6 +239,7 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
             )
         daemon.jobs.update(record.id, root_pid=proc.pid, root_start=proc.start_time, state="running")
         daemon.notify_jobs()
+        daemon.recorder.flush()  # as for the registration: the process to resume after a crash is on disk
         return {}
     if op == "job.exited":
         record = _job(daemon, args, uid)

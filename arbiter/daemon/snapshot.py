@@ -38,10 +38,8 @@ class Published:
 
 
 class Targets:
-    """What a translator acts on for a job in a view, made once per view.
-
-    The fast path and the decision thread both ask: after the decision's act, beside a
-    reflex, the two may make a target twice, each a right one."""
+    """What a translator acts on for a job in a view, made once per view (on the decision
+    thread: its act, and the table it arms the reflex process with)."""
 
     def __init__(self, jobs: JobRegistry) -> None:
         self.jobs = jobs

@@ -11,8 +11,9 @@ first job stopping.  The reflex answers from the last decision alone, in microse
 - a phase that turns off resumes the jobs the last decision paused by their tree for this
   phase and nothing else.
 
-The whole decision follows at once and has the last word: it pauses what the reflex left,
-and resumes what the reflex paused wrongly.
+The reflex process acts on this, armed by the daemon after each decision with the answer
+for each phase value.  The whole decision follows at once and has the last word: it pauses
+what the reflex left, and resumes what the reflex paused wrongly.
 """
 
 from __future__ import annotations

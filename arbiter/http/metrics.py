@@ -82,12 +82,12 @@ METRICS: dict[str, MetricDoc] = {
     ),
     "arbiter_decisions": MetricDoc("counter", (), "Decisions taken since start."),
     "arbiter_decision_cpu_seconds": MetricDoc(
-        "counter", (), "CPU time of the decision thread and of the plugin calls it made."
+        "counter", (), "CPU time of the decision thread (taking reports too) and of the plugin calls it made."
     ),
     "arbiter_redecisions": MetricDoc(
         "counter",
         (),
-        "Decisions made again because a phase changed, and was acted on at once, while they were being made.",
+        "Decisions made again because the reflex process acted on, or read, a phase change while they were being made.",
     ),
     "arbiter_recording_failures": MetricDoc(
         "counter", (), "Batches the state store could not write (disk full or read-only)."

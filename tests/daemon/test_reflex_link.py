@@ -41,7 +41,7 @@ class Linked:
         }
         self.link = ReflexLink(setup, tmp_path, self.arrived.set)
         self.lines: list[dict[str, Any]] = []
-        self.act = threading.RLock()  # the daemon's act lock, which held() is taken under
+        self.act = threading.RLock()  # the decision thread's turn, which held() is taken in
 
     def sync(self) -> None:
         self.link.sync([(*SPEC[:4], {**SPEC[4], "path": str(self.events)})])

@@ -107,7 +107,7 @@ def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_p
         )
         assert "given up" in gone[-1]["message"]
 
-        # the daemon's own watcher and reflex act meanwhile, and what the process paused is resumed
+        # the daemon's own watcher and decisions act meanwhile, and what the process paused is resumed
         phase(events, "idle")
         assert procs.wait(pid, {"running", "sleeping"}, timeout=2) < 1.0
         phase(events, "busy")
@@ -129,7 +129,7 @@ def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_p
         node.close()
 
 
-def test_reflex_process_off_keeps_the_fast_path_in_the_daemon(tmp_path: Path, procs) -> None:
+def test_reflex_process_off_leaves_the_phase_to_the_decision_thread(tmp_path: Path, procs) -> None:
     node, events, pid = start(tmp_path, reflex_process=False)
     try:
         assert node.status()["fast_path"]["reflex_process"] is None

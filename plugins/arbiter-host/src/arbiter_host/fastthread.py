@@ -2,8 +2,8 @@
 
 A phase change must reach a paused job in a millisecond or two.  On a busy machine the
 thread that carries it spent most of that time runnable but waiting for a core: measured
-under bench/load.py, the wait before the reflex's signals reached 5 ms at p99, and 11 ms
-during them.  Linux 6.12 and later (the EEVDF scheduler) let any thread ask for a shorter
+under bench/load.py, the wait before the first signal of a phase change reached 5 ms at p99,
+and 11 ms during them.  Linux 6.12 and later (the EEVDF scheduler) let any thread ask for a shorter
 slice: a thread that asks for a short one is picked sooner when it wakes and may preempt a
 thread running a longer one, while its share of the CPU over time stays what it was.  It
 needs no privilege, and it is the kernel's documented way for a latency-sensitive task to

@@ -54,7 +54,7 @@ ROTATION_GRACE_S = 10.0
 _TAIL_BYTES = 256
 #: a source that only counts lines (it gives no phase) reads at most this often while
 #: file notifications wake it: the count becomes a rate over seconds, and a program that
-#: writes two hundred times a second otherwise wakes this thread, and the daemon's reflex
+#: writes two hundred times a second otherwise wakes this thread, and the daemon's decision
 #: thread with each report, as often, each time taking the interpreter from the fast path.
 #: A rate taken between two reads misses what came since the last: over a 5 s window, 0.1 %
 #: on average and 0.2 % at most; a program that writes a hundred times a second or less is
