@@ -21,22 +21,20 @@ Their VRAM goes to a :class:`VramBoard` for the ``fake`` reader.  Run one as a p
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
 import threading
 import time
 from typing import Any
 
-from arbiter_testing.fake_reader import write_state
-from arbiter_testing.fake_servers import WORKING_SHARE, _App
+from arbiter_testing.fake_http import WORKING_SHARE, FakeApp
+from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
 from arbiter_testing.vram_board import GIB, VramBoard
 
 #: what a server that released its memory keeps on the device (its CUDA context)
 RELEASED_BYTES = 512 << 20
 
 
-class _GaugedServer(_App):
+class _GaugedServer(FakeApp):
     """What the three share: requests that run for ``gen_s`` each, counted in gauges."""
 
     running_gauge = ""
@@ -176,26 +174,14 @@ SERVERS: dict[str, type[_GaugedServer]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arbiter_testing.fake_llm_servers")
+    parser = fake_parser("arbiter_testing.fake_llm_servers")
     parser.add_argument("program", choices=sorted(SERVERS))
-    parser.add_argument("--state-file", required=True, help="the fake reader's state file")
-    parser.add_argument("--ready-file", required=True, help="written with {pid, url} once serving")
-    parser.add_argument("--total-gb", type=float, default=24.0)
     parser.add_argument("--held-gb", type=float, default=8.0, help="weights and KV cache, preallocated")
     parser.add_argument("--gen-s", type=float, default=0.5)
     args = parser.parse_args(argv)
-    board = VramBoard(args.state_file, int(args.total_gb * GIB))
+    board = board_of(args)
     fake = SERVERS[args.program](board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    fake.start()
-    try:
-        write_state(args.ready_file, {"pid": os.getpid(), "url": fake.url})
-        stop.wait()
-    finally:
-        fake.stop()
-    return 0
+    return serve_until_stopped(fake, args.ready_file)
 
 
 if __name__ == "__main__":

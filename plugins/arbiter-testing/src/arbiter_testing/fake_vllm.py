@@ -18,24 +18,22 @@ reader.  Run as a process: ``python -m arbiter_testing.fake_vllm --state-file F 
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
 import threading
 import time
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from arbiter_testing.fake_reader import write_state
-from arbiter_testing.fake_servers import WORKING_SHARE, _App
+from arbiter_testing.fake_http import WORKING_SHARE, FakeApp
+from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
 from arbiter_testing.vram_board import GIB, VramBoard
 
 #: what a sleeping engine keeps on the device (its CUDA context and buffers)
 ASLEEP_BYTES = 512 << 20
 
 
-class FakeVllmServer(_App):
+class FakeVllmServer(FakeApp):
     """One model, its weights and KV cache preallocated in ``held_bytes``."""
 
     def __init__(
@@ -166,28 +164,16 @@ class FakeVllmServer(_App):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arbiter_testing.fake_vllm")
-    parser.add_argument("--state-file", required=True, help="the fake reader's state file")
-    parser.add_argument("--ready-file", required=True, help="written with {pid, url} once serving")
-    parser.add_argument("--total-gb", type=float, default=24.0)
+    parser = fake_parser("arbiter_testing.fake_vllm")
     parser.add_argument("--held-gb", type=float, default=13.0, help="weights and KV cache, preallocated")
     parser.add_argument("--gen-s", type=float, default=0.5)
     parser.add_argument("--wake-s", type=float, default=0.2)
     parser.add_argument("--wake-fault", choices=["", "500"], default="", help="answer /wake_up with HTTP 500")
     args = parser.parse_args(argv)
-    board = VramBoard(args.state_file, int(args.total_gb * GIB))
+    board = board_of(args)
     fake = FakeVllmServer(board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s, wake_s=args.wake_s)
     fake.wake_fault = args.wake_fault
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    fake.start()
-    try:
-        write_state(args.ready_file, {"pid": os.getpid(), "url": fake.url})
-        stop.wait()
-    finally:
-        fake.stop()
-    return 0
+    return serve_until_stopped(fake, args.ready_file)
 
 
 if __name__ == "__main__":
