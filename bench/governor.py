@@ -40,13 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from arbiter.certificates import Certificate, ExeHasher
 from arbiter.engine import governor
 from arbiter.engine.types import GovernorPolicy, GovernorState, SourceObs
 from arbiter.sdk.control import ignore_nudges, write_control_document
-from arbiter.store import Store
+from arbiter_testing.certified import certify, stand_in_cmd, stand_in_rule
 from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,10 +60,6 @@ PINNED = (
 #: or with ``--free`` 4 ms of work then 6 ms idle, free-running
 PACED = ["--step-s", "0.005", "--frame-s", "0.010"]
 FREE = ["--step-s", "0.004", "--gap-s", "0.006"]
-
-
-def protected_cmd(events: Path, frames: list[str]) -> list[str]:
-    return [PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), *frames]
 
 
 def job_cmd(out: Path) -> list[str]:
@@ -120,7 +113,7 @@ def rates(events: Path, out: Path, seconds: float) -> tuple[float, float]:
 def sweep(window: float, frames: list[str], tmp: Path) -> tuple[float, list[tuple[float, float, float]]]:
     """Baseline frames/s and, per constant duty, (duty, slowdown, job prompts/s)."""
     events, out, control = tmp / "sweep-events.jsonl", tmp / "sweep-out.jsonl", tmp / "control.json"
-    protected = subprocess.Popen(protected_cmd(events, frames))
+    protected = subprocess.Popen(stand_in_cmd(events, *frames))
     rows = []
     try:
         time.sleep(1.0)
@@ -169,42 +162,13 @@ def governed(window_periods: int, period: float, frames: list[str], tmp: Path) -
     manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause]\n")
     summaries: list[str] = []
     try:
-        node.add_rule(
-            "frames",
-            {
-                "id": "frames",
-                "match": {"cmdline": ["arbiter.demo.protected"]},
-                "protect": {
-                    "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
-                    "max_slowdown": TARGET,
-                },
-            },
-        )
+        node.add_rule("frames", stand_in_rule(events, max_slowdown=TARGET))
         node.start()
         off_core(node.daemon.pid)  # type: ignore[union-attr]
-        protected = node.spawn(protected_cmd(events, frames))
+        protected = node.spawn(stand_in_cmd(events, *frames))
         node.wait_for(lambda: node.status()["rules"][0]["running"])
         base, _ = rates(events, out, 2 * period)
-        exe = psutil.Process(protected.pid).exe()
-        store = Store(node.state_dir / "state.db")
-        store.add_certificate(
-            Certificate(
-                rule="frames",
-                work="gpu",
-                duty=CEILING,
-                r=1.0,
-                r_low=0.99,
-                r_high=1.01,
-                margin=0.02,
-                run_id="bench",
-                issued_at=time.time(),
-                node="bench",
-                fingerprint=node.call("certificates")["node"],
-                exe_path=exe,
-                exe_sha256=ExeHasher().digest(exe) or "",
-            )
-        )
-        store.close()
+        certify(node, protected.pid, "frames", CEILING, run_id="bench")
         node.job_run(job_cmd(out), "--manifest", str(manifest), cwd=JOB_DIR, stderr=subprocess.DEVNULL)
         node.wait_for(lambda: (r := node.call("duty")["duty"]["rules"]) and r[0]["state"] == "running", timeout=60)
         time.sleep(3 * period)  # let it settle
