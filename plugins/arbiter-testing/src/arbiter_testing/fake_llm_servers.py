@@ -21,20 +21,15 @@ Their VRAM goes to a :class:`VramBoard` for the ``fake`` reader.  Run one as a p
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from typing import Any
 
-from arbiter_testing.fake_http import WORKING_SHARE, FakeApp
+from arbiter_testing.fake_preallocated import PreallocatedServer
 from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
 from arbiter_testing.vram_board import GIB, VramBoard
 
-#: what a server that released its memory keeps on the device (its CUDA context)
-RELEASED_BYTES = 512 << 20
 
-
-class _GaugedServer(FakeApp):
+class _GaugedServer(PreallocatedServer):
     """What the three share: requests that run for ``gen_s`` each, counted in gauges."""
 
     running_gauge = ""
@@ -44,20 +39,12 @@ class _GaugedServer(FakeApp):
     def __init__(
         self, board: VramBoard, held_bytes: int = 8 * GIB, gen_s: float = 0.5, pid: int | None = None, port: int = 0
     ) -> None:
-        super().__init__(port)
-        self.board = board
-        self.full_bytes, self.gen_s = held_bytes, gen_s
-        self.pid = os.getpid() if pid is None else pid
-        self._lock = threading.Lock()
-        self.running = 0
+        super().__init__(board, held_bytes, gen_s, pid, port)
         self.released = False
         self._publish()
 
-    def _publish(self) -> None:
-        with self._lock:
-            held = RELEASED_BYTES if self.released else self.full_bytes
-            share = WORKING_SHARE if self.running else 0.0
-        self.board.set(self.pid, held, share)
+    def given_up(self) -> bool:
+        return self.released
 
     def metrics(self) -> bytes:
         with self._lock:
@@ -71,22 +58,9 @@ class _GaugedServer(FakeApp):
 
     def _run(self) -> tuple[int, Any] | None:
         """One request's work; an error answer where it cannot run."""
-        with self._lock:
-            if self.released:
-                return 503, {"error": "the memory is released: resume it first"}
-            self.running += 1
-        self._publish()
-        try:
-            time.sleep(self.gen_s)
-        finally:
-            with self._lock:
-                self.running -= 1
-            self._publish()
-        return None
-
-    def stop(self) -> None:
-        super().stop()
-        self.board.remove(self.pid)
+        return self._work(
+            lambda: (503, {"error": "the memory is released: resume it first"}) if self.released else None
+        )
 
 
 class FakeLlamaServer(_GaugedServer):
