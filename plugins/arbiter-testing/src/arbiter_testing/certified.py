@@ -1,5 +1,6 @@
-"""A protected stand-in under a rule, and the certificate a passing paired run stores for it:
-what the certified-duty tests and the governor bench set up before a job asks for a duty.
+"""A protected stand-in under a rule, the certificate a passing paired run stores for it, and
+the reference job pinned to the stand-in's core: what the certified-duty tests and the
+governor bench set up before a job asks for a duty.
 
 The stand-in is ``arbiter.demo.protected``, writing one ``step_done`` line a frame to its
 events file; the rule matches its command line with that file in it, so that on a shared box
@@ -8,6 +9,7 @@ a rule protects this stand-in alone.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,9 @@ import psutil
 from arbiter.certificates import Certificate, ExeHasher
 from arbiter.store import Store
 from arbiter_testing.node import PYTHON, HarnessNode
+
+#: the core the stand-in (which pins itself to the lowest it may use) and a pinned job share
+CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 
 
 def stand_in_cmd(events: Path, *args: str) -> list[str]:
@@ -60,3 +65,15 @@ def certify(node: HarnessNode, pid: int, rule: str, duty: float, run_id: str = "
     node.wait_for(
         lambda: any(c["rule"] == rule and c["status"] == "valid" for c in node.call("certificates")["certificates"])
     )
+
+
+def pinned(*args: str) -> list[str]:
+    """``python ARGS`` run on :data:`CORE` alone, where the stand-in runs."""
+    pin = f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
+    return [PYTHON, "-c", pin, *args]
+
+
+def llmbatch_cmd(out: str | Path = "/dev/null") -> list[str]:
+    """The reference job (``examples/llmbatch``, its stand-in backend) on :data:`CORE`, without
+    end, its answers written to ``out``; run it from the example's folder."""
+    return pinned("-m", "llmbatch", "run", "--repeat", "0", "--steps", "4", "--width", "120", "--out", str(out))
