@@ -24,9 +24,9 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import ClassVar
 
-from arbiter.plugin import PluginContext, PluginError, Source, SourceState
+from arbiter.plugin import Phase, PluginContext, PluginError, Source, SourceState
 from arbiter_sources import inotify
 from arbiter_sources.follow_lines import (
     CHUNK,
@@ -44,7 +44,6 @@ from arbiter_sources.safeopen import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
 
-Phase = Literal["on", "off", "soon"]
 #: what a line says: None when it is malformed, else (does it match, the phase it sets)
 LineMeaning = tuple[bool, Phase | None] | None
 

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from arbiter.plugin import PluginContext
-from arbiter_sources.follow import FollowedFile, LineMeaning, Phase
+from arbiter.plugin import Phase, PluginContext
+from arbiter_sources.follow import FollowedFile, LineMeaning
 from arbiter_sources.follow_path import FollowOptions
 
 
