@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from arbiter.config.loader import load_yaml_mapping, read_text, validate, validate_kind_options
 from arbiter.config.models import KindBlock, Share
+from arbiter.config.validation import load_yaml_mapping, read_text, validate, validate_kind_options
 from arbiter.daemon.claim import descendants
 from arbiter.engine.usage import busy_share
 from arbiter.plugin import GpuReading, PluginContext, Reader

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from arbiter_testing.reaction import phase_rule, write_phase
 from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
 
@@ -86,23 +87,12 @@ def running(pids: list[int], since: float = 0.0) -> bool:
 
 
 def set_phase(path: Path, on: bool) -> float:
-    with open(path, "a") as fh:
-        fh.write(json.dumps({"event": "status", "phase": "on" if on else "off"}) + "\n")
+    write_phase(path, "on" if on else "off")
     return time.perf_counter()
 
 
 def protect_rule(node: str, events: Path, marker: str) -> dict[str, Any]:
-    return {
-        "id": f"stand-in-{node}",
-        "match": {"cmdline": [marker]},
-        "immediate": True,
-        "during": [
-            {
-                "source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["on"]},
-                "pause_fleet": {"scope": "all"},
-            }
-        ],
-    }
+    return phase_rule(f"stand-in-{node}", marker, events, scope="all")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,52 +40,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from arbiter.certificates import Certificate, ExeHasher
 from arbiter.engine import governor
 from arbiter.engine.types import GovernorPolicy, GovernorState, SourceObs
 from arbiter.sdk.control import ignore_nudges, write_control_document
-from arbiter.store import Store
-from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.certified import CORE, certify, llmbatch_cmd, stand_in_cmd, stand_in_rule
+from arbiter_testing.node import HarnessNode
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB_DIR = ROOT / "examples" / "llmbatch"
 TARGET = 0.05
 CEILING = 0.5
-CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-PINNED = (
-    f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
-)
 
 
 #: the protected stand-in's frames: 5 ms of CPU work in each 10 ms slot (paced, as a game's),
 #: or with ``--free`` 4 ms of work then 6 ms idle, free-running
 PACED = ["--step-s", "0.005", "--frame-s", "0.010"]
 FREE = ["--step-s", "0.004", "--gap-s", "0.006"]
-
-
-def protected_cmd(events: Path, frames: list[str]) -> list[str]:
-    return [PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), *frames]
-
-
-def job_cmd(out: Path) -> list[str]:
-    return [
-        PYTHON,
-        "-c",
-        PINNED,
-        "-m",
-        "llmbatch",
-        "run",
-        "--repeat",
-        "0",
-        "--steps",
-        "4",
-        "--width",
-        "120",
-        "--out",
-        str(out),
-    ]
 
 
 def off_core(pid: int) -> None:
@@ -120,7 +90,7 @@ def rates(events: Path, out: Path, seconds: float) -> tuple[float, float]:
 def sweep(window: float, frames: list[str], tmp: Path) -> tuple[float, list[tuple[float, float, float]]]:
     """Baseline frames/s and, per constant duty, (duty, slowdown, job prompts/s)."""
     events, out, control = tmp / "sweep-events.jsonl", tmp / "sweep-out.jsonl", tmp / "control.json"
-    protected = subprocess.Popen(protected_cmd(events, frames))
+    protected = subprocess.Popen(stand_in_cmd(events, *frames))
     rows = []
     try:
         time.sleep(1.0)
@@ -128,7 +98,7 @@ def sweep(window: float, frames: list[str], tmp: Path) -> tuple[float, list[tupl
         write_control_document(str(control), "run", 0.05, 1)
         env = {**os.environ, "ARBITER_CONTROL": str(control)}
         ignore_nudges()  # inherited: a nudge before the job installs its handler must not end it
-        job = subprocess.Popen(job_cmd(out), cwd=JOB_DIR, env=env, stderr=subprocess.DEVNULL)
+        job = subprocess.Popen(llmbatch_cmd(out), cwd=JOB_DIR, env=env, stderr=subprocess.DEVNULL)
         try:
             for seq, duty in enumerate([0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5], start=2):
                 write_control_document(str(control), "run", duty, seq)
@@ -169,43 +139,14 @@ def governed(window_periods: int, period: float, frames: list[str], tmp: Path) -
     manifest.write_text("name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause]\n")
     summaries: list[str] = []
     try:
-        node.add_rule(
-            "frames",
-            {
-                "id": "frames",
-                "match": {"cmdline": ["arbiter.demo.protected"]},
-                "protect": {
-                    "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
-                    "max_slowdown": TARGET,
-                },
-            },
-        )
+        node.add_rule("frames", stand_in_rule(events, max_slowdown=TARGET))
         node.start()
         off_core(node.daemon.pid)  # type: ignore[union-attr]
-        protected = node.spawn(protected_cmd(events, frames))
+        protected = node.spawn(stand_in_cmd(events, *frames))
         node.wait_for(lambda: node.status()["rules"][0]["running"])
         base, _ = rates(events, out, 2 * period)
-        exe = psutil.Process(protected.pid).exe()
-        store = Store(node.state_dir / "state.db")
-        store.add_certificate(
-            Certificate(
-                rule="frames",
-                work="gpu",
-                duty=CEILING,
-                r=1.0,
-                r_low=0.99,
-                r_high=1.01,
-                margin=0.02,
-                run_id="bench",
-                issued_at=time.time(),
-                node="bench",
-                fingerprint=node.call("certificates")["node"],
-                exe_path=exe,
-                exe_sha256=ExeHasher().digest(exe) or "",
-            )
-        )
-        store.close()
-        node.job_run(job_cmd(out), "--manifest", str(manifest), cwd=JOB_DIR, stderr=subprocess.DEVNULL)
+        certify(node, protected.pid, "frames", CEILING, run_id="bench")
+        node.job_run(llmbatch_cmd(out), "--manifest", str(manifest), cwd=JOB_DIR, stderr=subprocess.DEVNULL)
         node.wait_for(lambda: (r := node.call("duty")["duty"]["rules"]) and r[0]["state"] == "running", timeout=60)
         time.sleep(3 * period)  # let it settle
         e0, o0, t0 = count(events), count(out), time.monotonic()

@@ -71,14 +71,39 @@ def start_diffusion(node: HarnessNode, board: Path, root: Path) -> dict[str, Any
     )
 
 
-def llm_rounds(args: argparse.Namespace) -> None:
-    root = Path(tempfile.mkdtemp(prefix="arbiter-bench-handoff-"))
+def vram_node(prefix: str, tick_s: float, shipped: tuple[str, ...]) -> tuple[Path, HarnessNode]:
+    """A node in a new folder whose VRAM is the fake reader's board (``vram.json`` there), with
+    the ``shipped`` rule files its rules extend."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     (root / "vram.json").write_text("{}")
     node = HarnessNode(
-        root, tick_s=args.tick, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(root / "vram.json")}]
+        root, tick_s=tick_s, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(root / "vram.json")}]
     )
-    for name in ("llm-server", "diffusion-server"):
+    for name in shipped:
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
+    return root, node
+
+
+def timeline_after(node: HarnessNode, code: str, before: int) -> Any:
+    events = node.call("timeline", code=code, limit=1000)["events"]
+    return len(events) > before and events[-1]
+
+
+def count(node: HarnessNode, code: str) -> int:
+    return len(node.call("timeline", code=code, limit=1000)["events"])
+
+
+def queue_prompt(diffusion: dict[str, Any]) -> None:
+    http_json(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
+
+
+def nth_run(node: HarnessNode, diffusion: dict[str, Any], i: int) -> Any:
+    """The fake diffusion server's ``i``-th run (from 0), once it is done."""
+    return node.wait_for(lambda: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30)
+
+
+def llm_rounds(args: argparse.Namespace) -> None:
+    root, node = vram_node("arbiter-bench-handoff-", args.tick, ("llm-server", "diffusion-server"))
     shares, starved, totals, own = [], [], [], []
     try:
         board = root / "vram.json"
@@ -103,21 +128,12 @@ def llm_rounds(args: argparse.Namespace) -> None:
                 timeout=30,
             )
             time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it loaded
-            before = len(node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
+            before = count(node, "VRAM_RELEASED")
             queued = time.time()
-            http_json(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
-            done = node.wait_for(
-                lambda before=before: (
-                    (ev := node.call("timeline", code="VRAM_RELEASED", limit=1000)["events"])
-                    and len(ev) > before
-                    and ev[-1]
-                ),
-                timeout=60,
-            )
+            queue_prompt(diffusion)
+            done = node.wait_for(lambda b=before: timeline_after(node, "VRAM_RELEASED", b), timeout=60)
             unload = http_json(f"{llm['url']}/debug/unloads")[-1]
-            run = node.wait_for(
-                lambda i=i: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30
-            )
+            run = nth_run(node, diffusion, i)
             total = done["t"] - queued
             totals.append(total * 1000)
             own.append(unload["own_s"] * 1000)
@@ -140,23 +156,8 @@ def llm_rounds(args: argparse.Namespace) -> None:
     print(f"the render ran starved for:  p50 {pct(starved, 0.5):.0f} ms, p99 {pct(starved, 0.99):.0f} ms")
 
 
-def timeline_after(node: HarnessNode, code: str, before: int) -> Any:
-    events = node.call("timeline", code=code, limit=1000)["events"]
-    return len(events) > before and events[-1]
-
-
-def count(node: HarnessNode, code: str) -> int:
-    return len(node.call("timeline", code=code, limit=1000)["events"])
-
-
 def vllm_rounds(args: argparse.Namespace) -> None:
-    root = Path(tempfile.mkdtemp(prefix="arbiter-bench-handoff-vllm-"))
-    (root / "vram.json").write_text("{}")
-    node = HarnessNode(
-        root, tick_s=args.tick, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(root / "vram.json")}]
-    )
-    for name in ("vllm", "diffusion-server"):
-        shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
+    root, node = vram_node("arbiter-bench-handoff-vllm-", args.tick, ("vllm", "diffusion-server"))
     released, woken, woken_share = [], [], []
     try:
         board = root / "vram.json"
@@ -182,11 +183,9 @@ def vllm_rounds(args: argparse.Namespace) -> None:
             time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it awake
             before_rel, before_wake = count(node, "VRAM_RELEASED"), count(node, "VRAM_REACQUIRED")
             queued = time.time()
-            http_json(f"{diffusion['url']}/prompt", {"prompt": {"3": {"class_type": "KSampler"}}})
+            queue_prompt(diffusion)
             rel = node.wait_for(lambda b=before_rel: timeline_after(node, "VRAM_RELEASED", b), timeout=60)
-            run = node.wait_for(
-                lambda i=i: len(runs := http_json(f"{diffusion['url']}/debug/runs")) > i and runs[i], timeout=30
-            )
+            run = nth_run(node, diffusion, i)
             wake = node.wait_for(lambda b=before_wake: timeline_after(node, "VRAM_REACQUIRED", b), timeout=60)
             ended = run["started_at"] + run["took_s"] + offset
             released.append((rel["t"] - queued) * 1000)

@@ -59,7 +59,7 @@ from typing import Any
 import psutil
 
 from arbiter_testing.node import HarnessNode
-from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_reactions
+from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_during, phase_reactions, phase_rule
 from arbiter_testing.reaction import percentile as pct
 
 GOAL_TICK_MS = 50.0
@@ -188,12 +188,7 @@ def load_rules(node: HarnessNode, root: Path, rules: int, groups: int) -> None:
         elif shape == 1 and j % 8 == 1:  # a phase source of its own (a watch each), never written
             quiet = root / f"quiet-{j}.jsonl"
             quiet.touch()
-            rule["during"] = [
-                {
-                    "source": {"kind": "jsonl", "path": str(quiet), "event": "status", "field": "phase", "on": ["on"]},
-                    "pause_fleet": {"scope": "gpu"},
-                }
-            ]
+            rule["during"] = [phase_during(quiet)]
         else:
             rule["kind"] = ("trainer", "desktop", "other", "diffusion")[j % 4]
         node.add_rule(f"load-{j:03d}", rule)
@@ -308,27 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = [0.0, 0.0]
     groups = max(1, min(args.rules, (args.rules * 6) // 10))  # six rules in ten match a group
     try:
-        node.add_rule(
-            FAST,
-            {
-                "id": FAST,
-                "match": {"cmdline": ["sleep 4999"]},
-                "immediate": True,
-                "priority": 90,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(phases),
-                            "event": "status",
-                            "field": "phase",
-                            "on": ["on"],
-                        },
-                        "pause_fleet": {"scope": "all"},
-                    }
-                ],
-            },
-        )
+        node.add_rule(FAST, {**phase_rule(FAST, "sleep 4999", phases, scope="all"), "priority": 90})
         node.add_rule(
             STREAM,
             {

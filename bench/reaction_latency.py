@@ -23,7 +23,7 @@ from typing import Any
 
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.reaction import percentile as pct
-from arbiter_testing.reaction import phase_reactions
+from arbiter_testing.reaction import phase_reactions, phase_rule
 
 
 def measure(immediate: bool, changes: int, tick_s: float, **config: Any) -> tuple[list[float], dict[str, Any]]:
@@ -32,26 +32,7 @@ def measure(immediate: bool, changes: int, tick_s: float, **config: Any) -> tupl
     events.touch()
     node = HarnessNode(root, tick_s=tick_s, **config)
     try:
-        node.add_rule(
-            "p",
-            {
-                "id": "p",
-                "match": {"cmdline": ["sleep 999"]},
-                "immediate": immediate,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(events),
-                            "event": "status",
-                            "field": "phase",
-                            "on": ["on"],
-                        },
-                        "pause_fleet": {"scope": "all"},
-                    }
-                ],
-            },
-        )
+        node.add_rule("p", phase_rule("p", "sleep 999", events, scope="all", immediate=immediate))
         node.start()
         node.spawn(["sleep", "999"])
         node.job_run(

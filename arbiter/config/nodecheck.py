@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from arbiter.config.errors import ConfigError, Problem, did_you_mean
-from arbiter.config.loader import load_yaml_mapping, problems_from, read_text
 from arbiter.config.models import KindBlock, NodeConfig
+from arbiter.config.validation import load_yaml_mapping, problems_from, read_text
 from arbiter.config.yamlpos import Path_, Positions, anchor_of
 
 if TYPE_CHECKING:

@@ -100,18 +100,23 @@ class TenantActions:
                 f"{timeout_s:g}s, and work waiting for that memory waits until then"
             )
             evidence = {"tenant": rel.rule_id, "held_bytes": held, "why": rel.why, "errors": errors}
-            with self._lock:
-                self.release_failed[rel.rule_id] = {
-                    "code": codes.VRAM_RELEASE_FAILED,
-                    "message": message,
-                    "remedy": remedy,
-                    "evidence": evidence,
-                }
-            d.record(codes.VRAM_RELEASE_FAILED, rel.rule_id, message, {**evidence, "remedy": remedy})
-            d.release_over(rel, failed=True)
+            self._failed(rel, codes.VRAM_RELEASE_FAILED, message, remedy, evidence)
         else:
             with self._lock:
                 self.release_failed.pop(rel.rule_id, None)
+
+    def _failed(self, rel: Release, code: str, message: str, remedy: str, evidence: dict[str, Any]) -> None:
+        """A release or reacquire that failed: shown as the tenant's fault until one succeeds,
+        recorded, and handed back to the decision thread, which backs off."""
+        with self._lock:
+            self.release_failed[rel.rule_id] = {
+                "code": code,
+                "message": message,
+                "remedy": remedy,
+                "evidence": evidence,
+            }
+        self.daemon.record(code, rel.rule_id, message, {**evidence, "remedy": remedy})
+        self.daemon.release_over(rel, failed=True)
 
     def _reacquire(self, rel: Release, models: tuple[str, ...]) -> None:
         """Call the rule's reacquire translator.  A failure goes back to the decision thread
@@ -151,15 +156,8 @@ class TenantActions:
                 "if it needs to be woken"
             )
             evidence = {"tenant": rel.rule_id, "asleep_bytes": rel.held_bytes, "errors": errors}
-            with self._lock:
-                self.release_failed[rel.rule_id] = {
-                    "code": codes.VRAM_REACQUIRE_FAILED,
-                    "message": message,
-                    "remedy": remedy,
-                    "evidence": evidence,
-                }
-            d.record(codes.VRAM_REACQUIRE_FAILED, rel.rule_id, message, {**evidence, "remedy": remedy})
-            d.release_over(rel, failed=True)  # the decision backs off (the request's why says it was a wake)
+            # the decision backs off (the request's why says it was a wake)
+            self._failed(rel, codes.VRAM_REACQUIRE_FAILED, message, remedy, evidence)
             return
         with self._lock:
             self.release_failed.pop(rel.rule_id, None)

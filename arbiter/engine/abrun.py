@@ -19,36 +19,63 @@ and issues the certificate a passing run earns.
 - A sweep is a run per level; a run that passes starts the next level, the first that does
   not ends the sweep.
 
-It runs past 500 lines because a window's life (open, watch, read, finish, leave out,
-close) is one state machine over one run state; planning and statistics are
-:mod:`arbiter.engine.abplan` and :mod:`arbiter.engine.abstats`.
+The run's values are :mod:`arbiter.engine.abstate`'s, a window's life
+:mod:`arbiter.engine.abwindow`'s, its record and report :mod:`arbiter.engine.abrecord`'s
+(all offered here too); planning and statistics are :mod:`arbiter.engine.abplan` and
+:mod:`arbiter.engine.abstats`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 from arbiter.engine import codes
-from arbiter.engine.abplan import (
-    WORK_GONE,
-    Arm,
-    WindowReading,
-    collapsed,
-    exclusion,
-    exclusions_mostly_on,
-    order,
+from arbiter.engine.abplan import WORK_GONE, Arm, collapsed, exclusion, order
+from arbiter.engine.abrecord import Summary, certified_duty, from_record, summary, to_record
+from arbiter.engine.abstate import (
+    DEFAULT_LEVELS,
+    MAX_EXCLUDED_PER_BLOCK,
+    BlockDone,
+    Excluded,
+    OffMode,
+    RunSpec,
+    RunState,
+    RunStatus,
+    analysis,
+    pilot_of,
+    start,
 )
-from arbiter.engine.abstats import Analysis, Block, analyse, blocks_needed, blocks_within, planned_hours
+from arbiter.engine.abstats import Block, blocks_needed, blocks_within
+from arbiter.engine.abwindow import RunObs, Window, measured, watch
 from arbiter.engine.values import JobObs, TimelineEvent
 
-RunStatus = Literal["running", "done", "aborted", "refused"]
-OffMode = Literal["paused", "evicted"]
-#: a run that leaves out more than this many blocks per planned block is aborted
-MAX_EXCLUDED_PER_BLOCK = 2
-DEFAULT_LEVELS = (0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 1.0)
+__all__ = [
+    "DEFAULT_LEVELS",
+    "MAX_EXCLUDED_PER_BLOCK",
+    "Advance",
+    "BlockDone",
+    "Excluded",
+    "OffMode",
+    "RunObs",
+    "RunSpec",
+    "RunState",
+    "RunStatus",
+    "Summary",
+    "Window",
+    "abort",
+    "advance",
+    "analysis",
+    "certified_duty",
+    "covers",
+    "from_record",
+    "pilot_of",
+    "start",
+    "summary",
+    "to_record",
+    "work_seen",
+]
 
 
 def covers(work: str, job: JobObs) -> bool:
@@ -59,152 +86,6 @@ def covers(work: str, job: JobObs) -> bool:
     if work == "cpu":
         return not job.uses_gpu
     return work == "all" or work == job.name
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    run_id: str
-    rule_id: str
-    work: str = "gpu"
-    duty: float | None = None  # the duty cooperative work holds in ON windows (None: as it runs)
-    blocks: int = 12
-    window_s: float = 300.0
-    washout_s: float = 60.0
-    margin: float = 0.02
-    off: OffMode = "paused"
-    max_hours: float = 8.0
-    seed: str = ""
-    pilot: int = 4
-    sweep_id: str | None = None
-    levels: tuple[float, ...] = ()  # a sweep's levels still to run after this one
-
-    def planned_hours(self, blocks: int | None = None) -> float:
-        return planned_hours(blocks or self.blocks, self.window_s)
-
-
-@dataclass(frozen=True)
-class RunObs:
-    """What the run sees on one decision."""
-
-    now: float  # monotonic
-    wall: float
-    count: int | None  # the protected program's progress events so far (None: unreadable)
-    count_why: str = ""  # why it cannot be read
-    running: bool = True
-    pids: frozenset[int] = frozenset()
-    phases: tuple[str, ...] = ()
-    power: str | None = None
-    memory_guard: bool = False
-    work_running: bool = False  # some of the work runs now
-    work_duty: float | None = None  # the work's mean measured duty over its last sample
-    work_sample_at: float | None = None  # when that sample was taken (None: none new)
-
-
-@dataclass(frozen=True)
-class Window:
-    """The window in progress (never persisted: a restart discards it)."""
-
-    attempt: int  # the block number it belongs to
-    arm: Arm
-    second: bool  # the block's second window
-    opened_at: float
-    measure_from: float
-    ends_at: float
-    count0: int | None = None  # at the measured part's start
-    t0: float | None = None
-    wall0: float | None = None
-    phases: tuple[str, ...] = ()
-    pids: frozenset[int] = frozenset()
-    power: str | None = None
-    duty_sum: float = 0.0
-    duty_n: int = 0
-    duty_unread: bool = False
-    last_sample: float | None = None
-    work_ran: bool = False
-    spoiled: str = ""  # the first thing seen that leaves it out
-    has_ref: bool = False  # phases, pids and power hold the block's reference (taken in its first window)
-    phase_changed: bool = False
-    restarted: bool = False
-    power_changed: bool = False
-    memory_guard: bool = False
-
-    @property
-    def disturbed(self) -> bool:
-        """Something outside the fleet changed: the window is left out, never judged."""
-        return bool(self.spoiled) or self.restarted or self.phase_changed or self.power_changed or self.memory_guard
-
-
-@dataclass(frozen=True)
-class BlockDone:
-    attempt: int
-    on_first: bool
-    on_events: int
-    on_s: float
-    off_events: int
-    off_s: float
-    work_duty: float | None
-    at: float  # wall clock
-
-    @property
-    def on(self) -> float:
-        return self.on_events / self.on_s
-
-    @property
-    def off(self) -> float:
-        return self.off_events / self.off_s
-
-
-@dataclass(frozen=True)
-class Excluded:
-    attempt: int
-    arm: Arm
-    why: str
-    at: float  # wall clock
-
-
-@dataclass(frozen=True)
-class RunState:
-    spec: RunSpec
-    started_wall: float
-    status: RunStatus = "running"
-    target: int = 0  # blocks planned (raised after the pilot)
-    attempt: int = 0  # the block number now
-    window: Window | None = None
-    first: tuple[Arm, WindowReading] | None = None  # the block's first window, done
-    #: what the block's second window is compared with: (phases, pids, power) of its first
-    ref: tuple[tuple[str, ...], frozenset[int], str | None] | None = None
-    blocks: tuple[BlockDone, ...] = ()
-    excluded: tuple[Excluded, ...] = ()
-    verdict: str = ""  # when ended: the analysis's verdict, "slowdown" (collapse), "refused", "aborted"
-    certifies: bool = False
-    why: str = ""
-    ended_wall: float | None = None
-    passed: tuple[float, ...] = ()  # a sweep: the levels passed before this run
-
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
-
-    def durable(self) -> tuple[Any, ...]:
-        """What a restart keeps: it changes only when a block ends or the run does."""
-        return (self.status, self.target, self.attempt, self.blocks, self.excluded, self.verdict, self.spec)
-
-
-def start(spec: RunSpec, wall: float, passed: tuple[float, ...] = ()) -> RunState:
-    return RunState(spec=spec, started_wall=wall, target=max(spec.blocks, pilot_of(spec) + 2), passed=passed)
-
-
-def pilot_of(spec: RunSpec) -> int:
-    """The blocks that size the run and are left out of R (a pilot under 2 blocks sizes nothing)."""
-    return spec.pilot if spec.pilot >= 2 else 0
-
-
-def analysis(rs: RunState) -> Analysis | None:
-    """The run's statistics so far; None until two blocks after the pilot are done."""
-    pilot = pilot_of(rs.spec)
-    if len(rs.blocks) < pilot + 2:
-        return None
-    return analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], rs.spec.margin, pilot)
 
 
 def abort(rs: RunState, why: str, wall: float) -> RunState:
@@ -239,69 +120,6 @@ def _open(rs: RunState, sees: RunObs) -> Window:
         phases, pids, power = rs.ref
         w = replace(w, phases=phases, pids=pids, power=power, has_ref=True)
     return w
-
-
-def _changes(w: Window, sees: RunObs) -> Window:
-    """What differs from the block's reference (watched in the washout too, once there is one)."""
-    return replace(
-        w,
-        restarted=w.restarted or not sees.running or (bool(w.pids) and not (w.pids & sees.pids)),
-        phase_changed=w.phase_changed or sees.phases != w.phases,
-        power_changed=w.power_changed or sees.power != w.power,
-        memory_guard=w.memory_guard or sees.memory_guard,
-    )
-
-
-def _watch(w: Window, sees: RunObs) -> Window:
-    """Note what happens during the window; progress counts only over its measured part."""
-    if sees.now < w.measure_from:
-        return _changes(w, sees) if w.has_ref else w
-    unreadable = sees.count_why or "its progress source cannot be read"
-    if w.t0 is None:  # the measured part begins
-        if sees.count is None:
-            return replace(w, spoiled=w.spoiled or unreadable)
-        if not w.has_ref:  # the block's first window: its reference starts here
-            w = replace(w, phases=sees.phases, pids=sees.pids, power=sees.power, has_ref=True)
-        w = replace(w, count0=sees.count, t0=sees.now, wall0=sees.wall, work_ran=sees.work_running)
-        return _changes(w, sees)
-    spoiled = w.spoiled
-    if sees.count is None:
-        spoiled = spoiled or unreadable
-    elif w.count0 is not None and sees.count < w.count0:
-        spoiled = spoiled or "its progress count went back (the source restarted)"
-    t0 = w.t0
-    w = replace(_changes(w, sees), spoiled=spoiled, work_ran=w.work_ran or sees.work_running)
-    if (
-        w.arm == "on"
-        and sees.work_sample_at is not None
-        and sees.work_sample_at != w.last_sample
-        and sees.work_sample_at >= t0
-    ):
-        if sees.work_duty is None:
-            w = replace(w, duty_unread=True, last_sample=sees.work_sample_at)
-        else:
-            w = replace(w, duty_sum=w.duty_sum + sees.work_duty, duty_n=w.duty_n + 1, last_sample=sees.work_sample_at)
-    return w
-
-
-def _reading(w: Window, sees: RunObs) -> WindowReading:
-    if w.t0 is None or w.count0 is None or w.wall0 is None:
-        return WindowReading(0, 0.0, unreadable=w.spoiled or "its measured part was never read")
-    seconds = sees.now - w.t0
-    events = (sees.count or 0) - w.count0
-    duty = None if w.duty_unread or not w.duty_n else w.duty_sum / w.duty_n
-    return WindowReading(
-        events=max(0, events),
-        seconds=seconds,
-        phase_changed=w.phase_changed,
-        program_restarted=w.restarted,
-        wall_minus_monotonic_s=(sees.wall - w.wall0) - seconds,
-        power_changed=w.power_changed,
-        memory_guard=w.memory_guard,
-        work_duty=duty,
-        work_ran=w.work_ran,
-        unreadable=w.spoiled,
-    )
 
 
 def _last_off_rate(rs: RunState) -> float | None:
@@ -435,7 +253,7 @@ def _close(rs: RunState, sees: RunObs, events: list[TimelineEvent]) -> RunState:
     w = rs.window
     assert w is not None
     spec = rs.spec
-    reading = _reading(w, sees)
+    reading = measured(w, sees)
     if not sees.running:
         return _end(
             rs,
@@ -504,7 +322,7 @@ def advance(rs: RunState | None, sees: RunObs) -> Advance:
             rs = replace(rs, window=_open(rs, sees))
         for _ in range(4):  # a late step may close one window and open the next
             assert rs.window is not None
-            w = _watch(rs.window, sees)
+            w = watch(rs.window, sees)
             rs = replace(rs, window=w)
             off_rate = _last_off_rate(rs)
             if (
@@ -514,7 +332,7 @@ def advance(rs: RunState | None, sees: RunObs) -> Advance:
                 and not w.disturbed
                 and sees.now - w.t0 >= (spec.window_s - spec.washout_s) / 2
             ):
-                so_far = _reading(w, sees)
+                so_far = measured(w, sees)
                 if collapsed(so_far, off_rate):
                     rs = _end(
                         rs,
@@ -583,77 +401,3 @@ def work_seen(
     values = [j.measured for j in judged]
     duty = None if any(v is None for v in values) else sum(v or 0.0 for v in values) / len(values)
     return True, duty, max(at)
-
-
-def certified_duty(rs: RunState) -> float | None:
-    """The duty a passing run certifies: the one it asked, or, for work that holds none, the
-    lowest it was measured at in an ON window (never more than the work was seen to use)."""
-    if rs.spec.duty is not None:
-        return rs.spec.duty
-    measured = [b.work_duty for b in rs.blocks]
-    if not measured or any(m is None for m in measured):
-        return None
-    return max(0.01, math.floor(100 * min(m for m in measured if m is not None)) / 100)
-
-
-# --- records (SQLite) and the report's numbers ---------------------------------------------
-
-
-def to_record(rs: RunState) -> dict[str, Any]:
-    """What a restart keeps; the window in progress, and a half-done block, are left out."""
-    out = asdict(replace(rs, window=None, first=None, ref=None))
-    for part in ("window", "first", "ref"):
-        out.pop(part)
-    return out
-
-
-def from_record(rec: Mapping[str, Any]) -> RunState:
-    spec = dict(rec["spec"])
-    spec["levels"] = tuple(spec.get("levels") or ())
-    return RunState(
-        spec=RunSpec(**spec),
-        started_wall=rec["started_wall"],
-        status=rec["status"],
-        target=rec["target"],
-        attempt=rec["attempt"],
-        blocks=tuple(BlockDone(**b) for b in rec.get("blocks") or ()),
-        excluded=tuple(Excluded(**e) for e in rec.get("excluded") or ()),
-        verdict=rec.get("verdict") or "",
-        certifies=bool(rec.get("certifies")),
-        why=rec.get("why") or "",
-        ended_wall=rec.get("ended_wall"),
-        passed=tuple(rec.get("passed") or ()),
-    )
-
-
-@dataclass(frozen=True)
-class Summary:
-    """The numbers a report shows beyond the blocks."""
-
-    analysis: dict[str, Any] | None
-    mostly_on: bool
-    excluded_on: int
-    excluded_off: int
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def summary(rs: RunState) -> Summary:
-    found = None
-    notes: list[str] = []
-    a = analysis(rs)
-    if a is not None:
-        found = asdict(a)
-        if a.order_effect_flag:
-            notes.append(
-                f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)"
-            )
-        if a.lag1 is not None and abs(a.lag1) > 0.5:
-            notes.append(
-                f"successive blocks are correlated (lag-1 autocorrelation {a.lag1:+.2f}): the program drifts,"
-                f" and the interval is {a.widening:.2f} × as wide as for independent blocks"
-            )
-    arms = [e.arm for e in rs.excluded]
-    mostly_on = exclusions_mostly_on(arms)
-    if mostly_on:
-        notes.append("most left-out blocks fell in ON windows: that is harm, not chance")
-    return Summary(found, mostly_on, arms.count("on"), arms.count("off"), tuple(notes))

@@ -4,25 +4,20 @@ itself.
 
 Jobs, tenants and their sources come from the status answer, whose items are the explain answer for the
 node (same builder), so each reason shows with its code, message and remedy.  The budget
-chart is drawn from the governor's timeline events: each carries the rule, its budget and
-its ceiling after the step, so the store already holds the history.  The GPU share over time
+chart (``budgetchart.py``) is drawn from the governor's timeline events.  The GPU share over time
 (``sharechart.py``) is drawn from the status answer's ``gpu_share_history``.  ``?subject=ID`` keeps
 the timeline to one job's or tenant's entries: its history.
-
-It is over 400 lines because each section is a short function of one answer, read top to
-bottom as the page is.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from arbiter.engine import codes
+from arbiter.http.budgetchart import budget_chart, budget_history
+from arbiter.http.chart import clock, esc
 from arbiter.http.sharechart import share_section
 
 if TYPE_CHECKING:
@@ -31,7 +26,6 @@ if TYPE_CHECKING:
 REFRESH_S = 3
 TIMELINE_ROWS = 25
 AB_RECENT = 5
-BUDGET_WINDOW_S = 1800.0
 BUDGET_EVENTS_PER_CODE = 200
 # the steps of a rule's governor; each event's data says the budget and ceiling after it
 GOVERNOR_CODES = (
@@ -42,7 +36,6 @@ GOVERNOR_CODES = (
     codes.GPU_DUTY_TAKE_BACK,
     codes.GPU_DUTY_CLAMP,
 )
-PALETTE = ("#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#0a7ea4")
 STATE_CLASS = {"run": "ok", "held": "warn", "paused": "warn", "stopping": "bad"}
 
 CSS = """
@@ -57,16 +50,6 @@ th{background:#f6f8fa;font-weight:600}.muted{color:#656d76}.code{font-family:ui-
 """
 
 
-def _e(value: Any) -> str:
-    return escape("" if value is None else str(value), quote=True)
-
-
-def _clock(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return time.strftime("%H:%M:%S", time.localtime(t))
-
-
 def _gb(n: int | None) -> str:
     return "unknown" if n is None else f"{n / (1 << 30):.1f} GB"
 
@@ -74,19 +57,19 @@ def _gb(n: int | None) -> str:
 def _reasons(reasons: Iterable[Mapping[str, Any]]) -> str:
     out = []
     for r in reasons:
-        remedy = f"<div class='remedy'>→ {_e(r['remedy'])}</div>" if r.get("remedy") else ""
+        remedy = f"<div class='remedy'>→ {esc(r['remedy'])}</div>" if r.get("remedy") else ""
         out.append(
-            f"<div class='reason'><span class='code'>{_e(r.get('code'))}</span> {_e(r.get('message'))}{remedy}</div>"
+            f"<div class='reason'><span class='code'>{esc(r.get('code'))}</span> {esc(r.get('message'))}{remedy}</div>"
         )
     return "".join(out) or "<span class='muted'>-</span>"
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], empty: str, cls: str = "") -> str:
     """Cells are HTML already (escaped where they hold data)."""
-    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
     if not rows:
-        body = f"<tr><td colspan='{len(head)}' class='muted'>{_e(empty)}</td></tr>"
+        body = f"<tr><td colspan='{len(head)}' class='muted'>{esc(empty)}</td></tr>"
     return f"<table class='{cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -96,18 +79,18 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], empty: str, cls: 
 def node_section(s: Mapping[str, Any]) -> str:
     reader = s.get("reader") or {}
     facts = [
-        f"version <b>{_e(s.get('version'))}</b>",
-        f"gpu_jobs <b>{_e(s.get('gpu_jobs'))}</b>",
+        f"version <b>{esc(s.get('version'))}</b>",
+        f"gpu_jobs <b>{esc(s.get('gpu_jobs'))}</b>",
     ]
     if s.get("uptime_s") is not None:
         facts.append(f"up {float(s['uptime_s']):.0f}s")
     if s.get("tick_s") is not None:
         facts.append(f"tick {float(s['tick_s']):g}s")
     if reader:
-        why = f" <span class='muted'>({_e(reader['why'])})</span>" if reader.get("why") else ""
-        facts.append(f"reader <b>{_e(reader.get('name') or 'none')}</b>{why}")
+        why = f" <span class='muted'>({esc(reader['why'])})</span>" if reader.get("why") else ""
+        facts.append(f"reader <b>{esc(reader.get('name') or 'none')}</b>{why}")
     if s.get("processes") is not None:
-        facts.append(f"{_e(s['processes'])} processes, scan {_e(s.get('scan_ms'))} ms")
+        facts.append(f"{esc(s['processes'])} processes, scan {esc(s.get('scan_ms'))} ms")
     lines = ["<p class='facts'>" + "".join(f"<span>{f}</span>" for f in facts) + "</p>"]
     vram = s.get("vram") or {}
     if vram.get("total_bytes") is not None:
@@ -120,17 +103,17 @@ def node_section(s: Mapping[str, Any]) -> str:
     fp = s.get("fast_path") or {}
     if fp.get("count"):
         lines.append(
-            f"<p>fast path: {_e(fp['count'])} phase changes, p50 {_e(fp.get('p50_ms'))} ms, "
-            f"p99 {_e(fp.get('p99_ms'))} ms</p>"
+            f"<p>fast path: {esc(fp['count'])} phase changes, p50 {esc(fp.get('p50_ms'))} ms, "
+            f"p99 {esc(fp.get('p99_ms'))} ms</p>"
         )
     for notice in s.get("notices") or []:
         lines.append(f"<div class='notice'>{_reasons([notice])}</div>")
     for file, problems in (s.get("problems") or {}).items():
-        lines.append(f"<div class='notice'><b>{_e(file)}</b>: {_e(problems[0] if problems else '')}</div>")
+        lines.append(f"<div class='notice'><b>{esc(file)}</b>: {esc(problems[0] if problems else '')}</div>")
     recorder = s.get("recorder") or {}
     if recorder.get("failures"):
         lines.append(
-            f"<div class='notice'>recording failed {_e(recorder['failures'])}x: {_e(recorder.get('last_error'))}</div>"
+            f"<div class='notice'>recording failed {esc(recorder['failures'])}x: {esc(recorder.get('last_error'))}</div>"
         )
     return "".join(lines)
 
@@ -143,25 +126,25 @@ def jobs_section(jobs: Sequence[Mapping[str, Any]], duty_jobs: Sequence[Mapping[
     rows = []
     for j in jobs:
         state = str(j.get("state", ""))
-        via = f" ({_e(j['via'])})" if j.get("via") else ""
+        via = f" ({esc(j['via'])})" if j.get("via") else ""
         d = duty_of.get(j.get("id"), {})
         measured = d.get("measured", j.get("measured_busy"))
         duty = f"{float(j.get('duty') or 0):.2f}" + (
             "" if measured is None else f" <span class='muted'>measured {float(measured):.2f}</span>"
         )
         if d.get("state"):
-            duty += f"<br><span class='muted'>{_e(d['state'])}</span>"
+            duty += f"<br><span class='muted'>{esc(d['state'])}</span>"
         name = (
-            f"<br><span class='muted'>{_e(j['name'])}</span>" if j.get("name") and j.get("name") != j.get("id") else ""
+            f"<br><span class='muted'>{esc(j['name'])}</span>" if j.get("name") and j.get("name") != j.get("id") else ""
         )
         pids = [str(p) for p in j.get("pids") or []]
         rows.append(
             [
                 f"{_history_link(j.get('id'))}{name}",
-                f"<span class='state {STATE_CLASS.get(state, '')}'>{_e(state)}</span>{via}",
+                f"<span class='state {STATE_CLASS.get(state, '')}'>{esc(state)}</span>{via}",
                 duty,
-                _e(j.get("use", "")),
-                _e(" ".join(pids[:6]) + (" …" if len(pids) > 6 else "")),
+                esc(j.get("use", "")),
+                esc(" ".join(pids[:6]) + (" …" if len(pids) > 6 else "")),
                 _reasons(j.get("reasons") or []),
             ]
         )
@@ -176,7 +159,7 @@ def jobs_section(jobs: Sequence[Mapping[str, Any]], duty_jobs: Sequence[Mapping[
 def _history_link(subject: Any) -> str:
     """A job's or tenant's id, linking to the page with only its timeline entries."""
     href = f"/?subject={quote(str(subject), safe='')}#timeline"
-    return f"<a class='code' href='{_e(href)}'>{_e(subject)}</a>"
+    return f"<a class='code' href='{esc(href)}'>{esc(subject)}</a>"
 
 
 def sources_section(rules: Sequence[Mapping[str, Any]]) -> str:
@@ -186,19 +169,19 @@ def sources_section(rules: Sequence[Mapping[str, Any]]) -> str:
     for r in rules:
         for src in r.get("sources") or []:
             if src.get("readable", True):
-                state = f"<span class='state run'>{_e(src.get('phase') or 'reads')}</span>"
+                state = f"<span class='state run'>{esc(src.get('phase') or 'reads')}</span>"
             else:
                 why = "needs a session helper: " if src.get("needs_helper") else "cannot be read: "
-                state = f"<span class='bad'>{_e(why + str(src.get('why', '')))}</span>"
+                state = f"<span class='bad'>{esc(why + str(src.get('why', '')))}</span>"
             lat = src.get("latency") or {}
             rows.append(
                 [
                     _history_link(r.get("id")),
-                    _e(f"{src.get('slot', '')} ({src.get('kind', '')})"),
+                    esc(f"{src.get('slot', '')} ({src.get('kind', '')})"),
                     state,
-                    _e("-" if src.get("rate") is None else f"{float(src['rate']):.3g}"),
-                    _e(src.get("read_by", "")),
-                    _e(
+                    esc("-" if src.get("rate") is None else f"{float(src['rate']):.3g}"),
+                    esc(src.get("read_by", "")),
+                    esc(
                         f"{lat.get('p50_ms')} / {lat.get('p99_ms')} ms ({lat.get('count')})"
                         if lat.get("count")
                         else "-"
@@ -217,7 +200,7 @@ def _share(r: Mapping[str, Any]) -> str:
     if not r.get("running"):
         return "-"
     share = "unreadable" if r.get("gpu_share") is None else f"{100 * float(r['gpu_share']):.0f}%"
-    return _e(share) + (f" <span class='muted'>({_e(r['gpu_why'])})</span>" if r.get("gpu_why") else "")
+    return esc(share) + (f" <span class='muted'>({esc(r['gpu_why'])})</span>" if r.get("gpu_why") else "")
 
 
 def _vram(r: Mapping[str, Any]) -> str:
@@ -227,7 +210,7 @@ def _vram(r: Mapping[str, Any]) -> str:
     releasing = r.get("releasing")
     if releasing:
         text += f", releasing {float(releasing['for_s']):.1f}s"
-    return _e(text)
+    return esc(text)
 
 
 def tenants_section(rules: Sequence[Mapping[str, Any]]) -> str:
@@ -237,22 +220,22 @@ def tenants_section(rules: Sequence[Mapping[str, Any]]) -> str:
         using = "no"
         if r.get("using_gpu"):
             using = "yes" + (f" {float(r['using_for_s']):.0f}s" if r.get("using_for_s") else "")
-        extra = "".join(f"<div class='bad'>fault: {_e(f)}</div>" for f in r.get("faults") or [])
+        extra = "".join(f"<div class='bad'>fault: {esc(f)}</div>" for f in r.get("faults") or [])
         for src in r.get("sources") or []:
             if not src.get("readable", True):
                 what = "needs a session helper" if src.get("needs_helper") else "cannot be read"
-                extra += f"<div class='bad'>source {_e(src.get('slot'))} ({_e(src.get('kind'))}) {what}: {_e(src.get('why'))}</div>"
+                extra += f"<div class='bad'>source {esc(src.get('slot'))} ({esc(src.get('kind'))}) {what}: {esc(src.get('why'))}</div>"
         holds = [*(r.get("holds") or []), *(r.get("notes") or [])]
         rows.append(
             [
                 _history_link(r.get("id")),
-                _e(r.get("priority", "")),
+                esc(r.get("priority", "")),
                 "yes" if r.get("protected") else "no",
-                _e(running),
+                esc(running),
                 _share(r),
-                _e(using),
+                esc(using),
                 _vram(r),
-                _e(", ".join(r.get("phases") or []) or "-"),
+                esc(", ".join(r.get("phases") or []) or "-"),
                 (_reasons(holds) if holds else "<span class='muted'>-</span>") + extra,
             ]
         )
@@ -267,138 +250,17 @@ def tenants_section(rules: Sequence[Mapping[str, Any]]) -> str:
 # --- the budget over time ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class BudgetPoint:
-    t: float
-    budget: float
-    ceiling: float | None
-    code: str
-
-
-def budget_history(events: Iterable[Mapping[str, Any]]) -> dict[str, list[BudgetPoint]]:
-    """Each rule's budget after each governor step, oldest first; events whose data carries
-    no budget are not points."""
-    series: dict[str, list[BudgetPoint]] = {}
-    for e in events:
-        data = e.get("data") or {}
-        t, budget = e.get("t"), data.get("budget")
-        if not isinstance(t, (int, float)) or not isinstance(budget, (int, float)):
-            continue
-        rule = str(data.get("rule") or e.get("subject") or "")
-        ceiling = data.get("ceiling")
-        series.setdefault(rule, []).append(
-            BudgetPoint(
-                float(t),
-                float(budget),
-                float(ceiling) if isinstance(ceiling, (int, float)) else None,
-                str(e.get("code", "")),
-            )
-        )
-    for points in series.values():
-        points.sort(key=lambda p: p.t)
-    return series
-
-
-def budget_chart(
-    series: Mapping[str, Sequence[BudgetPoint]],
-    current: Mapping[str, float],
-    now: float,
-    window_s: float = BUDGET_WINDOW_S,
-) -> str:
-    """An inline SVG step chart of each rule's budget (solid) and ceiling (dashed) over the
-    last ``window_s`` up to ``now``; ``current`` is each rule's budget now, which carries the
-    line to the right edge."""
-    width, height, left, right, top, bottom = 720, 220, 44, 16, 12, 28
-    pw, ph = width - left - right, height - top - bottom
-    starts = [p.t for points in series.values() for p in points]
-    t0 = max(now - window_s, min(starts)) if starts else now - window_s
-    span = max(now - t0, 1.0)
-
-    def x(t: float) -> float:
-        return round(left + pw * (max(t, t0) - t0) / span, 1)
-
-    def y(v: float) -> float:
-        return round(top + ph * (1 - min(max(v, 0.0), 1.0)), 1)
-
-    parts = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' class='budget' viewBox='0 0 {width} {height}' "
-        f"width='{width}' height='{height}' role='img' aria-label='budget over time'>"
-    ]
-    for v in (0.0, 0.25, 0.5, 0.75, 1.0):
-        parts.append(
-            f"<line x1='{left}' x2='{width - right}' y1='{y(v)}' y2='{y(v)}' stroke='#eaeef2'/>"
-            f"<text x='{left - 6}' y='{y(v) + 4}' text-anchor='end' font-size='11' fill='#656d76'>{v:g}</text>"
-        )
-    for frac in (0.0, 0.5, 1.0):
-        t = t0 + span * frac
-        label = "now" if frac == 1.0 else _clock(t)
-        anchor = {0.0: "start", 0.5: "middle", 1.0: "end"}[frac]
-        parts.append(
-            f"<text x='{x(t)}' y='{height - 8}' text-anchor='{anchor}' font-size='11' fill='#656d76'>{_e(label)}</text>"
-        )
-    legend = []
-    for i, (rule, points) in enumerate(sorted(series.items())):
-        color = PALETTE[i % len(PALETTE)]
-        shown = [p for p in points if p.t >= t0]
-        before = [p for p in points if p.t < t0]
-        if before:  # the value the window starts at
-            shown.insert(0, BudgetPoint(t0, before[-1].budget, before[-1].ceiling, before[-1].code))
-        if not shown:
-            continue
-        end = current.get(rule, shown[-1].budget)
-        steps: list[str] = []
-        ceil_steps: list[str] = []
-        for k, p in enumerate(shown):
-            if k:
-                prev = shown[k - 1]
-                steps.append(f"{x(p.t)},{y(prev.budget)}")
-                if prev.ceiling is not None:
-                    ceil_steps.append(f"{x(p.t)},{y(prev.ceiling)}")
-            steps.append(f"{x(p.t)},{y(p.budget)}")
-            if p.ceiling is not None:
-                ceil_steps.append(f"{x(p.t)},{y(p.ceiling)}")
-        steps += [f"{x(now)},{y(shown[-1].budget)}", f"{x(now)},{y(end)}"]
-        if shown[-1].ceiling is not None:
-            ceil_steps.append(f"{x(now)},{y(shown[-1].ceiling)}")
-        if len(ceil_steps) > 1:
-            parts.append(
-                f"<polyline class='ceiling' data-rule='{_e(rule)}' points='{' '.join(ceil_steps)}' fill='none' "
-                f"stroke='{color}' stroke-width='1' stroke-dasharray='4 3' opacity='0.6'/>"
-            )
-        parts.append(
-            f"<polyline class='budget-line' data-rule='{_e(rule)}' points='{' '.join(steps)}' fill='none' "
-            f"stroke='{color}' stroke-width='2'/>"
-        )
-        for p in shown:
-            parts.append(
-                f"<circle class='budget-point' data-rule='{_e(rule)}' data-budget='{p.budget:g}' cx='{x(p.t)}' "
-                f"cy='{y(p.budget)}' r='3' fill='{color}'><title>{_e(rule)} {_e(p.code)}: budget {p.budget:.2f}"
-                f" at {_clock(p.t)}</title></circle>"
-            )
-        legend.append(f"<span style='color:{color}'>■</span> {_e(rule)} (now {end:.2f})")
-    if not legend:
-        parts.append(
-            f"<text x='{left + pw / 2}' y='{top + ph / 2}' text-anchor='middle' font-size='13' fill='#656d76'>"
-            "no governor step in this window</text>"
-        )
-    parts.append("</svg>")
-    key = " &nbsp; ".join(legend) + (
-        " &nbsp; <span class='muted'>dashed: the certificate ceiling</span>" if legend else ""
-    )
-    return "".join(parts) + f"<div class='muted'>{key}</div>"
-
-
 def budget_section(
     duty: Mapping[str, Any], events: Iterable[Mapping[str, Any]], now: float, gpu_jobs: str = "certified"
 ) -> str:
     rules = duty.get("rules") or []
     current = {str(r["rule"]): float(r["budget"]) for r in rules if isinstance(r.get("budget"), (int, float))}
     history = budget_history(events)
-    out = [f"<p><b>{_e(duty.get('summary', ''))}</b></p>"]
+    out = [f"<p><b>{esc(duty.get('summary', ''))}</b></p>"]
     if gpu_jobs != "certified" and not history and not current:
         # nothing to draw: say why, rather than show an empty chart
         out.append(
-            f"<p class='muted'>This node runs gpu_jobs: {_e(gpu_jobs)}: GPU work waits while a protected program "
+            f"<p class='muted'>This node runs gpu_jobs: {esc(gpu_jobs)}: GPU work waits while a protected program "
             "uses the GPU, so no budget is given out beside one. Under gpu_jobs: certified, a budget per protected "
             "program, earned by `arbiter ab sweep`, is drawn here over time.</p>"
         )
@@ -409,12 +271,12 @@ def budget_section(
         left = f" ({float(r['take_back_left_s']):.0f}s left)" if r.get("take_back_left_s") else ""
         rows.append(
             [
-                f"<span class='code'>{_e(r.get('rule'))}</span>",
-                _e(f"{r.get('state', '')}{left}"),
-                _e(f"{float(r.get('budget') or 0):.2f}"),
-                _e(f"{float(r.get('ceiling') or 0):.2f}"),
-                _e("-" if r.get("baseline") is None else f"{float(r['baseline']):.3g}"),
-                _e("-" if r.get("pressure") is None else f"{100 * float(r['pressure']):.1f}%"),
+                f"<span class='code'>{esc(r.get('rule'))}</span>",
+                esc(f"{r.get('state', '')}{left}"),
+                esc(f"{float(r.get('budget') or 0):.2f}"),
+                esc(f"{float(r.get('ceiling') or 0):.2f}"),
+                esc("-" if r.get("baseline") is None else f"{float(r['baseline']):.3g}"),
+                esc("-" if r.get("pressure") is None else f"{100 * float(r['pressure']):.1f}%"),
             ]
         )
     if rows:
@@ -431,9 +293,14 @@ def timeline_section(events: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for e in sorted(events, key=lambda e: e.get("t") or 0.0, reverse=True)[:TIMELINE_ROWS]:
         t = e.get("t")
-        stamp = _clock(t) + (f".{int(t * 1000) % 1000:03d}" if isinstance(t, (int, float)) else "")
+        stamp = clock(t) + (f".{int(t * 1000) % 1000:03d}" if isinstance(t, (int, float)) else "")
         rows.append(
-            [_e(stamp), f"<span class='code'>{_e(e.get('code'))}</span>", _e(e.get("subject")), _e(e.get("message"))]
+            [
+                esc(stamp),
+                f"<span class='code'>{esc(e.get('code'))}</span>",
+                esc(e.get("subject")),
+                esc(e.get("message")),
+            ]
         )
     return _table(("time", "code", "subject", "message"), rows, "nothing recorded yet", cls="timeline")
 
@@ -449,17 +316,15 @@ def ab_section(runs: Sequence[Mapping[str, Any]]) -> str:
     out = []
     for r in shown:
         run = str(r.get("run", ""))
-        verdict = f": {_e(r['verdict'])}" if r.get("verdict") else ""
-        why = f" <span class='muted'>({_e(r['why'])})</span>" if r.get("why") else ""
-        blocks = (
-            f"blocks {_e(r.get('blocks_done', 0))} of {_e(r.get('target', '?'))}, {_e(r.get('excluded', 0))} left out"
-        )
-        duty = "as it runs" if r.get("duty") is None else f"duty {_e(r['duty'])}"
+        verdict = f": {esc(r['verdict'])}" if r.get("verdict") else ""
+        why = f" <span class='muted'>({esc(r['why'])})</span>" if r.get("why") else ""
+        blocks = f"blocks {esc(r.get('blocks_done', 0))} of {esc(r.get('target', '?'))}, {esc(r.get('excluded', 0))} left out"
+        duty = "as it runs" if r.get("duty") is None else f"duty {esc(r['duty'])}"
         out.append(
-            f"<div class='ab' data-run='{_e(run)}'><div><span class='code'>{_e(run)}</span> "
-            f"{_e(r.get('work', ''))} work ({duty}) beside {_e(r.get('rule', ''))}</div>"
-            f"<div>status <b>{_e(r.get('status', ''))}</b>{verdict}{why}</div><div class='muted'>{blocks}</div>"
-            f"<img src='/v1/ab/{_e(quote(run, safe=''))}/plot' alt='{_e(f'plot of {run}')}' loading='lazy'></div>"
+            f"<div class='ab' data-run='{esc(run)}'><div><span class='code'>{esc(run)}</span> "
+            f"{esc(r.get('work', ''))} work ({duty}) beside {esc(r.get('rule', ''))}</div>"
+            f"<div>status <b>{esc(r.get('status', ''))}</b>{verdict}{why}</div><div class='muted'>{blocks}</div>"
+            f"<img src='/v1/ab/{esc(quote(run, safe=''))}/plot' alt='{esc(f'plot of {run}')}' loading='lazy'></div>"
         )
     return "".join(out)
 
@@ -484,7 +349,7 @@ def render_page(provider: Provider, now: float, subject: str | None = None) -> s
     timeline = timeline_section(provider.timeline(TIMELINE_ROWS, subject or None, None))
     if subject:
         timeline = (
-            f"<p>only <span class='code'>{_e(subject)}</span>: <a href='/#timeline'>every entry</a></p>" + timeline
+            f"<p>only <span class='code'>{esc(subject)}</span>: <a href='/#timeline'>every entry</a></p>" + timeline
         )
     sections = [
         ("Node", node_section(status)),
@@ -497,14 +362,14 @@ def render_page(provider: Provider, now: float, subject: str | None = None) -> s
         ("A/B runs", ab_section(provider.ab_runs())),
     ]
     body = "".join(
-        f"<section id='{_e(title.split()[0].lower().replace('/', ''))}'><h2>{_e(title)}</h2>{html}</section>"
+        f"<section id='{esc(title.split()[0].lower().replace('/', ''))}'><h2>{esc(title)}</h2>{html}</section>"
         for title, html in sections
     )
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='refresh' content='{REFRESH_S}'><meta name='viewport' content='width=device-width'>"
-        f"<title>arbiter {_e(status.get('version', ''))}</title><style>{CSS}</style></head><body>"
-        f"<h1>arbiter</h1><div class='muted'>refreshes every {REFRESH_S}s; as of {_clock(now)}; JSON at "
+        f"<title>arbiter {esc(status.get('version', ''))}</title><style>{CSS}</style></head><body>"
+        f"<h1>arbiter</h1><div class='muted'>refreshes every {REFRESH_S}s; as of {clock(now)}; JSON at "
         "<a href='/v1/status'>/v1/status</a>, <a href='/v1/explain'>/v1/explain</a>, <a href='/v1/duty'>/v1/duty</a>, "
         "<a href='/v1/timeline'>/v1/timeline</a>; API schema at <a href='/openapi.json'>/openapi.json</a></div>"
         f"{body}</body></html>"

@@ -7,13 +7,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
-import psutil
-
-from arbiter.certificates import Certificate, ExeHasher
-from arbiter.store import Store
+from arbiter_testing.certified import certify, stand_in_cmd, stand_in_rule
 from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,60 +36,17 @@ def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(t
         governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 3, "grow_step": 0.05},
     )
     try:
-        node.add_rule(
-            "frames",
-            {
-                "id": "frames",
-                "match": {"cmdline": [f"arbiter.demo.protected --events {events}"]},  # this test's stand-in alone
-                "protect": {
-                    "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
-                    "max_slowdown": 0.05,
-                },
-            },
-        )
+        node.add_rule("frames", stand_in_rule(events, max_slowdown=0.05))
         node.start()
         # 50 frames a second on a fixed schedule, late ones made up: only the slow file moves
         # its rate, however busy the machine (its 4 ms of CPU time a frame is its GPU use)
         protected = node.spawn(
-            [
-                PYTHON,
-                "-m",
-                "arbiter.demo.protected",
-                "--events",
-                str(events),
-                "--step-s",
-                "0.004",
-                "--frame-s",
-                "0.02",
-                "--catch-up",
-                "--slow-file",
-                str(slow),
-                "--no-pin",
-            ]
-        )
-        node.wait_for(lambda: node.status()["rules"][0]["running"])
-        exe = psutil.Process(protected.pid).exe()
-        fingerprint = node.call("certificates")["node"]
-        store = Store(node.state_dir / "state.db")
-        store.add_certificate(
-            Certificate(
-                rule="frames",
-                work="gpu",
-                duty=0.5,
-                r=0.995,
-                r_low=0.985,
-                r_high=1.004,
-                margin=0.02,
-                run_id="test",
-                issued_at=time.time(),
-                node="here",
-                fingerprint=fingerprint,
-                exe_path=exe,
-                exe_sha256=ExeHasher().digest(exe) or "",
+            stand_in_cmd(
+                events, "--step-s", "0.004", "--frame-s", "0.02", "--catch-up", "--slow-file", str(slow), "--no-pin"
             )
         )
-        store.close()
-        node.wait_for(lambda: node.call("certificates")["certificates"][0]["status"] == "valid")
+        node.wait_for(lambda: node.status()["rules"][0]["running"])
+        certify(node, protected.pid, "frames", 0.5)
 
         node.job_run(
             [PYTHON, "-m", "llmbatch", "run", "--repeat", "0", "--out", "/dev/null"],
@@ -140,16 +93,9 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
     events = tmp_path / "progress.jsonl"
     node = HarnessNode(tmp_path, gpu_jobs="certified")
     try:
-        node.add_rule(
-            "frames",
-            {
-                "id": "frames",
-                "match": {"cmdline": [f"arbiter.demo.protected --events {events}"]},  # this test's stand-in alone
-                "protect": {"source": {"kind": "jsonl", "path": str(events), "event": "step_done"}},
-            },
-        )
+        node.add_rule("frames", stand_in_rule(events))
         node.start()
-        node.spawn([PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.01", "--no-pin"])
+        node.spawn(stand_in_cmd(events, "--step-s", "0.01", "--no-pin"))
         node.wait_for(lambda: node.status()["rules"][0]["using_gpu"])  # else the job may start and end first
         manifest = tmp_path / "m.yaml"
         manifest.write_text("name: coop\ncapabilities: [cooperative_throttle]\n")
@@ -160,31 +106,6 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
         assert "no governor runs" in duty(node)["summary"]
     finally:
         node.close()
-
-
-def certify(node: HarnessNode, protected: subprocess.Popen, rule: str, duty: float) -> None:
-    """A valid certificate for ``rule`` at ``duty``, as a passing paired run stores it."""
-    exe = psutil.Process(protected.pid).exe()
-    store = Store(node.state_dir / "state.db")
-    store.add_certificate(
-        Certificate(
-            rule=rule,
-            work="gpu",
-            duty=duty,
-            r=0.995,
-            r_low=0.985,
-            r_high=1.004,
-            margin=0.02,
-            run_id="test",
-            issued_at=time.time(),
-            node="here",
-            fingerprint=node.call("certificates")["node"],
-            exe_path=exe,
-            exe_sha256=ExeHasher().digest(exe) or "",
-        )
-    )
-    store.close()
-    node.wait_for(lambda: node.call("certificates")["certificates"][0]["status"] == "valid")
 
 
 def test_a_name_caught_over_its_duty_waits_and_explain_says_distrust_first(tmp_path: Path) -> None:
@@ -201,24 +122,12 @@ def test_a_name_caught_over_its_duty_waits_and_explain_says_distrust_first(tmp_p
         compliance={"sample_s": 0.5, "pause_s": 1, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600},
     )
     try:
-        node.add_rule(
-            "frames",
-            {
-                "id": "frames",
-                "match": {"cmdline": [f"arbiter.demo.protected --events {events}"]},  # this test's stand-in alone
-                # the budget stays at the certificate's duty: no slowdown of the stand-in halves it
-                "protect": {
-                    "source": {"kind": "jsonl", "path": str(events), "event": "step_done"},
-                    "max_slowdown": 0.9,
-                },
-            },
-        )
+        # the budget stays at the certificate's duty: no slowdown of the stand-in halves it
+        node.add_rule("frames", stand_in_rule(events, max_slowdown=0.9))
         node.start()
-        protected = node.spawn(
-            [PYTHON, "-m", "arbiter.demo.protected", "--events", str(events), "--step-s", "0.01", "--no-pin"]
-        )
+        protected = node.spawn(stand_in_cmd(events, "--step-s", "0.01", "--no-pin"))
         node.wait_for(lambda: node.status()["rules"][0]["using_gpu"])
-        certify(node, protected, "frames", 0.1)
+        certify(node, protected.pid, "frames", 0.1)
 
         # a job that says it holds its duty and spins flat out: given 0.1, it is caught and stopped
         cheater = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))

@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from arbiter.plugin import PluginContext
-from arbiter_sources.follow import FollowedFile, FollowOptions, LineMeaning, Phase
+from arbiter.plugin import Phase, PluginContext
+from arbiter_sources.follow import FollowedFile, LineMeaning
+from arbiter_sources.follow_path import FollowOptions
 
 
 class _Decoder(json.JSONDecoder):

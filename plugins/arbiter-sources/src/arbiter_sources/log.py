@@ -16,7 +16,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from arbiter.plugin import PluginContext
-from arbiter_sources.follow import FollowedFile, FollowOptions, LineMeaning
+from arbiter_sources.follow import FollowedFile, LineMeaning
+from arbiter_sources.follow_path import FollowOptions
 
 #: the SI prefixes tqdm's ``unit_scale`` writes after a count (``format_sizeof``: powers of 1000)
 _SCALE = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Z": 10**21, "Y": 10**24}

@@ -21,22 +21,15 @@ Their VRAM goes to a :class:`VramBoard` for the ``fake`` reader.  Run one as a p
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
-import threading
 import time
 from typing import Any
 
-from arbiter_testing.fake_reader import write_state
-from arbiter_testing.fake_servers import WORKING_SHARE, _App
+from arbiter_testing.fake_preallocated import PreallocatedServer
+from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
 from arbiter_testing.vram_board import GIB, VramBoard
 
-#: what a server that released its memory keeps on the device (its CUDA context)
-RELEASED_BYTES = 512 << 20
 
-
-class _GaugedServer(_App):
+class _GaugedServer(PreallocatedServer):
     """What the three share: requests that run for ``gen_s`` each, counted in gauges."""
 
     running_gauge = ""
@@ -46,20 +39,12 @@ class _GaugedServer(_App):
     def __init__(
         self, board: VramBoard, held_bytes: int = 8 * GIB, gen_s: float = 0.5, pid: int | None = None, port: int = 0
     ) -> None:
-        super().__init__(port)
-        self.board = board
-        self.full_bytes, self.gen_s = held_bytes, gen_s
-        self.pid = os.getpid() if pid is None else pid
-        self._lock = threading.Lock()
-        self.running = 0
+        super().__init__(board, held_bytes, gen_s, pid, port)
         self.released = False
         self._publish()
 
-    def _publish(self) -> None:
-        with self._lock:
-            held = RELEASED_BYTES if self.released else self.full_bytes
-            share = WORKING_SHARE if self.running else 0.0
-        self.board.set(self.pid, held, share)
+    def given_up(self) -> bool:
+        return self.released
 
     def metrics(self) -> bytes:
         with self._lock:
@@ -73,22 +58,9 @@ class _GaugedServer(_App):
 
     def _run(self) -> tuple[int, Any] | None:
         """One request's work; an error answer where it cannot run."""
-        with self._lock:
-            if self.released:
-                return 503, {"error": "the memory is released: resume it first"}
-            self.running += 1
-        self._publish()
-        try:
-            time.sleep(self.gen_s)
-        finally:
-            with self._lock:
-                self.running -= 1
-            self._publish()
-        return None
-
-    def stop(self) -> None:
-        super().stop()
-        self.board.remove(self.pid)
+        return self._work(
+            lambda: (503, {"error": "the memory is released: resume it first"}) if self.released else None
+        )
 
 
 class FakeLlamaServer(_GaugedServer):
@@ -176,26 +148,14 @@ SERVERS: dict[str, type[_GaugedServer]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arbiter_testing.fake_llm_servers")
+    parser = fake_parser("arbiter_testing.fake_llm_servers")
     parser.add_argument("program", choices=sorted(SERVERS))
-    parser.add_argument("--state-file", required=True, help="the fake reader's state file")
-    parser.add_argument("--ready-file", required=True, help="written with {pid, url} once serving")
-    parser.add_argument("--total-gb", type=float, default=24.0)
     parser.add_argument("--held-gb", type=float, default=8.0, help="weights and KV cache, preallocated")
     parser.add_argument("--gen-s", type=float, default=0.5)
     args = parser.parse_args(argv)
-    board = VramBoard(args.state_file, int(args.total_gb * GIB))
+    board = board_of(args)
     fake = SERVERS[args.program](board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    fake.start()
-    try:
-        write_state(args.ready_file, {"pid": os.getpid(), "url": fake.url})
-        stop.wait()
-    finally:
-        fake.stop()
-    return 0
+    return serve_until_stopped(fake, args.ready_file)
 
 
 if __name__ == "__main__":

@@ -24,24 +24,22 @@ its VRAM whether or not it answers one.  Their VRAM goes to a :class:`VramBoard`
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
 import threading
 import time
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from arbiter_testing.fake_reader import write_state
-from arbiter_testing.fake_servers import WORKING_SHARE, _App
+from arbiter_testing.fake_http import WORKING_SHARE, FakeApp
+from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
 from arbiter_testing.vram_board import GIB, VramBoard
 
 #: the models each fake serves, with the VRAM each takes once loaded
 MODELS: dict[str, int] = {"qwen2.5-7b": 6 * GIB, "llama-3.2-3b": 3 * GIB}
 
 
-class _Swapper(_App):
+class _Swapper(FakeApp):
     """What both share: models loaded on a request and unloaded when asked, each request
     running ``gen_s``; only one model at a time when ``swap`` is true."""
 
@@ -219,26 +217,14 @@ SERVERS: dict[str, type[_Swapper]] = {"llama-swap": FakeLlamaSwap, "localai": Fa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arbiter_testing.fake_model_swappers")
+    parser = fake_parser("arbiter_testing.fake_model_swappers")
     parser.add_argument("program", choices=sorted(SERVERS))
-    parser.add_argument("--state-file", required=True, help="the fake reader's state file")
-    parser.add_argument("--ready-file", required=True, help="written with {pid, url} once serving")
-    parser.add_argument("--total-gb", type=float, default=24.0)
     parser.add_argument("--gen-s", type=float, default=0.5)
     parser.add_argument("--load-s", type=float, default=0.1)
     args = parser.parse_args(argv)
-    board = VramBoard(args.state_file, int(args.total_gb * GIB))
+    board = board_of(args)
     fake = SERVERS[args.program](board, gen_s=args.gen_s, load_s=args.load_s)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    fake.start()
-    try:
-        write_state(args.ready_file, {"pid": os.getpid(), "url": fake.url})
-        stop.wait()
-    finally:
-        fake.stop()
-    return 0
+    return serve_until_stopped(fake, args.ready_file)
 
 
 if __name__ == "__main__":

@@ -18,24 +18,17 @@ reader.  Run as a process: ``python -m arbiter_testing.fake_vllm --state-file F 
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
-import threading
 import time
 import uuid
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from arbiter_testing.fake_reader import write_state
-from arbiter_testing.fake_servers import WORKING_SHARE, _App
+from arbiter_testing.fake_preallocated import PreallocatedServer
+from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
 from arbiter_testing.vram_board import GIB, VramBoard
 
-#: what a sleeping engine keeps on the device (its CUDA context and buffers)
-ASLEEP_BYTES = 512 << 20
 
-
-class FakeVllmServer(_App):
+class FakeVllmServer(PreallocatedServer):
     """One model, its weights and KV cache preallocated in ``held_bytes``."""
 
     def __init__(
@@ -48,14 +41,10 @@ class FakeVllmServer(_App):
         pid: int | None = None,
         port: int = 0,
     ) -> None:
-        super().__init__(port)
-        self.board = board
-        self.model, self.full_bytes, self.gen_s, self.wake_s = model, held_bytes, gen_s, wake_s
-        self.pid = os.getpid() if pid is None else pid
-        self._lock = threading.Lock()
+        super().__init__(board, held_bytes, gen_s, pid, port)
+        self.model, self.wake_s = model, wake_s
         self.sleeping = False
         self.level = 0
-        self.running = 0
         self.wakes = 0
         self.sleeps = 0
         #: "500": /wake_up fails with HTTP 500 and it stays asleep (a test's fault)
@@ -75,15 +64,8 @@ class FakeVllmServer(_App):
         with self._lock:
             return self.sleeping
 
-    def held_bytes(self) -> int:
-        with self._lock:
-            return ASLEEP_BYTES if self.sleeping else self.full_bytes
-
-    def _publish(self) -> None:
-        with self._lock:
-            held = ASLEEP_BYTES if self.sleeping else self.full_bytes
-            share = WORKING_SHARE if self.running else 0.0
-        self.board.set(self.pid, held, share)
+    def given_up(self) -> bool:
+        return self.sleeping
 
     def models(self) -> dict[str, Any]:
         return {
@@ -140,17 +122,10 @@ class FakeVllmServer(_App):
     def _completion_route(self, body: Any) -> tuple[int, Any]:
         if not isinstance(body, dict) or body.get("model") != self.model:
             return 404, {"object": "error", "message": f"The model `{(body or {}).get('model')}` does not exist."}
-        with self._lock:
-            if self.sleeping:
-                return 500, {"object": "error", "message": "the engine is sleeping", "type": "InternalServerError"}
-            self.running += 1
-        self._publish()
-        try:
-            time.sleep(self.gen_s)
-        finally:
-            with self._lock:
-                self.running -= 1
-            self._publish()
+        asleep = {"object": "error", "message": "the engine is sleeping", "type": "InternalServerError"}
+        refused = self._work(lambda: (500, asleep) if self.sleeping else None)
+        if refused is not None:
+            return refused
         return 200, {
             "id": f"cmpl-{uuid.uuid4().hex}",
             "object": "text_completion",
@@ -160,34 +135,18 @@ class FakeVllmServer(_App):
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
         }
 
-    def stop(self) -> None:
-        super().stop()
-        self.board.remove(self.pid)
-
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arbiter_testing.fake_vllm")
-    parser.add_argument("--state-file", required=True, help="the fake reader's state file")
-    parser.add_argument("--ready-file", required=True, help="written with {pid, url} once serving")
-    parser.add_argument("--total-gb", type=float, default=24.0)
+    parser = fake_parser("arbiter_testing.fake_vllm")
     parser.add_argument("--held-gb", type=float, default=13.0, help="weights and KV cache, preallocated")
     parser.add_argument("--gen-s", type=float, default=0.5)
     parser.add_argument("--wake-s", type=float, default=0.2)
     parser.add_argument("--wake-fault", choices=["", "500"], default="", help="answer /wake_up with HTTP 500")
     args = parser.parse_args(argv)
-    board = VramBoard(args.state_file, int(args.total_gb * GIB))
+    board = board_of(args)
     fake = FakeVllmServer(board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s, wake_s=args.wake_s)
     fake.wake_fault = args.wake_fault
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    fake.start()
-    try:
-        write_state(args.ready_file, {"pid": os.getpid(), "url": fake.url})
-        stop.wait()
-    finally:
-        fake.stop()
-    return 0
+    return serve_until_stopped(fake, args.ready_file)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The reaction to a phase, seen from outside the daemon: what the benches measure."""
+"""The reaction to a phase, seen from outside the daemon: what the benches measure, the phase
+lines they write and the rule that reads them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import json
 import math
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -63,10 +66,10 @@ def phase_reactions(
         time.sleep(rng.uniform(0.2, 0.5))
         on = i % 2 == 0
         started = time.monotonic()
-        _write_phase(events, "on" if on else "off")
+        write_phase(events, "on" if on else "off")
         out.append(ms_until_seen(proc, on, started, poll_s, timeout_s))
     if len(out) % 2:
-        _write_phase(events, "off")
+        write_phase(events, "off")
     return out
 
 
@@ -85,6 +88,34 @@ def ms_until_seen(
     return 1000 * (time.monotonic() - started)
 
 
-def _write_phase(events: Path, phase: str) -> None:
+def write_phase(events: Path, phase: str) -> None:
+    """Append the phase line ``{"event": "status", "phase": PHASE}`` to ``events``."""
     with open(events, "a") as fh:
         fh.write(json.dumps({"event": "status", "phase": phase}) + "\n")
+
+
+def phase_during(phases: Path, scope: str = "gpu", on: Sequence[str] = ("on",), field: str = "phase") -> dict[str, Any]:
+    """A rule's ``during`` entry: while the last ``status`` line of ``phases`` says, at
+    ``field``, a phase in ``on`` (as :func:`write_phase` writes them), the fleet work in
+    ``scope`` is paused."""
+    source = {"kind": "jsonl", "path": str(phases), "event": "status", "field": field, "on": list(on)}
+    return {"source": source, "pause_fleet": {"scope": scope}}
+
+
+def phase_rule(
+    rule_id: str,
+    cmdline: str,
+    phases: Path,
+    scope: str = "gpu",
+    on: Sequence[str] = ("on",),
+    field: str = "phase",
+    immediate: bool = True,
+) -> dict[str, Any]:
+    """A rule for the program whose command line holds ``cmdline``, with the one
+    :func:`phase_during` entry."""
+    return {
+        "id": rule_id,
+        "match": {"cmdline": [cmdline]},
+        "immediate": immediate,
+        "during": [phase_during(phases, scope, on, field)],
+    }

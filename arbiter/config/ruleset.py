@@ -1,0 +1,163 @@
+"""The rule files of the tenants dirs: finding them (:func:`rule_files`), reading them, adding
+the shipped bases an ``extends:`` may name, and checking a set of them together
+(:func:`check_paths`, what ``arbiter check`` runs).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from arbiter.config.errors import ConfigError, Problem
+from arbiter.config.locate import shipped_tenants_dir
+from arbiter.config.models import Rule
+from arbiter.config.rulefile import RuleFile, read_rule_file
+from arbiter.config.rules import KindsLookup, OptionsLookup, resolve_rules
+from arbiter.config.validation import read_text
+
+RULE_SUFFIXES = (".yaml", ".yml")
+
+
+def rule_files(directories: Iterable[Path]) -> list[Path]:
+    """The rule files: each path that is a file, and the rule files in each that is a
+    folder, by name."""
+    return [Path(name) for name, _ in rule_file_stats(directories)]
+
+
+def rule_file_stats(directories: Iterable[Path]) -> list[tuple[str, os.stat_result | None]]:
+    """:func:`rule_files` with each one's stat (None where it cannot be read).  The daemon
+    looks on every tick, so through ``os.scandir``, whose entries carry what ``Path``'s
+    methods would each ask the system for again."""
+    files: list[tuple[str, os.stat_result | None]] = []
+    for directory in directories:
+        name = os.fspath(directory)
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            files.append((name, st))
+        elif stat.S_ISDIR(st.st_mode):
+            try:
+                with os.scandir(name) as it:
+                    found = sorted(
+                        (e for e in it if not e.name.startswith(".") and os.path.splitext(e.name)[1] in RULE_SUFFIXES),
+                        key=lambda e: e.name,
+                    )
+            except OSError:
+                continue
+            for entry in found:
+                try:
+                    files.append((entry.path, entry.stat()))
+                except OSError:
+                    files.append((entry.path, None))
+    return files
+
+
+def read_rule_texts(paths: Iterable[Path]) -> dict[str, str | list[Problem]]:
+    """Each rule file's text, or the problems met reading it (the input of resolve_rules)."""
+    out: dict[str, str | list[Problem]] = {}
+    for path in paths:
+        try:
+            out[str(path)] = read_text(path)
+        except ConfigError as exc:
+            out[str(path)] = exc.problems
+    return out
+
+
+@dataclass
+class RuleSet:
+    """The rules of a set of files, and every problem found reading them."""
+
+    rules: dict[str, Rule] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # rule id → file it came from
+    problems: dict[str, list[Problem]] = field(default_factory=dict)  # file → problems
+
+    def add(self, path: str, rule: Rule, positions_line: int = 1) -> None:
+        if rule.id in self.rules:
+            other = self.files[rule.id]
+            self.problems.setdefault(path, []).append(
+                Problem(
+                    path,
+                    positions_line,
+                    1,
+                    "id",
+                    f"rule id {rule.id!r} is already used by {other}",
+                    "give each rule its own id",
+                )
+            )
+            return
+        self.rules[rule.id] = rule
+        self.files[rule.id] = path
+
+
+def _peek(text: str | list[Problem]) -> RuleFile | None:
+    """A file read as YAML, or None when it cannot be (resolve_rules reports why)."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return read_rule_file(text, "")
+    except ConfigError:
+        return None
+
+
+def with_shipped_bases(files: dict[str, str | list[Problem]]) -> set[str]:
+    """Add to ``files`` the shipped default rule files that ``extends:`` may name, so that a
+    rule extending one needs no folder of them in tenants_dirs; returns the names added.  They
+    are bases only: a shipped rule that nothing extends is not in force (list the folder in
+    tenants_dirs for that).  One whose path, file name or id a file of ``files`` has is left out."""
+    shipped = shipped_tenants_dir()
+    if shipped is None:
+        return set()
+    # one of the same name is a copy of it, even where it cannot be read now
+    present = {os.path.realpath(name) for name in files} | {os.path.basename(name) for name in files}
+    ids = {rf.own_id for rf in map(_peek, files.values()) if rf and rf.own_id and rf.own_id != rf.data.get("extends")}
+    added: set[str] = set()
+    candidates = [p for p in rule_files([shipped]) if os.path.realpath(p) not in present and p.name not in present]
+    for path, text in read_rule_texts(candidates).items():
+        peeked = _peek(text)
+        if peeked is not None and peeked.own_id not in ids:
+            files[path] = text
+            added.add(path)
+    return added
+
+
+def check_paths(
+    paths: Iterable[Path], options_for: OptionsLookup, kinds: KindsLookup, bases: Iterable[Path] = ()
+) -> RuleSet:
+    """Read every rule file under ``paths`` (files or directories) and collect all problems.
+
+    ``extends:`` is followed among them and the rule files under ``bases`` (the tenants dirs,
+    when single files are checked): the checked files are judged as if put beside those, each
+    taking the place of one there with the same path or id.  Only rules a checked file is
+    part of are reported; a problem is filed under the file it is in.
+    """
+    checked = rule_files(paths)
+    files = read_rule_texts(checked)
+    same = {os.path.realpath(p) for p in checked}
+    # ids the checked files take over; one that extends the rule of its own id builds on it instead
+    ids = {rf.own_id for rf in map(_peek, files.values()) if rf and rf.own_id and rf.own_id != rf.data.get("extends")}
+    for path, text in read_rule_texts(p for p in rule_files(bases) if os.path.realpath(p) not in same).items():
+        peeked = _peek(text)
+        if peeked is not None and peeked.own_id in ids:
+            continue  # the checked file with this id stands in its place
+        files[path] = text
+    with_shipped_bases(files)
+    resolution = resolve_rules(files, options_for, kinds)
+    wanted = set(map(str, checked))
+    ruleset = RuleSet()
+    for top in files:
+        chain = resolution.chains.get(top)
+        if chain is None or wanted.isdisjoint(chain):
+            continue
+        if top in resolution.problems:
+            for problem in resolution.problems[top]:
+                filed = ruleset.problems.setdefault(problem.file, [])
+                if problem not in filed:  # a base extended twice is part of both extensions' rules
+                    filed.append(problem)
+        else:
+            ruleset.add(top, resolution.rules[top])
+    return ruleset

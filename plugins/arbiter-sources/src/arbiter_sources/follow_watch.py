@@ -1,0 +1,160 @@
+"""The file notifications that wake a followed file's thread: inotify on Linux (watches on the
+folders that hold the file and on the file itself), kqueue on macOS and the BSDs; neither
+where the system gives none, and the thread then checks on an interval.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+
+from arbiter_sources import inotify
+from arbiter_sources.follow_path import FollowedPath
+from arbiter_sources.kqueue import Kqueue
+
+
+class Notifications:
+    """What a followed file is woken by, and which of its watches stand."""
+
+    def __init__(self) -> None:
+        self.inotify: inotify.Inotify | None = None
+        self.kqueue: Kqueue | None = None
+        self.watches: dict[int, str] = {}  # wd → the directory, or the followed file's /proc/self/fd path
+        self.file_wd: int | None = None  # the watch on the followed file itself
+        self.stale = True  # the directories to watch may have changed
+        self._moving: dict[int, str] = {}  # rename cookie -> old name of our file
+
+    def open(self, wake_r: int) -> None:
+        """Take kqueue (which hears ``wake_r`` too) or inotify; raises OSError where neither is had."""
+        if Kqueue.supported():
+            self.kqueue = Kqueue(wake_r)
+        else:
+            self.inotify = inotify.Inotify()
+
+    @property
+    def active(self) -> bool:
+        return self.inotify is not None or self.kqueue is not None
+
+    def drop(self, poller: select.poll) -> None:
+        """Give up notifications (they failed): the thread checks on an interval from now on."""
+        if self.kqueue is not None:
+            self.kqueue.close()
+            self.kqueue = None
+        ino, self.inotify = self.inotify, None
+        self.watches.clear()
+        self.file_wd = None
+        if ino is not None:
+            try:
+                poller.unregister(ino.fileno())
+            except (KeyError, ValueError):
+                pass
+            ino.close()
+
+    def close(self) -> None:
+        if self.inotify is not None:
+            self.inotify.close()
+            self.inotify = None
+        if self.kqueue is not None:
+            self.kqueue.close()
+            self.kqueue = None
+        self.watches.clear()
+        self.file_wd = None
+
+    def file_closed(self) -> None:
+        """The followed file was closed: the next one may get the same descriptor number, and
+        so the same watch path."""
+        if self.file_wd is not None and self.inotify is not None:
+            self.inotify.rm_watch(self.file_wd)
+            self.watches.pop(self.file_wd, None)
+            self.file_wd = None
+        self.stale = True
+
+    def watch_kqueue(self, kq: Kqueue, where: FollowedPath, fd: int | None, name: str) -> None:
+        """kqueue watches descriptors, not names: the directory (a file came or went) and the
+        file followed (written, renamed, deleted)."""
+        if self.stale:
+            wanted = [where.dir]
+            if fd is not None:
+                wanted.append(os.path.dirname(os.path.realpath(os.path.join(where.dir, name))))
+            self.stale = not kq.watch(wanted, fd)
+
+    def ensure(self, ino: inotify.Inotify, where: FollowedPath, fd: int | None, name: str) -> bool:
+        """Watch the directories that hold the file, and the file itself; True when one was
+        added.  Writes to a named file are heard on the file, not its directory: a watch on
+        the directory wakes for every write to every file there, and twenty sources in one
+        directory beside a log written two hundred times a second cost a core between them."""
+        if not self.stale:
+            return False
+        directory_events = inotify.DIRECTORY_EVENTS
+        if not where.is_glob:  # a write to another match may make it the newest: globs hear them all
+            directory_events &= ~(inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE)
+        wanted = {where.dir}
+        if fd is not None:
+            real = os.path.dirname(os.path.realpath(os.path.join(where.dir, name)))
+            wanted.add(real)  # a symlinked file is renamed or replaced in its target's directory
+            if not where.is_glob:
+                wanted.add(f"/proc/self/fd/{fd}")  # the descriptor: the path may already name the next file
+        have = set(self.watches.values())
+        added = False
+        for path in wanted - have:
+            is_file = path.startswith("/proc/self/fd/")
+            try:
+                if is_file:
+                    wd = ino.add_watch(path, inotify.FILE_EVENTS)
+                else:
+                    wd = ino.add_watch(path, directory_events | inotify.IN_ONLYDIR)
+            except OSError:
+                continue  # missing or unreadable directory: checked on the interval instead
+            self.watches[wd] = path
+            if is_file:
+                self.file_wd = wd
+            added = True
+        for wd, path in list(self.watches.items()):
+            if path not in wanted:
+                ino.rm_watch(wd)
+                del self.watches[wd]
+                if wd == self.file_wd:
+                    self.file_wd = None
+        # Retried on every interval until each directory is watched.
+        self.stale = set(self.watches.values()) != wanted
+        return added
+
+    def sort(
+        self, events: list[inotify.Event], where: FollowedPath, name: str, target_name: str
+    ) -> tuple[bool, bool, str]:
+        """(does any event concern our file, must the path be resolved again, our file's name
+        now: ``name``, or the name it was renamed to).  ``target_name`` is the followed file's
+        own name where the path is a symlink."""
+        relevant = rescan = False
+        for ev in events:
+            if ev.mask & (inotify.IN_IGNORED | inotify.IN_Q_OVERFLOW | inotify.IN_DELETE_SELF | inotify.IN_MOVE_SELF):
+                if ev.mask & inotify.IN_MOVE_SELF and self.inotify is not None and ev.wd in self.watches:
+                    # The directory moved away: its path must be watched anew.
+                    self.inotify.rm_watch(ev.wd)
+                if ev.mask & (inotify.IN_IGNORED | inotify.IN_MOVE_SELF):
+                    self.watches.pop(ev.wd, None)
+                    self.stale = True
+                    if ev.wd == self.file_wd:
+                        self.file_wd = None
+                relevant = rescan = True
+                continue
+            if ev.wd == self.file_wd:
+                relevant = True  # written: the open file is read, the path need not be looked at
+                continue
+            # a symlinked file's writes are reported under its target's name
+            ours = bool(name) and ev.name in (name, target_name)
+            if ev.mask & inotify.IN_MOVED_FROM and ours:
+                self._moving[ev.cookie] = ev.name
+            if ev.mask & inotify.IN_MOVED_TO and ev.cookie in self._moving:
+                del self._moving[ev.cookie]
+                name = ev.name  # our file, renamed: keep hearing its writes
+                ours = True
+            if not (ours or where.matches(ev.name)):
+                continue
+            relevant = True
+            # A write to the file we follow needs no new look at the path; anything else may.
+            if not (ours and ev.mask & (inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE)):
+                rescan = True
+        if len(self._moving) > 64:
+            self._moving.clear()  # renames whose other half never came
+        return relevant, rescan, name
