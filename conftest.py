@@ -1,4 +1,5 @@
-"""What every test shares: markers by folder, and no process left running after the run.
+"""What every test shares: markers by folder, tests that run alone, and no process left
+running after the run.
 
 Every process a test starts inherits two variables: ``ARBITER_TEST_RUN`` (this run) and
 ``ARBITER_TEST_NODEID`` (the test that was running when it started).  When the run ends,
@@ -8,10 +9,14 @@ is named with the test that started it, killed, and the run fails.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +34,16 @@ FOLDER_MARKERS = {
     "tests/fuzz": ("slow",),
     "tests/service": ("slow",),
     "tests/docs": ("slow",),
+}
+#: files whose tests judge CPU time (the stand-in for GPU time) against a duty or a baseline:
+#: another test's work on the same cores moves what they measure
+ALONE_FILES = {
+    "tests/e2e/test_ab_harness.py",
+    "tests/e2e/test_certified.py",
+    "tests/e2e/test_compliance.py",
+    "tests/e2e/test_demo.py",
+    "tests/bench/test_honest_duty.py",
+    "tests/conform/test_conform.py",
 }
 ROOT = Path(__file__).parent
 
@@ -54,23 +69,61 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if where.startswith(folder + "/"):
                 for mark in marks:
                     item.add_marker(mark)
+        if where in ALONE_FILES:
+            item.add_marker("alone")
         if "browser" in item.keywords:
             item.add_marker("slow")
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    os.environ[NODEID_VAR] = item.nodeid
+def _turn_files() -> tuple[Path, Path]:
+    base = Path(tempfile.gettempdir()) / f"arbiter-tests-{os.environ[RUN_VAR]}"
+    return base.with_suffix(".gate"), base.with_suffix(".turn")
+
+
+@contextlib.contextmanager
+def _turn(alone: bool) -> Iterator[None]:
+    """Among xdist workers, a test marked ``alone`` runs with no other test beside it.
+
+    Every test holds the run's turn file shared; an ``alone`` test holds it exclusive.  The
+    gate gives the exclusive one precedence: a test about to start passes through the gate,
+    which an ``alone`` test holds while it waits for those running to end."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    gate_path, turn_path = _turn_files()
+    gate = os.open(gate_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    turn = os.open(turn_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        return (yield)
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if alone:
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(turn, fcntl.LOCK_SH)
+        yield
     finally:
-        os.environ.pop(NODEID_VAR, None)
+        os.close(turn)  # closing lets go of its lock
+        os.close(gate)
+
+
+# outermost: the wait for a turn is no part of the test's own timeout
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    with _turn(item.get_closest_marker("alone") is not None):
+        os.environ[NODEID_VAR] = item.nodeid
+        try:
+            return (yield)
+        finally:
+            os.environ.pop(NODEID_VAR, None)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not session.config.stash.get(OWNS_MARK, False):
         return
+    for path in _turn_files():
+        path.unlink(missing_ok=True)
     deadline = time.monotonic() + GRACE_S
     left = marked()
     while left and time.monotonic() < deadline:
