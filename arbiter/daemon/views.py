@@ -49,6 +49,8 @@ def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str
         "reasons": [r.to_dict() for r in verdict.reasons] if verdict else [],
         # what its pause stops and frees, and what it leaves held (its VRAM), as the translator says
         "pause_effect": daemon.actuator.pause_effect(record.id) if verdict and verdict.state == "paused" else "",
+        # how long protection has kept it paused, and when that stops it (evict_after_s)
+        "protection_pause": _protection_pause(daemon, record.id),
         # what the daemon is trying and failing to do to it (a pause the translator refuses)
         "problems": [
             {
@@ -61,6 +63,18 @@ def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str
             for jid, what in daemon.action_failures()
             if jid == record.id
         ],
+    }
+
+
+def _protection_pause(daemon: Node, job_id: str) -> dict[str, Any] | None:
+    held = daemon.engine_state.held.get(job_id)
+    if held is None or held.evicted_at is not None:
+        return None
+    now, after = time.monotonic(), daemon.policy.evict_after_s
+    return {
+        "for_s": round(now - held.since, 1),
+        "evict_after_s": after,
+        "evict_in_s": None if after is None else round(max(0.0, held.since + after - now), 1),
     }
 
 
