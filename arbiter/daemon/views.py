@@ -243,7 +243,8 @@ def status_view(daemon: Node) -> dict[str, Any]:
 
 
 def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
-    """Why each job is (not) running; for a subject, that job, job name or tenant."""
+    """Why each job is (not) running; for a subject, that job, job name or tenant, or the jobs an
+    outside scheduler knows by that id."""
     snap = daemon.snapshot
     verdicts = snap.decision.jobs if snap.decision else {}
     notices = (
@@ -255,7 +256,9 @@ def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
         items = [_job_item(daemon, r, verdicts.get(r.id)) for r in snap.jobs]
         items += [_rule_item(daemon, lr.rule.id) for lr in daemon.rulebook.ordered()]
         return {"subject": "node", "items": items, "notices": notices}
-    records = [r for r in snap.jobs if r.id == subject or r.name == subject]
+    records = [r for r in snap.jobs if r.id == subject or r.name == subject] or [
+        r for r in snap.jobs if _own_id(r.id) == subject or _own_id(r.id).startswith(subject + ".")
+    ]
     if records:
         return {
             "subject": subject,
@@ -272,6 +275,13 @@ def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
         return {"subject": subject, "items": [item, *held], "notices": notices}
     known = sorted({r.id for r in snap.jobs} | {r.name for r in snap.jobs} | set(dict(daemon.rulebook.live)))
     raise UnknownSubject(f"no job or tenant is called {subject!r}; known: {', '.join(known) or 'none'}")
+
+
+def _own_id(job_id: str) -> str:
+    """What follows the first dash of a job id: an outside scheduler's own job id (``17`` of
+    ``batch-17``, ``17.0.1`` of a task of it, ``batch-17.0.1``), or a job's own short id; so
+    ``explain 17`` answers for every task of the scheduler's job 17."""
+    return job_id.split("-", 1)[1] if "-" in job_id else ""
 
 
 def _job_duty_state(item: dict[str, Any], verdict: JobVerdict | None) -> str:
