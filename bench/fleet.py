@@ -12,13 +12,26 @@ phase is read from a JSONL file under an ``immediate`` rule.  ``--jobs`` batch j
 stopped (local) and until squeue shows each of its jobs ``S``; the phase turns off, and it polls
 until they run and show ``R`` again.  It also samples, every 10 ms while the phase is on (3 s a
 round, past Slurm's own SIGSTOP), whether any of that node's job processes is not stopped
-(protected time with fleet work free to run on the node: goal 0 samples).  Last, one job per node is stopped through arbiter (``arbiter job stop``): the time
-until squeue shows it running again with its restart count one higher.  Prints p50/p99.
+(protected time with fleet work free to run on the node: goal 0 samples).  Then one job per
+node is stopped through arbiter (``arbiter job stop``): the time until squeue shows it running
+again with its restart count one higher.  Prints p50/p99.
+
+Last, fleet throughput against an oracle (``--throughput-s``, twice: eviction off, then
+``evict_after_s`` at ``--evict-after-s``, the daemons started again for each, the same
+schedule both times).  ``--queue`` batch jobs are in the fleet at once (``sbatch --requeue
+--constraint=arbiter-admit``; one that ends is followed by a new one), each ``--work-s``
+seconds of work that it counts in a checkpoint file and carries on from when it is run again,
+at most ``--slots`` on a node.  A protected program (a rule with ``pause_fleet``) starts and
+stops on each node at random (seeded: off for an exponential time of mean ``--free-s``, on
+for one of mean ``--busy-s``).  The oracle knows when each node is free: at every moment it
+runs as many of the jobs as the free nodes have slots for, moving them at no cost.  Printed:
+the work the fleet did and the jobs it finished, against the oracle's.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import signal
@@ -37,6 +50,30 @@ WAIT_S = 60.0
 POLL_S = 0.002
 #: how long the phase stays on each round
 HOLD_S = 3.0
+#: how often a throughput pass replaces the jobs that ended
+TOP_UP_S = 0.25
+ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"})
+#: a throughput job: counts the seconds it ran in a checkpoint file (a gap longer than a few
+#: steps was a pause, and counts one step), carries on from it when run again, ends when done
+WORK = """\
+import os, sys, time
+path, total, step = sys.argv[1], float(sys.argv[2]), 0.1
+try:
+    with open(path) as fh:
+        done = float(fh.read())
+except (OSError, ValueError):
+    done = 0.0
+print(f"restart={os.environ.get('SLURM_RESTART_COUNT', '0')} from={done:.1f}", flush=True)
+last = time.monotonic()
+while done < total:
+    time.sleep(step)
+    now = time.monotonic()
+    done += now - last if now - last < 3 * step else step
+    last = now
+    with open(path + ".tmp", "w") as fh:
+        fh.write(f"{done:.3f}")
+    os.replace(path + ".tmp", path)
+"""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -105,6 +142,128 @@ def protect_rule(node: str, events: Path, marker: str) -> dict[str, Any]:
     }
 
 
+def game_rule(node: str, marker: str) -> dict[str, Any]:
+    """The throughput passes' protected program: fleet GPU work waits while it runs."""
+    return {
+        "id": f"game-{node}",
+        "match": {"cmdline": [marker]},
+        "protect": {"metric": "gpu_share"},
+        "pause_fleet": {"scope": "gpu"},
+    }
+
+
+def busy_schedule(
+    rng: random.Random, names: list[str], seconds: float, free_s: float, busy_s: float
+) -> dict[str, list[tuple[float, float]]]:
+    """When each node's protected program runs: (start, end) spans within ``seconds``."""
+    out = {}
+    for name in names:
+        t, spans = 0.0, []
+        while True:
+            t += rng.expovariate(1 / free_s)
+            if t >= seconds:
+                break
+            end = min(seconds, t + max(1.0, rng.expovariate(1 / busy_s)))
+            spans.append((t, end))
+            t = end
+        out[name] = spans
+    return out
+
+
+def oracle(schedule: dict[str, list[tuple[float, float]]], seconds: float, slots: int, queue: int) -> float:
+    """The work an oracle that knows when each node is free does with ``queue`` jobs in the
+    fleet: at every moment it runs as many of them as the free nodes have slots for."""
+    points = sorted({0.0, seconds} | {t for spans in schedule.values() for span in spans for t in span})
+    work = 0.0
+    for a, b in itertools.pairwise(points):
+        mid = (a + b) / 2
+        free = sum(1 for spans in schedule.values() if not any(start <= mid < end for start, end in spans))
+        work += min(queue, slots * free) * (b - a)
+    return work
+
+
+def free_share(schedule: dict[str, list[tuple[float, float]]], seconds: float) -> float:
+    """The share of node time no protected program runs."""
+    busy = sum(end - start for spans in schedule.values() for start, end in spans)
+    return 1 - busy / (seconds * len(schedule))
+
+
+def restart_fleet(cluster: SlurmCluster, names: list[str], **config: Any) -> None:
+    for name in names:
+        node = cluster.arbiter[name]
+        node.stop()
+        node.config.update(config)
+        node.write_config()
+        cluster.restart_arbiter(name)
+    wait_until(
+        lambda: all("arbiter-admit" in cluster.features().get(n, set()) for n in names),
+        WAIT_S,
+        "arbiter-admit on every node",
+        poll_s=0.2,
+    )
+
+
+def throughput(
+    cluster: SlurmCluster,
+    names: list[str],
+    args: argparse.Namespace,
+    schedule: dict[str, list[tuple[float, float]]],
+    tag: str,
+) -> tuple[float, int, int]:
+    """One pass: (seconds of work done, jobs finished, requeues) in ``args.throughput_s``."""
+    folder = cluster.root / f"throughput-{tag}"
+    folder.mkdir()
+    (folder / "work.py").write_text(WORK)
+    script = f"exec {sys.executable} {folder / 'work.py'} {folder}/work-$SLURM_JOB_ID {args.work_s}\n"
+    options = ("--requeue", "--constraint=arbiter-admit", f"--cpus-per-task={4 // args.slots}")
+    jobs = [cluster.sbatch(script, *options, "--hold") for _ in range(args.queue)]
+    events = sorted(
+        (t, name, on) for name, spans in schedule.items() for span in spans for t, on in zip(span, (1, 0), strict=True)
+    )
+    games: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        cluster.run("scontrol", "release", ",".join(map(str, jobs)))
+        start = time.perf_counter()
+        topped_up = 0.0
+        while (now := time.perf_counter() - start) < args.throughput_s:
+            while events and events[0][0] <= now:
+                _, name, on = events.pop(0)
+                if on:
+                    games[name] = subprocess.Popen(["sleep", str(980000 + names.index(name))])
+                else:
+                    game = games.pop(name)
+                    game.kill()
+                    game.wait()
+            if now - topped_up >= TOP_UP_S:  # a job that ended is followed by a new one
+                topped_up = now
+                seen = cluster.jobs()
+                live = sum(1 for j in jobs if seen.get(j, {}).get("job_state") not in ENDED)
+                jobs += [cluster.sbatch(script, *options) for _ in range(args.queue - live)]
+            time.sleep(0.02)
+        done = []
+        for path in folder.glob("work-*"):
+            try:
+                done.append(min(float(path.read_text()), args.work_s))
+            except ValueError:
+                continue
+        seen = cluster.jobs()
+        requeued = sum(seen[j]["restart_cnt"] for j in jobs if j in seen)
+    finally:
+        for proc in games.values():
+            proc.kill()
+        for proc in games.values():
+            proc.wait()
+        cluster.run("scancel", *map(str, jobs), check=False)
+        wait_until(
+            lambda: all(j.get("job_state") in ENDED for i, j in cluster.jobs().items() if i in jobs),
+            WAIT_S,
+            "the pass's jobs ended",
+            poll_s=0.2,
+            ignore=(AssertionError,),
+        )
+    return sum(done), sum(1 for d in done if d >= args.work_s), requeued
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=2)
@@ -117,7 +276,20 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="also stop one job per node and time its requeue (the default)",
     )
+    ap.add_argument("--throughput-s", type=float, default=60.0, help="each throughput pass's length (0: none)")
+    ap.add_argument("--work-s", type=float, default=8.0, help="the work in each throughput job, in seconds")
+    ap.add_argument("--slots", type=int, choices=(1, 2, 4), default=2, help="throughput jobs a node runs at once")
+    ap.add_argument("--free-s", type=float, default=12.0, help="mean time a node's protected program is off")
+    ap.add_argument("--busy-s", type=float, default=8.0, help="mean time it runs")
+    ap.add_argument("--evict-after-s", type=float, default=3.0, help="evict_after_s in the second pass")
+    ap.add_argument(
+        "--queue",
+        type=int,
+        default=0,
+        help="throughput jobs in the fleet at once (default: one node's slots fewer than all)",
+    )
     args = ap.parse_args(argv)
+    args.queue = args.queue or args.slots * (args.nodes - 1) or args.slots
     why = unavailable()
     if why:
         print(f"cannot run: {why}")
@@ -143,6 +315,8 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
     requeue: list[float] = []
     ran_while_protected = 0
     samples_protected = 0
+    passes: dict[str, tuple[float, int, int]] = {}
+    schedule: dict[str, list[tuple[float, float]]] = {}
     try:
         cluster.start()
         events: dict[str, Path] = {}
@@ -152,6 +326,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             marker = f"sleep {990000 + i}"
             node = cluster.start_arbiter(name, translators={"pause": ["slurm"], "terminate": ["slurm"]}, tick_s=1.0)
             node.add_rule(f"stand-in-{name}", protect_rule(name, events[name], marker))
+            node.add_rule(f"game-{name}", game_rule(name, f"sleep {980000 + i}"))
             stand_ins.append(subprocess.Popen(marker.split()))
         jobs = {
             name: [cluster.sbatch("sleep 3000\n", f"--nodelist={name}", "--requeue") for _ in range(args.jobs)]
@@ -194,6 +369,20 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
             wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
             requeue.append((time.perf_counter() - started) * 1000)
+        if args.throughput_s > 0:
+            every = [j for js in jobs.values() for j in js]
+            cluster.run("scancel", *map(str, every), check=False)  # their CPUs are the passes' slots
+            wait_until(
+                lambda: all(j.get("job_state") in ENDED for i, j in cluster.jobs().items() if i in every),
+                WAIT_S,
+                "the phase rounds' jobs ended",
+                poll_s=0.2,
+            )
+            schedule = busy_schedule(rng, names, args.throughput_s, args.free_s, args.busy_s)
+            for tag, evict in (("off", None), ("on", args.evict_after_s)):
+                restart_fleet(cluster, names, evict_after_s=evict)
+                passes[tag] = throughput(cluster, names, args, schedule, tag)
+                print(f"throughput pass, evict_after_s {evict}: {passes[tag]}", flush=True)
     finally:
         for proc in stand_ins:
             proc.kill()
@@ -212,6 +401,21 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
         f"samples (every 10 ms) with the phase on and a job process of its node not stopped: "
         f"{ran_while_protected} of {samples_protected}"
     )
+    if passes:
+        best = oracle(schedule, args.throughput_s, args.slots, args.queue)
+        oracle_jobs = int(best // args.work_s)
+        print(
+            f"throughput over {args.throughput_s:g} s, {len(names)} nodes x {args.slots} slots, {args.queue} jobs of "
+            f"{args.work_s:g} s in the fleet at once, protected programs running "
+            f"{100 * (1 - free_share(schedule, args.throughput_s)):.0f}% of node time: "
+            f"the oracle does {best:.0f} s of work, {oracle_jobs} jobs"
+        )
+        for tag, (work, finished, requeued) in passes.items():
+            evict = "off" if tag == "off" else f"{args.evict_after_s:g} s"
+            print(
+                f"  evict_after_s {evict}: {work:.0f} s of work ({100 * work / best:.0f}% of the oracle's), "
+                f"{finished} jobs ({100 * finished / max(oracle_jobs, 1):.0f}%), {requeued} requeued"
+            )
     return 0
 
 
