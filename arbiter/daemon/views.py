@@ -239,6 +239,8 @@ def status_view(daemon: Node) -> dict[str, Any]:
             "journal_failures": daemon.journal.failures,
         },
         "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},
+        # what fleet schedulers are told of this node (a scheduler's node features, say)
+        "scheduler_labels": daemon.scheduler_labels(),
     }
 
 
