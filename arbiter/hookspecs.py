@@ -115,9 +115,14 @@ def arbiter_timeline_event(event: dict[str, Any]) -> None:
 
 
 @hookspec
-def arbiter_node_state(state: dict[str, Any]) -> None:
+def arbiter_node_state(state: dict[str, Any]) -> dict[str, Any] | None:
     """Observe what the node offers fleet schedulers, when it changes and at least every
     minute (for exporters such as a node-feature-discovery label file).
+
+    Return what the scheduler is told, for ``arbiter status``, the status page and the
+    metrics to show: ``{"scheduler": its name, "node": this node's name there, "labels": [the
+    labels or features it publishes], "error": why publishing failed ("" when it did not)}``;
+    or None.
 
     :param state: ``{"gpu_apis": {"host": [...], "containers": [...]} (None until the probes
         have answered), "gpu_jobs_admitted": bool, "certified_duty": {rule: duty}, "gpu_jobs":

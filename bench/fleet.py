@@ -12,8 +12,20 @@ phase is read from a JSONL file under an ``immediate`` rule.  ``--jobs`` batch j
 stopped (local) and until squeue shows each of its jobs ``S``; the phase turns off, and it polls
 until they run and show ``R`` again.  It also samples, every 10 ms while the phase is on (3 s a
 round, past Slurm's own SIGSTOP), whether any of that node's job processes is not stopped
-(protected time with fleet work free to run on the node: goal 0 samples).  Last, one job per node is stopped through arbiter (``arbiter job stop``): the time
-until squeue shows it running again with its restart count one higher.  Prints p50/p99.
+(protected time with fleet work free to run on the node: goal 0 samples).  Then one job per
+node is stopped through arbiter (``arbiter job stop``): the time until squeue shows it running
+again with its restart count one higher.  Prints p50/p99.
+
+Last, fleet throughput against an oracle (``--throughput-s``, twice: eviction off, then
+``evict_after_s`` at ``--evict-after-s``, the daemons started again for each, the same
+schedule both times).  ``--queue`` batch jobs are in the fleet at once (``sbatch --requeue
+--constraint=arbiter-admit``; one that ends is followed by a new one), each ``--work-s``
+seconds of work that it counts in a checkpoint file and carries on from when it is run again,
+at most ``--slots`` on a node.  A protected program (a rule with ``pause_fleet``) starts and
+stops on each node at random (seeded: off for an exponential time of mean ``--free-s``, on
+for one of mean ``--busy-s``).  The oracle knows when each node is free: at every moment it
+runs as many of the jobs as the free nodes have slots for, moving them at no cost.  Printed:
+the work the fleet did and the jobs it finished, against the oracle's.
 """
 
 from __future__ import annotations
@@ -33,6 +45,9 @@ from typing import Any
 from arbiter_testing.reaction import phase_rule, write_phase
 from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fleet_throughput import ENDED, busy_schedule, free_share, game_rule, oracle, restart_fleet, throughput
 
 WAIT_S = 60.0
 POLL_S = 0.002
@@ -107,7 +122,20 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="also stop one job per node and time its requeue (the default)",
     )
+    ap.add_argument("--throughput-s", type=float, default=60.0, help="each throughput pass's length (0: none)")
+    ap.add_argument("--work-s", type=float, default=8.0, help="the work in each throughput job, in seconds")
+    ap.add_argument("--slots", type=int, choices=(1, 2, 4), default=2, help="throughput jobs a node runs at once")
+    ap.add_argument("--free-s", type=float, default=12.0, help="mean time a node's protected program is off")
+    ap.add_argument("--busy-s", type=float, default=8.0, help="mean time it runs")
+    ap.add_argument("--evict-after-s", type=float, default=3.0, help="evict_after_s in the second pass")
+    ap.add_argument(
+        "--queue",
+        type=int,
+        default=0,
+        help="throughput jobs in the fleet at once (default: one node's slots fewer than all)",
+    )
     args = ap.parse_args(argv)
+    args.queue = args.queue or args.slots * (args.nodes - 1) or args.slots
     why = unavailable()
     if why:
         print(f"cannot run: {why}")
@@ -133,6 +161,8 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
     requeue: list[float] = []
     ran_while_protected = 0
     samples_protected = 0
+    passes: dict[str, tuple[float, int, int]] = {}
+    schedule: dict[str, list[tuple[float, float]]] = {}
     try:
         cluster.start()
         events: dict[str, Path] = {}
@@ -142,6 +172,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             marker = f"sleep {990000 + i}"
             node = cluster.start_arbiter(name, translators={"pause": ["slurm"], "terminate": ["slurm"]}, tick_s=1.0)
             node.add_rule(f"stand-in-{name}", protect_rule(name, events[name], marker))
+            node.add_rule(f"game-{name}", game_rule(name, f"sleep {980000 + i}"))
             stand_ins.append(subprocess.Popen(marker.split()))
         jobs = {
             name: [cluster.sbatch("sleep 3000\n", f"--nodelist={name}", "--requeue") for _ in range(args.jobs)]
@@ -184,6 +215,20 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
             wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
             requeue.append((time.perf_counter() - started) * 1000)
+        if args.throughput_s > 0:
+            every = [j for js in jobs.values() for j in js]
+            cluster.run("scancel", *map(str, every), check=False)  # their CPUs are the passes' slots
+            wait_until(
+                lambda: all(j.get("job_state") in ENDED for i, j in cluster.jobs().items() if i in every),
+                WAIT_S,
+                "the phase rounds' jobs ended",
+                poll_s=0.2,
+            )
+            schedule = busy_schedule(rng, names, args.throughput_s, args.free_s, args.busy_s)
+            for tag, evict in (("off", None), ("on", args.evict_after_s)):
+                restart_fleet(cluster, names, evict_after_s=evict)
+                passes[tag] = throughput(cluster, names, args, schedule, tag)
+                print(f"throughput pass, evict_after_s {evict}: {passes[tag]}", flush=True)
     finally:
         for proc in stand_ins:
             proc.kill()
@@ -202,6 +247,21 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
         f"samples (every 10 ms) with the phase on and a job process of its node not stopped: "
         f"{ran_while_protected} of {samples_protected}"
     )
+    if passes:
+        best = oracle(schedule, args.throughput_s, args.slots, args.queue)
+        oracle_jobs = int(best // args.work_s)
+        print(
+            f"throughput over {args.throughput_s:g} s, {len(names)} nodes x {args.slots} slots, {args.queue} jobs of "
+            f"{args.work_s:g} s in the fleet at once, protected programs running "
+            f"{100 * (1 - free_share(schedule, args.throughput_s)):.0f}% of node time: "
+            f"the oracle does {best:.0f} s of work, {oracle_jobs} jobs"
+        )
+        for tag, (work, finished, requeued) in passes.items():
+            evict = "off" if tag == "off" else f"{args.evict_after_s:g} s"
+            print(
+                f"  evict_after_s {evict}: {work:.0f} s of work ({100 * work / best:.0f}% of the oracle's), "
+                f"{finished} jobs ({100 * finished / max(oracle_jobs, 1):.0f}%), {requeued} requeued"
+            )
     return 0
 
 

@@ -156,3 +156,23 @@ def test_following_a_run_prints_its_id_as_written() -> None:
     run = {"run": "[/x]", "duty": None, "target": 2, "blocks_done": 2, "status": "done", "live": {}}
     assert follow(con, lambda: [run], "[/x]", None) == run  # "[/x]" as markup raised MarkupError
     assert "[/x]" in plain(out)
+
+
+def test_explain_says_how_long_protection_has_paused_a_job_and_when_that_stops_it() -> None:
+    out, con = piped()
+    job = {
+        "kind": "job",
+        "id": "slurm-17",
+        "state": "paused",
+        "via": "tree",
+        "duty": 0.0,
+        "reported": {},
+        "reasons": [{"code": "PROTECTED_GPU_BUSY", "message": "'render' uses the GPU", "remedy": "wait"}],
+        "protection_pause": {"for_s": 42.5, "evict_after_s": 600.0, "evict_in_s": 557.5},
+    }
+    print_explain(console=con, e={"subject": "slurm-17", "notices": [], "items": [job]})
+    assert "paused by protection for 42.5s; stopped in 557.5s if still paused (evict_after_s: 600)" in out.getvalue()
+    out, con = piped()
+    job["protection_pause"] = {"for_s": 42.5, "evict_after_s": None, "evict_in_s": None}
+    print_explain(console=con, e={"subject": "slurm-17", "notices": [], "items": [job]})
+    assert "it waits however long protection needs (evict_after_s: null)" in out.getvalue()

@@ -153,7 +153,7 @@ def status(
 
 @app.command()
 def explain(
-    subject: Annotated[Optional[str], typer.Argument(help="a job id, job name or tenant (rule id)")] = None,  # noqa: UP045
+    subject: Annotated[Optional[str], typer.Argument(help="a job id (or its scheduler's), job name or tenant")] = None,  # noqa: UP045
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

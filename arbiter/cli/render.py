@@ -198,6 +198,13 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
                 console.print(Text(f"  its events file: {trouble}", style="yellow"))
         if j.get("pause_effect"):
             console.print(f"  its pause: {j['pause_effect']}")
+        held = j.get("protection_pause")
+        if held:
+            if held["evict_after_s"] is None:
+                then = "it waits however long protection needs (evict_after_s: null)"
+            else:
+                then = f"stopped in {held['evict_in_s']:g}s if still paused (evict_after_s: {held['evict_after_s']:g})"
+            console.print(f"  paused by protection for {held['for_s']:g}s; {then}")
         if j["reasons"] or j.get("problems"):
             console.print(_reasons(j["reasons"] + j.get("problems", [])))
         elif j["state"] == "run":

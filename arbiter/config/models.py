@@ -194,6 +194,15 @@ class NodeConfig(Strict):
         description="translator kinds to use per action, in order; default: every installed one that declares it",
     )
     stop_grace_s: float = Field(10.0, ge=0, description="seconds between asking a job to stop and terminating it")
+    evict_after_s: float | None = Field(
+        None,
+        ge=0,
+        description=(
+            "seconds a running job may stay paused by protection before it is stopped, so that it runs elsewhere: "
+            "a terminate translator that hands work back to its scheduler has it requeued (a batch job that may "
+            "be requeued), other work ends; null: a paused job waits however long protection needs"
+        ),
+    )
     plugin_timeout_s: float = Field(5.0, gt=0, description="every call into a plugin fails after this many seconds")
     reflex_process: bool = Field(
         True,

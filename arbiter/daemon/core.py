@@ -432,6 +432,10 @@ class Daemon:
     def node_state(self) -> dict[str, Any]:
         return self.ticker.node_state()
 
+    def scheduler_labels(self) -> list[dict[str, Any]]:
+        """What the node state observers last said they told their schedulers."""
+        return list(self.ticker.scheduler_labels)
+
     def node_fingerprint(self) -> dict[str, Any]:
         return self.ticker.node_fingerprint()
 

@@ -1,5 +1,6 @@
 """What a fleet scheduler is told besides admission: since when, and by what, the node has
-held new GPU work back (a scheduler may drain a node held too long, naming the rule)."""
+held new GPU work back (a scheduler may drain a node held too long, naming the rule); and
+what the node state observers say they published."""
 
 from __future__ import annotations
 
@@ -28,3 +29,21 @@ def held_by(decision: Decision | None) -> list[dict[str, Any]]:
         return []
     # no message: its figures change from tick to tick, and a change is published at once
     return [{"rule": str(r.evidence.get("rule") or ""), "code": r.code} for r in decision.held_by]
+
+
+def labels_told(answers: list[Any] | None) -> list[dict[str, Any]]:
+    """The ``arbiter_node_state`` answers that say what a scheduler is told, in a fixed shape
+    (an answer of another shape is left out: it is shown, never trusted to be well formed)."""
+    out = []
+    for answer in answers or []:
+        if not isinstance(answer, dict) or not isinstance(answer.get("labels"), list):
+            continue
+        out.append(
+            {
+                "scheduler": str(answer.get("scheduler") or ""),
+                "node": str(answer.get("node") or ""),
+                "labels": sorted(str(label) for label in answer["labels"]),
+                "error": str(answer.get("error") or ""),
+            }
+        )
+    return sorted(out, key=lambda a: (a["scheduler"], a["node"]))

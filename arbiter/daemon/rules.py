@@ -309,6 +309,7 @@ class RuleBook:
             busy_threshold=c.gpu_busy_threshold,
             release_after_s=c.gpu_release_after_s,
             stop_grace_s=c.stop_grace_s,
+            evict_after_s=c.evict_after_s,
             compliance=CompliancePolicy(**c.compliance.model_dump()),
             governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
             pause_frees_vram=self.pause_frees_vram,

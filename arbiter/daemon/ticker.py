@@ -19,7 +19,7 @@ from arbiter.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.certificates import status as certificate_status
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.decider import Decider, Ongoing
-from arbiter.daemon.fleetstate import HeldSince, held_by
+from arbiter.daemon.fleetstate import HeldSince, held_by, labels_told
 from arbiter.daemon.inbox import JobEnded, PolicyChanged, Tick
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.notify import Notifier
@@ -77,6 +77,7 @@ class Ticker:
         self.status_line = status_line
         self.reconcile = reconcile
         self.held_since = HeldSince()  # since when new GPU work is held (node state)
+        self.scheduler_labels: list[dict[str, Any]] = []  # what the node state observers told their schedulers
         self.notifier = Notifier(None, None)  # the service manager's, if any, is given before start
         self.stop_event = threading.Event()
         self.wake = threading.Event()  # ends the tick's wait early (reload, stop, a release)
@@ -273,8 +274,10 @@ class Ticker:
             return
         self._node_state, self._node_state_at = state, now
         try:
-            self.host.call(
+            answers = self.host.call(
                 "node state observers", lambda: self.host.hook.arbiter_node_state(state={**state, "at": time.time()})
             )
         except PluginFailed as exc:
             log.warning("a node state observer failed: %s", exc)
+        else:
+            self.scheduler_labels = labels_told(answers)

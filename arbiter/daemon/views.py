@@ -49,6 +49,8 @@ def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str
         "reasons": [r.to_dict() for r in verdict.reasons] if verdict else [],
         # what its pause stops and frees, and what it leaves held (its VRAM), as the translator says
         "pause_effect": daemon.actuator.pause_effect(record.id) if verdict and verdict.state == "paused" else "",
+        # how long protection has kept it paused, and when that stops it (evict_after_s)
+        "protection_pause": _protection_pause(daemon, record.id),
         # what the daemon is trying and failing to do to it (a pause the translator refuses)
         "problems": [
             {
@@ -61,6 +63,18 @@ def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str
             for jid, what in daemon.action_failures()
             if jid == record.id
         ],
+    }
+
+
+def _protection_pause(daemon: Node, job_id: str) -> dict[str, Any] | None:
+    held = daemon.engine_state.held.get(job_id)
+    if held is None or held.evicted_at is not None:
+        return None
+    now, after = time.monotonic(), daemon.policy.evict_after_s
+    return {
+        "for_s": round(now - held.since, 1),
+        "evict_after_s": after,
+        "evict_in_s": None if after is None else round(max(0.0, held.since + after - now), 1),
     }
 
 
@@ -225,11 +239,14 @@ def status_view(daemon: Node) -> dict[str, Any]:
             "journal_failures": daemon.journal.failures,
         },
         "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},
+        # what fleet schedulers are told of this node (a scheduler's node features, say)
+        "scheduler_labels": daemon.scheduler_labels(),
     }
 
 
 def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
-    """Why each job is (not) running; for a subject, that job, job name or tenant."""
+    """Why each job is (not) running; for a subject, that job, job name or tenant, or the jobs an
+    outside scheduler knows by that id."""
     snap = daemon.snapshot
     verdicts = snap.decision.jobs if snap.decision else {}
     notices = (
@@ -241,7 +258,9 @@ def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
         items = [_job_item(daemon, r, verdicts.get(r.id)) for r in snap.jobs]
         items += [_rule_item(daemon, lr.rule.id) for lr in daemon.rulebook.ordered()]
         return {"subject": "node", "items": items, "notices": notices}
-    records = [r for r in snap.jobs if r.id == subject or r.name == subject]
+    records = [r for r in snap.jobs if r.id == subject or r.name == subject] or [
+        r for r in snap.jobs if _own_id(r.id) == subject or _own_id(r.id).startswith(subject + ".")
+    ]
     if records:
         return {
             "subject": subject,
@@ -258,6 +277,13 @@ def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
         return {"subject": subject, "items": [item, *held], "notices": notices}
     known = sorted({r.id for r in snap.jobs} | {r.name for r in snap.jobs} | set(dict(daemon.rulebook.live)))
     raise UnknownSubject(f"no job or tenant is called {subject!r}; known: {', '.join(known) or 'none'}")
+
+
+def _own_id(job_id: str) -> str:
+    """What follows the first dash of a job id: an outside scheduler's own job id (``17`` of
+    ``batch-17``, ``17.0.1`` of a task of it, ``batch-17.0.1``), or a job's own short id; so
+    ``explain 17`` answers for every task of the scheduler's job 17."""
+    return job_id.split("-", 1)[1] if "-" in job_id else ""
 
 
 def _job_duty_state(item: dict[str, Any], verdict: JobVerdict | None) -> str:

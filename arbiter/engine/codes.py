@@ -27,6 +27,7 @@ JOB_ADMITTED = "JOB_ADMITTED"
 JOB_PAUSED = "JOB_PAUSED"
 JOB_RESUMED = "JOB_RESUMED"
 JOB_STOPPED = "JOB_STOPPED"
+JOB_EVICTED = "JOB_EVICTED"  # reason: protection paused a running job past evict_after_s: it is stopped
 JOB_EXITED = "JOB_EXITED"
 JOB_ADOPTED = "JOB_ADOPTED"  # a job an outside scheduler started, taken on as it runs
 JOB_UNTRUSTED = "JOB_UNTRUSTED"

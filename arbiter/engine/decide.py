@@ -22,6 +22,7 @@ from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
 from arbiter.engine.compliance import trust_key, untrusted_reason
+from arbiter.engine.evict import step as evict_step
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
 from arbiter.engine.handoff import JOB_PREFIX, TenantObs, job_tenant
@@ -31,6 +32,7 @@ from arbiter.engine.types import (
     Decision,
     EngineState,
     GovernorState,
+    HeldJob,
     JobCompliance,
     JobObs,
     JobVerdict,
@@ -689,6 +691,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     actions: list[Action] = []
     compliance: dict[str, JobCompliance] = {}
     trust: dict[str, NameTrust] = dict(prev.trust)
+    held: dict[str, HeldJob] = {}
     exclusive_running: str | None = None
     gpu_jobs_running: list[str] = []
     for job in ordered:
@@ -744,6 +747,12 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             says,
             _vram_pause(job, handoff.job_pauses),
         )
+        held_job = evict_step(job, verdict, prev.held.get(job.job_id), policy.evict_after_s, now)
+        if held_job is not None:
+            held[job.job_id] = held_job
+            if held_job.evicted_at is not None and held_job.reason is not None:
+                step = _stop_step(job, held_job.evicted_at, policy.stop_grace_s, now)
+                verdict = JobVerdict(job.job_id, "stopping", duty=0.0, stop_step=step, reasons=(held_job.reason,))  # type: ignore[arg-type]
         if verdict.state == "paused" and verdict.via == "control" and not (prev_v and prev_v.state == "paused"):
             compliance[job.job_id] = evolve(checked.state, told_at=now)  # told now: samples count from here
         asked = verdict.duty if verdict.state == "run" else None
@@ -778,6 +787,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         ab=ab.state if ab is not None else prev.ab,
         vram=handoff.states,
         profiles=working,
+        held=held,
     )
     newcomer = JobObs("", "", -1)  # a plain GPU job asking to start now
     admits = run is None and not any(h.binds(newcomer, False) for h in holds)

@@ -220,6 +220,9 @@ class Policy:
     #: the pause translator gives a paused job's VRAM back (it checkpoints the job's device
     #: memory): a running job's VRAM is then releasable to a tenant short of it, by pausing it
     pause_frees_vram: bool = False
+    #: a running job that protection keeps paused this long is stopped, so that work a
+    #: scheduler requeues runs on another node (None: held work waits however long it takes)
+    evict_after_s: float | None = None
 
 
 # --- state and decision ----------------------------------------------------------------------
@@ -311,6 +314,15 @@ class TenantVramState:
 
 
 @dataclass(frozen=True)
+class HeldJob:
+    """A running job that protection keeps paused: since when, and its eviction once decided."""
+
+    since: float
+    evicted_at: float | None = None
+    reason: Reason | None = None  # why it was evicted (kept: its stop goes on after the hold ends)
+
+
+@dataclass(frozen=True)
 class Release:
     """Ask a tenant to release its VRAM (the shell calls its release translator)."""
 
@@ -331,6 +343,7 @@ class EngineState:
     ab: RunState | None = None  # the paired ON/OFF run in progress, or the last to end (one a node)
     vram: Mapping[str, TenantVramState] = field(default_factory=dict)  # rule id → its handoff record
     profiles: frozenset[str] = frozenset()  # rules whose GPU profile is applied
+    held: Mapping[str, HeldJob] = field(default_factory=dict)  # job id → since when protection pauses it
 
 
 ActionOp = Literal["pause", "resume", "control", "terminate", "kill"]

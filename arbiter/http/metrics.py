@@ -71,6 +71,11 @@ METRICS: dict[str, MetricDoc] = {
     "arbiter_gpu_api_usable": MetricDoc(
         "gauge", ("api", "scope"), "1 for each GPU API the probes found usable, on the host or in containers."
     ),
+    "arbiter_scheduler_label": MetricDoc(
+        "gauge",
+        ("scheduler", "node", "label"),
+        "1 for each label (a node feature) a fleet scheduler is told this node has.",
+    ),
     "arbiter_timeline_events": MetricDoc(
         "counter", ("code",), "Timeline events recorded since the daemon started, by code."
     ),
@@ -158,6 +163,9 @@ def families(data: dict[str, Any]) -> Iterator[Metric]:
     for scope in ("host", "containers"):
         for api in apis.get(scope) or []:
             f.set("arbiter_gpu_api_usable", 1, api, scope)
+    for told in status.get("scheduler_labels", []):
+        for label in told["labels"]:
+            f.set("arbiter_scheduler_label", 1, told["scheduler"], told["node"], label)
     for code, n in sorted(data.get("events", {}).items()):
         f.set("arbiter_timeline_events", n, code)
     costs = data.get("costs", {})

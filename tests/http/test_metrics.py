@@ -39,6 +39,9 @@ def full_data() -> dict:
             "vram": {"total_bytes": 8 << 30, "free_bytes": 3 << 30, "jobs_bytes": 1 << 30, "unmanaged_bytes": 0},
             "reader": {"name": "fake_gpu"},
             "recorder": {"failures": 2},
+            "scheduler_labels": [
+                {"scheduler": "batch", "node": "n1", "labels": ["arbiter-admit", "arbiter-api-cuda"], "error": ""}
+            ],
         },
         "duty": {
             "budget": 0.25,
@@ -97,6 +100,10 @@ def test_every_family_is_exposed_parsed_and_named_by_convention() -> None:
         ("vulkan", "host"),
         ("cuda", "containers"),
     }
+    told = {
+        (s.labels["scheduler"], s.labels["node"], s.labels["label"]) for s in fams["arbiter_scheduler_label"].samples
+    }
+    assert told == {("batch", "n1", "arbiter-admit"), ("batch", "n1", "arbiter-api-cuda")}
 
 
 def test_unknown_values_are_absent_not_zero() -> None:

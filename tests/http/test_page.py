@@ -58,6 +58,9 @@ class Provider:
             "notices": [],
             "problems": {},
             "recorder": {"failures": 0, "last_error": ""},
+            "scheduler_labels": [
+                {"scheduler": "batch", "node": "gpu07", "labels": ["arbiter-admit", EVIL], "error": "slow <ctl>"}
+            ],
             "jobs": [
                 {
                     "kind": "job",
@@ -212,6 +215,8 @@ def test_the_page_shows_a_held_job_with_its_reason_and_remedy() -> None:
     assert "holds its duty" in text and "measured 0.28" in text
     assert "reader cpu_time" in " ".join(text.split()) and "stand-in GPU" in text
     assert "6.0 GB free of 8.0 GB" in text
+    # what a fleet scheduler is told of the node, and why telling it failed
+    assert "batch node gpu07: features" in text and "arbiter-admit" in text and "slow <ctl>" in text
 
 
 def test_everything_from_the_provider_is_escaped() -> None:

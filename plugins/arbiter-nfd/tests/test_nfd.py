@@ -42,8 +42,12 @@ def test_written_whole_through_a_dotfile_and_never_into_a_missing_folder(tmp_pat
 def test_the_hook_writes_where_the_environment_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "arbiter"
     monkeypatch.setenv("ARBITER_NFD_FILE", str(target))
-    arbiter_node_state(state=STATE)
+    told = arbiter_node_state(state=STATE)
     assert "arbiter-gpu-api-vulkan=true" in target.read_text()
+    # what it wrote, for status and metrics
+    assert told is not None and told["scheduler"] == "nfd" and "arbiter-gpu-api-vulkan=true" in told["labels"]
+    monkeypatch.setenv("ARBITER_NFD_FILE", str(tmp_path / "no-nfd-here" / "arbiter"))
+    assert arbiter_node_state(state=STATE) is None  # nothing written, nothing told
 
 
 def test_registered_through_its_entry_point() -> None:

@@ -30,3 +30,15 @@ def slurm(tmp_path: Path) -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[SlurmCluster]:
+    """Four nodes, as a fleet is: n1 to n4."""
+    need_slurm()
+    cluster = SlurmCluster(tmp_path, ["n1", "n2", "n3", "n4"])
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()

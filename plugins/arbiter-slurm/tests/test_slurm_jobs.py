@@ -121,6 +121,8 @@ def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) 
         wait_until(lambda: all(_state(p) == "T" for p in pids), WAIT_S, "the Slurm job's processes stopped")
         (item,) = n1.call("explain", subject=key)["explain"]["items"]
         assert item["state"] == "paused" and item["reasons"][0]["code"] == "PROTECTED_GPU_BUSY", item
+        # by Slurm's own job id, as squeue shows it
+        assert [i["id"] for i in n1.call("explain", subject=str(job))["explain"]["items"]] == [key]
     finally:
         protected.terminate()
         protected.wait()

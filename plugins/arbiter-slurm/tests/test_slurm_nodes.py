@@ -29,6 +29,10 @@ def test_admission_features_and_drain_follow_protection(slurm: Any) -> None:
         "arbiter-admit on both nodes",
         poll_s=0.2,
     )
+    # the daemon's status (and so its page and metrics) says what Slurm is told
+    (told,) = wait_until(lambda: n1.status()["scheduler_labels"], WAIT_S, "n1's features in its status")
+    assert told["scheduler"] == "slurm" and told["node"] == "n1" and "arbiter-admit" in told["labels"], told
+    assert told["error"] == "", told
 
     protected = n1.spawn([sys.executable, "-m", "arbiter.demo.protected", "--events", str(slurm.root / "p.jsonl")])
     try:
@@ -36,6 +40,9 @@ def test_admission_features_and_drain_follow_protection(slurm: Any) -> None:
             lambda: "arbiter-admit" not in slurm.features()["n1"], WAIT_S, "n1 without arbiter-admit", poll_s=0.2
         )
         assert "arbiter" in slurm.features()["n1"]  # the static feature stays
+        wait_until(
+            lambda: "arbiter-admit" not in n1.status()["scheduler_labels"][0]["labels"], WAIT_S, "n1's status says so"
+        )
         job = slurm.sbatch("sleep 300\n", "--constraint=arbiter-admit")
         node = wait_until(lambda: slurm.jobs()[job]["nodes"] or None, WAIT_S, "the job placed", poll_s=0.2)
         assert node == "n2"

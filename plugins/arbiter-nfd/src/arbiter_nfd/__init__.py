@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,11 @@ def write_atomically(path: Path, text: str) -> bool:
 
 
 @hookimpl
-def arbiter_node_state(state: dict[str, Any]) -> None:
+def arbiter_node_state(state: dict[str, Any]) -> dict[str, Any] | None:
+    """Write the file; the labels written, for status and metrics (None where NFD is not installed)."""
     path = Path(os.environ.get(FILE_ENV) or DEFAULT_FILE)
-    write_atomically(path, render(state, float(state.get("at") or time.time())))
+    text = render(state, float(state.get("at") or time.time()))
+    if not write_atomically(path, text):
+        return None
+    labels = [line for line in text.splitlines() if line and not line.startswith("#")]
+    return {"scheduler": "nfd", "node": socket.gethostname().split(".", 1)[0], "labels": labels, "error": ""}

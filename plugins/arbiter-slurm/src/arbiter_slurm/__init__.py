@@ -68,19 +68,25 @@ def arbiter_scheduler_jobs(node_state: dict[str, Any] | None) -> list[dict[str, 
 
 
 @hookimpl
-def arbiter_node_state(state: dict[str, Any]) -> None:
-    if commands.configured():
-        _sync_node(commands.node_name(), state)
+def arbiter_node_state(state: dict[str, Any]) -> dict[str, Any] | None:
+    """Sync the node, and say which features it has from arbiter (status and metrics show them)."""
+    if not commands.configured():
+        return None
+    node = commands.node_name()
+    error = _sync_node(node, state)
+    return {"scheduler": "slurm", "node": node, "labels": nodes.features(state), "error": error}
 
 
-def _sync_node(node: str, state: dict[str, Any]) -> None:
+def _sync_node(node: str, state: dict[str, Any]) -> str:
     """Features and drain; a failure is logged and tried again on the next call (every few
-    seconds), never in the way of adopting jobs."""
+    seconds), never in the way of adopting jobs.  Why it failed ("" when it did not)."""
     try:
         for update in nodes.sync(node, state):
             log.info("Slurm node %s: scontrol update %s", node, " ".join(update))
     except commands.SlurmError as exc:
         log.warning("cannot set Slurm node %s's features or drain: %s", node, exc)
+        return f"cannot set the node's features or drain: {exc}"
+    return ""
 
 
 @hookimpl

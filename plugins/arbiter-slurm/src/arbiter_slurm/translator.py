@@ -12,7 +12,8 @@ and ended with signals alone.
 
 The Slurm commands run in order on one thread of the translator's own, so a decision never
 waits for slurmctld; one that fails is logged and the local pause stands (fail safe: the job
-stays stopped here).
+stays stopped here).  A Slurm job's kill (a stop's grace ended) waits on that thread behind
+its requeue: a SIGKILL sent first would end the job rather than requeue it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from arbiter_translators.signals import SignalTranslator
 
 log = logging.getLogger(__name__)
 
-Op = Literal["suspend", "resume", "requeue"]
+Op = Literal["suspend", "resume", "requeue", "kill"]
 #: how long a requeued job may take to finish completing before it is placed again at once
 REQUEUE_SETTLE_S = 30.0
 #: slurmd refuses a job's new start whose credential is dated no later than the second its
@@ -137,6 +138,15 @@ class SlurmTranslator(SignalTranslator):
             return
         self._put(_Work("requeue", job, target=target))
 
+    def kill(self, target: JobTarget) -> None:
+        job = slurm_job(target.job_id)
+        if job is None:
+            super().kill(target)
+            return
+        # after its requeue, on the same thread: a SIGKILL that came first would end the job
+        # (a slow squeue or scontrol outlasts a short stop_grace_s) instead of requeueing it
+        self._put(_Work("kill", job, target=target))
+
     # --- the Slurm side, in order, on the translator's thread ----------------------------------
 
     def _run(self) -> None:
@@ -158,6 +168,9 @@ class SlurmTranslator(SignalTranslator):
             if self._state(work.job) == "SUSPENDED":
                 commands.run(["scontrol", "resume", work.job])
             super().resume(work.refs)
+        elif work.op == "kill":
+            assert work.target is not None
+            super().kill(work.target)
         elif work.op == "requeue":
             assert work.target is not None
             state, requeue = self._job(work.job)

@@ -122,7 +122,9 @@ class SlurmCluster:
                 f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=4 "
                 "Feature=arbiter State=UNKNOWN"
             )
-        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        # least loaded node first: a job not pinned to a node goes where fewest CPUs are taken,
+        # so a batch spreads over the fleet as GPU work is spread, rather than filling n1 first
+        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP LLN=YES")
         self.conf.write_text("\n".join(lines) + "\n")
 
     # --- starting and stopping ----------------------------------------------------------------
@@ -181,7 +183,9 @@ class SlurmCluster:
         self._start(node, name)
         return node
 
-    def restart_arbiter(self, name: str) -> None:
+    def restart_arbiter(self, name: str, env: dict[str, str] | None = None) -> None:
+        """Start node ``name``'s daemon again (stopped or killed first), ``env`` added."""
+        self._arbiter_env[name].update(env or {})
         self._start(self.arbiter[name], name)
 
     def _start(self, node: HarnessNode, name: str) -> None:
