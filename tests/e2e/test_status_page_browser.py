@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from arbiter_testing.needs import need
 from arbiter_testing.node import PYTHON, HarnessNode
 
 pytestmark = pytest.mark.browser
@@ -24,18 +25,11 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 
-def required(what: str) -> bool:
-    return what in {part.strip() for part in os.environ.get("ARBITER_REQUIRE", "").split(",")}
-
-
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
-        why = f"{' and '.join(missing)} not installed (Debian: apt-get install chromium chromium-driver)"
-        if required("browser"):
-            pytest.fail(f"ARBITER_REQUIRE names browser but {why}")
-        pytest.skip(why)
+        need("browser", f"{' and '.join(missing)} not installed (Debian: apt-get install chromium chromium-driver)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -25,6 +25,8 @@ from arbiter_probes._host import (
 KINDS = ["cuda", "rocm", "vulkan", "opencl", "metal", "directml", "containers"]
 SOURCE = Path(arbiter_probes.__file__).parent
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
 
 def test_every_kind_is_registered_as_a_probe() -> None:
     seen: dict[str, type] = {}
@@ -115,8 +117,8 @@ def test_a_command_gets_no_shell_and_the_given_environment(tmp_path: Path) -> No
     assert not marker.exists()
 
 
-def test_failure_detail_strips_the_vulkan_loader_prefix(fixtures: Path) -> None:
-    stderr = (fixtures / "vulkaninfo" / "summary-debian12-driver-library-missing.stderr.txt").read_text()
+def test_failure_detail_strips_the_vulkan_loader_prefix() -> None:
+    stderr = (FIXTURES / "vulkaninfo" / "summary-debian12-driver-library-missing.stderr.txt").read_text()
     assert failure_detail(stderr) == (
         "/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so: cannot open shared object file: No such file or directory; "
         "ERROR at ./vulkaninfo/vulkaninfo.h:674:vkCreateInstance failed with ERROR_INCOMPATIBLE_DRIVER"

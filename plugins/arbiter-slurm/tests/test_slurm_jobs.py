@@ -1,6 +1,6 @@
 """Slurm jobs become arbiter jobs: through the TaskProlog as they start, through reconciling
 against squeue and scontrol listpids when a hook was missed, and they end through the Epilog.
-Against a real slurmctld and slurmd on loopback (see conftest.py)."""
+Against a real slurmctld and slurmd on loopback (see :mod:`arbiter_testing.slurm`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from arbiter_testing.slurm import SlurmCluster
 from arbiter_testing.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -25,7 +26,7 @@ def _events(node: Any, code: str, subject: str) -> list[dict[str, Any]]:
     return node.call("timeline", code=code, subject=subject, limit=50)["events"]  # type: ignore[no-any-return]
 
 
-def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(slurm: Any) -> None:
+def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(slurm: SlurmCluster) -> None:
     # ticks far apart: the job is known, and ends, through the hooks alone, not by reconciling
     # or by the tick noticing its processes gone
     n1 = slurm.start_arbiter("n1", tick_s=60)
@@ -48,7 +49,7 @@ def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(s
     assert ended and "its command exited" in ended[0]["message"], ended  # told by the Epilog
 
 
-def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: Any) -> None:
+def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: SlurmCluster) -> None:
     job = slurm.sbatch(
         "sleep 300\n", "--nodelist=n2", "--comment=arbiter:" + '{"name": "render", "gpu": {"use": "shared"}}'
     )
@@ -61,7 +62,7 @@ def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: A
     assert "reconciling" in _events(n2, "JOB_ADOPTED", key)[0]["message"]
 
 
-def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: Any) -> None:
+def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1")
     jobs = [slurm.sbatch("sleep 300\n", "--nodelist=n1") for _ in range(2)]
     for job in jobs:
@@ -76,7 +77,7 @@ def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: Any) -
         assert seen["state"] == "run", seen
 
 
-def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: Any) -> None:
+def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: SlurmCluster) -> None:
     job = slurm.sbatch('echo "id=[$ARBITER_JOB_ID]"\n', "--nodelist=n1")
     wait_until(lambda: "id=" in slurm.output(job), WAIT_S, "the job's output")
     out = slurm.output(job)
@@ -86,7 +87,7 @@ def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: Any) 
     wait_until(lambda: slurm.node_states()["n1"] == "idle", WAIT_S, "n1 idle again, not drained", poll_s=0.1)
 
 
-def _task_tree(slurm: Any, job: int, node: str) -> str:
+def _task_tree(slurm: SlurmCluster, job: int, node: str) -> str:
     out = slurm.run("scontrol", "listpids", str(job), node, check=False)
     cmdlines = []
     for line in out.splitlines()[1:]:
@@ -107,7 +108,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
-def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) -> None:
+def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1")
     marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
     n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
@@ -130,7 +131,7 @@ def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) 
 SLURM_TRANSLATOR = {"translators": {"pause": ["slurm"], "terminate": ["slurm"]}}
 
 
-def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: Any) -> None:
+def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
     marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
     n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
@@ -149,7 +150,7 @@ def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: Any) -> 
     wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the job's processes running again")
 
 
-def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: Any) -> None:
+def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
     again = slurm.sbatch('echo "restart=$SLURM_RESTART_COUNT"\nsleep 300\n', "--nodelist=n1", "--requeue")
     once = slurm.sbatch("sleep 300\n", "--nodelist=n1", "--no-requeue")
@@ -172,7 +173,7 @@ def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: Any) -
     assert slurm.jobs()[again]["restart_cnt"] == 1
 
 
-def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: Any) -> None:
+def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1")
     config = slurm.configs / "n1.yaml"
     script = (
