@@ -44,6 +44,7 @@ import psutil
 from arbiter.certificates import Certificate
 from arbiter.store import Store
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = "frames"
@@ -210,23 +211,7 @@ class Bench:
         # the phases on a rule of their own: a phase change on the run's rule leaves its block out
         n.add_rule(
             PHASED,
-            {
-                "id": PHASED,
-                "match": {"cmdline": ["sleep 1031"]},
-                "immediate": True,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(self.phases),
-                            "event": "status",
-                            "field": "state.phase",
-                            "on": ["uploading"],
-                        },
-                        "pause_fleet": {"scope": "cpu"},
-                    }
-                ],
-            },
+            phase_rule(PHASED, "sleep 1031", self.phases, on=["uploading"], field="state.phase", scope="cpu"),
         )
         store = Store(self.db)
         try:

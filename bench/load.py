@@ -61,6 +61,7 @@ import psutil
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_reactions
 from arbiter_testing.reaction import percentile as pct
+from arbiter_testing.rules import phase_rule
 
 GOAL_TICK_MS = 50.0
 GOAL_RSS_MIB = 100.0
@@ -310,24 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         node.add_rule(
             FAST,
-            {
-                "id": FAST,
-                "match": {"cmdline": ["sleep 4999"]},
-                "immediate": True,
-                "priority": 90,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(phases),
-                            "event": "status",
-                            "field": "phase",
-                            "on": ["on"],
-                        },
-                        "pause_fleet": {"scope": "all"},
-                    }
-                ],
-            },
+            phase_rule(FAST, "sleep 4999", phases, scope="all", priority=90),
         )
         node.add_rule(
             STREAM,
@@ -346,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         for tenant in ("4999", "4998"):
             node.spawn(["sleep", tenant])
         node.job_run([sys.executable, "-c", PROBE], "--name", "probe", stderr=subprocess.DEVNULL)
-        pid = node.wait_for(lambda: ((node.job("probe") or {}).get("pids") or [None])[0], timeout=30)
+        pid = node.job_pid("probe", timeout=30)
         node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == FAST)["running"], timeout=30)
         rss_bare = daemon.memory_info().rss / 2**20
         bare = fast_path(node, phases, pid, args.changes, args.seed)

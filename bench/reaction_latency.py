@@ -57,7 +57,7 @@ def measure(immediate: bool, changes: int, tick_s: float, **config: Any) -> tupl
         node.job_run(
             [PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain", stderr=subprocess.DEVNULL
         )
-        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
+        pid = node.job_pid("plain")
         node.wait_for(lambda: node.status()["rules"][0]["running"])
         latencies = phase_reactions(events, pid, changes, random.Random())
         return latencies, node.status()["rules"][0]["sources"][0]["latency"]

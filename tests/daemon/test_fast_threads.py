@@ -66,7 +66,7 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
         node.spawn(["sleep", "1071"])
         node.spawn(["sleep", "1072"])
         node.job_run(["sleep", "3071"], "--name", "j")
-        pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
+        pid = node.job_pid("j", timeout=30)
         node.wait_for(
             lambda: (
                 daemon.snapshot.obs is not None

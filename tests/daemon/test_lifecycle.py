@@ -12,6 +12,7 @@ from arbiter.config.loader import load_node_config
 from arbiter.daemon import core
 from arbiter.daemon.core import Daemon, DaemonAlreadyRunning
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.rules import phase_rule
 from arbiter_testing.waiting import wait_until
 
 
@@ -21,17 +22,7 @@ def built(tmp_path: Path) -> tuple[HarnessNode, Path]:
     node = HarnessNode(tmp_path)
     node.add_rule(
         "p",
-        {
-            "id": "p",
-            "match": {"cmdline": ["sleep 4242"]},
-            "immediate": True,
-            "during": [
-                {
-                    "source": {"kind": "jsonl", "path": str(events), "event": "s", "field": "phase", "on": ["on"]},
-                    "pause_fleet": {"scope": "all"},
-                }
-            ],
-        },
+        phase_rule("p", "sleep 4242", events, event="s", scope="all"),
     )
     return node, events
 

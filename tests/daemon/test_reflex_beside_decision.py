@@ -23,6 +23,7 @@ from arbiter.daemon.core import Daemon
 from arbiter.daemon.inbox import SourceReport
 from arbiter.plugin import SourceState
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.rules import phase_rule
 from arbiter_testing.waiting import wait_until
 
 
@@ -86,17 +87,7 @@ def running(
     node = HarnessNode(tmp_path, tick_s=tick_s, reflex_process=reflex_process)
     node.add_rule(
         "p",
-        {
-            "id": "p",
-            "match": {"cmdline": [f"sleep {1000 + n}"]},
-            "immediate": True,
-            "during": [
-                {
-                    "source": {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["on"]},
-                    "pause_fleet": {"scope": "all"},
-                }
-            ],
-        },
+        phase_rule("p", f"sleep {1000 + n}", events, scope="all"),
     )
     config, _ = load_node_config(node.config_path)
     daemon = Daemon(config, node.config_path)
@@ -104,7 +95,7 @@ def running(
     try:
         node.spawn(["sleep", str(1000 + n)])
         node.job_run(["sleep", str(3000 + n)], "--name", "j")
-        pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
+        pid = node.job_pid("j", timeout=30)
         daemon.request_reload()  # a tick now: the protected program is seen
         node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running, timeout=30)
         if reflex_process:  # the process watches the phase, and a decision has armed it
@@ -159,7 +150,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
         redecisions, decisions = daemon.costs["redecisions"], daemon.costs["decisions"]
         held.set()  # the held decision said "run": carried out, it would continue the job
         node.wait_for(lambda: daemon.costs["redecisions"] > redecisions, timeout=10)
-        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.job("j")["id"]].state == "paused", timeout=10)
+        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.known_job("j")["id"]].state == "paused", timeout=10)
         # the batch the held decision was made in is done: what it would have done, it has
         wait_until(lambda: daemon.costs["decisions"] > decisions, 10, "the held decision's batch to end")
         assert stopped(pid) and resumes == []  # never continued, not even for a moment
@@ -231,7 +222,7 @@ def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, mon
     # made before its signal took half a millisecond
     with running(tmp_path, 5, 8) as (node, daemon, events, pid):
         node.job_run(["sleep", "3108"], "--name", "k")
-        other = node.wait_for(lambda: ((node.job("k") or {}).get("pids") or [None])[0], timeout=30)
+        other = node.job_pid("k", timeout=30)
         node.wait_for(
             lambda: (
                 daemon.snapshot.decision is not None
@@ -319,7 +310,7 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
     from arbiter.store import PausedEntry, PausedJournal
 
     with running(tmp_path, 0.2, 13, reflex_process=True) as (node, daemon, _events, pid):
-        job_id = node.job("j")["id"]
+        job_id = node.known_job("j")["id"]
         assert daemon.fast.linked is not None and daemon.fast.linked.link.pid is not None
         journal = PausedJournal(daemon.journal.path)  # as the reflex process does: the row, then the signal
         journal.append("pause", PausedEntry(job_id, "tree", pid, psutil.Process(pid).create_time(), "signal"))
@@ -345,4 +336,4 @@ def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tm
         assert not stopped(pid)
         os.kill(daemon.fast.linked.link.pid, signal.SIGKILL)
         stopped_within(pid)
-        node.wait_for(lambda: node.job("j")["state"] == "paused", timeout=3)
+        node.wait_for(lambda: node.known_job("j")["state"] == "paused", timeout=3)

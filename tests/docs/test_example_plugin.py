@@ -190,7 +190,7 @@ def test_a_daemon_pauses_fleet_work_while_its_flag_file_exists(site: Path, node:
     node.start(PYTHONPATH=str(site))
     node.spawn([PYTHON, "-c", "import time, sys; time.sleep(600)", token])
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=30)
+    pid = node.job_pid("plain", timeout=30)
     node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=30)
 
     def phase() -> str | None:

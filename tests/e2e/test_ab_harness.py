@@ -203,7 +203,7 @@ def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_not
         store = Store(node.state_dir / "state.db")
         try:  # what is committed, not what the daemon holds: the recorder writes just after
             kept = node.wait_for(
-                lambda: len((store.run(run_id) or {}).get("blocks") or ()) >= 2 and len(store.run(run_id)["blocks"]),
+                lambda: (n := len((store.run(run_id) or {}).get("blocks") or ())) >= 2 and n,
                 timeout=60,
             )
         finally:
@@ -219,7 +219,7 @@ def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_not
 
         # the work is killed mid-run: its ON windows see no work, and no certificate comes of it
         launcher.send_signal(signal.SIGKILL)
-        for pid in node.job("llmbatch")["pids"]:
+        for pid in node.known_job("llmbatch")["pids"]:
             os.kill(pid, signal.SIGKILL)
         ended = node.wait_for(
             lambda: (r := node.call("ab.status")["runs"][0])["status"] != "running" and r, timeout=240

@@ -9,6 +9,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -23,8 +24,9 @@ def codes_seen(node: HarnessNode, code: str) -> bool:
     return any(e["code"] == code for e in node.call("timeline", code=code, limit=5)["events"])
 
 
-def duty(node: HarnessNode) -> dict:
-    return node.call("duty")["duty"]
+def duty(node: HarnessNode) -> dict[str, Any]:
+    answer: dict[str, Any] = node.call("duty")["duty"]
+    return answer
 
 
 def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(tmp_path: Path) -> None:
@@ -162,7 +164,7 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
         node.close()
 
 
-def certify(node: HarnessNode, protected: subprocess.Popen, rule: str, duty: float) -> None:
+def certify(node: HarnessNode, protected: subprocess.Popen[bytes], rule: str, duty: float) -> None:
     """A valid certificate for ``rule`` at ``duty``, as a passing paired run stores it."""
     exe = psutil.Process(protected.pid).exe()
     store = Store(node.state_dir / "state.db")

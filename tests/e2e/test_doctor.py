@@ -6,11 +6,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from arbiter_testing.node import HarnessNode
 
 
-def doctor(node: HarnessNode) -> tuple[int, dict]:
+def doctor(node: HarnessNode) -> tuple[int, dict[str, Any]]:
     out = subprocess.run(
         [sys.executable, "-m", "arbiter", "doctor", "--json", "--config", str(node.config_path)],
         capture_output=True,

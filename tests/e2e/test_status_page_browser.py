@@ -106,14 +106,14 @@ def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(
     (reason,) = [
         r for r in node.reasons("plain", "PROTECTED_GPU_BUSY", timeout=30) if r["code"] == "PROTECTED_GPU_BUSY"
     ]
-    job = node.job("plain")
-    assert job is not None
+    job = node.known_job("plain")
 
     browser.get(node.info()["http"] + "/")
     # the page refreshes itself: a row read mid-refresh goes stale and is read again
     row = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda d: held_row(d, job["id"], "PROTECTED_GPU_BUSY")
     )
+    assert row is not None  # until() answers the first row found
     assert row["state"].split()[0] in ("held", "paused")
     assert "protected program 'prot' uses the GPU" in row["why"]  # the message; its share moves between reads
     assert reason["remedy"] in row["why"]

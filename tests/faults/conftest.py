@@ -86,7 +86,7 @@ class Scene:
     def run_job(self, name: str = "fleet", *cmd: str) -> int:
         """A plain GPU job, seen running; its pid."""
         self.node.job_run(list(cmd) or [PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", name)
-        pid: int = self.node.wait_for(lambda: ((self.node.job(name) or {}).get("pids") or [None])[0], timeout=30)
+        pid: int = self.node.job_pid(name, timeout=30)
         self.node.wait_for(lambda: (self.node.job(name) or {}).get("state") == "run", timeout=30)
         return pid
 

@@ -84,8 +84,10 @@ def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Any) -> 
     for seconds, way in ((30 * DAY, "forward"), (-30 * DAY, "back")):
         jump(scene, offset, seconds, way)
         scene.ticks(4)
-        assert scene.node.job("fleet")["state"] == "paused" and psutil.Process(pid).status() == psutil.STATUS_STOPPED
-        assert scene.node.job("late")["state"] == "held" and late.poll() is None
+        assert (
+            scene.node.known_job("fleet")["state"] == "paused" and psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        )
+        assert scene.node.known_job("late")["state"] == "held" and late.poll() is None
         notice = scene.explained("CLOCK_JUMPED")
         assert f"jumped {way}" in notice["message"] and "monotonic" in notice["message"]
         scene.assert_alive()
@@ -93,7 +95,7 @@ def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Any) -> 
 
     scene.gpu(0.0)  # the program stops: both run, at once, whatever the clock says
     assert late.wait(timeout=60) == 0
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
     scene.assert_protected_untouched()
 
 
@@ -106,8 +108,8 @@ def test_a_clock_set_back_during_a_stop_does_not_stretch_its_grace_period(scene:
     scene.node.write_config()
     offset = shifted(scene)
     launcher = scene.node.job_run([PYTHON, "-c", STUBBORN], "--name", "stubborn")
-    scene.node.wait_for(lambda: ((scene.node.job("stubborn") or {}).get("pids") or [None])[0], timeout=30)
-    job_id = scene.node.job("stubborn")["id"]
+    scene.node.job_pid("stubborn", timeout=30)
+    job_id = scene.node.known_job("stubborn")["id"]
     asked = time.monotonic()
     subprocess.run(
         [PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],

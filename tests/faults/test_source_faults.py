@@ -76,7 +76,7 @@ def test_a_source_file_that_goes_away_holds_fleet_work_and_is_named(scene: Any, 
         shutil.rmtree(events)
     events.touch()  # the file comes back: the source reads it again and the work goes on
     step(events, 3)
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=60)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=60)
     scene.assert_protected_untouched()
 
 
@@ -92,10 +92,10 @@ def test_a_truncated_phase_file_keeps_its_phase_and_is_followed_from_the_top(sce
     os.truncate(events, 0)  # copytruncate, or the program started its log over
     scene.node.wait_for(lambda: scene.rule()["phases"] == ["on"], timeout=10)
     scene.ticks(3)  # several ticks see the empty file
-    assert scene.node.job("fleet")["state"] == "paused"  # an empty file does not end the phase
+    assert scene.node.known_job("fleet")["state"] == "paused"  # an empty file does not end the phase
     scene.assert_alive()
     scene.assert_protected_untouched()
 
     phase(events, "idle")  # a line written after the truncation is read
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
     scene.assert_protected_untouched()

@@ -27,10 +27,10 @@ def still_protects(scene: Any, name: str) -> None:
     """The protected program works: the job is paused; it stops: the job runs again."""
     scene.gpu(0.8)
     scene.held(name, "PROTECTED_GPU_BUSY")
-    pid = scene.node.job(name)["pids"][0]
+    pid = scene.node.known_job(name)["pids"][0]
     scene.node.wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=30)
     scene.gpu(0.0)
-    scene.node.wait_for(lambda: scene.node.job(name)["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job(name)["state"] == "run", timeout=30)
     scene.node.wait_for(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=30)
 
 

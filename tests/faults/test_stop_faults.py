@@ -36,8 +36,8 @@ def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: An
     script, note = scene.root / "stubborn.py", scene.root / "stubborn.log"
     script.write_text(STUBBORN)
     launcher = scene.node.job_run([PYTHON, str(script), str(note)], "--name", "stubborn")
-    pid = scene.node.wait_for(lambda: ((scene.node.job("stubborn") or {}).get("pids") or [None])[0], timeout=30)
-    job_id = scene.node.job("stubborn")["id"]
+    pid = scene.node.job_pid("stubborn", timeout=30)
+    job_id = scene.node.known_job("stubborn")["id"]
 
     asked = time.monotonic()
     subprocess.run(

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from arbiter.http.metrics import METRICS, exposition
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -140,22 +141,7 @@ def test_a_live_daemon_scrape(tmp_path: Path) -> None:
     try:
         node.add_rule(
             "p",
-            {
-                "id": "p",
-                "match": {"cmdline": ["sleep 1011"]},
-                "immediate": True,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(events),
-                            "event": "status",
-                            "field": "phase",
-                            "on": ["busy"],
-                        }
-                    }
-                ],
-            },
+            phase_rule("p", "sleep 1011", events, on=["busy"], scope=None),
         )
         node.start()
         node.spawn(["sleep", "1011"])

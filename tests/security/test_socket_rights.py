@@ -65,7 +65,7 @@ def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> N
         node.start()
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "roots")
         job_id = node.wait_for(lambda: (node.job("roots") or {}).get("id"))
-        node.wait_for(lambda: node.job("roots")["state"] == "run")
+        node.wait_for(lambda: node.known_job("roots")["state"] == "run")
         sock = str(node.socket)
 
         for op, args in (
@@ -89,7 +89,7 @@ def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> N
         assert answer[:2] == [False, "REFUSED"] and "no session helper for this account" in str(answer[2])
 
         # none of that touched the job: it still runs, and its owner still may act on it
-        assert node.job("roots")["state"] == "run"
+        assert node.known_job("roots")["state"] == "run"
         assert not node.call("timeline", code="JOB_EXITED", subject=job_id)["events"]
         request(sock, "job.stop", id=job_id)
         node.wait_for(lambda: node.job("roots") is None, timeout=15)

@@ -14,6 +14,19 @@ __all__ = ["PYTHON", "WAIT_S", "HarnessNode"]
 
 
 class HarnessNode(LocalNode):
+    def known_job(self, name: str) -> dict[str, Any]:
+        """The job ``name`` in the daemon's status.  ``KeyError`` where there is none yet, which
+        :meth:`wait_for` takes as "not yet"."""
+        job = self.job(name)
+        if job is None:
+            raise KeyError(f"the daemon has no job named {name!r}")
+        return job
+
+    def job_pid(self, name: str, timeout: float = WAIT_S) -> int:
+        """The first process of the job ``name``, once the daemon has seen one."""
+        pid: int = self.wait_for(lambda: self.known_job(name)["pids"][0], timeout=timeout)
+        return pid
+
     def reasons(self, name: str, code: str, timeout: float = WAIT_S) -> list[dict[str, Any]]:
         """The job's reasons once one has ``code``: the status snapshot is published just after
         the signals are sent, so a process seen stopped may briefly predate its reason."""
