@@ -84,7 +84,8 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
         node.wait_for(
             lambda: next(r for r in node.status()["rules"] if r["id"] == "q")["sources"][0]["phase"] == "on", timeout=10
         )
-        return node.status()["fast_path"]["threads"]
+        threads: dict[str, str] = node.status()["fast_path"]["threads"]
+        return threads
     finally:
         daemon.shutdown()
         node.close()

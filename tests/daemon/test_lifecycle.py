@@ -39,13 +39,18 @@ def test_a_daemon_built_and_never_started_lets_the_state_dir_go(tmp_path: Path) 
     with pytest.raises(DaemonAlreadyRunning):
         Daemon(config, node.config_path)
     done = threading.Event()
-    threading.Thread(target=lambda: (daemon.shutdown(), done.set()), daemon=True).start()
+
+    def shut_down() -> None:
+        daemon.shutdown()
+        done.set()
+
+    threading.Thread(target=shut_down, daemon=True).start()
     assert done.wait(10), "shutdown of a daemon that never started must not wait for threads that never ran"
     wait_until(lambda: not watchers(), 10, "the source watcher to end")
     Daemon(config, node.config_path).shutdown()  # the lock was released
 
 
-def test_a_daemon_that_fails_to_build_closes_what_it_opened(tmp_path: Path, monkeypatch) -> None:
+def test_a_daemon_that_fails_to_build_closes_what_it_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node, _ = built(tmp_path)
     config, _ = load_node_config(node.config_path)
 

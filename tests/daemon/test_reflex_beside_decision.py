@@ -21,6 +21,7 @@ import arbiter.daemon.fastpath as fastpath
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
 from arbiter.daemon.inbox import SourceReport
+from arbiter.engine.decide import decide as engine_decide
 from arbiter.plugin import SourceState
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.rules import phase_rule
@@ -114,11 +115,11 @@ def running(
 
 @pytest.mark.parametrize("reflex_process", [False, True], ids=["inside", "reflex-process"])
 def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_it(
-    tmp_path: Path, monkeypatch, reflex_process: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reflex_process: bool
 ) -> None:
     # a long tick: the decisions here are the test's
     with running(tmp_path, 5, 3, reflex_process) as (node, daemon, events, pid):
-        real = decider.decide
+        real = engine_decide
         held, entered = threading.Event(), threading.Event()
         first = [True]
 
@@ -150,7 +151,13 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
         redecisions, decisions = daemon.costs["redecisions"], daemon.costs["decisions"]
         held.set()  # the held decision said "run": carried out, it would continue the job
         node.wait_for(lambda: daemon.costs["redecisions"] > redecisions, timeout=10)
-        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.known_job("j")["id"]].state == "paused", timeout=10)
+        job_id = node.known_job("j")["id"]
+
+        def paused() -> bool:
+            decision = daemon.snapshot.decision
+            return decision is not None and decision.jobs[job_id].state == "paused"
+
+        node.wait_for(paused, timeout=10)
         # the batch the held decision was made in is done: what it would have done, it has
         wait_until(lambda: daemon.costs["decisions"] > decisions, 10, "the held decision's batch to end")
         assert stopped(pid) and resumes == []  # never continued, not even for a moment
@@ -165,7 +172,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
 
 
 def test_a_decision_that_may_not_be_made_again_holds_the_reflex_off_and_is_carried_out(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past ``REDECIDE_AT_MOST`` tries (here at once) a decision is made under the lock,
     the reflex waiting for it: a source flapping faster than decisions never starves them."""
@@ -200,7 +207,7 @@ def test_each_decision_makes_every_jobs_target_so_the_reflex_finds_them_made(tmp
             assert all(daemon.targets._made[1][key] is target for key, target in before.items())
 
 
-def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, monkeypatch) -> None:
+def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a hand-off to another thread cost a wake-up (half a millisecond and more under load)
     with running(tmp_path, 5, 6) as (_node, daemon, events, pid):
         pausing: list[str] = []
@@ -217,7 +224,7 @@ def test_a_phase_change_is_acted_on_by_the_thread_that_read_it(tmp_path: Path, m
         assert pausing[0].startswith("arbiter-jsonl:"), pausing  # the source's own watcher
 
 
-def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, monkeypatch) -> None:
+def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the job using the most GPU time stops first; fifty others' targets and journal rows
     # made before its signal took half a millisecond
     with running(tmp_path, 5, 8) as (node, daemon, events, pid):
@@ -245,7 +252,9 @@ def test_the_reflex_pauses_its_first_job_alone_then_the_rest(tmp_path: Path, mon
         assert [len(c) for c in calls] == [1, 1] and calls[0] != calls[1], calls
 
 
-def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_path: Path, monkeypatch) -> None:
+def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A report that meets the lock held waits for the reports thread; one made after it, with
     the lock free again, must not overtake it (here: on, then off, must end running)."""
     with running(tmp_path, 5, 7) as (node, daemon, events, pid):
@@ -270,7 +279,9 @@ def test_reports_queued_while_the_lock_was_held_are_taken_before_newer_ones(tmp_
         assert not stopped(pid)
 
 
-def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(tmp_path: Path, monkeypatch) -> None:
+def test_a_report_is_held_back_only_by_older_reports_of_its_own_origin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A helper's report queued while the lock was held does not make a phase change wait
     for the reports thread: the source's watcher pauses the job itself."""
     with running(tmp_path, 5, 9) as (node, daemon, events, pid):
