@@ -6,6 +6,8 @@ import io
 import re
 import time
 
+import pytest
+
 from arbiter.cli.render import console, print_explain, print_status, print_timeline
 
 HOSTILE = ["[/x]", "[upload]", "[link=https://evil.example]click[/link]", "[bold red]loud[/]"]
@@ -106,7 +108,7 @@ def piped() -> tuple[io.StringIO, object]:
     return out, console(file=out)
 
 
-def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch) -> None:
+def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     out, con = piped()
     job = {
@@ -124,7 +126,7 @@ def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch) -> None:
     assert "\x1b[" not in out.getvalue()  # no colours in a file
 
 
-def test_piped_tables_neither_split_codes_nor_pad_lines(monkeypatch) -> None:
+def test_piped_tables_neither_split_codes_nor_pad_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     out, con = piped()
     events = [{"t": time.time(), "code": "PROTECTION_PHASE_OFF", "subject": "mytrain", "message": LONG}]
@@ -142,7 +144,7 @@ def test_a_narrow_terminal_still_keeps_a_code_whole() -> None:
     assert "PROTECTION_PHASE_OFF" in out.getvalue()
 
 
-def test_columns_sets_the_width_of_piped_output(monkeypatch) -> None:
+def test_columns_sets_the_width_of_piped_output(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "70")
     out, con = piped()
     print_timeline(con, [{"t": time.time(), "code": "X", "subject": "s", "message": LONG}])

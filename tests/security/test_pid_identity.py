@@ -55,7 +55,9 @@ def recorded_elsewhen(pid: int) -> ProcessRef:
 
 
 @pytest.mark.parametrize("kind", [SignalTranslator, CgroupFreezeTranslator])
-def test_a_reused_pid_gets_no_signal_and_is_reported(tmp_path: Path, sleepers, kind) -> None:
+def test_a_reused_pid_gets_no_signal_and_is_reported(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], kind: type[SignalTranslator] | type[CgroupFreezeTranslator]
+) -> None:
     heard: list[tuple[str, ProcessRef, str]] = []
     translator = kind(kind.Options(), PluginContext(state_dir=tmp_path, pid_reused=lambda *a: heard.append(a)))
     stranger = sleeper(sleepers)
@@ -89,7 +91,9 @@ def test_a_reused_pid_gets_no_signal_and_is_reported(tmp_path: Path, sleepers, k
     assert len(heard) == 4
 
 
-def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(tmp_path: Path, sleepers) -> None:
+def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
     """A daemon killed while it held a job paused left a record; by its next start that pid
     names another process (stopped by someone else).  It is left alone, and the timeline
     says so; the one recorded correctly is continued."""
@@ -118,7 +122,9 @@ def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(tmp
         os.kill(stranger.pid, signal.SIGCONT)
 
 
-def test_a_group_is_signalled_only_while_its_id_is_still_the_one_it_led(sleepers) -> None:
+def test_a_group_is_signalled_only_while_its_id_is_still_the_one_it_led(
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
     # the leader exited and was reaped, but left a child in its group: that child is reached
     leader = subprocess.Popen(
         [

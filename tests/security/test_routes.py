@@ -13,6 +13,8 @@ from arbiter.daemon.core import Daemon
 from arbiter.http.app import create_app
 from arbiter.http.server import DaemonProvider
 
+from .conftest import StartDaemon
+
 
 class Spy:
     """The daemon's own provider, noting which of its methods each request calls."""
@@ -47,7 +49,9 @@ def state_of(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_anything(start_daemon) -> None:
+def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_anything(
+    start_daemon: StartDaemon,
+) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
     spy = Spy(DaemonProvider(daemon))
     app = create_app(spy)  # type: ignore[arg-type]
@@ -78,7 +82,7 @@ def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_
         assert not set(spy.calls) & mutators, f"GET {path} called {spy.calls}"
 
 
-def test_no_get_changes_anything_on_a_quiet_daemon(start_daemon) -> None:
+def test_no_get_changes_anything_on_a_quiet_daemon(start_daemon: StartDaemon) -> None:
     """Without any POST first, nothing a GET does shows in the daemon's state."""
     daemon: Daemon = start_daemon(http={"enabled": False})
     app = create_app(DaemonProvider(daemon))

@@ -11,10 +11,12 @@ from schemathesis.generation import GenerationMode
 
 from arbiter.daemon.core import Daemon
 
+from .conftest import StartDaemon
+
 EXAMPLES = 12  # per operation and mode: bounded, so the whole walk stays well under a minute
 
 
-def test_no_operation_answers_a_server_error(start_daemon) -> None:
+def test_no_operation_answers_a_server_error(start_daemon: StartDaemon) -> None:
     daemon: Daemon = start_daemon()
     assert daemon.http_url.startswith("http://127.0.0.1:")
     schema = schemathesis.openapi.from_url(daemon.http_url + "/openapi.json")

@@ -146,7 +146,7 @@ def test_select_is_pure_over_its_input() -> None:
 
 
 def test_a_process_unchanged_since_it_was_judged_is_not_judged_again_even_after_offers_of_only_a_few(
-    monkeypatch,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     m = matcher(name="python3")
     judged: list[int] = []
