@@ -36,4 +36,5 @@ def test_no_analysis_until_two_blocks_after_the_pilot() -> None:
     assert summary(replace(rs, blocks=rs.blocks[:5])).analysis is None
     assert summary(replace(rs, blocks=rs.blocks[:6])).analysis is not None
     no_pilot = drifting_run(pilot=0)  # a pilot under 2 blocks sizes nothing and leaves nothing out
-    assert summary(replace(no_pilot, blocks=no_pilot.blocks[:2])).analysis["pilot"] == 0
+    analysis = summary(replace(no_pilot, blocks=no_pilot.blocks[:2])).analysis
+    assert analysis is not None and analysis["pilot"] == 0

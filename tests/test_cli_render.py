@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import re
 import time
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from arbiter.cli.render import console, print_explain, print_status, print_timeline
 
@@ -15,7 +17,7 @@ HOSTILE = ["[/x]", "[upload]", "[link=https://evil.example]click[/link]", "[bold
 HYPERLINK = "\x1b]8;"
 
 
-def terminal() -> tuple[io.StringIO, object]:
+def terminal() -> tuple[io.StringIO, Console]:
     out = io.StringIO()
     return out, console(file=out, force_terminal=True, width=400, color_system="truecolor")
 
@@ -103,7 +105,7 @@ LONG = (
 )
 
 
-def piped() -> tuple[io.StringIO, object]:
+def piped() -> tuple[io.StringIO, Console]:
     out = io.StringIO()  # not a terminal, as stdout is under `> file` or `| less`
     return out, console(file=out)
 
@@ -111,7 +113,7 @@ def piped() -> tuple[io.StringIO, object]:
 def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     out, con = piped()
-    job = {
+    job: dict[str, Any] = {
         "kind": "job",
         "id": "batch",
         "state": "held",
@@ -155,6 +157,6 @@ def test_following_a_run_prints_its_id_as_written() -> None:
     from arbiter.cli.ab import follow
 
     out, con = terminal()
-    run = {"run": "[/x]", "duty": None, "target": 2, "blocks_done": 2, "status": "done", "live": {}}
+    run: dict[str, Any] = {"run": "[/x]", "duty": None, "target": 2, "blocks_done": 2, "status": "done", "live": {}}
     assert follow(con, lambda: [run], "[/x]", None) == run  # "[/x]" as markup raised MarkupError
     assert "[/x]" in plain(out)

@@ -90,13 +90,15 @@ def test_each_shipped_distribution_registers_through_its_entry_point(entry_point
     assert set(listing[entry_point]["kinds"]) == kinds
     for kind in kinds:
         family, name = kind.split("/")
-        assert host.options_model(family, name).model_config.get("extra") == "forbid"
+        model = host.options_model(family, name)
+        assert model is not None and model.model_config.get("extra") == "forbid"
 
 
 def test_modules_named_in_config_are_loaded() -> None:
     plugin_module("site_plugin_a")
     host = build_plugin_manager(modules=["site_plugin_a"], entry_points=False)
-    assert host.kind("matchers", "every").plugin == "site_plugin_a"
+    info = host.kind("matchers", "every")
+    assert info is not None and info.plugin == "site_plugin_a"
 
 
 def test_a_missing_module_is_a_clear_error() -> None:

@@ -76,7 +76,7 @@ class Scene:
     def start(self, **env: str) -> None:
         """The daemon, then the protected program, seen running and idle."""
         self.gpu(0.0)
-        self.node.start(**env)
+        self.node.start(timeout=30.0, **env)
         self.start_protected()
         self.node.wait_for(lambda: (r := self.rule()) and r["running"] and not r["using_gpu"], timeout=30)
 

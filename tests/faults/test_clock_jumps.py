@@ -21,6 +21,8 @@ from arbiter.config.models import Manifest
 from arbiter.daemon.jobs import JobRegistry
 from arbiter_testing.node import PYTHON
 
+from .conftest import Scene
+
 DAY = 24 * 3600.0
 SHIFT = textwrap.dedent(
     """
@@ -55,7 +57,7 @@ SHIFT = textwrap.dedent(
 )
 
 
-def shifted(scene: Any) -> Path:
+def shifted(scene: Scene) -> Path:
     """Start the scene's daemon with its wall clock shiftable; the offset file."""
     site = scene.root / "clock-site"
     site.mkdir()
@@ -68,12 +70,12 @@ def shifted(scene: Any) -> Path:
     return offset
 
 
-def jump(scene: Any, offset: Path, seconds: float, way: str) -> None:
+def jump(scene: Scene, offset: Path, seconds: float, way: str) -> None:
     offset.write_text(str(seconds))
     scene.node.events("CLOCK_JUMPED", contains=f"jumped {way}")
 
 
-def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Any) -> None:
+def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Scene) -> None:
     offset = shifted(scene)
     pid = scene.run_job("fleet")
     scene.gpu(0.8)  # the protected program works: the job is paused, a new one waits
@@ -103,7 +105,7 @@ STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n
 GRACE_S = 4.0
 
 
-def test_a_clock_set_back_during_a_stop_does_not_stretch_its_grace_period(scene: Any) -> None:
+def test_a_clock_set_back_during_a_stop_does_not_stretch_its_grace_period(scene: Scene) -> None:
     scene.node.config["stop_grace_s"] = GRACE_S
     scene.node.write_config()
     offset = shifted(scene)

@@ -15,6 +15,8 @@ import pytest
 
 from arbiter_testing.node import PYTHON, HarnessNode
 
+from .conftest import Scene
+
 FAULTY = textwrap.dedent(
     """
     import math, os, time
@@ -87,7 +89,7 @@ FAULTY = textwrap.dedent(
 )
 
 
-def with_plugin(scene: Any, **config: Any) -> Path:
+def with_plugin(scene: Scene, **config: Any) -> Path:
     """The scene's node loads the faulty plugin; the folder of its fault switches."""
     site, faults = scene.root / "site", scene.root / "faults"
     site.mkdir()
@@ -119,7 +121,7 @@ MATCHER = {
 
 
 @pytest.mark.parametrize("mode", list(MATCHER))
-def test_a_matcher_that_fails_holds_fleet_work_and_is_named(scene: Any, mode: str) -> None:
+def test_a_matcher_that_fails_holds_fleet_work_and_is_named(scene: Scene, mode: str) -> None:
     faults = with_plugin(scene)
     scene.node.add_rule("prot", flaky_rule())
     scene.start()
@@ -147,7 +149,7 @@ SOURCE = {
 
 
 @pytest.mark.parametrize("mode", list(SOURCE))
-def test_a_phase_source_that_fails_counts_as_on_and_is_named(scene: Any, mode: str) -> None:
+def test_a_phase_source_that_fails_counts_as_on_and_is_named(scene: Scene, mode: str) -> None:
     faults = with_plugin(scene)
     scene.node.add_rule("prot", flaky_rule())
     scene.start()
@@ -162,7 +164,7 @@ def test_a_phase_source_that_fails_counts_as_on_and_is_named(scene: Any, mode: s
     scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
 
 
-def test_a_pause_translator_that_raises_is_named_and_tried_again(scene: Any) -> None:
+def test_a_pause_translator_that_raises_is_named_and_tried_again(scene: Scene) -> None:
     with_plugin(scene, translators={"pause": ["flaky_pause"]})
     scene.protect()
     scene.start()

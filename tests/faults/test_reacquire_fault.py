@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 from arbiter_testing.tenants import http_json, start_fake
+
+from .conftest import Scene
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
-def test_a_wake_that_fails_is_named_and_tried_again(scene: Any) -> None:
+def test_a_wake_that_fails_is_named_and_tried_again(scene: Scene) -> None:
     for name in ("vllm", "diffusion-server"):
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", scene.node.tenants / f"{name}.yaml")
     scene.protect()

@@ -5,9 +5,9 @@ named (GPU_TIME_UNREADABLE on the job, PLUGIN_FAILED on the timeline) until it r
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+
+from .conftest import Scene
 
 FAULTS = {
     "raise": "the fake reader was told to fail",
@@ -21,7 +21,7 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_reader_failing_mid_run_pauses_fleet_work_and_is_named(scene: Any, fault: str) -> None:
+def test_a_reader_failing_mid_run_pauses_fleet_work_and_is_named(scene: Scene, fault: str) -> None:
     scene.protect()
     scene.start()
     scene.run_job("fleet")  # the reader reads the program idle: the job runs

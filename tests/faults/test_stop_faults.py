@@ -7,11 +7,12 @@ from __future__ import annotations
 import subprocess
 import textwrap
 import time
-from typing import Any
 
 import psutil
 
 from arbiter_testing.node import PYTHON
+
+from .conftest import Scene
 
 STUBBORN = textwrap.dedent(
     """
@@ -28,7 +29,7 @@ STUBBORN = textwrap.dedent(
 GRACE_S = 8.0
 
 
-def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: Any) -> None:
+def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: Scene) -> None:
     scene.node.config["stop_grace_s"] = GRACE_S
     scene.node.write_config()
     scene.protect()

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
 from arbiter_testing.tenants import http_json, start_fake
 
+from .conftest import Scene
+
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
 @pytest.mark.parametrize("fault", ["500", "hang"])
-def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene: Any, fault: str) -> None:
+def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene: Scene, fault: str) -> None:
     for name in ("llm-server", "diffusion-server"):  # the shipped rules, extended as a user would
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", scene.node.tenants / f"{name}.yaml")
     scene.protect()
@@ -76,7 +77,8 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
     problem = scene.explained("VRAM_RELEASE_FAILED", "llm-server")
     assert expected in problem["message"] and "release: request" in problem["remedy"]
     scene.held("fleet", "PROTECTED_GPU_BUSY")  # the protected render uses the GPU: fleet work waits
-    assert scene.rule("llm-server")["vram_bytes"] == 13 * GIB  # nothing came back, nothing was forced
+    rule = scene.rule("llm-server")
+    assert rule is not None and rule["vram_bytes"] == 13 * GIB  # nothing came back, nothing was forced
     scene.assert_alive()
     scene.assert_protected_untouched()
     for server in (llm, diffusion):

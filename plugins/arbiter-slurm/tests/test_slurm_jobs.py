@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from typing import Any
 
 import pytest
@@ -66,14 +67,14 @@ def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: SlurmC
     n1 = slurm.start_arbiter("n1")
     jobs = [slurm.sbatch("sleep 300\n", "--nodelist=n1") for _ in range(2)]
     for job in jobs:
-        wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} in n1's status", poll_s=0.1)
+        wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} in n1's status", poll_s=0.1)
     n1.kill_daemon()
     # what the daemon knew is gone with it: the scheduler's word is what brings it back
     for path in n1.state_dir.glob("arbiter.db*"):
         path.unlink()
     slurm.restart_arbiter("n1")
     for job in jobs:
-        seen = wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted again", poll_s=0.1)
+        seen = wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted again", poll_s=0.1)
         assert seen["state"] == "run", seen
 
 
@@ -128,11 +129,11 @@ def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Slurm
     wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the Slurm job's processes running again")
 
 
-SLURM_TRANSLATOR = {"translators": {"pause": ["slurm"], "terminate": ["slurm"]}}
+SLURM_TRANSLATOR = {"pause": ["slurm"], "terminate": ["slurm"]}
 
 
 def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: SlurmCluster) -> None:
-    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+    n1 = slurm.start_arbiter("n1", translators=SLURM_TRANSLATOR)
     marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
     n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
     job = slurm.sbatch("sleep 300\n", "--nodelist=n1")
@@ -151,11 +152,11 @@ def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: SlurmClu
 
 
 def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: SlurmCluster) -> None:
-    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+    n1 = slurm.start_arbiter("n1", translators=SLURM_TRANSLATOR)
     again = slurm.sbatch('echo "restart=$SLURM_RESTART_COUNT"\nsleep 300\n', "--nodelist=n1", "--requeue")
     once = slurm.sbatch("sleep 300\n", "--nodelist=n1", "--no-requeue")
     for job in (again, once):
-        wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted", poll_s=0.1)
+        wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted", poll_s=0.1)
     n1.call("job.stop", id=f"slurm-{again}")
     n1.call("job.stop", id=f"slurm-{once}")
     wait_until(lambda: "restart=1" in slurm.output(again), WAIT_S, "the requeued job running again", poll_s=0.2)
@@ -181,6 +182,11 @@ def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: SlurmClust
     )
     job = slurm.sbatch(script, "--nodelist=n1")
     key = f"slurm-{job}"
-    out = wait_until(lambda: "inside=" in slurm.output(job) and slurm.output(job), WAIT_S, "the command's output")
+
+    def said() -> str | None:
+        out = slurm.output(job)
+        return out if "inside=" in out else None
+
+    out = wait_until(said, WAIT_S, "the command's output")
     assert f"inside={key}" in out and f"running inside job {key}" in out, out
     assert [j["id"] for j in n1.status()["jobs"]] == [key]
