@@ -266,7 +266,7 @@ def parse_rule(
     return _validate_rule([read_rule_file(text, filename)], options_for, kinds, command_check or command_file_problem)
 
 
-def validate_kind_options(block: KindBlock, model: type[BaseModel]) -> BaseModel:
+def validate_kind_options(block: KindBlock, model: type[M]) -> M:
     """Stage two: a block's options against its kind's model (which may declare ``kind`` too)."""
     options = block.options()
     if "kind" in model.model_fields:

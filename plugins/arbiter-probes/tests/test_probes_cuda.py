@@ -108,6 +108,7 @@ def put(ref: Any, value: Any) -> int:
 
 def fake_nvml(names: list[str], init_rc: int = 0) -> SimpleNamespace:
     def name(handle: ctypes.c_void_p, buf: Any, size: int) -> int:
+        assert handle.value is not None
         buf.value = names[handle.value - 1].encode()
         return 0
 

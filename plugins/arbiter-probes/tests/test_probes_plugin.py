@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from arbiter.plugin import Probe
 from arbiter_probes._host import (
     NATIVE_SCRIPT,
     Completed,
+    ProbeOptions,
     ToolFailed,
     failure_detail,
     native_query,
@@ -29,13 +31,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_every_kind_is_registered_as_a_probe() -> None:
-    seen: dict[str, type] = {}
+    seen: dict[str, type[Probe]] = {}
     arbiter_probes.arbiter_register_probes(lambda name, cls: seen.__setitem__(name, cls))
     assert sorted(seen) == sorted(KINDS)
     for name, cls in seen.items():
         assert issubclass(cls, Probe)
         options = cls.Options()  # the core builds a probe from default options
-        assert options.kind == name and options.timeout_s == 5
+        assert isinstance(options, ProbeOptions)
+        assert options.model_dump()["kind"] == name and options.timeout_s == 5
 
 
 def test_the_docstring_lists_every_kind() -> None:
@@ -73,7 +76,7 @@ def test_plugins_import_only_the_public_plugin_api_from_arbiter() -> None:
 
 def test_the_native_script_uses_only_the_standard_library() -> None:
     tree = ast.parse(NATIVE_SCRIPT.read_text())
-    modules = set()
+    modules: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules.update(alias.name.split(".")[0] for alias in node.names)
@@ -144,7 +147,7 @@ def test_a_native_child_that_crashes_is_a_failure() -> None:
 
 
 def test_a_native_child_that_hangs_is_a_failure() -> None:
-    def run(argv: list[str], timeout_s: float, env: object) -> Completed:
+    def run(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> Completed:
         raise subprocess.TimeoutExpired(argv, timeout_s)
 
     with pytest.raises(ToolFailed, match="did not finish within 5 s"):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
-from arbiter_probes import rocm
 from arbiter_probes._host import Completed
 from arbiter_probes.rocm import (
     NO_ACCESS,
@@ -145,7 +145,7 @@ def test_no_kfd(tmp_path: Path, make_probe: MakeProbe) -> None:
 
 def test_a_kfd_this_account_cannot_open(tmp_path: Path, make_probe: MakeProbe, monkeypatch: pytest.MonkeyPatch) -> None:
     root = host(tmp_path, {2: "mi210-host-node2-gpu-gfx90a.properties"})
-    monkeypatch.setattr(rocm.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # the os module rocm asks
     assert make_probe(RocmProbe, root=root).probe() == (False, NO_ACCESS)
 
 
@@ -172,9 +172,9 @@ def test_rocminfo_under_opt_rocm_when_not_on_path(tmp_path: Path, make_probe: Ma
     root = host(tmp_path, {})
     (root / "opt/rocm/bin").mkdir(parents=True)
     (root / "opt/rocm/bin/rocminfo").write_text("")
-    seen = []
+    seen: list[str] = []
 
-    def run(argv: list[str], timeout_s: float, env: object) -> Completed:
+    def run(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> Completed:
         seen.append(argv[0])
         if argv[0] == "rocminfo":
             raise FileNotFoundError(2, "not found", "rocminfo")

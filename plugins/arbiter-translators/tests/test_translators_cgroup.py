@@ -141,7 +141,12 @@ def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_th
         wait_until(lambda: all(stopped(proc) for proc in procs), 10, "both stopped")  # so continuing them shows
         looked_up: list[int] = []
         real = cgroup.cgroup_of
-        monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: looked_up.append(pid) or real(pid))
+
+        def looking_up(pid: int) -> str | None:
+            looked_up.append(pid)
+            return real(pid)
+
+        monkeypatch.setattr(cgroup, "cgroup_of", looking_up)
         translator.resume([mine, earlier])
         assert looked_up == [earlier.pid]
         wait_until(lambda: not any(stopped(proc) for proc in procs), 10, "both continued")
@@ -159,7 +164,12 @@ def test_a_job_found_sharing_its_cgroup_is_paused_again_with_signals_without_a_l
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # in the runner's cgroup
     looked_up: list[int] = []
     real = cgroup.cgroup_of
-    monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: looked_up.append(pid) or real(pid))
+
+    def looking_up(pid: int) -> str | None:
+        looked_up.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(cgroup, "cgroup_of", looking_up)
     try:
         target = JobTarget("j1", "mine", (ref(proc),))
         for _ in range(3):
