@@ -203,6 +203,7 @@ def test_the_cycle_check_would_catch_one() -> None:
 NOT_PLUGINS = {
     "arbiter_testing/node.py": "the tests' harness: it drives the demo's node",
     "arbiter_testing/slurm.py": "the tests' Slurm cluster: it starts a daemon per node with the harness",
+    "arbiter_testing/probes.py": "the probe tests' stand-in host: it builds the probes plugin's probes",
     "arbiter_slurm/hooks.py": "the program slurmd runs as Prolog and Epilog: a client of the daemon's socket, as the CLI",
 }
 #: one plugin distribution built on another's kind, each with why
