@@ -99,7 +99,7 @@ def llm_rounds(args: argparse.Namespace) -> None:
         for i in range(args.rounds):
             http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})
             node.wait_for(
-                lambda: next(r for r in node.status()["rules"] if r["id"] == "llm-server")["vram_bytes"] == 13 * GIB,
+                lambda: node.known_rule("llm-server")["vram_bytes"] == 13 * GIB,
                 timeout=30,
             )
             time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it loaded
@@ -176,7 +176,7 @@ def vllm_rounds(args: argparse.Namespace) -> None:
         offset = time.time() - time.monotonic()  # the fakes' monotonic clock is this machine's
         for i in range(args.rounds):
             node.wait_for(
-                lambda: next(r for r in node.status()["rules"] if r["id"] == "vllm")["vram_bytes"] == 13 * GIB,
+                lambda: node.known_rule("vllm")["vram_bytes"] == 13 * GIB,
                 timeout=60,
             )
             time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it awake

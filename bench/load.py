@@ -134,7 +134,7 @@ def fast_path(node: HarnessNode, phases: Path, pid: int, changes: int, seed: int
         try:
             seen = json.dumps(
                 {
-                    "rule": next(r for r in node.status()["rules"] if r["id"] == FAST),
+                    "rule": node.known_rule(FAST),
                     "job": next(j for j in node.status()["jobs"] if pid in j["pids"]),
                 },
                 default=str,
@@ -238,7 +238,7 @@ def written(report: Path) -> tuple[float, int]:
 
 
 def counted_rate(node: HarnessNode) -> float | None:
-    rule = next(r for r in node.status()["rules"] if r["id"] == STREAM)
+    rule = node.known_rule(STREAM)
     rate = rule["sources"][0]["rate"] if rule["sources"] else None
     return None if rate is None else float(rate)
 
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             node.spawn(["sleep", tenant])
         node.job_run([sys.executable, "-c", PROBE], "--name", "probe", stderr=subprocess.DEVNULL)
         pid = node.job_pid("probe", timeout=30)
-        node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == FAST)["running"], timeout=30)
+        node.wait_for(lambda: node.known_rule(FAST)["running"], timeout=30)
         rss_bare = daemon.memory_info().rss / 2**20
         bare = fast_path(node, phases, pid, args.changes, args.seed)
         control = subprocess.Popen(["sleep", "3998"])  # no rule matches it: only the bench signals it

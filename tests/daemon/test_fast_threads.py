@@ -81,9 +81,7 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
         node.wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=10)
         node.wait_for(lambda: "source p/during.0" in node.status()["fast_path"]["threads"], timeout=10)
         # q's watcher has reported its phase too (and was not hinted: q is not immediate)
-        node.wait_for(
-            lambda: next(r for r in node.status()["rules"] if r["id"] == "q")["sources"][0]["phase"] == "on", timeout=10
-        )
+        node.wait_for(lambda: node.known_rule("q")["sources"][0]["phase"] == "on", timeout=10)
         threads: dict[str, str] = node.status()["fast_path"]["threads"]
         return threads
     finally:

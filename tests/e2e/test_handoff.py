@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.tenants import http_json, start_fake
@@ -71,7 +70,7 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
         )
         node.start()
         http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
-        node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
+        node.wait_for(lambda: node.known_rule("llm-server")["vram_bytes"] == 13 * GIB)
         status = node.status()
         assert status["vram"]["free_bytes"] is not None and [t["reclaimable"] for t in status["vram"]["tenants"]] == [
             True,
@@ -107,7 +106,7 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
             # the LLM server reloads two seconds after yielding and is busy again
             time.sleep(2)
             http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": "hello"})
-            node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
+            node.wait_for(lambda: node.known_rule("llm-server")["vram_bytes"] == 13 * GIB)
         planned = node.events("VRAM_HANDOFF_PLANNED", subject="diffusion-server")
         requested = [
             e for e in node.events("VRAM_RELEASE_REQUESTED", subject="llm-server") if e["data"]["why"] == "handoff"
@@ -117,7 +116,3 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
         assert released[0]["data"]["duration_s"] > 0
     finally:
         node.close()
-
-
-def rule(node: HarnessNode, rid: str) -> dict[str, Any] | None:
-    return next((r for r in node.status()["rules"] if r["id"] == rid), None)

@@ -42,10 +42,6 @@ def answered(url: str, request: tuple[str, dict[str, Any]]) -> int:
         return exc.code
 
 
-def rule(node: HarnessNode, rid: str) -> dict[str, Any] | None:
-    return next((r for r in node.status()["rules"] if r["id"] == rid), None)
-
-
 @pytest.mark.parametrize("rid", sorted(SERVERS))
 def test_a_server_is_released_for_a_render_and_woken_after_it(tmp_path: Path, rid: str) -> None:
     program, match, request = SERVERS[rid]
@@ -82,7 +78,7 @@ def test_a_server_is_released_for_a_render_and_woken_after_it(tmp_path: Path, ri
         )
         node.start()
         assert answered(server["url"], request) == 200
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == 13 * GIB)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == 13 * GIB)
 
         http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
         run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and runs[0], timeout=30)
@@ -95,7 +91,7 @@ def test_a_server_is_released_for_a_render_and_woken_after_it(tmp_path: Path, ri
         if rid == "vllm":
             assert http_json(f"{server['url']}/is_sleeping") == {"is_sleeping": False}
         assert answered(server["url"], request) == 200
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == 13 * GIB)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == 13 * GIB)
         # woken once, not again and again
         assert len(node.events("VRAM_REACQUIRE_REQUESTED", subject=rid)) == 1
     finally:

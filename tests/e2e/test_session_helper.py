@@ -30,7 +30,7 @@ def phase(path: Path, value: str) -> None:
 
 
 def source_of(node: HarnessNode, rule: str) -> dict[str, Any]:
-    source: dict[str, Any] = next(r for r in node.status()["rules"] if r["id"] == rule)["sources"][0]
+    source: dict[str, Any] = node.known_rule(rule)["sources"][0]
     return source
 
 

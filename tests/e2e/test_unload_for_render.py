@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,10 +23,6 @@ SERVERS: dict[str, tuple[str, str, str]] = {
     "llama-swap": ("llama-swap", "/running", "running"),
     "localai": ("localai", "/system", "loaded_models"),
 }
-
-
-def rule(node: HarnessNode, rid: str) -> dict[str, Any] | None:
-    return next((r for r in node.status()["rules"] if r["id"] == rid), None)
 
 
 def chat(url: str, model: str) -> None:
@@ -72,7 +67,7 @@ def test_loaded_models_are_unloaded_for_a_render(tmp_path: Path, rid: str) -> No
         for model in MODELS:
             chat(server["url"], model)
         held = 3 * GIB if rid == "llama-swap" else 9 * GIB  # llama-swap swapped the first model out
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == held)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == held)
 
         http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
         run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and runs[0], timeout=30)
@@ -82,6 +77,6 @@ def test_loaded_models_are_unloaded_for_a_render(tmp_path: Path, rid: str) -> No
         # no way back to ask for: the next request loads its model again
         chat(server["url"], MODELS[1])
         assert [m.get("model", m.get("id")) for m in http_json(f"{server['url']}{listing}")[key]] == [MODELS[1]]
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == 3 * GIB)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == 3 * GIB)
     finally:
         node.close()

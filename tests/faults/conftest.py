@@ -78,10 +78,10 @@ class Scene:
         self.gpu(0.0)
         self.node.start(timeout=30.0, **env)
         self.start_protected()
-        self.node.wait_for(lambda: (r := self.rule()) and r["running"] and not r["using_gpu"], timeout=30)
+        self.node.wait_for(lambda: self.rule()["running"] and not self.rule()["using_gpu"], timeout=30)
 
-    def rule(self, rid: str = "prot") -> dict[str, Any] | None:
-        return next((r for r in self.node.status()["rules"] if r["id"] == rid), None)
+    def rule(self, rid: str = "prot") -> dict[str, Any]:
+        return self.node.known_rule(rid)
 
     def run_job(self, name: str = "fleet", *cmd: str) -> int:
         """A plain GPU job, seen running; its pid."""

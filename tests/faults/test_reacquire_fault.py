@@ -47,7 +47,7 @@ def test_a_wake_that_fails_is_named_and_tried_again(scene: Scene) -> None:
         },
     )
     scene.node.call("reload")
-    scene.node.wait_for(lambda: (r := scene.rule("vllm")) and r["vram_bytes"] == 12 * GIB, timeout=30)
+    scene.node.wait_for(lambda: scene.rule("vllm")["vram_bytes"] == 12 * GIB, timeout=30)
 
     http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
     failed = scene.node.events("VRAM_REACQUIRE_FAILED", subject="vllm", contains="HTTP 500")

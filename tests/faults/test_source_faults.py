@@ -92,7 +92,7 @@ def test_a_truncated_phase_file_keeps_its_phase_and_is_followed_from_the_top(sce
     scene.held("fleet", "PROTECTION_PHASE_ON")
 
     os.truncate(events, 0)  # copytruncate, or the program started its log over
-    scene.node.wait_for(lambda: (rule := scene.rule()) and rule["phases"] == ["on"], timeout=10)
+    scene.node.wait_for(lambda: scene.rule()["phases"] == ["on"], timeout=10)
     scene.ticks(3)  # several ticks see the empty file
     assert scene.node.known_job("fleet")["state"] == "paused"  # an empty file does not end the phase
     scene.assert_alive()

@@ -111,7 +111,7 @@ def test_a_read_only_state_database_keeps_protection_and_what_was_recorded(scene
     finally:
         subprocess.Popen = real_popen  # type: ignore[misc]
     scene.node.wait_for(lambda: scene.node.status()["recorder"]["failing_since"], timeout=60)
-    scene.node.wait_for(lambda: (scene.rule() or {}).get("running"), timeout=30)
+    scene.node.wait_for(lambda: scene.rule()["running"], timeout=30)
     scene.run_job("again")
     still_protects(scene, "again")
     notice = scene.explained("STATE_WRITE_FAILED")

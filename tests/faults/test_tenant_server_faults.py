@@ -66,7 +66,7 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
     )
     scene.node.call("reload")
     http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
-    scene.node.wait_for(lambda: (r := scene.rule("llm-server")) and r["vram_bytes"] == 13 * GIB, timeout=30)
+    scene.node.wait_for(lambda: scene.rule("llm-server")["vram_bytes"] == 13 * GIB, timeout=30)
     scene.run_job("fleet")
 
     http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})  # a render short of VRAM
@@ -77,8 +77,7 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
     problem = scene.explained("VRAM_RELEASE_FAILED", "llm-server")
     assert expected in problem["message"] and "release: request" in problem["remedy"]
     scene.held("fleet", "PROTECTED_GPU_BUSY")  # the protected render uses the GPU: fleet work waits
-    rule = scene.rule("llm-server")
-    assert rule is not None and rule["vram_bytes"] == 13 * GIB  # nothing came back, nothing was forced
+    assert scene.rule("llm-server")["vram_bytes"] == 13 * GIB  # nothing came back, nothing was forced
     scene.assert_alive()
     scene.assert_protected_untouched()
     for server in (llm, diffusion):

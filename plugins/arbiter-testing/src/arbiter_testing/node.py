@@ -22,6 +22,14 @@ class HarnessNode(LocalNode):
             raise KeyError(f"the daemon has no job named {name!r}")
         return job
 
+    def known_rule(self, rule_id: str) -> dict[str, Any]:
+        """The rule ``rule_id`` in the daemon's status.  ``KeyError`` where there is none yet,
+        which :meth:`wait_for` takes as "not yet"."""
+        rule: dict[str, Any] | None = next((r for r in self.status()["rules"] if r["id"] == rule_id), None)
+        if rule is None:
+            raise KeyError(f"the daemon has no rule {rule_id!r}")
+        return rule
+
     def job_pid(self, name: str, timeout: float = WAIT_S) -> int:
         """The first process of the job ``name``, once the daemon has seen one."""
         pid: int = self.wait_for(lambda: self.known_job(name)["pids"][0], timeout=timeout)
