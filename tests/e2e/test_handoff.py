@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from arbiter_testing.node import PYTHON, HarnessNode
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import http_json, start_diffusion, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -35,19 +35,11 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
     try:
         board = tmp_path / "vram.json"
         llm = start_fake(node, board, tmp_path, "llm", "--model", "mistral:latest=13", "--unload-s", "0.2")
-        diffusion = start_fake(
+        diffusion = start_diffusion(
             node,
             board,
             tmp_path,
-            "diffusion",
-            "--model-gb",
-            "1.6",
-            "--needs-gb",
-            "12",
-            "--fast-s",
-            "0.5",
-            "--starved-s",
-            "6",
+            starved_s=6,
         )
         node.add_rule(
             "my-llm",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from arbiter_testing.node import HarnessNode
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import diffusion_rule, http_json, start_diffusion, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -41,10 +41,7 @@ def test_loaded_models_are_unloaded_for_a_render(tmp_path: Path, rid: str) -> No
     try:
         board = tmp_path / "vram.json"
         server = start_fake(node, board, tmp_path, program, "--gen-s", "0.1")
-        diffusion = start_fake(
-            node, board, tmp_path, "diffusion", "--model-gb", "1.6", "--needs-gb", "14", "--fast-s", "0.5",
-            "--starved-s", "8",
-        )  # fmt: skip
+        diffusion = start_diffusion(node, board, tmp_path, needs_gb=14)
         node.add_rule(
             f"my-{rid}",
             {
@@ -53,16 +50,8 @@ def test_loaded_models_are_unloaded_for_a_render(tmp_path: Path, rid: str) -> No
                 "base_url": server["url"],
             },
         )
-        node.add_rule(
-            "my-diffusion",
-            {
-                "extends": "diffusion-server",
-                "needs_vram_gb": 14,  # as the fake's render: more than is free beside either server
-                "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
-                "base_url": diffusion["url"],
-                "events": {"url": diffusion["ws_url"]},
-            },
-        )
+        # as the fake's render: more than is free beside either server
+        node.add_rule("my-diffusion", diffusion_rule(diffusion, needs_vram_gb=14))
         node.start()
         for model in MODELS:
             chat(server["url"], model)

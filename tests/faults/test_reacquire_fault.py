@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import diffusion_rule, http_json, start_diffusion, start_fake
 
 from .conftest import Scene
 
@@ -24,10 +24,7 @@ def test_a_wake_that_fails_is_named_and_tried_again(scene: Scene) -> None:
     scene.protect()
     scene.start()
     vllm = start_fake(scene.node, scene.gpu_file, scene.root, "vllm", "--held-gb", "12", "--wake-fault", "500")
-    diffusion = start_fake(
-        scene.node, scene.gpu_file, scene.root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12",
-        "--fast-s", "0.5", "--starved-s", "8",
-    )  # fmt: skip
+    diffusion = start_diffusion(scene.node, scene.gpu_file, scene.root)
     scene.node.add_rule(
         "my-vllm",
         {
@@ -37,15 +34,7 @@ def test_a_wake_that_fails_is_named_and_tried_again(scene: Scene) -> None:
             "reacquire_after_s": 0.5,
         },
     )
-    scene.node.add_rule(
-        "my-diffusion",
-        {
-            "extends": "diffusion-server",
-            "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
-            "base_url": diffusion["url"],
-            "events": {"url": diffusion["ws_url"]},
-        },
-    )
+    scene.node.add_rule("my-diffusion", diffusion_rule(diffusion))
     scene.node.call("reload")
     scene.node.wait_for(lambda: scene.rule("vllm")["vram_bytes"] == 12 * GIB, timeout=30)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import http_json, start_diffusion, start_fake
 
 from .conftest import Scene
 
@@ -30,19 +30,11 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
     llm = start_fake(
         scene.node, scene.gpu_file, scene.root, "llm", "--model", "mistral:latest=13", "--release-fault", fault
     )
-    diffusion = start_fake(
+    diffusion = start_diffusion(
         scene.node,
         scene.gpu_file,
         scene.root,
-        "diffusion",
-        "--model-gb",
-        "1.6",
-        "--needs-gb",
-        "12",
-        "--fast-s",
-        "0.5",
-        "--starved-s",
-        "60",
+        starved_s=60,
     )
     scene.node.add_rule(
         "my-llm",
