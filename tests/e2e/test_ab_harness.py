@@ -104,14 +104,7 @@ def start_job(node: HarnessNode, tmp_path: Path, argv: list[str] | None = None) 
 
 
 def cli(node: HarnessNode, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=node.env(),
-        check=False,
-    )
+    return node.cli(*args, timeout=timeout)
 
 
 def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs(tmp_path: Path) -> None:

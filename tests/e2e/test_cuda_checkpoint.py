@@ -40,23 +40,11 @@ def test_a_paused_cuda_job_gives_its_vram_back_and_gets_it_again(tmp_path: Path,
         procs.wait(pid, {"stopped"}, timeout=30)
         event = node.events("GPU_MEMORY_CHECKPOINTED")[0]
         assert [c.op for c in cuda.calls() if c.pid == pid][:2] == ["lock", "checkpoint"]
-        out = subprocess.run(
-            [PYTHON, "-m", "arbiter", "explain", "trainer", "--json", "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
+        out = node.cli("explain", "trainer", "--json", timeout=30, check=True)
         (item,) = json.loads(out.stdout)["items"]
         assert event["subject"] == item["id"]
         assert item["state"] == "paused" and "VRAM released" in item["pause_effect"], item
-        shown = subprocess.run(
-            [PYTHON, "-m", "arbiter", "explain", "trainer", "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
+        shown = node.cli("explain", "trainer", timeout=30, check=True).stdout
         assert "its pause: its CUDA work was locked and checkpointed" in " ".join(shown.split())
         protected.terminate()
         protected.wait()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +10,7 @@ from arbiter_testing.node import HarnessNode
 
 
 def doctor(node: HarnessNode) -> tuple[int, dict[str, Any]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "arbiter", "doctor", "--json", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    out = node.cli("doctor", "--json", timeout=180)
     return out.returncode, json.loads(out.stdout)
 
 

@@ -9,11 +9,10 @@ memory, and its run takes the short time, not the starved one."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
-from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.tenants import http_json, start_diffusion, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,14 +68,7 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
             True,
         ]
         assert status["vram"]["unmanaged_bytes"] == 0  # every byte held belongs to a tenant here
-        shown = subprocess.run(
-            [PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=node.env(),
-            check=False,
-        )
+        shown = node.cli("status")
         assert "VRAM: 3.0 GB free of 16.0 GB" in shown.stdout and "13.0" in shown.stdout, shown.stdout
 
         for attempt in (1, 2):

@@ -55,13 +55,7 @@ def working(tmp: Path) -> bool:
 
 
 def explain_json(node: HarnessNode, subject: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", "explain", subject, "--json", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
+    out = node.cli("explain", subject, "--json", timeout=30, check=True)
     explained: dict[str, Any] = json.loads(out.stdout)
     return explained
 
@@ -192,13 +186,7 @@ def test_resume_all_after_a_crash(node: HarnessNode, tmp_path: Path, procs: type
     start_protected(node, tmp_path)
     procs.wait(pid, {"stopped"})
     node.kill_daemon()
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    out = node.cli("resume-all")
     assert out.returncode == 0, out.stderr
     assert "resumed 1 item" in out.stdout
     procs.wait(pid, RUNNING, timeout=5)
@@ -251,13 +239,7 @@ def test_status_and_timeline_cli(node: HarnessNode) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     for args in (["status"], ["timeline"], ["explain"]):
-        out = subprocess.run(
-            [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        out = node.cli(*args, timeout=30)
         assert out.returncode == 0, out.stderr
     out = subprocess.run(
         [PYTHON, "-m", "arbiter", "status", "--json"],
@@ -268,13 +250,7 @@ def test_status_and_timeline_cli(node: HarnessNode) -> None:
         check=True,
     )
     assert json.loads(out.stdout)["gpu_jobs"] == "when_no_gpu_protected"
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", "explain", "nothing", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = node.cli("explain", "nothing", timeout=30)
     assert out.returncode == 1 and "known: prot" in out.stderr
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,7 @@ time.sleep(60)
 
 
 def cli(node: HarnessNode, *args: str) -> str:
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-        check=False,
-    )
+    out = node.cli(*args, COLUMNS="200")
     assert out.returncode == 0, out.stderr
     return out.stdout
 

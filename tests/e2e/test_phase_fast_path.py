@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -73,14 +72,7 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
         assert fast["count"] >= 3 and fast["p99_ms"] is not None
         # each thread on the way asked the host for a core sooner, and status tells what it got
         assert {"decide", "reports", "source p/during.0"} <= set(fast["threads"])
-        shown = subprocess.run(
-            [PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=node.env(),
-            check=False,
-        )
+        shown = node.cli("status")
         assert "fast-path threads (" in shown.stdout and "source p/during.0" in shown.stdout, shown.stdout
     finally:
         node.close()

@@ -110,14 +110,7 @@ class Scene:
     def explain(self, subject: str | None = None) -> dict[str, Any]:
         """``arbiter explain --json``, as a person would run it."""
         args = [subject] if subject else []
-        out = subprocess.run(
-            [PYTHON, "-m", "arbiter", "explain", *args, "--json", "--config", str(self.node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=self.node.env(),
-            check=False,
-        )
+        out = self.node.cli("explain", *args, "--json")
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)  # type: ignore[no-any-return]
 

@@ -8,7 +8,6 @@ period, crashes nothing, and is named (CLOCK_JUMPED on the timeline and in ``exp
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -113,12 +112,7 @@ def test_a_clock_set_back_during_a_stop_does_not_stretch_its_grace_period(scene:
     scene.node.job_pid("stubborn", timeout=30)
     job_id = scene.node.known_job("stubborn")["id"]
     asked = time.monotonic()
-    subprocess.run(
-        [PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
-        check=True,
-        timeout=60,
-        env=scene.node.env(),
-    )
+    scene.node.cli("job", "stop", job_id, check=True)
     jump(scene, offset, -3600, "back")  # an hour back, right after the stop was asked
     assert launcher.wait(timeout=60) != 0  # killed after its grace period, not an hour later
     assert time.monotonic() - asked >= GRACE_S

@@ -4,7 +4,6 @@ timeline says each step; the protected program beside it is never touched."""
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 import time
 
@@ -41,12 +40,7 @@ def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: Sc
     job_id = scene.node.known_job("stubborn")["id"]
 
     asked = time.monotonic()
-    subprocess.run(
-        [PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
-        check=True,
-        timeout=60,
-        env=scene.node.env(),
-    )
+    scene.node.cli("job", "stop", job_id, check=True)
     scene.node.wait_for(lambda: note.exists() and "SIGTERM" in note.read_text(), timeout=30)
     termed = time.monotonic()
     assert launcher.poll() is None  # it ignored being told to end

@@ -6,6 +6,7 @@ has a code, timeline entries once one is there, and a daemon killed as a crash w
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 from arbiter.demo.node import PYTHON, WAIT_S, LocalNode
@@ -21,6 +22,20 @@ class HarnessNode(LocalNode):
         if job is None:
             raise KeyError(f"the daemon has no job named {name!r}")
         return job
+
+    def cli(
+        self, *args: str, timeout: float = 60.0, check: bool = False, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        """``arbiter ARGS --config CONFIG`` on this node, as a person runs it (``env`` added to
+        its environment); what it printed, as text."""
+        return subprocess.run(
+            [PYTHON, "-m", "arbiter", *args, "--config", str(self.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env(), **env},
+            check=check,
+        )
 
     def known_rule(self, rule_id: str) -> dict[str, Any]:
         """The rule ``rule_id`` in the daemon's status.  ``KeyError`` where there is none yet,
