@@ -44,7 +44,7 @@ import psutil
 from arbiter.certificates import Certificate
 from arbiter.store import Store
 from arbiter_testing.node import PYTHON, HarnessNode
-from arbiter_testing.reaction import phase_rule
+from arbiter_testing.rules import phase_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 RULE = "frames"
@@ -138,10 +138,6 @@ def on_disk(db: Path, run_id: str | None) -> OnDisk:
     return OnDisk(integrity, rows, max_id, certs, trust, json.loads(prof["saved"]) if prof else None, run, controls)
 
 
-def rule(node: HarnessNode, rid: str) -> dict[str, Any]:
-    return next(r for r in node.status()["rules"] if r["id"] == rid)
-
-
 def power(card: Path) -> int:
     return int(json.loads(card.read_text())["power_limit_w"])
 
@@ -210,7 +206,8 @@ class Bench:
         )
         # the phases on a rule of their own: a phase change on the run's rule leaves its block out
         n.add_rule(
-            PHASED, phase_rule(PHASED, "sleep 1031", self.phases, scope="cpu", on=["uploading"], field="state.phase")
+            PHASED,
+            phase_rule(PHASED, "sleep 1031", self.phases, on=["uploading"], field="state.phase", scope="cpu"),
         )
         store = Store(self.db)
         try:
@@ -238,7 +235,7 @@ class Bench:
         n.spawn([PYTHON, "-c", STAND_IN, "--events", str(self.events), "--step-s", "0.004", "--gap-s", "0.006"])
         n.spawn(["sleep", "1031"])
         n.wait_for(lambda: all(r["running"] for r in n.status()["rules"]), timeout=30)
-        n.wait_for(lambda: rule(n, RULE)["sources"][0]["rate"], timeout=30)
+        n.wait_for(lambda: n.known_rule(RULE)["sources"][0]["rate"], timeout=30)
         none = self.root / "cpu-job.yaml"
         none.write_text("name: cpu-job\ngpu: {use: none}\n")
         coop = self.root / "coop.yaml"
@@ -480,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                     why := settled(
                         lambda: (
                             ""
-                            if power(b.card) == PROFILE_W and rule(n, RULE)["profile_applied"]
+                            if power(b.card) == PROFILE_W and n.known_rule(RULE)["profile_applied"]
                             else f"the device is at {power(b.card)} W"
                         ),
                         timeout=15,

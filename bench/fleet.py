@@ -42,7 +42,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from arbiter_testing.reaction import phase_rule, write_phase
+from arbiter_testing.reaction import write_phase
+from arbiter_testing.rules import phase_rule
 from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.reaction import percentile as pct
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import http_json, start_diffusion, start_fake
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -63,12 +63,6 @@ def diffusion_rule(diffusion: dict[str, Any], websocket: bool) -> dict[str, Any]
         "release": {"url": f"{diffusion['url']}/free"},
         "events": {"url": diffusion["ws_url"]} if websocket else None,
     }
-
-
-def start_diffusion(node: HarnessNode, board: Path, root: Path) -> dict[str, Any]:
-    return start_fake(
-        node, board, root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.3", "--starved-s", "5"
-    )
 
 
 def vram_node(prefix: str, tick_s: float, shipped: tuple[str, ...]) -> tuple[Path, HarnessNode]:
@@ -108,7 +102,7 @@ def llm_rounds(args: argparse.Namespace) -> None:
     try:
         board = root / "vram.json"
         llm = start_fake(node, board, root, "llm", "--model", "mistral:latest=13", "--unload-s", str(args.unload_s))
-        diffusion = start_diffusion(node, board, root)
+        diffusion = start_diffusion(node, board, root, fast_s=0.3, starved_s=5)
         node.add_rule(
             "my-llm",
             {
@@ -162,7 +156,7 @@ def vllm_rounds(args: argparse.Namespace) -> None:
     try:
         board = root / "vram.json"
         vllm = start_fake(node, board, root, "vllm", "--held-gb", "13", "--wake-s", str(args.wake_s))
-        diffusion = start_diffusion(node, board, root)
+        diffusion = start_diffusion(node, board, root, fast_s=0.3, starved_s=5)
         node.add_rule(
             "my-vllm",
             {

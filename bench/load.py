@@ -59,8 +59,9 @@ from typing import Any
 import psutil
 
 from arbiter_testing.node import HarnessNode
-from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_during, phase_reactions, phase_rule
+from arbiter_testing.reaction import difference_interval, ms_until_seen, phase_reactions
 from arbiter_testing.reaction import percentile as pct
+from arbiter_testing.rules import phase_during, phase_rule
 
 GOAL_TICK_MS = 50.0
 GOAL_RSS_MIB = 100.0
@@ -133,7 +134,7 @@ def fast_path(node: HarnessNode, phases: Path, pid: int, changes: int, seed: int
         try:
             seen = json.dumps(
                 {
-                    "rule": next(r for r in node.status()["rules"] if r["id"] == FAST),
+                    "rule": node.known_rule(FAST),
                     "job": next(j for j in node.status()["jobs"] if pid in j["pids"]),
                 },
                 default=str,
@@ -232,7 +233,7 @@ def written(report: Path) -> tuple[float, int]:
 
 
 def counted_rate(node: HarnessNode) -> float | None:
-    rule = next(r for r in node.status()["rules"] if r["id"] == STREAM)
+    rule = node.known_rule(STREAM)
     rate = rule["sources"][0]["rate"] if rule["sources"] else None
     return None if rate is None else float(rate)
 
@@ -303,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = [0.0, 0.0]
     groups = max(1, min(args.rules, (args.rules * 6) // 10))  # six rules in ten match a group
     try:
-        node.add_rule(FAST, {**phase_rule(FAST, "sleep 4999", phases, scope="all"), "priority": 90})
+        node.add_rule(FAST, phase_rule(FAST, "sleep 4999", phases, scope="all", priority=90))
         node.add_rule(
             STREAM,
             {
@@ -321,8 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         for tenant in ("4999", "4998"):
             node.spawn(["sleep", tenant])
         node.job_run([sys.executable, "-c", PROBE], "--name", "probe", stderr=subprocess.DEVNULL)
-        pid = node.wait_for(lambda: ((node.job("probe") or {}).get("pids") or [None])[0], timeout=30)
-        node.wait_for(lambda: next(r for r in node.status()["rules"] if r["id"] == FAST)["running"], timeout=30)
+        pid = node.job_pid("probe", timeout=30)
+        node.wait_for(lambda: node.known_rule(FAST)["running"], timeout=30)
         rss_bare = daemon.memory_info().rss / 2**20
         bare = fast_path(node, phases, pid, args.changes, args.seed)
         control = subprocess.Popen(["sleep", "3998"])  # no rule matches it: only the bench signals it

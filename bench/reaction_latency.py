@@ -23,7 +23,8 @@ from typing import Any
 
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.reaction import percentile as pct
-from arbiter_testing.reaction import phase_reactions, phase_rule
+from arbiter_testing.reaction import phase_reactions
+from arbiter_testing.rules import phase_rule
 
 
 def measure(immediate: bool, changes: int, tick_s: float, **config: Any) -> tuple[list[float], dict[str, Any]]:
@@ -38,7 +39,7 @@ def measure(immediate: bool, changes: int, tick_s: float, **config: Any) -> tupl
         node.job_run(
             [PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain", stderr=subprocess.DEVNULL
         )
-        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
+        pid = node.job_pid("plain")
         node.wait_for(lambda: node.status()["rules"][0]["running"])
         latencies = phase_reactions(events, pid, changes, random.Random())
         return latencies, node.status()["rules"][0]["sources"][0]["latency"]

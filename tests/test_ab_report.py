@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from arbiter.engine.abrun import BlockDone, RunSpec, start, summary, to_record
+from arbiter.engine.abrun import BlockDone, RunSpec, RunState, start, summary, to_record
 from arbiter.harness.report import report, text
 
 #: the ON/OFF ratio creeps up across blocks: a program that drifts
 SWING = tuple(0.985 + 0.001 * i + (0.0003 if i % 3 == 0 else 0.0) for i in range(14))
 
 
-def drifting_run(pilot: int = 4):
+def drifting_run(pilot: int = 4) -> RunState:
     rs = start(RunSpec("ab-1", "frames", blocks=len(SWING), pilot=pilot), 0.0)
     blocks = tuple(
         BlockDone(i, i % 2 == 0, round(1000 * r), 10.0, 1000, 10.0, 0.5, float(i)) for i, r in enumerate(SWING)
@@ -36,4 +36,5 @@ def test_no_analysis_until_two_blocks_after_the_pilot() -> None:
     assert summary(replace(rs, blocks=rs.blocks[:5])).analysis is None
     assert summary(replace(rs, blocks=rs.blocks[:6])).analysis is not None
     no_pilot = drifting_run(pilot=0)  # a pilot under 2 blocks sizes nothing and leaves nothing out
-    assert summary(replace(no_pilot, blocks=no_pilot.blocks[:2])).analysis["pilot"] == 0
+    analysis = summary(replace(no_pilot, blocks=no_pilot.blocks[:2])).analysis
+    assert analysis is not None and analysis["pilot"] == 0

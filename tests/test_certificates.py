@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from arbiter import __version__
 from arbiter.certificates import VALID_S, Certificate, ExeHasher, fingerprint, status
@@ -13,7 +14,7 @@ NODE = {"cpu": "AMD EPYC", "gpus": ["NVIDIA H200"], "os": "linux 6", "arbiter": 
 EXE = ("/opt/trainer/bin/train", "ab" * 32)
 
 
-def cert(issued_at: float = 1000.0, **kw) -> Certificate:
+def cert(issued_at: float = 1000.0, **kw: Any) -> Certificate:
     fields = dict(
         rule="trainer",
         work="gpu",

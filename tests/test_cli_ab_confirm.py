@@ -29,7 +29,7 @@ PLAN = {
 
 
 @pytest.fixture
-def asked(monkeypatch) -> list[str]:
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The daemon's side: each operation asked, in order."""
     ops: list[str] = []
 
@@ -41,13 +41,15 @@ def asked(monkeypatch) -> list[str]:
     return ops
 
 
-def run(monkeypatch, *args: str, terminal: bool, typed: str = "") -> Any:
+def run(monkeypatch: pytest.MonkeyPatch, *args: str, terminal: bool, typed: str = "") -> Any:
     monkeypatch.setattr(main, "_asks_a_person", lambda: terminal)
     return CliRunner().invoke(main.app, ["ab", *args], input=typed)
 
 
 @pytest.mark.parametrize("command", [["start", "--rule", "trainer"], ["sweep", "--rule", "trainer"]])
-def test_not_on_a_terminal_it_starts_only_with_yes(monkeypatch, asked: list[str], command: list[str]) -> None:
+def test_not_on_a_terminal_it_starts_only_with_yes(
+    monkeypatch: pytest.MonkeyPatch, asked: list[str], command: list[str]
+) -> None:
     out = run(monkeypatch, *command, terminal=False)
     assert out.exit_code == 2 and "--yes" in out.output
     assert "planned  2.40 h" in out.output  # the plan is shown all the same
@@ -56,7 +58,7 @@ def test_not_on_a_terminal_it_starts_only_with_yes(monkeypatch, asked: list[str]
     assert out.exit_code == 0 and asked[-1] in ("ab.start", "ab.sweep") and "started  run r1" in out.output
 
 
-def test_at_a_terminal_it_asks_and_no_is_the_default(monkeypatch, asked: list[str]) -> None:
+def test_at_a_terminal_it_asks_and_no_is_the_default(monkeypatch: pytest.MonkeyPatch, asked: list[str]) -> None:
     out = run(monkeypatch, "start", "--rule", "trainer", terminal=True, typed="\n")
     assert "Start it? Other GPU work waits for about 2.4 h" in out.output
     assert out.exit_code == 1 and asked == ["ab.plan"]
@@ -64,7 +66,7 @@ def test_at_a_terminal_it_asks_and_no_is_the_default(monkeypatch, asked: list[st
     assert out.exit_code == 0 and asked == ["ab.plan", "ab.plan", "ab.start"]
 
 
-def test_dry_run_shows_the_plan_and_starts_nothing(monkeypatch, asked: list[str]) -> None:
+def test_dry_run_shows_the_plan_and_starts_nothing(monkeypatch: pytest.MonkeyPatch, asked: list[str]) -> None:
     out = run(monkeypatch, "start", "--rule", "trainer", "--dry-run", terminal=True)
     assert out.exit_code == 0 and "design   12 blocks" in out.output and asked == ["ab.plan"]
     out = run(monkeypatch, "start", "--rule", "trainer", "--dry-run", "--json", terminal=False)

@@ -16,7 +16,7 @@ from arbiter.cli.client import EXIT_NO_DAEMON
 
 
 @pytest.fixture
-def ran(monkeypatch) -> dict[str, Any]:
+def ran(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """What `job run` would run, without a daemon."""
     seen: dict[str, Any] = {}
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import io
 import re
 import time
+from typing import Any
+
+import pytest
+from rich.console import Console
 
 from arbiter.cli.render import console, print_explain, print_status, print_timeline
 
@@ -13,7 +17,7 @@ HOSTILE = ["[/x]", "[upload]", "[link=https://evil.example]click[/link]", "[bold
 HYPERLINK = "\x1b]8;"
 
 
-def terminal() -> tuple[io.StringIO, object]:
+def terminal() -> tuple[io.StringIO, Console]:
     out = io.StringIO()
     return out, console(file=out, force_terminal=True, width=400, color_system="truecolor")
 
@@ -101,15 +105,15 @@ LONG = (
 )
 
 
-def piped() -> tuple[io.StringIO, object]:
+def piped() -> tuple[io.StringIO, Console]:
     out = io.StringIO()  # not a terminal, as stdout is under `> file` or `| less`
     return out, console(file=out)
 
 
-def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch) -> None:
+def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     out, con = piped()
-    job = {
+    job: dict[str, Any] = {
         "kind": "job",
         "id": "batch",
         "state": "held",
@@ -124,7 +128,7 @@ def test_piped_explain_keeps_each_sentence_on_one_line(monkeypatch) -> None:
     assert "\x1b[" not in out.getvalue()  # no colours in a file
 
 
-def test_piped_tables_neither_split_codes_nor_pad_lines(monkeypatch) -> None:
+def test_piped_tables_neither_split_codes_nor_pad_lines(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
     out, con = piped()
     events = [{"t": time.time(), "code": "PROTECTION_PHASE_OFF", "subject": "mytrain", "message": LONG}]
@@ -142,7 +146,7 @@ def test_a_narrow_terminal_still_keeps_a_code_whole() -> None:
     assert "PROTECTION_PHASE_OFF" in out.getvalue()
 
 
-def test_columns_sets_the_width_of_piped_output(monkeypatch) -> None:
+def test_columns_sets_the_width_of_piped_output(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "70")
     out, con = piped()
     print_timeline(con, [{"t": time.time(), "code": "X", "subject": "s", "message": LONG}])
@@ -153,7 +157,7 @@ def test_following_a_run_prints_its_id_as_written() -> None:
     from arbiter.cli.ab import follow
 
     out, con = terminal()
-    run = {"run": "[/x]", "duty": None, "target": 2, "blocks_done": 2, "status": "done", "live": {}}
+    run: dict[str, Any] = {"run": "[/x]", "duty": None, "target": 2, "blocks_done": 2, "status": "done", "live": {}}
     assert follow(con, lambda: [run], "[/x]", None) == run  # "[/x]" as markup raised MarkupError
     assert "[/x]" in plain(out)
 

@@ -17,7 +17,7 @@ from arbiter.cli.client import EXIT_NO_DAEMON, CliError, daemon_info, state_dir_
 
 
 @pytest.fixture
-def pointers(tmp_path: Path, monkeypatch) -> Path:
+def pointers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Pointers left where this test's daemons would leave them (root's, or the user's)."""
     where = tmp_path / "run-arbiter"
     runtime = tmp_path / "runtime"
@@ -90,7 +90,9 @@ def test_two_daemons_ask_for_a_config_and_a_missing_one_names_them(tmp_path: Pat
         assert f"running: {first.resolve()} (pid {os.getpid()}, --config {tmp_path / 'one.yaml'})" in str(err.value)
 
 
-def test_a_users_own_daemon_comes_before_the_systems(tmp_path: Path, pointers: Path, monkeypatch) -> None:
+def test_a_users_own_daemon_comes_before_the_systems(
+    tmp_path: Path, pointers: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     mine, my_sock, s1 = state(tmp_path, "mine")
     system, system_sock, s2 = state(tmp_path, "system")
     with s1, s2:

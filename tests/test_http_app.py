@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.testclient import TestClient
 
 from arbiter.http.app import create_app
@@ -14,7 +16,7 @@ class FakeProvider:
     def __init__(self) -> None:
         self.reloads = 0
 
-    def status(self):
+    def status(self) -> dict[str, Any]:
         return {
             "version": "x",
             "gpu_jobs": "when_no_gpu_protected",
@@ -29,27 +31,27 @@ class FakeProvider:
             ],
         }
 
-    def explain(self, subject):
+    def explain(self, subject: str | None) -> dict[str, Any]:
         if subject == "nope":
             raise LookupError("no job or tenant is called 'nope'")
         return {"subject": subject or "node", "items": []}
 
-    def timeline(self, limit, subject, code):
+    def timeline(self, limit: int, subject: str | None, code: str | None) -> list[dict[str, Any]]:
         return [{"limit": limit, "subject": subject, "code": code}]
 
-    def gpu_apis(self):
+    def gpu_apis(self) -> dict[str, Any]:
         return {"host": [], "containers": [], "evidence": {"cuda": "no NVIDIA driver"}}
 
-    def duty(self):
+    def duty(self) -> dict[str, Any]:
         return {"summary": "no governor runs"}
 
-    def reload(self):
+    def reload(self) -> None:
         self.reloads += 1
 
-    def ab_runs(self):
+    def ab_runs(self) -> list[dict[str, Any]]:
         return [{"run": "ab-1", "status": "done"}]
 
-    def ab_report(self, run_id):
+    def ab_report(self, run_id: str) -> dict[str, Any]:
         if run_id != "ab-1":
             raise LookupError(f"no run {run_id!r}")
         return {
@@ -62,10 +64,10 @@ class FakeProvider:
             "analysis": {"r": 0.99, "low": 0.985, "high": 0.995},
         }
 
-    def metrics(self):
+    def metrics(self) -> dict[str, Any]:
         return {"status": self.status(), "duty": {"rules": [], "jobs": []}}
 
-    def ab_plot(self, run_id):
+    def ab_plot(self, run_id: str) -> bytes:
         from arbiter.harness.report import plot_png
 
         return plot_png(self.ab_report(run_id))

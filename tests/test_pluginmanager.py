@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 import time
 import types
+from collections.abc import Callable, Sequence
 
 import pytest
 
-from arbiter.plugin import KindOptions, Matcher, hookimpl
+from arbiter.plugin import KindOptions, Matcher, ProcessInfo, hookimpl
 from arbiter.pluginmanager import PluginFailed, PluginLoadError, build_plugin_manager
 
 
@@ -16,7 +17,7 @@ class Every(Matcher):
     class Options(KindOptions):
         pass
 
-    def select(self, processes):
+    def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
         return {p.pid for p in processes}
 
 
@@ -24,7 +25,7 @@ def plugin_module(name: str, kind: str = "every", cls: type = Every) -> types.Mo
     module = types.ModuleType(name)
 
     @hookimpl
-    def arbiter_register_matchers(register):
+    def arbiter_register_matchers(register: Callable[[str, type], None]) -> None:
         register(kind, cls)
 
     module.arbiter_register_matchers = arbiter_register_matchers  # type: ignore[attr-defined]
@@ -89,13 +90,15 @@ def test_each_shipped_distribution_registers_through_its_entry_point(entry_point
     assert set(listing[entry_point]["kinds"]) == kinds
     for kind in kinds:
         family, name = kind.split("/")
-        assert host.options_model(family, name).model_config.get("extra") == "forbid"
+        model = host.options_model(family, name)
+        assert model is not None and model.model_config.get("extra") == "forbid"
 
 
 def test_modules_named_in_config_are_loaded() -> None:
     plugin_module("site_plugin_a")
     host = build_plugin_manager(modules=["site_plugin_a"], entry_points=False)
-    assert host.kind("matchers", "every").plugin == "site_plugin_a"
+    info = host.kind("matchers", "every")
+    assert info is not None and info.plugin == "site_plugin_a"
 
 
 def test_a_missing_module_is_a_clear_error() -> None:
@@ -127,7 +130,7 @@ def test_unknown_hook_is_refused_by_check_pending() -> None:
     module = types.ModuleType("site_plugin_e")
 
     @hookimpl
-    def arbiter_no_such_hook():
+    def arbiter_no_such_hook() -> int:
         return 1
 
     module.arbiter_no_such_hook = arbiter_no_such_hook  # type: ignore[attr-defined]
@@ -139,7 +142,7 @@ def test_unknown_hook_is_refused_by_check_pending() -> None:
 def test_calls_are_isolated_and_time_out() -> None:
     host = build_plugin_manager(entry_points=False, timeout_s=0.2)
 
-    def boom():
+    def boom() -> None:
         raise RuntimeError("driver exploded")
 
     with pytest.raises(PluginFailed, match="RuntimeError: driver exploded"):

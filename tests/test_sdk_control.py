@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,14 +17,14 @@ from arbiter.config.models import ControlDocument, JobEvent
 from arbiter.sdk.control import NUDGE_SIGNAL, Control, Stopped, write_control_document
 
 
-def test_without_arbiter_a_job_runs_at_duty_one(monkeypatch) -> None:
+def test_without_arbiter_a_job_runs_at_duty_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ARBITER_CONTROL", raising=False)
     ctl = Control()
     ctl.safe_point()
     assert (ctl.state, ctl.gpu_duty) == ("run", 1.0)
 
 
-def test_documents_match_the_published_schema(tmp_path) -> None:
+def test_documents_match_the_published_schema(tmp_path: Path) -> None:
     path = tmp_path / "control.json"
     write_control_document(str(path), "paused", 0.25, 7, "phase on")
     ControlDocument.model_validate(json.loads(path.read_text()))
@@ -36,7 +37,7 @@ def test_documents_match_the_published_schema(tmp_path) -> None:
         JobEvent.model_validate_json(line)
 
 
-def test_safe_point_blocks_while_paused_and_wakes_on_the_nudge(tmp_path, monkeypatch) -> None:
+def test_safe_point_blocks_while_paused_and_wakes_on_the_nudge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a poll far longer than the test may wait: only the nudge can wake it in time
     monkeypatch.setattr(control_module, "_POLL_S", 60.0)
     path = tmp_path / "control.json"
@@ -58,7 +59,7 @@ def test_safe_point_blocks_while_paused_and_wakes_on_the_nudge(tmp_path, monkeyp
     t.join(10)
 
 
-def test_stop_raises_and_older_documents_are_ignored(tmp_path) -> None:
+def test_stop_raises_and_older_documents_are_ignored(tmp_path: Path) -> None:
     path = tmp_path / "control.json"
     write_control_document(str(path), "run", 1.0, 5)
     ctl = Control(str(path), install_handler=False)
@@ -69,7 +70,7 @@ def test_stop_raises_and_older_documents_are_ignored(tmp_path) -> None:
         ctl.safe_point()
 
 
-def test_invalid_state_is_refused(tmp_path) -> None:
+def test_invalid_state_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         write_control_document(str(tmp_path / "c"), "sleep", 1.0, 1)
 
@@ -87,7 +88,7 @@ print("done", flush=True)
 NUDGES = 2000
 
 
-def test_a_nudge_at_any_moment_never_hangs_the_job(tmp_path) -> None:
+def test_a_nudge_at_any_moment_never_hangs_the_job(tmp_path: Path) -> None:
     # the nudge handler once set a threading.Event: a nudge landing while the job's own wait
     # held that Event's lock deadlocked the job for good (paused, it never saw its resume)
     path = tmp_path / "control.json"

@@ -220,7 +220,7 @@ def test_a_pause_while_idling_buys_no_units_back_to_back(tmp_path: Path) -> None
     def units() -> None:
         with duty.unit():
             time.sleep(0.1)  # the unit's work: 0.1 s idle due after it
-            write_control_document(ctl.path, "paused", 0.5, 2)  # the pause falls in that idle
+            rewrite(ctl, "paused", 0.5, 2)  # the pause falls in that idle
         busy_before, started = duty.busy_s, time.monotonic()
         with duty.unit():
             time.sleep(0.1)  # the unit's work
@@ -230,7 +230,7 @@ def test_a_pause_while_idling_buys_no_units_back_to_back(tmp_path: Path) -> None
     # paused well past the idle due (its waits while paused count as idle; unpaused, both
     # units would idle 0.2 s in all)
     wait_until(lambda: duty.idle_s >= 0.5, 30, "the job to idle paused for 0.5 s")
-    write_control_document(ctl.path, "run", 0.5, 3)
+    rewrite(ctl, "run", 0.5, 3)
     wait_until(lambda: not job.is_alive(), 30, "the second unit to end")
     assert not raised
     # its own full idle (as long as the unit, at duty 0.5), no credit from the pause
@@ -264,6 +264,12 @@ def control(tmp_path: Path, state: str = "run", duty: float = 1.0, seq: int = 1)
     return Control(str(path), install_handler=False)
 
 
+def rewrite(ctl: Control, state: str, duty: float, seq: int, reason: str = "") -> None:
+    """A new control document for ``ctl``, as the daemon writes one."""
+    assert ctl.path is not None
+    write_control_document(ctl.path, state, duty, seq, reason)
+
+
 def one_unit(duty: Duty, work_s: float = 0.05) -> Callable[[], None]:
     def body() -> None:
         with duty.unit():
@@ -277,7 +283,7 @@ def test_a_new_duty_while_idling_changes_the_idle_at_once(tmp_path: Path) -> Non
     duty = Duty(ctl)
     job, raised = in_thread(one_unit(duty))
     wait_until(lambda: duty.units == 1, 30, "the unit's work to end: it idles now")
-    write_control_document(ctl.path, "run", 0.5, 2)
+    rewrite(ctl, "run", 0.5, 2)
     # noticed within a wait slice (0.25 s) of the change, not after the 50 s first due
     wait_until(lambda: not job.is_alive(), 10, "the idle to end once the duty went up")
     assert duty.duty == 0.5 and not raised
@@ -288,7 +294,7 @@ def test_a_stop_while_idling_raises_stopped(tmp_path: Path) -> None:
     duty = Duty(ctl)
     job, raised = in_thread(one_unit(duty))
     wait_until(lambda: duty.units == 1, 30, "the unit's work to end: it idles now")
-    write_control_document(ctl.path, "stop", 0.0, 2, reason="owner asked")
+    rewrite(ctl, "stop", 0.0, 2, reason="owner asked")
     wait_until(lambda: not job.is_alive(), 10, "the idle to end on the stop")
     assert [type(e) for e in raised] == [Stopped] and "owner asked" in str(raised[0])
 
@@ -312,13 +318,13 @@ def test_duty_zero_and_paused_wait_for_a_run_above_zero(tmp_path: Path) -> None:
 
     wait_until(waited_again(), 30, "a wait while paused")
     assert not entered
-    write_control_document(ctl.path, "run", 0.0, 2)
+    rewrite(ctl, "run", 0.0, 2)
     wait_until(lambda: ctl.seq == 2, 30, "the run at duty 0 to be read")
     again = waited_again()
     wait_until(again, 30, "the wait in which it was read to end")
     wait_until(waited_again(), 30, "a whole wait at duty 0")  # begun after duty 0 was taken
     assert not entered  # a run at duty 0 is no run
-    write_control_document(ctl.path, "run", 0.8, 3)
+    rewrite(ctl, "run", 0.8, 3)
     wait_until(lambda: not job.is_alive(), 10, "the unit to run at duty 0.8")
     assert entered == [0.8] and not raised and duty.idle_s > 0
 
@@ -369,16 +375,16 @@ def test_supervisor_follows_duty_pause_and_stop_of_a_real_workload(tmp_path: Pat
     runner.start()
     try:
         wait_until(lambda: ticks.exists() and ticks.stat().st_size > 3, 30, "the workload to work")
-        write_control_document(ctl.path, "run", 0.7, 2)
+        rewrite(ctl, "run", 0.7, 2)
         wait_until(lambda: len(seen) >= 2, 10, "the new duty to be handed on")
         assert seen == [0.4, 0.7]
-        write_control_document(ctl.path, "paused", 0.0, 3)
+        rewrite(ctl, "paused", 0.0, 3)
         assert sup.proc is not None
         group = sup.proc.pid  # the workload leads its own process group
         # the kernel's word that the whole group is stopped (so it writes no more ticks),
         # rather than a wait to see the ticks file not grow
         wait_until(lambda: group_states(group) == {"T"}, 10, "every process of its group to be stopped")
-        write_control_document(ctl.path, "stop", 0.0, 4)
+        rewrite(ctl, "stop", 0.0, 4)
         runner.join(30)
         assert result == [0] and sup.proc is not None and sup.proc.poll() is not None
     finally:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from arbiter.store import JobRecord, PausedEntry, PausedJournal, Store
 
 
-def test_journal_replay_keeps_what_is_still_paused(tmp_path) -> None:
+def test_journal_replay_keeps_what_is_still_paused(tmp_path: Path) -> None:
     journal = PausedJournal(tmp_path / "j")
     a = PausedEntry("job1", "tree", 10, 1.5, "signal")
     b = PausedEntry("job1", "tree", 11, 1.6, "signal")
@@ -18,7 +20,7 @@ def test_journal_replay_keeps_what_is_still_paused(tmp_path) -> None:
     assert PausedJournal.replay(tmp_path / "j") == {b.key: b}
 
 
-def test_a_batch_is_one_line_and_lines_of_an_earlier_daemon_still_replay(tmp_path) -> None:
+def test_a_batch_is_one_line_and_lines_of_an_earlier_daemon_still_replay(tmp_path: Path) -> None:
     path = tmp_path / "j"
     with open(path, "w") as fh:  # a dict per line, as daemons before the batched form wrote
         fh.write(
@@ -41,7 +43,7 @@ def test_a_batch_is_one_line_and_lines_of_an_earlier_daemon_still_replay(tmp_pat
     assert PausedJournal.replay(path) == {old.key: old, batch[0].key: batch[0], batch[2].key: batch[2]}
 
 
-def test_timeline_paused_and_jobs_survive_reopening(tmp_path) -> None:
+def test_timeline_paused_and_jobs_survive_reopening(tmp_path: Path) -> None:
     store = Store(tmp_path / "s.db")
     with store.transaction() as db:
         Store.add_event(db, {"t": 1.0, "code": "JOB_PAUSED", "subject": "j", "message": "m", "data": {"x": 1}})

@@ -143,7 +143,7 @@ def load_yaml_mapping(text: str, filename: str) -> tuple[dict[str, Any], Positio
     return data, positions
 
 
-def validate_kind_options(block: KindBlock, model: type[BaseModel]) -> BaseModel:
+def validate_kind_options(block: KindBlock, model: type[M]) -> M:
     """Stage two: a block's options against its kind's model (which may declare ``kind`` too)."""
     options = block.options()
     if "kind" in model.model_fields:

@@ -101,9 +101,9 @@ def node_section(s: Mapping[str, Any]) -> str:
     else:
         lines.append("<p class='muted'>VRAM: not read on this node</p>")
     for told in s.get("scheduler_labels") or []:  # what a fleet scheduler is told of this node
-        labels = ", ".join(f"<span class='code'>{_e(label)}</span>" for label in told["labels"]) or "none"
-        failed = f" <span class='notice'>{_e(told['error'])}</span>" if told.get("error") else ""
-        lines.append(f"<p>{_e(told['scheduler'])} node {_e(told['node'])}: features {labels}{failed}</p>")
+        labels = ", ".join(f"<span class='code'>{esc(label)}</span>" for label in told["labels"]) or "none"
+        failed = f" <span class='notice'>{esc(told['error'])}</span>" if told.get("error") else ""
+        lines.append(f"<p>{esc(told['scheduler'])} node {esc(told['node'])}: features {labels}{failed}</p>")
     fp = s.get("fast_path") or {}
     if fp.get("count"):
         lines.append(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from arbiter_testing.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +27,7 @@ def test_each_curve_settles_near_its_oracle_under_the_target() -> None:
         assert all(r["recovered_in"] is not None and r["recovered_in"] <= 2 for r in runs), name
 
 
-def test_the_model_report_runs(capsys) -> None:
+def test_the_model_report_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert bench.run_model(20, 3, 2) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in bench.CURVES) and "goal ≥ 85%" in out

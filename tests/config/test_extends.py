@@ -11,25 +11,20 @@ from pathlib import Path
 import pytest
 
 from arbiter.config.errors import Problem
-from arbiter.config.loader import check_paths, merge_rule_files, read_rule_file
+from arbiter.config.loader import RuleSet, check_paths, merge_rule_files, read_rule_file
 from arbiter.config.models import NodeConfig, Rule
 from arbiter.daemon.rules import RuleBook
-from arbiter.pluginmanager import build_plugin_manager
+from arbiter.pluginmanager import PluginHost
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_LLM = ROOT / "tenants.d" / "llm-server.yaml"
 
 
-@pytest.fixture(scope="module")
-def host():
-    return build_plugin_manager()
-
-
-def check(host, *paths: Path, bases: tuple[Path, ...] = ()):
+def check(host: PluginHost, *paths: Path, bases: tuple[Path, ...] = ()) -> RuleSet:
     return check_paths(list(paths), host.options_model, host.kind_names, bases=bases)
 
 
-def problems(ruleset) -> list[Problem]:
+def problems(ruleset: RuleSet) -> list[Problem]:
     return [p for ps in ruleset.problems.values() for p in ps]
 
 
@@ -51,7 +46,7 @@ def shipped(tmp_path: Path) -> Path:
 # --- what an extension gets --------------------------------------------------------------------
 
 
-def test_an_override_that_changes_only_priority_keeps_the_shipped_blocks(host, shipped) -> None:
+def test_an_override_that_changes_only_priority_keeps_the_shipped_blocks(host: PluginHost, shipped: Path) -> None:
     base = check(host, shipped).rules["llm-server"]
     override = write(shipped, "zz-local.yaml", "extends: llm-server\npriority: 70\n")
     ruleset = check(host, shipped)
@@ -65,15 +60,17 @@ def test_an_override_that_changes_only_priority_keeps_the_shipped_blocks(host, s
     assert rule.model_dump(exclude={"priority", "extends"}) == base.model_dump(exclude={"priority", "extends"})
 
 
-def test_a_field_added_later_to_the_base_reaches_an_extension_written_earlier(host, shipped) -> None:
+def test_a_field_added_later_to_the_base_reaches_an_extension_written_earlier(host: PluginHost, shipped: Path) -> None:
     write(shipped, "zz-local.yaml", "extends: llm-server\npriority: 70\nrelease:\n  timeout_s: 5\n")
     before = check(host, shipped).rules["llm-server"]
+    assert before.busy is not None
     assert before.needs_vram_gb is None and "every_s" not in before.busy.options()
     # a later version of the default: a new top-level field and a new option inside busy:
     newer = SHIPPED_LLM.read_text() + "needs_vram_gb: 8\n"
     newer = newer.replace("  models_key: models\n", "  models_key: models\n  every_s: 1\n")
     (shipped / "llm-server.yaml").write_text(newer)
     after = check(host, shipped).rules["llm-server"]
+    assert after.busy is not None and after.release is not None
     assert after.needs_vram_gb == 8 and after.busy.options()["every_s"] == 1
     # the extension's own changes still hold, and the release it touched merged key by key
     release = after.release.options()
@@ -85,7 +82,7 @@ def test_a_field_added_later_to_the_base_reaches_an_extension_written_earlier(ho
     )
 
 
-def test_mappings_merge_and_everything_else_replaces(host, shipped) -> None:
+def test_mappings_merge_and_everything_else_replaces(host: PluginHost, shipped: Path) -> None:
     write(
         shipped,
         "zz-local.yaml",
@@ -102,10 +99,10 @@ def test_mappings_merge_and_everything_else_replaces(host, shipped) -> None:
     rule = ruleset.rules["llm-server"]
     assert rule.match.options() == {"name": ["my-llm"], "tree": "descendants"}
     assert rule.release is None and rule.notes == "mine"
-    assert rule.busy.kind == "vram" and rule.busy.options() == {"above_gb": 2}
+    assert rule.busy is not None and rule.busy.kind == "vram" and rule.busy.options() == {"above_gb": 2}
 
 
-def test_an_extension_may_set_its_own_id_or_repeat_the_base_one(host, shipped) -> None:
+def test_an_extension_may_set_its_own_id_or_repeat_the_base_one(host: PluginHost, shipped: Path) -> None:
     mine = write(shipped, "zz-local.yaml", "id: my-llm\nextends: llm-server\n")
     assert list(check(host, shipped).rules) == ["my-llm"]
     mine.write_text("id: llm-server\nextends: llm-server\npriority: 55\n")
@@ -113,18 +110,18 @@ def test_an_extension_may_set_its_own_id_or_repeat_the_base_one(host, shipped) -
     assert not ruleset.problems and ruleset.rules["llm-server"].priority == 55
 
 
-def test_an_extension_of_an_extension(host, shipped) -> None:
+def test_an_extension_of_an_extension(host: PluginHost, shipped: Path) -> None:
     write(shipped, "site.yaml", "id: site-llm\nextends: llm-server\npriority: 60\nnotes: site\n")
     write(shipped, "user.yaml", "extends: site-llm\npriority: 65\n")
     ruleset = check(host, shipped)
     assert not ruleset.problems, problems(ruleset)
     assert list(ruleset.rules) == ["site-llm"]
     rule = ruleset.rules["site-llm"]
-    assert (rule.priority, rule.notes, rule.busy.kind) == (65, "site", "http_count")
+    assert rule.busy is not None and (rule.priority, rule.notes, rule.busy.kind) == (65, "site", "http_count")
     assert ruleset.files["site-llm"] == str(shipped / "user.yaml")
 
 
-def test_merged_positions_name_the_file_each_value_came_from(shipped) -> None:
+def test_merged_positions_name_the_file_each_value_came_from(shipped: Path) -> None:
     base = read_rule_file(SHIPPED_LLM.read_text(), "base.yaml")
     ext = read_rule_file("extends: llm-server\nbusy:\n  url: http://127.0.0.1:1/api/ps\n", "ext.yaml")
     merged = merge_rule_files([base, ext])
@@ -137,7 +134,7 @@ def test_merged_positions_name_the_file_each_value_came_from(shipped) -> None:
 # --- errors ------------------------------------------------------------------------------------
 
 
-def test_an_unknown_base_names_the_line_and_the_known_ids(host, shipped) -> None:
+def test_an_unknown_base_names_the_line_and_the_known_ids(host: PluginHost, shipped: Path) -> None:
     path = write(shipped, "zz-local.yaml", "priority: 70\nextends: llm-sever\n")
     (p,) = problems(check(host, shipped))
     assert (p.file, p.line, p.column, p.field) == (str(path), 2, 10, "extends")
@@ -145,7 +142,7 @@ def test_an_unknown_base_names_the_line_and_the_known_ids(host, shipped) -> None
     assert "did you mean 'llm-server'?" in p.hint and "tenants_dirs" in p.hint
 
 
-def test_a_base_extended_twice_is_an_error_in_both_extensions(host, shipped) -> None:
+def test_a_base_extended_twice_is_an_error_in_both_extensions(host: PluginHost, shipped: Path) -> None:
     a = write(shipped, "a.yaml", "extends: llm-server\npriority: 70\n")
     b = write(shipped, "b.yaml", "extends: llm-server\npriority: 40\n")
     ruleset = check(host, shipped)
@@ -157,7 +154,7 @@ def test_a_base_extended_twice_is_an_error_in_both_extensions(host, shipped) -> 
     assert "extended once" in found[str(a)].hint
 
 
-def test_a_cycle_is_an_error_naming_it(host, tmp_path) -> None:
+def test_a_cycle_is_an_error_naming_it(host: PluginHost, tmp_path: Path) -> None:
     write(tmp_path, "a.yaml", "id: a\nextends: b\nmatch: {name: [x]}\n")
     write(tmp_path, "b.yaml", "id: b\nextends: a\nmatch: {name: [y]}\n")
     ruleset = check(host, tmp_path)
@@ -170,19 +167,19 @@ def test_a_cycle_is_an_error_naming_it(host, tmp_path) -> None:
         assert "remove extends" in p.hint
 
 
-def test_a_file_cannot_be_its_own_base(host, tmp_path) -> None:
+def test_a_file_cannot_be_its_own_base(host: PluginHost, tmp_path: Path) -> None:
     write(tmp_path, "a.yaml", "id: a\nextends: a\nmatch: {name: [x]}\n")
     (p,) = problems(check(host, tmp_path))
     assert p.field == "extends" and "no other rule file" in p.message
 
 
-def test_extends_must_be_one_id(host, shipped) -> None:
+def test_extends_must_be_one_id(host: PluginHost, shipped: Path) -> None:
     write(shipped, "zz-local.yaml", "extends: [llm-server]\n")
     (p,) = problems(check(host, shipped))
     assert p.field == "extends" and "list" in p.message and "extends: ID" in p.hint
 
 
-def test_a_bad_value_points_at_the_file_that_holds_it(host, shipped) -> None:
+def test_a_bad_value_points_at_the_file_that_holds_it(host: PluginHost, shipped: Path) -> None:
     override = write(shipped, "zz-local.yaml", "extends: llm-server\npriority: lots\nbusy:\n  every_s: -1\n")
     found = {p.field: p for p in problems(check(host, shipped))}
     assert (found["priority"].file, found["priority"].line) == (str(override), 2)
@@ -199,7 +196,7 @@ def test_a_bad_value_points_at_the_file_that_holds_it(host, shipped) -> None:
     assert (p.file, p.line, p.field) == (str(base), line, "match.tree")
 
 
-def test_a_base_that_cannot_be_read_is_named_in_the_hint(host, shipped) -> None:
+def test_a_base_that_cannot_be_read_is_named_in_the_hint(host: PluginHost, shipped: Path) -> None:
     (shipped / "llm-server.yaml").write_text("id: llm-server\nmatch: {name: [ollama]\n")
     write(shipped, "zz-local.yaml", "extends: llm-server\n")
     found = problems(check(host, shipped))
@@ -222,7 +219,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_arbiter_check_finds_a_single_files_base_in_the_tenants_dirs(tmp_path, shipped) -> None:
+def test_arbiter_check_finds_a_single_files_base_in_the_tenants_dirs(tmp_path: Path, shipped: Path) -> None:
     node = write(tmp_path, "node.yaml", f"tenants_dirs: [{shipped}]\n")
     override = write(tmp_path, "local.yaml", "extends: llm-server\npriority: 70\n")
     out = run_cli("check", "--config", str(node), str(override))
@@ -237,7 +234,7 @@ def test_arbiter_check_finds_a_single_files_base_in_the_tenants_dirs(tmp_path, s
     assert run_cli("check", "--config", str(node), str(ROOT / "tenants.d")).returncode == 0
 
 
-def rulebook(folder: Path, records: list[tuple[str, str, str]], host) -> RuleBook:
+def rulebook(folder: Path, records: list[tuple[str, str, str]], host: PluginHost) -> RuleBook:
     config = NodeConfig(tenants_dirs=[str(folder)], state_dir=str(folder.parent / "state"))
     return RuleBook(
         config,
@@ -248,7 +245,7 @@ def rulebook(folder: Path, records: list[tuple[str, str, str]], host) -> RuleBoo
     )
 
 
-def test_the_daemon_loads_the_merged_rule_and_keeps_the_last_good_one(host, tmp_path) -> None:
+def test_the_daemon_loads_the_merged_rule_and_keeps_the_last_good_one(host: PluginHost, tmp_path: Path) -> None:
     # plain match-only rules: nothing here starts a probe
     folder = tmp_path / "tenants.d"
     folder.mkdir()
@@ -291,7 +288,7 @@ def test_the_daemon_loads_the_merged_rule_and_keeps_the_last_good_one(host, tmp_
         book.close()
 
 
-def test_the_daemon_reports_an_unknown_base_and_holds_gpu_work(host, tmp_path) -> None:
+def test_the_daemon_reports_an_unknown_base_and_holds_gpu_work(host: PluginHost, tmp_path: Path) -> None:
     folder = tmp_path / "tenants.d"
     folder.mkdir()
     ext = write(folder, "local.yaml", "extends: nothing-here\npriority: 70\n")
@@ -306,7 +303,7 @@ def test_the_daemon_reports_an_unknown_base_and_holds_gpu_work(host, tmp_path) -
         book.close()
 
 
-def test_a_shipped_default_is_a_base_without_its_folder_in_tenants_dirs(host, tmp_path) -> None:
+def test_a_shipped_default_is_a_base_without_its_folder_in_tenants_dirs(host: PluginHost, tmp_path: Path) -> None:
     """`extends:` finds the shipped defaults; those nothing extends stay out of force."""
     folder = tmp_path / "tenants.d"
     folder.mkdir()
@@ -329,7 +326,7 @@ def test_a_shipped_default_is_a_base_without_its_folder_in_tenants_dirs(host, tm
         book.close()
 
 
-def test_another_port_is_one_line(host, shipped) -> None:
+def test_another_port_is_one_line(host: PluginHost, shipped: Path) -> None:
     shutil.copy(ROOT / "tenants.d" / "diffusion-server.yaml", shipped / "diffusion-server.yaml")
     write(shipped, "mine.yaml", "extends: diffusion-server\nbase_url: http://127.0.0.1:9188\n")
     ruleset = check(host, shipped)

@@ -11,14 +11,10 @@ import pytest
 
 from arbiter.config.errors import ConfigError
 from arbiter.config.loader import check_paths, load_node_config, parse_manifest, parse_rule
-from arbiter.pluginmanager import build_plugin_manager
+from arbiter.config.models import Rule
+from arbiter.pluginmanager import PluginHost
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def host():
-    return build_plugin_manager()
 
 
 def trusted(path: str) -> None:
@@ -26,7 +22,7 @@ def trusted(path: str) -> None:
     return None
 
 
-def parse(host, text: str):
+def parse(host: PluginHost, text: str) -> Rule:
     return parse_rule(text, "t.yaml", host.options_model, host.kind_names, trusted)
 
 
@@ -47,12 +43,12 @@ during:
 """
 
 
-def test_a_good_rule_parses_both_stages(host) -> None:
+def test_a_good_rule_parses_both_stages(host: PluginHost) -> None:
     rule = parse(host, GOOD)
     assert rule.id == "trainer" and rule.protected and rule.during[0].pause_fleet.scope == "gpu"
 
 
-def test_outer_errors_name_line_column_and_field(host) -> None:
+def test_outer_errors_name_line_column_and_field(host: PluginHost) -> None:
     with pytest.raises(ConfigError) as err:
         parse(host, GOOD.replace("priority: 50", "priority: high"))
     (p,) = err.value.problems
@@ -60,7 +56,7 @@ def test_outer_errors_name_line_column_and_field(host) -> None:
     assert str(p).startswith("t.yaml:3:11: priority: ") and "(write a whole number)" in str(p)
 
 
-def test_plugin_block_errors_are_found_even_with_outer_errors(host) -> None:
+def test_plugin_block_errors_are_found_even_with_outer_errors(host: PluginHost) -> None:
     text = GOOD.replace("priority: 50", "priority: high").replace("cmdline: [train.py]", "cmdlin: [train.py]")
     with pytest.raises(ConfigError) as err:
         parse(host, text)
@@ -70,14 +66,14 @@ def test_plugin_block_errors_are_found_even_with_outer_errors(host) -> None:
     assert cmdlin.line == 5
 
 
-def test_unknown_kind_lists_known_ones(host) -> None:
+def test_unknown_kind_lists_known_ones(host: PluginHost) -> None:
     with pytest.raises(ConfigError) as err:
         parse(host, GOOD.replace("{kind: jsonl, path: /tmp/events.jsonl, event: step_done}", "{kind: jsnol, path: x}"))
     (p,) = err.value.problems
     assert p.field == "protect.source.kind" and "jsonl" in p.hint and p.line == 10
 
 
-def test_source_options_errors_point_into_the_list(host) -> None:
+def test_source_options_errors_point_into_the_list(host: PluginHost) -> None:
     with pytest.raises(ConfigError) as err:
         parse(
             host,
@@ -87,13 +83,13 @@ def test_source_options_errors_point_into_the_list(host) -> None:
     assert err.value.problems[0].line == 12
 
 
-def test_yaml_syntax_error_has_a_line(host) -> None:
+def test_yaml_syntax_error_has_a_line(host: PluginHost) -> None:
     with pytest.raises(ConfigError) as err:
         parse(host, "id: x\nmatch: {name: [a]\n")
     assert err.value.problems[0].line >= 2 and "not valid YAML" in err.value.problems[0].message
 
 
-def test_duplicate_ids_across_files(tmp_path, host) -> None:
+def test_duplicate_ids_across_files(tmp_path: Path, host: PluginHost) -> None:
     (tmp_path / "a.yaml").write_text("id: x\nmatch: {name: [a]}\n")
     (tmp_path / "b.yaml").write_text("id: x\nmatch: {name: [b]}\n")
     ruleset = check_paths([tmp_path], host.options_model, host.kind_names)
@@ -101,7 +97,7 @@ def test_duplicate_ids_across_files(tmp_path, host) -> None:
     assert "already used" in ruleset.problems[str(tmp_path / "b.yaml")][0].message
 
 
-def test_shipped_rule_files_and_examples_are_valid(host) -> None:
+def test_shipped_rule_files_and_examples_are_valid(host: PluginHost) -> None:
     ruleset = check_paths(
         [ROOT / "tenants.d", ROOT / "examples" / "demo" / "tenants.d"], host.options_model, host.kind_names
     )
@@ -109,7 +105,7 @@ def test_shipped_rule_files_and_examples_are_valid(host) -> None:
     assert {"llm-server", "diffusion-server", "desktop-compositor", "standin-trainer"} <= set(ruleset.rules)
 
 
-def test_every_shipped_block_validates_against_its_plugins_own_options(host) -> None:
+def test_every_shipped_block_validates_against_its_plugins_own_options(host: PluginHost) -> None:
     """Not only "some plugin took it": each block is checked by the model of the plugin that
     will run it, so a field the plugin does not know (or a wrong value) fails here."""
     from arbiter.config.loader import raw_kind_blocks, read_rule_file, validate_kind_options, with_base_url
@@ -143,11 +139,12 @@ DOCUMENTED_UNLOAD = {"model": "llama3.2", "keep_alive": 0}
 DOCUMENTED_FREE = {"unload_models": True, "free_memory": True}
 
 
-def test_shipped_defaults_say_what_section_7_asks(host) -> None:
+def test_shipped_defaults_say_what_section_7_asks(host: PluginHost) -> None:
     rules = check_paths([ROOT / "tenants.d"], host.options_model, host.kind_names).rules
     llm, diffusion, desktop = rules["llm-server"], rules["diffusion-server"], rules["desktop-compositor"]
 
     assert (llm.priority, llm.idle_release_after_s) == (50, 0)
+    assert llm.busy is not None and llm.release is not None
     busy, release = llm.busy.options(), llm.release.options()
     assert llm.busy.kind == "http_count" and busy["url"] == "http://127.0.0.1:11434/api/ps"
     assert busy["count_keys"] == ["models"] and busy["models_key"] == "models"
@@ -158,6 +155,7 @@ def test_shipped_defaults_say_what_section_7_asks(host) -> None:
     assert {**release["body"], "model": DOCUMENTED_UNLOAD["model"]} == DOCUMENTED_UNLOAD
 
     assert (diffusion.priority, diffusion.idle_release_after_s) == (60, 30) and diffusion.needs_vram_gb
+    assert diffusion.busy is not None and diffusion.release is not None and diffusion.events is not None
     busy, release, events = diffusion.busy.options(), diffusion.release.options(), diffusion.events.options()
     assert diffusion.busy.kind == "http_count" and busy["url"] == "http://127.0.0.1:8188/queue"
     assert busy["count_keys"] == ["queue_running", "queue_pending"] and busy["vram_floor_gb"] > 0
@@ -183,7 +181,7 @@ def test_manifest_rules() -> None:
     assert "apis_any needs use: shared" in str(err.value) and err.value.problems[0].line == 2
 
 
-def test_node_config_relative_paths_and_env(tmp_path, monkeypatch) -> None:
+def test_node_config_relative_paths_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "arbiter.yaml").write_text("state_dir: st\ntenants_dirs: [t.d]\n")
     monkeypatch.setenv("ARBITER_CONFIG", str(tmp_path / "arbiter.yaml"))
     cfg, path = load_node_config()
@@ -204,7 +202,7 @@ def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_check_cli_reports_every_file_and_exits_non_zero(tmp_path) -> None:
+def test_check_cli_reports_every_file_and_exits_non_zero(tmp_path: Path) -> None:
     (tmp_path / "good.yaml").write_text("id: ok\nmatch: {name: [a]}\n")
     (tmp_path / "bad.yaml").write_text("id: bad\nmatch:\n  name: [a]\npriority: lots\n")
     (tmp_path / "worse.yaml").write_text("id: [\n")
@@ -217,7 +215,7 @@ def test_check_cli_reports_every_file_and_exits_non_zero(tmp_path) -> None:
     assert out.returncode == 0 and json.loads(out.stdout)["problems"] == []
 
 
-def test_check_refuses_a_stand_in_reader_without_stand_in_gpu(tmp_path) -> None:
+def test_check_refuses_a_stand_in_reader_without_stand_in_gpu(tmp_path: Path) -> None:
     (tmp_path / "node.yaml").write_text("readers: [cpu_time]\ntenants_dirs: []\n")
     out = run_cli("check", "--config", str(tmp_path / "node.yaml"), str(tmp_path / "node.yaml"))
     assert out.returncode == 1 and "stand_in_gpu: true" in out.stdout
@@ -231,7 +229,7 @@ def test_schema_prints_every_document() -> None:
     assert run_cli("schema", "nope").returncode == 2
 
 
-def test_yaml_on_off_yes_no_are_words_not_booleans(host) -> None:
+def test_yaml_on_off_yes_no_are_words_not_booleans(host: PluginHost) -> None:
     rule = parse(host, GOOD.replace("on: [uploading]", "on: [on, yes]"))
     assert rule.during[0].source.options()["on"] == ["on", "yes"]
     assert parse(host, GOOD + "enabled: false\n").enabled is False

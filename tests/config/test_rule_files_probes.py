@@ -3,11 +3,14 @@ file, line and field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from arbiter.config.errors import ConfigError
 from arbiter.config.loader import parse_rule
-from arbiter.pluginmanager import build_plugin_manager
+from arbiter.config.models import Rule
+from arbiter.pluginmanager import PluginHost
 
 BASE = """\
 id: vllm
@@ -30,30 +33,25 @@ reacquire_after_s: 10
 
 
 @pytest.fixture(scope="module")
-def host():
-    return build_plugin_manager()
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the rule files are written: a folder only root can change, as the requests a
     rule sends are taken only from such a file."""
     return tmp_path_factory.mktemp("rules")
 
 
-def parse(host, text: str, folder):
+def parse(host: PluginHost, text: str, folder: Path) -> Rule:
     path = folder / "t.yaml"
     path.write_text(text)
     return parse_rule(text, str(path), host.options_model, host.kind_names)
 
 
-def problems(host, text: str, folder) -> list[tuple[int | None, str, str]]:
+def problems(host: PluginHost, text: str, folder: Path) -> list[tuple[int | None, str, str]]:
     with pytest.raises(ConfigError) as err:
         parse(host, text, folder)
     return [(p.line, p.field, str(p)) for p in err.value.problems]
 
 
-def test_the_base_is_valid(host, folder) -> None:
+def test_the_base_is_valid(host: PluginHost, folder: Path) -> None:
     rule = parse(host, BASE, folder)
     assert rule.reacquire is not None and rule.reacquire_after_s == 10
 
@@ -70,19 +68,19 @@ def test_the_base_is_valid(host, folder) -> None:
     ],
 )  # fmt: skip
 def test_each_new_option_is_checked_where_it_is(
-    host, folder, old: str, new: str, line: int, field: str, says: str
+    host: PluginHost, folder: Path, old: str, new: str, line: int, field: str, says: str
 ) -> None:
     found = problems(host, BASE.replace(old, new, 1), folder)
     assert any(ln == line and fd == field and says in text for ln, fd, text in found), found
 
 
-def test_a_reacquire_without_a_release_is_refused(host, folder) -> None:
+def test_a_reacquire_without_a_release_is_refused(host: PluginHost, folder: Path) -> None:
     text = BASE.replace("release:\n  kind: http_post\n  url: http://127.0.0.1:8000/sleep?level=1\n", "")
     ((_, _, message),) = problems(host, text, folder)
     assert "add a release: block" in message
 
 
-def test_a_log_regex_group_named_almost_count(host, folder) -> None:
+def test_a_log_regex_group_named_almost_count(host: PluginHost, folder: Path) -> None:
     text = (
         "id: t\nmatch: {cmdline: [train.py]}\nprotect:\n  source:\n    kind: log\n    path: /tmp/t.log\n"
         "    log_regex: '(?P<n>\\d+)/'\n"
@@ -91,7 +89,7 @@ def test_a_log_regex_group_named_almost_count(host, folder) -> None:
     assert (line, field) == (7, "protect.source.log_regex") and "did you mean (?P<count>" in message
 
 
-def test_the_rule_schema_holds_each_kinds_options(host) -> None:
+def test_the_rule_schema_holds_each_kinds_options(host: PluginHost) -> None:
     import jsonschema
     import yaml
 

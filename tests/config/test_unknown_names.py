@@ -11,19 +11,13 @@ import pytest
 
 from arbiter.config.errors import ConfigError
 from arbiter.config.loader import parse_rule
+from arbiter.config.models import Rule
 from arbiter.doctor import local_items
 from arbiter.engine.decide import effective_phase
 from arbiter.engine.types import SourceObs
-from arbiter.plugin import PluginContext
-from arbiter.pluginmanager import build_plugin_manager
+from arbiter.plugin import PluginContext, Source
+from arbiter.pluginmanager import PluginHost
 from arbiter_testing import wait_until
-
-
-@pytest.fixture(scope="module")
-def host():
-    host = build_plugin_manager()
-    yield host
-    host.close()
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -97,7 +91,7 @@ during:
 """
 
 
-def parse(host, source: str, folder: Path):
+def parse(host: PluginHost, source: str, folder: Path) -> Rule:
     """The rule with ``source`` as its during: source, from a file in ``folder`` (file sources
     are taken only from a rule file that only root can change, as this one)."""
     path = folder / "t.yaml"
@@ -105,7 +99,7 @@ def parse(host, source: str, folder: Path):
     return parse_rule(path.read_text(), str(path), host.options_model, host.kind_names)
 
 
-def test_a_misspelt_key_in_a_plugin_block_gets_the_closest(host) -> None:
+def test_a_misspelt_key_in_a_plugin_block_gets_the_closest(host: PluginHost) -> None:
     with pytest.raises(ConfigError) as err:
         parse_rule(
             RULE.replace("cmdline", "cmdlin").replace("SOURCE", "{kind: on_exec, match: {name: [x]}}"),
@@ -117,7 +111,7 @@ def test_a_misspelt_key_in_a_plugin_block_gets_the_closest(host) -> None:
     assert p.field == "match.cmdlin" and p.hint.startswith("did you mean 'cmdline'?") and "user" in p.hint
 
 
-def test_a_misspelt_kind_in_a_rule_gets_the_closest(host, tmp_path: Path) -> None:
+def test_a_misspelt_kind_in_a_rule_gets_the_closest(host: PluginHost, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         parse(host, "{kind: jsnol, path: /tmp/x.jsonl, enter: a, exit: b}", tmp_path)
     (p,) = err.value.problems
@@ -128,7 +122,7 @@ def test_a_misspelt_kind_in_a_rule_gets_the_closest(host, tmp_path: Path) -> Non
     "source",
     ["{kind: jsonl, path: /tmp/x.jsonl, event: step}", "{kind: log, path: /tmp/x.log, log_regex: step}"],
 )
-def test_a_during_source_that_gives_only_a_rate_is_refused(host, source: str, tmp_path: Path) -> None:
+def test_a_during_source_that_gives_only_a_rate_is_refused(host: PluginHost, source: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         parse(host, source, tmp_path)
     (p,) = err.value.problems
@@ -143,12 +137,13 @@ def test_a_during_source_that_gives_only_a_rate_is_refused(host, source: str, tm
         "{kind: on_exec, match: {name: [x]}}",
     ],
 )
-def test_a_during_source_that_gives_a_phase_is_taken(host, source: str, tmp_path: Path) -> None:
+def test_a_during_source_that_gives_a_phase_is_taken(host: PluginHost, source: str, tmp_path: Path) -> None:
     assert parse(host, source, tmp_path).during[0].pause_fleet.scope == "gpu"
 
 
-def test_a_missing_phase_file_counts_as_on(host, tmp_path: Path) -> None:
+def test_a_missing_phase_file_counts_as_on(host: PluginHost, tmp_path: Path) -> None:
     info = host.kind("sources", "jsonl")
+    assert info is not None and issubclass(info.cls, Source)
     options = info.cls.Options.model_validate({"path": str(tmp_path / "none.jsonl"), "enter": "a", "exit": "b"})
     source = info.cls(options, PluginContext(state_dir=tmp_path))
     source.start(lambda _state: None)

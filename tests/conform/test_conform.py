@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 
-def conform(path: Path, *args: str) -> tuple[int, dict]:
+def conform(path: Path, *args: str) -> tuple[int, dict[str, Any]]:
     out = subprocess.run(
         [sys.executable, "-m", "arbiter", "conform", str(path), "--json", *args],
         capture_output=True,
@@ -80,7 +81,7 @@ def test_a_job_that_never_reports_a_phase_fails(tmp_path: Path) -> None:
         ([{"busy": 0.3, "duty": 0.3}], None, "fail", "cannot measure"),
     ],
 )
-def test_judge(reports: list[dict], measured: float | None, verdict: str, why: str) -> None:
+def test_judge(reports: list[dict[str, Any]], measured: float | None, verdict: str, why: str) -> None:
     result = judge(SpecResult("s", 0.3, measured=measured, measured_by="no reader"), reports)
     assert result.verdict == verdict and why in " ".join(result.why)
 

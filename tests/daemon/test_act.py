@@ -6,8 +6,9 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from arbiter.daemon.act import Actuator
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef, Translator
 from arbiter.pluginmanager import build_plugin_manager
-from arbiter.store import PausedJournal
+from arbiter.store import PausedEntry, PausedJournal
 from arbiter_translators.signals import SignalOptions, SignalTranslator
 
 
@@ -75,7 +76,9 @@ def actuator(tmp_path: Path, translator: Translator) -> tuple[Actuator, PausedJo
     return act, journal, persisted
 
 
-def test_every_job_is_paused_in_one_call_and_recorded_first(tmp_path: Path, sleepers) -> None:
+def test_every_job_is_paused_in_one_call_and_recorded_first(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
     translator = Counting(PluginContext(state_dir=tmp_path))
     act, journal, persisted = actuator(tmp_path, translator)
     targets = [target(f"job-{i}", p) for i, p in enumerate(sleepers)]
@@ -91,7 +94,9 @@ def test_every_job_is_paused_in_one_call_and_recorded_first(tmp_path: Path, slee
     assert PausedJournal.replay(journal.path) == {}
 
 
-def test_one_jobs_failure_leaves_the_others_paused_and_it_on_record(tmp_path: Path, sleepers) -> None:
+def test_one_jobs_failure_leaves_the_others_paused_and_it_on_record(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
     translator = Counting(PluginContext(state_dir=tmp_path), fail_job="job-2")
     act, journal, _ = actuator(tmp_path, translator)
     targets = [target(f"job-{i}", p) for i, p in enumerate(sleepers)]
@@ -109,7 +114,9 @@ def test_one_jobs_failure_leaves_the_others_paused_and_it_on_record(tmp_path: Pa
     assert PausedJournal.replay(journal.path) == {}
 
 
-def test_targets_prepared_ahead_are_paused_with_what_was_made_for_them(tmp_path: Path, sleepers, monkeypatch) -> None:
+def test_targets_prepared_ahead_are_paused_with_what_was_made_for_them(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # fifty jobs' entries and journal rows, made on the way to the first signal, were a
     # millisecond under load: the decision makes them ahead
     import arbiter.daemon.act as act_module
@@ -118,8 +125,12 @@ def test_targets_prepared_ahead_are_paused_with_what_was_made_for_them(tmp_path:
     targets = [target(f"job-{i}", p) for i, p in enumerate(sleepers)]
     act.prepare(targets)
     made: list[object] = []
-    real_entry = act_module.PausedEntry
-    monkeypatch.setattr(act_module, "PausedEntry", lambda *a: made.append(a) or real_entry(*a))
+
+    def counted(*fields: Any) -> PausedEntry:
+        made.append(fields)
+        return PausedEntry(*fields)
+
+    monkeypatch.setattr(act_module, "PausedEntry", counted)
     assert act.pause_trees(targets[:3]) == {}
     assert made == [] and all(wait_stopped(p) for p in sleepers[:3])
     # one made anew (equal, but not the one prepared) is paused all the same, its entries made now
@@ -135,13 +146,13 @@ def test_targets_prepared_ahead_are_paused_with_what_was_made_for_them(tmp_path:
 
 @pytest.mark.parametrize("bounded", [True, False])
 def test_a_translator_that_bounds_its_own_time_pauses_and_resumes_on_the_deciding_thread(
-    tmp_path: Path, sleepers, bounded: bool
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], bounded: bool
 ) -> None:
     """No hand-off to a plugin thread for a bounded translator (the hand-off waited for the
     interpreter lock and a CPU under load); any other keeps its timeout on a pool thread."""
 
     class Resuming(Counting):
-        def resume(self, refs):
+        def resume(self, refs: Sequence[ProcessRef]) -> None:
             self.threads.append(threading.get_ident())
             return super().resume(refs)
 
@@ -156,12 +167,12 @@ def test_a_translator_that_bounds_its_own_time_pauses_and_resumes_on_the_decidin
 
 
 def test_a_bounded_translator_that_fails_outside_any_job_is_isolated_and_its_jobs_stay_on_record(
-    tmp_path: Path, sleepers
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
 ) -> None:
     class Broken(Counting):
         bounded = True
 
-        def resume(self, refs):
+        def resume(self, refs: Sequence[ProcessRef]) -> None:
             raise RuntimeError("the resume broke (on purpose)")
 
     act, _, _ = actuator(tmp_path, Broken(PluginContext(state_dir=tmp_path)))
@@ -184,13 +195,15 @@ class Ordered(Counting):
         self.seen.append((target.job_id, sorted(j for j, p in self.procs.items() if stopped(p))))
         return super().pause(target)
 
-    def settle(self, refs, timeout_s):
+    def settle(self, refs: Sequence[ProcessRef], timeout_s: float) -> bool:
         settled = super().settle(refs, timeout_s)
         self.settled.append((tuple(r.pid for r in refs), settled))
         return settled
 
 
-def test_the_first_job_has_stopped_before_the_others_are_signalled(tmp_path: Path, sleepers, monkeypatch) -> None:
+def test_the_first_job_has_stopped_before_the_others_are_signalled(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import arbiter.daemon.act as act_module
 
     monkeypatch.setattr(act_module, "FIRST_STOP_S", 5.0)  # a bound, not a wait: it returns once stopped
@@ -217,7 +230,7 @@ def test_the_first_job_has_stopped_before_the_others_are_signalled(tmp_path: Pat
 
 
 def test_no_wait_for_one_job_alone_a_first_pause_that_failed_or_a_translator_that_does_not_bound_its_time(
-    tmp_path: Path, sleepers
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
 ) -> None:
     procs = {f"job-{i}": p for i, p in enumerate(sleepers)}
     translator = Ordered(PluginContext(state_dir=tmp_path), procs, fail_job="job-0")
@@ -231,9 +244,11 @@ def test_no_wait_for_one_job_alone_a_first_pause_that_failed_or_a_translator_tha
     assert translator.settled == [] and all(wait_stopped(p) for p in sleepers[3:5])
 
 
-def test_a_settle_that_fails_still_lets_the_others_be_paused(tmp_path: Path, sleepers) -> None:
+def test_a_settle_that_fails_still_lets_the_others_be_paused(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
     class Failing(Counting):
-        def settle(self, refs, timeout_s):
+        def settle(self, refs: Sequence[ProcessRef], timeout_s: float) -> bool:
             raise RuntimeError("settle broke (on purpose)")
 
     act, _, _ = actuator(tmp_path, Failing(PluginContext(state_dir=tmp_path)))
@@ -241,7 +256,9 @@ def test_a_settle_that_fails_still_lets_the_others_be_paused(tmp_path: Path, sle
     assert all(wait_stopped(p) for p in sleepers) and len(act.paused) == len(sleepers)
 
 
-def test_no_pause_translator_leaves_the_others_to_the_decision_without_an_error(tmp_path: Path, sleepers) -> None:
+def test_no_pause_translator_leaves_the_others_to_the_decision_without_an_error(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
     host = build_plugin_manager(entry_points=False)
     act = Actuator(host, {}, PausedJournal(tmp_path / "paused.journal"), lambda op, es: None)
     nothing = JobTarget("job-0", "job-0", (), None)  # nothing left to pause: no translator asked for

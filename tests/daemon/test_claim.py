@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.daemon.claim import Claimer
+import pytest
+
+from arbiter.daemon.claim import Claimer, Claims
 from arbiter.plugin import KindOptions, Matcher, ProcessInfo
 from arbiter.pluginmanager import PluginFailed, build_plugin_manager
 from arbiter_testing.waiting import wait_until
@@ -128,7 +130,9 @@ def test_every_matcher_runs_in_one_plugin_call() -> None:
     assert pids["r0"] == frozenset({10, 12}) and all(not pids[f"r{i}"] for i in range(1, 50))
 
 
-def test_a_matcher_that_judges_each_process_alone_is_offered_only_what_changed_since_the_last_tick(monkeypatch) -> None:
+def test_a_matcher_that_judges_each_process_alone_is_offered_only_what_changed_since_the_last_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from dataclasses import replace
 
     from arbiter.daemon import claim
@@ -204,7 +208,7 @@ def test_a_hung_matcher_is_named_and_the_other_rules_go_on_until_it_returns() ->
     finally:
         release.set()
 
-    def claimed_again() -> tuple[dict, dict] | None:
+    def claimed_again() -> Claims | None:
         pids, faults = claimer.claim(rules, TABLE)
         return None if faults["hangs"] else (pids, faults)
 

@@ -66,7 +66,7 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
         node.spawn(["sleep", "1071"])
         node.spawn(["sleep", "1072"])
         node.job_run(["sleep", "3071"], "--name", "j")
-        pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
+        pid = node.job_pid("j", timeout=30)
         node.wait_for(
             lambda: (
                 daemon.snapshot.obs is not None
@@ -81,10 +81,9 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
         node.wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=10)
         node.wait_for(lambda: "source p/during.0" in node.status()["fast_path"]["threads"], timeout=10)
         # q's watcher has reported its phase too (and was not hinted: q is not immediate)
-        node.wait_for(
-            lambda: next(r for r in node.status()["rules"] if r["id"] == "q")["sources"][0]["phase"] == "on", timeout=10
-        )
-        return node.status()["fast_path"]["threads"]
+        node.wait_for(lambda: node.known_rule("q")["sources"][0]["phase"] == "on", timeout=10)
+        threads: dict[str, str] = node.status()["fast_path"]["threads"]
+        return threads
     finally:
         daemon.shutdown()
         node.close()

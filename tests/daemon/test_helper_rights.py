@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,7 @@ def test_a_system_account_whose_home_is_the_root_speaks_for_nothing(monkeypatch:
     assert home is None and "system account" in why
 
 
-def test_a_home_owned_by_someone_else_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+def test_a_home_owned_by_someone_else_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = pwd.struct_passwd(("svc", "x", os.getuid() + 1, 1, "", str(tmp_path), "/bin/sh"))
     monkeypatch.setattr(pwd, "getpwuid", lambda uid: fake)
     home, why = home_of(os.getuid() + 1)

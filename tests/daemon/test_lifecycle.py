@@ -12,6 +12,7 @@ from arbiter.config.loader import load_node_config
 from arbiter.daemon import core
 from arbiter.daemon.core import Daemon, DaemonAlreadyRunning
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.rules import phase_rule
 from arbiter_testing.waiting import wait_until
 
 
@@ -21,17 +22,7 @@ def built(tmp_path: Path) -> tuple[HarnessNode, Path]:
     node = HarnessNode(tmp_path)
     node.add_rule(
         "p",
-        {
-            "id": "p",
-            "match": {"cmdline": ["sleep 4242"]},
-            "immediate": True,
-            "during": [
-                {
-                    "source": {"kind": "jsonl", "path": str(events), "event": "s", "field": "phase", "on": ["on"]},
-                    "pause_fleet": {"scope": "all"},
-                }
-            ],
-        },
+        phase_rule("p", "sleep 4242", events, event="s", scope="all"),
     )
     return node, events
 
@@ -48,13 +39,18 @@ def test_a_daemon_built_and_never_started_lets_the_state_dir_go(tmp_path: Path) 
     with pytest.raises(DaemonAlreadyRunning):
         Daemon(config, node.config_path)
     done = threading.Event()
-    threading.Thread(target=lambda: (daemon.shutdown(), done.set()), daemon=True).start()
+
+    def shut_down() -> None:
+        daemon.shutdown()
+        done.set()
+
+    threading.Thread(target=shut_down, daemon=True).start()
     assert done.wait(10), "shutdown of a daemon that never started must not wait for threads that never ran"
     wait_until(lambda: not watchers(), 10, "the source watcher to end")
     Daemon(config, node.config_path).shutdown()  # the lock was released
 
 
-def test_a_daemon_that_fails_to_build_closes_what_it_opened(tmp_path: Path, monkeypatch) -> None:
+def test_a_daemon_that_fails_to_build_closes_what_it_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node, _ = built(tmp_path)
     config, _ = load_node_config(node.config_path)
 

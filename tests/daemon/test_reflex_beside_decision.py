@@ -20,6 +20,7 @@ import arbiter.daemon.core as core
 import arbiter.daemon.decider as decider
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
+from arbiter.engine.decide import decide as engine_decide
 from arbiter.plugin import SourceState
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
@@ -28,6 +29,12 @@ from arbiter_testing.waiting import wait_until
 def phase(path: Path, value: str) -> None:
     with open(path, "a") as fh:
         fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
+
+
+def verdict(daemon: Daemon, node: HarnessNode, name: str) -> str | None:
+    """The last decision's state for the job ``name``."""
+    decision = daemon.snapshot.decision
+    return decision.jobs[node.known_job(name)["id"]].state if decision is not None else None
 
 
 def stopped(pid: int) -> bool:
@@ -97,7 +104,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
 ) -> None:
     # a long tick: the decisions here are the test's
     with running(tmp_path, 5, 3, reflex_process=True) as (node, daemon, events, pid):
-        real = decider.decide
+        real = engine_decide
         held, entered = threading.Event(), threading.Event()
         first = [True]
 
@@ -129,7 +136,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
         redecisions, decisions = daemon.costs["redecisions"], daemon.costs["decisions"]
         held.set()  # the held decision said "run": carried out, it would continue the job
         node.wait_for(lambda: daemon.costs["redecisions"] > redecisions, timeout=10)
-        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.job("j")["id"]].state == "paused", timeout=10)
+        node.wait_for(lambda: verdict(daemon, node, "j") == "paused", timeout=10)
         # the batch the held decision was made in is done: what it would have done, it has
         wait_until(lambda: daemon.costs["decisions"] > decisions, 10, "the held decision's batch to end")
         assert stopped(pid) and resumes == []  # never continued, not even for a moment
@@ -209,7 +216,7 @@ def test_reports_are_taken_in_the_order_they_came(tmp_path: Path) -> None:
             phase(events, "on")
             phase(events, "off")
         continued(pid, timeout=30)
-        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.job("j")["id"]].state == "run", timeout=30)
+        node.wait_for(lambda: verdict(daemon, node, "j") == "run", timeout=30)
         assert not stopped(pid) and not daemon.actuator.paused
 
 
@@ -219,7 +226,7 @@ def test_every_report_in_one_batch_is_taken_after_one_that_makes_the_decision_ur
     """ "on" then "off" reach the decision thread in one batch (it is held meanwhile): the
     first makes a decision urgent, and the second must still reach the source book."""
     with running(tmp_path, 60, 10) as (node, daemon, _events, pid):
-        real = decider.decide
+        real = engine_decide
         held, entered = threading.Event(), threading.Event()
         first = [True]
 
@@ -238,7 +245,7 @@ def test_every_report_in_one_batch_is_taken_after_one_that_makes_the_decision_ur
         daemon.intake.on_source("p", 0, SourceState(readable=True, phase="off", changed_at=now + 0.001))
         held.set()
         node.wait_for(lambda: (daemon.sources.state(("p", 0)) or SourceState()).phase == "off", timeout=10)
-        node.wait_for(lambda: daemon.snapshot.decision.jobs[node.job("j")["id"]].state == "run", timeout=10)
+        node.wait_for(lambda: verdict(daemon, node, "j") == "run", timeout=10)
         assert not stopped(pid)
 
 
@@ -286,7 +293,7 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
     from arbiter.store import PausedEntry, PausedJournal
 
     with running(tmp_path, 0.2, 13, reflex_process=True) as (node, daemon, _events, pid):
-        job_id = node.job("j")["id"]
+        job_id = node.known_job("j")["id"]
         assert daemon.intake.linked is not None and daemon.intake.linked.link.pid is not None
         journal = PausedJournal(daemon.journal.path)  # as the reflex process does: the row, then the signal
         journal.append("pause", PausedEntry(job_id, "tree", pid, psutil.Process(pid).create_time(), "signal"))
@@ -312,4 +319,4 @@ def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tm
         assert not stopped(pid)
         os.kill(daemon.intake.linked.link.pid, signal.SIGKILL)
         stopped_within(pid)
-        node.wait_for(lambda: node.job("j")["state"] == "paused", timeout=3)
+        node.wait_for(lambda: node.known_job("j")["state"] == "paused", timeout=3)

@@ -166,9 +166,10 @@ def test_it_waits_for_the_lock_and_acts_on_the_arm_given_under_it(linked: Linked
     linked.arm([], [])  # armed with nothing to pause
     with linked.act, linked.link.held():
         linked.phase("busy")
-        assert linked.link.pid is not None
+        pid = linked.link.pid
+        assert pid is not None
         wait_until(
-            lambda: waits_for_lock(linked.link.pid, Path(linked.link.setup["lock"])),
+            lambda: waits_for_lock(pid, Path(linked.link.setup["lock"])),
             10,
             "the reflex process to read the change and wait for the lock",
         )

@@ -39,7 +39,7 @@ def rate(events: Path, *extra: str, seconds: float = 2.0) -> float:
         proc.wait(timeout=60)
     finally:
         proc.kill()
-    times = [json.loads(line)["t"] for line in events.read_text().splitlines()]
+    times: list[float] = [json.loads(line)["t"] for line in events.read_text().splitlines()]
     settled = [t for t in times if t >= times[0] + 0.5]  # past its start-up
     # late frames are made up at once, in a burst: one that straddles the window's start
     # would count frames due before it, so the window starts at a frame the next one waited for

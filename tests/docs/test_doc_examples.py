@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ PAGES = ["getting-started.md", "rule-files.md", "node-config.md", "tenants.md"]
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_rule_files_shown_are_valid(page: str, blocks, tmp_path: Path) -> None:
+def test_rule_files_shown_are_valid(
+    page: str, blocks: Callable[[str, str], list[tuple[str, str]]], tmp_path: Path
+) -> None:
     rules = [(name, text) for name, text in blocks(page, "yaml") if name.startswith("tenants.d/")]
     if page != "node-config.md":
         assert rules, f"docs/{page} shows no rule file (a yaml block starting `# tenants.d/NAME.yaml`)"
@@ -32,7 +35,9 @@ def test_rule_files_shown_are_valid(page: str, blocks, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_node_configs_and_manifests_shown_are_valid(page: str, blocks) -> None:
+def test_node_configs_and_manifests_shown_are_valid(
+    page: str, blocks: Callable[[str, str], list[tuple[str, str]]]
+) -> None:
     host = build_plugin_manager()
     try:
         for name, text in blocks(page, "yaml"):

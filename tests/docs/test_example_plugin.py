@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -101,7 +101,7 @@ def test_arbiter_plugins_lists_it_through_its_entry_point(site: Path) -> None:
     assert "example-files" not in without.stdout  # it came from the folder installed into, nothing else
 
 
-def write_tenants(tmp_path: Path, blocks) -> Path:
+def write_tenants(tmp_path: Path, blocks: Callable[[str, str], list[tuple[str, str]]]) -> Path:
     """The rule files docs/plugins.md shows, as a tenants.d of their own."""
     tenants = tmp_path / "tenants.d"
     tenants.mkdir()
@@ -113,7 +113,9 @@ def write_tenants(tmp_path: Path, blocks) -> Path:
     return tenants
 
 
-def test_check_accepts_rule_files_using_its_kinds(site: Path, tmp_path: Path, blocks) -> None:
+def test_check_accepts_rule_files_using_its_kinds(
+    site: Path, tmp_path: Path, blocks: Callable[[str, str], list[tuple[str, str]]]
+) -> None:
     tenants = write_tenants(tmp_path, blocks)
     kinds = "".join(p.read_text() for p in tenants.iterdir())
     assert "kind: flag_file" in kinds and "kind: counter_file" in kinds
@@ -122,7 +124,9 @@ def test_check_accepts_rule_files_using_its_kinds(site: Path, tmp_path: Path, bl
     assert "0 problem(s)" in checked.stderr
 
 
-def test_check_names_file_line_and_field_of_a_bad_option(site: Path, tmp_path: Path, blocks) -> None:
+def test_check_names_file_line_and_field_of_a_bad_option(
+    site: Path, tmp_path: Path, blocks: Callable[[str, str], list[tuple[str, str]]]
+) -> None:
     tenants = write_tenants(tmp_path, blocks)
     renderer = tenants / "renderer.yaml"
     text = renderer.read_text()
@@ -190,7 +194,7 @@ def test_a_daemon_pauses_fleet_work_while_its_flag_file_exists(site: Path, node:
     node.start(PYTHONPATH=str(site))
     node.spawn([PYTHON, "-c", "import time, sys; time.sleep(600)", token])
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=30)
+    pid = node.job_pid("plain", timeout=30)
     node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=30)
 
     def phase() -> str | None:
@@ -207,7 +211,7 @@ def test_a_daemon_pauses_fleet_work_while_its_flag_file_exists(site: Path, node:
     assert node.events("PROTECTION_PHASE_OFF", subject="backup")
 
 
-def test_the_tutorial_quotes_the_example_as_it_is(blocks) -> None:
+def test_the_tutorial_quotes_the_example_as_it_is(blocks: Callable[[str, str], list[tuple[str, str]]]) -> None:
     source = "".join(p.read_text() for p in sorted(EXAMPLE.rglob("*.py")))
     quoted = blocks("plugins.md", "python")
     assert len(quoted) >= 4

@@ -46,7 +46,8 @@ def code_blocks(page: str, lang: str) -> list[tuple[str, str]]:
     assert spec is not None and spec.loader is not None
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.code_blocks(page, lang)
+    blocks: list[tuple[str, str]] = module.code_blocks(page, lang)
+    return blocks
 
 
 def commands() -> list[str]:
@@ -163,19 +164,20 @@ def test_getting_started_command_by_command(tmp_path: Path) -> None:
                 assert (out.stdout + out.stderr).strip() == expected_output(command)[0]
             elif command == "uv run arbiter run":
                 daemon = terminals.start(args, first)
+
                 # its own answer: another daemon running on the machine (the system's) answers too
                 # until this one has left its pointer
-                wait_until(
-                    lambda d=daemon: d.poll() is not None or ours(run(STATUS, plain), where),
-                    30,
-                    "the daemon to answer a second terminal",
-                )
+                def answers(d: subprocess.Popen[str] = daemon) -> bool:
+                    return d.poll() is not None or ours(run(STATUS, plain), where)
+
+                wait_until(answers, 30, "the daemon to answer a second terminal")
                 assert daemon.poll() is None, daemon.communicate()
             elif "protected_standin.py" in command:
                 terminals.start(args, plain)
 
                 def trainer() -> dict[str, Any]:
-                    return json.loads(run(STATUS, plain).stdout)["rules"][0]
+                    rule: dict[str, Any] = json.loads(run(STATUS, plain).stdout)["rules"][0]
+                    return rule
 
                 # "arbiter status now shows my-trainer running and using the GPU, and its sources"
                 wait_until(lambda: trainer()["using_gpu"], 30, "my-trainer to use the (stand-in) GPU")
@@ -197,8 +199,8 @@ def test_getting_started_command_by_command(tmp_path: Path) -> None:
                 raise AssertionError(f"the page runs {command!r}: teach this test what it does")
         assert job is not None, "the page runs no job"
         # "the job is admitted, prints `batch work done` and `arbiter job run` exits 0"
-        out, err = job.communicate(timeout=120)
-        assert job.returncode == 0 and "batch work done" in out, err
+        printed, err = job.communicate(timeout=120)
+        assert job.returncode == 0 and "batch work done" in printed, err
         assert "admitted" in err
         timeline = run([sys.executable, "-m", "arbiter", "timeline", "--json"], plain)
         seen = [e["code"] for e in json.loads(timeline.stdout)]

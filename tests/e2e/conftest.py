@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -11,7 +12,7 @@ from arbiter_testing.waiting import wait_until
 
 
 @pytest.fixture
-def node(tmp_path) -> Iterator[HarnessNode]:
+def node(tmp_path: Path) -> Iterator[HarnessNode]:
     n = HarnessNode(tmp_path)
     yield n
     n.close()

@@ -104,14 +104,7 @@ def start_job(node: HarnessNode, tmp_path: Path, argv: list[str] | None = None) 
 
 
 def cli(node: HarnessNode, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=node.env(),
-        check=False,
-    )
+    return node.cli(*args, timeout=timeout)
 
 
 def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs(tmp_path: Path) -> None:
@@ -203,7 +196,7 @@ def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_not
         store = Store(node.state_dir / "state.db")
         try:  # what is committed, not what the daemon holds: the recorder writes just after
             kept = node.wait_for(
-                lambda: len((store.run(run_id) or {}).get("blocks") or ()) >= 2 and len(store.run(run_id)["blocks"]),
+                lambda: (n := len((store.run(run_id) or {}).get("blocks") or ())) >= 2 and n,
                 timeout=60,
             )
         finally:
@@ -219,7 +212,7 @@ def test_a_run_survives_the_daemon_killed_mid_run_and_killing_the_work_earns_not
 
         # the work is killed mid-run: its ON windows see no work, and no certificate comes of it
         launcher.send_signal(signal.SIGKILL)
-        for pid in node.job("llmbatch")["pids"]:
+        for pid in node.known_job("llmbatch")["pids"]:
             os.kill(pid, signal.SIGKILL)
         ended = node.wait_for(
             lambda: (r := node.call("ab.status")["runs"][0])["status"] != "running" and r, timeout=240

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from arbiter_testing.certified import certify, stand_in_cmd, stand_in_rule
 from arbiter_testing.node import PYTHON, HarnessNode
@@ -19,8 +20,9 @@ def codes_seen(node: HarnessNode, code: str) -> bool:
     return any(e["code"] == code for e in node.call("timeline", code=code, limit=5)["events"])
 
 
-def duty(node: HarnessNode) -> dict:
-    return node.call("duty")["duty"]
+def duty(node: HarnessNode) -> dict[str, Any]:
+    answer: dict[str, Any] = node.call("duty")["duty"]
+    return answer
 
 
 def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(tmp_path: Path) -> None:

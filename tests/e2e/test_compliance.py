@@ -4,11 +4,14 @@ time, and the next run of its name waits; explain says why at each step."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from arbiter_testing.node import PYTHON, HarnessNode
 
+from .conftest import Procs
 
-def greedy_node(tmp_path: Path, compliance: dict) -> tuple[HarnessNode, Path]:
+
+def greedy_node(tmp_path: Path, compliance: dict[str, Any]) -> tuple[HarnessNode, Path]:
     """A node with a quick compliance check, and the manifest of a job that asks for 0.1.
 
     The job spins without pause: over its duty by the tolerance (0.1) when it keeps above 0.2
@@ -19,7 +22,7 @@ def greedy_node(tmp_path: Path, compliance: dict) -> tuple[HarnessNode, Path]:
     return HarnessNode(tmp_path, tick_s=0.5, stop_grace_s=1, compliance=compliance), manifest
 
 
-def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path: Path, procs) -> None:
+def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path: Path, procs: type[Procs]) -> None:
     node, manifest = greedy_node(
         tmp_path, {"sample_s": 0.5, "pause_s": 2, "over_samples": 3, "strikes_to_stop": 3, "untrusted_s": 600}
     )
@@ -27,9 +30,9 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
         node.start()
         launcher = node.job_run([PYTHON, "-c", "while True: pass"], "--manifest", str(manifest))
         pid = node.wait_for(
-            lambda: (node.job("greedy") or {}).get("state") == "run" and (node.job("greedy")["pids"] or [None])[0]
+            lambda: (node.job("greedy") or {}).get("state") == "run" and (node.known_job("greedy")["pids"] or [None])[0]
         )
-        assert node.job("greedy")["duty"] == 0.1
+        assert node.known_job("greedy")["duty"] == 0.1
         for _strike in (1, 2):
             took = procs.wait(pid, {"stopped"}, timeout=10)
             node.reasons("greedy", "GPU_DUTY_EXCEEDED")
@@ -57,7 +60,7 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
         node.close()
 
 
-def test_strikes_and_distrust_survive_a_daemon_restart(tmp_path: Path, procs) -> None:
+def test_strikes_and_distrust_survive_a_daemon_restart(tmp_path: Path, procs: type[Procs]) -> None:
     node, manifest = greedy_node(
         tmp_path, {"sample_s": 0.5, "pause_s": 0.5, "over_samples": 2, "strikes_to_stop": 1, "untrusted_s": 600}
     )

@@ -3,21 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 from arbiter_testing.node import HarnessNode
 
 
-def doctor(node: HarnessNode) -> tuple[int, dict]:
-    out = subprocess.run(
-        [sys.executable, "-m", "arbiter", "doctor", "--json", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+def doctor(node: HarnessNode) -> tuple[int, dict[str, Any]]:
+    out = node.cli("doctor", "--json", timeout=180)
     return out.returncode, json.loads(out.stdout)
 
 

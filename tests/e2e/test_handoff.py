@@ -9,13 +9,11 @@ memory, and its run takes the short time, not the starved one."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
-from arbiter_testing.node import PYTHON, HarnessNode
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.node import HarnessNode
+from arbiter_testing.tenants import http_json, start_diffusion, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -36,19 +34,11 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
     try:
         board = tmp_path / "vram.json"
         llm = start_fake(node, board, tmp_path, "llm", "--model", "mistral:latest=13", "--unload-s", "0.2")
-        diffusion = start_fake(
+        diffusion = start_diffusion(
             node,
             board,
             tmp_path,
-            "diffusion",
-            "--model-gb",
-            "1.6",
-            "--needs-gb",
-            "12",
-            "--fast-s",
-            "0.5",
-            "--starved-s",
-            "6",
+            starved_s=6,
         )
         node.add_rule(
             "my-llm",
@@ -71,21 +61,14 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
         )
         node.start()
         http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
-        node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
+        node.wait_for(lambda: node.known_rule("llm-server")["vram_bytes"] == 13 * GIB)
         status = node.status()
         assert status["vram"]["free_bytes"] is not None and [t["reclaimable"] for t in status["vram"]["tenants"]] == [
             True,
             True,
         ]
         assert status["vram"]["unmanaged_bytes"] == 0  # every byte held belongs to a tenant here
-        shown = subprocess.run(
-            [PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=node.env(),
-            check=False,
-        )
+        shown = node.cli("status")
         assert "VRAM: 3.0 GB free of 16.0 GB" in shown.stdout and "13.0" in shown.stdout, shown.stdout
 
         for attempt in (1, 2):
@@ -107,7 +90,7 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
             # the LLM server reloads two seconds after yielding and is busy again
             time.sleep(2)
             http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": "hello"})
-            node.wait_for(lambda: (r := rule(node, "llm-server")) and r["vram_bytes"] == 13 * GIB)
+            node.wait_for(lambda: node.known_rule("llm-server")["vram_bytes"] == 13 * GIB)
         planned = node.events("VRAM_HANDOFF_PLANNED", subject="diffusion-server")
         requested = [
             e for e in node.events("VRAM_RELEASE_REQUESTED", subject="llm-server") if e["data"]["why"] == "handoff"
@@ -117,7 +100,3 @@ def test_the_diffusion_server_gets_its_memory_even_after_the_llm_server_reloads(
         assert released[0]["data"]["duration_s"] > 0
     finally:
         node.close()
-
-
-def rule(node: HarnessNode, rid: str) -> dict[str, Any] | None:
-    return next((r for r in node.status()["rules"] if r["id"] == rid), None)

@@ -8,11 +8,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.waiting import wait_until
+
+from .conftest import Procs
 
 RUNNING = {"running", "sleeping", "disk-sleep"}
 
@@ -23,7 +26,7 @@ def protected_cmdline(node: HarnessNode) -> str:
     return f"arbiter.demo.protected --events {node.root / 'p.jsonl'}"
 
 
-def protect_rule(marker: str) -> dict:
+def protect_rule(marker: str) -> dict[str, Any]:
     return {"id": "prot", "priority": 50, "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}}
 
 
@@ -39,13 +42,10 @@ def running(proc: psutil.Process) -> bool:
         return False
 
 
-def job_pid(node: HarnessNode, name: str) -> int:
-    return node.wait_for(lambda: ((node.job(name) or {}).get("pids") or [None])[0])
-
-
 def ticks(node: HarnessNode) -> int:
     """How many times the daemon has ticked (observed and decided) so far."""
-    return node.status()["costs"]["ticks"]
+    ticks: int = node.status()["costs"]["ticks"]
+    return ticks
 
 
 def working(tmp: Path) -> bool:
@@ -54,24 +54,19 @@ def working(tmp: Path) -> bool:
     return events.exists() and events.stat().st_size > 0
 
 
-def explain_json(node: HarnessNode, subject: str) -> dict:
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", "explain", subject, "--json", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    return json.loads(out.stdout)
+def explain_json(node: HarnessNode, subject: str) -> dict[str, Any]:
+    out = node.cli("explain", subject, "--json", timeout=30, check=True)
+    explained: dict[str, Any] = json.loads(out.stdout)
+    return explained
 
 
 def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(
-    node: HarnessNode, tmp_path: Path, procs
+    node: HarnessNode, tmp_path: Path, procs: type[Procs]
 ) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    pid = job_pid(node, "plain")
+    pid = node.job_pid("plain")
     assert procs.state(pid) in RUNNING
     protected = start_protected(node, tmp_path)
     wait_until(lambda: working(tmp_path), 30, "the protected program's first step")
@@ -98,11 +93,13 @@ def test_plain_job_is_stopped_within_two_ticks_and_resumed_after_release(
     assert codes.index("JOB_PAUSED") < codes.index("JOB_RESUMED")
 
 
-def test_cooperative_job_is_paused_through_its_control_document(node: HarnessNode, tmp_path: Path, procs) -> None:
+def test_cooperative_job_is_paused_through_its_control_document(
+    node: HarnessNode, tmp_path: Path, procs: type[Procs]
+) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "coop")
-    pid = job_pid(node, "coop")
+    pid = node.job_pid("coop")
     control = Path(node.wait_for(lambda: node.call("explain", subject="coop") and node.status()["jobs"][0]["id"]))
     control = node.state_dir / "jobs" / str(control) / "control.json"
     protected = start_protected(node, tmp_path)
@@ -114,14 +111,14 @@ def test_cooperative_job_is_paused_through_its_control_document(node: HarnessNod
     print(f"\npaused job: {spent:.3f}s of CPU while the protected program spent {beside:.2f}s")
     assert spent < 0.2 * beside  # it really does no work (running, it would spend about as much)
     assert procs.state(pid) != "stopped"  # it paused itself at a safe point
-    assert node.job("coop")["via"] == "control"
+    assert node.known_job("coop")["via"] == "control"
     protected.terminate()
     node.wait_for(lambda: json.loads(control.read_text())["state"] == "run", timeout=10)
     procs.spends(pid, 0.3)  # and works again
 
 
 def test_job_submitted_while_protected_works_starts_only_when_admitted(
-    node: HarnessNode, tmp_path: Path, procs
+    node: HarnessNode, tmp_path: Path, procs: type[Procs]
 ) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
@@ -131,41 +128,41 @@ def test_job_submitted_while_protected_works_starts_only_when_admitted(
     launcher = node.job_run(
         [PYTHON, "-c", f"open({str(marker)!r}, 'w').close(); raise SystemExit(3)"], "--name", "late"
     )
-    node.wait_for(lambda: node.job("late") and node.job("late")["state"] == "held")
+    node.wait_for(lambda: node.job("late") and node.known_job("late")["state"] == "held")
     held_at = ticks(node)  # two more decisions, each a chance to start it wrongly
     wait_until(lambda: ticks(node) >= held_at + 2, 30, "two more ticks")
     assert not marker.exists()
-    assert node.job("late")["reasons"][0]["code"] == "PROTECTED_GPU_BUSY"
+    assert node.known_job("late")["reasons"][0]["code"] == "PROTECTED_GPU_BUSY"
     protected.terminate()
     assert launcher.wait(timeout=20) == 3  # the command's own exit code
     assert marker.exists()
     node.wait_for(lambda: node.job("late") is None)
 
 
-def test_bursts_cause_at_most_two_switches(node: HarnessNode, tmp_path: Path, procs) -> None:
+def test_bursts_cause_at_most_two_switches(node: HarnessNode, tmp_path: Path, procs: type[Procs]) -> None:
     node.config["gpu_release_after_s"] = 3
     node.write_config()
     node.add_rule("prot", {**protect_rule("burst-standin")})
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    job_pid(node, "plain")
+    node.job_pid("plain")
     burst = (
         "import time, sys\nend = time.monotonic() + 20\n"
         "while time.monotonic() < end:\n t = time.monotonic()\n while time.monotonic() - t < 1: pass\n time.sleep(1)\n"
     )
     node.spawn([PYTHON, "-c", burst, "burst-standin"]).wait(timeout=60)
-    jid = node.job("plain")["id"]
+    jid = node.known_job("plain")["id"]
     events = [e["code"] for e in node.call("timeline", subject=jid, limit=200)["events"]]
     switches = sum(code in ("JOB_PAUSED", "JOB_RESUMED") for code in events)
     print(f"\n1 s bursts for 20 s: {switches} pause/resume switches")
     assert 1 <= switches <= 2
 
 
-def test_kill_9_then_start_resumes_the_paused_job(node: HarnessNode, tmp_path: Path, procs) -> None:
+def test_kill_9_then_start_resumes_the_paused_job(node: HarnessNode, tmp_path: Path, procs: type[Procs]) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    pid = job_pid(node, "plain")
+    pid = node.job_pid("plain")
     protected = start_protected(node, tmp_path)
     procs.wait(pid, {"stopped"})
     assert node.daemon is not None
@@ -181,37 +178,31 @@ def test_kill_9_then_start_resumes_the_paused_job(node: HarnessNode, tmp_path: P
     assert node.events("JOB_RESUMED", contains="left by a previous daemon")
 
 
-def test_resume_all_after_a_crash(node: HarnessNode, tmp_path: Path, procs) -> None:
+def test_resume_all_after_a_crash(node: HarnessNode, tmp_path: Path, procs: type[Procs]) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    pid = job_pid(node, "plain")
+    pid = node.job_pid("plain")
     start_protected(node, tmp_path)
     procs.wait(pid, {"stopped"})
     node.kill_daemon()
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    out = node.cli("resume-all")
     assert out.returncode == 0, out.stderr
     assert "resumed 1 item" in out.stdout
     procs.wait(pid, RUNNING, timeout=5)
 
 
-def test_sigterm_resumes_everything_and_exits_cleanly(node: HarnessNode, tmp_path: Path, procs) -> None:
+def test_sigterm_resumes_everything_and_exits_cleanly(node: HarnessNode, tmp_path: Path, procs: type[Procs]) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
     node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "coop")
-    pid = job_pid(node, "plain")
-    job_pid(node, "coop")
+    pid = node.job_pid("plain")
+    node.job_pid("coop")
     start_protected(node, tmp_path)
     procs.wait(pid, {"stopped"})
-    node.wait_for(lambda: node.job("coop")["state"] == "paused")
-    coop_id = node.job("coop")["id"]
+    node.wait_for(lambda: node.known_job("coop")["state"] == "paused")
+    coop_id = node.known_job("coop")["id"]
     assert node.stop() == 0
     assert procs.state(pid) in RUNNING
     control = json.loads((node.state_dir / "jobs" / coop_id / "control.json").read_text())
@@ -248,13 +239,7 @@ def test_status_and_timeline_cli(node: HarnessNode) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     for args in (["status"], ["timeline"], ["explain"]):
-        out = subprocess.run(
-            [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        out = node.cli(*args, timeout=30)
         assert out.returncode == 0, out.stderr
     out = subprocess.run(
         [PYTHON, "-m", "arbiter", "status", "--json"],
@@ -265,13 +250,7 @@ def test_status_and_timeline_cli(node: HarnessNode) -> None:
         check=True,
     )
     assert json.loads(out.stdout)["gpu_jobs"] == "when_no_gpu_protected"
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", "explain", "nothing", "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    out = node.cli("explain", "nothing", timeout=30)
     assert out.returncode == 1 and "known: prot" in out.stderr
 
 
@@ -287,12 +266,12 @@ def test_no_daemon_is_a_clear_error(tmp_path: Path) -> None:
     assert out.returncode == 75 and "arbiter run" in out.stderr  # its own status: no daemon
 
 
-def test_control_documents_stay_ahead_across_a_crash(node: HarnessNode, tmp_path: Path, procs) -> None:
+def test_control_documents_stay_ahead_across_a_crash(node: HarnessNode, tmp_path: Path, procs: type[Procs]) -> None:
     node.add_rule("prot", protect_rule(protected_cmdline(node)))
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job"], "--cooperative", "--name", "coop")
-    pid = job_pid(node, "coop")
-    control = node.state_dir / "jobs" / node.job("coop")["id"] / "control.json"
+    pid = node.job_pid("coop")
+    control = node.state_dir / "jobs" / node.known_job("coop")["id"] / "control.json"
     protected = start_protected(node, tmp_path)
     node.wait_for(lambda: json.loads(control.read_text())["state"] == "paused", timeout=10)
     before = json.loads(control.read_text())["seq"]
@@ -338,7 +317,7 @@ except Stopped:
 
 
 def test_a_duty_job_paused_from_outside_mid_unit_is_not_idled_for_the_pause(
-    node: HarnessNode, tmp_path: Path, procs
+    node: HarnessNode, tmp_path: Path, procs: type[Procs]
 ) -> None:
     # a unit of 1 s at duty 0.2 idles 4 s; a 3 s pause inside one once made it idle 16 s more
     manifest = tmp_path / "duty.yaml"
@@ -346,8 +325,8 @@ def test_a_duty_job_paused_from_outside_mid_unit_is_not_idled_for_the_pause(
     units = tmp_path / "units"
     node.start()
     node.job_run([PYTHON, "-c", DUTY_JOB, str(units)], "--manifest", str(manifest))
-    pid = job_pid(node, "dutyjob")
-    job_id = node.job("dutyjob")["id"]
+    pid = node.job_pid("dutyjob")
+    job_id = node.known_job("dutyjob")["id"]
 
     def begun() -> list[float]:
         return [float(x) for x in units.read_text().split()] if units.exists() else []

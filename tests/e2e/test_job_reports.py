@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from arbiter_testing.node import PYTHON, HarnessNode
 
@@ -25,14 +25,7 @@ time.sleep(60)
 
 
 def cli(node: HarnessNode, *args: str) -> str:
-    out = subprocess.run(
-        [PYTHON, "-m", "arbiter", *args, "--config", str(node.config_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-        check=False,
-    )
+    out = node.cli(*args, COLUMNS="200")
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -43,7 +36,7 @@ def test_what_a_job_says_of_itself_is_shown_beside_what_is_measured(tmp_path: Pa
         node.start()
         node.job_run([PYTHON, "-c", JOB, "reporter"], "--name", "reporter", stdout=subprocess.PIPE)
 
-        def reported() -> dict | None:
+        def reported() -> dict[str, Any] | None:
             said = (node.job("reporter") or {}).get("reported") or {}
             return said if said.get("malformed") else None
 
@@ -54,7 +47,7 @@ def test_what_a_job_says_of_itself_is_shown_beside_what_is_measured(tmp_path: Pa
             "at": said["progress"]["at"],
         }
         assert said["duty"]["duty"] == 0.25 and said["duty"]["device"] == "gpu" and said["lines"] == 5
-        events = node.job("reporter")["id"]
+        events = node.known_job("reporter")["id"]
         assert (
             said["malformed"] == 1 and "events.jsonl line 6: phase.t: Input should be a valid number" in said["problem"]
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from arbiter_testing import wait_until
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
 
 
 def phase(path: Path, value: str) -> None:
@@ -25,23 +26,7 @@ def test_job_run_says_paused_and_resumed_once_each(tmp_path: Path) -> None:
     try:
         node.add_rule(
             "p",
-            {
-                "id": "p",
-                "match": {"cmdline": ["sleep 1002"]},
-                "immediate": True,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(events),
-                            "event": "status",
-                            "field": "state.phase",
-                            "on": ["uploading"],
-                        },
-                        "pause_fleet": {"scope": "gpu"},
-                    }
-                ],
-            },
+            phase_rule("p", "sleep 1002", events, on=["uploading"], field="state.phase"),
         )
         node.start()
         node.spawn(["sleep", "1002"])

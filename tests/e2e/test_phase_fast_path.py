@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
+
+from .conftest import Procs
 
 
 def phase(path: Path, value: str) -> None:
@@ -15,32 +17,16 @@ def phase(path: Path, value: str) -> None:
         fh.write(json.dumps({"t": time.time(), "event": "status", "state": {"phase": value}}) + "\n")
 
 
-def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path: Path, procs) -> None:
+def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path: Path, procs: type[Procs]) -> None:
     events = tmp_path / "events.jsonl"
     events.touch()
     node = HarnessNode(tmp_path, tick_s=5)  # a long tick: only the watch can be this quick
     try:
         node.add_rule(
             "p",
-            {
-                "id": "p",
-                "match": {"cmdline": ["sleep 1001"]},
-                "immediate": True,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(events),
-                            "event": "status",
-                            "field": "state.phase",
-                            "on": ["uploading"],
-                            "soon": ["preparing"],
-                        },
-                        "pause_fleet": {"scope": "gpu"},
-                        "tags": ["uplink"],
-                    }
-                ],
-            },
+            phase_rule(
+                "p", "sleep 1001", events, on=["uploading"], soon=["preparing"], field="state.phase", tags=["uplink"]
+            ),
         )
         node.start()
         node.spawn(["sleep", "1001"])
@@ -53,8 +39,8 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
             "--manifest",
             str(write_cpu_manifest(tmp_path)),
         )
-        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
-        cpu_pid = node.wait_for(lambda: ((node.job("cpu") or {}).get("pids") or [None])[0], timeout=20)
+        pid = node.job_pid("plain", timeout=20)
+        cpu_pid = node.job_pid("cpu", timeout=20)
         node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
 
         phase(events, "uploading")
@@ -72,7 +58,10 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
 
         phase(events, "preparing")
         node.wait_for(
-            lambda: node.job("plain")["reasons"] and node.job("plain")["reasons"][0]["code"] == "PROTECTION_PHASE_SOON"
+            lambda: (
+                node.known_job("plain")["reasons"]
+                and node.known_job("plain")["reasons"][0]["code"] == "PROTECTION_PHASE_SOON"
+            )
         )
         assert procs.state(pid) != "stopped"  # soon: a job that cannot cooperate keeps running
         launcher = node.job_run([PYTHON, "-c", "pass"], "--name", "late")
@@ -83,14 +72,7 @@ def test_immediate_phase_pauses_between_ticks_and_soon_holds_new_starts(tmp_path
         assert fast["count"] >= 3 and fast["p99_ms"] is not None
         # each thread on the way asked the host for a core sooner, and status tells what it got
         assert {"decide", "source p/during.0"} <= set(fast["threads"])
-        shown = subprocess.run(
-            [PYTHON, "-m", "arbiter", "status", "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=node.env(),
-            check=False,
-        )
+        shown = node.cli("status")
         assert "fast-path threads (" in shown.stdout and "source p/during.0" in shown.stdout, shown.stdout
     finally:
         node.close()
@@ -102,7 +84,7 @@ def write_cpu_manifest(tmp_path: Path) -> Path:
     return path
 
 
-def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs) -> None:
+def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs: type[Procs]) -> None:
     node = HarnessNode(tmp_path)
     try:
         node.add_rule(
@@ -125,8 +107,8 @@ def test_unreadable_phase_source_counts_as_on(tmp_path: Path, procs) -> None:
         )
         node.start()
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0])
-        assert node.job("plain")["state"] == "run"  # the program does not run: nothing to protect
+        pid = node.job_pid("plain")
+        assert node.known_job("plain")["state"] == "run"  # the program does not run: nothing to protect
         node.spawn(["sleep", "1002"])
         procs.wait(pid, {"stopped"}, timeout=10)
         node.reasons("plain", "PROTECTION_SOURCE_UNREADABLE")
@@ -158,7 +140,7 @@ time.sleep(60)
 """
 
 
-def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Path, procs) -> None:
+def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Path, procs: type[Procs]) -> None:
     events = tmp_path / "events.jsonl"
     events.touch()
     go = tmp_path / "go"
@@ -166,27 +148,11 @@ def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Pat
     try:
         node.add_rule(
             "writer",
-            {
-                "id": "writer",
-                "match": {"cmdline": ["protected-writer"]},
-                "immediate": True,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(events),
-                            "event": "status",
-                            "field": "phase",
-                            "on": ["uploading"],
-                        },
-                        "pause_fleet": {"scope": "gpu"},
-                    }
-                ],
-            },
+            phase_rule("writer", "protected-writer", events, on=["uploading"]),
         )
         node.start()
         node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.001)"], "--name", "plain")
-        pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
+        pid = node.job_pid("plain", timeout=20)
         node.spawn([PYTHON, "-c", PROTECTED_WRITER, str(events), str(go), str(pid), "protected-writer"])
         node.call("reload")
         node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
@@ -204,7 +170,7 @@ def test_a_job_is_stopped_before_the_protected_programs_next_write(tmp_path: Pat
         node.close()
 
 
-def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
+def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs: type[Procs]) -> None:
     node = HarnessNode(tmp_path)
     try:
         node.add_rule(
@@ -224,7 +190,7 @@ def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
         node.spawn(["sleep", "1007"])
         node.job_run([PYTHON, "-c", "import time\nwhile True: time.sleep(0.01)"], "--name", "plain")
         pid = node.wait_for(
-            lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0]
+            lambda: (node.job("plain") or {}).get("state") == "run" and (node.known_job("plain")["pids"] or [None])[0]
         )
         uploader = node.spawn(["sleep", "1006"])
         procs.wait(pid, {"stopped"}, timeout=5)
@@ -236,7 +202,7 @@ def test_on_exec_holds_work_while_a_process_runs(tmp_path: Path, procs) -> None:
         node.close()
 
 
-def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: Path, procs) -> None:
+def test_an_unreadable_progress_source_holds_gpu_work_until_it_reads(tmp_path: Path, procs: type[Procs]) -> None:
     progress = tmp_path / "later" / "progress.jsonl"
     node = HarnessNode(tmp_path, governor={"period_s": 2})  # rates over a 2 s window
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from arbiter_testing.node import HarnessNode
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import diffusion_rule, http_json, start_diffusion, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -42,10 +42,6 @@ def answered(url: str, request: tuple[str, dict[str, Any]]) -> int:
         return exc.code
 
 
-def rule(node: HarnessNode, rid: str) -> dict[str, Any] | None:
-    return next((r for r in node.status()["rules"] if r["id"] == rid), None)
-
-
 @pytest.mark.parametrize("rid", sorted(SERVERS))
 def test_a_server_is_released_for_a_render_and_woken_after_it(tmp_path: Path, rid: str) -> None:
     program, match, request = SERVERS[rid]
@@ -58,10 +54,7 @@ def test_a_server_is_released_for_a_render_and_woken_after_it(tmp_path: Path, ri
     try:
         board = tmp_path / "vram.json"
         server = start_fake(node, board, tmp_path, program, "--held-gb", "13", "--gen-s", "0.3")
-        diffusion = start_fake(
-            node, board, tmp_path, "diffusion", "--model-gb", "1.6", "--needs-gb", "12", "--fast-s", "0.5",
-            "--starved-s", "8",
-        )  # fmt: skip
+        diffusion = start_diffusion(node, board, tmp_path)
         node.add_rule(
             f"my-{rid}",
             {
@@ -71,18 +64,10 @@ def test_a_server_is_released_for_a_render_and_woken_after_it(tmp_path: Path, ri
                 "reacquire_after_s": 1,
             },
         )
-        node.add_rule(
-            "my-diffusion",
-            {
-                "extends": "diffusion-server",
-                "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
-                "base_url": diffusion["url"],
-                "events": {"url": diffusion["ws_url"]},
-            },
-        )
+        node.add_rule("my-diffusion", diffusion_rule(diffusion))
         node.start()
         assert answered(server["url"], request) == 200
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == 13 * GIB)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == 13 * GIB)
 
         http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
         run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and runs[0], timeout=30)
@@ -95,7 +80,7 @@ def test_a_server_is_released_for_a_render_and_woken_after_it(tmp_path: Path, ri
         if rid == "vllm":
             assert http_json(f"{server['url']}/is_sleeping") == {"is_sleeping": False}
         assert answered(server["url"], request) == 200
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == 13 * GIB)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == 13 * GIB)
         # woken once, not again and again
         assert len(node.events("VRAM_REACQUIRE_REQUESTED", subject=rid)) == 1
     finally:

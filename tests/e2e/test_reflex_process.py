@@ -11,7 +11,10 @@ from pathlib import Path
 
 from arbiter.store import PausedJournal
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
 from arbiter_testing.waiting import wait_until
+
+from .conftest import Procs
 
 
 def phase(path: Path, value: str) -> None:
@@ -34,34 +37,20 @@ def start(tmp_path: Path, **config: object) -> tuple[HarnessNode, Path, int]:
     node = HarnessNode(tmp_path, tick_s=5, **config)  # a long tick: only a watch can be this quick
     node.add_rule(
         "p",
-        {
-            "id": "p",
-            "match": {"cmdline": ["sleep 1011"]},
-            "immediate": True,
-            "during": [
-                {
-                    "source": {
-                        "kind": "jsonl",
-                        "path": str(events),
-                        "event": "status",
-                        "field": "phase",
-                        "on": ["busy"],
-                    },
-                    "pause_fleet": {"scope": "gpu"},
-                }
-            ],
-        },
+        phase_rule("p", "sleep 1011", events, on=["busy"]),
     )
     node.start()
     node.spawn(["sleep", "1011"])
     node.call("reload")
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
-    pid = node.wait_for(lambda: ((node.job("plain") or {}).get("pids") or [None])[0], timeout=20)
+    pid = node.job_pid("plain", timeout=20)
     node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=20)
     return node, events, pid
 
 
-def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(tmp_path: Path, procs) -> None:
+def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(
+    tmp_path: Path, procs: type[Procs]
+) -> None:
     node, events, pid = start(tmp_path)
     try:
         process = node.wait_for(
@@ -78,11 +67,11 @@ def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(t
         assert pid in {e.pid for e in journal.values()}
         threads = node.status()["fast_path"]["threads"]
         assert "in the reflex process" in threads["source p/during.0"]
-        node.wait_for(lambda: node.job("plain")["state"] == "paused")
+        node.wait_for(lambda: node.known_job("plain")["state"] == "paused")
 
         phase(events, "idle")
         assert procs.wait(pid, {"running", "sleeping"}, timeout=2) < 1.0
-        node.wait_for(lambda: node.job("plain")["state"] == "run")
+        node.wait_for(lambda: node.known_job("plain")["state"] == "run")
         assert node.status()["fast_path"]["count"] >= 2
         timed = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"])["acted"]["count"] >= 2 and p)
         assert timed["locked"]["count"] == timed["first"]["count"] == timed["acted"]["count"]
@@ -92,7 +81,7 @@ def test_the_reflex_process_pauses_and_resumes_and_the_daemon_keeps_the_record(t
     assert procs.state(pid) in {"gone", "running", "sleeping"}
 
 
-def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_path: Path, procs) -> None:
+def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_path: Path, procs: type[Procs]) -> None:
     node, events, pid = start(tmp_path)
     try:
         first = node.wait_for(
@@ -129,7 +118,7 @@ def test_a_killed_reflex_process_leaves_the_daemon_acting_then_is_replaced(tmp_p
         node.close()
 
 
-def test_reflex_process_off_leaves_the_phase_to_the_decision_thread(tmp_path: Path, procs) -> None:
+def test_reflex_process_off_leaves_the_phase_to_the_decision_thread(tmp_path: Path, procs: type[Procs]) -> None:
     node, events, pid = start(tmp_path, reflex_process=False)
     try:
         assert node.status()["fast_path"]["reflex_process"] is None

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +26,7 @@ def test_rights_rules() -> None:
     assert may_admin(1001, daemon_uid=500, admin_uids={1001}) and not may_admin(1002, daemon_uid=500, admin_uids={1001})
 
 
-def as_nobody(fn) -> tuple[bool, str]:
+def as_nobody(fn: Callable[[], Any]) -> tuple[bool, str]:
     """Call ``fn`` as the account nobody: (True, "ok") or (False, the refusal's code)."""
 
     def attempt() -> list[object]:
@@ -48,7 +51,9 @@ def good(node: HarnessNode) -> str:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a second uid needs root; the rights rules are tested above")
-def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tmp_path_factory) -> None:
+def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     root = Path("/tmp") / f"arbiter-rights-{os.getpid()}-{time.monotonic_ns()}"
     root.mkdir(mode=0o755)
     node = HarnessNode(root)
@@ -61,15 +66,15 @@ def test_another_uid_can_read_but_cannot_stop_or_resume_a_job_it_does_not_own(tm
         sock = str(node.socket)
         assert as_nobody(lambda: request(sock, "status")) == (True, "ok")
         for op in ("job.stop", "job.pause", "job.resume"):
-            assert as_nobody(lambda op=op: request(sock, op, id=job_id)) == (False, "FORBIDDEN"), op
+            assert as_nobody(partial(request, sock, op, id=job_id)) == (False, "FORBIDDEN"), op
         assert as_nobody(lambda: request(sock, "reload")) == (False, "FORBIDDEN")
-        node.wait_for(lambda: node.job("mine")["state"] == "run")
+        node.wait_for(lambda: node.known_job("mine")["state"] == "run")
         # the owner (root here) may
         request(sock, "job.pause", id=job_id)
-        node.wait_for(lambda: node.job("mine")["state"] == "paused")
-        assert node.job("mine")["reasons"][0]["code"] == "JOB_HELD_BY_USER"
+        node.wait_for(lambda: node.known_job("mine")["state"] == "paused")
+        assert node.known_job("mine")["reasons"][0]["code"] == "JOB_HELD_BY_USER"
         request(sock, "job.resume", id=job_id)
-        node.wait_for(lambda: node.job("mine")["state"] == "run")
+        node.wait_for(lambda: node.known_job("mine")["state"] == "run")
         request(sock, "job.stop", id=job_id)
         node.wait_for(lambda: node.job("mine") is None, timeout=10)
     finally:
@@ -92,18 +97,18 @@ def test_bad_edit_keeps_last_good_version_and_never_valid_file_holds_gpu_work(tm
         status = node.status()
         assert [r["id"] for r in status["rules"]] == ["prot"] and status["rules"][0]["protected"]
         assert status["invalid_files"] == []
-        node.wait_for(lambda: node.job("plain")["state"] == "run")
+        node.wait_for(lambda: node.known_job("plain")["state"] == "run")
         rejected = node.events("CONFIG_REJECTED", contains="kept the last good version")
         assert "kept the last good version" in rejected[-1]["message"] and ":3:" in rejected[-1]["message"]
 
         node.add_rule("other", "id: other\nmatch: {nmae: [x]}\n")
-        node.wait_for(lambda: node.job("plain")["state"] == "paused")
-        reason = node.job("plain")["reasons"][0]
+        node.wait_for(lambda: node.known_job("plain")["state"] == "paused")
+        reason = node.known_job("plain")["reasons"][0]
         assert reason["code"] == "CONFIG_REJECTED" and "arbiter check" in reason["remedy"]
 
         (node.tenants / "other.yaml").unlink()
         node.add_rule("prot", good(node).replace("id: prot", "id: prot\npriority: 70"))
-        node.wait_for(lambda: node.job("plain")["state"] == "run")
+        node.wait_for(lambda: node.known_job("plain")["state"] == "run")
         assert node.status()["rules"][0]["priority"] == 70
         assert node.status()["problems"] == {}
     finally:

@@ -13,11 +13,15 @@ import shutil
 import signal
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from arbiter.transport import Connection, RequestRefused
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
+
+from .conftest import Procs
 
 
 def phase(path: Path, value: str) -> None:
@@ -25,11 +29,12 @@ def phase(path: Path, value: str) -> None:
         fh.write(json.dumps({"event": "status", "phase": value}) + "\n")
 
 
-def source_of(node: HarnessNode, rule: str) -> dict:
-    return next(r for r in node.status()["rules"] if r["id"] == rule)["sources"][0]
+def source_of(node: HarnessNode, rule: str) -> dict[str, Any]:
+    source: dict[str, Any] = node.known_rule(rule)["sources"][0]
+    return source
 
 
-def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, procs) -> None:
+def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, procs: type[Procs]) -> None:
     home = Path(pwd.getpwuid(__import__("os").getuid()).pw_dir)
     if not home.is_dir():
         pytest.skip(f"this account's home {home} does not exist")
@@ -40,23 +45,7 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
         events.touch()
         node.add_rule(
             "p",
-            {
-                "id": "p",
-                "match": {"cmdline": ["sleep 1004"]},
-                "immediate": True,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": f"~/{private.name}/events.jsonl",
-                            "event": "status",
-                            "field": "phase",
-                            "on": ["uploading"],
-                        },
-                        "pause_fleet": {"scope": "all"},
-                    }
-                ],
-            },
+            phase_rule("p", "sleep 1004", f"~/{private.name}/events.jsonl", on=["uploading"], scope="all"),
         )
         node.add_rule(
             "elsewhere",
@@ -85,7 +74,7 @@ def test_a_helper_reads_the_users_home_and_its_end_fails_safe(tmp_path: Path, pr
 
         helper = node.spawn([PYTHON, "-m", "arbiter", "helper", "--config", str(node.config_path)])
         pid = node.wait_for(
-            lambda: (node.job("plain") or {}).get("state") == "run" and (node.job("plain")["pids"] or [None])[0]
+            lambda: (node.job("plain") or {}).get("state") == "run" and (node.known_job("plain")["pids"] or [None])[0]
         )
         src = source_of(node, "p")
         assert src["readable"] and src["read_by"].startswith("helper (uid ")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from arbiter_testing.needs import need
 from arbiter_testing.node import PYTHON, HarnessNode
 
 pytestmark = pytest.mark.browser
@@ -24,18 +25,11 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 
-def required(what: str) -> bool:
-    return what in {part.strip() for part in os.environ.get("ARBITER_REQUIRE", "").split(",")}
-
-
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
-        why = f"{' and '.join(missing)} not installed (Debian: apt-get install chromium chromium-driver)"
-        if required("browser"):
-            pytest.fail(f"ARBITER_REQUIRE names browser but {why}")
-        pytest.skip(why)
+        need("browser", f"{' and '.join(missing)} not installed (Debian: apt-get install chromium chromium-driver)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -112,14 +106,14 @@ def test_the_status_page_shows_a_held_job_and_why_in_a_real_browser(
     (reason,) = [
         r for r in node.reasons("plain", "PROTECTED_GPU_BUSY", timeout=30) if r["code"] == "PROTECTED_GPU_BUSY"
     ]
-    job = node.job("plain")
-    assert job is not None
+    job = node.known_job("plain")
 
     browser.get(node.info()["http"] + "/")
     # the page refreshes itself: a row read mid-refresh goes stale and is read again
     row = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda d: held_row(d, job["id"], "PROTECTED_GPU_BUSY")
     )
+    assert row is not None  # until() answers the first row found
     assert row["state"].split()[0] in ("held", "paused")
     assert "protected program 'prot' uses the GPU" in row["why"]  # the message; its share moves between reads
     assert reason["remedy"] in row["why"]

@@ -48,8 +48,8 @@ def test_a_tqdm_bar_is_progress_while_it_is_drawn(tmp_path: Path) -> None:
         trainer = node.spawn([sys.executable, str(script), str(log)])
 
         def source() -> dict[str, Any] | None:
-            rule = next((r for r in node.status()["rules"] if r["id"] == "trainer"), None)
-            return rule["sources"][0] if rule and rule.get("sources") else None
+            sources = node.known_rule("trainer").get("sources")
+            return sources[0] if sources else None
 
         # mid-bar: counted from the redraws, long before the bar's only newline at its end
         seen = node.wait_for(lambda: (s := source()) and s["count"] >= 100 and trainer.poll() is None and s, 30)

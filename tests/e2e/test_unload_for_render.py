@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from arbiter_testing.node import HarnessNode
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import diffusion_rule, http_json, start_diffusion, start_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
@@ -24,10 +23,6 @@ SERVERS: dict[str, tuple[str, str, str]] = {
     "llama-swap": ("llama-swap", "/running", "running"),
     "localai": ("localai", "/system", "loaded_models"),
 }
-
-
-def rule(node: HarnessNode, rid: str) -> dict[str, Any] | None:
-    return next((r for r in node.status()["rules"] if r["id"] == rid), None)
 
 
 def chat(url: str, model: str) -> None:
@@ -46,10 +41,7 @@ def test_loaded_models_are_unloaded_for_a_render(tmp_path: Path, rid: str) -> No
     try:
         board = tmp_path / "vram.json"
         server = start_fake(node, board, tmp_path, program, "--gen-s", "0.1")
-        diffusion = start_fake(
-            node, board, tmp_path, "diffusion", "--model-gb", "1.6", "--needs-gb", "14", "--fast-s", "0.5",
-            "--starved-s", "8",
-        )  # fmt: skip
+        diffusion = start_diffusion(node, board, tmp_path, needs_gb=14)
         node.add_rule(
             f"my-{rid}",
             {
@@ -58,21 +50,13 @@ def test_loaded_models_are_unloaded_for_a_render(tmp_path: Path, rid: str) -> No
                 "base_url": server["url"],
             },
         )
-        node.add_rule(
-            "my-diffusion",
-            {
-                "extends": "diffusion-server",
-                "needs_vram_gb": 14,  # as the fake's render: more than is free beside either server
-                "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
-                "base_url": diffusion["url"],
-                "events": {"url": diffusion["ws_url"]},
-            },
-        )
+        # as the fake's render: more than is free beside either server
+        node.add_rule("my-diffusion", diffusion_rule(diffusion, needs_vram_gb=14))
         node.start()
         for model in MODELS:
             chat(server["url"], model)
         held = 3 * GIB if rid == "llama-swap" else 9 * GIB  # llama-swap swapped the first model out
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == held)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == held)
 
         http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
         run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and runs[0], timeout=30)
@@ -82,6 +66,6 @@ def test_loaded_models_are_unloaded_for_a_render(tmp_path: Path, rid: str) -> No
         # no way back to ask for: the next request loads its model again
         chat(server["url"], MODELS[1])
         assert [m.get("model", m.get("id")) for m in http_json(f"{server['url']}{listing}")[key]] == [MODELS[1]]
-        node.wait_for(lambda: (r := rule(node, rid)) and r["vram_bytes"] == 3 * GIB)
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == 3 * GIB)
     finally:
         node.close()

@@ -4,10 +4,13 @@ pilot sizing, sweeps, restarts, and what the decision does with the work under t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from arbiter.engine import codes
 from arbiter.engine.abrun import (
+    Advance,
     RunObs,
     RunSpec,
     RunState,
@@ -25,11 +28,13 @@ from arbiter.engine.types import (
     EngineState,
     GovernorPolicy,
     JobObs,
+    JobVerdict,
     Observation,
     Policy,
     RuleObs,
     RulePolicy,
     SourceObs,
+    TimelineEvent,
 )
 
 STEP = 0.5
@@ -41,6 +46,25 @@ class Program:
     def __init__(self, off_rate: float = 10.0, on_rate: float = 10.0) -> None:
         self.off_rate, self.on_rate = off_rate, on_rate
         self.count = 0.0
+
+
+def kept(adv: Advance) -> RunState:
+    """The run after a step of a run ``advance`` was given (it ends one, never drops it)."""
+    assert adv.state is not None
+    return adv.state
+
+
+def ab(state: EngineState) -> RunState:
+    """The paired run the engine carries (each test here starts one)."""
+    assert state.ab is not None
+    return state.ab
+
+
+def arm_of(state: EngineState) -> str:
+    """The arm of the paired run's window in force."""
+    window = ab(state).window
+    assert window is not None
+    return window.arm
 
 
 def spec(**kw: object) -> RunSpec:
@@ -66,22 +90,22 @@ def drive(
     seconds: float,
     t0: float = 0.0,
     duty: float | None = None,
-    change=None,
+    change: Callable[[dict[str, Any]], None] | None = None,
     change_from: float = 0.0,
     **sees: object,
-):
+) -> tuple[RunState, list[TimelineEvent], list[RunState], float]:
     """Step the run every STEP seconds; the program progresses by the arm in force; from
     ``change_from`` on, ``change`` edits what the run sees."""
     t = t0
-    events = []
-    ended = []
+    events: list[TimelineEvent] = []
+    ended: list[RunState] = []
     sample = 0
-    while t < t0 + seconds and rs is not None and rs.running:
+    while t < t0 + seconds and rs.running:
         arm = rs.window.arm if rs.window else "on"
         program.count += (program.on_rate if arm == "on" else program.off_rate) * STEP
         t += STEP
         sample += 1
-        kw = dict(
+        kw: dict[str, Any] = dict(
             now=t,
             wall=1000.0 + t,
             count=int(program.count),
@@ -93,10 +117,10 @@ def drive(
         kw.update(sees)
         if change is not None and t >= change_from:
             change(kw)
-        adv = advance(rs, RunObs(**kw))  # type: ignore[arg-type]
+        adv = advance(rs, RunObs(**kw))
         events.extend(adv.events)
         ended.extend(adv.ended)
-        rs = adv.state
+        rs = kept(adv)
     return rs, events, ended, t
 
 
@@ -125,18 +149,20 @@ def test_the_washout_is_discarded() -> None:
         in_washout = w is not None and t < w.measure_from
         program.count += (1000 if in_washout else 10) * STEP
         t += STEP
-        rs = advance(
-            rs,
-            RunObs(
-                now=t,
-                wall=1000 + t,
-                count=int(program.count),
-                pids=frozenset({7}),
-                work_running=True,
-                work_duty=0.3,
-                work_sample_at=t,
-            ),
-        ).state
+        rs = kept(
+            advance(
+                rs,
+                RunObs(
+                    now=t,
+                    wall=1000 + t,
+                    count=int(program.count),
+                    pids=frozenset({7}),
+                    work_running=True,
+                    work_duty=0.3,
+                    work_sample_at=t,
+                ),
+            )
+        )
     assert all(abs(b.on - 10) < 1.5 and abs(b.off - 10) < 1.5 for b in rs.blocks)
 
 
@@ -199,7 +225,7 @@ def test_the_pilot_sizes_the_run_and_refuses_one_that_cannot_finish_in_time() ->
     rs = start(spec(max_hours=0.1, margin=0.01), 1000.0)
     t = 0.0
     flip = 0
-    events = []
+    events: list[TimelineEvent] = []
     while rs.running and t < 2000:
         arm = rs.window.arm if rs.window else "on"
         flip += 1
@@ -220,13 +246,13 @@ def test_the_pilot_sizes_the_run_and_refuses_one_that_cannot_finish_in_time() ->
             ),
         )
         events.extend(adv.events)
-        rs = adv.state
+        rs = kept(adv)
     assert rs.status == "refused" and len(rs.blocks) == 4 and "pilot" in rs.why
 
 
 def test_a_run_past_max_hours_is_aborted() -> None:
     rs = start(spec(), 1000.0)
-    rs = advance(rs, RunObs(now=1, wall=1000 + 3601, count=0, pids=frozenset({7}))).state
+    rs = kept(advance(rs, RunObs(now=1, wall=1000 + 3601, count=0, pids=frozenset({7}))))
     assert rs.status == "aborted" and "max-hours" in rs.why
 
 
@@ -290,14 +316,14 @@ def test_the_run_alone_decides_for_the_work_it_covers_and_other_gpu_work_waits()
     cpu = JobObs("u1", "cpujob", 0, use="none", started=True, pids=(13,))
     jobs = {"c1": coop, "o1": other, "u1": cpu}
     state = EngineState(ab=start(spec(work="batch", duty=0.25), 1000.0))
-    arms_seen = {}
+    arms_seen: dict[str, Mapping[str, JobVerdict]] = {}
     count = 0
     for i in range(60):
         now = i * STEP
         count += 5
         d = decide(observation(now, count, jobs), state, POLICY, now)
         state = d.state
-        arm = state.ab.window.arm
+        arm = arm_of(state)
         arms_seen.setdefault(arm, d.jobs)
     on, off = arms_seen["on"], arms_seen["off"]
     # ON: past "protected program uses the GPU" and "not certified", at the run's duty
@@ -338,7 +364,7 @@ def test_evicted_off_windows_stop_the_work_through_its_stop_path() -> None:
         count += 5
         d = decide(observation(i * STEP, count, {"c1": job}), state, POLICY, i * STEP)
         state = d.state
-        if state.ab.window.arm == "off" and d.jobs["c1"].state == "stopping":
+        if arm_of(state) == "off" and d.jobs["c1"].state == "stopping":
             stopped = d
             break
     assert stopped is not None and stopped.jobs["c1"].reasons[0].code == codes.AB_WINDOW_OFF
@@ -357,7 +383,7 @@ def test_a_passing_run_is_handed_back_ended_and_the_certificate_then_governs() -
         measured_at=0.0,
     )
     state = EngineState(ab=start(spec(blocks=2, pilot=2, duty=0.3), 1000.0))
-    count, ended = 0, ()
+    count, ended = 0, tuple[RunState, ...]()
     for i in range(200):
         now = i * STEP
         count += 5
@@ -365,14 +391,14 @@ def test_a_passing_run_is_handed_back_ended_and_the_certificate_then_governs() -
         d = decide(observation(now, count, jobs), state, POLICY, now)
         state = d.state
         ended = ended or d.ab_ended
-        if not state.ab.running:
+        if not ab(state).running:
             break
-    assert ended and ended[0].certifies and not state.ab.running
+    assert ended and ended[0].certifies and not ab(state).running
     # with the run over, its certificate lets the governor run the work beside the program
     obs = observation(200.0, count, {"c1": coop}, certificates=(CertView("p", "gpu", 0.3),))
     d = decide(obs, state, POLICY, 200.0)
     assert d.state.governors["p"].mode == "baseline"
-    assert math.isclose(state.ab.spec.duty or 0, 0.3)
+    assert math.isclose(ab(state).spec.duty or 0, 0.3)
 
 
 def test_a_change_in_the_second_windows_washout_still_leaves_the_block_out() -> None:
@@ -382,9 +408,14 @@ def test_a_change_in_the_second_windows_washout_still_leaves_the_block_out() -> 
     program = Program()
     rs, _, _, t = drive(rs, program, 10.5)  # the first window closed; the second is in its washout
     assert rs.first is not None and rs.window is not None and rs.window.second and t < rs.window.measure_from
-    for change in (dict(phases=("on",)), dict(power="battery"), dict(pids=frozenset({8}))):
-        after, _, _, _ = drive(rs, Program(), 12, t0=t, change=lambda kw, c=change: kw.update(c))
-        assert after.excluded and after.excluded[0].attempt == rs.attempt, change
+    edits: tuple[dict[str, object], ...] = (dict(phases=("on",)), dict(power="battery"), dict(pids=frozenset({8})))
+    for edit in edits:
+
+        def change(kw: dict[str, Any], edit: dict[str, object] = edit) -> None:
+            kw.update(edit)
+
+        after, _, _, _ = drive(rs, Program(), 12, t0=t, change=change)
+        assert after.excluded and after.excluded[0].attempt == rs.attempt, edit
         assert not after.blocks
 
 

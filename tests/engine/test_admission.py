@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, Literal
 
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
 from arbiter.engine.types import (
+    Decision,
     DuringPolicy,
     EngineState,
     JobObs,
+    JobVerdict,
     Observation,
     Policy,
     RuleObs,
@@ -21,25 +24,38 @@ PROTECTED = RulePolicy("trainer", protected=True)
 POLICY = Policy(rules={"trainer": PROTECTED}, busy_threshold=0.05, release_after_s=10.0, stop_grace_s=5.0)
 
 
-def job(jid: str = "j1", *, started: bool = True, use: str = "shared", caps: tuple[str, ...] = (), **kw) -> JobObs:
+def job(
+    jid: str = "j1",
+    *,
+    started: bool = True,
+    use: Literal["none", "shared", "exclusive"] = "shared",
+    caps: tuple[str, ...] = (),
+    **kw: Any,
+) -> JobObs:
     return JobObs(
         jid, name="batch", owner_uid=1000, use=use, capabilities=frozenset(caps), started=started, pids=(100,), **kw
-    )  # type: ignore[arg-type]
+    )
 
 
-def busy(share: float | None = 0.5, running: bool = True, **kw) -> RuleObs:
+def busy(share: float | None = 0.5, running: bool = True, **kw: Any) -> RuleObs:
     return RuleObs("trainer", running=running, pids=frozenset({10}) if running else frozenset(), gpu_share=share, **kw)
 
 
 NO_STATE = EngineState()
 
 
-def run(obs_rules, jobs, state=NO_STATE, policy=POLICY, now=0.0):
+def run(
+    obs_rules: dict[str, RuleObs],
+    jobs: list[JobObs],
+    state: EngineState = NO_STATE,
+    policy: Policy = POLICY,
+    now: float = 0.0,
+) -> Decision:
     obs = Observation(now=now, rules=obs_rules, jobs={j.job_id: j for j in jobs})
     return decide(obs, state, policy, now)
 
 
-def codes_of(verdict) -> list[str]:
+def codes_of(verdict: JobVerdict) -> list[str]:
     return [r.code for r in verdict.reasons]
 
 

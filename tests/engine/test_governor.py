@@ -4,6 +4,7 @@ leaving; a restart in every state."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import pytest
@@ -14,9 +15,12 @@ from arbiter.engine.decide import decide
 from arbiter.engine.governor import from_record, step_back, to_record
 from arbiter.engine.types import (
     CertView,
+    Decision,
     EngineState,
     GovernorPolicy,
+    GovernorState,
     JobObs,
+    JobVerdict,
     NameTrust,
     Observation,
     Policy,
@@ -49,9 +53,22 @@ class Gov:
     def __init__(self, policy: Policy = POLICY) -> None:
         self.policy = policy
         self.state = EngineState()
-        self.d = None
+        self._d: Decision | None = None
 
-    def at(self, now: float, rate: float | None, jobs=(), certs=(CERT,), memory=None, rules=None):
+    @property
+    def d(self) -> Decision:
+        assert self._d is not None, "no decision yet"
+        return self._d
+
+    def at(
+        self,
+        now: float,
+        rate: float | None,
+        jobs: Iterable[JobObs] = (),
+        certs: Iterable[CertView] = (CERT,),
+        memory: float | None = None,
+        rules: dict[str, RuleObs] | None = None,
+    ) -> Decision:
         obs = Observation(
             now=now,
             rules=rules or {"trainer": trainer(rate)},
@@ -59,25 +76,25 @@ class Gov:
             certificates=tuple(certs),
             memory_available=memory,
         )
-        self.d = decide(obs, self.state, self.policy, now)
-        self.state = self.d.state
-        return self.d
+        self._d = decide(obs, self.state, self.policy, now)
+        self.state = self._d.state
+        return self._d
 
-    @property
-    def gov(self):
+    def gov(self) -> GovernorState:
+        """The protected rule's governor now (a call, so that each one is judged afresh)."""
         return self.state.governors["trainer"]
 
     def events(self) -> list[str]:
         return [e.code for e in self.d.events if e.code.startswith("GPU_DUTY")]
 
-    def job(self, jid: str = "c1"):
+    def job(self, jid: str = "c1") -> JobVerdict:
         return self.d.jobs[jid]
 
 
 ONE_COOP = (coop(),)
 
 
-def started(g: Gov, jobs=ONE_COOP, rate: float = 10.0) -> None:
+def started(g: Gov, jobs: Iterable[JobObs] = ONE_COOP, rate: float = 10.0) -> None:
     g.at(0, rate, jobs)
     g.at(60, rate, jobs)
 
@@ -85,12 +102,12 @@ def started(g: Gov, jobs=ONE_COOP, rate: float = 10.0) -> None:
 def test_baseline_first_then_the_ceiling() -> None:
     g = Gov()
     g.at(0, 10.0, [coop()])
-    assert g.events() == [codes.GPU_DUTY_BASELINE] and g.gov.mode == "baseline"
+    assert g.events() == [codes.GPU_DUTY_BASELINE] and g.gov().mode == "baseline"
     assert g.job().state == "paused" and g.job().reasons[0].code == codes.GPU_DUTY_BASELINE
     g.at(59.9, 10.0, [coop()])
-    assert g.gov.mode == "baseline"
+    assert g.gov().mode == "baseline"
     g.at(60, 10.0, [coop()])
-    assert g.events() == [codes.GPU_DUTY_START] and g.gov.baseline == 10.0
+    assert g.events() == [codes.GPU_DUTY_START] and g.gov().baseline == 10.0
     assert g.job().state == "run" and g.job().duty == 0.5
 
 
@@ -98,21 +115,21 @@ def test_step_back_by_the_overshoot_then_grow_toward_the_aim() -> None:
     g = Gov()
     started(g)
     g.at(119, 9.0, [coop()])
-    assert g.gov.budget == 0.5  # no decision before a period has passed
+    assert g.gov().budget == 0.5  # no decision before a period has passed
     g.at(120, 9.6, [coop()])  # pressure 4 %: 0.08 per unit of duty puts the aim (4.5 %) past the ceiling
-    assert g.gov.budget == 0.5 and g.events() == [] and g.gov.sensitivity == pytest.approx(0.08)
+    assert g.gov().budget == 0.5 and g.events() == [] and g.gov().sensitivity == pytest.approx(0.08)
     g.at(180, 9.4, [coop()])  # pressure 6 % ≥ target: back by the overshoot, aiming at 3.75 %
-    assert g.gov.budget == pytest.approx(0.5 * 0.0375 / 0.06, abs=1e-4) and g.events() == [codes.GPU_DUTY_HALVE]
-    assert g.job().duty == g.gov.budget and "aiming at 3.8%" in g.d.events[0].message
-    assert g.gov.sensitivity == pytest.approx(0.12)  # that period's alone: the load may have changed
+    assert g.gov().budget == pytest.approx(0.5 * 0.0375 / 0.06, abs=1e-4) and g.events() == [codes.GPU_DUTY_HALVE]
+    assert g.job().duty == g.gov().budget and "aiming at 3.8%" in g.d.events[0].message
+    assert g.gov().sensitivity == pytest.approx(0.12)  # that period's alone: the load may have changed
     g.at(240, 9.8, [coop()])  # 2 %: the smoothed sensitivity says 0.46 reaches the aim; one grow_step a period
-    assert g.gov.sensitivity == pytest.approx(0.6 * 0.12 + 0.4 * 0.02 / 0.3125)
-    assert g.gov.budget == pytest.approx(0.3625) and g.events() == [codes.GPU_DUTY_GROW]
+    assert g.gov().sensitivity == pytest.approx(0.6 * 0.12 + 0.4 * 0.02 / 0.3125)
+    assert g.gov().budget == pytest.approx(0.3625) and g.events() == [codes.GPU_DUTY_GROW]
     for t in (300, 360, 420, 480):
         g.at(t, 10.0, [coop()])
-    assert g.gov.budget == 0.5  # grown back, never above the ceiling
+    assert g.gov().budget == 0.5  # grown back, never above the ceiling
     g.at(540, 10.0, [coop()])
-    assert g.gov.budget == 0.5 and g.events() == []
+    assert g.gov().budget == 0.5 and g.events() == []
 
 
 def test_between_the_aim_and_the_target_the_budget_eases_toward_the_aim() -> None:
@@ -120,7 +137,7 @@ def test_between_the_aim_and_the_target_the_budget_eases_toward_the_aim() -> Non
     started(g)
     g.at(120, 9.52, [coop()])  # 4.8 %: under the target, over the aim
     assert g.events() == [codes.GPU_DUTY_HALVE] and "eases" in g.d.events[0].message
-    assert g.gov.budget == pytest.approx(0.045 / (0.048 / 0.5), abs=1e-4)
+    assert g.gov().budget == pytest.approx(0.045 / (0.048 / 0.5), abs=1e-4)
 
 
 def test_a_step_back_past_a_knee_takes_the_line_between_the_last_two_periods() -> None:
@@ -135,12 +152,12 @@ def test_a_take_back_or_a_baseline_forgets_the_period_before() -> None:
     g = Gov()
     started(g)
     g.at(120, 9.8, [coop()])
-    assert g.gov.probe == (0.5, pytest.approx(0.02))
+    assert g.gov().probe == pytest.approx((0.5, 0.02))
     g.at(180, 5.0, [coop()])  # taken back: the next step back must not draw a line to a stale period
-    assert g.gov.mode == "taken_back" and g.gov.probe is None
+    assert g.gov().mode == "taken_back" and g.gov().probe is None
 
 
-def program(curve, load: float = 1.0):
+def program(curve: Callable[[float], float], load: float = 1.0) -> Callable[[float], float]:
     """The protected program's rate under a budget, on a slowdown curve."""
     return lambda budget: 10.0 * (1 - load * curve(budget))
 
@@ -154,23 +171,27 @@ def program(curve, load: float = 1.0):
     ],
     ids=["paced", "free", "convex"],
 )
-def test_it_settles_near_the_highest_safe_duty_and_answers_a_load_step_within_a_period(curve, oracle) -> None:
+def test_it_settles_near_the_highest_safe_duty_and_answers_a_load_step_within_a_period(
+    curve: Callable[[float], float], oracle: float
+) -> None:
     g = Gov(replace(POLICY, rules={"trainer": RULES["trainer"]}))
     cert = CertView("trainer", "gpu", 0.8)
     g.at(0, 10.0, [coop()], certs=[cert])
     rate = program(curve)
     t = 60
     for _ in range(40):
-        g.at(t, rate(g.gov.budget if g.gov.mode == "running" else 0.0), [coop()], certs=[cert])
+        g.at(t, rate(g.gov().budget if g.gov().mode == "running" else 0.0), [coop()], certs=[cert])
         t += 60
-    steady = g.gov.budget
-    assert g.gov.mode == "running" and 0.85 * oracle <= steady <= oracle
+    steady = g.gov().budget
+    assert g.gov().mode == "running" and 0.85 * oracle <= steady <= oracle
     assert curve(steady) < 0.05
     heavier = program(curve, load=1.6)
     g.at(t, heavier(steady), [coop()], certs=[cert])  # the load steps up: over the target at once
-    assert g.gov.pressure is not None and g.gov.pressure >= 0.05 and g.events() == [codes.GPU_DUTY_HALVE]
-    g.at(t + 60, heavier(g.gov.budget), [coop()], certs=[cert])
-    assert g.gov.pressure < 0.05  # one period later it is back under the target
+    pressure = g.gov().pressure
+    assert pressure is not None and pressure >= 0.05 and g.events() == [codes.GPU_DUTY_HALVE]
+    g.at(t + 60, heavier(g.gov().budget), [coop()], certs=[cert])
+    pressure = g.gov().pressure
+    assert pressure is not None and pressure < 0.05  # one period later it is back under the target
 
 
 @pytest.mark.parametrize(
@@ -187,11 +208,11 @@ def test_each_take_back_trigger_then_recovery(rate: float, memory: float | None,
     started(g)
     g.at(120, rate, [coop()], memory=memory)
     assert g.events() == [codes.GPU_DUTY_TAKE_BACK], why
-    assert g.gov.budget == 0 and g.job().state == "paused" and g.job().reasons[0].code == codes.GPU_DUTY_TAKE_BACK
+    assert g.gov().budget == 0 and g.job().state == "paused" and g.job().reasons[0].code == codes.GPU_DUTY_TAKE_BACK
     g.at(419, 10.0, [coop()])
-    assert g.gov.mode == "taken_back"
+    assert g.gov().mode == "taken_back"
     g.at(420, 10.0, [coop()])
-    assert g.events() == [codes.GPU_DUTY_START] and g.gov.budget == 0.25  # half the level taken back
+    assert g.events() == [codes.GPU_DUTY_START] and g.gov().budget == 0.25  # half the level taken back
     assert g.job().state == "run" and g.job().duty == 0.25
 
 
@@ -209,9 +230,9 @@ def test_no_baseline_is_taken_while_progress_cannot_be_read() -> None:
     g = Gov()
     g.at(0, None, [coop()])
     g.at(60, None, [coop()])
-    assert g.gov.mode == "baseline" and g.job().state == "paused"
+    assert g.gov().mode == "baseline" and g.job().state == "paused"
     g.at(61, 10.0, [coop()])
-    assert g.gov.mode == "running"
+    assert g.gov().mode == "running"
 
 
 def test_rebaseline_every_rebaseline_s_and_start_at_the_last_level() -> None:
@@ -219,16 +240,16 @@ def test_rebaseline_every_rebaseline_s_and_start_at_the_last_level() -> None:
     started(g)
     g.at(120, 9.5, [coop()])  # 5 %: back by the overshoot to 0.375
     g.at(1860, 9.7, [coop()])  # the baseline taken at 60 is 1800 s old
-    assert codes.GPU_DUTY_BASELINE in g.events() and g.gov.mode == "baseline" and g.job().state == "paused"
+    assert codes.GPU_DUTY_BASELINE in g.events() and g.gov().mode == "baseline" and g.job().state == "paused"
     g.at(1920, 9.0, [coop()])
-    assert g.events() == [codes.GPU_DUTY_START] and g.gov.budget == 0.375 and g.gov.baseline == 9.0
+    assert g.events() == [codes.GPU_DUTY_START] and g.gov().budget == 0.375 and g.gov().baseline == 9.0
 
 
 def test_a_lower_certificate_clamps_and_none_valid_means_not_certified() -> None:
     g = Gov()
     started(g)
     g.at(70, 10.0, [coop()], certs=[CertView("trainer", "gpu", 0.5, valid=False), CertView("trainer", "gpu", 0.2)])
-    assert g.events() == [codes.GPU_DUTY_CLAMP] and g.gov.budget == 0.2 and g.job().duty == 0.2
+    assert g.events() == [codes.GPU_DUTY_CLAMP] and g.gov().budget == 0.2 and g.job().duty == 0.2
     g.at(80, 10.0, [coop()], certs=[CertView("trainer", "gpu", 0.5, valid=False, why="expired")])
     assert g.job().state == "paused"
     assert [r.code for r in g.job().reasons] == [codes.PROTECTED_GPU_BUSY, codes.GPU_NOT_CERTIFIED]
@@ -277,9 +298,9 @@ def test_the_governor_stands_down_when_the_program_stops_using_the_gpu() -> None
     idle = RuleObs("trainer", running=False, gpu_share=0.0)
     g.policy = replace(POLICY, release_after_s=0.0)
     g.at(100, None, [coop()], rules={"trainer": idle})
-    assert g.gov.mode == "off" and g.job().duty == 1.0  # nothing protected uses the GPU
+    assert g.gov().mode == "off" and g.job().duty == 1.0  # nothing protected uses the GPU
     g.at(200, 10.0, [coop()])  # back within rebaseline_s of its baseline: no new baseline
-    assert g.gov.mode == "running" and g.gov.budget == 0.5
+    assert g.gov().mode == "running" and g.gov().budget == 0.5
 
 
 @pytest.mark.parametrize("moment", ["baseline", "running", "halved", "taken_back"])
@@ -296,21 +317,21 @@ def test_a_restart_in_every_state_resumes_where_it_was(moment: str) -> None:
 
     a = Gov()
     drive(a)
-    record = to_record(a.gov, now=130.0, now_wall=5_000.0)
+    record = to_record(a.gov(), now=130.0, now_wall=5_000.0)
     b = Gov()
     b.state = EngineState(
         governors={"trainer": from_record(record, now=30.0, now_wall=5_000.0)}
     )  # another clock origin
     assert (b.state.governors["trainer"].sensitivity, b.state.governors["trainer"].probe) == (
-        a.gov.sensitivity,
-        a.gov.probe,
+        a.gov().sensitivity,
+        a.gov().probe,
     )  # what the search has learnt survives the restart
     for t_a in (131.0, 200.0, 500.0):
         a.at(t_a, 9.8, [coop()])
         b.at(t_a - 100.0, 9.8, [coop()])
-        assert (b.gov.mode, b.gov.budget, b.job().state, b.job().duty) == (
-            a.gov.mode,
-            a.gov.budget,
+        assert (b.gov().mode, b.gov().budget, b.job().state, b.job().duty) == (
+            a.gov().mode,
+            a.gov().budget,
             a.job().state,
             a.job().duty,
         )
@@ -320,12 +341,12 @@ def test_a_take_back_survives_a_moment_without_a_governor() -> None:
     g = Gov()
     started(g)
     g.at(120, 5.0, [coop()])
-    assert g.gov.mode == "taken_back"
+    assert g.gov().mode == "taken_back"
     g.at(121, 10.0, [coop()], certs=[])  # a certificate unreadable for one tick
     g.at(122, 10.0, [coop()])
-    assert g.gov.mode == "taken_back" and g.job().state == "paused"
+    assert g.gov().mode == "taken_back" and g.job().state == "paused"
     g.at(420, 10.0, [coop()])
-    assert g.gov.mode == "running" and g.gov.budget == 0.25
+    assert g.gov().mode == "running" and g.gov().budget == 0.25
 
 
 def test_a_pending_job_no_certificate_covers_waits_and_the_running_one_keeps_its_duty() -> None:

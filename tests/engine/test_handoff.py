@@ -6,6 +6,7 @@ replayed, and idle tenants released past ``idle_release_after_s``."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -50,17 +51,17 @@ class Clock:
         return self.t
 
 
-def llm(busy: bool | None = True, held: float = 13, **kw: object) -> TenantVram:
-    return TenantVram("llm-server", 50, busy, gb(held), True, **kw)  # type: ignore[arg-type]
+def llm(busy: bool | None = True, held: float = 13, **kw: Any) -> TenantVram:
+    return TenantVram("llm-server", 50, busy, gb(held), True, **kw)
 
 
-def diffusion(busy: bool | None = True, held: float = 1.6, needs: float | None = 12, **kw: object) -> TenantVram:
+def diffusion(busy: bool | None = True, held: float = 1.6, needs: float | None = 12, **kw: Any) -> TenantVram:
     return TenantVram(
         "diffusion-server",
         60,
         busy,
         gb(held),
-        True,  # type: ignore[arg-type]
+        True,
         needs_bytes=None if needs is None else gb(needs),
         **kw,
     )

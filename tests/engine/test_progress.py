@@ -7,13 +7,25 @@ import pytest
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
 from arbiter.engine.progress import rate
-from arbiter.engine.types import EngineState, JobObs, Observation, Policy, RuleObs, RulePolicy, SourceObs
+from arbiter.engine.types import (
+    Decision,
+    EngineState,
+    GpuJobsMode,
+    JobObs,
+    Observation,
+    Policy,
+    RuleObs,
+    RulePolicy,
+    SourceObs,
+)
 
 RULE = RulePolicy("trainer", protected=True, progress=True)
 
 
-def decide_with(progress: SourceObs | None, running: bool = True, mode: str = "when_no_gpu_protected"):
-    policy = Policy(gpu_jobs=mode, rules={"trainer": RULE})  # type: ignore[arg-type]
+def decide_with(
+    progress: SourceObs | None, running: bool = True, mode: GpuJobsMode = "when_no_gpu_protected"
+) -> Decision:
+    policy = Policy(gpu_jobs=mode, rules={"trainer": RULE})
     ro = RuleObs(
         "trainer", running=running, pids=frozenset({5}) if running else frozenset(), gpu_share=0.0, progress=progress
     )
@@ -70,5 +82,5 @@ def test_gpu_jobs_always_is_an_explicit_opt_out() -> None:
     assert decide_with(SourceObs(readable=False, why="x"), mode="always").jobs["gpu"].state == "run"
 
 
-def d_codes(d) -> list[str]:
+def d_codes(d: Decision) -> list[str]:
     return [r.code for r in d.jobs["gpu"].reasons]

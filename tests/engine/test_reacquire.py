@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from arbiter.engine import codes
-from arbiter.engine.handoff import TenantObs, request_over, step
+from arbiter.engine.handoff import Step, TenantObs, request_over, step
 from arbiter.engine.reacquire import REACQUIRE, backoff_s
 from arbiter.engine.types import TenantVramState
 
@@ -39,7 +39,7 @@ def tenant(
     )
 
 
-def codes_of(s) -> list[str]:
+def codes_of(s: Step) -> list[str]:
     return [e.code for e in s.events]
 
 

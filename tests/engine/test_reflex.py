@@ -4,11 +4,23 @@ whole decision that follows agrees with it."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal
 
 from arbiter.engine import codes
 from arbiter.engine.decide import decide
 from arbiter.engine.reflex import Reflex, reflex
-from arbiter.engine.types import DuringPolicy, EngineState, JobObs, Observation, Policy, RuleObs, RulePolicy, SourceObs
+from arbiter.engine.types import (
+    Decision,
+    DuringPolicy,
+    EngineState,
+    JobObs,
+    Observation,
+    Phase,
+    Policy,
+    RuleObs,
+    RulePolicy,
+    SourceObs,
+)
 
 BASE_STATE = EngineState()
 BASE = Policy(busy_threshold=0.05, release_after_s=10.0, stop_grace_s=5.0)
@@ -22,32 +34,40 @@ def policy(scope: str = "all", immediate: bool = True, pause_fleet: str | None =
     return replace(BASE, rules=rules)
 
 
-def job(jid: str, *, use: str = "shared", caps: tuple[str, ...] = (), started: bool = True) -> JobObs:
-    return JobObs(jid, name=jid, owner_uid=1000, use=use, capabilities=frozenset(caps), started=started, pids=(100,))  # type: ignore[arg-type]
+def job(
+    jid: str,
+    *,
+    use: Literal["none", "shared", "exclusive"] = "shared",
+    caps: tuple[str, ...] = (),
+    started: bool = True,
+) -> JobObs:
+    return JobObs(jid, name=jid, owner_uid=1000, use=use, capabilities=frozenset(caps), started=started, pids=(100,))
 
 
 JOBS = [job("gpu"), job("cpu", use="none"), job("coop", caps=("cooperative_pause",)), job("pending", started=False)]
 
 
-def observe(phase: str | None, readable: bool = True, running: bool = True, other_running: bool = False) -> Observation:
+def observe(
+    phase: Phase | None, readable: bool = True, running: bool = True, other_running: bool = False
+) -> Observation:
     game = RuleObs(
         "game",
         running=running,
         pids=frozenset({10}) if running else frozenset(),
         gpu_share=0.0,
         phases=(SourceObs(readable=readable, phase=phase, why="" if readable else "gone"),),
-    )  # type: ignore[arg-type]
+    )
     other = RuleObs(
         "other", running=other_running, pids=frozenset({11}) if other_running else frozenset(), gpu_share=0.0
     )
     return Observation(now=0.0, rules={"game": game, "other": other}, jobs={j.job_id: j for j in JOBS})
 
 
-def source(phase: str | None, readable: bool = True) -> SourceObs:
-    return SourceObs(readable=readable, phase=phase, why="" if readable else "gone")  # type: ignore[arg-type]
+def source(phase: Phase | None, readable: bool = True) -> SourceObs:
+    return SourceObs(readable=readable, phase=phase, why="" if readable else "gone")
 
 
-def tree_paused(decision) -> set[str]:
+def tree_paused(decision: Decision) -> set[str]:
     return {jid for jid, v in decision.jobs.items() if v.state == "paused" and v.via == "tree"}
 
 

@@ -76,17 +76,17 @@ class Scene:
     def start(self, **env: str) -> None:
         """The daemon, then the protected program, seen running and idle."""
         self.gpu(0.0)
-        self.node.start(**env)
+        self.node.start(timeout=30.0, **env)
         self.start_protected()
-        self.node.wait_for(lambda: (r := self.rule()) and r["running"] and not r["using_gpu"], timeout=30)
+        self.node.wait_for(lambda: self.rule()["running"] and not self.rule()["using_gpu"], timeout=30)
 
-    def rule(self, rid: str = "prot") -> dict[str, Any] | None:
-        return next((r for r in self.node.status()["rules"] if r["id"] == rid), None)
+    def rule(self, rid: str = "prot") -> dict[str, Any]:
+        return self.node.known_rule(rid)
 
     def run_job(self, name: str = "fleet", *cmd: str) -> int:
         """A plain GPU job, seen running; its pid."""
         self.node.job_run(list(cmd) or [PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", name)
-        pid: int = self.node.wait_for(lambda: ((self.node.job(name) or {}).get("pids") or [None])[0], timeout=30)
+        pid: int = self.node.job_pid(name, timeout=30)
         self.node.wait_for(lambda: (self.node.job(name) or {}).get("state") == "run", timeout=30)
         return pid
 
@@ -110,14 +110,7 @@ class Scene:
     def explain(self, subject: str | None = None) -> dict[str, Any]:
         """``arbiter explain --json``, as a person would run it."""
         args = [subject] if subject else []
-        out = subprocess.run(
-            [PYTHON, "-m", "arbiter", "explain", *args, "--json", "--config", str(self.node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=self.node.env(),
-            check=False,
-        )
+        out = self.node.cli("explain", *args, "--json")
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)  # type: ignore[no-any-return]
 

@@ -8,7 +8,6 @@ period, crashes nothing, and is named (CLOCK_JUMPED on the timeline and in ``exp
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -20,6 +19,8 @@ from arbiter.certificates import Certificate, status
 from arbiter.config.models import Manifest
 from arbiter.daemon.jobs import JobRegistry
 from arbiter_testing.node import PYTHON
+
+from .conftest import Scene
 
 DAY = 24 * 3600.0
 SHIFT = textwrap.dedent(
@@ -55,7 +56,7 @@ SHIFT = textwrap.dedent(
 )
 
 
-def shifted(scene: Any) -> Path:
+def shifted(scene: Scene) -> Path:
     """Start the scene's daemon with its wall clock shiftable; the offset file."""
     site = scene.root / "clock-site"
     site.mkdir()
@@ -68,12 +69,12 @@ def shifted(scene: Any) -> Path:
     return offset
 
 
-def jump(scene: Any, offset: Path, seconds: float, way: str) -> None:
+def jump(scene: Scene, offset: Path, seconds: float, way: str) -> None:
     offset.write_text(str(seconds))
     scene.node.events("CLOCK_JUMPED", contains=f"jumped {way}")
 
 
-def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Any) -> None:
+def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Scene) -> None:
     offset = shifted(scene)
     pid = scene.run_job("fleet")
     scene.gpu(0.8)  # the protected program works: the job is paused, a new one waits
@@ -84,8 +85,10 @@ def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Any) -> 
     for seconds, way in ((30 * DAY, "forward"), (-30 * DAY, "back")):
         jump(scene, offset, seconds, way)
         scene.ticks(4)
-        assert scene.node.job("fleet")["state"] == "paused" and psutil.Process(pid).status() == psutil.STATUS_STOPPED
-        assert scene.node.job("late")["state"] == "held" and late.poll() is None
+        assert (
+            scene.node.known_job("fleet")["state"] == "paused" and psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        )
+        assert scene.node.known_job("late")["state"] == "held" and late.poll() is None
         notice = scene.explained("CLOCK_JUMPED")
         assert f"jumped {way}" in notice["message"] and "monotonic" in notice["message"]
         scene.assert_alive()
@@ -93,7 +96,7 @@ def test_held_and_paused_work_stays_so_when_the_wall_clock_jumps(scene: Any) -> 
 
     scene.gpu(0.0)  # the program stops: both run, at once, whatever the clock says
     assert late.wait(timeout=60) == 0
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
     scene.assert_protected_untouched()
 
 
@@ -101,20 +104,15 @@ STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n
 GRACE_S = 4.0
 
 
-def test_a_clock_set_back_during_a_stop_does_not_stretch_its_grace_period(scene: Any) -> None:
+def test_a_clock_set_back_during_a_stop_does_not_stretch_its_grace_period(scene: Scene) -> None:
     scene.node.config["stop_grace_s"] = GRACE_S
     scene.node.write_config()
     offset = shifted(scene)
     launcher = scene.node.job_run([PYTHON, "-c", STUBBORN], "--name", "stubborn")
-    scene.node.wait_for(lambda: ((scene.node.job("stubborn") or {}).get("pids") or [None])[0], timeout=30)
-    job_id = scene.node.job("stubborn")["id"]
+    scene.node.job_pid("stubborn", timeout=30)
+    job_id = scene.node.known_job("stubborn")["id"]
     asked = time.monotonic()
-    subprocess.run(
-        [PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
-        check=True,
-        timeout=60,
-        env=scene.node.env(),
-    )
+    scene.node.cli("job", "stop", job_id, check=True)
     jump(scene, offset, -3600, "back")  # an hour back, right after the stop was asked
     assert launcher.wait(timeout=60) != 0  # killed after its grace period, not an hour later
     assert time.monotonic() - asked >= GRACE_S

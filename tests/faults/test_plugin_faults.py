@@ -15,6 +15,8 @@ import pytest
 
 from arbiter_testing.node import PYTHON, HarnessNode
 
+from .conftest import Scene
+
 FAULTY = textwrap.dedent(
     """
     import math, os, time
@@ -87,7 +89,7 @@ FAULTY = textwrap.dedent(
 )
 
 
-def with_plugin(scene: Any, **config: Any) -> Path:
+def with_plugin(scene: Scene, **config: Any) -> Path:
     """The scene's node loads the faulty plugin; the folder of its fault switches."""
     site, faults = scene.root / "site", scene.root / "faults"
     site.mkdir()
@@ -119,7 +121,7 @@ MATCHER = {
 
 
 @pytest.mark.parametrize("mode", list(MATCHER))
-def test_a_matcher_that_fails_holds_fleet_work_and_is_named(scene: Any, mode: str) -> None:
+def test_a_matcher_that_fails_holds_fleet_work_and_is_named(scene: Scene, mode: str) -> None:
     faults = with_plugin(scene)
     scene.node.add_rule("prot", flaky_rule())
     scene.start()
@@ -132,7 +134,7 @@ def test_a_matcher_that_fails_holds_fleet_work_and_is_named(scene: Any, mode: st
     scene.assert_alive()
     scene.assert_protected_untouched()
     (faults / "matcher").unlink()  # it recovers: the work goes on
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
     scene.assert_protected_untouched()
 
 
@@ -147,7 +149,7 @@ SOURCE = {
 
 
 @pytest.mark.parametrize("mode", list(SOURCE))
-def test_a_phase_source_that_fails_counts_as_on_and_is_named(scene: Any, mode: str) -> None:
+def test_a_phase_source_that_fails_counts_as_on_and_is_named(scene: Scene, mode: str) -> None:
     faults = with_plugin(scene)
     scene.node.add_rule("prot", flaky_rule())
     scene.start()
@@ -159,10 +161,10 @@ def test_a_phase_source_that_fails_counts_as_on_and_is_named(scene: Any, mode: s
     scene.assert_alive()
     scene.assert_protected_untouched()
     (faults / "source").unlink()
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
 
 
-def test_a_pause_translator_that_raises_is_named_and_tried_again(scene: Any) -> None:
+def test_a_pause_translator_that_raises_is_named_and_tried_again(scene: Scene) -> None:
     with_plugin(scene, translators={"pause": ["flaky_pause"]})
     scene.protect()
     scene.start()
@@ -174,7 +176,7 @@ def test_a_pause_translator_that_raises_is_named_and_tried_again(scene: Any) -> 
     problem = scene.explained("PLUGIN_FAILED", "fleet")
     assert "the pause translator broke" in problem["message"] and "translators:" in problem["remedy"]
     scene.ticks(3)  # it is tried again on every decision, and still named
-    assert [p["code"] for p in scene.node.job("fleet")["problems"]] == ["PLUGIN_FAILED"]
+    assert [p["code"] for p in scene.node.known_job("fleet")["problems"]] == ["PLUGIN_FAILED"]
     scene.assert_alive()
     scene.assert_protected_untouched()
 
@@ -216,9 +218,9 @@ def test_the_matcher_that_raises_or_hangs_recovers_per_rule(tmp_path: Path) -> N
         node.start()
         node.job_run([PYTHON, "-c", "pass"], "--name", "held")
         node.wait_for(lambda: (node.job("held") or {}).get("state") == "held")
-        messages = " ".join(r["message"] for r in node.job("held")["reasons"])
+        messages = " ".join(r["message"] for r in node.known_job("held")["reasons"])
         assert "the matcher broke" in messages and "no answer within 0.5s" in messages
-        assert {r["code"] for r in node.job("held")["reasons"]} == {"PLUGIN_FAILED"}
+        assert {r["code"] for r in node.known_job("held")["reasons"]} == {"PLUGIN_FAILED"}
         failed = node.events("PLUGIN_FAILED", contains="matchers/flaky (b)")
         assert {e["subject"] for e in failed} >= {"a", "b"}
         ok.touch()  # the plugin recovers: work is admitted

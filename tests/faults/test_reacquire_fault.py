@@ -9,24 +9,22 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import diffusion_rule, http_json, start_diffusion, start_fake
+
+from .conftest import Scene
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
-def test_a_wake_that_fails_is_named_and_tried_again(scene: Any) -> None:
+def test_a_wake_that_fails_is_named_and_tried_again(scene: Scene) -> None:
     for name in ("vllm", "diffusion-server"):
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", scene.node.tenants / f"{name}.yaml")
     scene.protect()
     scene.start()
     vllm = start_fake(scene.node, scene.gpu_file, scene.root, "vllm", "--held-gb", "12", "--wake-fault", "500")
-    diffusion = start_fake(
-        scene.node, scene.gpu_file, scene.root, "diffusion", "--model-gb", "1.6", "--needs-gb", "12",
-        "--fast-s", "0.5", "--starved-s", "8",
-    )  # fmt: skip
+    diffusion = start_diffusion(scene.node, scene.gpu_file, scene.root)
     scene.node.add_rule(
         "my-vllm",
         {
@@ -36,17 +34,9 @@ def test_a_wake_that_fails_is_named_and_tried_again(scene: Any) -> None:
             "reacquire_after_s": 0.5,
         },
     )
-    scene.node.add_rule(
-        "my-diffusion",
-        {
-            "extends": "diffusion-server",
-            "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
-            "base_url": diffusion["url"],
-            "events": {"url": diffusion["ws_url"]},
-        },
-    )
+    scene.node.add_rule("my-diffusion", diffusion_rule(diffusion))
     scene.node.call("reload")
-    scene.node.wait_for(lambda: (r := scene.rule("vllm")) and r["vram_bytes"] == 12 * GIB, timeout=30)
+    scene.node.wait_for(lambda: scene.rule("vllm")["vram_bytes"] == 12 * GIB, timeout=30)
 
     http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
     failed = scene.node.events("VRAM_REACQUIRE_FAILED", subject="vllm", contains="HTTP 500")

@@ -5,9 +5,9 @@ named (GPU_TIME_UNREADABLE on the job, PLUGIN_FAILED on the timeline) until it r
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+
+from .conftest import Scene
 
 FAULTS = {
     "raise": "the fake reader was told to fail",
@@ -21,7 +21,7 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_reader_failing_mid_run_pauses_fleet_work_and_is_named(scene: Any, fault: str) -> None:
+def test_a_reader_failing_mid_run_pauses_fleet_work_and_is_named(scene: Scene, fault: str) -> None:
     scene.protect()
     scene.start()
     scene.run_job("fleet")  # the reader reads the program idle: the job runs
@@ -32,11 +32,11 @@ def test_a_reader_failing_mid_run_pauses_fleet_work_and_is_named(scene: Any, fau
     assert any(FAULTS[fault] in e["message"] for e in failed), failed
     explained = scene.explained("GPU_TIME_UNREADABLE", "fleet")
     assert "arbiter doctor" in explained["remedy"]
-    assert scene.node.job("fleet")["state"] == "paused"
+    assert scene.node.known_job("fleet")["state"] == "paused"
     scene.assert_alive()
     scene.assert_protected_untouched()
 
     scene.gpu(0.0)  # the reader reads again: the work goes on
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
     scene.assert_alive()
     scene.assert_protected_untouched()

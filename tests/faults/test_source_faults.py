@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import Scene
+
 
 def phase(path: Path, value: str) -> None:
     with open(path, "a") as fh:
@@ -53,7 +55,7 @@ def lose(events: Path, how: str) -> None:
 
 @pytest.mark.parametrize("kind", ["progress", "phase"])
 @pytest.mark.parametrize("how", ["deleted", "directory"])
-def test_a_source_file_that_goes_away_holds_fleet_work_and_is_named(scene: Any, kind: str, how: str) -> None:
+def test_a_source_file_that_goes_away_holds_fleet_work_and_is_named(scene: Scene, kind: str, how: str) -> None:
     events = scene.root / "events.jsonl"
     events.touch()
     scene.node.add_rule("prot", rule(events, kind))
@@ -76,11 +78,11 @@ def test_a_source_file_that_goes_away_holds_fleet_work_and_is_named(scene: Any, 
         shutil.rmtree(events)
     events.touch()  # the file comes back: the source reads it again and the work goes on
     step(events, 3)
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=60)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=60)
     scene.assert_protected_untouched()
 
 
-def test_a_truncated_phase_file_keeps_its_phase_and_is_followed_from_the_top(scene: Any) -> None:
+def test_a_truncated_phase_file_keeps_its_phase_and_is_followed_from_the_top(scene: Scene) -> None:
     events = scene.root / "events.jsonl"
     events.touch()
     scene.node.add_rule("prot", rule(events, "phase"))
@@ -92,10 +94,10 @@ def test_a_truncated_phase_file_keeps_its_phase_and_is_followed_from_the_top(sce
     os.truncate(events, 0)  # copytruncate, or the program started its log over
     scene.node.wait_for(lambda: scene.rule()["phases"] == ["on"], timeout=10)
     scene.ticks(3)  # several ticks see the empty file
-    assert scene.node.job("fleet")["state"] == "paused"  # an empty file does not end the phase
+    assert scene.node.known_job("fleet")["state"] == "paused"  # an empty file does not end the phase
     scene.assert_alive()
     scene.assert_protected_untouched()
 
     phase(events, "idle")  # a line written after the truncation is read
-    scene.node.wait_for(lambda: scene.node.job("fleet")["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job("fleet")["state"] == "run", timeout=30)
     scene.assert_protected_untouched()

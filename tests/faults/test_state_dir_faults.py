@@ -20,32 +20,35 @@ import pytest
 
 from arbiter_testing.node import PYTHON
 
+from .conftest import Scene
+
 FULL_AT = 32 * 1024
 
 
-def still_protects(scene: Any, name: str) -> None:
+def still_protects(scene: Scene, name: str) -> None:
     """The protected program works: the job is paused; it stops: the job runs again."""
     scene.gpu(0.8)
     scene.held(name, "PROTECTED_GPU_BUSY")
-    pid = scene.node.job(name)["pids"][0]
+    pid = scene.node.known_job(name)["pids"][0]
     scene.node.wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, timeout=30)
     scene.gpu(0.0)
-    scene.node.wait_for(lambda: scene.node.job(name)["state"] == "run", timeout=30)
+    scene.node.wait_for(lambda: scene.node.known_job(name)["state"] == "run", timeout=30)
     scene.node.wait_for(lambda: psutil.Process(pid).status() != psutil.STATUS_STOPPED, timeout=30)
 
 
-def timeline(scene: Any) -> list[dict[str, Any]]:
+def timeline(scene: Scene) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = scene.node.call("timeline", limit=10_000)["events"]
     return events
 
 
-def test_a_full_state_directory_stops_recording_not_protecting(scene: Any) -> None:
+def test_a_full_state_directory_stops_recording_not_protecting(scene: Scene) -> None:
     scene.protect()
     scene.start()
     scene.run_job("fleet")
     before = timeline(scene)
     assert any(e["code"] == "JOB_ADMITTED" for e in before)
 
+    assert scene.node.daemon is not None
     daemon = psutil.Process(scene.node.daemon.pid)
     daemon.rlimit(psutil.RLIMIT_FSIZE, (FULL_AT, psutil.RLIM_INFINITY))
     scene.node.job_run([PYTHON, "-c", "pass"], "--name", "more")  # more to record
@@ -83,7 +86,7 @@ def readonly_mount_works() -> str:
 
 
 @pytest.mark.skipif(bool(readonly_mount_works()), reason=readonly_mount_works() or "-")
-def test_a_read_only_state_database_keeps_protection_and_what_was_recorded(scene: Any) -> None:
+def test_a_read_only_state_database_keeps_protection_and_what_was_recorded(scene: Scene) -> None:
     scene.protect()
     scene.start()
     scene.run_job("fleet")
@@ -108,7 +111,7 @@ def test_a_read_only_state_database_keeps_protection_and_what_was_recorded(scene
     finally:
         subprocess.Popen = real_popen  # type: ignore[misc]
     scene.node.wait_for(lambda: scene.node.status()["recorder"]["failing_since"], timeout=60)
-    scene.node.wait_for(lambda: (scene.rule() or {}).get("running"), timeout=30)
+    scene.node.wait_for(lambda: scene.rule()["running"], timeout=30)
     scene.run_job("again")
     still_protects(scene, "again")
     notice = scene.explained("STATE_WRITE_FAILED")

@@ -4,14 +4,14 @@ timeline says each step; the protected program beside it is never touched."""
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 import time
-from typing import Any
 
 import psutil
 
 from arbiter_testing.node import PYTHON
+
+from .conftest import Scene
 
 STUBBORN = textwrap.dedent(
     """
@@ -28,7 +28,7 @@ STUBBORN = textwrap.dedent(
 GRACE_S = 8.0
 
 
-def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: Any) -> None:
+def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: Scene) -> None:
     scene.node.config["stop_grace_s"] = GRACE_S
     scene.node.write_config()
     scene.protect()
@@ -36,16 +36,11 @@ def test_a_job_that_ignores_terminate_is_killed_after_the_grace_period(scene: An
     script, note = scene.root / "stubborn.py", scene.root / "stubborn.log"
     script.write_text(STUBBORN)
     launcher = scene.node.job_run([PYTHON, str(script), str(note)], "--name", "stubborn")
-    pid = scene.node.wait_for(lambda: ((scene.node.job("stubborn") or {}).get("pids") or [None])[0], timeout=30)
-    job_id = scene.node.job("stubborn")["id"]
+    pid = scene.node.job_pid("stubborn", timeout=30)
+    job_id = scene.node.known_job("stubborn")["id"]
 
     asked = time.monotonic()
-    subprocess.run(
-        [PYTHON, "-m", "arbiter", "job", "stop", job_id, "--config", str(scene.node.config_path)],
-        check=True,
-        timeout=60,
-        env=scene.node.env(),
-    )
+    scene.node.cli("job", "stop", job_id, check=True)
     scene.node.wait_for(lambda: note.exists() and "SIGTERM" in note.read_text(), timeout=30)
     termed = time.monotonic()
     assert launcher.poll() is None  # it ignored being told to end

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-from arbiter_testing.tenants import http_json, start_fake
+from arbiter_testing.tenants import http_json, start_diffusion, start_fake
+
+from .conftest import Scene
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1 << 30
 
 
 @pytest.mark.parametrize("fault", ["500", "hang"])
-def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene: Any, fault: str) -> None:
+def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene: Scene, fault: str) -> None:
     for name in ("llm-server", "diffusion-server"):  # the shipped rules, extended as a user would
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", scene.node.tenants / f"{name}.yaml")
     scene.protect()
@@ -29,19 +30,11 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
     llm = start_fake(
         scene.node, scene.gpu_file, scene.root, "llm", "--model", "mistral:latest=13", "--release-fault", fault
     )
-    diffusion = start_fake(
+    diffusion = start_diffusion(
         scene.node,
         scene.gpu_file,
         scene.root,
-        "diffusion",
-        "--model-gb",
-        "1.6",
-        "--needs-gb",
-        "12",
-        "--fast-s",
-        "0.5",
-        "--starved-s",
-        "60",
+        starved_s=60,
     )
     scene.node.add_rule(
         "my-llm",
@@ -65,7 +58,7 @@ def test_a_tenant_server_failing_its_release_is_named_and_work_stays_held(scene:
     )
     scene.node.call("reload")
     http_json(f"{llm['url']}/api/generate", {"model": "mistral:latest", "prompt": ""})  # loads 13 GB
-    scene.node.wait_for(lambda: (r := scene.rule("llm-server")) and r["vram_bytes"] == 13 * GIB, timeout=30)
+    scene.node.wait_for(lambda: scene.rule("llm-server")["vram_bytes"] == 13 * GIB, timeout=30)
     scene.run_job("fleet")
 
     http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})  # a render short of VRAM

@@ -418,9 +418,10 @@ def _mend_hypothesis_jsonschema() -> None:
     import hypothesis_jsonschema._from_schema as hjs
     from hypothesis.internal.conjecture import utils as cu
 
-    if hasattr(cu.many, "more") or isinstance(hjs.cu, SimpleNamespace):
+    # its own name for the module, which it does not export: reached by name, as it is patched
+    if hasattr(cu.many, "more") or isinstance(getattr(hjs, "cu"), SimpleNamespace):  # noqa: B009
         return  # a version that still has it, or mended already
-    hjs.cu = SimpleNamespace(**{**vars(cu), "many": _ManyWithMore})
+    setattr(hjs, "cu", SimpleNamespace(**{**vars(cu), "many": _ManyWithMore}))  # noqa: B010
 
 
 @functools.cache
@@ -813,7 +814,8 @@ class Harness:
 
     def feed(self, fmt: str, case: Case) -> Verdict:
         try:
-            return getattr(self, f"_feed_{fmt}")(case)
+            verdict: Verdict = getattr(self, f"_feed_{fmt}")(case)
+            return verdict
         except Exception as exc:
             return _crash(exc)
 

@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import httpx
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from arbiter.http.metrics import METRICS, exposition
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
-def full_data() -> dict:
+def full_data() -> dict[str, Any]:
     """A scrape's input with every family given a value."""
     rule = {
         "id": "trainer",
@@ -73,7 +76,7 @@ def full_data() -> dict:
     }
 
 
-def parse(text: str) -> dict:
+def parse(text: str) -> dict[str, Metric]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
@@ -147,22 +150,7 @@ def test_a_live_daemon_scrape(tmp_path: Path) -> None:
     try:
         node.add_rule(
             "p",
-            {
-                "id": "p",
-                "match": {"cmdline": ["sleep 1011"]},
-                "immediate": True,
-                "during": [
-                    {
-                        "source": {
-                            "kind": "jsonl",
-                            "path": str(events),
-                            "event": "status",
-                            "field": "phase",
-                            "on": ["busy"],
-                        }
-                    }
-                ],
-            },
+            phase_rule("p", "sleep 1011", events, on=["busy"], scope=None),
         )
         node.start()
         node.spawn(["sleep", "1011"])
@@ -173,7 +161,7 @@ def test_a_live_daemon_scrape(tmp_path: Path) -> None:
         node.reasons("plain", "PROTECTION_PHASE_ON")
         url = node.info()["http"]
 
-        def scraped() -> dict | None:
+        def scraped() -> dict[str, Metric] | None:
             reply = httpx.get(f"{url}/metrics", timeout=10)
             assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/plain")
             fams = parse(reply.text)

@@ -10,7 +10,8 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from arbiter.http.app import create_app
-from arbiter.http.page import budget_chart, budget_history, render_page
+from arbiter.http.budgetchart import budget_chart, budget_history
+from arbiter.http.page import render_page
 
 NOW = 1_800_000_000.0
 EVIL = "<script>alert('x')</script>"
@@ -182,17 +183,26 @@ class Provider:
     def reload(self) -> None:
         pass
 
+    def ab_report(self, run_id: str) -> dict[str, Any]:
+        raise LookupError(f"no run {run_id!r}")
+
+    def ab_plot(self, run_id: str) -> bytes:
+        raise LookupError(f"no run {run_id!r}")
+
+    def metrics(self) -> dict[str, Any]:
+        return {"status": self.status(), "duty": self.duty()}
+
 
 class Tags(HTMLParser):
     """Every start tag with its attributes, and the text, as a browser would parse them."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.tags: list[tuple[str, dict[str, str]]] = []  # an attribute with no value: ""
         self.text: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, dict(attrs)))
+        self.tags.append((tag, {name: value or "" for name, value in attrs}))
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)

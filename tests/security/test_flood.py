@@ -16,6 +16,7 @@ import pytest
 from arbiter.transport import RequestRefused, request
 from arbiter_testing import run_as, wait_until
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import phase_rule
 
 from .conftest import Background, needs_root
 
@@ -130,29 +131,13 @@ def test_a_flood_by_one_account_never_delays_a_pause(shared_root: Path) -> None:
     node = HarnessNode(shared_root, quotas=QUOTAS)
     node.add_rule(
         "p",
-        {
-            "id": "p",
-            "match": {"cmdline": ["sleep 1029"]},
-            "immediate": True,
-            "during": [
-                {
-                    "source": {
-                        "kind": "jsonl",
-                        "path": str(events),
-                        "event": "status",
-                        "field": "state.phase",
-                        "on": ["uploading"],
-                    },
-                    "pause_fleet": {"scope": "gpu"},
-                }
-            ],
-        },
+        phase_rule("p", "sleep 1029", events, on=["uploading"], field="state.phase"),
     )
     node.start()
     try:
         node.spawn(["sleep", "1029"])
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "roots")
-        pid = node.wait_for(lambda: ((node.job("roots") or {}).get("pids") or [None])[0], timeout=30)
+        pid = node.job_pid("roots", timeout=30)
         node.wait_for(lambda: node.status()["rules"][0]["running"], timeout=30)
 
         done = shared_root / "done"

@@ -24,6 +24,8 @@ from arbiter.http.server import DaemonProvider
 from arbiter_testing import run_as
 from arbiter_testing.node import HarnessNode
 
+from .conftest import StartDaemon
+
 REMOTE_HOST = "192.0.2.7:7807"  # TEST-NET-1: a name no loopback resolves to
 READS = {"GET", "HEAD"}
 
@@ -65,7 +67,7 @@ def test_the_token_is_compared_whole() -> None:
     assert not bearer_ok("Bearer ", ""), "an empty token must never match"
 
 
-def test_a_reachable_bind_answers_nothing_but_healthz_without_the_token(start_daemon) -> None:
+def test_a_reachable_bind_answers_nothing_but_healthz_without_the_token(start_daemon: StartDaemon) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
     app = create_app(DaemonProvider(daemon), bind_host="0.0.0.0")
     client = TestClient(app, base_url="http://127.0.0.1:7807")
@@ -86,7 +88,7 @@ def test_a_reachable_bind_answers_nothing_but_healthz_without_the_token(start_da
     assert client.post("/v1/reload", headers={**good, "Host": REMOTE_HOST}).status_code == 403
 
 
-def test_a_loopback_bind_reads_openly_and_mutates_only_with_token_and_loopback_host(start_daemon) -> None:
+def test_a_loopback_bind_reads_openly_and_mutates_only_with_token_and_loopback_host(start_daemon: StartDaemon) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
     app = create_app(DaemonProvider(daemon), bind_host="127.0.0.1")
     client = TestClient(app, base_url="http://127.0.0.1:7807")
@@ -148,7 +150,7 @@ def test_a_real_daemon_on_loopback_reads_openly(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bind", ["127.0.0.1", "0.0.0.0"])
-def test_the_page_and_docs_never_echo_the_token(start_daemon, bind: str) -> None:
+def test_the_page_and_docs_never_echo_the_token(start_daemon: StartDaemon, bind: str) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
     client = TestClient(create_app(DaemonProvider(daemon), bind_host=bind), base_url="http://127.0.0.1:7807")
     good = {"Authorization": f"Bearer {daemon.token}"}

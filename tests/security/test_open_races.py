@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from arbiter.plugin import PluginContext
-from arbiter_sources import JsonlSource, follow
+from arbiter_sources import JsonlSource
 from arbiter_sources.safeopen import NotRegularFile, open_regular
 
 
@@ -78,7 +78,7 @@ def test_a_fifo_swapped_in_after_the_check_is_not_opened_by_a_source(
     def stat_before_the_swap(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
         return regular if str(path) == str(events) else real_stat(path, *args, **kwargs)
 
-    monkeypatch.setattr(follow.os, "stat", stat_before_the_swap)
+    monkeypatch.setattr(os, "stat", stat_before_the_swap)  # the os module follow reads
     writer = BlockedWriter(events)
     options = JsonlSource.Options.model_validate(
         {"kind": "jsonl", "path": str(events), "event": "status", "field": "phase", "on": ["on"]}

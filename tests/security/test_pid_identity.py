@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from arbiter.plugin import JobTarget, PluginContext, ProcessRef
+from arbiter.plugin import JobTarget, PluginContext, ProcessRef, Translator
 from arbiter.sdk.supervisor import signal_group
 from arbiter.store import PausedEntry, PausedJournal
 from arbiter_testing.node import HarnessNode
@@ -32,8 +32,8 @@ def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait(timeout=10)
 
 
-def sleeper(started: list[subprocess.Popen[bytes]], **kw: object) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(["sleep", "300"], **kw)  # type: ignore[call-overload]
+def sleeper(started: list[subprocess.Popen[bytes]], start_new_session: bool = False) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=start_new_session)
     started.append(proc)
     return proc
 
@@ -44,9 +44,12 @@ def state(pid: int) -> str:
 
 def wait_state(pid: int, wanted: set[str], timeout: float = 10.0) -> str:
     """Wait until ``pid`` is in one of the ``wanted`` states; that state (or fail)."""
-    return wait_until(
-        lambda: (now := state(pid)) in wanted and now, timeout, f"pid {pid} to be one of {sorted(wanted)}"
-    )
+
+    def now_wanted() -> str | None:
+        now = state(pid)
+        return now if now in wanted else None
+
+    return wait_until(now_wanted, timeout, f"pid {pid} to be one of {sorted(wanted)}")
 
 
 def recorded_elsewhen(pid: int) -> ProcessRef:
@@ -55,7 +58,9 @@ def recorded_elsewhen(pid: int) -> ProcessRef:
 
 
 @pytest.mark.parametrize("kind", [SignalTranslator, CgroupFreezeTranslator])
-def test_a_reused_pid_gets_no_signal_and_is_reported(tmp_path: Path, sleepers, kind) -> None:
+def test_a_reused_pid_gets_no_signal_and_is_reported(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], kind: type[Translator]
+) -> None:
     heard: list[tuple[str, ProcessRef, str]] = []
     translator = kind(kind.Options(), PluginContext(state_dir=tmp_path, pid_reused=lambda *a: heard.append(a)))
     stranger = sleeper(sleepers)
@@ -89,7 +94,9 @@ def test_a_reused_pid_gets_no_signal_and_is_reported(tmp_path: Path, sleepers, k
     assert len(heard) == 4
 
 
-def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(tmp_path: Path, sleepers) -> None:
+def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
+) -> None:
     """A daemon killed while it held a job paused left a record; by its next start that pid
     names another process (stopped by someone else).  It is left alone, and the timeline
     says so; the one recorded correctly is continued."""
@@ -118,7 +125,9 @@ def test_a_daemon_never_continues_a_recorded_pid_that_is_now_another_process(tmp
         os.kill(stranger.pid, signal.SIGCONT)
 
 
-def test_a_group_is_signalled_only_while_its_id_is_still_the_one_it_led(sleepers) -> None:
+def test_a_group_is_signalled_only_while_its_id_is_still_the_one_it_led(
+    sleepers: list[subprocess.Popen[bytes]],
+) -> None:
     # the leader exited and was reaped, but left a child in its group: that child is reached
     leader = subprocess.Popen(
         [

@@ -13,6 +13,8 @@ from arbiter.daemon.core import Daemon
 from arbiter.http.app import create_app
 from arbiter.http.server import DaemonProvider
 
+from .conftest import StartDaemon
+
 
 class Spy:
     """The daemon's own provider, noting which of its methods each request calls."""
@@ -47,14 +49,16 @@ def state_of(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_anything(start_daemon) -> None:
+def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_anything(
+    start_daemon: StartDaemon,
+) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
     spy = Spy(DaemonProvider(daemon))
-    app = create_app(spy)  # type: ignore[arg-type]
+    app = create_app(spy)
     client = TestClient(app, base_url="http://127.0.0.1:7807")
     token = {"Authorization": f"Bearer {daemon.token}"}
     routes = [r for r in app.routes if isinstance(r, APIRoute)]
-    writes = [(m, r) for r in routes for m in sorted(r.methods) if m not in ("GET", "HEAD")]
+    writes = [(m, r) for r in routes for m in sorted(r.methods or ()) if m not in ("GET", "HEAD")]
     assert writes, "the app has no mutation at all: the walk below would prove nothing"
     assert {m for m, _ in writes} == {"POST"}, "mutations are POST only"
 
@@ -69,7 +73,7 @@ def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_
     assert "reload" in mutators
 
     for route in routes:
-        if "GET" not in route.methods:
+        if "GET" not in (route.methods or ()):
             continue
         path = re.sub(r"\{[^}]+\}", "nope", route.path)
         spy.calls.clear()
@@ -78,14 +82,14 @@ def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_
         assert not set(spy.calls) & mutators, f"GET {path} called {spy.calls}"
 
 
-def test_no_get_changes_anything_on_a_quiet_daemon(start_daemon) -> None:
+def test_no_get_changes_anything_on_a_quiet_daemon(start_daemon: StartDaemon) -> None:
     """Without any POST first, nothing a GET does shows in the daemon's state."""
     daemon: Daemon = start_daemon(http={"enabled": False})
     app = create_app(DaemonProvider(daemon))
     client = TestClient(app, base_url="http://127.0.0.1:7807")
     before = state_of(daemon)
     for route in app.routes:
-        if isinstance(route, APIRoute) and "GET" in route.methods:
+        if isinstance(route, APIRoute) and "GET" in (route.methods or ()):
             path = re.sub(r"\{[^}]+\}", "nope", route.path)
             assert client.get(path).status_code < 500, path
     assert state_of(daemon) == before

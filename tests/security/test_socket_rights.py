@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from arbiter_testing import run_as
 from arbiter_testing.node import PYTHON, HarnessNode
 
 
-def as_nobody(sock: str, op: str, **args: object) -> list[object]:
+def as_nobody(sock: str, op: str, **args: Any) -> list[object]:
     """``op`` over the socket as the account nobody: [True, answer keys] or [False, code]."""
 
     def attempt() -> list[object]:
@@ -65,10 +66,10 @@ def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> N
         node.start()
         node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "roots")
         job_id = node.wait_for(lambda: (node.job("roots") or {}).get("id"))
-        node.wait_for(lambda: node.job("roots")["state"] == "run")
+        node.wait_for(lambda: node.known_job("roots")["state"] == "run")
         sock = str(node.socket)
 
-        for op, args in (
+        reads: tuple[tuple[str, dict[str, object]], ...] = (
             ("status", {}),
             ("timeline", {}),
             ("explain", {}),
@@ -76,10 +77,16 @@ def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> N
             ("certificates", {}),
             ("ab.status", {}),
             ("ping", {}),
-        ):
+        )
+        for op, args in reads:
             assert as_nobody(sock, op, **args)[0] is True, op
 
-        for op, args in (("job.exited", {"exit_code": 0}), ("job.wait", {"timeout": 0.1}), ("job.started", {"pid": 1})):
+        mine: tuple[tuple[str, dict[str, object]], ...] = (
+            ("job.exited", {"exit_code": 0}),
+            ("job.wait", {"timeout": 0.1}),
+            ("job.started", {"pid": 1}),
+        )
+        for op, args in mine:
             assert as_nobody(sock, op, id=job_id, **args) == [False, "FORBIDDEN"], op
         for op in ("ab.start", "ab.sweep", "ab.plan", "ab.abort"):
             assert as_nobody(sock, op, rule="prot", id="ab-1") == [False, "FORBIDDEN"], op
@@ -89,7 +96,7 @@ def test_another_uid_reads_everything_and_changes_nothing_it_does_not_own() -> N
         assert answer[:2] == [False, "REFUSED"] and "no session helper for this account" in str(answer[2])
 
         # none of that touched the job: it still runs, and its owner still may act on it
-        assert node.job("roots")["state"] == "run"
+        assert node.known_job("roots")["state"] == "run"
         assert not node.call("timeline", code="JOB_EXITED", subject=job_id)["events"]
         request(sock, "job.stop", id=job_id)
         node.wait_for(lambda: node.job("roots") is None, timeout=15)

@@ -103,8 +103,8 @@ def test_the_daemon_logs_json_lines(tmp_path: Path) -> None:
     lines = [line for line in log_path.read_text().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]  # every line is one JSON object
     assert all({"time", "level", "logger", "message"} <= set(r) for r in records)
-    running = next(r for r in records if r["message"].startswith("arbiter running"))
-    assert running["level"] == "INFO" and running["logger"] == "arbiter" and running["time"].endswith("+00:00")
+    started = next(r for r in records if r["message"].startswith("arbiter running"))
+    assert started["level"] == "INFO" and started["logger"] == "arbiter" and started["time"].endswith("+00:00")
 
 
 def test_the_daemon_logs_text_by_default(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ print(json.dumps([raised, resource.getrlimit(resource.RLIMIT_NOFILE)]))
 """
 
 
-def limits_after(soft: int, hard: int, wanted: int) -> list:
+def limits_after(soft: int, hard: int, wanted: int) -> list[Any]:
     out = subprocess.run(
         [sys.executable, "-c", CHECK, str(soft), str(hard), str(wanted)],
         capture_output=True,
@@ -29,7 +30,8 @@ def limits_after(soft: int, hard: int, wanted: int) -> list:
         check=True,
         timeout=60,
     )
-    return json.loads(out.stdout)
+    limits: list[Any] = json.loads(out.stdout)  # [raised, [soft, hard]]
+    return limits
 
 
 def test_the_soft_limit_is_raised_to_what_is_wanted_never_past_the_hard_one() -> None:

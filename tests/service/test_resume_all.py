@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from arbiter.store import PausedEntry, PausedJournal
-from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 
 
@@ -31,13 +31,7 @@ def test_resume_all_continues_the_recorded_process_and_names_the_one_whose_pid_w
         journal.close()
         os.kill(stranger.pid, signal.SIGSTOP)  # stopped by someone else: it must stay so
 
-        out = subprocess.run(
-            [PYTHON, "-m", "arbiter", "resume-all", "--config", str(node.config_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        out = node.cli("resume-all")
         assert out.returncode == 0, out.stderr
         assert "resumed 2 item(s)" in out.stdout
         assert f"did not resume pid {stranger.pid}" in out.stdout and "reused" in out.stdout

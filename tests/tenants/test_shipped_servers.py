@@ -16,13 +16,15 @@ import httpx
 import pytest
 
 from arbiter.config.loader import check_paths, validate_kind_options
-from arbiter.plugin import PluginContext
+from arbiter.plugin import PluginContext, SourceState
 from arbiter.pluginmanager import build_plugin_manager
+from arbiter_sources.http_count import HttpProbe
 from arbiter_testing import GIB, VramBoard
 from arbiter_testing.fake_llm_servers import FakeLlamaServer, FakeSglangServer, FakeTgiServer
 from arbiter_testing.fake_model_swappers import FakeLlamaSwap, FakeLocalAI
 from arbiter_testing.fake_vllm import FakeVllmServer
 from arbiter_testing.waiting import wait_until
+from arbiter_translators.http import HttpPostTranslator
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,14 +60,19 @@ def test_the_shipped_busy_probe_reads_its_server(rule_id: str, tmp_path: Path) -
         block = ruleset.rules[rule_id].busy
         assert block is not None and block.options()["url"].startswith(server.url)
         info = host.kind("sources", block.kind)
-        assert info is not None
+        assert info is not None and issubclass(info.cls, HttpProbe)
         probe = info.cls(validate_kind_options(block, info.cls.Options), PluginContext(state_dir=tmp_path))
         try:
             idle = probe.probe_once(client)
             assert idle.readable and idle.busy is False, idle.why
             worker = threading.Thread(target=post, args=(f"{server.url}{path}", body))
             worker.start()
-            busy = wait_until(lambda: (s := probe.probe_once(client)).busy and s, 5, "busy while it generates")
+
+            def busy_state() -> SourceState | None:
+                state = probe.probe_once(client)
+                return state if state.busy else None
+
+            busy = wait_until(busy_state, 5, "busy while it generates")
             assert "busy when > 0" in busy.why
             worker.join(timeout=10)
             assert probe.probe_once(client).busy is False
@@ -97,7 +104,8 @@ def test_the_shipped_rule_reads_loaded_models_and_unloads_them(rule_id: str, tmp
         assert rule.busy is not None and rule.release is not None
         source = host.kind("sources", rule.busy.kind)
         translator = host.kind("translators", rule.release.kind)
-        assert source is not None and translator is not None
+        assert source is not None and issubclass(source.cls, HttpProbe)
+        assert translator is not None and issubclass(translator.cls, HttpPostTranslator)
         ctx = PluginContext(state_dir=tmp_path)
         probe = source.cls(validate_kind_options(rule.busy, source.cls.Options), ctx)
         release = translator.cls(validate_kind_options(rule.release, translator.cls.Options), ctx)

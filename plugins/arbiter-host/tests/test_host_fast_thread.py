@@ -27,7 +27,8 @@ def on_a_thread(fn: Callable[[], Any]) -> Any:
 
 def slices_per_thread() -> bool:
     """Whether this kernel keeps a fair thread's slice (Linux 6.12+ reports it back)."""
-    return on_a_thread(lambda: SchedCalls().get().runtime_ns) > 0
+    runtime_ns: int = on_a_thread(lambda: SchedCalls().get().runtime_ns)
+    return runtime_ns > 0
 
 
 @linux

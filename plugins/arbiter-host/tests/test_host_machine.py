@@ -197,15 +197,20 @@ def test_fixed_parts_are_read_once_and_the_hostname_every_time(tmp_path: Path) -
 
 def test_a_failed_read_is_tried_again_a_few_times(tmp_path: Path) -> None:
     proc = fake_proc(tmp_path, None)
-    calls = []
-    sig = signal(tmp_path, proc_root=proc, processor=lambda: calls.append(1) or "")
+    calls: list[int] = []
+
+    def processor() -> str:
+        calls.append(1)
+        return ""
+
+    sig = signal(tmp_path, proc_root=proc, processor=processor)
     assert sig.read().cpu_model == "unknown"
     (proc / "cpuinfo").write_text(X86_CPUINFO)
     reading = sig.read()
     assert reading.cpu_model.startswith("Intel(R) Xeon(R)") and reading.why == ""
     assert len(calls) == 1
 
-    stuck = signal(tmp_path, proc_root=fake_proc(tmp_path / "stuck", None), processor=lambda: calls.append(1) or "")
+    stuck = signal(tmp_path, proc_root=fake_proc(tmp_path / "stuck", None), processor=processor)
     for _ in range(10):
         assert stuck.read().cpu_model == "unknown"
     assert len(calls) == 1 + 3  # given up after three reads

@@ -10,7 +10,7 @@ from arbiter_host import AccessHostSignal, MachineHostSignal, MemoryHostSignal, 
 
 
 def test_registers_every_host_kind() -> None:
-    seen: dict[str, type] = {}
+    seen: dict[str, type[HostSignal]] = {}
     arbiter_register_host(lambda name, cls: seen.__setitem__(name, cls))
     assert seen == {
         "memory": MemoryHostSignal,

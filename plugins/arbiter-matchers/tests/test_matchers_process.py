@@ -146,12 +146,17 @@ def test_select_is_pure_over_its_input() -> None:
 
 
 def test_a_process_unchanged_since_it_was_judged_is_not_judged_again_even_after_offers_of_only_a_few(
-    monkeypatch,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     m = matcher(name="python3")
     judged: list[int] = []
     real = m._matches
-    monkeypatch.setattr(m, "_matches", lambda p: judged.append(p.pid) or real(p))
+
+    def judging(p: ProcessInfo) -> bool:
+        judged.append(p.pid)
+        return real(p)
+
+    monkeypatch.setattr(m, "_matches", judging)
     assert m.select(TABLE) == {200, 300}
     assert m.select(TABLE[4:5]) == {200}  # the daemon offers only what changed: nothing of the rest is forgotten
     assert m.select(TABLE) == {200, 300}

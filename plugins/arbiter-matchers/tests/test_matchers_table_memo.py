@@ -72,7 +72,8 @@ def test_the_memo_gives_what_a_fresh_read_gives_and_reuses_unchanged_processes(i
 
 @IN_CHILD
 def test_a_process_that_only_ran_is_an_equal_one_with_its_cpu_time_and_its_verdict_stands(in_child: bool) -> None:
-    spinner = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.001); sum(range(20000))"])
+    spin = "import time\nwhile True: time.sleep(0.001); sum(range(20000))"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
     matcher = ProcessMatcher(ProcessOptions(kind="process", cmdline=["sum(range"]))
 
     def cpu_s() -> float:
@@ -88,7 +89,7 @@ def test_a_process_that_only_ran_is_an_equal_one_with_its_cpu_time_and_its_verdi
             table = memo.table()
             after = cpu_s()
             info = find(table, spinner.pid)
-            if info.cmdline[-1:] == (spinner.args[-1],) and info.state == "S" and (info.cpu_ns or 0) > after_ns:
+            if info.cmdline[-1:] == (spin,) and info.state == "S" and (info.cpu_ns or 0) > after_ns:
                 return table, info, before, after
             return None
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from arbiter.plugin import PluginContext
 from arbiter_probes.containers import CdiDevice, ContainersProbe, is_gpu_kind, parse_cdi_spec
+from arbiter_testing.probes import MakeProbe
 
 CDI = Path(__file__).parent / "fixtures" / "cdi"
 JETSON = (CDI / "jetson-orin-nano-nvidia-ctk-0.5.0-trimmed.yaml").read_text()
@@ -105,7 +106,7 @@ def cdi_host(tmp_path: Path, files: dict[str, str]) -> Path:
     return tmp_path
 
 
-def test_the_probe_reports_gpu_devices_and_apis(tmp_path: Path, make_probe: Any) -> None:
+def test_the_probe_reports_gpu_devices_and_apis(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = cdi_host(
         tmp_path,
         {"/etc/cdi/nvidia.yaml": X86_WHOLE, "/var/run/cdi/net.json": NETWORK, "/etc/cdi/notes.txt": "not a spec"},
@@ -118,7 +119,7 @@ def test_the_probe_reports_gpu_devices_and_apis(tmp_path: Path, make_probe: Any)
     assert probe.apis() == ["cuda", "opencl", "vulkan"]
 
 
-def test_two_gpu_specs(tmp_path: Path, make_probe: Any) -> None:
+def test_two_gpu_specs(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = cdi_host(tmp_path, {"/etc/cdi/jetson.yaml": JETSON, "/var/run/cdi/nvidia.yaml": X86_WHOLE})
     usable, why = make_probe(ContainersProbe, root=root).probe()
     assert usable and why == (
@@ -127,13 +128,13 @@ def test_two_gpu_specs(tmp_path: Path, make_probe: Any) -> None:
     )
 
 
-def test_no_spec_at_all(tmp_path: Path, make_probe: Any) -> None:
+def test_no_spec_at_all(tmp_path: Path, make_probe: MakeProbe) -> None:
     probe = make_probe(ContainersProbe, root=tmp_path)
     assert probe.probe() == (False, "no CDI spec in /etc/cdi, /var/run/cdi")
     assert probe.apis() == []
 
 
-def test_specs_without_gpus_and_broken_specs(tmp_path: Path, make_probe: Any) -> None:
+def test_specs_without_gpus_and_broken_specs(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = cdi_host(tmp_path, {"/etc/cdi/net.json": NETWORK, "/etc/cdi/head.yaml": X86_HEAD})
     assert make_probe(ContainersProbe, root=root).probe() == (
         False,
@@ -147,12 +148,12 @@ def test_specs_without_gpus_and_broken_specs(tmp_path: Path, make_probe: Any) ->
     )
 
 
-def test_spec_folders_are_an_option(tmp_path: Path, make_probe: Any) -> None:
+def test_spec_folders_are_an_option(tmp_path: Path, make_probe: MakeProbe) -> None:
     shutil.copy(CDI / "jetson-orin-nano-nvidia-ctk-0.5.0-trimmed.yaml", tmp_path / "orin.yaml")
     probe = make_probe(ContainersProbe, root="/", spec_dirs=[str(tmp_path)])
     assert probe.probe() == (True, f"nvidia.com/orin-gpu=all from {tmp_path}/orin.yaml, giving cuda")
 
 
-def test_this_host(context: Any) -> None:
+def test_this_host(context: PluginContext) -> None:
     usable, why = ContainersProbe(ContainersProbe.Options(), context).probe()
     assert isinstance(usable, bool) and why

@@ -12,6 +12,7 @@ import pytest
 from arbiter_probes import _native
 from arbiter_probes._host import Completed
 from arbiter_probes.cuda import CudaProbe, cuda_evidence, cuda_version_words
+from arbiter_testing.probes import FakeRunner, MakeProbe
 
 
 def test_cuda_versions_read_as_major_minor() -> None:
@@ -69,8 +70,8 @@ def test_a_driver_that_finds_no_gpu_says_so() -> None:
     assert cuda_evidence(empty) == (False, "libnvidia-ml.so.1 finds no GPU; libcuda.so.1 finds no GPU")
 
 
-def test_the_probe_asks_a_child_with_its_timeout(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"native:cuda": {"nvml": {"library": "libnvidia-ml.so.1", "devices": ["NVIDIA L4"]}}})
+def test_the_probe_asks_a_child_with_its_timeout(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"native:cuda": {"nvml": {"library": "libnvidia-ml.so.1", "devices": ["NVIDIA L4"]}}})
     probe = make_probe(CudaProbe, run=run, env={"LD_LIBRARY_PATH": "/opt/nv"}, timeout_s=3)
     assert probe.probe() == (True, "NVIDIA L4 through libnvidia-ml.so.1")
     argv, timeout_s, env = run.calls[0]
@@ -78,8 +79,8 @@ def test_the_probe_asks_a_child_with_its_timeout(make_probe: Any, runner_class: 
     assert timeout_s == 3 and env == {"LD_LIBRARY_PATH": "/opt/nv"}
 
 
-def test_a_child_that_crashes_in_the_driver_is_not_usable(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"native:cuda": Completed(-11, "", "")})
+def test_a_child_that_crashes_in_the_driver_is_not_usable(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"native:cuda": Completed(-11, "", "")})
     usable, why = make_probe(CudaProbe, run=run).probe()
     assert not usable
     assert why == "the NVIDIA driver query failed: a child Python process failed (exit -11): no output"
@@ -107,6 +108,7 @@ def put(ref: Any, value: Any) -> int:
 
 def fake_nvml(names: list[str], init_rc: int = 0) -> SimpleNamespace:
     def name(handle: ctypes.c_void_p, buf: Any, size: int) -> int:
+        assert handle.value is not None
         buf.value = names[handle.value - 1].encode()
         return 0
 
@@ -185,7 +187,7 @@ def test_cuinit_failure_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cuda_evidence(report) == (False, "libnvidia-ml.so.1 not found; cuInit failed: CUDA_ERROR_NO_DEVICE (100)")
 
 
-def test_the_real_native_child_runs_on_this_host(make_probe: Any) -> None:
+def test_the_real_native_child_runs_on_this_host(make_probe: MakeProbe) -> None:
     from arbiter_probes._host import run_command
 
     usable, why = make_probe(CudaProbe, run=run_command, env={"PATH": ""}).probe()

@@ -8,10 +8,10 @@ Pro with ``Metal: Supported, feature set macOS GPUFamily2 v1``); none is a whole
 from __future__ import annotations
 
 import subprocess
-from typing import Any
 
 from arbiter_probes.directml import NOT_WINDOWS, DirectmlProbe, directml_evidence
 from arbiter_probes.metal import NOT_MACOS, SYSTEM_PROFILER, MetalProbe, metal_evidence, parse_displays
+from arbiter_testing.probes import FakeRunner, MakeProbe
 
 APPLE_SILICON = """\
 Graphics/Displays:
@@ -83,8 +83,8 @@ def test_metal_evidence() -> None:
     assert metal_evidence([]) == (False, "system_profiler lists no GPU")
 
 
-def test_the_metal_probe_runs_system_profiler_on_macos(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"system_profiler": APPLE_SILICON})
+def test_the_metal_probe_runs_system_profiler_on_macos(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"system_profiler": APPLE_SILICON})
     assert make_probe(MetalProbe, run=run, platform="darwin", timeout_s=7).probe() == (
         True,
         "Apple M2 Pro (Metal 3) through system_profiler",
@@ -92,16 +92,16 @@ def test_the_metal_probe_runs_system_profiler_on_macos(make_probe: Any, runner_c
     assert run.calls[0][:2] == ([SYSTEM_PROFILER, "SPDisplaysDataType"], 7)
 
 
-def test_system_profiler_that_hangs(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"system_profiler": subprocess.TimeoutExpired(["system_profiler"], 5)})
+def test_system_profiler_that_hangs(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"system_profiler": subprocess.TimeoutExpired(["system_profiler"], 5)})
     assert make_probe(MetalProbe, run=run, platform="darwin").probe() == (
         False,
         "system_profiler SPDisplaysDataType did not finish within 5 s",
     )
 
 
-def test_metal_elsewhere_is_not_this_platform(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"system_profiler": APPLE_SILICON})
+def test_metal_elsewhere_is_not_this_platform(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"system_profiler": APPLE_SILICON})
     for platform in ("linux", "win32"):
         assert make_probe(MetalProbe, run=run, platform=platform).probe() == (False, NOT_MACOS)
     assert run.calls == []
@@ -151,15 +151,15 @@ def test_only_the_software_adapter_is_not_usable() -> None:
     )
 
 
-def test_the_directml_probe_asks_a_child_on_windows(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"native:directml": {"directml_dll": None, "adapters": [RTX3070]}})
+def test_the_directml_probe_asks_a_child_on_windows(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"native:directml": {"directml_dll": None, "adapters": [RTX3070]}})
     assert make_probe(DirectmlProbe, run=run, platform="win32").probe() == (
         True,
         "NVIDIA GeForce RTX 3070 (8031 MiB) through Direct3D 12; no DirectML.dll in System32",
     )
 
 
-def test_directml_elsewhere_is_not_this_platform(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class()
+def test_directml_elsewhere_is_not_this_platform(make_probe: MakeProbe) -> None:
+    run = FakeRunner()
     assert make_probe(DirectmlProbe, run=run, platform="linux").probe() == (False, NOT_WINDOWS)
     assert run.calls == [] and NOT_WINDOWS == "not this platform: DirectML exists only on Windows"

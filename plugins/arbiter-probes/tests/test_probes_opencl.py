@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from arbiter.plugin import PluginContext
 from arbiter_probes._host import Completed
 from arbiter_probes.opencl import Icd, OpenclProbe, find_icds, opencl_evidence, parse_clinfo, parse_icd_file
+from arbiter_testing.needs import need_tool
+from arbiter_testing.probes import FakeRunner, MakeProbe
 
 CL = Path(__file__).parent / "fixtures" / "clinfo"
 CLOVER = (CL / "clinfo-full-clover-amd-rx5500xt-and-empty-rusticl.txt").read_text()
@@ -104,8 +106,8 @@ def test_opencl_vendor_path_and_ocl_icd_filenames(vendors: Path) -> None:
     assert where == f"{vendors} (OPENCL_VENDOR_PATH)"
 
 
-def test_no_icd_is_not_usable_without_running_anything(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"clinfo": CLOVER})
+def test_no_icd_is_not_usable_without_running_anything(tmp_path: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"clinfo": CLOVER})
     assert make_probe(OpenclProbe, run=run, root=tmp_path).probe() == (
         False,
         "no OpenCL ICD in /etc/OpenCL/vendors (OCL_ICD_VENDORS unset)",
@@ -113,31 +115,31 @@ def test_no_icd_is_not_usable_without_running_anything(tmp_path: Path, make_prob
     assert run.calls == []
 
 
-def test_pocl_only_is_not_usable(vendors: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"clinfo": POCL})
+def test_pocl_only_is_not_usable(vendors: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"clinfo": POCL})
     probe = make_probe(OpenclProbe, run=run, env={"OCL_ICD_VENDORS": str(vendors)}, timeout_s=4)
     assert probe.probe() == (False, "only a CPU device: pthread-haswell-AMD EPYC on Portable Computing Language")
     argv, timeout_s, env = run.calls[0]
     assert argv == ["clinfo"] and timeout_s == 4 and env == {"OCL_ICD_VENDORS": str(vendors)}
 
 
-def test_a_gpu_device_is_usable(vendors: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"clinfo": CLOVER})
+def test_a_gpu_device_is_usable(vendors: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"clinfo": CLOVER})
     assert make_probe(OpenclProbe, run=run, env={"OCL_ICD_VENDORS": str(vendors)}).probe() == (
         True,
         f"{RX5500} on Clover through clinfo",
     )
 
 
-def test_no_platform_lists_the_icds(vendors: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"clinfo": NO_PLATFORM})
+def test_no_platform_lists_the_icds(vendors: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"clinfo": NO_PLATFORM})
     assert make_probe(OpenclProbe, run=run, env={"OCL_ICD_VENDORS": str(vendors)}).probe() == (
         False,
         "clinfo finds no OpenCL platform (ICDs: nvidia.icd -> libnvidia-opencl.so.1, pocl.icd -> libpocl.so.2.10.0)",
     )
 
 
-def test_without_clinfo_the_icd_loader_is_asked(vendors: Path, make_probe: Any, runner_class: Any) -> None:
+def test_without_clinfo_the_icd_loader_is_asked(vendors: Path, make_probe: MakeProbe) -> None:
     report = {
         "library": "libOpenCL.so.1",
         "platforms": [
@@ -145,7 +147,7 @@ def test_without_clinfo_the_icd_loader_is_asked(vendors: Path, make_probe: Any, 
             {"name": "Portable Computing Language", "devices": [{"name": "cpu", "type": "CPU"}]},
         ],
     }
-    run = runner_class({"native:opencl": report})
+    run = FakeRunner({"native:opencl": report})
     assert make_probe(OpenclProbe, run=run, env={"OCL_ICD_VENDORS": str(vendors)}).probe() == (
         True,
         "NVIDIA GeForce RTX 3090 on NVIDIA CUDA through libOpenCL.so.1; "
@@ -154,8 +156,8 @@ def test_without_clinfo_the_icd_loader_is_asked(vendors: Path, make_probe: Any, 
     assert run.programs == ["clinfo", "native:opencl"]
 
 
-def test_clinfo_failing_and_no_loader(vendors: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class(
+def test_clinfo_failing_and_no_loader(vendors: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner(
         {
             "clinfo": Completed(139, "", ""),
             "native:opencl": {"library": "libOpenCL.so.1", "error": "libOpenCL.so.1 not found"},
@@ -169,8 +171,8 @@ def test_clinfo_failing_and_no_loader(vendors: Path, make_probe: Any, runner_cla
     )
 
 
-def test_macos_and_windows_skip_the_icd_files(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"clinfo": CLOVER})
+def test_macos_and_windows_skip_the_icd_files(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"clinfo": CLOVER})
     assert make_probe(OpenclProbe, run=run, platform="darwin").probe()[0]
     assert make_probe(OpenclProbe, run=run, platform="win32").probe()[0]
 
@@ -178,10 +180,10 @@ def test_macos_and_windows_skip_the_icd_files(make_probe: Any, runner_class: Any
 # --- this host ---------------------------------------------------------------------------------------
 
 
-def test_this_host_enumerates_pocl_and_does_not_count_it(context: Any, require_tool: Any) -> None:
+def test_this_host_enumerates_pocl_and_does_not_count_it(context: PluginContext) -> None:
     """With Debian's pocl-opencl-icd and clinfo (as .ci installs them), PoCL's CPU device is found and
     not counted.  Skipped where clinfo is missing, unless ARBITER_REQUIRE names opencl."""
-    require_tool("clinfo", "opencl")
+    need_tool("clinfo", "opencl")
     usable, why = OpenclProbe(OpenclProbe.Options(), context).probe()
     if usable:
         assert "Portable Computing Language" not in why or "a CPU device" in why

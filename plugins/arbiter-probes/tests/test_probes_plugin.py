@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from arbiter.plugin import Probe
 from arbiter_probes._host import (
     NATIVE_SCRIPT,
     Completed,
+    ProbeOptions,
     ToolFailed,
     failure_detail,
     native_query,
@@ -25,15 +27,18 @@ from arbiter_probes._host import (
 KINDS = ["cuda", "rocm", "vulkan", "opencl", "metal", "directml", "containers"]
 SOURCE = Path(arbiter_probes.__file__).parent
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
 
 def test_every_kind_is_registered_as_a_probe() -> None:
-    seen: dict[str, type] = {}
+    seen: dict[str, type[Probe]] = {}
     arbiter_probes.arbiter_register_probes(lambda name, cls: seen.__setitem__(name, cls))
     assert sorted(seen) == sorted(KINDS)
     for name, cls in seen.items():
         assert issubclass(cls, Probe)
         options = cls.Options()  # the core builds a probe from default options
-        assert options.kind == name and options.timeout_s == 5
+        assert isinstance(options, ProbeOptions)
+        assert options.model_dump()["kind"] == name and options.timeout_s == 5
 
 
 def test_the_docstring_lists_every_kind() -> None:
@@ -71,7 +76,7 @@ def test_plugins_import_only_the_public_plugin_api_from_arbiter() -> None:
 
 def test_the_native_script_uses_only_the_standard_library() -> None:
     tree = ast.parse(NATIVE_SCRIPT.read_text())
-    modules = set()
+    modules: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules.update(alias.name.split(".")[0] for alias in node.names)
@@ -115,8 +120,8 @@ def test_a_command_gets_no_shell_and_the_given_environment(tmp_path: Path) -> No
     assert not marker.exists()
 
 
-def test_failure_detail_strips_the_vulkan_loader_prefix(fixtures: Path) -> None:
-    stderr = (fixtures / "vulkaninfo" / "summary-debian12-driver-library-missing.stderr.txt").read_text()
+def test_failure_detail_strips_the_vulkan_loader_prefix() -> None:
+    stderr = (FIXTURES / "vulkaninfo" / "summary-debian12-driver-library-missing.stderr.txt").read_text()
     assert failure_detail(stderr) == (
         "/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so: cannot open shared object file: No such file or directory; "
         "ERROR at ./vulkaninfo/vulkaninfo.h:674:vkCreateInstance failed with ERROR_INCOMPATIBLE_DRIVER"
@@ -142,7 +147,7 @@ def test_a_native_child_that_crashes_is_a_failure() -> None:
 
 
 def test_a_native_child_that_hangs_is_a_failure() -> None:
-    def run(argv: list[str], timeout_s: float, env: object) -> Completed:
+    def run(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> Completed:
         raise subprocess.TimeoutExpired(argv, timeout_s)
 
     with pytest.raises(ToolFailed, match="did not finish within 5 s"):

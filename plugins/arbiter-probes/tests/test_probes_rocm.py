@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from arbiter_probes import rocm
 from arbiter_probes._host import Completed
 from arbiter_probes.rocm import (
     NO_ACCESS,
@@ -23,6 +22,7 @@ from arbiter_probes.rocm import (
     parse_rocminfo,
     rocminfo_gpus,
 )
+from arbiter_testing.probes import FakeRunner, MakeProbe
 
 KFD = Path(__file__).parent / "fixtures" / "kfd-topology"
 
@@ -117,9 +117,9 @@ def host(tmp_path: Path, nodes: dict[int, str], kfd: bool = True) -> Path:
     return tmp_path
 
 
-def test_an_mi210_host_is_usable(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
+def test_an_mi210_host_is_usable(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(tmp_path, {0: "mi210-host-node0-cpu.properties", 2: "mi210-host-node2-gpu-gfx90a.properties"})
-    run = runner_class()
+    run = FakeRunner()
     assert make_probe(RocmProbe, run=run, root=root).probe() == (
         True,
         "AMD gfx90a (KFD node 2, 416 SIMDs) through /dev/kfd",
@@ -127,7 +127,7 @@ def test_an_mi210_host_is_usable(tmp_path: Path, make_probe: Any, runner_class: 
     assert run.calls == []  # the topology answered: rocminfo is not run
 
 
-def test_two_gpus_are_listed(tmp_path: Path, make_probe: Any) -> None:
+def test_two_gpus_are_listed(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(
         tmp_path, {2: "mi210-host-node2-gpu-gfx90a.properties", 3: "mi300x-cpx-node2-gpu-partition-gfx942.properties"}
     )
@@ -137,19 +137,19 @@ def test_two_gpus_are_listed(tmp_path: Path, make_probe: Any) -> None:
     )
 
 
-def test_no_kfd(tmp_path: Path, make_probe: Any) -> None:
+def test_no_kfd(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(tmp_path, {2: "mi210-host-node2-gpu-gfx90a.properties"}, kfd=False)
     assert make_probe(RocmProbe, root=root).probe() == (False, NO_KFD)
     assert NO_KFD.startswith("no /dev/kfd")
 
 
-def test_a_kfd_this_account_cannot_open(tmp_path: Path, make_probe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kfd_this_account_cannot_open(tmp_path: Path, make_probe: MakeProbe, monkeypatch: pytest.MonkeyPatch) -> None:
     root = host(tmp_path, {2: "mi210-host-node2-gpu-gfx90a.properties"})
-    monkeypatch.setattr(rocm.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # the os module rocm asks
     assert make_probe(RocmProbe, root=root).probe() == (False, NO_ACCESS)
 
 
-def test_cpu_nodes_only_and_no_rocminfo(tmp_path: Path, make_probe: Any) -> None:
+def test_cpu_nodes_only_and_no_rocminfo(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(tmp_path, {0: "mi210-host-node0-cpu.properties"})
     assert make_probe(RocmProbe, root=root).probe() == (
         False,
@@ -158,9 +158,9 @@ def test_cpu_nodes_only_and_no_rocminfo(tmp_path: Path, make_probe: Any) -> None
     )
 
 
-def test_rocminfo_answers_where_the_topology_is_missing(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
+def test_rocminfo_answers_where_the_topology_is_missing(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(tmp_path, {})
-    run = runner_class({"rocminfo": ROCMINFO})
+    run = FakeRunner({"rocminfo": ROCMINFO})
     assert make_probe(RocmProbe, root=root, run=run).probe() == (
         True,
         "AMD Radeon PRO W7600 (gfx1102) through /dev/kfd "
@@ -168,13 +168,13 @@ def test_rocminfo_answers_where_the_topology_is_missing(tmp_path: Path, make_pro
     )
 
 
-def test_rocminfo_under_opt_rocm_when_not_on_path(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
+def test_rocminfo_under_opt_rocm_when_not_on_path(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(tmp_path, {})
     (root / "opt/rocm/bin").mkdir(parents=True)
     (root / "opt/rocm/bin/rocminfo").write_text("")
-    seen = []
+    seen: list[str] = []
 
-    def run(argv: list[str], timeout_s: float, env: object) -> Completed:
+    def run(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> Completed:
         seen.append(argv[0])
         if argv[0] == "rocminfo":
             raise FileNotFoundError(2, "not found", "rocminfo")
@@ -184,31 +184,31 @@ def test_rocminfo_under_opt_rocm_when_not_on_path(tmp_path: Path, make_probe: An
     assert usable and seen == ["rocminfo", str(root / "opt/rocm/bin/rocminfo")]
 
 
-def test_rocminfo_with_cpu_agents_only(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
+def test_rocminfo_with_cpu_agents_only(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(tmp_path, {})
     cpu_only = ROCMINFO[: ROCMINFO.index("*******\nAgent 2")]
-    run = runner_class({"rocminfo": cpu_only})
+    run = FakeRunner({"rocminfo": cpu_only})
     assert make_probe(RocmProbe, root=root, run=run).probe() == (
         False,
         "no KFD topology at /sys/class/kfd/kfd/topology/nodes, and rocminfo lists no GPU agent (1 agent)",
     )
 
 
-def test_rocminfo_that_fails(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
+def test_rocminfo_that_fails(tmp_path: Path, make_probe: MakeProbe) -> None:
     root = host(tmp_path, {})
     stderr = "hsa api call failure at: rocminfo.cc:1306\nError: HSA_STATUS_ERROR"
-    run = runner_class({"rocminfo": Completed(1, "", stderr)})
+    run = FakeRunner({"rocminfo": Completed(1, "", stderr)})
     usable, why = make_probe(RocmProbe, root=root, run=run).probe()
     assert not usable
     assert why.endswith("and rocminfo failed (exit 1): Error: HSA_STATUS_ERROR")
 
 
-def test_elsewhere_it_is_not_this_platform(make_probe: Any) -> None:
+def test_elsewhere_it_is_not_this_platform(make_probe: MakeProbe) -> None:
     assert make_probe(RocmProbe, platform="darwin").probe() == (False, NOT_LINUX)
     assert make_probe(RocmProbe, platform="win32").probe()[1].startswith("not this platform")
 
 
-def test_this_host(make_probe: Any) -> None:
+def test_this_host(make_probe: MakeProbe) -> None:
     probe = RocmProbe(RocmProbe.Options(), make_probe(RocmProbe).context)
     usable, why = probe.probe()
     if not os.path.exists("/dev/kfd"):

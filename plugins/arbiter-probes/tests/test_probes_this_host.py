@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from arbiter.plugin import PluginContext
 from arbiter_probes import PROBES
 from arbiter_probes._host import Completed, run_command
 from arbiter_probes.opencl import OpenclProbe
@@ -34,7 +35,7 @@ def _loadable(name: str) -> bool:
 
 
 @pytest.mark.parametrize("kind", sorted(PROBES))
-def test_each_probe_answers_with_evidence_in_time(kind: str, context: Any) -> None:
+def test_each_probe_answers_with_evidence_in_time(kind: str, context: PluginContext) -> None:
     cls = PROBES[kind]
     probe = cls(cls.Options(timeout_s=TIMEOUT_S), context)
     started = time.monotonic()
@@ -61,7 +62,7 @@ def _without(program: str) -> Any:
 
 
 @pytest.mark.skipif(not _loadable("libvulkan.so.1"), reason="no Vulkan loader library here")
-def test_the_vulkan_loader_is_asked_directly_where_vulkaninfo_is_missing(context: Any) -> None:
+def test_the_vulkan_loader_is_asked_directly_where_vulkaninfo_is_missing(context: PluginContext) -> None:
     options = VulkanProbe.Options(timeout_s=TIMEOUT_S)
     with_tool = VulkanProbe(options, context).probe()
     usable, why = VulkanProbe(options, context, run=_without("vulkaninfo")).probe()
@@ -71,7 +72,7 @@ def test_the_vulkan_loader_is_asked_directly_where_vulkaninfo_is_missing(context
 
 
 @pytest.mark.skipif(not _loadable("libOpenCL.so.1"), reason="no OpenCL ICD loader library here")
-def test_the_icd_loader_is_asked_directly_where_clinfo_is_missing(context: Any) -> None:
+def test_the_icd_loader_is_asked_directly_where_clinfo_is_missing(context: PluginContext) -> None:
     options = OpenclProbe.Options(timeout_s=TIMEOUT_S)
     with_tool = OpenclProbe(options, context).probe()
     usable, why = OpenclProbe(options, context, run=_without("clinfo")).probe()

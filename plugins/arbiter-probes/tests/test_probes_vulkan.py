@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from arbiter.plugin import PluginContext
 from arbiter_probes._host import Completed
 from arbiter_probes.vulkan import (
     DriverManifest,
@@ -20,6 +20,8 @@ from arbiter_probes.vulkan import (
     search_plan,
     vulkan_evidence,
 )
+from arbiter_testing.needs import need_tool
+from arbiter_testing.probes import FakeRunner, MakeProbe
 
 VK = Path(__file__).parent / "fixtures" / "vulkaninfo"
 RTX4070 = (VK / "summary-linux-intel-igpu-nvidia-rtx4070laptop-llvmpipe.txt").read_text()
@@ -28,6 +30,8 @@ WINDOWS = (VK / "summary-windows-amd-igpu-nvidia-rtx3070.txt").read_text()
 LAVAPIPE = (VK / "summary-debian12-lavapipe-only.txt").read_text()
 RTX4070_ONLY = RTX4070[: RTX4070.index("GPU0:")] + RTX4070[RTX4070.index("GPU1:") : RTX4070.index("GPU2:")]
 LLVMPIPE_ONLY = RTX4070[: RTX4070.index("GPU0:")] + RTX4070[RTX4070.index("GPU2:") :]
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -158,35 +162,35 @@ def icd(tmp_path: Path) -> Path:
     return path
 
 
-def test_llvmpipe_only_is_not_usable(icd: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"vulkaninfo": LLVMPIPE_ONLY})
+def test_llvmpipe_only_is_not_usable(icd: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"vulkaninfo": LLVMPIPE_ONLY})
     probe = make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}, timeout_s=2)
     assert probe.probe() == (False, "only a CPU device: llvmpipe (LLVM 20.1.2, 256 bits)")
     argv, timeout_s, env = run.calls[0]
     assert argv == ["vulkaninfo", "--summary"] and timeout_s == 2 and env["VK_DRIVER_FILES"] == str(icd)
 
 
-def test_an_nvidia_discrete_gpu_is_usable(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
+def test_an_nvidia_discrete_gpu_is_usable(tmp_path: Path, make_probe: MakeProbe) -> None:
     manifest = tmp_path / "nvidia_icd.json"
     shutil.copy(VK / "nvidia_icd.json", manifest)
-    run = runner_class({"vulkaninfo": RTX4070_ONLY})
+    run = FakeRunner({"vulkaninfo": RTX4070_ONLY})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(manifest)}).probe() == (
         True,
         "NVIDIA GeForce RTX 4070 Laptop GPU (discrete GPU, driver 595.84) through vulkaninfo",
     )
 
 
-def test_manifests_under_the_root_are_found(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
+def test_manifests_under_the_root_are_found(tmp_path: Path, make_probe: MakeProbe) -> None:
     folder = tmp_path / "usr/share/vulkan/icd.d"
     folder.mkdir(parents=True)
     shutil.copy(VK / "nvidia_icd.json", folder)
-    run = runner_class({"vulkaninfo": RTX4070})
+    run = FakeRunner({"vulkaninfo": RTX4070})
     usable, why = make_probe(VulkanProbe, run=run, root=tmp_path).probe()
     assert usable and "NVIDIA GeForce RTX 4070 Laptop GPU" in why and "not counted: llvmpipe" in why
 
 
-def test_no_manifest_anywhere(tmp_path: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"vulkaninfo": RTX4070})
+def test_no_manifest_anywhere(tmp_path: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"vulkaninfo": RTX4070})
     assert make_probe(VulkanProbe, run=run, root=tmp_path, env={"HOME": "/home/me"}).probe() == (
         False,
         "no Vulkan driver manifest in /home/me/.config/vulkan/icd.d, /etc/xdg/vulkan/icd.d, "
@@ -196,7 +200,7 @@ def test_no_manifest_anywhere(tmp_path: Path, make_probe: Any, runner_class: Any
     assert run.calls == []  # nothing to enumerate: no command is run
 
 
-def test_vk_driver_files_naming_nothing(tmp_path: Path, make_probe: Any) -> None:
+def test_vk_driver_files_naming_nothing(tmp_path: Path, make_probe: MakeProbe) -> None:
     missing = tmp_path / "nope.json"
     assert make_probe(VulkanProbe, env={"VK_DRIVER_FILES": str(missing)}).probe() == (
         False,
@@ -204,11 +208,9 @@ def test_vk_driver_files_naming_nothing(tmp_path: Path, make_probe: Any) -> None
     )
 
 
-def test_vulkaninfo_that_fails_names_the_loader_error(
-    icd: Path, fixtures: Path, make_probe: Any, runner_class: Any
-) -> None:
-    stderr = (fixtures / "vulkaninfo" / "summary-debian12-driver-library-missing.stderr.txt").read_text()
-    run = runner_class({"vulkaninfo": Completed(1, "", stderr)})
+def test_vulkaninfo_that_fails_names_the_loader_error(icd: Path, make_probe: MakeProbe) -> None:
+    stderr = (FIXTURES / "vulkaninfo" / "summary-debian12-driver-library-missing.stderr.txt").read_text()
+    run = FakeRunner({"vulkaninfo": Completed(1, "", stderr)})
     usable, why = make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe()
     assert not usable
     assert why.startswith(
@@ -218,13 +220,13 @@ def test_vulkaninfo_that_fails_names_the_loader_error(
     assert why.endswith("(drivers: lvp_icd.x86_64.json -> /usr/lib64/libvulkan_lvp.so)")
 
 
-def test_vulkaninfo_that_hangs(icd: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"vulkaninfo": subprocess.TimeoutExpired(["vulkaninfo"], 5)})
+def test_vulkaninfo_that_hangs(icd: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"vulkaninfo": subprocess.TimeoutExpired(["vulkaninfo"], 5)})
     usable, why = make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe()
     assert not usable and why.startswith("vulkaninfo --summary did not finish within 5 s")
 
 
-def test_without_vulkaninfo_the_loader_is_asked(icd: Path, make_probe: Any, runner_class: Any) -> None:
+def test_without_vulkaninfo_the_loader_is_asked(icd: Path, make_probe: MakeProbe) -> None:
     report = {
         "library": "libvulkan.so.1",
         "devices": [
@@ -232,7 +234,7 @@ def test_without_vulkaninfo_the_loader_is_asked(icd: Path, make_probe: Any, runn
             {"deviceName": "AMD Radeon RX 7900 XTX (RADV NAVI31)", "deviceType": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"},
         ],
     }
-    run = runner_class({"native:vulkan": report})
+    run = FakeRunner({"native:vulkan": report})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
         True,
         "AMD Radeon RX 7900 XTX (RADV NAVI31) (discrete GPU) through libvulkan.so.1; "
@@ -241,16 +243,16 @@ def test_without_vulkaninfo_the_loader_is_asked(icd: Path, make_probe: Any, runn
     assert run.programs == ["vulkaninfo", "native:vulkan"]
 
 
-def test_without_vulkaninfo_or_loader(icd: Path, make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"native:vulkan": {"library": "libvulkan.so.1", "error": "libvulkan.so.1 not found"}})
+def test_without_vulkaninfo_or_loader(icd: Path, make_probe: MakeProbe) -> None:
+    run = FakeRunner({"native:vulkan": {"library": "libvulkan.so.1", "error": "libvulkan.so.1 not found"}})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
         False,
         "vulkaninfo is not installed and the loader cannot be asked: libvulkan.so.1 not found",
     )
 
 
-def test_windows_skips_the_manifest_search(make_probe: Any, runner_class: Any) -> None:
-    run = runner_class({"vulkaninfo": WINDOWS})
+def test_windows_skips_the_manifest_search(make_probe: MakeProbe) -> None:
+    run = FakeRunner({"vulkaninfo": WINDOWS})
     usable, why = make_probe(VulkanProbe, run=run, platform="win32").probe()
     assert usable and why.startswith("AMD Radeon(TM) Graphics (integrated GPU, driver 23.40.02")
 
@@ -258,10 +260,10 @@ def test_windows_skips_the_manifest_search(make_probe: Any, runner_class: Any) -
 # --- this host ---------------------------------------------------------------------------------------
 
 
-def test_this_host_enumerates_a_cpu_device_and_does_not_count_it(context: Any, require_tool: Any) -> None:
+def test_this_host_enumerates_a_cpu_device_and_does_not_count_it(context: PluginContext) -> None:
     """With Debian's mesa-vulkan-drivers and vulkan-tools (as .ci installs them), llvmpipe is found and
     not counted.  Skipped where vulkaninfo is missing, unless ARBITER_REQUIRE names vulkan."""
-    require_tool("vulkaninfo", "vulkan")
+    need_tool("vulkaninfo", "vulkan")
     usable, why = VulkanProbe(VulkanProbe.Options(), context).probe()
     if usable:  # a host with a real GPU: the CPU device, if any, is named as not counted
         assert "llvmpipe" not in why or "a CPU device" in why
@@ -269,7 +271,7 @@ def test_this_host_enumerates_a_cpu_device_and_does_not_count_it(context: Any, r
         assert why.startswith("only a CPU device: llvmpipe"), why
 
 
-def test_this_host_answers_within_its_timeout(context: Any) -> None:
+def test_this_host_answers_within_its_timeout(context: PluginContext) -> None:
     import time
 
     started = time.monotonic()
@@ -278,19 +280,17 @@ def test_this_host_answers_within_its_timeout(context: Any) -> None:
     assert time.monotonic() - started < 12  # one command and, at most, one child query
 
 
-def test_vulkaninfo_output_without_devices_is_checked_with_the_loader(
-    icd: Path, make_probe: Any, runner_class: Any
-) -> None:
+def test_vulkaninfo_output_without_devices_is_checked_with_the_loader(icd: Path, make_probe: MakeProbe) -> None:
     report = {
         "library": "libvulkan.so.1",
         "devices": [{"deviceName": "NVIDIA H200", "deviceType": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"}],
     }
-    run = runner_class({"vulkaninfo": "VULKANINFO\n(an older layout)\n", "native:vulkan": report})
+    run = FakeRunner({"vulkaninfo": "VULKANINFO\n(an older layout)\n", "native:vulkan": report})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
         True,
         "NVIDIA H200 (discrete GPU) through libvulkan.so.1",
     )
-    run = runner_class({"vulkaninfo": "VULKANINFO\n"})
+    run = FakeRunner({"vulkaninfo": "VULKANINFO\n"})
     assert make_probe(VulkanProbe, run=run, env={"VK_DRIVER_FILES": str(icd)}).probe() == (
         False,
         "vulkaninfo lists no Vulkan device (drivers: lvp_icd.x86_64.json -> /usr/lib64/libvulkan_lvp.so)",

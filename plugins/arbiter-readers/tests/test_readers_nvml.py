@@ -69,10 +69,12 @@ class FakePynvml(FakePynvmlBase):
         return newer
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
-        return self.gpus[handle].compute
+        gpu: FakeGpu = self.gpus[handle]
+        return gpu.compute
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[SimpleNamespace]:
-        return self.gpus[handle].graphics
+        gpu: FakeGpu = self.gpus[handle]
+        return gpu.graphics
 
     def nvmlDeviceGetMemoryInfo(self, handle: int) -> SimpleNamespace:
         gpu = self.gpus[handle]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from arbiter_testing.needs import need
 from arbiter_testing.scripts import load_script
-
-from .conftest import need_slurm
+from arbiter_testing.slurm import unavailable
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.bench, pytest.mark.timeout(300)]
 
 
 def test_two_rounds_print_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    need_slurm()
+    need("slurm", unavailable())
     bench = load_script(ROOT / "bench" / "fleet.py", "fleet")
     args = ["--nodes", "2", "--jobs", "1", "--rounds", "2", "--seed", "3"]
     args += ["--throughput-s", "12", "--work-s", "3", "--free-s", "4", "--busy-s", "4", "--evict-after-s", "2"]

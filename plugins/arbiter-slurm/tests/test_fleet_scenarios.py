@@ -97,6 +97,12 @@ def all_stopped(fleet: SlurmCluster, jobs: list[int], node: str) -> bool:
     return bool(seen) and all(s in STOPPED for s in seen if s not in ("gone", "Z"))
 
 
+def restarted_output(fleet: SlurmCluster, job: int) -> str | None:
+    """The job's output once its second run has written its first line."""
+    out = fleet.output(job)
+    return out if "restart=1" in out else None
+
+
 def running_again(fleet: SlurmCluster, job: int) -> str | None:
     """The node the job runs on again after one requeue (else None); what went wrong if it ended."""
     j = fleet.jobs()[job]
@@ -195,8 +201,10 @@ def test_held_past_the_drain_and_eviction_times_requeueable_work_runs_elsewhere(
                 raise AssertionError(f"{exc}\nsqueue: {seen}\nn2's daemon:\n{nodes['n2'].log()}") from None
             assert moved != "n2", moved
             wait_until(partial(adopted, nodes[moved], job), WAIT_S, f"slurm-{job} adopted on {moved}", poll_s=0.2)
-            out = wait_until(lambda job=job: "restart=1" in fleet.output(job) and fleet.output(job), WAIT_S, "output")
-            carried = int(re.search(r"restart=1 from=(\d+)", out)[1])  # type: ignore[index]
+            out = wait_until(partial(restarted_output, fleet, job), WAIT_S, f"job {job}'s output after its restart")
+            found = re.search(r"restart=1 from=(\d+)", out)
+            assert found is not None, out
+            carried = int(found[1])
             assert carried >= stopped_at[job] > 0, (out, stopped_at)  # its work goes on from its checkpoint
             (evicted,) = [
                 e for e in nodes["n2"].events("JOB_STOPPED", f"slurm-{job}") if e["data"]["reasons"] == ["JOB_EVICTED"]

@@ -4,6 +4,7 @@ a drain with arbiter's reason once held too long, and only arbiter's own drains 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -19,7 +20,13 @@ ADMITTED = {
 HELD = {**ADMITTED, "gpu_jobs_admitted": False, "held_since": 1000.0, "held_by": [{"rule": "game", "code": "X"}]}
 
 
-def view(available: str = "arbiter", active: str = "arbiter", state: str = "idle", flags=(), reason: str = ""):
+def view(
+    available: str = "arbiter",
+    active: str = "arbiter",
+    state: str = "idle",
+    flags: Sequence[str] = (),
+    reason: str = "",
+) -> nodes.NodeView:
     text = json.dumps(
         {
             "nodes": [

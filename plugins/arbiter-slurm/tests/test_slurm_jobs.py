@@ -1,15 +1,17 @@
 """Slurm jobs become arbiter jobs: through the TaskProlog as they start, through reconciling
 against squeue and scontrol listpids when a hook was missed, and they end through the Epilog.
-Against a real slurmctld and slurmd on loopback (see conftest.py)."""
+Against a real slurmctld and slurmd on loopback (see :mod:`arbiter_testing.slurm`)."""
 
 from __future__ import annotations
 
 import os
 import sys
+from functools import partial
 from typing import Any
 
 import pytest
 
+from arbiter_testing.slurm import SlurmCluster
 from arbiter_testing.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -25,7 +27,7 @@ def _events(node: Any, code: str, subject: str) -> list[dict[str, Any]]:
     return node.call("timeline", code=code, subject=subject, limit=50)["events"]  # type: ignore[no-any-return]
 
 
-def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(slurm: Any) -> None:
+def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(slurm: SlurmCluster) -> None:
     # ticks far apart: the job is known, and ends, through the hooks alone, not by reconciling
     # or by the tick noticing its processes gone
     n1 = slurm.start_arbiter("n1", tick_s=60)
@@ -48,7 +50,7 @@ def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(s
     assert ended and "its command exited" in ended[0]["message"], ended  # told by the Epilog
 
 
-def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: Any) -> None:
+def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: SlurmCluster) -> None:
     job = slurm.sbatch(
         "sleep 300\n", "--nodelist=n2", "--comment=arbiter:" + '{"name": "render", "gpu": {"use": "shared"}}'
     )
@@ -61,22 +63,22 @@ def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: A
     assert "reconciling" in _events(n2, "JOB_ADOPTED", key)[0]["message"]
 
 
-def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: Any) -> None:
+def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1")
     jobs = [slurm.sbatch("sleep 300\n", "--nodelist=n1") for _ in range(2)]
     for job in jobs:
-        wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} in n1's status", poll_s=0.1)
+        wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} in n1's status", poll_s=0.1)
     n1.kill_daemon()
     # what the daemon knew is gone with it: the scheduler's word is what brings it back
     for path in n1.state_dir.glob("arbiter.db*"):
         path.unlink()
     slurm.restart_arbiter("n1")
     for job in jobs:
-        seen = wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted again", poll_s=0.1)
+        seen = wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted again", poll_s=0.1)
         assert seen["state"] == "run", seen
 
 
-def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: Any) -> None:
+def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: SlurmCluster) -> None:
     job = slurm.sbatch('echo "id=[$ARBITER_JOB_ID]"\n', "--nodelist=n1")
     wait_until(lambda: "id=" in slurm.output(job), WAIT_S, "the job's output")
     out = slurm.output(job)
@@ -86,7 +88,7 @@ def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: Any) 
     wait_until(lambda: slurm.node_states()["n1"] == "idle", WAIT_S, "n1 idle again, not drained", poll_s=0.1)
 
 
-def _task_tree(slurm: Any, job: int, node: str) -> str:
+def _task_tree(slurm: SlurmCluster, job: int, node: str) -> str:
     out = slurm.run("scontrol", "listpids", str(job), node, check=False)
     cmdlines = []
     for line in out.splitlines()[1:]:
@@ -107,7 +109,7 @@ def _state(pid: int) -> str:
         return "gone"
 
 
-def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) -> None:
+def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1")
     marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
     n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
@@ -129,11 +131,11 @@ def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Any) 
     wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the Slurm job's processes running again")
 
 
-SLURM_TRANSLATOR = {"translators": {"pause": ["slurm"], "terminate": ["slurm"]}}
+SLURM_TRANSLATOR = {"pause": ["slurm"], "terminate": ["slurm"]}
 
 
-def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: Any) -> None:
-    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: SlurmCluster) -> None:
+    n1 = slurm.start_arbiter("n1", translators=SLURM_TRANSLATOR)
     marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
     n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
     job = slurm.sbatch("sleep 300\n", "--nodelist=n1")
@@ -151,12 +153,12 @@ def test_the_slurm_translator_pauses_where_the_scheduler_sees_it(slurm: Any) -> 
     wait_until(lambda: all(_state(p) in "SR" for p in pids), WAIT_S, "the job's processes running again")
 
 
-def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: Any) -> None:
-    n1 = slurm.start_arbiter("n1", **SLURM_TRANSLATOR)
+def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: SlurmCluster) -> None:
+    n1 = slurm.start_arbiter("n1", translators=SLURM_TRANSLATOR)
     again = slurm.sbatch('echo "restart=$SLURM_RESTART_COUNT"\nsleep 300\n', "--nodelist=n1", "--requeue")
     once = slurm.sbatch("sleep 300\n", "--nodelist=n1", "--no-requeue")
     for job in (again, once):
-        wait_until(lambda job=job: _job(n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted", poll_s=0.1)
+        wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted", poll_s=0.1)
     n1.call("job.stop", id=f"slurm-{again}")
     n1.call("job.stop", id=f"slurm-{once}")
     wait_until(lambda: "restart=1" in slurm.output(again), WAIT_S, "the requeued job running again", poll_s=0.2)
@@ -174,7 +176,7 @@ def test_a_stopped_requeueable_job_runs_again_and_a_plain_one_ends(slurm: Any) -
     assert slurm.jobs()[again]["restart_cnt"] == 1
 
 
-def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: Any) -> None:
+def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: SlurmCluster) -> None:
     n1 = slurm.start_arbiter("n1")
     config = slurm.configs / "n1.yaml"
     script = (
@@ -182,6 +184,11 @@ def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: Any) -> No
     )
     job = slurm.sbatch(script, "--nodelist=n1")
     key = f"slurm-{job}"
-    out = wait_until(lambda: "inside=" in slurm.output(job) and slurm.output(job), WAIT_S, "the command's output")
+
+    def said() -> str | None:
+        out = slurm.output(job)
+        return out if "inside=" in out else None
+
+    out = wait_until(said, WAIT_S, "the command's output")
     assert f"inside={key}" in out and f"running inside job {key}" in out, out
     assert [j["id"] for j in n1.status()["jobs"]] == [key]

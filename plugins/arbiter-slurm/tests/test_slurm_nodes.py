@@ -5,10 +5,10 @@ arbiter's drains lifted), and features set again after slurmctld restarts."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import pytest
 
+from arbiter_testing.slurm import SlurmCluster
 from arbiter_testing.waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -17,7 +17,7 @@ WAIT_S = 60.0
 ERRORS = (AssertionError, ValueError)
 
 
-def test_admission_features_and_drain_follow_protection(slurm: Any) -> None:
+def test_admission_features_and_drain_follow_protection(slurm: SlurmCluster) -> None:
     env = {"ARBITER_SLURM_DRAIN_AFTER_S": "2"}
     n1 = slurm.start_arbiter("n1", env=env)
     slurm.start_arbiter("n2", env=env)
@@ -57,7 +57,7 @@ def test_admission_features_and_drain_follow_protection(slurm: Any) -> None:
     assert slurm.reasons().get("n2") == "maintenance"  # the operator's drain is never lifted
 
 
-def test_features_are_set_again_after_slurmctld_restarts(slurm: Any) -> None:
+def test_features_are_set_again_after_slurmctld_restarts(slurm: SlurmCluster) -> None:
     slurm.start_arbiter("n1")
     wait_until(lambda: "arbiter-admit" in slurm.features()["n1"], WAIT_S, "arbiter-admit on n1", poll_s=0.2)
     slurm.restart_controller()

@@ -769,9 +769,14 @@ def test_writes_to_other_files_in_the_folder_do_not_wake_the_watcher(
     if exists:
         path.touch()
     source = make(path=str(path), event="status", field="phase", on=["uploading"])
-    wakes = []
+    wakes: list[int] = []
     sort_events = source._sort_events
-    source._sort_events = lambda events: (wakes.append(len(events)), sort_events(events))[1]  # type: ignore[method-assign]
+
+    def counted(events: list[inotify_module.Event]) -> tuple[bool, bool]:
+        wakes.append(len(events))
+        return sort_events(events)
+
+    source._sort_events = counted  # type: ignore[method-assign]
     rec = started(source)
     for _ in range(100):
         append(tmp_path / "other.log", "x\n")

@@ -67,7 +67,7 @@ def script(path: Path, body: str) -> str:
 # --- log --------------------------------------------------------------------------------
 
 
-def test_log_counts_lines_the_regex_finds_written_after_open(tmp_path: Path, make) -> None:
+def test_log_counts_lines_the_regex_finds_written_after_open(tmp_path: Path, make: Callable[..., Any]) -> None:
     path = tmp_path / "train.log"
     path.write_text("step 1 done\nstep 2 done\n")
     source = make(LogSource, path=str(path), log_regex=r"step \d+ done")
@@ -83,7 +83,7 @@ def test_log_counts_lines_the_regex_finds_written_after_open(tmp_path: Path, mak
     assert source.malformed == 0
 
 
-def test_log_follows_the_newest_file_and_a_rotation(tmp_path: Path, make) -> None:
+def test_log_follows_the_newest_file_and_a_rotation(tmp_path: Path, make: Callable[..., Any]) -> None:
     source = make(LogSource, path=str(tmp_path / "run-*.log"), log_regex="^tick")
     changes = Changes()
     source.start(changes)
@@ -103,7 +103,7 @@ def test_log_refuses_a_bad_regex(regex: str, message: str) -> None:
 # --- exec -------------------------------------------------------------------------------
 
 
-def test_exec_reports_the_rate_a_command_prints(tmp_path: Path, make) -> None:
+def test_exec_reports_the_rate_a_command_prints(tmp_path: Path, make: Callable[..., Any]) -> None:
     counter = tmp_path / "n"
     counter.write_text("12.5")
     cmd = script(tmp_path / "rate", f"print(open({str(counter)!r}).read())")
@@ -124,13 +124,13 @@ def test_exec_reports_the_rate_a_command_prints(tmp_path: Path, make) -> None:
         ("print('1\\n2')", "not a number"),
     ],
 )
-def test_exec_failure_or_garbage_is_unreadable(tmp_path: Path, make, body: str, why: str) -> None:
+def test_exec_failure_or_garbage_is_unreadable(tmp_path: Path, make: Callable[..., Any], body: str, why: str) -> None:
     source = make(ExecSource, command=script(tmp_path / "bad", body))
     readable, rate, message = source.run_once()
     assert not readable and rate is None and why in message
 
 
-def test_exec_a_command_that_hangs_is_killed_with_its_children(tmp_path: Path, make) -> None:
+def test_exec_a_command_that_hangs_is_killed_with_its_children(tmp_path: Path, make: Callable[..., Any]) -> None:
     pidfile = tmp_path / "child.pid"
     # a shell, not Python: it has its child and has said so long before the timeout, however loaded the host
     cmd = str(tmp_path / "hang")
@@ -152,12 +152,12 @@ def test_exec_a_command_that_hangs_is_killed_with_its_children(tmp_path: Path, m
     wait_until(ended, 10, "the command's child to be killed")
 
 
-def test_exec_a_missing_program_is_unreadable(make) -> None:
+def test_exec_a_missing_program_is_unreadable(make: Callable[..., Any]) -> None:
     readable, _, why = make(ExecSource, command="/nonexistent/rate --x").run_once()
     assert not readable and "cannot run /nonexistent/rate" in why
 
 
-def test_exec_runs_no_shell_and_looks_nothing_up(tmp_path: Path, make) -> None:
+def test_exec_runs_no_shell_and_looks_nothing_up(tmp_path: Path, make: Callable[..., Any]) -> None:
     with pytest.raises(ValidationError, match="absolute path"):
         ExecSource.Options.model_validate({"kind": "exec", "command": "rate-tool --json"})
     marker = tmp_path / "marker"
@@ -177,7 +177,7 @@ def test_parse_rate() -> None:
 # --- on_exec ----------------------------------------------------------------------------
 
 
-def test_on_exec_phase_follows_the_processes_it_is_given(make) -> None:
+def test_on_exec_phase_follows_the_processes_it_is_given(make: Callable[..., Any]) -> None:
     source = make(OnExecSource, match={"name": ["rsync"]})
     source.start(Changes())
     assert not source.state().readable and source.state().phase == "on"  # before the first list: fail safe

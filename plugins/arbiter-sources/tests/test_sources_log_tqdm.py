@@ -60,7 +60,7 @@ def test_parse_count_reads_tqdm_scaled_counts() -> None:
     assert parse_count("3x") is None
 
 
-def test_carriage_returns_end_lines(tmp_path: Path, make) -> None:
+def test_carriage_returns_end_lines(tmp_path: Path, make: Callable[..., LogSource]) -> None:
     path = tmp_path / "train.log"
     source = make(path=str(path), log_regex=r"it/s")
     source.start(Latest())
@@ -74,7 +74,7 @@ def test_carriage_returns_end_lines(tmp_path: Path, make) -> None:
     assert source.malformed == 0
 
 
-def test_a_count_group_gives_what_the_count_gained(tmp_path: Path, make) -> None:
+def test_a_count_group_gives_what_the_count_gained(tmp_path: Path, make: Callable[..., LogSource]) -> None:
     path = tmp_path / "train.log"
     source = make(path=str(path), log_regex=TQDM_REGEX)
     source.start(Latest())
@@ -89,7 +89,7 @@ def test_a_count_group_gives_what_the_count_gained(tmp_path: Path, make) -> None
     wait_until(lambda: count_of(source) == 2200, 5, "the counts' gains summed")
 
 
-def test_a_count_that_is_not_a_number_is_malformed(tmp_path: Path, make) -> None:
+def test_a_count_that_is_not_a_number_is_malformed(tmp_path: Path, make: Callable[..., LogSource]) -> None:
     path = tmp_path / "train.log"
     source = make(path=str(path), log_regex=r"step (?P<count>\S+)")
     source.start(Latest())
@@ -99,7 +99,7 @@ def test_a_count_that_is_not_a_number_is_malformed(tmp_path: Path, make) -> None
     assert source.malformed == 1
 
 
-def test_the_first_count_read_is_the_baseline(tmp_path: Path, make) -> None:
+def test_the_first_count_read_is_the_baseline(tmp_path: Path, make: Callable[..., LogSource]) -> None:
     path = tmp_path / "train.log"
     path.write_text("\r 40/100 [00:01<00:01, 40it/s]")  # there before the source opened
     source = make(path=str(path), log_regex=TQDM_REGEX)
@@ -126,7 +126,7 @@ with open(sys.argv[1], "w") as fh:
 
 
 @pytest.mark.slow
-def test_follows_a_real_tqdm_bar_while_it_runs(tmp_path: Path, make) -> None:
+def test_follows_a_real_tqdm_bar_while_it_runs(tmp_path: Path, make: Callable[..., LogSource]) -> None:
     pytest.importorskip("tqdm")
     path = tmp_path / "train.log"
     source = make(path=str(path), log_regex=TQDM_REGEX)

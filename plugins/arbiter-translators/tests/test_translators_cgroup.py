@@ -77,7 +77,9 @@ def test_registered_beside_signal() -> None:
     assert {"pause", "resume", "terminate", "kill"} <= CgroupFreezeTranslator.actions
 
 
-def test_a_job_alone_in_its_cgroup_is_frozen_and_thawed(translator, own_group: Path, tmp_path: Path) -> None:
+def test_a_job_alone_in_its_cgroup_is_frozen_and_thawed(
+    translator: CgroupFreezeTranslator, own_group: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "n"
     proc = subprocess.Popen([sys.executable, "-c", COUNTER, str(out)])
     try:
@@ -108,7 +110,9 @@ def test_a_job_alone_in_its_cgroup_is_frozen_and_thawed(translator, own_group: P
         proc.wait()
 
 
-def test_a_cgroup_shared_with_other_processes_is_never_frozen(translator, tmp_path: Path) -> None:
+def test_a_cgroup_shared_with_other_processes_is_never_frozen(
+    translator: CgroupFreezeTranslator, tmp_path: Path
+) -> None:
     out = tmp_path / "n"
     proc = subprocess.Popen([sys.executable, "-c", COUNTER, str(out)])  # in the test runner's own cgroup
     try:
@@ -125,7 +129,7 @@ def test_a_cgroup_shared_with_other_processes_is_never_frozen(translator, tmp_pa
 
 
 def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_the_rest_with_one(
-    translator, tmp_path: Path, monkeypatch
+    translator: CgroupFreezeTranslator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from arbiter_translators import cgroup
 
@@ -137,7 +141,12 @@ def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_th
         wait_until(lambda: all(stopped(proc) for proc in procs), 10, "both stopped")  # so continuing them shows
         looked_up: list[int] = []
         real = cgroup.cgroup_of
-        monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: looked_up.append(pid) or real(pid))
+
+        def looking_up(pid: int) -> str | None:
+            looked_up.append(pid)
+            return real(pid)
+
+        monkeypatch.setattr(cgroup, "cgroup_of", looking_up)
         translator.resume([mine, earlier])
         assert looked_up == [earlier.pid]
         wait_until(lambda: not any(stopped(proc) for proc in procs), 10, "both continued")
@@ -148,14 +157,19 @@ def test_what_it_paused_with_signals_is_continued_without_a_cgroup_lookup_and_th
 
 
 def test_a_job_found_sharing_its_cgroup_is_paused_again_with_signals_without_a_lookup_until_the_recheck(
-    translator, monkeypatch
+    translator: CgroupFreezeTranslator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from arbiter_translators import cgroup
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # in the runner's cgroup
     looked_up: list[int] = []
     real = cgroup.cgroup_of
-    monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: looked_up.append(pid) or real(pid))
+
+    def looking_up(pid: int) -> str | None:
+        looked_up.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(cgroup, "cgroup_of", looking_up)
     try:
         target = JobTarget("j1", "mine", (ref(proc),))
         for _ in range(3):
@@ -171,7 +185,7 @@ def test_a_job_found_sharing_its_cgroup_is_paused_again_with_signals_without_a_l
         proc.wait()
 
 
-def test_settle_waits_only_for_what_it_stopped_with_signals(translator) -> None:
+def test_settle_waits_only_for_what_it_stopped_with_signals(translator: CgroupFreezeTranslator) -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])  # in the runner's cgroup
     try:
         target = JobTarget("j1", "mine", (ref(proc),))
@@ -188,7 +202,9 @@ def test_settle_waits_only_for_what_it_stopped_with_signals(translator) -> None:
         proc.wait()
 
 
-def test_the_root_of_the_hierarchy_is_never_a_jobs_own(translator, tmp_path: Path, monkeypatch) -> None:
+def test_the_root_of_the_hierarchy_is_never_a_jobs_own(
+    translator: CgroupFreezeTranslator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from arbiter_translators import cgroup
 
     monkeypatch.setattr(cgroup, "cgroup_of", lambda pid: "/")
@@ -211,7 +227,9 @@ def test_mountinfo_parsing(tmp_path: Path) -> None:
     assert cgroup2_mount(str(info)) is None
 
 
-def test_a_child_cgroup_holding_a_stranger_is_never_frozen(translator, own_group: Path, tmp_path: Path) -> None:
+def test_a_child_cgroup_holding_a_stranger_is_never_frozen(
+    translator: CgroupFreezeTranslator, own_group: Path, tmp_path: Path
+) -> None:
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     child = own_group / "inner"
@@ -230,7 +248,9 @@ def test_a_child_cgroup_holding_a_stranger_is_never_frozen(translator, own_group
         child.rmdir()
 
 
-def test_a_job_partly_outside_its_cgroup_is_paused_with_signals(translator, own_group: Path) -> None:
+def test_a_job_partly_outside_its_cgroup_is_paused_with_signals(
+    translator: CgroupFreezeTranslator, own_group: Path
+) -> None:
     inside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
@@ -246,7 +266,9 @@ def test_a_job_partly_outside_its_cgroup_is_paused_with_signals(translator, own_
             proc.wait()
 
 
-def test_a_cgroup_whose_pids_match_the_job_but_not_its_processes_is_never_frozen(translator, own_group: Path) -> None:
+def test_a_cgroup_whose_pids_match_the_job_but_not_its_processes_is_never_frozen(
+    translator: CgroupFreezeTranslator, own_group: Path
+) -> None:
     """Membership is judged by process, not by pid: a member whose start time is not the one
     the job recorded is another process that took a pid of the job's."""
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) for _ in range(2)]

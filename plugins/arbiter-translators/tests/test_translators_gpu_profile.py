@@ -63,7 +63,8 @@ class FakePynvml(FakePynvmlBase):
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
         if not 0 <= index < len(self.gpus):
             raise FakeNVMLError(INVALID_ARGUMENT)
-        return self.gpus[index]
+        gpu: FakeGpu = self.gpus[index]
+        return gpu
 
     def _check(self, gpu: FakeGpu, call: str, changes: bool) -> None:
         if call in gpu.unsupported:
@@ -126,7 +127,8 @@ def profile(nvml: Any, tmp_path: Path, **fields: Any) -> GpuProfileTranslator:
 
 def stored(saved: dict[str, Any]) -> dict[str, Any]:
     """What the daemon gets back from SQLite: the JSON it wrote."""
-    return json.loads(json.dumps(saved))
+    back: dict[str, Any] = json.loads(json.dumps(saved))
+    return back
 
 
 # --- registration and the base class -----------------------------------------------------------

@@ -26,8 +26,8 @@ Spawn = Callable[..., subprocess.Popen[bytes]]
 def spawn() -> Iterator[Spawn]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def start(*argv: str, **kwargs: object) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(list(argv or ("sleep", "60")), **kwargs)  # type: ignore[call-overload]
+    def start(*argv: str, stdout: int | None = None) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(list(argv or ("sleep", "60")), stdout=stdout)
         started.append(proc)
         return proc
 

@@ -6,6 +6,7 @@ has a code, timeline entries once one is there, and a daemon killed as a crash w
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 from arbiter.demo.node import PYTHON, WAIT_S, LocalNode
@@ -14,6 +15,41 @@ __all__ = ["PYTHON", "WAIT_S", "HarnessNode"]
 
 
 class HarnessNode(LocalNode):
+    def known_job(self, name: str) -> dict[str, Any]:
+        """The job ``name`` in the daemon's status.  ``KeyError`` where there is none yet, which
+        :meth:`wait_for` takes as "not yet"."""
+        job = self.job(name)
+        if job is None:
+            raise KeyError(f"the daemon has no job named {name!r}")
+        return job
+
+    def cli(
+        self, *args: str, timeout: float = 60.0, check: bool = False, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        """``arbiter ARGS --config CONFIG`` on this node, as a person runs it (``env`` added to
+        its environment); what it printed, as text."""
+        return subprocess.run(
+            [PYTHON, "-m", "arbiter", *args, "--config", str(self.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**self.env(), **env},
+            check=check,
+        )
+
+    def known_rule(self, rule_id: str) -> dict[str, Any]:
+        """The rule ``rule_id`` in the daemon's status.  ``KeyError`` where there is none yet,
+        which :meth:`wait_for` takes as "not yet"."""
+        rule: dict[str, Any] | None = next((r for r in self.status()["rules"] if r["id"] == rule_id), None)
+        if rule is None:
+            raise KeyError(f"the daemon has no rule {rule_id!r}")
+        return rule
+
+    def job_pid(self, name: str, timeout: float = WAIT_S) -> int:
+        """The first process of the job ``name``, once the daemon has seen one."""
+        pid: int = self.wait_for(lambda: self.known_job(name)["pids"][0], timeout=timeout)
+        return pid
+
     def reasons(self, name: str, code: str, timeout: float = WAIT_S) -> list[dict[str, Any]]:
         """The job's reasons once one has ``code``: the status snapshot is published just after
         the signals are sent, so a process seen stopped may briefly predate its reason."""

@@ -7,9 +7,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -92,30 +90,3 @@ def write_phase(events: Path, phase: str) -> None:
     """Append the phase line ``{"event": "status", "phase": PHASE}`` to ``events``."""
     with open(events, "a") as fh:
         fh.write(json.dumps({"event": "status", "phase": phase}) + "\n")
-
-
-def phase_during(phases: Path, scope: str = "gpu", on: Sequence[str] = ("on",), field: str = "phase") -> dict[str, Any]:
-    """A rule's ``during`` entry: while the last ``status`` line of ``phases`` says, at
-    ``field``, a phase in ``on`` (as :func:`write_phase` writes them), the fleet work in
-    ``scope`` is paused."""
-    source = {"kind": "jsonl", "path": str(phases), "event": "status", "field": field, "on": list(on)}
-    return {"source": source, "pause_fleet": {"scope": scope}}
-
-
-def phase_rule(
-    rule_id: str,
-    cmdline: str,
-    phases: Path,
-    scope: str = "gpu",
-    on: Sequence[str] = ("on",),
-    field: str = "phase",
-    immediate: bool = True,
-) -> dict[str, Any]:
-    """A rule for the program whose command line holds ``cmdline``, with the one
-    :func:`phase_during` entry."""
-    return {
-        "id": rule_id,
-        "match": {"cmdline": [cmdline]},
-        "immediate": immediate,
-        "during": [phase_during(phases, scope, on, field)],
-    }

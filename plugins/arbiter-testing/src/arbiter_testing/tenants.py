@@ -53,3 +53,37 @@ def start_fake(
     )
     info: dict[str, Any] = node.wait_for(lambda: ready.exists() and json.loads(ready.read_text()), timeout=timeout)
     return {**info, "proc": proc}
+
+
+def start_diffusion(
+    node: Any, state_file: Path, ready_dir: Path, needs_gb: float = 12, fast_s: float = 0.5, starved_s: float = 8
+) -> dict[str, Any]:
+    """:func:`start_fake` for the fake diffusion server: a 1.6 GB model whose render needs
+    ``needs_gb`` more, takes ``fast_s`` with it, and gives up starved after ``starved_s``."""
+    return start_fake(
+        node,
+        state_file,
+        ready_dir,
+        "diffusion",
+        "--model-gb",
+        "1.6",
+        "--needs-gb",
+        f"{needs_gb:g}",
+        "--fast-s",
+        f"{fast_s:g}",
+        "--starved-s",
+        f"{starved_s:g}",
+    )
+
+
+def diffusion_rule(diffusion: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The shipped ``diffusion-server`` rule extended for the fake ``diffusion`` (what
+    :func:`start_diffusion` answered): matched by its command line, asked at its port.
+    ``more``: other fields the extension sets."""
+    return {
+        "extends": "diffusion-server",
+        **more,
+        "match": {"script": [], "cmdline": ["fake_servers diffusion"]},
+        "base_url": diffusion["url"],
+        "events": {"url": diffusion["ws_url"]},
+    }

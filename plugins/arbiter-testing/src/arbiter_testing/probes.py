@@ -1,22 +1,21 @@
-"""Shared fakes for the probe tests: a command runner that answers from a table, and fixture paths."""
+"""The probe tests' stand-ins for a host: a command runner that answers from a table, and a
+maker of probes that look at that host instead of this one."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import Any, Protocol, TypeVar
 
 from arbiter.plugin import PluginContext
-from arbiter_probes._host import Completed
-
-FIXTURES = Path(__file__).parent / "fixtures"
+from arbiter_probes._host import Completed, HostProbe, Runner
 
 Answer = Completed | BaseException | str | dict[str, Any]
+
+P = TypeVar("P", bound=HostProbe)
 
 
 class FakeRunner:
@@ -52,51 +51,34 @@ class FakeRunner:
         return [self.key(argv) for argv, _, _ in self.calls]
 
 
-@pytest.fixture
-def fixtures() -> Path:
-    return FIXTURES
+class MakeProbe(Protocol):
+    """``make_probe(cls, run=..., env=..., root=..., platform=..., **options)``: a ``cls`` probe
+    with ``options``, looking at ``root`` with ``env``, asking ``run`` (an empty
+    :class:`FakeRunner` by default: nothing is installed)."""
 
-
-@pytest.fixture
-def context(tmp_path: Path) -> PluginContext:
-    return PluginContext(state_dir=tmp_path)
-
-
-@pytest.fixture
-def make_probe(context: PluginContext) -> Callable[..., Any]:
-    """``make_probe(cls, run=..., env=..., root=..., platform=..., **options)``."""
-
-    def make(
-        cls: Any,
-        run: Any = None,
+    def __call__(
+        self,
+        cls: type[P],
+        run: Runner | None = None,
         env: Mapping[str, str] | None = None,
         root: Path | str = "/nonexistent-root",
         platform: str = "linux",
         **options: Any,
-    ) -> Any:
+    ) -> P: ...
+
+
+def probe_maker(context: PluginContext) -> MakeProbe:
+    """A :class:`MakeProbe` whose probes share ``context``."""
+
+    def make(
+        cls: type[P],
+        run: Runner | None = None,
+        env: Mapping[str, str] | None = None,
+        root: Path | str = "/nonexistent-root",
+        platform: str = "linux",
+        **options: Any,
+    ) -> P:
         opts = cls.Options.model_validate(options)
         return cls(opts, context, root=root, env=dict(env or {}), run=run or FakeRunner(), platform=platform)
 
     return make
-
-
-@pytest.fixture
-def runner_class() -> type[FakeRunner]:
-    return FakeRunner
-
-
-@pytest.fixture
-def require_tool() -> Callable[[str, str], None]:
-    """``require_tool(tool, api)``: skip unless ``tool`` is installed, or fail where
-    ``ARBITER_REQUIRE`` names ``api`` (as .ci/run sets it once it installed the tools)."""
-
-    def check(tool: str, api: str) -> None:
-        import shutil
-
-        if shutil.which(tool) is not None:
-            return
-        if api in {part.strip() for part in os.environ.get("ARBITER_REQUIRE", "").split(",")}:
-            pytest.fail(f"ARBITER_REQUIRE names {api} but {tool} is not installed")
-        pytest.skip(f"{tool} is not installed")
-
-    return check
