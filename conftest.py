@@ -81,13 +81,13 @@ def _turn_files() -> tuple[Path, Path]:
 
 
 @contextlib.contextmanager
-def _turn(alone: bool) -> Iterator[None]:
+def _turn(worker: bool, alone: bool) -> Iterator[None]:
     """Among xdist workers, a test marked ``alone`` runs with no other test beside it.
 
     Every test holds the run's turn file shared; an ``alone`` test holds it exclusive.  The
     gate gives the exclusive one precedence: a test about to start passes through the gate,
     which an ``alone`` test holds while it waits for those running to end."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    if not worker:  # one process runs every test (a pytest a test starts inherits the run's files)
         yield
         return
     gate_path, turn_path = _turn_files()
@@ -110,7 +110,7 @@ def _turn(alone: bool) -> Iterator[None]:
 # outermost: the wait for a turn is no part of the test's own timeout
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
-    with _turn(item.get_closest_marker("alone") is not None):
+    with _turn(hasattr(item.config, "workerinput"), item.get_closest_marker("alone") is not None):
         os.environ[NODEID_VAR] = item.nodeid
         try:
             return (yield)

@@ -152,7 +152,8 @@ def test_check_names_file_line_and_field_of_a_bad_option(
 
 def test_its_own_tests_pass_installed(site: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", str(EXAMPLE / "tests")],
+        # in this process (-n 0): the repository's addopts would start workers of its own
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", str(EXAMPLE / "tests")],
         capture_output=True,
         text=True,
         env=env_with(site),
