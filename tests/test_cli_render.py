@@ -162,7 +162,10 @@ def test_following_a_run_prints_its_id_as_written() -> None:
     assert "[/x]" in plain(out)
 
 
-def test_explain_says_how_long_protection_has_paused_a_job_and_when_that_stops_it() -> None:
+def test_explain_says_how_long_protection_has_paused_a_job_and_when_that_stops_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # the line whole, whatever terminal the tests run beside
     out, con = piped()
     job = {
         "kind": "job",
