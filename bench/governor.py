@@ -298,7 +298,7 @@ def main() -> int:
         )
         print(
             f"steady-state slowdown {100 * slowdown:.1f}% (target {100 * TARGET:.0f}%), "
-            f"job throughput {100 * share:.0f}% of the oracle's (goal ≥ 80%)"
+            f"job throughput {100 * share:.0f}% of the oracle's (goal ≥ 85%)"
         )
     return 0
 
