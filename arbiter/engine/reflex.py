@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from arbiter.engine.decide import effective_phase, in_scope
+from arbiter.engine.holds import effective_phase, in_scope
 from arbiter.engine.types import Decision, JobVerdict, Observation, Policy, Reason, SourceObs
 
 

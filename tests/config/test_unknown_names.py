@@ -13,7 +13,7 @@ from arbiter.config.errors import ConfigError
 from arbiter.config.loader import parse_rule
 from arbiter.config.models import Rule
 from arbiter.doctor import local_items
-from arbiter.engine.decide import effective_phase
+from arbiter.engine.holds import effective_phase
 from arbiter.engine.types import SourceObs
 from arbiter.plugin import PluginContext, Source
 from arbiter.pluginmanager import PluginHost
