@@ -6,7 +6,9 @@ the timeline.  Nothing here reads a clock, a file or a process.
 
 What holds fleet work back, per rule and for the node, is in :mod:`arbiter.engine.holds`;
 what stands alone has a module of its own (compliance, governor, handoff, reacquire,
-eviction, the paired run).  Each job's verdict weighs them together here.
+eviction, the paired run).  Each job's verdict weighs them together here, and it runs past
+500 lines because those cases are one function's: a job's verdict, its actions and its
+timeline entries come from the same holds, trust, budget and handoff pauses at once.
 """
 
 from __future__ import annotations
