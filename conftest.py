@@ -35,16 +35,6 @@ FOLDER_MARKERS = {
     "tests/service": ("slow",),
     "tests/docs": ("slow",),
 }
-#: files whose tests judge CPU time (the stand-in for GPU time) against a duty or a baseline:
-#: another test's work on the same cores moves what they measure
-ALONE_FILES = {
-    "tests/e2e/test_ab_harness.py",
-    "tests/e2e/test_certified.py",
-    "tests/e2e/test_compliance.py",
-    "tests/e2e/test_demo.py",
-    "tests/bench/test_honest_duty.py",
-    "tests/conform/test_conform.py",
-}
 ROOT = Path(__file__).parent
 
 
@@ -69,8 +59,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if where.startswith(folder + "/"):
                 for mark in marks:
                     item.add_marker(mark)
-        if where in ALONE_FILES:
-            item.add_marker("alone")
         if "browser" in item.keywords:
             item.add_marker("slow")
 

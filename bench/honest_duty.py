@@ -1,14 +1,14 @@
 """An honest job is never struck: SDK jobs at duties 0.1…0.9 beside a saturated core, read by
 every ``cpu_time`` configuration, judged by the compliance rule the daemon applies.
 
-    uv run python bench/honest_duty.py [--minutes 30] [--no-hog] [--sdk DIR] [--json]
+    uv run python bench/honest_duty.py [--minutes 30] [--duties 0.1,...] [--no-hog] [--sdk DIR] [--json]
 
 A hog process spins on one core for the whole run.  For each duty in turn, one job (a child
 process) holds that duty with ``arbiter.sdk.Duty(device="cpu")``, its units 2 to 20 ms of
 CPU work; every ``compliance.sample_s`` (2 s) each reader configuration reads the job's
 processes and the share read is fed to :func:`arbiter.engine.compliance.check` with the
-default policy (over duty + 0.1 for 3 samples: a strike).  The duties share ``--minutes``
-equally.  Then a cheater, which says it holds 0.3 and spins flat out, is read the same way
+default policy (over duty + 0.1 for 3 samples: a strike).  The duties (``--duties``, default
+0.1 to 0.9) share ``--minutes`` equally.  Then a cheater, which says it holds 0.3 and spins flat out, is read the same way
 until it is struck.
 
 It prints, per duty and reader: samples, mean and highest share read, and strikes; the
@@ -183,19 +183,25 @@ def run_job(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0, help="the honest jobs' time in all")
+    parser.add_argument(
+        "--duties",
+        type=lambda text: [float(d) for d in text.split(",")],
+        default=DUTIES,
+        help="the honest jobs' duties, comma-separated (default 0.1 to 0.9 by 0.1)",
+    )
     parser.add_argument("--no-hog", action="store_true", help="leave the other core alone")
     parser.add_argument("--sdk", help="a folder holding a copy of arbiter/sdk as arbiter_sdk/")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     module = "arbiter_sdk" if args.sdk else "arbiter.sdk"
     job = HONEST_JOB.format(module=module)
-    per_duty = args.minutes * 60 / len(DUTIES)
+    per_duty = args.minutes * 60 / len(args.duties)
     hog = None if args.no_hog else subprocess.Popen([sys.executable, "-c", HOG])
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="arbiter-bench-") as tmp:
         readers = make_readers(Path(tmp))
         try:
-            for d in DUTIES:
+            for d in args.duties:
                 argv = [sys.executable, "-c", job, str(d)] + ([args.sdk] if args.sdk else [])
                 cells = run_job(argv, d, per_duty, readers, until_struck=False)
                 rows.extend(c.row() | {"job": "honest"} for c in cells.values())

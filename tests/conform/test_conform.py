@@ -28,6 +28,7 @@ def conform(path: Path, *args: str) -> tuple[int, dict[str, Any]]:
     return out.returncode, json.loads(out.stdout)
 
 
+@pytest.mark.alone
 def test_llmbatch_holds_its_duties() -> None:
     code, report = conform(ROOT / "examples" / "llmbatch")
     results = {r["name"]: r for r in report["results"]}
@@ -44,6 +45,7 @@ def test_llmbatch_holds_its_duties() -> None:
     assert code == 0
 
 
+@pytest.mark.alone
 def test_a_job_that_lies_about_its_duty_fails() -> None:
     code, report = conform(HERE / "liar")
     [r] = report["results"]

@@ -18,17 +18,21 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from arbiter.store import Store
 from arbiter_testing.node import PYTHON, HarnessNode
+
+pytestmark = pytest.mark.alone
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 PINNED = (
     f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
 )
-SHORT = ["--yes", "--window", "3", "--washout", "1", "--blocks", "6", "--max-hours", "1"]
+SHORT = ["--yes", "--window", "1.5", "--washout", "0.5", "--blocks", "6", "--max-hours", "1"]
 #: at most 36 blocks a run: a pilot too noisy for that is refused in seconds, not run for an hour
-SWEEP = [*SHORT[:-1], "0.06"]
+SWEEP = [*SHORT[:-1], "0.03"]
 SLOWING_JOB = Path(__file__).with_name("slowing_job.py")
 #: the sweep's work slows the stand-in by GAIN · duty²: 1 % at duty 0.1, 20 % at 0.45
 GAIN = 1.0

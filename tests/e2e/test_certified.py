@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from arbiter_testing.certified import certify, stand_in_cmd, stand_in_rule
 from arbiter_testing.node import PYTHON, HarnessNode
 
@@ -25,6 +27,7 @@ def duty(node: HarnessNode) -> dict[str, Any]:
     return answer
 
 
+@pytest.mark.alone
 def test_a_certified_job_runs_under_the_budget_which_halves_then_is_taken_back(tmp_path: Path) -> None:
     events = tmp_path / "progress.jsonl"
     slow = tmp_path / "slow"
@@ -110,6 +113,7 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
         node.close()
 
 
+@pytest.mark.alone
 def test_a_name_caught_over_its_duty_waits_and_explain_says_distrust_first(tmp_path: Path) -> None:
     events = tmp_path / "progress.jsonl"
     manifest = tmp_path / "batch.yaml"

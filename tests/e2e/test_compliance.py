@@ -6,9 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from arbiter_testing.node import PYTHON, HarnessNode
 
 from .conftest import Procs
+
+pytestmark = pytest.mark.alone
 
 
 def greedy_node(tmp_path: Path, compliance: dict[str, Any]) -> tuple[HarnessNode, Path]:

@@ -12,7 +12,7 @@ from arbiter_testing.marks import NODEID_VAR, cmdline, marked
 from arbiter_testing.waiting import wait_until
 
 
-def test_the_demo_runs_the_story_and_earns_its_certificate_through_a_paired_run() -> None:
+def test_the_demo_runs_the_story_through_a_paired_run() -> None:
     out = io.StringIO()
     assert run_demo(console=console(file=out, width=160)) == 0, out.getvalue()[-4000:]
     text = out.getvalue()

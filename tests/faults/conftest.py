@@ -154,4 +154,7 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
     try:
         yield s
     finally:
+        node.stop()  # first: the daemon resumes what it paused
+        if s.protected is not None and s.protected.poll() is None:
+            s.protected.kill()  # it notes SIGTERM and goes on, as a program a user protects may
         node.close()
