@@ -8,8 +8,8 @@ process) holds that duty with ``arbiter.sdk.Duty(device="cpu")``, its units 2 to
 CPU work; every ``compliance.sample_s`` (2 s) each reader configuration reads the job's
 processes and the share read is fed to :func:`arbiter.engine.compliance.check` with the
 default policy (over duty + 0.1 for 3 samples: a strike).  The duties (``--duties``, default
-0.1 to 0.9) share ``--minutes`` equally.  Then a cheater, which says it holds 0.3 and spins flat out, is read the same way
-until it is struck.
+0.1 to 0.9) share ``--minutes`` equally.  Then a cheater, which says it holds 0.3 and spins
+flat out, is read the same way until it is struck.
 
 It prints, per duty and reader: samples, mean and highest share read, and strikes; the
 cheater's samples until its strike; and the figures the goals are judged on.  Goals: 0
