@@ -33,6 +33,7 @@ PROJECT = "arbiter"
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 __all__ = [
+    "EXITED",
     "NUDGE_SIGNAL",
     "PROJECT",
     "ActionResult",
@@ -123,6 +124,10 @@ class PluginContext:
 # --- observations -------------------------------------------------------------------------
 
 
+#: ``ProcessInfo.state`` of a process that has exited and that its parent has not waited for yet
+EXITED = "Z"
+
+
 @dataclass(frozen=True)
 class ProcessInfo:
     """One process as a process table provider sees it."""
@@ -135,7 +140,7 @@ class ProcessInfo:
     uid: int = -1
     username: str = ""
     start_time: float = 0.0  # identity check: a pid reused later has another start time
-    state: str = ""  # one-letter process state where the platform has one
+    state: str = ""  # one-letter process state where the platform has one (EXITED: see there)
     #: user + system CPU time so far, where the table reads it at no extra cost (None where
     #: it does not); left out of comparisons, so a process that only ran is equal to itself
     cpu_ns: int | None = field(default=None, compare=False)

@@ -15,7 +15,7 @@ from arbiter.daemon.jobevents import JobEventLog, JobReport
 from arbiter.daemon.rules import RuleBook
 from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
-from arbiter.plugin import GpuReading, HostSignal, PluginContext, ProcessGpu, ProcessInfo, ProcessRef, Reader
+from arbiter.plugin import EXITED, GpuReading, HostSignal, PluginContext, ProcessGpu, ProcessInfo, ProcessRef, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import JobRecord
 
@@ -28,7 +28,7 @@ class TickView:
     rules: Mapping[str, RuleObs]
     job_processes: Mapping[str, tuple[ProcessRef, ...]]  # job id → its process tree, root first
     job_busy: Mapping[str, float | None]  # job id → measured busy share (None: unreadable)
-    alive: frozenset[int]  # every pid in the table, to notice vanished launchers
+    alive: frozenset[int]  # every pid in the table that has not exited, to notice vanished launchers
     reader: str  # the reader that read, or "" when none could
     reader_why: str
     table_size: int
@@ -308,7 +308,9 @@ class Observer:
             rules=rules,
             job_processes=job_processes,
             job_busy=job_busy,
-            alive=frozenset(by_pid),
+            # a launcher that has exited stays in the table until its parent waits for it: gone
+            # all the same (only a launcher: a program's first thread can exit while others run)
+            alive=frozenset(pid for pid, info in by_pid.items() if info.state != EXITED),
             reader=reader_name,
             reader_why=reader_why,
             table_size=len(table),

@@ -30,7 +30,7 @@ CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 PINNED = (
     f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
 )
-SHORT = ["--yes", "--window", "1.5", "--washout", "0.5", "--blocks", "6", "--max-hours", "1"]
+SHORT = ["--yes", "--window", "1.5", "--washout", "0.5", "--blocks", "8", "--max-hours", "1"]
 #: at most 36 blocks a run: a pilot too noisy for that is refused in seconds, not run for an hour
 SWEEP = [*SHORT[:-1], "0.03"]
 SLOWING_JOB = Path(__file__).with_name("slowing_job.py")
@@ -163,10 +163,12 @@ def test_a_sweep_certifies_a_low_duty_fails_a_high_one_and_the_duty_then_governs
             "slowdown smaller than the margin",
         )
         # 0.45 is never certified: it shows the slowdown, or, where the box is too busy to give
-        # the stand-in's work its duty, the run ends without a verdict and says that is why
+        # the stand-in's work its duty or its frames their schedule, the run ends without a
+        # verdict and says why (its windows left out, or its pilot too noisy for the time allowed)
         high = by_duty[0.45]
         assert high["verdict"] == "slowdown" or (
-            high["status"] == "aborted" and "under its asked 0.45" in high["why"]
+            (high["status"] == "aborted" and "under its asked 0.45" in high["why"])
+            or (high["status"] == "refused" and "after the pilot" in high["why"])
         ), high
         sweep_done = node.events("AB_SWEEP_DONE")[-1]
         assert sweep_done["data"]["certified_duty"] == 0.1

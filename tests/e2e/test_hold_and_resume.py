@@ -345,3 +345,17 @@ def test_a_duty_job_paused_from_outside_mid_unit_is_not_idled_for_the_pause(
     print(f"\npaused {'inside' if paused_in_unit else 'after'} a unit; the next began {after:.2f}s after the resume")
     # what is left of the unit (1 s) and one unit's idle (4 s) at most, not the pause's 12 s more
     assert after < 6.0
+
+
+def test_a_job_whose_launcher_and_processes_were_killed_ends_though_no_one_waited_for_them(
+    node: HarnessNode, procs: type[Procs]
+) -> None:
+    node.start()
+    launcher = node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    pid = node.job_pid("plain")
+    launcher.kill()  # not waited for: it stays in the process table as exited until its parent waits
+    os.kill(pid, 9)
+    procs.wait(launcher.pid, {"zombie"})
+    node.wait_for(lambda: node.events("JOB_EXITED", contains="its processes are gone"), timeout=30)
+    assert node.job("plain") is None  # no longer among the daemon's jobs
+    launcher.wait()

@@ -19,7 +19,7 @@ import threading
 
 import psutil
 
-from arbiter.plugin import ChildWorker, ChildWorkFailed, ProcessInfo, open_file_share
+from arbiter.plugin import EXITED, ChildWorker, ChildWorkFailed, ProcessInfo, open_file_share
 from arbiter_matchers import _procscan
 from arbiter_matchers._procscan import RECORD_TYPES, ProcScan, Record, _username
 
@@ -32,7 +32,7 @@ _STATE_CODES = {
     psutil.STATUS_DISK_SLEEP: "D",
     psutil.STATUS_STOPPED: "T",
     psutil.STATUS_TRACING_STOP: "t",
-    psutil.STATUS_ZOMBIE: "Z",
+    psutil.STATUS_ZOMBIE: EXITED,
     psutil.STATUS_DEAD: "X",  # first-letter "D" would read as disk sleep
 }
 

@@ -22,6 +22,7 @@ import psutil
 from pydantic import Field
 
 from arbiter.plugin import (
+    EXITED,
     ChildWorker,
     ChildWorkFailed,
     GpuReading,
@@ -129,7 +130,7 @@ class CpuTimeReader(Reader):
         for pid, info in processes.items():
             if info.cpu_ns is None:
                 return None
-            if info.state != "Z":  # exited, not yet reaped: no longer a process to account
+            if info.state != EXITED:  # no longer a process to account
                 busy[pid] = info.cpu_ns
         with self._lock:
             return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=self._processes(busy))
