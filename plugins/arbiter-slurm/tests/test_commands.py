@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from arbiter.plugin import PluginContext
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter_slurm import commands, hooks
 
@@ -105,11 +106,11 @@ def test_a_command_that_fails_or_hangs_says_which_and_why(tmp_path: Path) -> Non
 
 def test_silent_on_a_node_without_slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("ARBITER_SLURM_NODE", raising=False)
-    assert not commands.configured()
+    assert not commands.configured(commands.NodeOptions(node="n1"))
     from arbiter_slurm import arbiter_scheduler_jobs
 
-    assert arbiter_scheduler_jobs(node_state=None) is None
+    context = PluginContext(tmp_path, sections={"slurm": commands.NodeOptions(node="n1")})
+    assert arbiter_scheduler_jobs(node_state=None, context=context) is None
 
 
 def test_the_job_manifest_from_the_environment(tmp_path: Path) -> None:

@@ -26,11 +26,11 @@ SLURM_TRANSLATOR = {"translators": {"pause": ["slurm"], "terminate": ["slurm"]}}
 STOPPED = ("T", "t")
 
 
-def start_fleet(fleet: SlurmCluster, env: dict[str, str] | None = None, **config: Any) -> dict[str, HarnessNode]:
+def start_fleet(fleet: SlurmCluster, **config: Any) -> dict[str, HarnessNode]:
     """An arbiter daemon on every node, each protecting its own ``game`` (not started yet)."""
     nodes = {}
     for i, name in enumerate(NODES):
-        node = fleet.start_arbiter(name, env=env, tick_s=1.0, **SLURM_TRANSLATOR, **config)
+        node = fleet.start_arbiter(name, tick_s=1.0, **SLURM_TRANSLATOR, **config)
         node.add_rule("game", game_rule(game_marker(i)))
         nodes[name] = node
     wait_until(
@@ -166,12 +166,12 @@ n=$(cat "$f" 2>/dev/null || echo 0)
 echo "restart=${{SLURM_RESTART_COUNT:-0}} from=$n"
 while :; do n=$((n + 1)); echo $n > "$f.tmp" && mv "$f.tmp" "$f"; sleep 0.2; done
 """
-DRAIN_S = "1"
+DRAIN_S = 1.0
 EVICT_S = 8.0
 
 
 def test_held_past_the_drain_and_eviction_times_requeueable_work_runs_elsewhere(fleet: SlurmCluster) -> None:
-    nodes = start_fleet(fleet, env={"ARBITER_SLURM_DRAIN_AFTER_S": DRAIN_S}, evict_after_s=EVICT_S)
+    nodes = start_fleet(fleet, slurm={"drain_after_s": DRAIN_S}, evict_after_s=EVICT_S)
     script = CHECKPOINTED.format(root=fleet.root)
     jobs = [fleet.sbatch(script, "--requeue", "--constraint=arbiter-admit") for _ in range(8)]
     where = wait_until(partial(placed, fleet, jobs), WAIT_S, "the 8 jobs running", poll_s=0.2)

@@ -18,9 +18,8 @@ ERRORS = (AssertionError, ValueError)
 
 
 def test_admission_features_and_drain_follow_protection(slurm: SlurmCluster) -> None:
-    env = {"ARBITER_SLURM_DRAIN_AFTER_S": "2"}
-    n1 = slurm.start_arbiter("n1", env=env)
-    slurm.start_arbiter("n2", env=env)
+    n1 = slurm.start_arbiter("n1", slurm={"drain_after_s": 2})
+    slurm.start_arbiter("n2", slurm={"drain_after_s": 2})
     marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
     n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
     wait_until(
