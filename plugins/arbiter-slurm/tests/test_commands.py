@@ -122,6 +122,23 @@ def test_the_job_manifest_from_the_environment(tmp_path: Path) -> None:
         hooks.manifest_for({"ARBITER_MANIFEST": str(tmp_path / "missing.yaml")}, "5")
 
 
+def test_a_hook_finds_its_nodes_config_by_its_slurm_section(tmp_path: Path) -> None:
+    folder = tmp_path / "arbiter"
+    folder.mkdir()
+    (folder / "gpu-a.yaml").write_text("state_dir: /a\nslurm: {node: n1}\n")
+    (folder / "gpu-b.yaml").write_text("state_dir: /b\nslurm:\n  node: n2\n")
+    (folder / "n3.yaml").write_text("state_dir: /c\n")  # named after its node, no section
+    (folder / "broken.yaml").write_text("slurm: [\n")  # not read, and in no one's way
+    env = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n2"}) == str(folder / "gpu-b.yaml")
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n1"}) == str(folder / "gpu-a.yaml")
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n3"}) == str(folder / "n3.yaml")
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n4"}) is None  # the one arbiter finds itself
+    assert hooks.node_config({"ARBITER_SLURM_CONFIGS": str(folder), "SLURMD_NODENAME": "n1"}) == str(
+        folder / "gpu-a.yaml"
+    )
+
+
 def test_the_hook_always_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         hooks.main(["nonsense"])
