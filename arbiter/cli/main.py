@@ -217,14 +217,14 @@ def schema(
 
     if what != "all" and what not in SCHEMAS:
         raise _fail(CliError(f"unknown schema {what!r}; choose one of: {', '.join(SCHEMAS)}, all", 2))
-    host = build_plugin_manager()  # a rule's plugin blocks are the installed kinds' options
+    host = build_plugin_manager()  # a rule's plugin blocks and the node's sections are the plugins' own
     try:
 
         def kinds(family: str) -> dict[str, Any]:
             found = {name: host.options_model(family, name) for name in host.kind_names(family)}
             return {name: model for name, model in found.items() if model is not None}
 
-        _print_json(schema_for(what, kinds))
+        _print_json(schema_for(what, kinds, host.section_models()))
     finally:
         host.close()
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from arbiter.cli.checks import run_check
 from arbiter.config.loader import load_node_config
+from arbiter.config.schemas import schema_for
 from arbiter.plugin import KindOptions, Register, hookimpl
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
@@ -122,6 +123,18 @@ def test_a_misspelt_key_of_arbiters_own_lists_the_sections_too(folder: Path) -> 
 
 class Good(KindOptions):
     on: bool = True
+
+
+def test_the_node_configs_schema_takes_the_plugins_sections_and_no_other_key() -> None:
+    host = build_plugin_manager(entry_points=False, extra=[("p", plugin_registering("backup", Good))])
+    try:
+        schema = schema_for("node", sections=host.section_models())
+    finally:
+        host.close()
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["backup"] == {"$ref": "#/$defs/sections.backup"}
+    assert set(schema["$defs"]["sections.backup"]["properties"]) == {"on"}
+    assert schema_for("node")["additionalProperties"] is True  # the plugins unknown: any section
 
 
 def plugin_registering(name: str, model: type) -> object:
