@@ -131,7 +131,8 @@ class PluginHost:
         return sorted(self.kinds.get(family, {}))
 
     def plugins(self) -> list[dict[str, Any]]:
-        """Every registered plugin with its distribution and the kinds it registered."""
+        """Every registered plugin with its distribution, the kinds it registered and the node
+        config's sections it reads."""
         dists = {self.pm.get_name(p): f"{d.project_name} {d.version}" for p, d in self.pm.list_plugin_distinfo()}
         out: list[dict[str, Any]] = []
         for plugin in self.pm.get_plugins():
@@ -144,8 +145,11 @@ class PluginHost:
                 for info in fam.values()
                 if info.plugin == name
             )
-            out.append({"name": name, "distribution": dists.get(name, ""), "kinds": kinds})
-        blocked = [{"name": n, "distribution": "", "kinds": [], "blocked": True} for n in sorted(self.blocked)]
+            sections = sorted(s.name for s in self.sections.values() if s.plugin == name)
+            out.append({"name": name, "distribution": dists.get(name, ""), "kinds": kinds, "sections": sections})
+        blocked = [
+            {"name": n, "distribution": "", "kinds": [], "sections": [], "blocked": True} for n in sorted(self.blocked)
+        ]
         return sorted(out, key=lambda p: p["name"]) + blocked
 
     def call(self, label: str, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:

@@ -231,7 +231,7 @@ def schema(
 
 @app.command()
 def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
-    """Every plugin, its distribution and the kinds it registered."""
+    """Every plugin, its distribution, the kinds it registered and the node config sections it reads."""
     _, host = _node_and_plugins(config)
     listing = host.plugins()
     if as_json:
@@ -240,11 +240,14 @@ def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     from rich.table import Table
 
     table = Table(title="Plugins")
-    for col in ("plugin", "distribution", "kinds"):
+    for col in ("plugin", "distribution", "kinds", "node config sections"):
         table.add_column(col)
     for p in listing:
         table.add_row(
-            p["name"], p["distribution"] or ("blocked" if p.get("blocked") else "(module)"), ", ".join(p["kinds"])
+            p["name"],
+            p["distribution"] or ("blocked" if p.get("blocked") else "(module)"),
+            ", ".join(p["kinds"]),
+            ", ".join(f"{s}:" for s in p["sections"]),
         )
     _console().print(table)
 
