@@ -103,6 +103,17 @@ def restart_fleet(cluster: SlurmCluster, names: list[str], **config: Any) -> Non
     )
 
 
+def submit(cluster: SlurmCluster, script: str, options: tuple[str, ...]) -> int | None:
+    """A new job, or None while no node admits GPU work: Slurm refuses a constraint no node's
+    active features meet (the next top-up tries again), as it would a user's."""
+    try:
+        return cluster.sbatch(script, *options)
+    except AssertionError as exc:
+        if "Requested node configuration is not available" in str(exc):
+            return None
+        raise
+
+
 def throughput(
     cluster: SlurmCluster,
     names: list[str],
@@ -138,7 +149,7 @@ def throughput(
                 topped_up = now
                 seen = cluster.jobs()
                 live = sum(1 for j in jobs if seen.get(j, {}).get("job_state") not in ENDED)
-                jobs += [cluster.sbatch(script, *options) for _ in range(args.queue - live)]
+                jobs += [j for _ in range(args.queue - live) if (j := submit(cluster, script, options)) is not None]
             time.sleep(0.02)
         done = []
         for path in folder.glob("work-*"):
