@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import random
 import subprocess
 import sys
@@ -40,6 +41,13 @@ while done < total:
         fh.write(f"{done:.3f}")
     os.replace(path + ".tmp", path)
 """
+
+
+def own_sleep(number: int) -> str:
+    """A ``sleep`` command line no other program on the host has (every daemon's rules see
+    every process, those of another run beside this one too): GNU sleep adds up its
+    arguments, and the second is this process's pid, as a fraction of a second."""
+    return f"sleep {number} 0.{os.getpid():07d}"
 
 
 def game_rule(node: str, marker: str) -> dict[str, Any]:
@@ -140,7 +148,7 @@ def throughput(
             while events and events[0][0] <= now:
                 _, name, on = events.pop(0)
                 if on:
-                    games[name] = subprocess.Popen(["sleep", str(980000 + names.index(name))])
+                    games[name] = subprocess.Popen(own_sleep(985000 + names.index(name)).split())
                 else:
                     game = games.pop(name)
                     game.kill()

@@ -4,6 +4,7 @@ after a clean stop, which resumes it, the count starts again."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +31,10 @@ def node(tmp_path: Path) -> Iterator[HarnessNode]:
 
 
 def marker(node: HarnessNode) -> str:
-    """This test's own protected program: a sleep no other test runs."""
-    return f"sleep {960000 + node.root.stat().st_ino % 9999}"
+    """This test's own protected program: a sleep no other program on the host runs (every
+    daemon's rules see every process; GNU sleep adds up its arguments, the second is this
+    test process's pid as a fraction of a second)."""
+    return f"sleep 965000 0.{os.getpid():07d}"
 
 
 def paused_for(node: HarnessNode, name: str) -> float | None:

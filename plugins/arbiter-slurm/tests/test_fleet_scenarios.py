@@ -14,6 +14,7 @@ See conftest.py for the cluster."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import Counter
@@ -91,7 +92,10 @@ def no_jobs(node: HarnessNode) -> bool:
 
 
 def game_marker(index: int) -> str:
-    return f"sleep {970000 + index}"
+    """A command line no other program on the host has: every daemon's rules see every
+    process, those of another run of these tests beside this one too.  (GNU sleep adds up
+    its arguments: the second is this test process's pid, as a fraction of a second.)"""
+    return f"sleep {975000 + index} 0.{os.getpid():07d}"
 
 
 def game_rule(marker: str) -> dict[str, Any]:
@@ -369,8 +373,9 @@ def test_a_daemon_killed_and_restarted_adopts_its_jobs_again_and_leaves_none_sus
     # machine resumes its jobs once it reads again: wait for it, and say why when it does not)
     try:
         wait_until(lambda: states(fleet, jobs) == {"RUNNING"}, WAIT_S, "every job R in squeue", poll_s=0.2)
+        assert all(fleet.jobs()[j]["restart_cnt"] == 0 for j in jobs), "a job was requeued"
     except AssertionError as exc:
+        squeue = {j: (v["job_state"], v["nodes"], v["restart_cnt"]) for j, v in fleet.jobs().items() if j in jobs}
         said = {n: [f"{e['code']} {e['subject']}: {e['message']}" for e in nodes[n].events(limit=30)] for n in NODES}
-        raise AssertionError(f"{exc}\nsqueue: {fleet.jobs()}\ntimelines: {said}") from None
-    assert all(fleet.jobs()[j]["restart_cnt"] == 0 for j in jobs)
+        raise AssertionError(f"{exc}\nsqueue: {squeue}\ntimelines: {said}") from None
     wait_until(lambda: "arbiter-admit" in fleet.features()["n1"], WAIT_S, "arbiter-admit on n1 again", poll_s=0.2)
