@@ -315,6 +315,32 @@ def node_kinds(root: Path) -> str:
     return kinds_section(NODE_FAMILIES, root)
 
 
+def plugin_sections(root: Path) -> str:
+    """The node config's sections that the shipped plugins read."""
+    from arbiter.pluginmanager import build_plugin_manager
+
+    host = build_plugin_manager()
+    try:
+        shipped = builtin_distributions(root)
+        parts = []
+        for name, info in sorted(host.sections.items()):
+            dist = info.distribution.split(" ")[0]
+            if shipped is not None and dist not in shipped:
+                continue  # a plugin installed here, not shipped: its own docs cover it
+            out = [f"### `{name}:`", "", f"From `{dist}`."]
+            if own_doc(info.model):
+                out += ["", own_doc(info.model)]
+            doc = ModelDoc()
+            out += ["", *fields_table(info.model, doc, name)]
+            while doc.queue:
+                nested, at = doc.queue.pop(0)
+                out += ["", doc.section(nested, doc.sections[nested], at, 4)]
+            parts.append("\n".join(out))
+        return "\n\n".join(parts) or "No shipped plugin reads a section of its own."
+    finally:
+        host.close()
+
+
 class _NoProvider:
     """Stands in for the daemon: building the schema calls nothing on it."""
 
@@ -411,6 +437,7 @@ REGIONS: dict[str, dict[str, Callable[[Path], str]]] = {
     "docs/node-config.md": {
         "node reference": node_reference,
         "reader kinds": node_kinds,
+        "plugin sections": plugin_sections,
         "manifest reference": manifest_reference,
     },
     "docs/http-api.md": {"http reference": http_reference},

@@ -12,7 +12,7 @@ from typing import Any
 
 import pluggy
 
-from arbiter.plugin import PROJECT, ProcessInfo, Register
+from arbiter.plugin import PROJECT, PluginContext, ProcessInfo, Register
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 
@@ -71,6 +71,26 @@ def arbiter_register_host(register: Register) -> None:
     """
 
 
+@hookspec
+def arbiter_register_node_sections(register: Register) -> None:
+    """Register sections of the node config (``arbiter.yaml``) that the plugin reads its
+    node-wide options from: ``slurm: {node: n1}`` at the top level of the file.
+
+    :param register: ``register(name, model)`` with ``name`` the section's key (lower-case
+        letters, digits and ``_``; not a key the node config has already) and ``model`` a
+        subclass of :class:`arbiter.plugin.KindOptions` (strict: unknown keys are errors).
+
+    The section is validated against ``model`` wherever the node config is judged (``arbiter
+    check``, ``arbiter doctor``, the daemon's start): a wrong value or a misspelt key is
+    reported at its line, with the keys the model takes.  A top-level key that neither the node
+    config nor an enabled plugin knows is an error that lists both.  The plugin receives the
+    validated options as ``context.sections[name]`` (:class:`arbiter.plugin.PluginContext`),
+    in its kinds and in the hooks that take a ``context``; with the section left out, the
+    model's defaults.  Registering a name another plugin already registered is an error that
+    names both plugins.
+    """
+
+
 @hookspec(firstresult=True)
 def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
     """Return every process on the host, as far as the daemon's account can see them.
@@ -115,7 +135,7 @@ def arbiter_timeline_event(event: dict[str, Any]) -> None:
 
 
 @hookspec
-def arbiter_node_state(state: dict[str, Any]) -> dict[str, Any] | None:
+def arbiter_node_state(state: dict[str, Any], context: PluginContext) -> dict[str, Any] | None:
     """Observe what the node offers fleet schedulers, when it changes and at least every
     minute (for exporters such as a node-feature-discovery label file).
 
@@ -127,18 +147,24 @@ def arbiter_node_state(state: dict[str, Any]) -> dict[str, Any] | None:
     :param state: ``{"gpu_apis": {"host": [...], "containers": [...]} (None until the probes
         have answered), "gpu_jobs_admitted": bool, "certified_duty": {rule: duty}, "gpu_jobs":
         mode, "held_since": wall time new GPU work has been held since (None while admitted),
-        "held_by": [{"rule", "code"}] what holds it, "at": wall time}``; do not modify it.  Called on the tick thread under the plugin timeout, never on the fast path.
+        "held_by": [{"rule", "code"}] what holds it, "at": wall time}``; do not modify it.
+    :param context: the daemon's :class:`arbiter.plugin.PluginContext` (its state dir, the
+        node config's plugin sections).
+
+    Called on the tick thread under the plugin timeout, never on the fast path.
     """
 
 
 @hookspec
-def arbiter_scheduler_jobs(node_state: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+def arbiter_scheduler_jobs(node_state: dict[str, Any] | None, context: PluginContext) -> list[dict[str, Any]] | None:
     """Say which jobs an outside scheduler runs on this node now, for the daemon to adopt
     those it does not know (missed hooks, its own restart).
 
     :param node_state: what the node offers now, as ``arbiter_node_state`` receives it (None
         before the first decision), for a plugin that keeps the scheduler's view of the node
         in line every few seconds (a scheduler that forgets it when it restarts).
+    :param context: the daemon's :class:`arbiter.plugin.PluginContext` (its state dir, the
+        node config's plugin sections).
 
     Return one dict per task: ``{"id": "<scheduler>-<job id>[.<step>...]", "uid": owner uid,
     "pid": the task's first process, "manifest": a job manifest dict or None}``; None when

@@ -119,6 +119,10 @@ class PluginContext:
     #: a translator calls this with (job id or "", code, message, data) for what an action did
     #: that the timeline shows (a pause that freed a job's VRAM, or could not); it only queues
     note: Callable[[str, str, str, dict[str, Any]], None] | None = None
+    #: the node config's plugin sections (see ``arbiter_register_node_sections``), validated,
+    #: by section name; a section a plugin registered and the node config leaves out holds its
+    #: model's defaults (absent where the model has a field without one)
+    sections: Mapping[str, KindOptions] = field(default_factory=dict)
 
 
 # --- observations -------------------------------------------------------------------------

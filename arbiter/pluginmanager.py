@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -15,7 +17,19 @@ from pydantic import BaseModel
 
 from arbiter import hookspecs
 from arbiter.childwork import CHILD_CPU
-from arbiter.plugin import PROJECT, HostSignal, Matcher, Probe, Reader, Source, Translator
+from arbiter.config.models import NodeConfig
+from arbiter.config.sections import plugin_sections
+from arbiter.plugin import (
+    PROJECT,
+    HostSignal,
+    KindOptions,
+    Matcher,
+    PluginContext,
+    Probe,
+    Reader,
+    Source,
+    Translator,
+)
 
 T = TypeVar("T")
 
@@ -27,6 +41,7 @@ FAMILIES: dict[str, type] = {
     "translators": Translator,
     "host": HostSignal,
 }
+_SECTION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class PluginLoadError(Exception):
@@ -51,6 +66,16 @@ class KindInfo:
     distribution: str  # "name version", or "" for a module named in the config
 
 
+@dataclass(frozen=True)
+class SectionInfo:
+    """A section of the node config that a plugin reads (``arbiter_register_node_sections``)."""
+
+    name: str
+    model: type[KindOptions]
+    plugin: str
+    distribution: str  # "name version", or "" for a module named in the config
+
+
 def _counting_children(spent: list[float], fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)``, adding to ``spent[0]`` the CPU seconds its child workers report."""
     token = CHILD_CPU.set(spent)
@@ -66,6 +91,8 @@ class PluginHost:
 
     pm: pluggy.PluginManager
     kinds: dict[str, dict[str, KindInfo]] = field(default_factory=dict)
+    #: the node config's sections that plugins read, by name
+    sections: dict[str, SectionInfo] = field(default_factory=dict)
     timeout_s: float = 5.0
     blocked: set[str] = field(default_factory=set)
     _pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -85,11 +112,27 @@ class PluginHost:
         info = self.kind(family, name)
         return info.cls.Options if info else None  # type: ignore[attr-defined]
 
+    def context(self, config: NodeConfig, **extra: Any) -> PluginContext:
+        """The context the daemon gives a plugin instance or a hook, for ``config`` (its state
+        dir, its plugin sections validated), with ``extra`` fields (``rule_id``...)."""
+        return PluginContext(
+            state_dir=config.state_path(),
+            stand_in_gpu=config.stand_in_gpu,
+            daemon_uid=os.geteuid(),
+            sections=plugin_sections(config, self.section_models(), self.blocked),
+            **extra,
+        )
+
+    def section_models(self) -> dict[str, type[KindOptions]]:
+        """The node config's plugin sections: each one's name and the model that validates it."""
+        return {name: info.model for name, info in self.sections.items()}
+
     def kind_names(self, family: str) -> list[str]:
         return sorted(self.kinds.get(family, {}))
 
     def plugins(self) -> list[dict[str, Any]]:
-        """Every registered plugin with its distribution and the kinds it registered."""
+        """Every registered plugin with its distribution, the kinds it registered and the node
+        config's sections it reads."""
         dists = {self.pm.get_name(p): f"{d.project_name} {d.version}" for p, d in self.pm.list_plugin_distinfo()}
         out: list[dict[str, Any]] = []
         for plugin in self.pm.get_plugins():
@@ -102,8 +145,11 @@ class PluginHost:
                 for info in fam.values()
                 if info.plugin == name
             )
-            out.append({"name": name, "distribution": dists.get(name, ""), "kinds": kinds})
-        blocked = [{"name": n, "distribution": "", "kinds": [], "blocked": True} for n in sorted(self.blocked)]
+            sections = sorted(s.name for s in self.sections.values() if s.plugin == name)
+            out.append({"name": name, "distribution": dists.get(name, ""), "kinds": kinds, "sections": sections})
+        blocked = [
+            {"name": n, "distribution": "", "kinds": [], "sections": [], "blocked": True} for n in sorted(self.blocked)
+        ]
         return sorted(out, key=lambda p: p["name"]) + blocked
 
     def call(self, label: str, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
@@ -197,15 +243,19 @@ class PluginHost:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _distribution(host: PluginHost, plugin: object) -> str:
+    for registered, distinfo in host.pm.list_plugin_distinfo():
+        if registered is plugin:
+            return f"{distinfo.project_name} {distinfo.version}"
+    return ""
+
+
 def _collect(host: PluginHost) -> None:
     for family in FAMILIES:
         hook = getattr(host.pm.hook, f"arbiter_register_{family}")
         for impl in hook.get_hookimpls():
             plugin_name = impl.plugin_name
-            dist = ""
-            for plugin, distinfo in host.pm.list_plugin_distinfo():
-                if plugin is impl.plugin:
-                    dist = f"{distinfo.project_name} {distinfo.version}"
+            dist = _distribution(host, impl.plugin)
 
             def register(
                 name: str, cls: type, _plugin: str = plugin_name, _dist: str = dist, _family: str = family
@@ -227,6 +277,34 @@ def _collect(host: PluginHost) -> None:
                 host.kinds[_family][name] = KindInfo(_family, name, cls, _plugin, _dist)
 
             impl.function(register=register)
+    for impl in host.pm.hook.arbiter_register_node_sections.get_hookimpls():
+
+        def register_section(
+            name: str, model: type, _plugin: str = impl.plugin_name, _dist: str = _distribution(host, impl.plugin)
+        ) -> None:
+            if not isinstance(name, str) or not _SECTION_NAME.match(name):
+                raise PluginLoadError(
+                    f"plugin {_plugin} registered the node config section {name!r}: a section's name is lower-case "
+                    "letters, digits and _, starting with a letter"
+                )
+            if name in NodeConfig.model_fields:
+                raise PluginLoadError(
+                    f"plugin {_plugin} registered the node config section {name!r}, a key arbiter has"
+                )
+            if not (isinstance(model, type) and issubclass(model, KindOptions)):
+                raise PluginLoadError(
+                    f"plugin {_plugin}: the node config section {name!r} has {model!r}, which is not a subclass of "
+                    "arbiter.plugin.KindOptions"
+                )
+            existing = host.sections.get(name)
+            if existing is not None:
+                raise PluginLoadError(
+                    f"the node config section {name!r} is registered by both {existing.plugin} and {_plugin}; "
+                    "disable one of them with disable_plugins in arbiter.yaml"
+                )
+            host.sections[name] = SectionInfo(name, model, _plugin, _dist)
+
+        impl.function(register=register_section)
 
 
 def build_plugin_manager(

@@ -84,7 +84,15 @@ class ReflexHost:
         self.host: PluginHost = build_plugin_manager(
             [m for m in setup["plugins"] if m in only], [*setup["disable"], *others], timeout_s=setup["timeout_s"]
         )
-        self.context = dict(state_dir=setup["state_dir"], stand_in_gpu=setup["stand_in_gpu"], daemon_uid=os.geteuid())
+        # the plugin sections as the daemon validated them, for the plugins loaded here
+        sections = {
+            n: self.host.sections[n].model.model_validate(v)
+            for n, v in setup.get("sections", {}).items()
+            if n in self.host.sections
+        }
+        self.context = dict(
+            state_dir=setup["state_dir"], stand_in_gpu=setup["stand_in_gpu"], daemon_uid=os.geteuid(), sections=sections
+        )
         self.lock_fd = os.open(setup["lock"], os.O_RDWR | os.O_CREAT, 0o600)
         name = setup["translator"]
         info = self.host.kind("translators", name)

@@ -52,6 +52,9 @@ CREATE TABLE IF NOT EXISTS trust (
 CREATE TABLE IF NOT EXISTS governors (
     rule TEXT PRIMARY KEY, record TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS held (
+    job TEXT PRIMARY KEY, since REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS certificates (
     id INTEGER PRIMARY KEY AUTOINCREMENT, rule TEXT NOT NULL, work TEXT NOT NULL, duty REAL NOT NULL,
     r REAL NOT NULL, r_low REAL NOT NULL, r_high REAL NOT NULL, margin REAL NOT NULL, run_id TEXT NOT NULL,
@@ -295,6 +298,16 @@ class Store:
 
     def governors(self) -> dict[str, dict[str, Any]]:
         return {r["rule"]: json.loads(r["record"]) for r in self._query("SELECT rule, record FROM governors")}
+
+    # --- jobs protection pauses: since when (wall-clock), for eviction ------------------------
+
+    @staticmethod
+    def put_held(db: sqlite3.Connection, since: Mapping[str, float]) -> None:
+        db.execute("DELETE FROM held")
+        db.executemany("INSERT INTO held VALUES (?, ?)", list(since.items()))
+
+    def held(self) -> dict[str, float]:
+        return {r["job"]: float(r["since"]) for r in self._query("SELECT job, since FROM held")}
 
     # --- certificates -----------------------------------------------------------------------
 

@@ -48,7 +48,16 @@ from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_throughput import ENDED, busy_schedule, free_share, game_rule, oracle, restart_fleet, throughput
+from fleet_throughput import (
+    ENDED,
+    busy_schedule,
+    free_share,
+    game_rule,
+    oracle,
+    own_sleep,
+    restart_fleet,
+    throughput,
+)
 
 WAIT_S = 60.0
 POLL_S = 0.002
@@ -170,10 +179,10 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
         for i, name in enumerate(names):
             events[name] = root / f"phase-{name}.jsonl"
             events[name].touch()
-            marker = f"sleep {990000 + i}"
+            marker = own_sleep(995000 + i)
             node = cluster.start_arbiter(name, translators={"pause": ["slurm"], "terminate": ["slurm"]}, tick_s=1.0)
             node.add_rule(f"stand-in-{name}", protect_rule(name, events[name], marker))
-            node.add_rule(f"game-{name}", game_rule(name, f"sleep {980000 + i}"))
+            node.add_rule(f"game-{name}", game_rule(name, own_sleep(985000 + i)))
             stand_ins.append(subprocess.Popen(marker.split()))
         jobs = {
             name: [cluster.sbatch("sleep 3000\n", f"--nodelist={name}", "--requeue") for _ in range(args.jobs)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import random
 import subprocess
 import sys
@@ -40,6 +41,13 @@ while done < total:
         fh.write(f"{done:.3f}")
     os.replace(path + ".tmp", path)
 """
+
+
+def own_sleep(number: int) -> str:
+    """A ``sleep`` command line no other program on the host has (every daemon's rules see
+    every process, those of another run beside this one too): GNU sleep adds up its
+    arguments, and the second is this process's pid, as a fraction of a second."""
+    return f"sleep {number} 0.{os.getpid():07d}"
 
 
 def game_rule(node: str, marker: str) -> dict[str, Any]:
@@ -103,6 +111,17 @@ def restart_fleet(cluster: SlurmCluster, names: list[str], **config: Any) -> Non
     )
 
 
+def submit(cluster: SlurmCluster, script: str, options: tuple[str, ...]) -> int | None:
+    """A new job, or None while no node admits GPU work: Slurm refuses a constraint no node's
+    active features meet (the next top-up tries again), as it would a user's."""
+    try:
+        return cluster.sbatch(script, *options)
+    except AssertionError as exc:
+        if "Requested node configuration is not available" in str(exc):
+            return None
+        raise
+
+
 def throughput(
     cluster: SlurmCluster,
     names: list[str],
@@ -129,7 +148,7 @@ def throughput(
             while events and events[0][0] <= now:
                 _, name, on = events.pop(0)
                 if on:
-                    games[name] = subprocess.Popen(["sleep", str(980000 + names.index(name))])
+                    games[name] = subprocess.Popen(own_sleep(985000 + names.index(name)).split())
                 else:
                     game = games.pop(name)
                     game.kill()
@@ -138,7 +157,7 @@ def throughput(
                 topped_up = now
                 seen = cluster.jobs()
                 live = sum(1 for j in jobs if seen.get(j, {}).get("job_state") not in ENDED)
-                jobs += [cluster.sbatch(script, *options) for _ in range(args.queue - live)]
+                jobs += [j for _ in range(args.queue - live) if (j := submit(cluster, script, options)) is not None]
             time.sleep(0.02)
         done = []
         for path in folder.glob("work-*"):

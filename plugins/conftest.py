@@ -46,12 +46,13 @@ def slurm(tmp_path: Path) -> Iterator[SlurmCluster]:
         cluster.close()
 
 
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[SlurmCluster]:
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """Four real Slurm nodes on loopback, as a fleet is: n1 to n4 (skipped or failed as
-    :func:`slurm` is)."""
+    :func:`slurm` is).  One for every test of a module: a module's tests share it, each
+    leaving it as it found it (mark them ``xdist_group`` so that one worker runs them all)."""
     need("slurm", unavailable())
-    cluster = SlurmCluster(tmp_path, ["n1", "n2", "n3", "n4"])
+    cluster = SlurmCluster(tmp_path_factory.mktemp("fleet"), ["n1", "n2", "n3", "n4"])
     try:
         cluster.start()
         yield cluster

@@ -97,6 +97,33 @@ def test_status_prints_rule_ids_and_job_names_as_written() -> None:
     assert "[upload]" in shown and "[/x]" in shown and "[b]batch" in shown
 
 
+def test_status_prints_what_the_fleet_scheduler_is_told() -> None:
+    out, con = terminal()
+    told = [
+        {"scheduler": "slurm", "node": "n1", "labels": ["arbiter-admit", "arbiter-api-[cuda]"], "error": ""},
+        {"scheduler": "nfd", "node": "gpu7", "labels": [], "error": "cannot write [/etc/x]"},
+    ]
+    status = {
+        "version": "0",
+        "gpu_jobs": "when_no_gpu_protected",
+        "tick_s": 1.0,
+        "uptime_s": 1.0,
+        "reader": {"name": "cpu_time", "why": ""},
+        "processes": 1,
+        "scan_ms": 1,
+        "fast_path": {"count": 0},
+        "rules": [],
+        "jobs": [],
+        "notices": [],
+        "recorder": {"failures": 0},
+        "scheduler_labels": told,
+    }
+    print_status(con, status)
+    shown = plain(out)
+    assert "slurm node n1: features arbiter-admit, arbiter-api-[cuda]" in shown, shown
+    assert "nfd node gpu7: features none (cannot write [/etc/x])" in shown, shown
+
+
 # --- into a file, a pipe or a CI log -------------------------------------------------------------
 
 LONG = (

@@ -92,6 +92,8 @@ def test_each_shipped_distribution_registers_through_its_entry_point(entry_point
         family, name = kind.split("/")
         model = host.options_model(family, name)
         assert model is not None and model.model_config.get("extra") == "forbid"
+    for section in listing[entry_point]["sections"]:
+        assert host.section_models()[section].model_config.get("extra") == "forbid"
 
 
 def test_modules_named_in_config_are_loaded() -> None:

@@ -6,9 +6,18 @@ import logging
 import socket
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from arbiter.cli.client import CliError
 from arbiter.config.errors import ConfigError, Problem
-from arbiter.config.loader import check_paths, parse_node_config, read_text, resolve_paths, rule_files
+from arbiter.config.loader import (
+    check_paths,
+    load_yaml_mapping,
+    parse_node_config,
+    read_text,
+    resolve_paths,
+    rule_files,
+)
 from arbiter.config.locate import config_candidates, find_config
 from arbiter.config.models import NodeConfig
 from arbiter.config.nodecheck import node_problems
@@ -26,6 +35,7 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
             cfg = resolve_paths(parse_node_config(read_text(config_path), str(config_path)), config_path)
         except ConfigError as exc:
             problems.extend(exc.problems)
+            cfg = _defaults_with_sections(config_path)
     try:
         host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
     except PluginLoadError as exc:
@@ -41,6 +51,22 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
     for file_problems in ruleset.problems.values():
         problems.extend(file_problems)
     return problems, checked
+
+
+def _defaults_with_sections(path: Path) -> NodeConfig:
+    """The defaults, with what of a node config that failed to validate says which plugins
+    to load and the top-level keys that are not arbiter's own: those are judged against the
+    plugins' sections all the same."""
+    try:
+        data, _ = load_yaml_mapping(read_text(path), str(path))
+    except ConfigError:
+        return NodeConfig()  # not YAML, or not a mapping: reported already
+    sections = {k: v for k, v in data.items() if k not in NodeConfig.model_fields}
+    loading = {k: data[k] for k in ("plugins", "disable_plugins") if k in data}
+    try:
+        return NodeConfig(**loading, **sections)
+    except ValidationError:  # reported already
+        return NodeConfig(**sections)
 
 
 def refuse_bad_node_config(cfg: NodeConfig, path: Path | None) -> None:

@@ -217,21 +217,21 @@ def schema(
 
     if what != "all" and what not in SCHEMAS:
         raise _fail(CliError(f"unknown schema {what!r}; choose one of: {', '.join(SCHEMAS)}, all", 2))
-    host = build_plugin_manager()  # a rule's plugin blocks are the installed kinds' options
+    host = build_plugin_manager()  # a rule's plugin blocks and the node's sections are the plugins' own
     try:
 
         def kinds(family: str) -> dict[str, Any]:
             found = {name: host.options_model(family, name) for name in host.kind_names(family)}
             return {name: model for name, model in found.items() if model is not None}
 
-        _print_json(schema_for(what, kinds))
+        _print_json(schema_for(what, kinds, host.section_models()))
     finally:
         host.close()
 
 
 @app.command()
 def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
-    """Every plugin, its distribution and the kinds it registered."""
+    """Every plugin, its distribution, the kinds it registered and the node config sections it reads."""
     _, host = _node_and_plugins(config)
     listing = host.plugins()
     if as_json:
@@ -240,11 +240,14 @@ def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     from rich.table import Table
 
     table = Table(title="Plugins")
-    for col in ("plugin", "distribution", "kinds"):
+    for col in ("plugin", "distribution", "kinds", "node config sections"):
         table.add_column(col)
     for p in listing:
         table.add_row(
-            p["name"], p["distribution"] or ("blocked" if p.get("blocked") else "(module)"), ", ".join(p["kinds"])
+            p["name"],
+            p["distribution"] or ("blocked" if p.get("blocked") else "(module)"),
+            ", ".join(p["kinds"]),
+            ", ".join(f"{s}:" for s in p["sections"]),
         )
     _console().print(table)
 

@@ -153,6 +153,10 @@ def status_renderable(s: dict[str, Any]) -> Group:
             f"\nVRAM: {_gb(vram.get('free_bytes'))} free of {_gb(vram['total_bytes'])}; jobs "
             f"{_gb(vram.get('jobs_bytes'))}, unmanaged (no rule claims it) {_gb(vram.get('unmanaged_bytes'))}"
         )
+    for told in s.get("scheduler_labels") or []:  # what a fleet scheduler is told of this node
+        head.append(f"\n{told['scheduler']} node {told['node']}: features {', '.join(told['labels']) or 'none'}")
+        if told.get("error"):
+            head.append(f" ({told['error']})", style="red")
     parts: list[Any] = [head, rules_table(s["rules"])]
     if any(r.get("sources") for r in s["rules"]):
         parts.append(sources_table(s["rules"]))

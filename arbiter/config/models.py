@@ -126,7 +126,16 @@ class QuotaConfig(Strict):
 
 
 class NodeConfig(Strict):
-    """``arbiter.yaml``: how this node shares its GPU."""
+    """``arbiter.yaml``: how this node shares its GPU.
+
+    A top-level key that is none of the fields below is the section of a plugin (see plugin
+    sections below).
+    """
+
+    # a key that is not a field is kept as the file gives it: the sections plugins read are
+    # known only once the plugins are, so arbiter.config.nodecheck judges them, and refuses a
+    # key that no enabled plugin reads
+    model_config = ConfigDict(extra="allow")
 
     gpu_jobs: GpuJobsMode = Field(
         "when_no_gpu_protected",
@@ -209,6 +218,10 @@ class NodeConfig(Strict):
         description="act on the phase changes of immediate rules in a process of their own, beside the daemon (the "
         "daemon's own work under load delays them); off: the daemon's decision thread acts on them",
     )
+
+    def sections(self) -> dict[str, Any]:
+        """The top-level keys that are not fields: plugins' sections, not yet validated."""
+        return dict(self.model_extra or {})
 
     def reader_blocks(self) -> list[KindBlock]:
         return [KindBlock(kind=r) if isinstance(r, str) else r for r in self.readers]

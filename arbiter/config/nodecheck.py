@@ -1,5 +1,6 @@
 """What the node config asks of the installed plugins: each reader and translator it names is
-installed, takes the options given and may act here.
+installed, takes the options given and may act here, and each top-level key that is not
+arbiter's own is the section of an enabled plugin and holds what its model takes.
 
 ``arbiter check``, ``arbiter doctor`` and ``arbiter run`` all judge the node config by
 :func:`node_problems`, so a config one of them accepts none of the others refuses.
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from arbiter.config.errors import ConfigError, Problem, did_you_mean
 from arbiter.config.models import KindBlock, NodeConfig
+from arbiter.config.sections import judge_sections
 from arbiter.config.validation import load_yaml_mapping, problems_from, read_text
 from arbiter.config.yamlpos import Path_, Positions, anchor_of
 
@@ -62,6 +64,7 @@ def node_problems(cfg: NodeConfig, path: Path | None, host: PluginHost) -> list[
             info.cls.Options.model_validate(block.options())  # type: ignore[attr-defined]
         except ValidationError as exc:
             problems.extend(problems_from(exc, where, positions, ("readers", i), model=info.cls.Options))  # type: ignore[attr-defined]
+    problems.extend(judge_sections(cfg, where, positions, host.section_models(), host.blocked)[1])
     for need, names in cfg.translators.items():
         for j, name in enumerate(names):
             info = host.kind("translators", name)

@@ -34,14 +34,19 @@ _RULE_BLOCKS = (
 _BLOCK_REFS = ("#/$defs/KindBlock", "#/$defs/MatchBlock")
 
 
-def schema_for(what: str, kinds: Kinds | None = None) -> dict[str, Any]:
+def schema_for(
+    what: str, kinds: Kinds | None = None, sections: Mapping[str, type[BaseModel]] | None = None
+) -> dict[str, Any]:
     """The JSON Schema of ``what``; with ``kinds``, a rule's plugin blocks are each one of
-    the installed kinds' own options (so an editor catches a typo inside ``busy:``)."""
+    the installed kinds' own options (so an editor catches a typo inside ``busy:``); with
+    ``sections``, the node config takes those plugins' sections and no other key."""
     if what == "all":
-        return {name: schema_for(name, kinds) for name in SCHEMAS}
+        return {name: schema_for(name, kinds, sections) for name in SCHEMAS}
     schema = SCHEMAS[what].model_json_schema()
     if what == "rule" and kinds is not None:
         _with_kinds(schema, kinds)
+    if what == "node" and sections is not None:
+        _with_sections(schema, sections)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema
 
@@ -68,6 +73,17 @@ def _with_kinds(schema: dict[str, Any], kinds: Kinds) -> None:
         props = holder.get("properties", {})
         if prop in props:
             props[prop] = _replace_refs(props[prop], choices[family])
+
+
+def _with_sections(schema: dict[str, Any], sections: Mapping[str, type[BaseModel]]) -> None:
+    defs: dict[str, Any] = schema.setdefault("$defs", {})
+    for name, model in sorted(sections.items()):
+        sub = model.model_json_schema(ref_template="#/$defs/{model}")
+        for nested, body in sub.pop("$defs", {}).items():
+            defs.setdefault(nested, body)
+        defs[f"sections.{name}"] = sub
+        schema["properties"][name] = {"$ref": f"#/$defs/sections.{name}"}
+    schema["additionalProperties"] = False
 
 
 def _replace_refs(node: Any, choice: dict[str, Any]) -> Any:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from arbiter.plugin import ControlUpdate, JobTarget, PluginContext, ProcessRef, Translator
+from arbiter.plugin import ControlUpdate, JobTarget, ProcessRef, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import PausedEntry, PausedJournal
 
@@ -58,13 +57,7 @@ def make_translators(
     alone because its pid now names another process; ``note`` hears what an action did that
     the timeline shows (a pause that freed a job's VRAM).
     """
-    context = PluginContext(
-        state_dir=config.state_path(),
-        stand_in_gpu=config.stand_in_gpu,
-        daemon_uid=os.geteuid(),
-        pid_reused=pid_reused,
-        note=note,
-    )
+    context = host.context(config, pid_reused=pid_reused, note=note)
     chosen: dict[str, tuple[str, Translator]] = {}
     made: dict[str, Translator] = {}
     for need in ("pause", "control", "terminate"):

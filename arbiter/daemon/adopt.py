@@ -130,7 +130,10 @@ class Reconciler:
         try:
             state = daemon.node_state() if daemon.snapshot.decision is not None else None
             answers = daemon.host.call(
-                "scheduler jobs", lambda: daemon.host.hook.arbiter_scheduler_jobs(node_state=state)
+                "scheduler jobs",
+                lambda: daemon.host.hook.arbiter_scheduler_jobs(
+                    node_state=state, context=daemon.host.context(daemon.config)
+                ),
             )
         except PluginFailed as exc:
             daemon.record(codes.PLUGIN_FAILED, "node", f"cannot ask the scheduler what runs here: {exc}")

@@ -57,7 +57,7 @@ from arbiter.daemon.ticker import Ticker
 from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunState
 from arbiter.engine.compliance import trust_from_record
-from arbiter.engine.types import EngineState, Policy, Release
+from arbiter.engine.types import EngineState, HeldJob, Policy, Release
 from arbiter.plugin import ProcessRef, SourceState
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.probing import Prober
@@ -164,6 +164,10 @@ class Daemon:
         # strikes, distrust and each rule's governor outlive a restart
         trust = {name: trust_from_record(rec, now, now_wall) for name, rec in self.store.trust().items()}
         governors = {rid: governor.from_record(rec, now, now_wall) for rid, rec in self.store.governors().items()}
+        # a job that protection paused before a restart goes on counting towards its eviction
+        # from then, the time the daemon was away included (it stayed paused); a wall clock
+        # set back meanwhile makes the pause start now
+        held = {job: HeldJob(now - max(0.0, now_wall - since)) for job, since in self.store.held().items()}
         run, self._run_problem = resumed_from(self.store.running_run())
         self._resumed_run = run if run is not None and run.running else None
         self.decider = Decider(
@@ -176,7 +180,7 @@ class Daemon:
             self.recorder,
             self.published,
             self.targets,
-            EngineState(trust=trust, governors=governors, ab=run),
+            EngineState(trust=trust, governors=governors, ab=run, held=held),
             self._run_ended,
             self._releasing,
             lambda: time.thread_time() + host.worker_cpu(),
@@ -333,6 +337,7 @@ class Daemon:
         self.tenants.close()
         self.tenants.restore_all("arbiter stopped")
         self.record(codes.DAEMON_STOPPED, "node", "arbiter stopped; paused work resumed", {"failures": failures})
+        self.recorder.write(lambda db: Store.put_held(db, {}))  # resumed: no protection pause goes on
         self.rulebook.close()
         self.ticker.observer.close()
         self.recorder.close()

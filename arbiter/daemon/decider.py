@@ -355,6 +355,9 @@ class Decider:
         if decision.state.governors != before.governors:
             govs = {r: governor.to_record(g, now, time.time()) for r, g in decision.state.governors.items()}
             self.recorder.write(lambda db: Store.put_governors(db, govs))
+        if decision.state.held != before.held:  # the eviction clock outlives a restart
+            held = {job: time.time() - (now - h.since) for job, h in decision.state.held.items()}
+            self.recorder.write(lambda db: Store.put_held(db, held))
         self._keep_runs(before.ab, decision)
         with self.jobs.changed:
             self.jobs.changed.notify_all()

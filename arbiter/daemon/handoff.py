@@ -11,7 +11,6 @@ profile is applied, so a daemon killed with ``kill -9`` restores them when it st
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ from arbiter.engine import codes
 from arbiter.engine.handoff import gb
 from arbiter.engine.reacquire import REACQUIRE
 from arbiter.engine.types import Release
-from arbiter.plugin import PluginContext, Translator
+from arbiter.plugin import Translator
 from arbiter.pluginmanager import PluginFailed
 
 if TYPE_CHECKING:
@@ -303,9 +302,7 @@ class TenantActions:
         if info is None:
             return None
         parsed = validate_kind_options(KindBlock(kind=kind, **options), info.cls.Options)  # type: ignore[attr-defined]
-        context = PluginContext(
-            state_dir=d.state_dir, stand_in_gpu=d.config.stand_in_gpu, daemon_uid=os.geteuid(), rule_id=rid
-        )
+        context = d.host.context(d.config, rule_id=rid)
         return d.host.call(f"translators/{kind}", info.cls, parsed, context)  # type: ignore[no-any-return]
 
     def restore_all(self, why: str) -> None:

@@ -269,6 +269,7 @@ def reflex_process(
         "timeout_s": config.plugin_timeout_s,
         "state_dir": str(state_dir),
         "stand_in_gpu": config.stand_in_gpu,
+        "sections": {name: opts.model_dump(mode="json") for name, opts in host.context(config).sections.items()},
         "translator": pause[0],
         "journal": str(journal_path),
     }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,7 +14,7 @@ from arbiter.daemon.jobevents import JobEventLog, JobReport
 from arbiter.daemon.rules import RuleBook
 from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
-from arbiter.plugin import EXITED, GpuReading, HostSignal, PluginContext, ProcessGpu, ProcessInfo, ProcessRef, Reader
+from arbiter.plugin import EXITED, GpuReading, HostSignal, ProcessGpu, ProcessInfo, ProcessRef, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import JobRecord
 
@@ -122,9 +121,7 @@ class Observer:
         self.host = host
         self.claimer = Claimer(host.call)
         self.readers: list[tuple[str, Reader | None, str]] = []
-        context = PluginContext(
-            state_dir=config.state_path(), stand_in_gpu=config.stand_in_gpu, daemon_uid=os.geteuid()
-        )
+        context = host.context(config)
         installed = {name: host.kinds["readers"][name].cls for name in host.kind_names("readers")}
         blocks = config.reader_blocks() or [
             KindBlock(kind=name)
@@ -365,7 +362,7 @@ class Observer:
         if kind not in self._signals:
             info = self.host.kind("host", kind)
             model = self.host.options_model("host", kind)
-            context = PluginContext(state_dir=self.config.state_path(), daemon_uid=os.geteuid())
+            context = self.host.context(self.config)
             try:
                 self._signals[kind] = (
                     None

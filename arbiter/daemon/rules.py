@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -236,12 +235,7 @@ class RuleBook:
     # --- instances ----------------------------------------------------------------------------
 
     def _context(self, rule: Rule) -> PluginContext:
-        return PluginContext(
-            state_dir=self.config.state_path(),
-            stand_in_gpu=self.config.stand_in_gpu,
-            daemon_uid=os.geteuid(),
-            rule_id=rule.id,
-        )
+        return self.host.context(self.config, rule_id=rule.id)
 
     def _make(self, family: str, block: KindBlock, rule: Rule) -> Any:
         info = self.host.kind(family, block.kind)

@@ -275,7 +275,10 @@ class Ticker:
         self._node_state, self._node_state_at = state, now
         try:
             answers = self.host.call(
-                "node state observers", lambda: self.host.hook.arbiter_node_state(state={**state, "at": time.time()})
+                "node state observers",
+                lambda: self.host.hook.arbiter_node_state(
+                    state={**state, "at": time.time()}, context=self.host.context(self.config)
+                ),
             )
         except PluginFailed as exc:
             log.warning("a node state observer failed: %s", exc)

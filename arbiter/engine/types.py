@@ -315,7 +315,8 @@ class TenantVramState:
 
 @dataclass(frozen=True)
 class HeldJob:
-    """A running job that protection keeps paused: since when, and its eviction once decided."""
+    """A running job that protection keeps paused: since when (kept across daemon restarts), and
+    its eviction once decided."""
 
     since: float
     evicted_at: float | None = None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from arbiter.plugin import PluginContext
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter_slurm import commands, hooks
 
@@ -105,11 +106,11 @@ def test_a_command_that_fails_or_hangs_says_which_and_why(tmp_path: Path) -> Non
 
 def test_silent_on_a_node_without_slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.delenv("ARBITER_SLURM_NODE", raising=False)
-    assert not commands.configured()
+    assert not commands.configured(commands.NodeOptions(node="n1"))
     from arbiter_slurm import arbiter_scheduler_jobs
 
-    assert arbiter_scheduler_jobs(node_state=None) is None
+    context = PluginContext(tmp_path, sections={"slurm": commands.NodeOptions(node="n1")})
+    assert arbiter_scheduler_jobs(node_state=None, context=context) is None
 
 
 def test_the_job_manifest_from_the_environment(tmp_path: Path) -> None:
@@ -119,6 +120,23 @@ def test_the_job_manifest_from_the_environment(tmp_path: Path) -> None:
     assert hooks.manifest_for({"ARBITER_MANIFEST": '{"name": "inline"}'}, "5") == {"name": "inline"}
     with pytest.raises(hooks.HookError, match="cannot read the job manifest from"):
         hooks.manifest_for({"ARBITER_MANIFEST": str(tmp_path / "missing.yaml")}, "5")
+
+
+def test_a_hook_finds_its_nodes_config_by_its_slurm_section(tmp_path: Path) -> None:
+    folder = tmp_path / "arbiter"
+    folder.mkdir()
+    (folder / "gpu-a.yaml").write_text("state_dir: /a\nslurm: {node: n1}\n")
+    (folder / "gpu-b.yaml").write_text("state_dir: /b\nslurm:\n  node: n2\n")
+    (folder / "n3.yaml").write_text("state_dir: /c\n")  # named after its node, no section
+    (folder / "broken.yaml").write_text("slurm: [\n")  # not read, and in no one's way
+    env = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n2"}) == str(folder / "gpu-b.yaml")
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n1"}) == str(folder / "gpu-a.yaml")
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n3"}) == str(folder / "n3.yaml")
+    assert hooks.node_config({**env, "SLURMD_NODENAME": "n4"}) is None  # the one arbiter finds itself
+    assert hooks.node_config({"ARBITER_SLURM_CONFIGS": str(folder), "SLURMD_NODENAME": "n1"}) == str(
+        folder / "gpu-a.yaml"
+    )
 
 
 def test_the_hook_always_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

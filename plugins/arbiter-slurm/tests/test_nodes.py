@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from arbiter.config.loader import load_node_config
+from arbiter.config.nodecheck import node_problems
+from arbiter.pluginmanager import build_plugin_manager
 from arbiter_slurm import commands, nodes
 
 ADMITTED = {
@@ -75,12 +80,41 @@ def test_drained_once_held_too_long_and_resumed_only_from_its_own_drain() -> Non
     assert nodes.plan(operators, ADMITTED, 1500.0, 300.0) == []
 
 
-def test_drain_time_from_the_environment() -> None:
-    assert nodes.drain_after_s({}) == 300.0
-    assert nodes.drain_after_s({"ARBITER_SLURM_DRAIN_AFTER_S": "never"}) is None
-    assert nodes.drain_after_s({"ARBITER_SLURM_DRAIN_AFTER_S": "45"}) == 45.0
-    with pytest.raises(commands.SlurmError, match="give seconds"):
-        nodes.drain_after_s({"ARBITER_SLURM_DRAIN_AFTER_S": "5m"})
+def sections(tmp_path: Path, body: str) -> tuple[dict[str, Any], list[str]]:
+    """The node config's plugin sections as the daemon gets them, and its problems as text."""
+    path = tmp_path / "arbiter.yaml"
+    path.write_text(f"state_dir: {tmp_path}\n{body}")
+    cfg, _ = load_node_config(path)
+    host = build_plugin_manager()
+    try:
+        problems = [str(p) for p in node_problems(cfg, path, host)]
+        return ({} if problems else dict(host.context(cfg).sections)), problems
+    finally:
+        host.close()
+
+
+def test_the_node_and_drain_time_come_from_the_slurm_section(tmp_path: Path) -> None:
+    given, _ = sections(tmp_path, "slurm:\n  node: n7\n  drain_after_s: 45\n")
+    assert given["slurm"] == commands.NodeOptions(node="n7", drain_after_s=45.0)
+    assert commands.node_name(given["slurm"]) == "n7"
+    given, _ = sections(tmp_path, "slurm: {drain_after_s: null}\n")
+    assert given["slurm"].drain_after_s is None  # never drained
+    given, _ = sections(tmp_path, "")
+    assert given["slurm"] == commands.NodeOptions()  # the defaults: the host's name, 300 s
+    assert given["slurm"].drain_after_s == 300.0
+
+
+def test_a_wrong_slurm_section_is_refused_at_its_line(tmp_path: Path) -> None:
+    _, problems = sections(tmp_path, "slurm:\n  node: n7\n  drain_after: 45\n")
+    assert problems == [
+        f"{tmp_path}/arbiter.yaml:4:3: slurm.drain_after: unknown key 'drain_after' "
+        "(did you mean 'drain_after_s'? known keys here: drain_after_s, node)"
+    ], problems
+    _, problems = sections(tmp_path, "slurm:\n  drain_after_s: 5m\n")
+    assert len(problems) == 1 and "arbiter.yaml:3:18: slurm.drain_after_s:" in problems[0], problems
+    assert "write a number" in problems[0], problems
+    _, problems = sections(tmp_path, "slurm: {node: 'n 1'}\n")
+    assert len(problems) == 1 and "slurm.node: String should match pattern" in problems[0], problems
 
 
 def test_a_node_slurmctld_does_not_know() -> None:

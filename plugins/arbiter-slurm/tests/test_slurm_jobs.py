@@ -63,21 +63,6 @@ def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: S
     assert "reconciling" in _events(n2, "JOB_ADOPTED", key)[0]["message"]
 
 
-def test_a_daemon_killed_and_restarted_adopts_its_slurm_jobs_again(slurm: SlurmCluster) -> None:
-    n1 = slurm.start_arbiter("n1")
-    jobs = [slurm.sbatch("sleep 300\n", "--nodelist=n1") for _ in range(2)]
-    for job in jobs:
-        wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} in n1's status", poll_s=0.1)
-    n1.kill_daemon()
-    # what the daemon knew is gone with it: the scheduler's word is what brings it back
-    for path in n1.state_dir.glob("arbiter.db*"):
-        path.unlink()
-    slurm.restart_arbiter("n1")
-    for job in jobs:
-        seen = wait_until(partial(_job, n1, f"slurm-{job}"), WAIT_S, f"slurm-{job} adopted again", poll_s=0.1)
-        assert seen["state"] == "run", seen
-
-
 def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: SlurmCluster) -> None:
     job = slurm.sbatch('echo "id=[$ARBITER_JOB_ID]"\n', "--nodelist=n1")
     wait_until(lambda: "id=" in slurm.output(job), WAIT_S, "the job's output")

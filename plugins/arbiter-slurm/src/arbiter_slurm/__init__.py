@@ -12,9 +12,10 @@ every change and re-asserted every few seconds (see :mod:`arbiter_slurm.nodes`).
 The ``slurm`` translator (``translators: {pause: [slurm], terminate: [slurm]}`` in the node
 config) makes a pause one the scheduler sees: see :mod:`arbiter_slurm.translator`.
 
-Which node this is: ``$ARBITER_SLURM_NODE`` in the daemon's environment, else the short host
-name.  Which cluster: ``$SLURM_CONF``, else ``/etc/slurm/slurm.conf``; with neither (nor the
-commands) installed, the plugin stays silent.
+The node config's ``slurm:`` section (:class:`arbiter_slurm.commands.NodeOptions`) says which
+node this is (``node``, else the short host name) and when to drain it (``drain_after_s``).
+Which cluster: ``$SLURM_CONF``, Slurm's own variable, else ``/etc/slurm/slurm.conf``; with
+neither a node named nor a slurm.conf (or without Slurm's commands), the plugin stays silent.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from arbiter.plugin import Register, hookimpl
+from arbiter.plugin import PluginContext, Register, hookimpl
 from arbiter_slurm import commands, nodes
 from arbiter_slurm.translator import SlurmTranslator
 
@@ -58,30 +59,37 @@ def scheduler_jobs(node: str) -> list[dict[str, Any]]:
 
 
 @hookimpl
-def arbiter_scheduler_jobs(node_state: dict[str, Any] | None) -> list[dict[str, Any]] | None:
-    if not commands.configured():
+def arbiter_register_node_sections(register: Register) -> None:
+    register(commands.SECTION, commands.NodeOptions)
+
+
+@hookimpl
+def arbiter_scheduler_jobs(node_state: dict[str, Any] | None, context: PluginContext) -> list[dict[str, Any]] | None:
+    opts = commands.options(context)
+    if not commands.configured(opts):
         return None
-    node = commands.node_name()
+    node = commands.node_name(opts)
     if node_state is not None:
-        _sync_node(node, node_state)
+        _sync_node(node, node_state, opts)
     return scheduler_jobs(node)
 
 
 @hookimpl
-def arbiter_node_state(state: dict[str, Any]) -> dict[str, Any] | None:
+def arbiter_node_state(state: dict[str, Any], context: PluginContext) -> dict[str, Any] | None:
     """Sync the node, and say which features it has from arbiter (status and metrics show them)."""
-    if not commands.configured():
+    opts = commands.options(context)
+    if not commands.configured(opts):
         return None
-    node = commands.node_name()
-    error = _sync_node(node, state)
+    node = commands.node_name(opts)
+    error = _sync_node(node, state, opts)
     return {"scheduler": "slurm", "node": node, "labels": nodes.features(state), "error": error}
 
 
-def _sync_node(node: str, state: dict[str, Any]) -> str:
+def _sync_node(node: str, state: dict[str, Any], opts: commands.NodeOptions) -> str:
     """Features and drain; a failure is logged and tried again on the next call (every few
     seconds), never in the way of adopting jobs.  Why it failed ("" when it did not)."""
     try:
-        for update in nodes.sync(node, state):
+        for update in nodes.sync(node, state, opts.drain_after_s):
             log.info("Slurm node %s: scontrol update %s", node, " ".join(update))
     except commands.SlurmError as exc:
         log.warning("cannot set Slurm node %s's features or drain: %s", node, exc)

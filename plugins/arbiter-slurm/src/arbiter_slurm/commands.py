@@ -13,11 +13,14 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter.plugin import run_child
+from pydantic import Field
+
+from arbiter.plugin import KindOptions, PluginContext, run_child
 
 #: a command that has not answered within this long has failed (the daemon's plugin timeout is 5 s)
 TIMEOUT_S = 3.0
-NODE_ENV = "ARBITER_SLURM_NODE"
+#: the node config's section this plugin reads
+SECTION = "slurm"
 #: where slurm.conf is when $SLURM_CONF does not say
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 #: a job's manifest in its comment: ``--comment 'arbiter:{"name": "render", ...}'``
@@ -56,16 +59,39 @@ class TaskPid:
     local_id: int | None
 
 
-def configured() -> bool:
-    """Whether this node is under Slurm: its commands are installed and it has a config."""
+class NodeOptions(KindOptions):
+    """The node config's ``slurm:`` section: this node in Slurm's terms."""
+
+    node: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="this node's name in slurm.conf (NodeName); default: the short host name, as slurmd's",
+    )
+    drain_after_s: float | None = Field(
+        300.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="drain the node once protection has held new GPU work this long; null: never drain it",
+    )
+
+
+def options(context: PluginContext) -> NodeOptions:
+    """The node config's ``slurm:`` section, as the daemon validated it (defaults without one)."""
+    given = context.sections.get(SECTION)
+    return given if isinstance(given, NodeOptions) else NodeOptions()
+
+
+def configured(opts: NodeOptions) -> bool:
+    """Whether this node is under Slurm: its commands are installed, and the node config names
+    its Slurm node or the host has a slurm.conf."""
     if shutil.which("squeue") is None or shutil.which("scontrol") is None:
         return False
-    return bool(os.environ.get(NODE_ENV)) or os.path.exists(os.environ.get("SLURM_CONF") or DEFAULT_CONF)
+    return bool(opts.node) or os.path.exists(os.environ.get("SLURM_CONF") or DEFAULT_CONF)
 
 
-def node_name() -> str:
-    """This node's Slurm name: ``$ARBITER_SLURM_NODE``, else the short host name (Slurm's default)."""
-    return os.environ.get(NODE_ENV) or socket.gethostname().split(".")[0]
+def node_name(opts: NodeOptions) -> str:
+    """This node's Slurm name: ``slurm.node``, else the short host name (slurmd's default)."""
+    return opts.node or socket.gethostname().split(".")[0]
 
 
 def run(args: list[str], timeout: float = TIMEOUT_S) -> str:

@@ -18,10 +18,10 @@ Prolog and Epilog, the job's error file for the TaskProlog).
 - **Prolog** (as root, before the job starts): checks that the daemon answers and says so in
   the slurmd log when it does not (the job then runs without arbiter knowing it).
 
-Which daemon: where several slurmd run on one host, each node's config is
-``<node>.yaml`` in ``$ARBITER_SLURM_CONFIGS`` or in the folder ``arbiter/`` beside
-slurm.conf; otherwise the node config arbiter finds itself (``$ARBITER_CONFIG``, then the
-default places).
+Which daemon: where several slurmd run on one host, each node's config is the one whose
+``slurm: {node: ...}`` names the node (else ``<node>.yaml``), in ``$ARBITER_SLURM_CONFIGS``
+or in the folder ``arbiter/`` beside slurm.conf; otherwise the node config arbiter finds
+itself (``$ARBITER_CONFIG``, then the default places).
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def _say(role: str, message: str) -> None:
 
 
 def node_config(env: dict[str, str]) -> str | None:
-    """The node config of the node this hook runs on, where one is kept per node name (several
-    slurmd on one host); None for the one arbiter finds itself.  slurmd gives the Prolog and
+    """The node config of the node this hook runs on, where one is kept per node (several
+    slurmd on one host): in the folder, the file whose ``slurm.node`` names it, else
+    ``<node>.yaml``; None for the one arbiter finds itself.  slurmd gives the Prolog and
     Epilog only Slurm's variables, so the folder beside slurm.conf serves them."""
     node = env.get("SLURMD_NODENAME")
     if not node:
@@ -73,9 +74,25 @@ def node_config(env: dict[str, str]) -> str | None:
     if env.get("SLURM_CONF"):
         folders.append(str(Path(env["SLURM_CONF"]).parent / "arbiter"))
     for folder in folders:
-        if folder and (Path(folder) / f"{node}.yaml").is_file():
+        if not folder or not Path(folder).is_dir():
+            continue
+        named = sorted(p for p in Path(folder).glob("*.yaml") if _slurm_node(p) == node)
+        if named:
+            return str(named[0])
+        if (Path(folder) / f"{node}.yaml").is_file():
             return str(Path(folder) / f"{node}.yaml")
     return None
+
+
+def _slurm_node(path: Path) -> str | None:
+    """The ``slurm.node`` a node config names (None where it names none or cannot be read)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    section = data.get(commands.SECTION) if isinstance(data, dict) else None
+    node = section.get("node") if isinstance(section, dict) else None
+    return str(node) if node else None
 
 
 def socket_path(env: dict[str, str]) -> str:

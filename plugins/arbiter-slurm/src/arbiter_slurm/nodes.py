@@ -8,8 +8,8 @@ run-time features when it restarts or reconfigures: every sync compares what it 
 it should have and sets them again where they differ.  Features not named ``arbiter-...``
 are the operator's and are kept.
 
-Drain: once new GPU work has been held for ``$ARBITER_SLURM_DRAIN_AFTER_S`` (300 s; ``never``
-turns it off), the node is drained with ``Reason="arbiter: <rule> <code>"``; when GPU work is
+Drain: once new GPU work has been held for ``slurm.drain_after_s`` in the node config (300 s;
+null turns it off), the node is drained with ``Reason="arbiter: <rule> <code>"``; when GPU work is
 admitted again it is resumed, but only if the drain is arbiter's own: an operator's drain is
 never lifted.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ from arbiter_slurm import commands
 
 PREFIX = "arbiter-"
 REASON_PREFIX = "arbiter:"
-DRAIN_ENV = "ARBITER_SLURM_DRAIN_AFTER_S"
-DRAIN_AFTER_S = 300.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -58,21 +55,6 @@ def features(state: dict[str, Any]) -> list[str]:
     if certified:
         out.append(f"{PREFIX}duty-{math.floor(min(float(d) for d in certified.values()) * 10) * 10:d}")
     return sorted(set(out))
-
-
-def drain_after_s(env: dict[str, str]) -> float | None:
-    raw = (env.get(DRAIN_ENV) or "").strip()
-    if not raw:
-        return DRAIN_AFTER_S
-    if raw == "never":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise commands.SlurmError(f"{DRAIN_ENV}={raw!r}: give seconds, or never") from None
-    if not math.isfinite(value) or value < 0:
-        raise commands.SlurmError(f"{DRAIN_ENV}={raw!r}: give seconds (0 or more), or never")
-    return value
 
 
 def drain_reason(state: dict[str, Any]) -> str:
@@ -104,7 +86,9 @@ def parse_node(text: str, node: str) -> NodeView:
                 state=states + tuple(str(f).upper() for f in flags),
                 reason=str(n.get("reason") or ""),
             )
-    raise commands.SlurmError(f"slurmctld does not know node {node!r} (check {commands.NODE_ENV} and slurm.conf)")
+    raise commands.SlurmError(
+        f"slurmctld does not know node {node!r} (check slurm.node in the node config, and slurm.conf)"
+    )
 
 
 def read_node(node: str) -> NodeView:
@@ -135,10 +119,9 @@ def plan(view: NodeView, state: dict[str, Any], now_wall: float, drain_after: fl
     return updates
 
 
-def sync(node: str, state: dict[str, Any], env: dict[str, str] | None = None) -> list[list[str]]:
+def sync(node: str, state: dict[str, Any], drain_after: float | None) -> list[list[str]]:
     """Bring the node's features and drain in line with ``state``; the updates made."""
-    env = dict(os.environ) if env is None else env
-    updates = plan(read_node(node), state, float(state.get("at") or time.time()), drain_after_s(env))
+    updates = plan(read_node(node), state, float(state.get("at") or time.time()), drain_after)
     for args in updates:
         commands.run(["scontrol", "update", f"NodeName={node}", *args])
     return updates

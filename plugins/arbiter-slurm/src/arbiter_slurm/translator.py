@@ -98,7 +98,7 @@ class SlurmTranslator(SignalTranslator):
         ok, why = super().available()
         if not ok:
             return ok, why
-        if not commands.configured():
+        if not commands.configured(commands.options(self.context)):
             return False, "Slurm is not installed or configured here (no squeue/scontrol, or no slurm.conf)"
         return True, ""
 

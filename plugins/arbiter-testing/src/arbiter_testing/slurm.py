@@ -73,7 +73,6 @@ class SlurmCluster:
         self.arbiter: dict[str, HarnessNode] = {}
         self.configs = self.dir / "arbiter"  # one arbiter config per node, named after it, beside slurm.conf
         self.configs.mkdir()
-        self._arbiter_env: dict[str, dict[str, str]] = {}
 
     # --- the environment every Slurm command and hook sees -----------------------------------
 
@@ -173,24 +172,22 @@ class SlurmCluster:
             ignore=(subprocess.CalledProcessError, subprocess.TimeoutExpired),
         )
 
-    def start_arbiter(self, name: str, env: dict[str, str] | None = None, **config: Any) -> HarnessNode:
-        """An arbiter daemon for node ``name`` (``env`` added to its environment)."""
-        node = HarnessNode(self.root / f"arbiter-{name}", **config)
+    def start_arbiter(self, name: str, slurm: dict[str, Any] | None = None, **config: Any) -> HarnessNode:
+        """An arbiter daemon for node ``name``: its node config has ``config`` and the section
+        ``slurm: {node: name, **slurm}``."""
+        node = HarnessNode(self.root / f"arbiter-{name}", slurm={"node": name, **(slurm or {})}, **config)
         shutil.copy(node.config_path, self.configs / f"{name}.yaml")
         node.config_path = self.configs / f"{name}.yaml"
         self.arbiter[name] = node
-        self._arbiter_env[name] = {"ARBITER_SLURM_NODE": name, "SLURM_CONF": str(self.conf), **(env or {})}
-        self._start(node, name)
+        self._start(node)
         return node
 
-    def restart_arbiter(self, name: str, env: dict[str, str] | None = None) -> None:
-        """Start node ``name``'s daemon again (stopped or killed first), ``env`` added."""
-        self._arbiter_env[name].update(env or {})
-        self._start(self.arbiter[name], name)
+    def restart_arbiter(self, name: str) -> None:
+        """Start node ``name``'s daemon again (stopped or killed first)."""
+        self._start(self.arbiter[name])
 
-    def _start(self, node: HarnessNode, name: str) -> None:
-        env = self._arbiter_env[name]
-        node.start(30.0, **env)
+    def _start(self, node: HarnessNode) -> None:
+        node.start(30.0, SLURM_CONF=str(self.conf))
 
     def restart_controller(self) -> None:
         self.stop_process("slurmctld")

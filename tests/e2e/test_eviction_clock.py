@@ -1,0 +1,80 @@
+"""The eviction clock outlives the daemon: a job that protection paused goes on counting from
+when it was paused after a daemon killed with -9 starts again (it stayed paused meanwhile);
+after a clean stop, which resumes it, the count starts again."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.waiting import wait_until
+
+from .conftest import Procs
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+WAIT_S = 30.0
+EVICT_S = 600.0  # long: the clock is read, the job is never stopped here
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[HarnessNode]:
+    n = HarnessNode(tmp_path, tick_s=0.5, evict_after_s=EVICT_S)
+    n.add_rule("game", {"id": "game", "match": {"cmdline": [marker(n)]}, "pause_fleet": {"scope": "all"}})
+    yield n
+    n.close()
+
+
+def marker(node: HarnessNode) -> str:
+    """This test's own protected program: a sleep no other program on the host runs (every
+    daemon's rules see every process; GNU sleep adds up its arguments, the second is this
+    test process's pid as a fraction of a second)."""
+    return f"sleep 965000 0.{os.getpid():07d}"
+
+
+def paused_for(node: HarnessNode, name: str) -> float | None:
+    """How long protection has paused the job, as ``arbiter explain`` says (None: it has not)."""
+    (item,) = node.call("explain", subject=name)["explain"]["items"]
+    pause = item.get("protection_pause")
+    return None if item["state"] != "paused" or not pause else float(pause["for_s"])
+
+
+def held_job(node: HarnessNode, procs: type[Procs]) -> tuple[int, float]:
+    """A job held by the protected program for 2 s at least: its pid and when it was first seen
+    paused (a monotonic time no later than its pause)."""
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+    pid = node.job_pid("plain")
+    node.spawn(marker(node).split())
+    procs.wait(pid, {"stopped"}, timeout=WAIT_S)
+    wait_until(lambda: (paused_for(node, "plain") or 0) >= 2.0, WAIT_S, "the job paused for 2 s", poll_s=0.1)
+    return pid, time.monotonic()
+
+
+def test_a_daemon_killed_and_started_again_goes_on_counting(node: HarnessNode, procs: type[Procs]) -> None:
+    pid, seen = held_job(node, procs)
+    before = paused_for(node, "plain")
+    assert before is not None
+    node.kill_daemon()
+    assert procs.state(pid) == "stopped"  # paused while no daemon is there
+    node.start()
+    after = wait_until(lambda: paused_for(node, "plain"), WAIT_S, "the job paused again", poll_s=0.1)
+    # counted from the first pause: at least what it had, plus the time since it was read;
+    # counted from the restart it would be less than that time alone
+    assert after >= before + (time.monotonic() - seen) - 1.0, (before, after)
+    assert node.events("JOB_RESUMED", contains="left by a previous daemon")
+
+
+def test_a_clean_stop_resumes_the_job_and_the_count_starts_again(node: HarnessNode, procs: type[Procs]) -> None:
+    pid, _ = held_job(node, procs)
+    node.stop()
+    procs.wait(pid, {"running", "sleeping", "disk-sleep"}, timeout=WAIT_S)  # it runs while no daemon is there
+    restarted = time.monotonic()
+    node.start()
+    after = wait_until(lambda: paused_for(node, "plain"), WAIT_S, "the job paused again", poll_s=0.1)
+    assert after <= time.monotonic() - restarted + 1.0, after  # from the restart, not from the first pause
