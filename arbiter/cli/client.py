@@ -72,6 +72,11 @@ def state_dir_for(config: str | None) -> Path:
     value = data.get("state_dir") if isinstance(data, dict) else None
     if not (data is None or isinstance(data, dict)) or not (value is None or isinstance(value, str)):
         return node_config(config)[0].state_path()
+    if value is None and data:
+        from arbiter.config.models import NodeConfig
+
+        if set(data) - set(NodeConfig.model_fields):  # a plugin's section, or state_dir misspelt: it says which
+            return node_config(config)[0].state_path()
     return relative_to_config(value, path) if value else Path(default_state_dir())
 
 

@@ -39,6 +39,7 @@ from arbiter.config.ruleset import (
     rule_files,
     with_shipped_bases,
 )
+from arbiter.config.sections import misspelt_keys
 from arbiter.config.validation import (
     known_keys,
     load_yaml_mapping,
@@ -85,7 +86,11 @@ __all__ = [
 
 def parse_node_config(text: str, filename: str) -> NodeConfig:
     data, positions = load_yaml_mapping(text, filename)
-    return validate(NodeConfig, data, filename, positions)
+    config = validate(NodeConfig, data, filename, positions)
+    misspelt = misspelt_keys(config, filename, positions)
+    if misspelt:
+        raise ConfigError(misspelt)
+    return config
 
 
 def load_node_config(explicit: str | os.PathLike[str] | None = None) -> tuple[NodeConfig, Path | None]:

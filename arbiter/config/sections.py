@@ -4,16 +4,24 @@ takes; anything else is an unknown key, reported with arbiter's keys and the sec
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import logging
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from arbiter.config.errors import ConfigError, Problem, did_you_mean
+from arbiter.config.errors import Problem, did_you_mean
 from arbiter.config.models import NodeConfig
 from arbiter.config.validation import problems_from
 from arbiter.config.yamlpos import Positions, anchor_of
 from arbiter.plugin import KindOptions
+
+log = logging.getLogger(__name__)
+
+#: how close a key must be to one of arbiter's to be taken for it misspelt (0.8: one letter in ten)
+MISSPELT = 0.8
 
 
 def plugin_sections(
@@ -21,11 +29,13 @@ def plugin_sections(
 ) -> dict[str, KindOptions]:
     """The sections, validated, by name (what :attr:`arbiter.plugin.PluginContext.sections`
     holds); a section the config leaves out has its model's defaults (none where the model
-    needs a value).  Raises :class:`ConfigError` with the problems that
-    :func:`judge_sections` finds (``arbiter check`` gives them with their lines)."""
-    options, problems = judge_sections(cfg, "arbiter.yaml", {}, declared, blocked)
-    if problems:
-        raise ConfigError(problems)
+    needs a value).  It never refuses: the daemon does not start on a config with a problem
+    in a section (:func:`judge_sections` finds them for it and for ``arbiter check``), and
+    what still runs on such a config (``arbiter resume-all`` after a crash) must go on: a
+    section with a problem counts as left out, and the log says so."""
+    options, problems = judge_sections(cfg, "the node config", {}, declared, blocked)
+    for problem in problems:
+        log.warning("%s: read as if the section were left out (`arbiter check` gives its line)", problem)
     return options
 
 
@@ -47,11 +57,27 @@ def judge_sections(
         except ValidationError as exc:
             if name in given:
                 problems.extend(problems_from(exc, where, positions, (name,), model=model))
+                with contextlib.suppress(ValidationError):
+                    options[name] = model()
     for name in sorted(set(given) - set(declared)):
         line, col = positions.get(anchor_of(positions, (name,), prefer_key=True), (0, 0))
         hint = _unknown_hint(name, sorted(declared), sorted(blocked))
         problems.append(Problem(where, line, col, name, f"unknown key {name!r}", hint))
     return options, problems
+
+
+def misspelt_keys(cfg: NodeConfig, where: str, positions: Positions) -> list[Problem]:
+    """The top-level keys that are not arbiter's but so close to one of its keys that they are
+    that key misspelt: judged wherever the config is read, without the plugins (whose sections
+    only :func:`judge_sections`, with them loaded, tells from unknown keys)."""
+    keys = sorted(NodeConfig.model_fields)
+    problems = []
+    for name in sorted(cfg.sections()):
+        close = difflib.get_close_matches(name, keys, n=1, cutoff=MISSPELT)
+        if close:
+            line, col = positions.get(anchor_of(positions, (name,), prefer_key=True), (0, 0))
+            problems.append(Problem(where, line, col, name, f"unknown key {name!r}", f"did you mean {close[0]!r}?"))
+    return problems
 
 
 def _unknown_hint(name: str, sections: list[str], blocked: list[str]) -> str:

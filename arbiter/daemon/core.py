@@ -337,7 +337,8 @@ class Daemon:
         self.tenants.close()
         self.tenants.restore_all("arbiter stopped")
         self.record(codes.DAEMON_STOPPED, "node", "arbiter stopped; paused work resumed", {"failures": failures})
-        self.recorder.write(lambda db: Store.put_held(db, {}))  # resumed: no protection pause goes on
+        if not failures:  # every job runs again: no protection pause goes on
+            self.recorder.write(lambda db: Store.put_held(db, {}))
         self.rulebook.close()
         self.ticker.observer.close()
         self.recorder.close()

@@ -116,6 +116,8 @@ def resume_recorded(cfg: NodeConfig) -> tuple[int, list[str], list[str]]:
         failures = actuator.resume_entries(list(entries.values()))
         if not failures:
             store.clear_paused()
+            with store.transaction() as conn:  # every job runs again: no protection pause goes on
+                Store.put_held(conn, {})
             journal.truncate()
         journal.close()
         host.close()

@@ -7,6 +7,7 @@ for the GPU (``stand_in_gpu: true`` and the ``cpu_time`` reader).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ from arbiter.cli.render import console as plain_console
 from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
 from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.harness.report import text as report_text
+from arbiter.transport import RequestRefused
 
 RULE_ID = "standin-trainer"
 
@@ -271,17 +273,19 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                 60,
                 lambda: _run_state(node, run_id).get("status") not in (None, "running"),
             )
-            ran = _run_state(node, run_id)
+            ran, aborted = _run_state(node, run_id), False
             if ran.get("status") == "running":
-                # the pilot found this machine too noisy to decide at the margin within the demo's
-                # minute: the run ends here, and says so, rather than being shown as a verdict
-                node.call("ab.abort", id=run_id)
+                # undecided within the demo's minute (a noisy machine, or windows left out): the
+                # run ends here, and says so, rather than being shown as a verdict
+                with contextlib.suppress(RequestRefused):  # it may have ended just now
+                    node.call("ab.abort", id=run_id)
+                    aborted = True
             proof = node.call("ab.show", id=run_id)["report"]
             certified = proof["certifies"]
             why = (
-                f"it needed {ran['target']} blocks to decide at a {DEMO_RUN['margin']:g} margin on this machine, "
-                "more than the demo waits for, and was aborted"
-                if ran.get("status") == "running"
+                f"still undecided after {ran['blocks_done']} of its {ran['target']} blocks "
+                f"({ran['excluded']} left out) when the demo's minute ran out: it was aborted"
+                if aborted
                 else proof["verdict"] or proof["why"] or proof["status"]
             )
             _show(

@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from arbiter.cli.checks import run_check
+from arbiter.config.errors import ConfigError
 from arbiter.config.loader import load_node_config
 from arbiter.config.schemas import schema_for
 from arbiter.plugin import KindOptions, Register, hookimpl
@@ -165,3 +166,16 @@ def test_two_plugins_may_not_register_the_same_section() -> None:
             entry_points=False,
             extra=[("one", plugin_registering("backup", Good)), ("two", plugin_registering("backup", Good))],
         )
+
+
+def test_a_misspelt_key_of_arbiters_own_is_refused_wherever_the_config_is_read(tmp_path: Path) -> None:
+    """Commands that read the config without its plugins (status, job run, the hooks) cannot
+    tell a plugin's section from an unknown key; one that is an arbiter key misspelt they can."""
+    path = tmp_path / "arbiter.yaml"
+    path.write_text(f"stat_dir: {tmp_path}\nslurm: {{node: n1}}\n")
+    with pytest.raises(
+        ConfigError, match=r"arbiter.yaml:1:1: stat_dir: unknown key 'stat_dir' \(did you mean 'state_dir'"
+    ):
+        load_node_config(path)
+    path.write_text(f"state_dir: {tmp_path}\nslurm: {{node: n1}}\n")
+    assert load_node_config(path)[0].sections() == {"slurm": {"node": "n1"}}

@@ -4,6 +4,7 @@ tasks, a manifest in a job's comment, and a command that fails or hangs."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -129,6 +130,7 @@ def test_a_hook_finds_its_nodes_config_by_its_slurm_section(tmp_path: Path) -> N
     (folder / "gpu-b.yaml").write_text("state_dir: /b\nslurm:\n  node: n2\n")
     (folder / "n3.yaml").write_text("state_dir: /c\n")  # named after its node, no section
     (folder / "broken.yaml").write_text("slurm: [\n")  # not read, and in no one's way
+    os.mkfifo(folder / "a-pipe.yaml")  # never opened for reading in full: it would hang the hook
     env = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
     assert hooks.node_config({**env, "SLURMD_NODENAME": "n2"}) == str(folder / "gpu-b.yaml")
     assert hooks.node_config({**env, "SLURMD_NODENAME": "n1"}) == str(folder / "gpu-a.yaml")

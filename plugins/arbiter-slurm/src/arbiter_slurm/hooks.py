@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ CONFIGS_ENV = "ARBITER_SLURM_CONFIGS"
 MANIFEST_ENV = "ARBITER_MANIFEST"
 #: the longest a hook waits for the daemon: a task waits for its TaskProlog
 CALL_TIMEOUT_S = 5.0
+#: the most of a node config a hook reads, looking for its node (a config is a few hundred bytes)
+CONFIG_MOST = 1 << 20
 ROLES = {"prolog_slurmd": "prolog", "prolog_task": "taskprolog", "epilog_slurmd": "epilog"}
 #: what a failure means, per role
 AFTER = {
@@ -85,9 +88,17 @@ def node_config(env: dict[str, str]) -> str | None:
 
 
 def _slurm_node(path: Path) -> str | None:
-    """The ``slurm.node`` a node config names (None where it names none or cannot be read)."""
+    """The ``slurm.node`` a node config names (None where it names none or cannot be read).
+    Only a plain file is read, and only its first ``CONFIG_MOST`` bytes: a pipe or a device
+    under a config's name must not hang a hook (a Prolog that hangs drains the node)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = yaml.safe_load(os.read(fd, CONFIG_MOST).decode("utf-8"))
+        finally:
+            os.close(fd)
     except (OSError, ValueError, yaml.YAMLError):
         return None
     section = data.get(commands.SECTION) if isinstance(data, dict) else None
