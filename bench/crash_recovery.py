@@ -18,6 +18,9 @@ unless the new daemon says it is paused now, that the certificates are byte for 
 same, that strikes and distrust are kept, that the profile is applied again, and that the
 A/B run goes on with every committed block.  Prints counts per check and totals; exits 1 on
 any violation.
+
+One file past 400 lines: a bench script is run by its path, and the node it kills sits beside
+the invariants it checks after each kill.
 """
 
 from __future__ import annotations

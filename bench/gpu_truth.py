@@ -28,6 +28,9 @@ compute mode, MIG, persistence) is refused, and so is ``--apply-profile``.  ``--
 runs every part here against a simulated NVML (a process's CPU time stands in for its GPU
 time), the fake CUDA driver library and a CPU core, to prove the script before a GPU is lent.
 Results go to ``--out`` (results.json, report.md).
+
+One file past 400 lines: a bench script is run by its path, and it is the one prepared run a
+GPU machine is lent for, each part beside the others it reports with.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Every ``{kind: ...}`` block is validated twice: here as a :class:`KindBlock` (it names a
 kind), then against the options model its plugin registered (see :mod:`arbiter.config.rules`).
+
+It runs past 400 lines because the node config, rule files and manifests are one schema:
+``arbiter schema`` and the generated references read its fields, descriptions and defaults.
 """
 
 from __future__ import annotations

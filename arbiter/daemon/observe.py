@@ -1,4 +1,8 @@
-"""The slow half of observing, run on the tick: processes, who they belong to, GPU time."""
+"""The slow half of observing, run on the tick: processes, who they belong to, GPU time.
+
+It runs past 400 lines because one tick's view is built in one pass: the process table, the
+claims, the readers and the jobs' shares each feed the next.
+"""
 
 from __future__ import annotations
 

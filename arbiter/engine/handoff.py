@@ -17,6 +17,9 @@
   VRAM falling, and it stays paused while the tenant it gave the memory to is busy.
 
 No I/O and no clock reads: the caller passes the views, the device's free VRAM and ``now``.
+
+It runs past 400 lines because starvation, the plan, its order and the restore are the cases
+of one decision, and its tests judge them together.
 """
 
 from __future__ import annotations

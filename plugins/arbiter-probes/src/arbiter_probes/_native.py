@@ -4,6 +4,9 @@ Run as a script in a child process (``python -I -S _native.py cuda|vulkan|opencl
 that a driver which hangs or crashes takes only the child with it.  Standard library only: it is
 started without site-packages.  Every report is a JSON object; a query that cannot load its
 library says so in ``error`` and exits 0, so only a crash or a hang makes the child fail.
+
+It runs past 400 lines because it runs as one script, started without site-packages: every
+API's query has to be in this file.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ A client shows up once per fd that refers to it, and a forked child holds its pa
 clients are told apart by ``(drm-pdev, drm-client-id)`` and each is counted once, for the
 lowest pid asked about that holds it.  The text parsing is in pure functions, so tests run
 on captured fdinfo without a GPU.
+
+It runs past 400 lines because the drivers' differences in one format (engine names, memory
+regions, capacities, cycle counters) are read in one place.
 """
 
 from __future__ import annotations

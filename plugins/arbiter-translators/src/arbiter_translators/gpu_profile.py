@@ -11,6 +11,9 @@ Setting any of these needs root (an administrator on Windows).  ``pynvml`` (the
 ``nvidia-ml-py`` distribution) is imported only when first needed, so hosts without it load
 the plugin fine; tests pass a stand-in module instead.  Failures of apply and restore are
 returned in the :class:`arbiter.plugin.ActionResult`, never raised into the daemon's loop.
+
+It runs past 400 lines because its options, the saved record and the three steps that read,
+apply and put back a profile go together: each step reads or writes that one record.
 """
 
 from __future__ import annotations
