@@ -77,7 +77,8 @@ def arbiter_register_node_sections(register: Register) -> None:
     node-wide options from: ``slurm: {node: n1}`` at the top level of the file.
 
     :param register: ``register(name, model)`` with ``name`` the section's key (lower-case
-        letters, digits and ``_``; not a key the node config has already) and ``model`` a
+        letters, digits and ``_``; not a key the node config has already, nor one so close to
+        one that a misspelling of it would read as the section) and ``model`` a
         subclass of :class:`arbiter.plugin.KindOptions` (strict: unknown keys are errors).
 
     The section is validated against ``model`` wherever the node config is judged (``arbiter

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import difflib
 import importlib
 import os
 import re
@@ -18,7 +19,7 @@ from pydantic import BaseModel
 from arbiter import hookspecs
 from arbiter.childwork import CHILD_CPU
 from arbiter.config.models import NodeConfig
-from arbiter.config.sections import plugin_sections
+from arbiter.config.sections import MISSPELT, plugin_sections
 from arbiter.plugin import (
     PROJECT,
     HostSignal,
@@ -287,9 +288,15 @@ def _collect(host: PluginHost) -> None:
                     f"plugin {_plugin} registered the node config section {name!r}: a section's name is lower-case "
                     "letters, digits and _, starting with a letter"
                 )
-            if name in NodeConfig.model_fields:
+            close = difflib.get_close_matches(name, NodeConfig.model_fields, n=1, cutoff=MISSPELT)
+            if close:
                 raise PluginLoadError(
-                    f"plugin {_plugin} registered the node config section {name!r}, a key arbiter has"
+                    f"plugin {_plugin} registered the node config section {name!r}, "
+                    + (
+                        "a key arbiter has"
+                        if close[0] == name
+                        else f"so close to arbiter's key {close[0]!r} that it would be taken for it misspelt"
+                    )
                 )
             if not (isinstance(model, type) and issubclass(model, KindOptions)):
                 raise PluginLoadError(

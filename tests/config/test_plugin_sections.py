@@ -151,6 +151,7 @@ def plugin_registering(name: str, model: type) -> object:
     ("name", "model", "said"),
     [
         ("tick_s", Good, "a key arbiter has"),
+        ("reader", Good, "so close to arbiter's key 'readers' that it would be taken for it misspelt"),
         ("Backup", Good, "lower-case letters, digits and _"),
         ("backup", BaseModel, "not a subclass of arbiter.plugin.KindOptions"),
     ],
