@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from arbiter.cli import main
+from arbiter.cli import ab_commands, main
 
 PLAN = {
     "rule": "trainer",
@@ -37,12 +37,12 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         ops.append(op)
         return dict(PLAN)
 
-    monkeypatch.setattr(main, "_ask", ask)
+    monkeypatch.setattr(ab_commands, "ask", ask)
     return ops
 
 
 def run(monkeypatch: pytest.MonkeyPatch, *args: str, terminal: bool, typed: str = "") -> Any:
-    monkeypatch.setattr(main, "_asks_a_person", lambda: terminal)
+    monkeypatch.setattr(ab_commands, "_asks_a_person", lambda: terminal)
     return CliRunner().invoke(main.app, ["ab", *args], input=typed)
 
 

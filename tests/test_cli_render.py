@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from arbiter.cli.render import console, print_explain, print_status, print_timeline
+from arbiter_testing.answers import job_answer, rule_answer, status_answer
 
 HOSTILE = ["[/x]", "[upload]", "[link=https://evil.example]click[/link]", "[bold red]loud[/]"]
 #: the terminal escape that starts a hyperlink (OSC 8): markup's [link] becomes one
@@ -66,32 +67,10 @@ def test_explain_prints_what_a_job_reports_as_written() -> None:
 
 def test_status_prints_rule_ids_and_job_names_as_written() -> None:
     out, con = terminal()
-    status = {
-        "version": "0",
-        "gpu_jobs": "when_no_gpu_protected",
-        "tick_s": 1.0,
-        "uptime_s": 1.0,
-        "reader": {"name": "cpu_time", "why": ""},
-        "processes": 1,
-        "scan_ms": 1,
-        "fast_path": {"count": 0},
-        "rules": [
-            {
-                "id": "[upload]",
-                "priority": 1,
-                "protected": True,
-                "running": False,
-                "gpu_share": None,
-                "using_gpu": False,
-                "pids": [],
-                "phases": ["[/x]"],
-                "holds": [],
-            }
-        ],
-        "jobs": [{"id": "[b]batch", "state": "run", "duty": 1.0, "use": "gpu", "pids": [1], "reasons": []}],
-        "notices": [],
-        "recorder": {"failures": 0},
-    }
+    status = status_answer(
+        rules=[rule_answer("[upload]", phases=["[/x]"])],
+        jobs=[job_answer("[b]batch")],
+    )
     print_status(con, status)
     shown = plain(out)
     assert "[upload]" in shown and "[/x]" in shown and "[b]batch" in shown
@@ -103,21 +82,7 @@ def test_status_prints_what_the_fleet_scheduler_is_told() -> None:
         {"scheduler": "slurm", "node": "n1", "labels": ["arbiter-admit", "arbiter-api-[cuda]"], "error": ""},
         {"scheduler": "nfd", "node": "gpu7", "labels": [], "error": "cannot write [/etc/x]"},
     ]
-    status = {
-        "version": "0",
-        "gpu_jobs": "when_no_gpu_protected",
-        "tick_s": 1.0,
-        "uptime_s": 1.0,
-        "reader": {"name": "cpu_time", "why": ""},
-        "processes": 1,
-        "scan_ms": 1,
-        "fast_path": {"count": 0},
-        "rules": [],
-        "jobs": [],
-        "notices": [],
-        "recorder": {"failures": 0},
-        "scheduler_labels": told,
-    }
+    status = status_answer(scheduler_labels=told)
     print_status(con, status)
     shown = plain(out)
     assert "slurm node n1: features arbiter-admit, arbiter-api-[cuda]" in shown, shown

@@ -11,6 +11,7 @@ import pytest
 
 from arbiter.cli.render import console
 from arbiter.cli.watch import follow_timeline, watch_status
+from arbiter_testing.answers import job_answer, rule_answer, status_answer
 
 
 def sleeps(rounds: int) -> Any:
@@ -47,32 +48,14 @@ def test_follow_in_json_prints_json_lines(capsys: pytest.CaptureFixture[str]) ->
 
 
 def status(state: str, share: float) -> dict[str, Any]:
-    return {
-        "version": "0",
-        "gpu_jobs": "when_no_gpu_protected",
-        "tick_s": 1.0,
-        "uptime_s": 5.0,
-        "reader": {"name": "nvml", "why": ""},
-        "processes": 3,
-        "scan_ms": 1,
-        "fast_path": {"count": 0},
-        "rules": [
-            {
-                "id": "trainer",
-                "priority": 50,
-                "protected": True,
-                "running": True,
-                "gpu_share": share,
-                "using_gpu": state == "held",
-                "pids": [1],
-                "phases": [],
-                "holds": [],
-            }
-        ],
-        "jobs": [{"id": "j1", "state": state, "duty": 1.0, "use": "gpu", "pids": [2], "reasons": []}],
-        "notices": [],
-        "recorder": {"failures": 0},
-    }
+    trainer = rule_answer("trainer", priority=50, running=True, gpu_share=share, using_gpu=state == "held", pids=[1])
+    return status_answer(
+        uptime_s=5.0,
+        reader={"name": "nvml", "why": ""},
+        processes=3,
+        rules=[trainer],
+        jobs=[job_answer("j1", state, pids=[2])],
+    )
 
 
 def test_watch_into_a_file_prints_a_status_when_it_changes() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from arbiter.cli.checks import refuse_bad_node_config
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
+from arbiter_testing.node import start_up
 
 
 def test_a_busy_http_port_stops_start_up(tmp_path: Path) -> None:
@@ -23,13 +22,7 @@ def test_a_busy_http_port_stops_start_up(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         config = tmp_path / "arbiter.yaml"
         config.write_text(f"state_dir: {tmp_path / 'state'}\ntenants_dirs: []\nhttp: {{listen: '127.0.0.1:{port}'}}\n")
-        out = subprocess.run(
-            [sys.executable, "-m", "arbiter", "run", "--config", str(config)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        out = start_up(config)
     assert out.returncode == 2, out.stderr
     assert f"http.listen 127.0.0.1:{port} cannot be opened" in out.stderr and "port 0" in out.stderr
     assert not (tmp_path / "state" / "daemon.json").exists()

@@ -6,19 +6,20 @@ the timeline.  Nothing here reads a clock, a file or a process.
 
 What holds fleet work back, per rule and for the node, is in :mod:`arbiter.engine.holds`;
 what stands alone has a module of its own (compliance, governor, handoff, reacquire,
-eviction, the paired run).  Each job's verdict weighs them together here, and it runs past
-500 lines because those cases are one function's: a job's verdict, its actions and its
-timeline entries come from the same holds, trust, budget and handoff pauses at once.
+eviction, the paired run and what it says of each job).  Each job's verdict weighs them
+together here, which is why this module runs past 400 lines: a job's verdict comes from its
+holds, trust, budget, run and handoff pause at once.  What a change of verdict does and
+tells is in :mod:`arbiter.engine.jobchange`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.engine.abrun import RunObs, RunState, advance, covers, work_seen
+from arbiter.engine.abjob import RunSays, run_says, sees
+from arbiter.engine.abrun import advance
 from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
@@ -29,6 +30,7 @@ from arbiter.engine.governor import step as governor_step
 from arbiter.engine.handoff import JOB_PREFIX, TenantObs, job_tenant
 from arbiter.engine.handoff import step as handoff_step
 from arbiter.engine.holds import Hold, effective_phase, node_holds, rule_holds
+from arbiter.engine.jobchange import change_actions, change_events
 from arbiter.engine.types import (
     Action,
     Decision,
@@ -69,43 +71,6 @@ def _stop_step(job: JobObs, since: float, grace: float, now: float) -> str:
     return "asked"
 
 
-@dataclass(frozen=True)
-class _RunSays:
-    """What the paired run in progress says of one job."""
-
-    rule_id: str
-    arm: str | None  # "on" / "off" for the work it covers; None for other GPU work (held)
-    reason: Reason | None = None  # why it is held (OFF, or other work)
-    duty: float | None = None  # the duty cooperative work holds in ON windows
-    evict_since: float | None = None  # OFF with --off evicted: stopped since then
-
-
-def _run_says(run: RunState, job: JobObs) -> _RunSays | None:
-    spec = run.spec
-    w = run.window
-    if covers(spec.work, job):
-        if w is None or w.arm == "on":
-            return _RunSays(spec.rule_id, "on", duty=spec.duty)
-        reason = Reason(
-            codes.AB_WINDOW_OFF,
-            f"an OFF window of paired run {spec.run_id} on {spec.rule_id!r}: the work is "
-            + ("evicted" if spec.off == "evicted" else "held")
-            + " to measure the program without it",
-            f"it runs again in the next ON window (`arbiter ab status`; `arbiter ab abort {spec.run_id}` ends the run)",
-            {"run": spec.run_id, "rule": spec.rule_id, "block": w.attempt},
-        )
-        return _RunSays(spec.rule_id, "off", reason, evict_since=w.opened_at if spec.off == "evicted" else None)
-    if not job.uses_gpu:
-        return None
-    reason = Reason(
-        codes.AB_RUN_MEASURING,
-        f"paired run {spec.run_id} measures what {spec.work!r} work costs {spec.rule_id!r}: other GPU work waits",
-        f"it runs when the run ends (`arbiter ab status`; `arbiter ab abort {spec.run_id}`)",
-        {"run": spec.run_id, "rule": spec.rule_id},
-    )
-    return _RunSays(spec.rule_id, None, reason)
-
-
 def _job_verdict(
     job: JobObs,
     holds: list[Hold],
@@ -116,7 +81,7 @@ def _job_verdict(
     checked: Compliance,
     can_throttle: bool = False,
     share: float | None = None,
-    run: _RunSays | None = None,
+    run: RunSays | None = None,
     vram_for: Reason | None = None,
 ) -> JobVerdict:
     """``share``: the duty the governor's budget gives each job that can throttle; ``run``:
@@ -180,122 +145,6 @@ def _job_verdict(
     if soon and job.cooperative_pause:
         return JobVerdict(job.job_id, "paused", duty=0.0, via="control", reasons=tuple(soon))
     return JobVerdict(job.job_id, "run", duty=duty, reasons=tuple(soon))
-
-
-def _actions(job: JobObs, prev: JobVerdict | None, new: JobVerdict) -> list[Action]:
-    """What changes between two verdicts, as idempotent actions."""
-    reason = "; ".join(r.message for r in new.reasons)
-    before = prev.state if prev else "held"
-    if new.state == "stopping":
-        steps = {"asked": 0, "terminated": 1, "killed": 2}
-        done = steps[prev.stop_step] if prev and prev.stop_step else -1
-        out: list[Action] = []
-        if prev and prev.state == "paused" and prev.via == "tree" and done < 0:
-            out.append(Action(job.job_id, "resume"))  # a stopped process cannot handle its stop
-        for step in ("asked", "terminated", "killed")[done + 1 : steps[new.stop_step or "asked"] + 1]:
-            if step == "asked":
-                out.append(Action(job.job_id, "control", state="stop", duty=0.0, reason=reason))
-            else:
-                out.append(Action(job.job_id, "terminate" if step == "terminated" else "kill", reason=reason))
-        return out
-    if new.state == "held":
-        return []
-    if before == "held":
-        # admitted, or first seen already running (after a daemon restart).  The document
-        # says paused only when the job pauses itself: one paused from outside must find
-        # "run" there once it is continued
-        control_paused = new.state == "paused" and new.via == "control"
-        out = [Action(job.job_id, "control", state="paused" if control_paused else "run", duty=new.duty, reason=reason)]
-        if new.state == "paused" and new.via == "tree":
-            out.append(Action(job.job_id, "pause", reason=reason))
-        return out
-    if new.state == "paused":
-        if before == "run":
-            if new.via == "tree":
-                return [Action(job.job_id, "pause", reason=reason)]
-            return [Action(job.job_id, "control", state="paused", duty=0.0, reason=reason)]
-        return [Action(job.job_id, "pause", reason=reason)] if new.via == "tree" else []
-    # new.state == "run"
-    if before == "paused" and prev is not None:
-        if prev.via == "tree":
-            if job.cooperative_pause:  # it may have been told to pause first: its document says run again
-                return [
-                    Action(job.job_id, "resume", reason=reason),
-                    Action(job.job_id, "control", state="run", duty=new.duty, reason=reason),
-                ]
-            return [Action(job.job_id, "resume", reason=reason)]
-        return [Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
-    if prev is not None and prev.duty != new.duty:
-        return [Action(job.job_id, "control", state="run", duty=new.duty, reason=reason)]
-    return []
-
-
-def _job_events(job: JobObs, prev: JobVerdict | None, new: JobVerdict, grace_s: float = 0.0) -> list[TimelineEvent]:
-    codes_ = [r.code for r in new.reasons]
-    data = {"job": job.job_id, "name": job.name, "reasons": codes_}
-    before = prev.state if prev else None
-    if new.state == "stopping" and before == "stopping" and prev is not None and new.stop_step != prev.stop_step:
-        # each escalation of a stop is news: the last one says the job ignored being asked
-        if new.stop_step == "terminated":
-            text = f"job {job.name} is told to end its processes (terminate)"
-        else:
-            text = (
-                f"job {job.name} was still running {grace_s:g}s after it was told to end "
-                "(stop_grace_s): its processes are killed"
-            )
-        return [TimelineEvent(codes.JOB_STOPPED, job.job_id, text, {**data, "step": new.stop_step, "grace_s": grace_s})]
-    if before == new.state:
-        return []
-    why = f": {new.reasons[0].message}" if new.reasons else ""
-    if new.state == "held":
-        return [TimelineEvent(codes.JOB_HELD, job.job_id, f"job {job.name} waits{why}", data)]
-    if new.state == "stopping":
-        return [
-            TimelineEvent(
-                codes.JOB_STOPPED,
-                job.job_id,
-                f"job {job.name} is being stopped{why}",
-                {**data, "step": new.stop_step, "grace_s": grace_s},
-            )
-        ]
-    if new.state == "paused":
-        return [
-            TimelineEvent(
-                codes.JOB_PAUSED, job.job_id, f"job {job.name} paused ({new.via}){why}", {**data, "via": new.via}
-            )
-        ]
-    if before in (None, "held") and not job.started:
-        return [TimelineEvent(codes.JOB_ADMITTED, job.job_id, f"job {job.name} admitted at duty {new.duty:g}", data)]
-    if before == "paused":
-        return [TimelineEvent(codes.JOB_RESUMED, job.job_id, f"job {job.name} resumed", data)]
-    return []
-
-
-def _sees(
-    run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Policy, prev: EngineState, now: float
-) -> RunObs:
-    rid = run.spec.rule_id
-    ro = obs.rules.get(rid) or RuleObs(rid)
-    progress = ro.progress
-    count = progress.count if progress is not None and progress.readable else None
-    why = "" if count is not None else (progress.why if progress is not None and progress.why else "it cannot be read")
-    guard = obs.memory_available is not None and obs.memory_available < policy.governor.min_available
-    running = {jid: v.state == "run" for jid, v in prev.jobs.items()}
-    work_running, duty, at = work_seen(run.spec, obs.jobs.values(), running)
-    return RunObs(
-        now=now,
-        wall=obs.wall if obs.wall is not None else now,
-        count=count,
-        count_why=why,
-        running=ro.running,
-        pids=ro.pids,
-        phases=rule.phases if rule else (),
-        power=obs.power,
-        memory_guard=guard,
-        work_running=work_running,
-        work_duty=duty,
-        work_sample_at=at,
-    )
 
 
 def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> list[TenantObs]:
@@ -471,7 +320,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running
         )
     )
-    ab = advance(run, _sees(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
+    ab = advance(run, sees(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
     if ab is not None:
         events.extend(ab.events)
         run = ab.state if ab.state is not None and ab.state.running else None
@@ -524,7 +373,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         trust[trust_key(job)] = checked.trust
         events.extend(checked.events)
         share = min(budgets) / len(throttlers) if budgets and throttlers else None
-        says = _run_says(run, job) if run is not None else None
+        says = run_says(run, job) if run is not None else None
         verdict = _job_verdict(
             job,
             holds,
@@ -554,8 +403,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             gpu_jobs_running.append(job.job_id)
             if job.use == "exclusive":
                 exclusive_running = job.job_id
-        actions.extend(_actions(job, prev_v, verdict))
-        events.extend(_job_events(job, prev_v, verdict, policy.stop_grace_s))
+        actions.extend(change_actions(job, prev_v, verdict))
+        events.extend(change_events(job, prev_v, verdict, policy.stop_grace_s))
 
     notices = tuple(h.reason for h in node_holds(obs, policy))
     active = frozenset(n.code for n in notices)

@@ -4,8 +4,6 @@ arbiter's own keys, and handed to the plugin, validated, in its context."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from arbiter.config.loader import load_node_config
 from arbiter.config.schemas import schema_for
 from arbiter.plugin import KindOptions, Register, hookimpl
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+from arbiter_testing.node import start_up
 
 #: a plugin, importable by its module name from the test's folder, that reads ``backup:``
 PLUGIN = """\
@@ -92,14 +91,7 @@ def test_a_misspelt_section_gets_the_closest_of_the_keys_and_sections(folder: Pa
     assert problem.startswith(f"{path}:4:1: backpu: unknown key 'backpu' (did you mean 'backup'? known keys: "), problem
     assert "tick_s" in problem and "sections of the enabled plugins: backup" in problem, problem
     # the daemon refuses to start on it, as check does
-    out = subprocess.run(
-        [sys.executable, "-m", "arbiter", "run", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"},
-    )
+    out = start_up(path, env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 2 and "backpu: unknown key 'backpu' (did you mean 'backup'?" in out.stderr, out.stderr
 
 

@@ -306,9 +306,9 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
 
 def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tmp_path: Path) -> None:
     """The daemon's own watcher's report of a source the process watches is set aside, not
-    lost: when the process is given up, that phase is acted on at once (a tick is a minute
-    away: a tick after two quiet ticks takes its own reading, as from a process that stalled,
-    which a loaded machine's slow start-up gave this test's 5 s ticks time for)."""
+    lost: when the process is given up, that phase is acted on at once.  Ticks are a minute
+    apart, so no tick's own reading (taken after two quiet ticks, as from a process that
+    stalled) can act on the phase first, however slow the machine is."""
     import os
     import signal
 

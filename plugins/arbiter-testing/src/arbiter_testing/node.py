@@ -7,6 +7,7 @@ has a code, timeline entries once one is there, and a daemon killed as a crash w
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from arbiter.demo.node import PYTHON, WAIT_S, LocalNode
@@ -85,3 +86,16 @@ class HarnessNode(LocalNode):
         assert self.daemon is not None
         self.daemon.kill()
         self.daemon.wait()
+
+
+def start_up(config: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``arbiter run`` on ``config``, for a test that expects start-up to be refused: it ends
+    within a minute with what it said (a daemon that started instead would time out)."""
+    return subprocess.run(
+        [PYTHON, "-m", "arbiter", "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )

@@ -1,0 +1,79 @@
+"""``arbiter job``: run a command as a fleet job, and stop, pause or resume one."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from arbiter.cli.client import Client, CliError
+from arbiter.cli.common import ConfigOpt, fail
+
+job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True, rich_markup_mode=None)
+
+
+@job_app.command(
+    "run",
+    # what follows the command is its own: `job run python3 -c X` runs python3 -c X, `--` or not
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+def job_run(
+    cmd: Annotated[
+        list[str],
+        typer.Argument(metavar="CMD", help="the command and its arguments, after its options (-- is optional)"),
+    ],
+    config: ConfigOpt = None,
+    name: Annotated[Optional[str], typer.Option(help="the job name (trust is kept per owner and name)")] = None,  # noqa: UP045
+    manifest: Annotated[Optional[str], typer.Option(help="a job manifest file (YAML)")] = None,  # noqa: UP045
+    cooperative: Annotated[
+        bool, typer.Option(help="the job obeys its control document (cooperative_throttle and _pause)")
+    ] = False,
+) -> None:
+    """Register a job, wait until it is admitted, run it, exit with its exit code."""
+    from arbiter.cli.jobrun import run_job
+
+    if cmd and cmd[0].startswith("-") and cmd[0] != "-":
+        raise fail(CliError(_not_an_option(cmd[0]), 2))
+    try:
+        raise typer.Exit(run_job(Client(config), list(cmd), name, manifest, cooperative))
+    except CliError as exc:
+        raise fail(exc) from None
+
+
+def _not_an_option(word: str) -> str:
+    from arbiter.config.errors import did_you_mean
+
+    known = ["--config", "--name", "--manifest", "--cooperative", "--no-cooperative", "--help"]
+    return (
+        f"{word} is not an option of `arbiter job run` ({did_you_mean(word, known, 'its options')}); "
+        "its options come before the command: arbiter job run --name NAME -- CMD ARGS"
+    )
+
+
+def _job_op(op: str, job_id: str, config: str | None) -> None:
+    from arbiter.transport import RequestRefused
+
+    try:
+        Client(config).call(op, id=job_id)
+    except CliError as exc:
+        raise fail(exc) from None
+    except RequestRefused as exc:
+        raise fail(CliError(str(exc), 3 if exc.code == "FORBIDDEN" else 1)) from None
+
+
+@job_app.command("stop")
+def job_stop(job_id: str, config: ConfigOpt = None) -> None:
+    """Stop a job: its control document says stop, then it is terminated after a grace period."""
+    _job_op("job.stop", job_id, config)
+
+
+@job_app.command("pause")
+def job_pause(job_id: str, config: ConfigOpt = None) -> None:
+    """Hold one of your jobs until you resume it."""
+    _job_op("job.pause", job_id, config)
+
+
+@job_app.command("resume")
+def job_resume(job_id: str, config: ConfigOpt = None) -> None:
+    """Lift your own hold on a job (arbiter's holds stay)."""
+    _job_op("job.resume", job_id, config)
