@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -244,6 +245,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             proc.kill()
             proc.wait()
         cluster.close()
+    shutil.rmtree(root, ignore_errors=True)  # a run that failed leaves it, with each daemon's and slurmd's log
     print(f"{args.nodes} nodes x {args.jobs} jobs, {args.rounds} phase rounds (seed {args.seed})")
     print(
         f"phase on -> the node's job processes stopped (local): p50 {pct(local, 0.5):.1f} ms, p99 {pct(local, 0.99):.1f} ms"

@@ -28,7 +28,13 @@ from arbiter_testing.rules import phase_rule
 
 
 def measure(immediate: bool, changes: int, tick_s: float, **config: Any) -> tuple[list[float], dict[str, Any]]:
-    root = Path(tempfile.mkdtemp(prefix="arbiter-reaction-"))
+    with tempfile.TemporaryDirectory(prefix="arbiter-reaction-") as folder:
+        return _measure(Path(folder), immediate, changes, tick_s, **config)
+
+
+def _measure(
+    root: Path, immediate: bool, changes: int, tick_s: float, **config: Any
+) -> tuple[list[float], dict[str, Any]]:
     events = root / "events.jsonl"
     events.touch()
     node = HarnessNode(root, tick_s=tick_s, **config)

@@ -6,6 +6,7 @@ wins over a job a user registered under the same id first."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -71,6 +72,7 @@ def test_only_your_own_process_and_only_yourself_or_your_parent() -> None:
         sleeper.kill()
         sleeper.wait()
         node.close()
+        shutil.rmtree(root)
 
 
 def test_the_scheduler_word_wins_over_a_job_registered_first_under_its_id() -> None:
@@ -94,3 +96,4 @@ def test_the_scheduler_word_wins_over_a_job_registered_first_under_its_id() -> N
             proc.kill()
             proc.wait()
         node.close()
+        shutil.rmtree(root)
