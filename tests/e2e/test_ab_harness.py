@@ -30,9 +30,12 @@ CORE = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 PINNED = (
     f"import os, sys; os.sched_setaffinity(0, {{{CORE}}}); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"
 )
-SHORT = ["--yes", "--window", "1.5", "--washout", "0.5", "--blocks", "8", "--max-hours", "1"]
-#: at most 36 blocks a run: a pilot too noisy for that is refused in seconds, not run for an hour
-SWEEP = [*SHORT[:-1], "0.03"]
+#: runs that reach no verdict: the shortest windows that still hold whole frames and duty samples
+SHORT = ["--yes", "--window", "1", "--washout", "0.5", "--blocks", "8", "--max-hours", "1"]
+#: runs that must reach one on a loaded box: 1 s windows there leave the interval too wide to
+#: certify duty 0.1.  At most 36 blocks a run: a pilot too noisy for that is refused in
+#: seconds, not run for an hour
+SWEEP = ["--yes", "--window", "1.5", "--washout", "0.5", "--blocks", "8", "--max-hours", "0.03"]
 SLOWING_JOB = Path(__file__).with_name("slowing_job.py")
 #: the sweep's work slows the stand-in by GAIN · duty²: 1 % at duty 0.1, 20 % at 0.45
 GAIN = 1.0

@@ -113,7 +113,6 @@ def test_without_a_certificate_certified_behaves_as_the_default(tmp_path: Path) 
         node.close()
 
 
-@pytest.mark.alone
 def test_a_name_caught_over_its_duty_waits_and_explain_says_distrust_first(tmp_path: Path) -> None:
     events = tmp_path / "progress.jsonl"
     manifest = tmp_path / "batch.yaml"
