@@ -33,7 +33,7 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The daemon's side: each operation asked, in order."""
     ops: list[str] = []
 
-    def ask(config: str | None, op: str, key: str, **args: Any) -> Any:
+    def ask(config: str | None, op: str, key: str | None, **args: Any) -> Any:
         ops.append(op)
         return dict(PLAN)
 

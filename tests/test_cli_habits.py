@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from arbiter.cli import jobrun, main
+from arbiter.cli import common, jobrun, main
 from arbiter.cli.client import EXIT_NO_DAEMON
+from arbiter.cli.common import FORBIDDEN_EXIT
+from arbiter.transport import RequestRefused
 
 
 @pytest.fixture
@@ -66,6 +68,31 @@ def test_no_daemon_has_its_own_exit_status(tmp_path: Path) -> None:
         )
         assert out.returncode == EXIT_NO_DAEMON, (args, out.stderr)
         assert "no daemon is running" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "status"),
+    [
+        (["job", "stop", "batch-7"], "FORBIDDEN", FORBIDDEN_EXIT),
+        (["job", "pause", "batch-7"], "NO_SUCH_JOB", 1),
+        (["explain", "batch-7"], "FORBIDDEN", FORBIDDEN_EXIT),
+    ],
+)
+def test_a_refusal_exits_with_what_it_was(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], code: str, status: int
+) -> None:
+    """A request the caller may not make exits 3, any other refusal 1, with the daemon's words."""
+
+    class Refusing:
+        def __init__(self, config: str | None) -> None:
+            pass
+
+        def call(self, op: str, **_args: Any) -> dict[str, Any]:
+            raise RequestRefused(f"{op}: refused for this test", code)
+
+    monkeypatch.setattr(common, "Client", Refusing)
+    out = CliRunner().invoke(main.app, args)
+    assert out.exit_code == status and "refused for this test" in out.output, out.output
 
 
 def verdict(state: str, *codes: str, duty: float = 1.0, figure: int = 1) -> dict[str, Any]:

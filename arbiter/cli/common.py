@@ -46,16 +46,22 @@ def node_and_plugins(config: str | None) -> tuple[Any, Any]:
         raise fail(CliError(str(exc), 2)) from None
 
 
-def ask(config: str | None, op: str, key: str, **args: Any) -> Any:
-    """One answer from the daemon, or a clear exit."""
+#: the exit status of a request the daemon refuses because the caller may not make it
+FORBIDDEN_EXIT = 3
+
+
+def ask(config: str | None, op: str, key: str | None, **args: Any) -> Any:
+    """The daemon's answer to ``op`` (its ``key`` where one is named), or a clear exit: 3 when
+    the caller may not ask it, 1 for any other refusal."""
     from arbiter.transport import RequestRefused
 
     try:
-        return Client(config).call(op, **args)[key]
+        answer = Client(config).call(op, **args)
     except CliError as exc:
         raise fail(exc) from None
     except RequestRefused as exc:
-        raise fail(CliError(str(exc))) from None
+        raise fail(CliError(str(exc), FORBIDDEN_EXIT if exc.code == "FORBIDDEN" else 1)) from None
+    return answer if key is None else answer[key]
 
 
 def show(data: Any, as_json: bool, printer: str) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from arbiter.cli.client import Client, CliError
-from arbiter.cli.common import ConfigOpt, fail
+from arbiter.cli.common import ConfigOpt, ask, fail
 
 job_app = typer.Typer(help="Run and control fleet jobs.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -50,30 +50,19 @@ def _not_an_option(word: str) -> str:
     )
 
 
-def _job_op(op: str, job_id: str, config: str | None) -> None:
-    from arbiter.transport import RequestRefused
-
-    try:
-        Client(config).call(op, id=job_id)
-    except CliError as exc:
-        raise fail(exc) from None
-    except RequestRefused as exc:
-        raise fail(CliError(str(exc), 3 if exc.code == "FORBIDDEN" else 1)) from None
-
-
 @job_app.command("stop")
 def job_stop(job_id: str, config: ConfigOpt = None) -> None:
     """Stop a job: its control document says stop, then it is terminated after a grace period."""
-    _job_op("job.stop", job_id, config)
+    ask(config, "job.stop", None, id=job_id)
 
 
 @job_app.command("pause")
 def job_pause(job_id: str, config: ConfigOpt = None) -> None:
     """Hold one of your jobs until you resume it."""
-    _job_op("job.pause", job_id, config)
+    ask(config, "job.pause", None, id=job_id)
 
 
 @job_app.command("resume")
 def job_resume(job_id: str, config: ConfigOpt = None) -> None:
     """Lift your own hold on a job (arbiter's holds stay)."""
-    _job_op("job.resume", job_id, config)
+    ask(config, "job.resume", None, id=job_id)
