@@ -76,6 +76,10 @@ def test_no_daemon_has_its_own_exit_status(tmp_path: Path) -> None:
         (["job", "stop", "batch-7"], "FORBIDDEN", FORBIDDEN_EXIT),
         (["job", "pause", "batch-7"], "NO_SUCH_JOB", 1),
         (["explain", "batch-7"], "FORBIDDEN", FORBIDDEN_EXIT),
+        (["ab", "abort", "r1"], "FORBIDDEN", FORBIDDEN_EXIT),
+        (["ab", "abort", "r1"], "NO_SUCH_RUN", 1),
+        (["gpu-apis"], "FORBIDDEN", FORBIDDEN_EXIT),
+        (["doctor"], "RATE_LIMITED", 1),
     ],
 )
 def test_a_refusal_exits_with_what_it_was(
@@ -90,7 +94,8 @@ def test_a_refusal_exits_with_what_it_was(
         def call(self, op: str, **_args: Any) -> dict[str, Any]:
             raise RequestRefused(f"{op}: refused for this test", code)
 
-    monkeypatch.setattr(common, "Client", Refusing)
+    for module in (common, main):
+        monkeypatch.setattr(module, "Client", Refusing)
     out = CliRunner().invoke(main.app, args)
     assert out.exit_code == status and "refused for this test" in out.output, out.output
 

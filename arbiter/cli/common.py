@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
 from arbiter.cli.client import Client, CliError, node_config
+
+if TYPE_CHECKING:
+    from arbiter.transport import RequestRefused
 
 ConfigOpt = Annotated[
     Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
@@ -50,9 +53,13 @@ def node_and_plugins(config: str | None) -> tuple[Any, Any]:
 FORBIDDEN_EXIT = 3
 
 
+def refused(exc: RequestRefused) -> typer.Exit:
+    """The exit for a request the daemon refused: 3 when the caller may not make it, else 1."""
+    return fail(CliError(str(exc), FORBIDDEN_EXIT if exc.code == "FORBIDDEN" else 1))
+
+
 def ask(config: str | None, op: str, key: str | None, **args: Any) -> Any:
-    """The daemon's answer to ``op`` (its ``key`` where one is named), or a clear exit: 3 when
-    the caller may not ask it, 1 for any other refusal."""
+    """The daemon's answer to ``op`` (its ``key`` where one is named), or a clear exit."""
     from arbiter.transport import RequestRefused
 
     try:
@@ -60,7 +67,7 @@ def ask(config: str | None, op: str, key: str | None, **args: Any) -> Any:
     except CliError as exc:
         raise fail(exc) from None
     except RequestRefused as exc:
-        raise fail(CliError(str(exc), FORBIDDEN_EXIT if exc.code == "FORBIDDEN" else 1)) from None
+        raise refused(exc) from None
     return answer if key is None else answer[key]
 
 

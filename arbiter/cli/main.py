@@ -16,7 +16,17 @@ import typer
 from arbiter import __version__
 from arbiter.cli.ab_commands import ab_app
 from arbiter.cli.client import Client, CliError, node_config
-from arbiter.cli.common import ConfigOpt, JsonOpt, ask, console_out, fail, node_and_plugins, print_json, show
+from arbiter.cli.common import (
+    ConfigOpt,
+    JsonOpt,
+    ask,
+    console_out,
+    fail,
+    node_and_plugins,
+    print_json,
+    refused,
+    show,
+)
 from arbiter.cli.job_commands import job_app
 
 app = typer.Typer(
@@ -240,10 +250,13 @@ def helper(
 def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The node's health, each item with a fix: config, plugins, readers, GPU APIs, sources, access."""
     from arbiter.doctor import Item, local_items
+    from arbiter.transport import RequestRefused
 
     items = [i.to_dict() for i in local_items(config)]
     try:
         items += Client(config).call("doctor", timeout=90)["items"]
+    except RequestRefused as exc:
+        raise refused(exc) from None
     except CliError as exc:
         items.append(
             Item(
@@ -272,7 +285,7 @@ def gpu_apis_command(
     except CliError:
         answer = _probe_here(config)  # no daemon: ask the probes directly
     except RequestRefused as exc:
-        raise fail(CliError(str(exc))) from None
+        raise refused(exc) from None
     show(answer, as_json, "print_gpu_apis")
 
 

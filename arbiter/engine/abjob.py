@@ -22,6 +22,8 @@ class RunSays:
 
 
 def run_says(run: RunState, job: JobObs) -> RunSays | None:
+    """What ``run`` says of ``job``: the arm it is in when the run covers it, held for the run
+    when it is other GPU work, nothing when it uses no GPU."""
     spec = run.spec
     w = run.window
     if covers(spec.work, job):
@@ -47,9 +49,12 @@ def run_says(run: RunState, job: JobObs) -> RunSays | None:
     return RunSays(spec.rule_id, None, reason)
 
 
-def sees(
+def run_obs(
     run: RunState, obs: Observation, rule: RuleVerdict | None, policy: Policy, prev: EngineState, now: float
 ) -> RunObs:
+    """What ``run`` sees at this tick: its program's progress count (or why there is none), the
+    program's phases, the memory guard, and whether its work ran at its duty (by the jobs'
+    previous verdicts)."""
     rid = run.spec.rule_id
     ro = obs.rules.get(rid) or RuleObs(rid)
     progress = ro.progress

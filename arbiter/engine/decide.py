@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.engine.abjob import RunSays, run_says, sees
+from arbiter.engine.abjob import RunSays, run_obs, run_says
 from arbiter.engine.abrun import advance
 from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
@@ -320,7 +320,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             if rp.profile and rule_states[rid].using_gpu and (obs.rules.get(rid) or RuleObs(rid)).running
         )
     )
-    ab = advance(run, sees(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
+    ab = advance(run, run_obs(run, obs, rule_verdicts.get(run.spec.rule_id), policy, prev, now)) if run else None
     if ab is not None:
         events.extend(ab.events)
         run = ab.state if ab.state is not None and ab.state.running else None

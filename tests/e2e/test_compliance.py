@@ -43,7 +43,8 @@ def test_a_job_over_its_duty_is_paused_then_stopped_and_its_name_waits(tmp_path:
         assert launcher.wait(timeout=20) != 0  # the third time: stopped
         untrusted = node.events("JOB_UNTRUSTED")[-1]
         assert untrusted["data"]["strikes"] == 3 and untrusted["data"]["name"] == "greedy"
-        assert [e["code"] for e in node.events("GPU_DUTY_EXCEEDED")].count("GPU_DUTY_EXCEEDED") == 2
+        exceeded = node.events("GPU_DUTY_EXCEEDED")
+        assert len(exceeded) == 2 and all("for 3 samples, over its duty 0.10" in e["message"] for e in exceeded)
 
         again = node.job_run([PYTHON, "-c", "pass"], "--manifest", str(manifest))
         node.wait_for(

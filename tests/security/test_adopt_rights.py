@@ -72,7 +72,7 @@ def test_only_your_own_process_and_only_yourself_or_your_parent() -> None:
         sleeper.kill()
         sleeper.wait()
         node.close()
-        shutil.rmtree(root)
+    shutil.rmtree(root)  # after a failure it stays, with the daemon's log
 
 
 def test_the_scheduler_word_wins_over_a_job_registered_first_under_its_id() -> None:
@@ -96,4 +96,4 @@ def test_the_scheduler_word_wins_over_a_job_registered_first_under_its_id() -> N
             proc.kill()
             proc.wait()
         node.close()
-        shutil.rmtree(root)
+    shutil.rmtree(root)  # after a failure it stays, with the daemon's log
