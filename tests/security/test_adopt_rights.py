@@ -61,8 +61,8 @@ def test_only_your_own_process_and_only_yourself_or_your_parent() -> None:
         assert first["new"] and not again["new"] and first["job"]["id"] == "batch-3"
         job = node.wait_for(lambda: next((j for j in node.status()["jobs"] if j["id"] == "batch-3"), None))
         assert job["state"] == "run", job
-        events = node.call("timeline", code="JOB_ADOPTED", subject="batch-3")["events"]
-        assert len(events) == 1 and f"process {sleeper.pid} of uid" in events[0]["message"], events
+        events = node.events("JOB_ADOPTED", "batch-3", contains=f"process {sleeper.pid} of uid")
+        assert len(events) == 1, events
 
         # a bad manifest is refused with what was wrong
         with pytest.raises(RequestRefused) as bad:

@@ -23,10 +23,6 @@ def _job(node: Any, job_id: str) -> dict[str, Any] | None:
     return next((j for j in node.status()["jobs"] if j["id"] == job_id), None)
 
 
-def _events(node: Any, code: str, subject: str) -> list[dict[str, Any]]:
-    return node.call("timeline", code=code, subject=subject, limit=50)["events"]  # type: ignore[no-any-return]
-
-
 def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(slurm: SlurmCluster) -> None:
     # ticks far apart: the job is known, and ends, through the hooks alone, not by reconciling
     # or by the tick noticing its processes gone
@@ -35,8 +31,7 @@ def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(s
     key = f"slurm-{job}"
     seen = wait_until(lambda: _job(n1, key), WAIT_S, f"{key} in n1's status", poll_s=0.1)
     assert seen["state"] == "run", seen
-    adopted = _events(n1, "JOB_ADOPTED", key)
-    assert adopted and "handed over" in adopted[0]["message"], adopted
+    n1.events("JOB_ADOPTED", key, contains="handed over")
     # the task was told who it is to arbiter, before its first line ran
     out = wait_until(lambda: slurm.output(job), WAIT_S, "the job's output")
     assert f"id={key} " in out and "control=" in out and "/jobs/" in out, out
@@ -46,8 +41,7 @@ def test_a_batch_job_is_handed_over_by_its_task_prolog_and_ended_by_the_epilog(s
 
     slurm.run("scancel", str(job))
     wait_until(lambda: _job(n1, key) is None, WAIT_S, f"{key} gone from n1's status", poll_s=0.1)
-    ended = _events(n1, "JOB_EXITED", key)
-    assert ended and "its command exited" in ended[0]["message"], ended  # told by the Epilog
+    n1.events("JOB_EXITED", key, contains="its command exited")  # told by the Epilog
 
 
 def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: SlurmCluster) -> None:
@@ -60,7 +54,7 @@ def test_a_job_started_while_the_daemon_was_down_is_adopted_from_squeue(slurm: S
     key = f"slurm-{job}"
     seen = wait_until(lambda: _job(n2, key), WAIT_S, f"{key} adopted by n2", poll_s=0.1)
     assert seen["name"] == "render", seen  # the manifest in the job's comment
-    assert "reconciling" in _events(n2, "JOB_ADOPTED", key)[0]["message"]
+    n2.events("JOB_ADOPTED", key, contains="reconciling")
 
 
 def test_the_hook_exits_0_and_says_why_when_the_daemon_is_not_there(slurm: SlurmCluster) -> None:
