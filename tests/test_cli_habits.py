@@ -77,9 +77,9 @@ def test_no_daemon_has_its_own_exit_status(tmp_path: Path) -> None:
         (["job", "pause", "batch-7"], "NO_SUCH_JOB", 1),
         (["explain", "batch-7"], "FORBIDDEN", FORBIDDEN_EXIT),
         (["ab", "abort", "r1"], "FORBIDDEN", FORBIDDEN_EXIT),
-        (["ab", "abort", "r1"], "NO_SUCH_RUN", 1),
+        (["ab", "abort", "r1"], "AB_REFUSED", 1),
         (["gpu-apis"], "FORBIDDEN", FORBIDDEN_EXIT),
-        (["doctor"], "RATE_LIMITED", 1),
+        (["doctor"], "BUSY", 1),
     ],
 )
 def test_a_refusal_exits_with_what_it_was(
