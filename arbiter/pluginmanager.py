@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import concurrent.futures
-import difflib
 import importlib
 import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import pluggy
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from arbiter import hookspecs
 from arbiter.childwork import CHILD_CPU
 from arbiter.config.models import NodeConfig
-from arbiter.config.sections import MISSPELT, plugin_sections
+from arbiter.config.sections import misspelling_of, plugin_sections
 from arbiter.plugin import (
     PROJECT,
     HostSignal,
@@ -101,6 +101,8 @@ class PluginHost:
     _hung: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
     #: per calling thread: CPU seconds its calls spent on pool threads (see :meth:`worker_cpu`)
     _spent: threading.local = field(default_factory=threading.local)
+    #: the last node config given to :meth:`context` and its sections, validated
+    _sections_of: tuple[NodeConfig, Mapping[str, KindOptions]] | None = None
 
     @property
     def hook(self) -> Any:
@@ -120,9 +122,18 @@ class PluginHost:
             state_dir=config.state_path(),
             stand_in_gpu=config.stand_in_gpu,
             daemon_uid=os.geteuid(),
-            sections=plugin_sections(config, self.section_models(), self.blocked),
+            sections=self._validated_sections(config),
             **extra,
         )
+
+    def _validated_sections(self, config: NodeConfig) -> Mapping[str, KindOptions]:
+        """``config``'s plugin sections, validated once: the hooks that take a context are
+        called every few seconds, on the same config (a problem would be logged each time)."""
+        known = self._sections_of
+        if known is None or known[0] is not config:
+            known = (config, MappingProxyType(plugin_sections(config, self.section_models(), self.blocked)))
+            self._sections_of = known
+        return known[1]
 
     def section_models(self) -> dict[str, type[KindOptions]]:
         """The node config's plugin sections: each one's name and the model that validates it."""
@@ -288,14 +299,14 @@ def _collect(host: PluginHost) -> None:
                     f"plugin {_plugin} registered the node config section {name!r}: a section's name is lower-case "
                     "letters, digits and _, starting with a letter"
                 )
-            close = difflib.get_close_matches(name, NodeConfig.model_fields, n=1, cutoff=MISSPELT)
-            if close:
+            key = misspelling_of(name)
+            if key is not None:
                 raise PluginLoadError(
                     f"plugin {_plugin} registered the node config section {name!r}, "
                     + (
                         "a key arbiter has"
-                        if close[0] == name
-                        else f"so close to arbiter's key {close[0]!r} that it would be taken for it misspelt"
+                        if key == name
+                        else f"so close to arbiter's key {key!r} that it would be taken for it misspelt"
                     )
                 )
             if not (isinstance(model, type) and issubclass(model, KindOptions)):

@@ -44,21 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from arbiter_testing.reaction import write_phase
-from arbiter_testing.rules import phase_rule
+from arbiter_testing.rules import game_rule, own_sleep, phase_rule
 from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_throughput import (
-    ENDED,
-    busy_schedule,
-    free_share,
-    game_rule,
-    oracle,
-    own_sleep,
-    restart_fleet,
-    throughput,
-)
+from fleet_throughput import ENDED, busy_schedule, free_share, oracle, restart_fleet, throughput
 
 WAIT_S = 60.0
 POLL_S = 0.002
@@ -183,7 +174,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             marker = own_sleep(995000 + i)
             node = cluster.start_arbiter(name, translators={"pause": ["slurm"], "terminate": ["slurm"]}, tick_s=1.0)
             node.add_rule(f"stand-in-{name}", protect_rule(name, events[name], marker))
-            node.add_rule(f"game-{name}", game_rule(name, own_sleep(985000 + i)))
+            node.add_rule(f"game-{name}", game_rule(f"game-{name}", own_sleep(985000 + i)))
             stand_ins.append(subprocess.Popen(marker.split()))
         jobs = {
             name: [cluster.sbatch("sleep 3000\n", f"--nodelist={name}", "--requeue") for _ in range(args.jobs)]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import random
 import subprocess
 import sys
 import time
 from typing import Any
 
+from arbiter_testing.rules import own_sleep
 from arbiter_testing.slurm import SlurmCluster
 from arbiter_testing.waiting import wait_until
 
@@ -41,23 +41,6 @@ while done < total:
         fh.write(f"{done:.3f}")
     os.replace(path + ".tmp", path)
 """
-
-
-def own_sleep(number: int) -> str:
-    """A ``sleep`` command line no other program on the host has (every daemon's rules see
-    every process, those of another run beside this one too): GNU sleep adds up its
-    arguments, and the second is this process's pid, as a fraction of a second."""
-    return f"sleep {number} 0.{os.getpid():07d}"
-
-
-def game_rule(node: str, marker: str) -> dict[str, Any]:
-    """The throughput passes' protected program: fleet GPU work waits while it runs."""
-    return {
-        "id": f"game-{node}",
-        "match": {"cmdline": [marker]},
-        "protect": {"metric": "gpu_share"},
-        "pause_fleet": {"scope": "gpu"},
-    }
 
 
 def busy_schedule(

@@ -70,14 +70,20 @@ def misspelt_keys(cfg: NodeConfig, where: str, positions: Positions) -> list[Pro
     """The top-level keys that are not arbiter's but so close to one of its keys that they are
     that key misspelt: judged wherever the config is read, without the plugins (whose sections
     only :func:`judge_sections`, with them loaded, tells from unknown keys)."""
-    keys = sorted(NodeConfig.model_fields)
     problems = []
     for name in sorted(cfg.sections()):
-        close = difflib.get_close_matches(name, keys, n=1, cutoff=MISSPELT)
-        if close:
+        key = misspelling_of(name)
+        if key is not None:
             line, col = positions.get(anchor_of(positions, (name,), prefer_key=True), (0, 0))
-            problems.append(Problem(where, line, col, name, f"unknown key {name!r}", f"did you mean {close[0]!r}?"))
+            problems.append(Problem(where, line, col, name, f"unknown key {name!r}", f"did you mean {key!r}?"))
     return problems
+
+
+def misspelling_of(name: str) -> str | None:
+    """The key of arbiter's own that ``name`` is, or is so close to that it would be taken for
+    it misspelt; None for a name no key is near (a plugin's section may have it)."""
+    close = difflib.get_close_matches(name, sorted(NodeConfig.model_fields), n=1, cutoff=MISSPELT)
+    return close[0] if close else None
 
 
 def _unknown_hint(name: str, sections: list[str], blocked: list[str]) -> str:

@@ -4,7 +4,6 @@ after a clean stop, which resumes it, the count starts again."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from arbiter.transport import RequestRefused
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.rules import own_sleep
 from arbiter_testing.waiting import wait_until
 
 from .conftest import Procs
@@ -21,21 +21,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 WAIT_S = 30.0
 EVICT_S = 600.0  # long: the clock is read, the job is never stopped here
+#: this test's own protected program
+MARKER = own_sleep(965000)
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[HarnessNode]:
     n = HarnessNode(tmp_path, tick_s=0.5, evict_after_s=EVICT_S)
-    n.add_rule("game", {"id": "game", "match": {"cmdline": [marker(n)]}, "pause_fleet": {"scope": "all"}})
+    n.add_rule("game", {"id": "game", "match": {"cmdline": [MARKER]}, "pause_fleet": {"scope": "all"}})
     yield n
     n.close()
-
-
-def marker(node: HarnessNode) -> str:
-    """This test's own protected program: a sleep no other program on the host runs (every
-    daemon's rules see every process; GNU sleep adds up its arguments, the second is this
-    test process's pid as a fraction of a second)."""
-    return f"sleep 965000 0.{os.getpid():07d}"
 
 
 def paused_for(node: HarnessNode, name: str) -> float | None:
@@ -58,7 +53,7 @@ def held_job(node: HarnessNode, procs: type[Procs]) -> tuple[int, float]:
     node.start()
     node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
     pid = node.job_pid("plain")
-    node.spawn(marker(node).split())
+    node.spawn(MARKER.split())
     procs.wait(pid, {"stopped"}, timeout=WAIT_S)
     wait_until(lambda: (paused_for(node, "plain") or 0) >= 2.0, WAIT_S, "the job paused for 2 s", poll_s=0.1)
     return pid, time.monotonic()

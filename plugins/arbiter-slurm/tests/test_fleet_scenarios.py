@@ -14,7 +14,6 @@ See conftest.py for the cluster."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import Counter
@@ -25,6 +24,7 @@ from typing import Any
 import pytest
 
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.rules import game_rule, own_sleep
 from arbiter_testing.slurm import SlurmCluster
 from arbiter_testing.waiting import wait_until
 
@@ -51,7 +51,7 @@ def nodes(fleet: SlurmCluster) -> dict[str, HarnessNode]:
     for i, name in enumerate(NODES):
         hasty: dict[str, Any] = {"slurm": {"drain_after_s": DRAIN_S}, "evict_after_s": EVICT_S}
         node = fleet.start_arbiter(name, tick_s=1.0, **SLURM_TRANSLATOR, **(hasty if name == HASTY else {}))
-        node.add_rule("game", game_rule(game_marker(i)))
+        node.add_rule("game", game_rule("game", own_sleep(GAME + i)))
         out[name] = node
     return out
 
@@ -91,27 +91,13 @@ def no_jobs(node: HarnessNode) -> bool:
     return not node.status()["jobs"]
 
 
-def game_marker(index: int) -> str:
-    """A command line no other program on the host has: every daemon's rules see every
-    process, those of another run of these tests beside this one too.  (GNU sleep adds up
-    its arguments: the second is this test process's pid, as a fraction of a second.)"""
-    return f"sleep {975000 + index} 0.{os.getpid():07d}"
-
-
-def game_rule(marker: str) -> dict[str, Any]:
-    """A protected program that holds GPU fleet work back whenever it runs (what it does on
-    the GPU is not read here: the stand-in GPU is a CPU core, which a busy machine shares)."""
-    return {
-        "id": "game",
-        "match": {"cmdline": [marker]},
-        "protect": {"metric": "gpu_share"},
-        "pause_fleet": {"scope": "gpu"},
-    }
+#: the first of the numbers that make each node's game its own command line
+GAME = 975000
 
 
 def start_game(node: HarnessNode, name: str) -> Any:
     """The node's protected program."""
-    return node.spawn(game_marker(NODES.index(name)).split())
+    return node.spawn(own_sleep(GAME + NODES.index(name)).split())
 
 
 def placed(fleet: SlurmCluster, jobs: list[int]) -> dict[int, str] | None:

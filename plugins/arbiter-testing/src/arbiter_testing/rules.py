@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,3 +51,22 @@ def phase_rule(
     (``priority``, ``protect``...)."""
     during = phase_during(events, on=on, soon=soon, field=field, event=event, scope=scope, tags=tags)
     return {"id": rule_id, "match": {"cmdline": [marker]}, "immediate": immediate, **more, "during": [during]}
+
+
+def own_sleep(number: int) -> str:
+    """A ``sleep`` command line no other program on the host has, to match a rule against:
+    every daemon's rules see every process, those of another run beside this one too.  GNU
+    sleep adds up its arguments, and the second is this process's pid, as a fraction of a
+    second."""
+    return f"sleep {number} 0.{os.getpid():07d}"
+
+
+def game_rule(rule_id: str, marker: str) -> dict[str, Any]:
+    """A protected program that holds GPU fleet work back whenever it runs: its GPU use is not
+    read (the stand-in GPU is a CPU core, which a busy machine shares)."""
+    return {
+        "id": rule_id,
+        "match": {"cmdline": [marker]},
+        "protect": {"metric": "gpu_share"},
+        "pause_fleet": {"scope": "gpu"},
+    }
