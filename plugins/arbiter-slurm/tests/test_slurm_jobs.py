@@ -107,8 +107,11 @@ def test_a_slurm_job_is_held_while_a_protected_program_uses_the_gpu(slurm: Slurm
     protected = n1.spawn([sys.executable, "-m", "arbiter.demo.protected", "--events", str(slurm.root / "p.jsonl")])
     try:
         wait_until(lambda: _all(pids, "Tt"), WAIT_S, "the Slurm job's processes stopped")
-        (item,) = n1.call("explain", subject=key)["explain"]["items"]
-        assert item["state"] == "paused" and item["reasons"][0]["code"] == "PROTECTED_GPU_BUSY", item
+        # the status is published just after the signals are sent: a moment after the stop
+        (item,) = n1.wait_for(
+            lambda: (items := n1.call("explain", subject=key)["explain"]["items"])[0]["state"] == "paused" and items
+        )
+        assert item["reasons"][0]["code"] == "PROTECTED_GPU_BUSY", item
         # by Slurm's own job id, as squeue shows it
         assert [i["id"] for i in n1.call("explain", subject=str(job))["explain"]["items"]] == [key]
     finally:
