@@ -435,6 +435,19 @@ def http_reference(root: Path) -> str:
 
 
 #: page -> region name -> what writes it
+def codes_reference(root: Path) -> str:
+    """Every code, from :data:`arbiter.engine.codes.CATALOGUE`, holds first."""
+    from arbiter.engine.codes import CATALOGUE
+
+    headings = {"hold": "Holds", "problem": "Problems", "event": "Timeline events"}
+    out = []
+    for kind, heading in headings.items():
+        out += [f"### {heading}", "", "| code | what it means | what to do |", "|---|---|---|"]
+        out += [f"| `{c.name}` | {cell(c.meaning)} | {cell(c.remedy) or '—'} |" for c in CATALOGUE if c.kind == kind]
+        out.append("")
+    return "\n".join(out)
+
+
 REGIONS: dict[str, dict[str, Callable[[Path], str]]] = {
     "docs/rule-files.md": {"rule reference": rule_reference, "rule kinds": rule_kinds},
     "docs/node-config.md": {
@@ -444,6 +457,7 @@ REGIONS: dict[str, dict[str, Callable[[Path], str]]] = {
         "manifest reference": manifest_reference,
     },
     "docs/http-api.md": {"http reference": http_reference},
+    "docs/codes.md": {"codes": codes_reference},
 }
 
 

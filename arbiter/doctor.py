@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arbiter.daemon.facade import Node
+    from arbiter.daemon.parts import Parts
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,12 @@ def local_items(config: str | None) -> list[Item]:
     return items
 
 
-def daemon_items(daemon: Node) -> list[Item]:
+def daemon_items(daemon: Parts) -> list[Item]:
     """What the daemon checks as its own account (runs the probes again)."""
     items: list[Item] = []
     # what each reader said on the last tick: reading them again here would disturb the
     # counters the tick compares from one reading to the next
-    results = dict(daemon.observer.reader_results)
+    results = dict(daemon.ticker.observer.reader_results)
     reading_one = any(ok for ok, _ in results.values())
     for name, (ok, detail) in results.items():
         fix = (
@@ -126,15 +126,16 @@ def daemon_items(daemon: Node) -> list[Item]:
             else f"jobs that need {api} run elsewhere; install its driver where this host has such a GPU"
         )
         items.append(Item(f"GPU API {api}", True, ("usable: " if api in provided else "not usable: ") + evidence, fix))
+    items += fast_path_items(daemon)
     for live in daemon.rulebook.ordered():
         rid = live.rule.id
         for fault in live.faults:
             items.append(Item(f"rule {rid}", False, fault, "fix the plugin block named; `arbiter check` shows it"))
         view = daemon.snapshot.view
         obs = view.rules.get(rid) if view else None
-        for src in daemon.sources.view(rid, 0.0):
+        for src in daemon.intake.book.view(rid, 0.0):
             items.append(source_item(rid, src, bool(obs and obs.running)))
-    access = daemon.observer.host_signal("access")
+    access = daemon.ticker.observer.host_signal("access")
     for check in getattr(access, "items", ()):
         items.append(Item(f"{check.what} ({getattr(access, 'user', '?')})", check.ok, check.detail, check.fix))
     if daemon.recorder.failures:
@@ -146,6 +147,38 @@ def daemon_items(daemon: Node) -> list[Item]:
                 f"check free space and permissions of {Path(daemon.state_dir)}",
             )
         )
+    return items
+
+
+def fast_path_items(daemon: Parts) -> list[Item]:
+    """The translator serving each action (and those tried before it), and whether the
+    reflex process, the fast path for immediate rules, runs."""
+    from arbiter.daemon.act import default_translators
+
+    items = []
+    chosen = daemon.actuator.translators
+    for need in ("pause", "control", "terminate"):
+        order = daemon.config.translators.get(need) or default_translators(daemon.host, need)
+        named = "named in the node config" if daemon.config.translators.get(need) else "by rank"
+        if need in chosen:
+            items.append(Item(f"{need} translator", True, f"{chosen[need][0]} (tried {', '.join(order)}, {named})"))
+        else:
+            items.append(
+                Item(
+                    f"{need} translator",
+                    False,
+                    f"none of {', '.join(order) or 'no installed translator'} is available here: GPU fleet work is held",
+                    f"install a translator plugin that can {need} on this host, or name one under translators: {need}",
+                )
+            )
+    off = daemon.intake.reflex_off
+    if daemon.intake.linked is not None:
+        items.append(Item("reflex process", True, "runs: phase changes of immediate rules pause work at once"))
+    elif daemon.config.reflex_process:
+        fix = "name a bounded pause translator first under translators: pause (`arbiter doctor` lists them)"
+        items.append(Item("reflex process", False, f"off: {off}; the decision thread acts on phase changes", fix))
+    else:
+        items.append(Item("reflex process", True, f"off: {off}; the decision thread acts on phase changes"))
     return items
 
 

@@ -400,6 +400,12 @@ class Translator(_Kind):
     #: True when its pause gives the job's VRAM back (a checkpoint of its device memory), so
     #: that VRAM counts as releasable while the job may be paused
     frees_vram: ClassVar[bool] = False
+    #: where it stands, for each action it declares, when the node config's ``translators:``
+    #: names none for that action: the daemon tries the installed translators by rank, lowest
+    #: first (then by name), and uses the first that is available here.  A translator that
+    #: does not bound its own time ranks high, so that it serves only where it is named: the
+    #: reflex process, the fast path, needs a bounded pause
+    rank: ClassVar[int] = 100
 
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         self.options = options

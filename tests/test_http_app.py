@@ -48,10 +48,10 @@ class FakeProvider:
     def reload(self) -> None:
         self.reloads += 1
 
-    def ab_runs(self) -> list[dict[str, Any]]:
+    def ab_status(self) -> list[dict[str, Any]]:
         return [{"run": "ab-1", "status": "done"}]
 
-    def ab_report(self, run_id: str) -> dict[str, Any]:
+    def ab_show(self, run_id: str) -> dict[str, Any]:
         if run_id != "ab-1":
             raise LookupError(f"no run {run_id!r}")
         return {
@@ -70,7 +70,7 @@ class FakeProvider:
     def ab_plot(self, run_id: str) -> bytes:
         from arbiter.harness.report import plot_png
 
-        return plot_png(self.ab_report(run_id))
+        return plot_png(self.ab_show(run_id))
 
 
 def test_paired_runs_their_reports_and_plots() -> None:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from arbiter.api.ops import Op
 from arbiter.cli.client import CliError
 from arbiter.cli.common import ConfigOpt, JsonOpt, ask, console_out, fail, print_json
 
@@ -56,12 +57,11 @@ def _asks_a_person() -> bool:
     return sys.stdin.isatty()
 
 
-def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, yes: bool, dry_run: bool, **args: Any) -> None:
+def _ab_start(op: Op, config: str | None, as_json: bool, follow: bool, yes: bool, dry_run: bool, **args: Any) -> None:
     from arbiter.cli.ab import follow as follow_run
     from arbiter.cli.ab import print_plan
 
-    sweep = op == "ab.sweep"
-    plan = ask(config, "ab.plan", "plan", sweep=sweep, **args)
+    plan = ask(config, Op.AB_PLAN, "plan", sweep=op is Op.AB_SWEEP, **args)
     console = console_out()
     if as_json and dry_run:
         print_json(plan)
@@ -80,14 +80,14 @@ def _ab_start(op: str, config: str | None, as_json: bool, follow: bool, yes: boo
         console.print(f"started  run {plan['run']}" + (f" of sweep {plan['sweep']}" if plan.get("sweep") else ""))
     if not follow:
         return
-    last = follow_run(console, lambda: ask(config, "ab.status", "runs"), plan["run"], plan.get("sweep"))
-    report = ask(config, "ab.show", "report", id=last.get("run", plan["run"]))
+    last = follow_run(console, lambda: ask(config, Op.AB_STATUS, "runs"), plan["run"], plan.get("sweep"))
+    report = ask(config, Op.AB_SHOW, "report", id=last.get("run", plan["run"]))
     _ab_report(report, as_json)
     if not plan.get("sweep"):
         raise typer.Exit(0 if report["certifies"] else 1)
     from arbiter.cli.ab import sweep_summary
 
-    runs = [r for r in ask(config, "ab.status", "runs") if r.get("sweep") == plan["sweep"]]
+    runs = [r for r in ask(config, Op.AB_STATUS, "runs") if r.get("sweep") == plan["sweep"]]
     passed, text = sweep_summary(runs)
     if not as_json:
         print(text)
@@ -122,7 +122,7 @@ def ab_start(
 ) -> None:
     """Measure what the work costs a protected program: blocks of ON and OFF windows in random order."""
     _ab_start(
-        "ab.start",
+        Op.AB_START,
         config,
         as_json,
         follow,
@@ -165,7 +165,7 @@ def ab_sweep(
     except ValueError:
         raise fail(CliError(f"--levels must be numbers separated by commas, not {levels!r}", 2)) from None
     _ab_start(
-        "ab.sweep",
+        Op.AB_SWEEP,
         config,
         as_json,
         follow,
@@ -190,13 +190,13 @@ def ab_status(
     follow: Annotated[bool, typer.Option("--follow", help="follow the run in progress until it ends")] = False,
 ) -> None:
     """Every paired run: in progress (which window, how far), or its verdict."""
-    runs = ask(config, "ab.status", "runs")
+    runs = ask(config, Op.AB_STATUS, "runs")
     current = next((r for r in runs if r["status"] == "running"), None)
     if follow and current is not None:
         from arbiter.cli.ab import follow as follow_run
 
-        follow_run(console_out(), lambda: ask(config, "ab.status", "runs"), current["run"], current.get("sweep"))
-        runs = ask(config, "ab.status", "runs")
+        follow_run(console_out(), lambda: ask(config, Op.AB_STATUS, "runs"), current["run"], current.get("sweep"))
+        runs = ask(config, Op.AB_STATUS, "runs")
     if as_json:
         print_json(runs)
         return
@@ -213,7 +213,7 @@ def ab_show(
     as_json: JsonOpt = False,
 ) -> None:
     """A run's report: each block, the blocks left out and why, R with its interval, the verdict."""
-    report = ask(config, "ab.show", "report", id=run_id)
+    report = ask(config, Op.AB_SHOW, "report", id=run_id)
     if plot is not None:
         from arbiter.harness.report import plot_png
 
@@ -226,5 +226,5 @@ def ab_abort(
     run_id: Annotated[str, typer.Argument(help="the run (or sweep) to end")], config: ConfigOpt = None
 ) -> None:
     """End a run (and its sweep): no certificate, the work goes back to the usual rules."""
-    answer = ask(config, "ab.abort", "run", id=run_id)
+    answer = ask(config, Op.AB_ABORT, "run", id=run_id)
     print(f"arbiter: run {answer} aborted")

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from arbiter.api.ops import Op
 from arbiter.config.locate import default_state_dir, find_config, relative_to_config
 from arbiter.transport import DaemonUnavailable, request
 
@@ -107,7 +108,7 @@ class Client:
             self._socket = str(daemon_info(state_dir_for(self.config))["socket"])
         return self._socket
 
-    def call(self, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+    def call(self, op: Op, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
         try:
             return request(self.socket, op, timeout=timeout, **args)
         except DaemonUnavailable as exc:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from arbiter.api.ops import Op
 from arbiter.cli.client import Client, CliError, node_config
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def refused(exc: RequestRefused) -> typer.Exit:
     return fail(CliError(str(exc), FORBIDDEN_EXIT if exc.code == "FORBIDDEN" else 1))
 
 
-def ask(config: str | None, op: str, key: str | None, **args: Any) -> Any:
+def ask(config: str | None, op: Op, key: str | None, **args: Any) -> Any:
     """The daemon's answer to ``op`` (its ``key`` where one is named), or a clear exit."""
     from arbiter.transport import RequestRefused
 

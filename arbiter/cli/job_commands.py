@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from arbiter.api.ops import Op
 from arbiter.cli.client import Client, CliError
 from arbiter.cli.common import ConfigOpt, ask, fail
 
@@ -53,16 +54,16 @@ def _not_an_option(word: str) -> str:
 @job_app.command("stop")
 def job_stop(job_id: str, config: ConfigOpt = None) -> None:
     """Stop a job: its control document says stop, then it is terminated after a grace period."""
-    ask(config, "job.stop", None, id=job_id)
+    ask(config, Op.JOB_STOP, None, id=job_id)
 
 
 @job_app.command("pause")
 def job_pause(job_id: str, config: ConfigOpt = None) -> None:
     """Hold one of your jobs until you resume it."""
-    ask(config, "job.pause", None, id=job_id)
+    ask(config, Op.JOB_PAUSE, None, id=job_id)
 
 
 @job_app.command("resume")
 def job_resume(job_id: str, config: ConfigOpt = None) -> None:
     """Lift your own hold on a job (arbiter's holds stay)."""
-    ask(config, "job.resume", None, id=job_id)
+    ask(config, Op.JOB_RESUME, None, id=job_id)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from arbiter.api.ops import Op
 from arbiter.cli.client import Client, CliError
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
 from arbiter.transport import DaemonUnavailable, RequestRefused
@@ -80,7 +81,7 @@ def _watch(client: Client, job_id: str, ended: threading.Event, shown: tuple[Any
     """While the command runs: one line for each change of what arbiter does to it."""
     while not ended.wait(WATCH_S):
         try:
-            answer = client.call("job.wait", id=job_id, timeout=5.0)  # the connection's; the daemon answers within 1 s
+            answer = client.call(Op.JOB_WAIT, id=job_id, timeout=5.0)  # the connection's; the daemon answers within 1 s
         except (CliError, RequestRefused, DaemonUnavailable):
             continue  # a daemon restarting: the next look tells
         if answer["state"] == "ended" or ended.is_set():
@@ -90,7 +91,7 @@ def _watch(client: Client, job_id: str, ended: threading.Event, shown: tuple[Any
             _say(line)
 
 
-def _call_retrying(client: Client, op: str, **args: Any) -> dict[str, Any]:
+def _call_retrying(client: Client, op: Op, **args: Any) -> dict[str, Any]:
     """Calls that must reach the daemon eventually: wait out a daemon restart.  A refusal
     is final and becomes a CliError."""
     warned = False
@@ -113,7 +114,7 @@ def _enclosing_job(client: Client) -> str | None:
     if not job_id or not os.environ.get(CONTROL_ENV):
         return None
     try:
-        answer = client.call("job.wait", id=job_id)  # answers at once for an admitted job, else within 1 s
+        answer = client.call(Op.JOB_WAIT, id=job_id)  # answers at once for an admitted job, else within 1 s
     except (CliError, RequestRefused) as exc:
         # a job that ended, or another daemon's: this command becomes a job of its own
         _say(f"not running as part of job {job_id} ({exc}): registering a job of its own")
@@ -126,7 +127,7 @@ def _run_inside(client: Client, job_id: str, cmd: list[str]) -> int:
     _say(f"running inside job {job_id} (arbiter explain {job_id})")
     shown = None
     while True:
-        answer = _call_retrying(client, "job.wait", id=job_id, timeout=2.0)
+        answer = _call_retrying(client, Op.JOB_WAIT, id=job_id, timeout=2.0)
         if answer["admitted"] or answer["state"] == "ended":
             break
         summary = "; ".join(f"{r['code']}: {r['message']}" for r in answer["reasons"])
@@ -151,7 +152,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         return _run_inside(client, enclosing, cmd)
     manifest = build_manifest(cmd, name, manifest_path, cooperative)
     try:
-        answer = client.call("job.register", timeout=60, manifest=manifest, cmd=cmd)  # may wait for the probes
+        answer = client.call(Op.JOB_REGISTER, timeout=60, manifest=manifest, cmd=cmd)  # may wait for the probes
         job = answer["job"]
         for warning in answer.get("warnings", []):
             _say(f"warning: {warning}")
@@ -165,7 +166,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     shown: tuple[Any, ...] | None = None
     try:
         while True:
-            answer = _call_retrying(client, "job.wait", id=job_id, timeout=2.0)
+            answer = _call_retrying(client, Op.JOB_WAIT, id=job_id, timeout=2.0)
             if answer["admitted"]:
                 admitted = change(None, answer, job_id)[1]
                 break
@@ -174,7 +175,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
                 _say(line)
     except KeyboardInterrupt:
         try:
-            client.call("job.stop", id=job_id)
+            client.call(Op.JOB_STOP, id=job_id)
         except (CliError, RequestRefused):
             pass
         return 130
@@ -185,19 +186,19 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     try:
         proc = subprocess.Popen(cmd, env=env)
     except OSError as exc:
-        client.call("job.exited", id=job_id, exit_code=127)
+        client.call(Op.JOB_EXITED, id=job_id, exit_code=127)
         raise CliError(f"cannot start {cmd[0]}: {exc.strerror or exc}", 127) from None
 
     def on_term(signum: int, frame: Any) -> None:
         # the daemon stops it properly (a paused command is continued first, then ended)
         try:
-            client.call("job.stop", id=job_id, timeout=2.0)
+            client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
         except (CliError, RequestRefused):
             proc.send_signal(signum)
 
     signal.signal(signal.SIGTERM, on_term)
     try:
-        _call_retrying(client, "job.started", id=job_id, pid=proc.pid)
+        _call_retrying(client, Op.JOB_STARTED, id=job_id, pid=proc.pid)
     except CliError:
         proc.kill()  # never leave a command running that arbiter does not know
         proc.wait()
@@ -214,7 +215,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     ended.set()
     watcher.join(timeout=3.0)
     try:
-        client.call("job.exited", id=job_id, exit_code=code)
+        client.call(Op.JOB_EXITED, id=job_id, exit_code=code)
     except (CliError, RequestRefused, DaemonUnavailable):
         pass  # the daemon notices on its own that the job ended
     return code if code >= 0 else 128 - code

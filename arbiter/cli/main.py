@@ -14,6 +14,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from arbiter import __version__
+from arbiter.api.ops import Op
 from arbiter.cli.ab_commands import ab_app
 from arbiter.cli.client import Client, CliError, node_config
 from arbiter.cli.common import (
@@ -98,9 +99,9 @@ def status(
     if watch:
         from arbiter.cli.watch import watch_status
 
-        watch_status(lambda: ask(config, "status", "status"), console_out(), as_json, interval)
+        watch_status(lambda: ask(config, Op.STATUS, "status"), console_out(), as_json, interval)
         return
-    show(ask(config, "status", "status"), as_json, "print_status")
+    show(ask(config, Op.STATUS, "status"), as_json, "print_status")
 
 
 @app.command()
@@ -110,7 +111,7 @@ def explain(
     as_json: JsonOpt = False,
 ) -> None:
     """Why is my job not running?  Every hold with its code and remedy."""
-    show(ask(config, "explain", "explain", subject=subject), as_json, "print_explain")
+    show(ask(config, Op.EXPLAIN, "explain", subject=subject), as_json, "print_explain")
 
 
 @app.command()
@@ -125,7 +126,7 @@ def timeline(
     """What arbiter did and saw, latest last."""
 
     def latest() -> Any:
-        return ask(config, "timeline", "events", limit=limit, subject=subject, code=code)
+        return ask(config, Op.TIMELINE, "events", limit=limit, subject=subject, code=code)
 
     if follow:
         from arbiter.cli.watch import follow_timeline
@@ -254,7 +255,7 @@ def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
 
     items = [i.to_dict() for i in local_items(config)]
     try:
-        items += Client(config).call("doctor", timeout=90)["items"]
+        items += Client(config).call(Op.DOCTOR, timeout=90)["items"]
     except RequestRefused as exc:
         raise refused(exc) from None
     except CliError as exc:
@@ -281,7 +282,7 @@ def gpu_apis_command(
     from arbiter.transport import RequestRefused
 
     try:
-        answer = Client(config).call("gpu-apis", timeout=90, refresh=refresh)["gpu_apis"]
+        answer = Client(config).call(Op.GPU_APIS, timeout=90, refresh=refresh)["gpu_apis"]
     except CliError:
         answer = _probe_here(config)  # no daemon: ask the probes directly
     except RequestRefused as exc:
@@ -299,13 +300,13 @@ def _probe_here(config: str | None) -> dict[str, Any]:
 @app.command()
 def duty(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The GPU budget beside protected programs: its ceiling, each rule's governor, each job's duty."""
-    show(ask(config, "duty", "duty"), as_json, "print_duty")
+    show(ask(config, Op.DUTY, "duty"), as_json, "print_duty")
 
 
 @app.command()
 def certificates(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Every certificate: valid, expired or stale, and why."""
-    show(ask(config, "certificates", "certificates"), as_json, "print_certificates")
+    show(ask(config, Op.CERTIFICATES, "certificates"), as_json, "print_certificates")
 
 
 @app.command()

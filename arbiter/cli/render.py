@@ -141,6 +141,8 @@ def status_renderable(s: dict[str, Any]) -> Group:
     for did, roles in said.items():
         head.append(f"\nfast-path threads ({', '.join(roles)}): {did}")
     process = fp.get("reflex_process")
+    if process is None and fp.get("reflex_off"):
+        head.append(f"\nreflex process: off ({fp['reflex_off']}); the daemon acts on phase changes itself")
     if process and (process["pid"] or process["failure"]):
         head.append(
             f"\nreflex process: pid {process['pid']}, {process['sources']} phase source(s)"

@@ -203,7 +203,12 @@ class NodeConfig(Strict):
     )
     translators: dict[Literal["pause", "control", "terminate"], list[str]] = Field(
         default_factory=dict,
-        description="translator kinds to use per action, in order; default: every installed one that declares it",
+        description=(
+            "translator kinds to use per action, in order; the first available here serves. Default: every "
+            "installed translator that declares the action, by the rank it declares; one that does not bound its own "
+            "time ranks last, since the reflex process needs a pause that does. `arbiter doctor` lists them in order "
+            "and `arbiter status` shows the one in use"
+        ),
     )
     stop_grace_s: float = Field(10.0, ge=0, description="seconds between asking a job to stop and terminating it")
     evict_after_s: float | None = Field(

@@ -11,14 +11,16 @@ from __future__ import annotations
 import secrets
 import socket
 import time
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from arbiter.certificates import Certificate, fingerprint
+from arbiter.daemon.inbox import ChangeRun
 from arbiter.engine import abrun, codes
 
 if TYPE_CHECKING:
-    from arbiter.daemon.facade import Node
+    from arbiter.daemon.parts import Parts
 
 APPLY_WAIT_S = 5.0
 
@@ -79,9 +81,9 @@ def spec_from(args: dict[str, Any], run_id: str, sweep_id: str | None = None) ->
     )
 
 
-def plan(daemon: Node, spec: abrun.RunSpec) -> dict[str, Any]:
+def plan(daemon: Parts, spec: abrun.RunSpec) -> dict[str, Any]:
     """What the run will do, or :class:`RunRefused` with why it cannot start now."""
-    policy = daemon.policy
+    policy = daemon.decider.policy
     rp = policy.rules.get(spec.rule_id)
     live = daemon.rulebook.live.get(spec.rule_id)
     if rp is None or live is None:
@@ -93,7 +95,7 @@ def plan(daemon: Node, spec: abrun.RunSpec) -> dict[str, Any]:
         )
     if policy.gpu_jobs == "never":
         raise RunRefused("this node runs no GPU fleet work (gpu_jobs: never): nothing to measure")
-    current = daemon.engine_state.ab
+    current = daemon.decider.engine_state.ab
     if current is not None and current.running:
         raise RunRefused(
             f"run {current.spec.run_id} is in progress; one run at a time "
@@ -103,7 +105,7 @@ def plan(daemon: Node, spec: abrun.RunSpec) -> dict[str, Any]:
     verdict = decision.rules.get(spec.rule_id) if decision else None
     if verdict is None or not verdict.running:
         raise RunRefused(f"{spec.rule_id!r}'s program is not running: start it first (a run measures it working)")
-    source = daemon.sources.observed((spec.rule_id, -1), time.monotonic())
+    source = daemon.intake.book.observed((spec.rule_id, -1), time.monotonic())
     if not source.readable or source.count is None:
         raise RunRefused(
             f"{spec.rule_id!r}'s progress source does not read ({source.why or 'not read yet'}); "
@@ -163,10 +165,11 @@ def new_ids(sweep: bool) -> tuple[str, str | None]:
     return f"ab-{secrets.token_hex(3)}", None
 
 
-def apply(daemon: Node, change: Any) -> Any:
+def apply(daemon: Parts, change: Any) -> Any:
     """Run ``change(current run) -> (new run, answer)`` on the decision thread (which owns the
     engine state) and wait for its answer."""
-    answer = daemon.change_run(change)
+    answer: Future[Any] = Future()
+    daemon.decider.tell(ChangeRun(change, answer))
     try:
         return answer.result(APPLY_WAIT_S)
     except FutureTimeout:
@@ -175,13 +178,13 @@ def apply(daemon: Node, change: Any) -> Any:
         return answer.result()  # taken meanwhile: its answer comes at once
 
 
-def start(daemon: Node, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
+def start(daemon: Parts, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
     planned = plan(daemon, spec)
 
     def change(current: abrun.RunState | None) -> tuple[abrun.RunState, dict[str, Any]]:
         if current is not None and current.running:  # another start won the race
             raise RunRefused(f"run {current.spec.run_id} is in progress; one run at a time")
-        daemon.record(
+        daemon.recorder.event(
             codes.AB_RUN_STARTED,
             spec.rule_id,
             f"paired run {spec.run_id} started on {spec.rule_id!r} "
@@ -193,13 +196,13 @@ def start(daemon: Node, spec: abrun.RunSpec, uid: int) -> dict[str, Any]:
     return apply(daemon, change)  # type: ignore[no-any-return]
 
 
-def abort(daemon: Node, run_id: str, uid: int) -> dict[str, Any]:
+def abort(daemon: Parts, run_id: str, uid: int) -> dict[str, Any]:
     def change(current: abrun.RunState | None) -> tuple[abrun.RunState, dict[str, Any]]:
         if current is None or not current.running or run_id not in (current.spec.run_id, current.spec.sweep_id):
             raise RunRefused(f"no run {run_id!r} is in progress (`arbiter ab status` lists the runs)")
         ended = abrun.abort(current, f"aborted by uid {uid}", time.time())
         spec = ended.spec
-        daemon.record(
+        daemon.recorder.event(
             codes.AB_RUN_DONE,
             spec.rule_id,
             f"run {spec.run_id} aborted by uid {uid}: no certificate",
@@ -207,7 +210,7 @@ def abort(daemon: Node, run_id: str, uid: int) -> dict[str, Any]:
         )
         if spec.sweep_id is not None:
             best = max(ended.passed) if ended.passed else None
-            daemon.record(
+            daemon.recorder.event(
                 codes.AB_SWEEP_DONE,
                 spec.rule_id,
                 f"sweep {spec.sweep_id} aborted by uid {uid}"
@@ -219,7 +222,7 @@ def abort(daemon: Node, run_id: str, uid: int) -> dict[str, Any]:
     return apply(daemon, change)  # type: ignore[no-any-return]
 
 
-def certificate(daemon: Node, run: abrun.RunState) -> None:
+def certificate(daemon: Parts, run: abrun.RunState) -> None:
     """Issue the certificate a passing run earned.  Hashing the program's executable may take
     a while (the first time): it runs on a worker thread, then the recorder commits."""
     view = daemon.snapshot.view
@@ -232,14 +235,14 @@ def certificate(daemon: Node, run: abrun.RunState) -> None:
     duty = abrun.certified_duty(run)
 
     def issue() -> None:
-        digest = daemon.hasher.digest(exe) if exe else None
+        digest = daemon.ticker.hasher.digest(exe) if exe else None
         if duty is None or not exe or digest is None:
             why = (
                 "the work's duty was not measured in every block"
                 if duty is None
                 else f"{spec.rule_id!r}'s executable cannot be read to bind the certificate to it"
             )
-            daemon.record(
+            daemon.recorder.event(
                 codes.CERT_NOT_ISSUED,
                 spec.rule_id,
                 f"run {spec.run_id} passed but earns no certificate: {why}",
@@ -271,21 +274,21 @@ def certificate(daemon: Node, run: abrun.RunState) -> None:
             from arbiter.store import Store
 
             cert_id = Store.insert_certificate(db, cert)
-            daemon.record(
+            daemon.recorder.event(
                 codes.CERT_ISSUED,
                 spec.rule_id,
                 f"certificate {cert_id}: {spec.work} work at duty {duty:g} "
                 f"beside {spec.rule_id!r}, R {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}), margin {spec.margin:g}",
                 {"certificate": cert_id, "run": spec.run_id, "duty": duty, "work": spec.work, "r": a.r},
             )
-            daemon.certificates_changed()
+            daemon.ticker.certificates_changed()
 
         daemon.recorder.write(write)
 
     daemon.tenants.submit(issue)
 
 
-def supersede(daemon: Node, run: abrun.RunState) -> None:
+def supersede(daemon: Parts, run: abrun.RunState) -> None:
     """A slowdown at a duty retires the rule's certificates for that work at that duty or above."""
     spec = run.spec
     duty = spec.duty if spec.duty is not None else 1.0
@@ -295,19 +298,19 @@ def supersede(daemon: Node, run: abrun.RunState) -> None:
         from arbiter.store import Store
 
         if Store.supersede(db, spec.rule_id, spec.work, duty, spec.run_id, why):
-            daemon.record(
+            daemon.recorder.event(
                 codes.CERT_SUPERSEDED,
                 spec.rule_id,
                 f"certificates of {spec.rule_id!r} for {spec.work} work at "
                 f"duty {duty:g} or more no longer stand: {why}",
                 {"run": spec.run_id, "superseded": True},
             )
-            daemon.certificates_changed()
+            daemon.ticker.certificates_changed()
 
     daemon.recorder.write(write)
 
 
-def live(daemon: Node, rs: abrun.RunState) -> dict[str, Any]:
+def live(daemon: Parts, rs: abrun.RunState) -> dict[str, Any]:
     """The run in progress as status shows it: the window now and how far it has come."""
     out: dict[str, Any] = {"blocks_done": len(rs.blocks), "target": rs.target, "excluded": len(rs.excluded)}
     w = rs.window
@@ -329,9 +332,9 @@ def live(daemon: Node, rs: abrun.RunState) -> dict[str, Any]:
     return out
 
 
-def records(daemon: Node) -> list[dict[str, Any]]:
+def records(daemon: Parts) -> list[dict[str, Any]]:
     """Every run on record, the one in progress as the decision thread has it now."""
-    current = daemon.engine_state.ab
+    current = daemon.decider.engine_state.ab
     out = daemon.store.runs()
     if current is not None:
         rec = abrun.to_record(current)
@@ -341,9 +344,9 @@ def records(daemon: Node) -> list[dict[str, Any]]:
     return out
 
 
-def find(daemon: Node, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def find(daemon: Parts, run_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """A run's record and, while it runs, its live part."""
-    current = daemon.engine_state.ab
+    current = daemon.decider.engine_state.ab
     if current is not None and current.spec.run_id == run_id:
         return abrun.to_record(current), live(daemon, current)
     rec = daemon.store.run(run_id)
@@ -372,8 +375,8 @@ def brief(rec: dict[str, Any], live_part: dict[str, Any] | None) -> dict[str, An
     }
 
 
-def status(daemon: Node) -> list[dict[str, Any]]:
-    current = daemon.engine_state.ab
+def status(daemon: Parts) -> list[dict[str, Any]]:
+    current = daemon.decider.engine_state.ab
     out = []
     for rec in records(daemon):
         live_part = (

@@ -43,6 +43,14 @@ class ActResult:
     detail: str = ""
 
 
+def default_translators(host: PluginHost, need: str) -> list[str]:
+    """The installed translators that declare ``need``, in the order the daemon tries them
+    when the node config names none: by rank, then by name."""
+    kinds = host.kinds.get("translators", {})
+    able = [name for name, info in kinds.items() if need in info.cls.actions]  # type: ignore[attr-defined]
+    return sorted(able, key=lambda name: (kinds[name].cls.rank, name))  # type: ignore[attr-defined]
+
+
 def make_translators(
     config: NodeConfig,
     host: PluginHost,
@@ -52,8 +60,8 @@ def make_translators(
     """Per need (pause, control, terminate), the translator that serves it.
 
     ``translators:`` in the node config names kinds in order; otherwise every installed
-    translator that declares the action, in name order.  The first that says it is
-    available here wins.  ``pid_reused`` hears of each recorded process a translator left
+    translator that declares the action, by its ``rank`` (then its name).  The first that
+    says it is available here wins.  ``pid_reused`` hears of each recorded process a translator left
     alone because its pid now names another process; ``note`` hears what an action did that
     the timeline shows (a pause that freed a job's VRAM).
     """
@@ -61,11 +69,7 @@ def make_translators(
     chosen: dict[str, tuple[str, Translator]] = {}
     made: dict[str, Translator] = {}
     for need in ("pause", "control", "terminate"):
-        names = config.translators.get(need) or [
-            n
-            for n in host.kind_names("translators")
-            if need in host.kinds["translators"][n].cls.actions  # type: ignore[attr-defined]
-        ]
+        names = config.translators.get(need) or default_translators(host, need)
         for name in names:
             info = host.kind("translators", name)
             if info is None or need not in info.cls.actions:  # type: ignore[attr-defined]

@@ -25,7 +25,7 @@ from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed
 
 if TYPE_CHECKING:
-    from arbiter.daemon.facade import Node
+    from arbiter.daemon.parts import Parts
     from arbiter.store import JobRecord
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def check_id(job_id: str) -> None:
         )
 
 
-def adopt(daemon: Node, job_id: str, proc: ProcessInfo, manifest: Manifest, why: str) -> tuple[JobRecord, bool]:
+def adopt(daemon: Parts, job_id: str, proc: ProcessInfo, manifest: Manifest, why: str) -> tuple[JobRecord, bool]:
     """Make ``proc`` the running job ``job_id``; (the record, whether it is new).
 
     Asking again for the same process returns the job it is already; an active job with this
@@ -88,15 +88,15 @@ def adopt(daemon: Node, job_id: str, proc: ProcessInfo, manifest: Manifest, why:
             and existing.owner_uid == proc.uid
         ):
             return existing, False
-        daemon.end_job(existing, None, f"{job_id} is now process {proc.pid} of uid {proc.uid} ({why})")
+        daemon.ticker.end_job(existing, None, f"{job_id} is now process {proc.pid} of uid {proc.uid} ({why})")
     record = daemon.jobs.adopt(job_id, proc.uid, manifest, proc.pid, proc.start_time)
-    daemon.record(
+    daemon.recorder.event(
         codes.JOB_ADOPTED,
         job_id,
         f"job {job_id} adopted: process {proc.pid} of uid {proc.uid}, already running ({why})",
         {"pid": proc.pid, "uid": proc.uid, "name": manifest.name},
     )
-    daemon.notify_jobs()
+    daemon.jobs_changed()
     return record, True
 
 
@@ -124,11 +124,11 @@ class Reconciler:
     def due(self, now: float) -> bool:
         return now - self._last >= self.every_s
 
-    def run(self, daemon: Node, table: list[ProcessInfo] | None = None) -> list[str]:
+    def run(self, daemon: Parts, table: list[ProcessInfo] | None = None) -> list[str]:
         """Adopt the scheduler jobs not known yet; the ids adopted."""
         self._last = time.monotonic()
         try:
-            state = daemon.node_state() if daemon.snapshot.decision is not None else None
+            state = daemon.ticker.node_state() if daemon.snapshot.decision is not None else None
             answers = daemon.host.call(
                 "scheduler jobs",
                 lambda: daemon.host.hook.arbiter_scheduler_jobs(
@@ -136,14 +136,14 @@ class Reconciler:
                 ),
             )
         except PluginFailed as exc:
-            daemon.record(codes.PLUGIN_FAILED, "node", f"cannot ask the scheduler what runs here: {exc}")
+            daemon.recorder.event(codes.PLUGIN_FAILED, "node", f"cannot ask the scheduler what runs here: {exc}")
             return []
         reported = [SchedulerJob(**job) for answer in answers if answer for job in answer]
         if not reported:
             self.last_seen = {}
             return []
         if table is None:
-            table = daemon.observer.process_table()
+            table = daemon.ticker.observer.process_table()
         by_pid = {p.pid: p for p in table}
         adopted = []
         for job in reported:

@@ -11,11 +11,9 @@ Threads and what each may do (ARCHITECTURE.md draws the whole picture):
 - the reflex process (:mod:`arbiter.daemon.linked`), the one fast path: pauses or resumes on
   an immediate rule's phase change at once, from what the last decision armed it with;
 - ``recorder``: SQLite commits and timeline observers;
-- the socket and HTTP servers answer from the last published snapshot
-  (:mod:`arbiter.daemon.requests`, :mod:`arbiter.daemon.views`).
-
-It runs past 400 lines because it also is the :class:`~arbiter.daemon.facade.Node` the
-request side reads: each of those members forwards to the collaborator that owns it.
+- the socket and HTTP servers answer through the table of operations
+  (:class:`~arbiter.daemon.api.NodeApi`), handed the collaborators as
+  :class:`~arbiter.daemon.parts.Parts`.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import sqlite3
 import sys
 import threading
 import time
-from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,26 +36,28 @@ from arbiter.config.models import NodeConfig
 from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.adopt import Reconciler
+from arbiter.daemon.api import NodeApi
 from arbiter.daemon.decider import Decider
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
-from arbiter.daemon.inbox import ChangeRun, JobsChanged, ReleaseOver, RunChange
+from arbiter.daemon.inbox import ReleaseOver
 from arbiter.daemon.intake import Intake
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.linked import reflex_process
-from arbiter.daemon.notify import Notifier, status_line
+from arbiter.daemon.notify import status_line
 from arbiter.daemon.observe import Observer
+from arbiter.daemon.parts import Parts
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.secure import check_state_dir, ensure_token
 from arbiter.daemon.snapshot import Published, Snapshot, Targets
-from arbiter.daemon.sources import HelperKey, SlotKey, SourceBook
+from arbiter.daemon.sources import SourceBook
 from arbiter.daemon.ticker import Ticker
 from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunState
 from arbiter.engine.compliance import trust_from_record
-from arbiter.engine.types import EngineState, HeldJob, Policy, Release
-from arbiter.plugin import ProcessRef, SourceState
+from arbiter.engine.types import EngineState, HeldJob, Policy
+from arbiter.plugin import ProcessRef
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.probing import Prober
 from arbiter.store import JobRecord, PausedJournal, Store
@@ -153,7 +152,14 @@ class Daemon:
         undo.callback(self.rulebook.close)
         self.rulebook.load()
         self.published.snapshot = Snapshot(policy=self.rulebook.policy())
-        self.tenants = TenantActions(self)
+        self.tenants = TenantActions(
+            config,
+            host,
+            self.store,
+            self.rulebook,
+            self.recorder,
+            lambda release, failed: self.decider.tell(ReleaseOver(release, failed)),
+        )
         undo.callback(self.tenants.close)
         self.prober = Prober(lambda: host.kind_names("probes"), config.plugins, config.disable_plugins)
         self.reconciler = Reconciler()  # jobs an outside scheduler started, taken over on the tick
@@ -196,15 +202,40 @@ class Daemon:
             self.prober,
             self.published,
             self.decider,
-            lambda: status_line(self),
+            lambda: status_line(self.parts),
             self._reconcile,
         )
         undo.callback(self.ticker.observer.close)
-        linked = reflex_process(config, host, translators, journal_path, self.intake, self.actuator, self.targets)
+        linked, self.intake.reflex_off = reflex_process(
+            config, host, translators, journal_path, self.intake, self.actuator, self.targets
+        )
         if linked is not None:
             undo.callback(linked.link.close)
         self.intake.linked = linked
-        self.helpers = Helpers(self)
+        self.helpers = Helpers(host, self.rulebook, self.intake)
+        self.parts = Parts(
+            config=config,
+            config_path=self.config_path,
+            host=host,
+            state_dir=self.state_dir,
+            uid=self.uid,
+            started_wall=self.started_wall,
+            token=self.token,
+            store=self.store,
+            recorder=self.recorder,
+            journal=self.journal,
+            actuator=self.actuator,
+            jobs=self.jobs,
+            rulebook=self.rulebook,
+            prober=self.prober,
+            published=self.published,
+            intake=self.intake,
+            decider=self.decider,
+            ticker=self.ticker,
+            tenants=self.tenants,
+            helpers=self.helpers,
+        )
+        self.api = NodeApi(self.parts)
 
     # --- start and stop -----------------------------------------------------------------------
 
@@ -219,7 +250,7 @@ class Daemon:
         self._spawn("tick", self.ticker.run)
         self._socket = SocketServer(
             self.state_dir / SOCKET_FILE,
-            self.dispatch,
+            self.api.dispatch,
             {"helper.attach": self.helpers.open},
             connections_per_uid=self.config.quotas.connections_per_uid,
         )
@@ -278,7 +309,7 @@ class Daemon:
         from arbiter.http.server import HttpServer  # the CLI never pays for importing it
 
         try:
-            self._http = HttpServer(self, self.config.http.host, self.config.http.port)
+            self._http = HttpServer(self.api, self.config.http.host, self.config.http.port)
             self.http_url = self._http.start()
         except Exception as exc:  # a port in use must not stop protection
             self.record(
@@ -306,10 +337,6 @@ class Daemon:
     def request_stop(self) -> None:
         self.ticker.stop()
         self.decider.stop()
-
-    def request_reload(self) -> None:
-        """Read the rule files again at once."""
-        self.ticker.reload()
 
     def shutdown(self) -> None:
         """Resume everything, write every job's control document back to run, and exit.
@@ -380,7 +407,7 @@ class Daemon:
     def _reconcile(self) -> None:
         """Take over the jobs an outside scheduler started here, where a look is due."""
         if self.reconciler.due(time.monotonic()):
-            self.reconciler.run(self)
+            self.reconciler.run(self.parts)
 
     def _releasing(self) -> None:
         """A tenant was asked to release VRAM: the tick looks more often until it is seen to fall."""
@@ -389,99 +416,6 @@ class Daemon:
     def _run_ended(self, run: RunState) -> None:
         """Issue the certificate a passing run earned, or supersede the one a failing run had."""
         if run.certifies:
-            certificate(self, run)
+            certificate(self.parts, run)
         elif run.verdict == "slowdown" and run.spec.duty is not None:
-            supersede(self, run)
-
-    # --- what requests and views read and ask ---------------------------------------------------
-
-    @property
-    def snapshot(self) -> Snapshot:
-        return self.published.snapshot
-
-    @property
-    def sources(self) -> SourceBook:
-        return self.intake.book
-
-    @property
-    def observer(self) -> Observer:
-        return self.ticker.observer
-
-    @property
-    def engine_state(self) -> EngineState:
-        return self.decider.engine_state
-
-    @property
-    def policy(self) -> Policy:
-        return self.decider.policy
-
-    @property
-    def notifier(self) -> Notifier:
-        return self.ticker.notifier
-
-    @notifier.setter
-    def notifier(self, notifier: Notifier) -> None:
-        self.ticker.notifier = notifier
-
-    @property
-    def costs(self) -> dict[str, Any]:
-        return {**self.ticker.costs, **self.decider.costs}
-
-    @property
-    def certificate_states(self) -> list[dict[str, Any]]:
-        return self.ticker.certificate_states
-
-    @property
-    def hasher(self) -> Any:
-        return self.ticker.hasher
-
-    def node_state(self) -> dict[str, Any]:
-        return self.ticker.node_state()
-
-    def scheduler_labels(self) -> list[dict[str, Any]]:
-        """What the node state observers last said they told their schedulers."""
-        return list(self.ticker.scheduler_labels)
-
-    def node_fingerprint(self) -> dict[str, Any]:
-        return self.ticker.node_fingerprint()
-
-    def certificates_changed(self) -> None:
-        self.ticker.certificates_changed()
-
-    def end_job(self, record: JobRecord, exit_code: int | None, why: str) -> None:
-        self.ticker.end_job(record, exit_code, why)
-
-    def notify_jobs(self) -> None:
-        """The registry changed: decide again now rather than at the next tick."""
-        self.decider.tell(JobsChanged())
-
-    def release_over(self, release: Release, failed: bool) -> None:
-        """No VRAM is coming back from ``release`` (from a tenant worker)."""
-        self.decider.tell(ReleaseOver(release, failed))
-
-    def change_run(self, change: RunChange) -> Future[Any]:
-        """Have the decision thread start or abort a paired run; its answer comes in the future."""
-        answer: Future[Any] = Future()
-        self.decider.tell(ChangeRun(change, answer))
-        return answer
-
-    def profiles_applied(self) -> set[str]:
-        return set(self.tenants.applied)
-
-    def action_failures(self) -> list[tuple[str, str]]:
-        """Actions failing on the decision thread now: (job id, what failed)."""
-        return sorted(self.decider.failures.current)
-
-    def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
-        self.intake.on_helper(helper, key, state)
-
-    def helper_gone(self, helper: HelperKey) -> None:
-        self.intake.helper_gone(helper)
-
-    def latency_figures(self) -> dict[str, Any]:
-        return self.intake.figures()
-
-    def dispatch(self, op: str, args: dict[str, Any], peer: tuple[int, int]) -> dict[str, Any]:
-        from arbiter.daemon.requests import handle
-
-        return handle(self, op, args, peer)
+            supersede(self.parts, run)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,11 @@ from arbiter.plugin import Translator
 from arbiter.pluginmanager import PluginFailed
 
 if TYPE_CHECKING:
-    from arbiter.daemon.facade import Node
+    from arbiter.config.models import NodeConfig
+    from arbiter.daemon.recorder import Recorder
+    from arbiter.daemon.rules import RuleBook
+    from arbiter.pluginmanager import PluginHost
+    from arbiter.store import Store
 
 log = logging.getLogger("arbiter.handoff")
 WORKERS = 4
@@ -35,8 +40,19 @@ FRESH_MODELS_S = 1.0  # how long a release with nothing to send waits for its pr
 
 
 class TenantActions:
-    def __init__(self, daemon: Node) -> None:
-        self.daemon = daemon
+    def __init__(
+        self,
+        config: NodeConfig,
+        host: PluginHost,
+        store: Store,
+        rulebook: RuleBook,
+        recorder: Recorder,
+        release_over: Callable[[Release, bool], None],
+    ) -> None:
+        self.config, self.host, self.store, self.rulebook = config, host, store, rulebook
+        self.record = recorder.event
+        #: no VRAM is coming back from a release (told to the decision thread)
+        self.release_over = release_over
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="tenant")
         # one thread, in order: a restore and an apply asked together must not overtake each other
         self._profiles = ThreadPoolExecutor(max_workers=1, thread_name_prefix="profiles")
@@ -58,9 +74,8 @@ class TenantActions:
         if rel.why == REACQUIRE:
             self._reacquire(rel, models)
             return
-        d = self.daemon
         held, timeout_s = rel.held_bytes, rel.timeout_s
-        live = d.rulebook.live.get(rel.rule_id)
+        live = self.rulebook.live.get(rel.rule_id)
         translator = live.release if live is not None else None
         errors: list[str] = []
         if translator is None:
@@ -69,7 +84,7 @@ class TenantActions:
             assert live is not None
             kind = live.rule.release.kind if live.rule.release else "?"
             try:
-                result = d.host.call(
+                result = self.host.call(
                     f"translators/{kind} release", translator.release, rel.rule_id, models, timeout=timeout_s + GRACE_S
                 )
                 if not result.errors and not result.requested and rel.why != "idle":
@@ -78,7 +93,7 @@ class TenantActions:
                     # an idle release: a probe that now lists models says it is not idle)
                     fresh = self._fresh_models(live, models)
                     if fresh:
-                        result = d.host.call(
+                        result = self.host.call(
                             f"translators/{kind} release",
                             translator.release,
                             rel.rule_id,
@@ -88,7 +103,7 @@ class TenantActions:
                 errors.extend(result.errors)
                 if not result.errors and not result.requested:
                     log.info("release of %s sent nothing: %s", rel.rule_id, result.note)
-                    d.release_over(rel, failed=False)  # no VRAM comes back from this request
+                    self.release_over(rel, False)  # no VRAM comes back from this request
             except PluginFailed as exc:
                 errors.append(exc.why)
         if errors:
@@ -114,15 +129,14 @@ class TenantActions:
                 "remedy": remedy,
                 "evidence": evidence,
             }
-        self.daemon.record(code, rel.rule_id, message, {**evidence, "remedy": remedy})
-        self.daemon.release_over(rel, failed=True)
+        self.record(code, rel.rule_id, message, {**evidence, "remedy": remedy})
+        self.release_over(rel, True)
 
     def _reacquire(self, rel: Release, models: tuple[str, ...]) -> None:
         """Call the rule's reacquire translator.  A failure goes back to the decision thread
         as a failed request (it backs off); success is confirmed by the decision from the
         readers' VRAM, or, where the reacquire says ``confirm: false``, recorded here."""
-        d = self.daemon
-        live = d.rulebook.live.get(rel.rule_id)
+        live = self.rulebook.live.get(rel.rule_id)
         block = live.rule.reacquire if live is not None else None
         translator = live.reacquire if live is not None else None
         errors: list[str] = []
@@ -132,7 +146,7 @@ class TenantActions:
             errors.append("its reacquire translator could not be loaded (see `arbiter doctor`)")
         else:
             try:
-                result = d.host.call(
+                result = self.host.call(
                     f"translators/{block.kind} reacquire",
                     translator.reacquire,
                     rel.rule_id,
@@ -163,7 +177,7 @@ class TenantActions:
         assert block is not None
         if not block.options().get("confirm", True):
             took = time.monotonic() - started
-            d.record(
+            self.record(
                 codes.VRAM_REACQUIRED,
                 rel.rule_id,
                 f"{rel.rule_id!r} was asked to take its VRAM back ({note}) and answered in {took:.2f}s",
@@ -177,10 +191,10 @@ class TenantActions:
             return ()
         label = f"sources/{live.rule.busy.kind}"
         deadline = time.monotonic() + FRESH_MODELS_S
-        live.wake_busy(self.daemon.host)
+        live.wake_busy(self.host)
         try:
             while time.monotonic() < deadline:
-                models = tuple(self.daemon.host.call(label, probe.state, timeout=1).models)
+                models = tuple(self.host.call(label, probe.state, timeout=1).models)
                 if models and models != stale:
                     return models
                 time.sleep(0.01)
@@ -201,11 +215,10 @@ class TenantActions:
             fn(rid)
         except Exception as exc:  # a worker's failure must reach the timeline, not vanish in a future
             log.exception("profile work for %s failed", rid)
-            self.daemon.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r}: {type(exc).__name__}: {exc}")
+            self.record(codes.PLUGIN_FAILED, rid, f"the GPU profile of {rid!r}: {type(exc).__name__}: {exc}")
 
     def _apply(self, rid: str) -> None:
-        d = self.daemon
-        live = d.rulebook.live.get(rid)
+        live = self.rulebook.live.get(rid)
         if live is None or live.profile is None or live.rule.profile is None:
             return
         block = live.rule.profile
@@ -213,12 +226,12 @@ class TenantActions:
             if rid in self.applied:
                 return
             try:
-                if rid not in d.store.profiles():  # a record not yet restored holds the true originals
-                    saved = d.host.call(f"translators/{block.kind} read", live.profile.read_profile, rid)
-                    d.store.put_profile(rid, block.kind, block.options(), saved)  # before anything changes
-                result = d.host.call(f"translators/{block.kind} apply", live.profile.apply_profile, rid)
+                if rid not in self.store.profiles():  # a record not yet restored holds the true originals
+                    saved = self.host.call(f"translators/{block.kind} read", live.profile.read_profile, rid)
+                    self.store.put_profile(rid, block.kind, block.options(), saved)  # before anything changes
+                result = self.host.call(f"translators/{block.kind} apply", live.profile.apply_profile, rid)
             except (PluginFailed, OSError, ValueError) as exc:
-                d.record(
+                self.record(
                     codes.PLUGIN_FAILED,
                     rid,
                     f"the GPU profile of {rid!r} was not applied: {exc}",
@@ -228,7 +241,7 @@ class TenantActions:
             if result.requested:
                 self.applied.add(rid)
         if result.errors:
-            d.record(
+            self.record(
                 codes.PLUGIN_FAILED,
                 rid,
                 f"the GPU profile of {rid!r} was {'applied in part' if result.requested else 'not applied'}: "
@@ -236,7 +249,7 @@ class TenantActions:
                 {"profile": block.kind, "errors": list(result.errors)},
             )
         if result.requested:
-            d.record(
+            self.record(
                 codes.PROFILE_APPLIED,
                 rid,
                 f"{rid!r} works on the GPU: its GPU profile is applied",
@@ -244,30 +257,29 @@ class TenantActions:
             )
 
     def _restore_rule(self, rid: str) -> None:
-        row = self.daemon.store.profiles().get(rid)
+        row = self.store.profiles().get(rid)
         if row is not None:
             self._restore(rid, row, "it no longer works on the GPU")
 
     def _restore(self, rid: str, row: dict[str, Any], why: str) -> bool:
         """Put back what ``row`` saved, with a translator made from the stored kind and
         options (the rule may be gone, or changed, since the profile was applied)."""
-        d = self.daemon
         with self._lock:
             translator = None
             try:
                 translator = self._translator(row["kind"], row["options"], rid)
                 if translator is None:
                     raise PluginFailed(f"translators/{row['kind']}", "no installed plugin registers this kind")
-                result = d.host.call(
+                result = self.host.call(
                     f"translators/{row['kind']} restore", translator.restore_profile, rid, row["saved"]
                 )
             except (PluginFailed, ValueError) as exc:  # ValueError: stored options no longer valid
-                d.record(
+                self.record(
                     codes.PLUGIN_FAILED,
                     rid,
                     f"the GPU profile of {rid!r} could not be restored: {exc}; "
                     "it is kept on record and tried again at the next start (put the device's settings back "
-                    f"by hand, then delete its row from the profiles table of {d.store.path})",
+                    f"by hand, then delete its row from the profiles table of {self.store.path})",
                     {"profile": row["kind"]},
                 )
                 return False
@@ -278,7 +290,7 @@ class TenantActions:
                     except Exception:
                         pass
             if result.errors:  # kept on record: restoring is safe to repeat, at the next stop or start
-                d.record(
+                self.record(
                     codes.PLUGIN_FAILED,
                     rid,
                     f"the GPU profile of {rid!r} was not fully restored ({why}): "
@@ -286,9 +298,9 @@ class TenantActions:
                     {"profile": row["kind"], "errors": list(result.errors)},
                 )
                 return False
-            d.store.drop_profile(rid)
+            self.store.drop_profile(rid)
             self.applied.discard(rid)
-        d.record(
+        self.record(
             codes.PROFILE_RESTORED,
             rid,
             f"the GPU settings before {rid!r}'s profile are restored ({why})",
@@ -297,17 +309,16 @@ class TenantActions:
         return True
 
     def _translator(self, kind: str, options: dict[str, Any], rid: str) -> Translator | None:
-        d = self.daemon
-        info = d.host.kind("translators", kind)
+        info = self.host.kind("translators", kind)
         if info is None:
             return None
         parsed = validate_kind_options(KindBlock(kind=kind, **options), info.cls.Options)  # type: ignore[attr-defined]
-        context = d.host.context(d.config, rule_id=rid)
-        return d.host.call(f"translators/{kind}", info.cls, parsed, context)  # type: ignore[no-any-return]
+        context = self.host.context(self.config, rule_id=rid)
+        return self.host.call(f"translators/{kind}", info.cls, parsed, context)  # type: ignore[no-any-return]
 
     def restore_all(self, why: str) -> None:
         """Every profile on record: at start-up (a daemon that died left them) and at stop."""
-        for rid, row in self.daemon.store.profiles().items():
+        for rid, row in self.store.profiles().items():
             self._restore(rid, row, why)
 
     def close(self) -> None:

@@ -24,7 +24,9 @@ from arbiter.daemon.sources import SlotKey
 from arbiter.plugin import Phase, SourceState
 
 if TYPE_CHECKING:
-    from arbiter.daemon.facade import Node
+    from arbiter.daemon.intake import Intake
+    from arbiter.daemon.rules import RuleBook
+    from arbiter.pluginmanager import PluginHost
 
 MAX_SESSIONS_PER_UID = 4
 #: a report may say it saw a change at most this long ago (it is a latency, not a history)
@@ -152,20 +154,20 @@ class HelperSession:
 class Helpers:
     """Opens and tracks helper sessions for the daemon's socket."""
 
-    def __init__(self, daemon: Node) -> None:
-        self.daemon = daemon
+    def __init__(self, host: PluginHost, rulebook: RuleBook, intake: Intake) -> None:
+        self.host, self.rulebook, self.intake = host, rulebook, intake
         self._numbers = itertools.count(1)
         self._lock = threading.Lock()
         self.sessions: dict[tuple[int, int], HelperSession] = {}
 
     def generation(self) -> int:
-        return self.daemon.rulebook.generation
+        return self.rulebook.generation
 
     def sources_for(self, home: str) -> list[dict[str, Any]]:
         """Every file source of the rules in force whose path lies in ``home``."""
         out = []
-        host = self.daemon.host
-        for rid, live in sorted(dict(self.daemon.rulebook.live).items()):
+        host = self.host
+        for rid, live in sorted(dict(self.rulebook.live).items()):
             for index, block, _ in live.sources():
                 info = host.kind("sources", block.kind)
                 cls = getattr(info, "cls", None)
@@ -202,12 +204,12 @@ class Helpers:
             raise
 
     def report(self, helper: tuple[int, int], key: SlotKey, state: SourceState) -> None:
-        self.daemon.on_helper(helper, key, state)
+        self.intake.on_helper(helper, key, state)
 
     def gone(self, session: HelperSession) -> None:
         with self._lock:
             self.sessions.pop(session.key, None)
-        self.daemon.helper_gone(session.key)
+        self.intake.helper_gone(session.key)
 
     def view(self) -> list[dict[str, Any]]:
         return [

@@ -50,6 +50,7 @@ class Intake:
         self.fast_threads: dict[str, str] = {}
         self._fast_asked = threading.local()
         self.linked: Linked | None = None  # the reflex process, where one runs
+        self.reflex_off = ""  # why none runs
         self._moved = 0  # source changes its lines brought
         # a decision's act and the shutdown's resume take turns: once stopping, nothing is acted on
         self._turn = threading.Lock()
@@ -175,4 +176,5 @@ class Intake:
             **percentiles(list(self.book.latencies)),
             "threads": threads,
             "reflex_process": self.linked.figures() if self.linked is not None else None,
+            "reflex_off": self.reflex_off,
         }

@@ -252,12 +252,20 @@ def reflex_process(
     intake: IntakeSide,
     actuator: Actuator,
     targets: Targets,
-) -> Linked | None:
+) -> tuple[Linked | None, str]:
     """The reflex process's side, where the config asks for one and the pause translator
-    bounds its own time (the process waits on it while it holds the signalling lock)."""
+    bounds its own time (the process waits on it while it holds the signalling lock); else
+    None, and why."""
     pause = translators.get("pause")
-    if not config.reflex_process or pause is None or not pause[1].bounded:
-        return None
+    if not config.reflex_process:
+        return None, "reflex_process: false in the node config"
+    if pause is None:
+        return None, "no pause translator is available here"
+    if not pause[1].bounded:
+        return None, (
+            f"the pause translator {pause[0]!r} does not bound its own time (the process would wait on it "
+            "holding the signalling lock); name a bounded one first under translators: pause"
+        )
     only = {info.plugin for info in host.kinds.get("sources", {}).values()}
     only |= {host.kind("translators", pause[0]).plugin}  # type: ignore[union-attr]
     only |= {impl.plugin_name for impl in host.hook.arbiter_fast_thread.get_hookimpls()}
@@ -276,15 +284,18 @@ def reflex_process(
     # its lines are taken on the decision thread, never on the link's reader: a decision
     # acting there would wait for lines only that reader can read
     link = ReflexLink(setup, state_dir, intake.lines_came)
-    return Linked(
-        link,
-        intake.book,
-        actuator,
-        intake.published,
-        targets,
-        intake.acted_ms,
-        intake.record,
-        intake.fast_threads,
+    return (
+        Linked(
+            link,
+            intake.book,
+            actuator,
+            intake.published,
+            targets,
+            intake.acted_ms,
+            intake.record,
+            intake.fast_threads,
+        ),
+        "",
     )
 
 

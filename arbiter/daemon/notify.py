@@ -18,7 +18,10 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from arbiter.daemon.parts import Parts
 
 log = logging.getLogger("arbiter.daemon.notify")
 
@@ -128,7 +131,7 @@ class Notifier:
                 self._sock = None
 
 
-def status_line(daemon: Any) -> str:
+def status_line(daemon: Parts) -> str:
     """One line for ``systemctl status``: rules, jobs, and whether GPU fleet work may run."""
     decision = daemon.snapshot.decision
     rules = len(daemon.rulebook.live)

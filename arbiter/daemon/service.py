@@ -49,7 +49,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         raise CliError(str(exc), 2) from None
     except (DaemonAlreadyRunning, UnsafeStateDir) as exc:
         raise CliError(str(exc)) from None
-    daemon.notifier = notifier = Notifier.from_environ(os.environ)
+    daemon.ticker.notifier = notifier = Notifier.from_environ(os.environ)
     if notifier.interval_s is not None and notifier.interval_s < cfg.tick_s + cfg.plugin_timeout_s:
         logging.getLogger("arbiter").warning(
             "the watchdog wants a ping every %.1fs but a tick may take %.1fs (tick_s + plugin_timeout_s); "
@@ -60,7 +60,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         )
 
     relay_signals(
-        {signal.SIGINT: daemon.request_stop, signal.SIGTERM: daemon.request_stop, signal.SIGHUP: daemon.request_reload}
+        {signal.SIGINT: daemon.request_stop, signal.SIGTERM: daemon.request_stop, signal.SIGHUP: daemon.ticker.reload}
     )
     daemon.start()
     pointer = discovery.publish(daemon.state_dir, daemon.state_dir / SOCKET_FILE, config_path)
@@ -74,7 +74,7 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     # the collector's sight, a full collection, which holds every thread and so the fast
     # path, has that much less to walk.
     gc.freeze()
-    notifier.ready(f"serving on {daemon.state_dir / SOCKET_FILE}: {status_line(daemon)}")
+    notifier.ready(f"serving on {daemon.state_dir / SOCKET_FILE}: {status_line(daemon.parts)}")
     try:
         while not daemon.wait(1.0):
             pass

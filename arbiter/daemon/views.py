@@ -14,14 +14,14 @@ from arbiter.engine import codes
 from arbiter.engine.types import JobVerdict
 
 if TYPE_CHECKING:
-    from arbiter.daemon.facade import Node
+    from arbiter.daemon.parts import Parts
 
 
 class UnknownSubject(LookupError):
     pass
 
 
-def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str, Any]:
+def _job_item(daemon: Parts, record: Any, verdict: JobVerdict | None) -> dict[str, Any]:
     manifest = record.manifest
     gpu = manifest.get("gpu", {})
     view = daemon.snapshot.view
@@ -60,17 +60,17 @@ def _job_item(daemon: Node, record: Any, verdict: JobVerdict | None) -> dict[str
                 "remedy": "`arbiter doctor` shows the translators; fix the one named, or choose another under "
                 "translators: in arbiter.yaml (it is tried again on every decision)",
             }
-            for jid, what in daemon.action_failures()
+            for jid, what in sorted(daemon.decider.failures.current)
             if jid == record.id
         ],
     }
 
 
-def _protection_pause(daemon: Node, job_id: str) -> dict[str, Any] | None:
-    held = daemon.engine_state.held.get(job_id)
+def _protection_pause(daemon: Parts, job_id: str) -> dict[str, Any] | None:
+    held = daemon.decider.engine_state.held.get(job_id)
     if held is None or held.evicted_at is not None:
         return None
-    now, after = time.monotonic(), daemon.policy.evict_after_s
+    now, after = time.monotonic(), daemon.decider.policy.evict_after_s
     return {
         "for_s": round(now - held.since, 1),
         "evict_after_s": after,
@@ -78,7 +78,7 @@ def _protection_pause(daemon: Node, job_id: str) -> dict[str, Any] | None:
     }
 
 
-def _rule_item(daemon: Node, rid: str) -> dict[str, Any]:
+def _rule_item(daemon: Parts, rid: str) -> dict[str, Any]:
     live = daemon.rulebook.live.get(rid)
     snap = daemon.snapshot
     verdict = snap.decision.rules.get(rid) if snap.decision else None
@@ -99,26 +99,26 @@ def _rule_item(daemon: Node, rid: str) -> dict[str, Any]:
         "using_gpu": bool(verdict and verdict.using_gpu),
         "using_for_s": round(now - verdict.using_since, 1) if verdict and verdict.using_since else None,
         "phases": list(verdict.phases) if verdict else [],
-        "sources": daemon.sources.view(rid, now),
+        "sources": daemon.intake.book.view(rid, now),
         "faults": list(live.faults) if live else [],
         "holds": [r.to_dict() for r in verdict.holds] if verdict else [],
         "notes": [r.to_dict() for r in verdict.notes] if verdict else [],
         "vram_bytes": obs.vram_bytes if obs else None,
         "reclaimable": bool(live and live.rule.release),
         "releasing": _releasing(daemon, rid),
-        "profile_applied": rid in daemon.profiles_applied(),
+        "profile_applied": rid in set(daemon.tenants.applied),
         "problems": [dict(p) for p in [daemon.tenants.release_failed.get(rid)] if p],
     }
 
 
-def _releasing(daemon: Node, rid: str) -> dict[str, Any] | None:
-    st = daemon.engine_state.vram.get(rid)
+def _releasing(daemon: Parts, rid: str) -> dict[str, Any] | None:
+    st = daemon.decider.engine_state.vram.get(rid)
     if st is None or st.requested_at is None:
         return None
     return {"for_s": round(time.monotonic() - st.requested_at, 2), "held_at_request": st.held_at_request, "why": st.why}
 
 
-def vram_view(daemon: Node, rules: list[dict[str, Any]]) -> dict[str, Any]:
+def vram_view(daemon: Parts, rules: list[dict[str, Any]]) -> dict[str, Any]:
     """The device's VRAM, what each tenant and the jobs hold, and what no rule claims."""
     view = daemon.snapshot.view
     vram = dict(view.vram) if view else {}
@@ -139,7 +139,7 @@ def vram_view(daemon: Node, rules: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def state_notices(daemon: Node) -> list[dict[str, Any]]:
+def state_notices(daemon: Parts) -> list[dict[str, Any]]:
     """The state directory refusing writes (full, read-only): protection goes on, unrecorded."""
     rec, journal = daemon.recorder, daemon.journal
     if rec.failing_since is None and not journal.failures:
@@ -171,8 +171,8 @@ def state_notices(daemon: Node) -> list[dict[str, Any]]:
 CLOCK_NOTICE_S = 600.0  # how long explain mentions a clock jump
 
 
-def clock_notices(daemon: Node) -> list[dict[str, Any]]:
-    jump = daemon.observer.clock_jump
+def clock_notices(daemon: Parts) -> list[dict[str, Any]]:
+    jump = daemon.ticker.observer.clock_jump
     if jump is None or time.monotonic() - jump[0] > CLOCK_NOTICE_S:
         return []
     return [
@@ -196,7 +196,7 @@ def _costs(c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def status_view(daemon: Node) -> dict[str, Any]:
+def status_view(daemon: Parts) -> dict[str, Any]:
     snap = daemon.snapshot
     decision = snap.decision
     view = snap.view
@@ -228,9 +228,9 @@ def status_view(daemon: Node) -> dict[str, Any]:
         + clock_notices(daemon),
         "invalid_files": list(daemon.rulebook.invalid_files),
         "problems": {f: [str(p) for p in ps] for f, ps in daemon.rulebook.problems.items()},
-        "fast_path": daemon.latency_figures(),
+        "fast_path": daemon.intake.figures(),
         "helpers": daemon.helpers.view(),
-        "costs": _costs(daemon.costs),
+        "costs": _costs(daemon.costs()),
         "recorder": {
             "failures": daemon.recorder.failures,
             "last_error": daemon.recorder.last_error,
@@ -240,11 +240,11 @@ def status_view(daemon: Node) -> dict[str, Any]:
         },
         "translators": {need: name for need, (name, _) in daemon.actuator.translators.items()},
         # what fleet schedulers are told of this node (a scheduler's node features, say)
-        "scheduler_labels": daemon.scheduler_labels(),
+        "scheduler_labels": list(daemon.ticker.scheduler_labels),
     }
 
 
-def explain_view(daemon: Node, subject: str | None = None) -> dict[str, Any]:
+def explain_view(daemon: Parts, subject: str | None = None) -> dict[str, Any]:
     """Why each job is (not) running; for a subject, that job, job name or tenant, or the jobs an
     outside scheduler knows by that id."""
     snap = daemon.snapshot
@@ -316,7 +316,7 @@ class _GovernorRow(TypedDict):
     take_back_left_s: float | None
 
 
-def duty_view(daemon: Node) -> dict[str, Any]:
+def duty_view(daemon: Parts) -> dict[str, Any]:
     """The budget, each rule's governor and each job's asked and measured duty."""
     snap = daemon.snapshot
     decision = snap.decision

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from arbiter.api.ops import Op
 from arbiter.transport import DaemonUnavailable, request
 
 PYTHON = sys.executable
@@ -110,7 +111,7 @@ class LocalNode:
         return request(self.socket, op, **args)
 
     def status(self) -> dict[str, Any]:
-        return self.call("status")["status"]  # type: ignore[no-any-return]
+        return self.call(Op.STATUS)["status"]  # type: ignore[no-any-return]
 
     def job(self, name: str) -> dict[str, Any] | None:
         return next((j for j in self.status()["jobs"] if j["name"] == name), None)

@@ -21,6 +21,7 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.text import Text
 
+from arbiter.api.ops import Op
 from arbiter.cli.render import console as plain_console
 from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
 from arbiter.demo.node import PYTHON, LocalNode
@@ -88,7 +89,7 @@ def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
         f"gpu_jobs: {status['gpu_jobs']}   reader: {status['reader']['name'] or 'none'} (CPU stands in for the GPU)"
     )
     head.append(f"\n$ arbiter duty → {node.call('duty')['duty']['summary']}")
-    run = next((r for r in node.call("ab.status")["runs"] if r["status"] == "running"), None)
+    run = next((r for r in node.call(Op.AB_STATUS)["runs"] if r["status"] == "running"), None)
     if run is not None:
         window = (run.get("live") or {}).get("window") or {}
         head.append(
@@ -122,7 +123,7 @@ def _state(node: LocalNode, name: str) -> str:
 
 
 def _governor(node: LocalNode) -> str:
-    rules = node.call("duty")["duty"]["rules"]
+    rules = node.call(Op.DUTY)["duty"]["rules"]
     return str(rules[0]["state"]) if rules else ""
 
 
@@ -139,7 +140,7 @@ DEMO_RUN = {
 
 
 def _run_state(node: LocalNode, run_id: str) -> dict[str, Any]:
-    return next((r for r in node.call("ab.status")["runs"] if r["run"] == run_id), {})
+    return next((r for r in node.call(Op.AB_STATUS)["runs"] if r["run"] == run_id), {})
 
 
 def _append(path: Path, record: dict[str, Any]) -> float:
@@ -250,7 +251,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                 4,
                 lambda: _state(node, "batch-plain") == "paused",
             )
-            explain = node.call("explain", subject="batch-plain")["explain"]
+            explain = node.call(Op.EXPLAIN, subject="batch-plain")["explain"]
             fast = node.status()["fast_path"]
             _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
             _show(
@@ -263,7 +264,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
             )
             idle_flag.unlink()
             node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"], timeout=10)
-            run_id = node.call("ab.start", rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
+            run_id = node.call(Op.AB_START, rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
             _show(
                 live,
                 node,
@@ -278,9 +279,9 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                 # undecided within the demo's minute (a noisy machine, or windows left out): the
                 # run ends here, and says so, rather than being shown as a verdict
                 with contextlib.suppress(RequestRefused):  # it may have ended just now
-                    node.call("ab.abort", id=run_id)
+                    node.call(Op.AB_ABORT, id=run_id)
                     aborted = True
-            proof = node.call("ab.show", id=run_id)["report"]
+            proof = node.call(Op.AB_SHOW, id=run_id)["report"]
             certified = proof["certifies"]
             why = (
                 f"still undecided after {ran['blocks_done']} of its {ran['target']} blocks "
@@ -321,7 +322,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                     lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run",
                 )
             idle_flag.touch()
-        phase_events = node.call("timeline", code="PROTECTION_PHASE_ON", limit=5)["events"]
+        phase_events = node.call(Op.TIMELINE, code="PROTECTION_PHASE_ON", limit=5)["events"]
         latency = next((e["data"].get("latency_ms") for e in reversed(phase_events) if "latency_ms" in e["data"]), None)
         console.print(
             Panel.fit(
@@ -335,7 +336,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
         console.print(Text(f"\n$ arbiter ab show {run_id}", style="bold"))
         console.print(report_text(proof), markup=False, highlight=False)
         console.print(Text("\n$ arbiter timeline", style="bold"))
-        print_timeline(console, node.call("timeline", limit=25)["events"])
+        print_timeline(console, node.call(Op.TIMELINE, limit=25)["events"])
         protected.terminate()
         console.print(f"demo finished in {time.monotonic() - started:.0f}s; nothing is left running.")
         return 0

@@ -81,11 +81,11 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
 
     @app.get("/v1/ab")
     def ab_runs() -> list[dict[str, Any]]:
-        return provider.ab_runs()
+        return provider.ab_status()
 
     def ab_report(run_id: str) -> dict[str, Any]:
         try:
-            return provider.ab_report(run_id)
+            return provider.ab_show(run_id)
         except LookupError as exc:
             raise HTTPException(404, str(exc)) from None
 

@@ -363,7 +363,7 @@ def render_page(provider: Provider, now: float, subject: str | None = None) -> s
         ("GPU share over time", share_section(status.get("gpu_share_history"), now)),
         ("Budget over time", budget_section(duty, governor_events(provider), now, gpu_jobs)),
         ("Timeline", timeline),
-        ("A/B runs", ab_section(provider.ab_runs())),
+        ("A/B runs", ab_section(provider.ab_status())),
     ]
     body = "".join(
         f"<section id='{esc(title.split()[0].lower().replace('/', ''))}'><h2>{esc(title)}</h2>{html}</section>"

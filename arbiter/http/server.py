@@ -4,101 +4,22 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import uvicorn
 
-from arbiter.daemon.views import duty_view, explain_view, status_view
 from arbiter.http.app import create_app
 from arbiter.http.guard import warn_if_reachable
 from arbiter.http.protocol import MAX_CONCURRENCY, HeadTimeoutProtocol
 
 if TYPE_CHECKING:
-    from arbiter.daemon.facade import Node
-
-
-PLOT_TIMEOUT_S = 60.0
-
-
-class DaemonProvider:
-    def __init__(self, daemon: Node) -> None:
-        self.daemon = daemon
-        self.token = daemon.token
-        self._plots: dict[str, tuple[str, bytes]] = {}  # run id → (what it showed, its PNG)
-
-    def status(self) -> dict[str, Any]:
-        return status_view(self.daemon)
-
-    def explain(self, subject: str | None) -> dict[str, Any]:
-        return explain_view(self.daemon, subject)
-
-    def timeline(self, limit: int, subject: str | None, code: str | None) -> list[dict[str, Any]]:
-        return self.daemon.store.timeline(limit, subject, code)
-
-    def reload(self) -> None:
-        self.daemon.request_reload()
-
-    def gpu_apis(self) -> dict[str, Any]:
-        return self.daemon.prober.get() or {"pending": True, "host": [], "containers": [], "evidence": {}}
-
-    def duty(self) -> dict[str, Any]:
-        return duty_view(self.daemon)
-
-    def metrics(self) -> dict[str, Any]:
-        d = self.daemon
-        return {
-            "status": status_view(d),
-            "duty": duty_view(d),
-            "gpu_apis": d.prober.answer,
-            "events": dict(d.recorder.counts),
-            "latency": d.sources.histograms(),
-            "costs": dict(d.costs),
-        }
-
-    def ab_runs(self) -> list[dict[str, Any]]:
-        from arbiter.daemon.abruns import status
-
-        return status(self.daemon)
-
-    def ab_report(self, run_id: str) -> dict[str, Any]:
-        from arbiter.daemon.abruns import RunRefused, find
-        from arbiter.harness.report import report
-
-        try:
-            return report(*find(self.daemon, run_id))
-        except RunRefused as exc:
-            raise LookupError(str(exc)) from None
-
-    def ab_plot(self, run_id: str) -> bytes:
-        """Drawn in a child process (matplotlib would hold the GIL from the fast path), and
-        kept while the run has not changed."""
-        import json
-        import subprocess
-
-        from arbiter.children import python_module, run_child
-
-        rep = self.ab_report(run_id)
-        key = json.dumps([rep["status"], len(rep["blocks"]), len(rep["excluded"])])
-        cached = self._plots.get(run_id)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        done: subprocess.CompletedProcess[bytes] = run_child(
-            python_module("arbiter.harness.report"),
-            input=json.dumps(rep).encode(),
-            capture_output=True,
-            timeout=PLOT_TIMEOUT_S,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise LookupError(f"the plot could not be drawn: {done.stderr.decode(errors='replace')[-300:]}")
-        self._plots[run_id] = (key, done.stdout)
-        return done.stdout
+    from arbiter.http.provider import Provider
 
 
 class HttpServer:
-    def __init__(self, daemon: Node, host: str, port: int) -> None:
+    def __init__(self, provider: Provider, host: str, port: int) -> None:
         warn_if_reachable(host, port)
-        app = create_app(DaemonProvider(daemon), bind_host=host)
+        app = create_app(provider, bind_host=host)
         config = uvicorn.Config(
             app,
             host=host,

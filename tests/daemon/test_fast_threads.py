@@ -69,9 +69,9 @@ def run_with(tmp_path: Path, plugin: Recorder) -> dict[str, str]:
         pid = node.job_pid("j", timeout=30)
         node.wait_for(
             lambda: (
-                daemon.snapshot.obs is not None
-                and daemon.snapshot.obs.rules["p"].running
-                and daemon.snapshot.obs.rules["q"].running
+                daemon.parts.snapshot.obs is not None
+                and daemon.parts.snapshot.obs.rules["p"].running
+                and daemon.parts.snapshot.obs.rules["q"].running
             ),
             timeout=30,
         )

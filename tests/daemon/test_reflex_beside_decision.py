@@ -33,7 +33,7 @@ def phase(path: Path, value: str) -> None:
 
 def verdict(daemon: Daemon, node: HarnessNode, name: str) -> str | None:
     """The last decision's state for the job ``name``."""
-    decision = daemon.snapshot.decision
+    decision = daemon.parts.snapshot.decision
     return decision.jobs[node.known_job(name)["id"]].state if decision is not None else None
 
 
@@ -83,11 +83,13 @@ def running(
         node.spawn(["sleep", str(1000 + n)])
         node.job_run(["sleep", str(3000 + n)], "--name", "j")
         pid = node.wait_for(lambda: ((node.job("j") or {}).get("pids") or [None])[0], timeout=30)
-        daemon.request_reload()  # a tick now: the protected program is seen
-        node.wait_for(lambda: daemon.snapshot.obs is not None and daemon.snapshot.obs.rules["p"].running, timeout=30)
+        daemon.ticker.reload()  # a tick now: the protected program is seen
+        node.wait_for(
+            lambda: daemon.parts.snapshot.obs is not None and daemon.parts.snapshot.obs.rules["p"].running, timeout=30
+        )
         if reflex_process:  # the process watches the phase, and a decision has armed it
-            node.wait_for(lambda: daemon.latency_figures()["reflex_process"]["sources"] == 1, timeout=30)
-            daemon.notify_jobs()
+            node.wait_for(lambda: daemon.api.status()["fast_path"]["reflex_process"]["sources"] == 1, timeout=30)
+            daemon.parts.jobs_changed()
             # an arm for the source is sent under the signalling lock, which the process waits
             # for before it acts: once sent, the process acts on it (or on a later one)
             link = daemon.intake.linked.link if daemon.intake.linked else None
@@ -125,7 +127,7 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
 
         monkeypatch.setattr(decider, "decide", slow_decide)
         monkeypatch.setattr(daemon.actuator, "resume_entries", resume_entries)
-        daemon.notify_jobs()
+        daemon.parts.jobs_changed()
         assert entered.wait(10)
 
         phase(events, "on")
@@ -133,18 +135,18 @@ def test_a_phase_pauses_while_a_decision_is_made_and_that_decision_never_undoes_
         took = stopped_within(pid, timeout=5)
         print(f"\nphase on -> job stopped, a decision held meanwhile: {1000 * took:.1f} ms")
 
-        redecisions, decisions = daemon.costs["redecisions"], daemon.costs["decisions"]
+        redecisions, decisions = daemon.parts.costs()["redecisions"], daemon.parts.costs()["decisions"]
         held.set()  # the held decision said "run": carried out, it would continue the job
-        node.wait_for(lambda: daemon.costs["redecisions"] > redecisions, timeout=10)
+        node.wait_for(lambda: daemon.parts.costs()["redecisions"] > redecisions, timeout=10)
         node.wait_for(lambda: verdict(daemon, node, "j") == "paused", timeout=10)
         # the batch the held decision was made in is done: what it would have done, it has
-        wait_until(lambda: daemon.costs["decisions"] > decisions, 10, "the held decision's batch to end")
+        wait_until(lambda: daemon.parts.costs()["decisions"] > decisions, 10, "the held decision's batch to end")
         assert stopped(pid) and resumes == []  # never continued, not even for a moment
 
         phase(events, "off")
         continued(pid)
         # the reflex process continued it, and the daemon's record says so
-        node.wait_for(lambda: daemon.latency_figures()["reflex_process"]["armed"] >= 2, timeout=5)
+        node.wait_for(lambda: daemon.api.status()["fast_path"]["reflex_process"]["armed"] >= 2, timeout=5)
         node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
 
 
@@ -160,7 +162,7 @@ def test_a_decision_that_may_not_be_made_again_holds_the_reflex_process_off_and_
         stopped_within(pid)
         phase(events, "off")
         continued(pid)
-        assert daemon.costs["redecisions"] == 0
+        assert daemon.parts.costs()["redecisions"] == 0
 
 
 def test_each_decision_makes_every_jobs_target_so_the_next_finds_them_made(tmp_path: Path) -> None:
@@ -171,7 +173,9 @@ def test_each_decision_makes_every_jobs_target_so_the_next_finds_them_made(tmp_p
             # read together: the daemon's next decision replaces the targets and what it prepared
             view, made = daemon.targets._made
             prepared = daemon.actuator._prepared
-            if view is not daemon.snapshot.view or not {r.id for r in daemon.jobs.active()} <= {k[0] for k in made}:
+            if view is not daemon.parts.snapshot.view or not {r.id for r in daemon.jobs.active()} <= {
+                k[0] for k in made
+            }:
                 return None
             if not all(prepared.get(id(t), (None,))[0] is t for t in made.values()):
                 return None
@@ -238,13 +242,13 @@ def test_every_report_in_one_batch_is_taken_after_one_that_makes_the_decision_ur
             return real(*args)
 
         monkeypatch.setattr(decider, "decide", slow_decide)
-        daemon.notify_jobs()
+        daemon.parts.jobs_changed()
         assert entered.wait(10)
         now = time.monotonic()
         daemon.intake.on_source("p", 0, SourceState(readable=True, phase="on", changed_at=now))
         daemon.intake.on_source("p", 0, SourceState(readable=True, phase="off", changed_at=now + 0.001))
         held.set()
-        node.wait_for(lambda: (daemon.sources.state(("p", 0)) or SourceState()).phase == "off", timeout=10)
+        node.wait_for(lambda: (daemon.intake.book.state(("p", 0)) or SourceState()).phase == "off", timeout=10)
         node.wait_for(lambda: verdict(daemon, node, "j") == "run", timeout=10)
         assert not stopped(pid)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.daemon.requests import may_act_on_job, may_admin
+from arbiter.daemon.api import may_act_on_job, may_admin
 from arbiter.transport import RequestRefused, request
 from arbiter_testing import run_as
 from arbiter_testing.node import PYTHON, HarnessNode

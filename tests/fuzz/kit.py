@@ -780,16 +780,16 @@ class StubProvider:
     def duty(self) -> dict[str, Any]:
         return {"summary": "no governor runs"}
 
-    def ab_runs(self) -> list[dict[str, Any]]:
+    def ab_status(self) -> list[dict[str, Any]]:
         return []
 
-    def ab_report(self, run_id: str) -> dict[str, Any]:
+    def ab_show(self, run_id: str) -> dict[str, Any]:
         if run_id != "ab-1":
             raise LookupError(f"no run {run_id!r}")
         return {"run": "ab-1"}
 
     def ab_plot(self, run_id: str) -> bytes:
-        self.ab_report(run_id)
+        self.ab_show(run_id)
         return b"\x89PNG\r\n\x1a\n"
 
     def metrics(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 from arbiter.config.errors import ConfigError
 from arbiter.config.loader import load_node_config, parse_rule, read_text
 from arbiter.config.yamlpos import MAX_VALUES, load_with_positions
-from arbiter.daemon.requests import handle
+from arbiter.daemon.api import NodeApi
 from arbiter.plugin import PluginContext
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter.sdk.control import Control, read_control_document, write_control_document
@@ -162,7 +162,7 @@ def test_a_whole_number_written_as_a_float_is_a_seq(tmp_path: Path) -> None:
     ],
 )
 def test_timeline_arguments_are_checked_by_name(args: dict[str, object], named: str) -> None:
-    answer = handle(None, "timeline", args, (os.getpid(), os.getuid()))  # type: ignore[arg-type]  # refused before it is used
+    answer = NodeApi(None).dispatch("timeline", args, (os.getpid(), os.getuid()))  # type: ignore[arg-type]  # refused before it is used
     assert answer["ok"] is False and answer["code"] == "BAD_REQUEST"
     assert answer["error"].startswith("timeline: argument ") and named in answer["error"]
 

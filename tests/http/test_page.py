@@ -145,7 +145,7 @@ class Provider:
             ],
         }
 
-    def ab_runs(self) -> list[dict[str, Any]]:
+    def ab_status(self) -> list[dict[str, Any]]:
         return [
             {
                 "run": "ab-open",
@@ -183,7 +183,7 @@ class Provider:
     def reload(self) -> None:
         pass
 
-    def ab_report(self, run_id: str) -> dict[str, Any]:
+    def ab_show(self, run_id: str) -> dict[str, Any]:
         raise LookupError(f"no run {run_id!r}")
 
     def ab_plot(self, run_id: str) -> bytes:

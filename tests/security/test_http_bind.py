@@ -20,7 +20,6 @@ from starlette.routing import Route
 from arbiter.daemon.core import Daemon
 from arbiter.http.app import create_app
 from arbiter.http.guard import OPEN_PATHS, bearer_ok, is_loopback_bind
-from arbiter.http.server import DaemonProvider
 from arbiter_testing import run_as
 from arbiter_testing.node import HarnessNode
 
@@ -69,7 +68,7 @@ def test_the_token_is_compared_whole() -> None:
 
 def test_a_reachable_bind_answers_nothing_but_healthz_without_the_token(start_daemon: StartDaemon) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
-    app = create_app(DaemonProvider(daemon), bind_host="0.0.0.0")
+    app = create_app(daemon.api, bind_host="0.0.0.0")
     client = TestClient(app, base_url="http://127.0.0.1:7807")
     good = {"Authorization": f"Bearer {daemon.token}"}
     routes = [*every_route(app), ("GET", "/no/such/path")]
@@ -90,7 +89,7 @@ def test_a_reachable_bind_answers_nothing_but_healthz_without_the_token(start_da
 
 def test_a_loopback_bind_reads_openly_and_mutates_only_with_token_and_loopback_host(start_daemon: StartDaemon) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
-    app = create_app(DaemonProvider(daemon), bind_host="127.0.0.1")
+    app = create_app(daemon.api, bind_host="127.0.0.1")
     client = TestClient(app, base_url="http://127.0.0.1:7807")
     good = {"Authorization": f"Bearer {daemon.token}"}
     for method, path in every_route(app):
@@ -152,7 +151,7 @@ def test_a_real_daemon_on_loopback_reads_openly(tmp_path: Path) -> None:
 @pytest.mark.parametrize("bind", ["127.0.0.1", "0.0.0.0"])
 def test_the_page_and_docs_never_echo_the_token(start_daemon: StartDaemon, bind: str) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
-    client = TestClient(create_app(DaemonProvider(daemon), bind_host=bind), base_url="http://127.0.0.1:7807")
+    client = TestClient(create_app(daemon.api, bind_host=bind), base_url="http://127.0.0.1:7807")
     good = {"Authorization": f"Bearer {daemon.token}"}
     for path in ("/", "/v1/status", "/openapi.json", "/metrics", "/v1/explain", "/v1/timeline"):
         assert daemon.token not in client.get(path, headers=good).text, path

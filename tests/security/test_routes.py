@@ -9,9 +9,9 @@ from typing import Any
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from arbiter.daemon.api import NodeApi
 from arbiter.daemon.core import Daemon
 from arbiter.http.app import create_app
-from arbiter.http.server import DaemonProvider
 
 from .conftest import StartDaemon
 
@@ -19,7 +19,7 @@ from .conftest import StartDaemon
 class Spy:
     """The daemon's own provider, noting which of its methods each request calls."""
 
-    def __init__(self, inner: DaemonProvider) -> None:
+    def __init__(self, inner: NodeApi) -> None:
         self._inner = inner
         self.token = inner.token
         self.calls: list[str] = []
@@ -45,7 +45,7 @@ def state_of(daemon: Daemon) -> dict[str, Any]:
         "jobs": sorted((j.id, j.state, j.user_hold) for j in daemon.jobs.active()),
         "runs": len(daemon.store.timeline(10_000, None, "AB_RUN_STARTED")),
         "reloaded": len(daemon.store.timeline(10_000, None, "CONFIG_RELOADED")),
-        "ab": daemon.engine_state.ab,
+        "ab": daemon.decider.engine_state.ab,
     }
 
 
@@ -53,7 +53,7 @@ def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_
     start_daemon: StartDaemon,
 ) -> None:
     daemon: Daemon = start_daemon(http={"enabled": False})
-    spy = Spy(DaemonProvider(daemon))
+    spy = Spy(daemon.api)
     app = create_app(spy)
     client = TestClient(app, base_url="http://127.0.0.1:7807")
     token = {"Authorization": f"Bearer {daemon.token}"}
@@ -85,7 +85,7 @@ def test_every_mutation_is_post_with_token_and_loopback_host_and_no_get_changes_
 def test_no_get_changes_anything_on_a_quiet_daemon(start_daemon: StartDaemon) -> None:
     """Without any POST first, nothing a GET does shows in the daemon's state."""
     daemon: Daemon = start_daemon(http={"enabled": False})
-    app = create_app(DaemonProvider(daemon))
+    app = create_app(daemon.api)
     client = TestClient(app, base_url="http://127.0.0.1:7807")
     before = state_of(daemon)
     for route in app.routes:

@@ -79,6 +79,7 @@ class SlurmTranslator(SignalTranslator):
     Options = SlurmOptions  # type: ignore[assignment]
     actions = frozenset({"pause", "resume", "terminate", "kill"})
     bounded = True  # signals here; Slurm's commands wait on the translator's own thread
+    rank = 30  # after the local ones: it serves where it is named or they are not available
 
     def __init__(self, options: SlurmOptions, context: PluginContext) -> None:
         super().__init__(options, context)  # type: ignore[arg-type]

@@ -64,6 +64,7 @@ class CgroupFreezeTranslator(SignalTranslator):
 
     Options = CgroupFreezeOptions
     bounded = True  # besides signals, cgroup files, and a wait for the freeze with its own deadline
+    rank = 10  # a job's cgroup frozen whole, else signals: first where it is available
 
     def __init__(self, options: CgroupFreezeOptions, context: PluginContext) -> None:
         super().__init__(options, context)

@@ -72,6 +72,7 @@ class CudaCheckpointTranslator(SignalTranslator):
     Options = CudaCheckpointOptions
     actions = frozenset({"pause", "resume", "terminate", "kill"})
     bounded = False  # a checkpoint copies gigabytes, and a lock waits for the job's GPU work
+    rank = 900  # unbounded: only where the node config names it
     frees_vram = True
 
     def __init__(self, options: CudaCheckpointOptions, context: PluginContext) -> None:

@@ -35,6 +35,7 @@ class SignalTranslator(Translator):
     Options = SignalOptions
     actions = frozenset({"pause", "resume", "terminate", "kill"})
     bounded = True  # signals and reads of the kernel's process files: nothing waits
+    rank = 20  # signals work on every POSIX host
 
     def __init__(self, options: SignalOptions, context: PluginContext) -> None:
         super().__init__(options, context)
