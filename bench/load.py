@@ -65,7 +65,7 @@ from arbiter_testing.rules import phase_during, phase_rule
 
 GOAL_TICK_MS = 50.0
 GOAL_RSS_MIB = 100.0
-REFLEX_MODULE = "arbiter.reflexhost"  # the daemon's reflex process runs it
+REFLEX_MODULE = "arbiter.reflex.process"  # the daemon's reflex process runs it
 GOAL_LAG = 0.02  # the counted rate within 2 % of the written one
 GOAL_FAST_MS = 1.0  # "unchanged by the load": the daemon's part of the p99 moves by less than a millisecond
 FAST = "fast"

@@ -3,7 +3,7 @@ while its source cannot be read gets a fix that fits."""
 
 from __future__ import annotations
 
-from arbiter.doctor import source_item
+from arbiter.daemon.health import source_item
 
 REFUSED = {
     "slot": "busy",

@@ -198,6 +198,46 @@ def test_the_cycle_check_would_catch_one() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+#: the core's packages and root modules, by layer: each imports only from its own layer and
+#: those below it (a module at the root counts as a package of its own)
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"engine", "sdk"}),
+    frozenset({"plugin", "hookspecs", "children", "childwork", "httpread", "secretref", "certificates", "api"}),
+    frozenset({"config", "store", "transport", "discovery", "signal_relay"}),
+    frozenset({"pluginmanager", "probing"}),
+    frozenset({"reflex", "harness", "http"}),
+    frozenset({"daemon"}),
+    frozenset({"conform", "docs"}),
+    frozenset({"cli", "demo", "__main__"}),
+)
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "arbiter"
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for module, imported in import_graph().items():
+        own = _package(module)
+        graph.setdefault(own, set()).update(p for p in map(_package, imported) if p not in (own, "arbiter"))
+    graph.pop("arbiter", None)
+    return graph
+
+
+def test_no_import_cycles_between_packages() -> None:
+    assert not cycles(package_graph()), "these packages import each other in a circle"
+
+
+def test_no_import_runs_back_up_the_layers() -> None:
+    layer = {name: n for n, names in enumerate(LAYERS) for name in names}
+    graph = package_graph()
+    assert set(graph) <= set(layer), f"packages with no layer in LAYERS: {set(graph) - set(layer)}"
+    upward = [f"{a} -> {b}" for a, targets in graph.items() for b in targets if layer[b] > layer[a]]
+    assert not upward, "imports that run back up the layers:\n" + "\n".join(sorted(upward))
+
+
 #: modules of plugin distributions that no plugin manager loads (their entry point module does
 #: not import them), each with why it may import more of arbiter than the plugin API
 NOT_PLUGINS = {

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from arbiter.cli.client import CliError
+from arbiter.cli.nodecheck import node_problems
 from arbiter.config.errors import ConfigError, Problem
 from arbiter.config.loader import (
     check_paths,
@@ -20,7 +21,6 @@ from arbiter.config.loader import (
 )
 from arbiter.config.locate import config_candidates, find_config
 from arbiter.config.models import NodeConfig
-from arbiter.config.nodecheck import node_problems
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 
 

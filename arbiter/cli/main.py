@@ -77,7 +77,7 @@ def run(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """Run the daemon in the foreground (a service manager runs it like this)."""
     from arbiter.cli.checks import refuse_bad_node_config
     from arbiter.cli.logs import configure
-    from arbiter.daemon.service import serve
+    from arbiter.cli.serve import serve
 
     configure((ctx.obj or {}).get("log_format", "text"))
     try:
@@ -208,7 +208,7 @@ def plugins(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
 @app.command("resume-all")
 def resume_all(config: ConfigOpt = None) -> None:
     """Resume everything a daemon recorded as paused (for a service manager's stop hook)."""
-    from arbiter.daemon.service import resume_recorded
+    from arbiter.cli.serve import resume_recorded
 
     try:
         cfg, _ = node_config(config)
@@ -250,7 +250,8 @@ def helper(
 @app.command()
 def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The node's health, each item with a fix: config, plugins, readers, GPU APIs, sources, access."""
-    from arbiter.doctor import Item, local_items
+    from arbiter.cli.doctor import local_items
+    from arbiter.daemon.health import Item
     from arbiter.transport import RequestRefused
 
     items = [i.to_dict() for i in local_items(config)]

@@ -136,7 +136,7 @@ class NodeConfig(Strict):
     """
 
     # a key that is not a field is kept as the file gives it: the sections plugins read are
-    # known only once the plugins are, so arbiter.config.nodecheck judges them, and refuses a
+    # known only once the plugins are, so arbiter.cli.nodecheck judges them, and refuses a
     # key that no enabled plugin reads
     model_config = ConfigDict(extra="allow")
 

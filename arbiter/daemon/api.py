@@ -305,7 +305,7 @@ class NodeApi:
 
     @operation(Op.DOCTOR, Who.ANYONE)
     def doctor(self) -> dict[str, Any]:
-        from arbiter.doctor import daemon_items
+        from arbiter.daemon.health import daemon_items
 
         return {"items": [i.to_dict() for i in daemon_items(self.parts)]}
 

@@ -34,7 +34,6 @@ from typing import Any
 from arbiter import __version__
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.abruns import certificate, resumed_from, supersede
-from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.api import NodeApi
 from arbiter.daemon.decider import Decider
@@ -44,7 +43,6 @@ from arbiter.daemon.inbox import ReleaseOver
 from arbiter.daemon.intake import Intake
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.linked import reflex_process
-from arbiter.daemon.notify import status_line
 from arbiter.daemon.observe import Observer
 from arbiter.daemon.parts import Parts
 from arbiter.daemon.recorder import Recorder
@@ -53,6 +51,7 @@ from arbiter.daemon.secure import check_state_dir, ensure_token
 from arbiter.daemon.snapshot import Published, Snapshot, Targets
 from arbiter.daemon.sources import SourceBook
 from arbiter.daemon.ticker import Ticker
+from arbiter.daemon.views import status_line
 from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunState
 from arbiter.engine.compliance import trust_from_record
@@ -60,6 +59,7 @@ from arbiter.engine.types import EngineState, HeldJob, Policy
 from arbiter.plugin import ProcessRef
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.probing import Prober
+from arbiter.reflex.act import Actuator, make_translators
 from arbiter.store import JobRecord, PausedJournal, Store
 from arbiter.transport import SocketServer
 

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from arbiter.config.models import NodeConfig
-from arbiter.daemon.act import Actuator, next_seq
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.inbox import (
     ChangeRun,
@@ -48,6 +47,7 @@ from arbiter.engine.decide import decide
 from arbiter.engine.handoff import request_over
 from arbiter.engine.reacquire import newly_due
 from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, SourceObs, evolve
+from arbiter.reflex.act import Actuator, next_seq
 from arbiter.store import Store
 
 log = logging.getLogger("arbiter.daemon")

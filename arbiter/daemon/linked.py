@@ -1,6 +1,6 @@
 """The daemon's side of the reflex process: which sources it stands for, its lines taken in.
 
-The process (:mod:`arbiter.reflexhost`, started by :class:`arbiter.daemon.reflexlink.ReflexLink`)
+The process (:mod:`arbiter.reflex.process`, started by :class:`arbiter.reflex.link.ReflexLink`)
 watches the phase sources of immediate rules and pauses or resumes on a change itself, from
 what the daemon armed it with after the last decision.  Its readings then stand for those
 sources: the daemon's own watchers' reports of them are set aside, to be taken if it goes.
@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from arbiter.config.models import NodeConfig
-from arbiter.daemon.act import Actuator
-from arbiter.daemon.reflexlink import ArmTable, ReflexLink, Spec
 from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.snapshot import Published, Targets
 from arbiter.daemon.sources import LATENCY_WINDOW, SlotKey, SourceBook, percentiles, slot_name
@@ -32,7 +30,9 @@ from arbiter.engine.reflex import reflex
 from arbiter.engine.types import Decision, Observation, Policy
 from arbiter.plugin import SourceState, Translator
 from arbiter.pluginmanager import PluginHost
-from arbiter.reflexhost import arm_key
+from arbiter.reflex.act import Actuator
+from arbiter.reflex.link import ArmTable, ReflexLink, Spec
+from arbiter.reflex.process import arm_key
 from arbiter.store import JobRecord, PausedEntry, PausedJournal
 
 log = logging.getLogger("arbiter.daemon")

@@ -18,10 +18,6 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from arbiter.daemon.parts import Parts
 
 log = logging.getLogger("arbiter.daemon.notify")
 
@@ -129,12 +125,3 @@ class Notifier:
             if self._sock is not None:
                 self._sock.close()
                 self._sock = None
-
-
-def status_line(daemon: Parts) -> str:
-    """One line for ``systemctl status``: rules, jobs, and whether GPU fleet work may run."""
-    decision = daemon.snapshot.decision
-    rules = len(daemon.rulebook.live)
-    active = len(daemon.jobs.active())
-    admitted = "unknown" if decision is None else ("admitted" if decision.admits_gpu else "held")
-    return f"{rules} rule(s), {active} active job(s), GPU fleet work {admitted}"

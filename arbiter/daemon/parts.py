@@ -17,7 +17,6 @@ from arbiter.daemon.inbox import JobsChanged
 
 if TYPE_CHECKING:
     from arbiter.config.models import NodeConfig
-    from arbiter.daemon.act import Actuator
     from arbiter.daemon.decider import Decider
     from arbiter.daemon.handoff import TenantActions
     from arbiter.daemon.helpers import Helpers
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from arbiter.daemon.ticker import Ticker
     from arbiter.pluginmanager import PluginHost
     from arbiter.probing import Prober
+    from arbiter.reflex.act import Actuator
     from arbiter.store import PausedJournal, Store
 
 

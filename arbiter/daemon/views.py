@@ -381,3 +381,12 @@ def duty_view(daemon: Parts) -> dict[str, Any]:
         "rules": rules,
         "jobs": jobs,
     }
+
+
+def status_line(daemon: Parts) -> str:
+    """One line for ``systemctl status``: rules, jobs, and whether GPU fleet work may run."""
+    decision = daemon.snapshot.decision
+    rules = len(daemon.rulebook.live)
+    active = len(daemon.jobs.active())
+    admitted = "unknown" if decision is None else ("admitted" if decision.admits_gpu else "held")
+    return f"{rules} rule(s), {active} active job(s), GPU fleet work {admitted}"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from arbiter.cli.doctor import local_items
 from arbiter.config.errors import ConfigError
 from arbiter.config.loader import parse_rule
 from arbiter.config.models import Rule
-from arbiter.doctor import local_items
 from arbiter.engine.holds import effective_phase
 from arbiter.engine.types import SourceObs
 from arbiter.plugin import PluginContext, Source

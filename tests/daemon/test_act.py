@@ -13,9 +13,9 @@ from typing import Any
 import psutil
 import pytest
 
-from arbiter.daemon.act import Actuator
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef, Translator
 from arbiter.pluginmanager import build_plugin_manager
+from arbiter.reflex.act import Actuator
 from arbiter.store import PausedEntry, PausedJournal
 from arbiter_translators.signals import SignalOptions, SignalTranslator
 
@@ -119,7 +119,7 @@ def test_targets_prepared_ahead_are_paused_with_what_was_made_for_them(
 ) -> None:
     # fifty jobs' entries and journal rows, made on the way to the first signal, were a
     # millisecond under load: the decision makes them ahead
-    import arbiter.daemon.act as act_module
+    import arbiter.reflex.act as act_module
 
     act, journal, _ = actuator(tmp_path, Counting(PluginContext(state_dir=tmp_path)))
     targets = [target(f"job-{i}", p) for i, p in enumerate(sleepers)]
@@ -204,7 +204,7 @@ class Ordered(Counting):
 def test_the_first_job_has_stopped_before_the_others_are_signalled(
     tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import arbiter.daemon.act as act_module
+    import arbiter.reflex.act as act_module
 
     monkeypatch.setattr(act_module, "FIRST_STOP_S", 5.0)  # a bound, not a wait: it returns once stopped
     procs = {f"job-{i}": p for i, p in enumerate(sleepers)}

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from arbiter.daemon.reflexlink import ReflexLink
-from arbiter.reflexhost import arm_key
+from arbiter.reflex.link import ReflexLink
+from arbiter.reflex.process import arm_key
 from arbiter.store import PausedJournal
 from arbiter_testing.waiting import wait_until
 

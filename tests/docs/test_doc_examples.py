@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from arbiter.cli.nodecheck import node_problems
 from arbiter.config.loader import check_paths, parse_manifest, parse_node_config
-from arbiter.config.nodecheck import node_problems
 from arbiter.pluginmanager import build_plugin_manager
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not GLIBC, reason="the arena cap is glibc's")
 # eight threads allocate at once, then glibc counts its arenas on standard error
 CHECK = """
 import ctypes, sys, threading
-from arbiter.daemon.limits import cap_malloc_arenas
+from arbiter.reflex.limits import cap_malloc_arenas
 print(cap_malloc_arenas(int(sys.argv[1])) if sys.argv[1] != "-" else None, flush=True)
 together = threading.Barrier(8)
 def allocate():

@@ -14,7 +14,7 @@ resource = pytest.importorskip("resource")
 
 CHECK = """
 import json, resource, sys
-from arbiter.daemon.limits import raise_open_file_limit
+from arbiter.reflex.limits import raise_open_file_limit
 soft, hard = int(sys.argv[1]), int(sys.argv[2])
 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 raised = raise_open_file_limit(int(sys.argv[3]))

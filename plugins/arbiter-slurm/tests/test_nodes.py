@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from arbiter.cli.nodecheck import node_problems
 from arbiter.config.loader import load_node_config
-from arbiter.config.nodecheck import node_problems
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter_slurm import commands, nodes
 

@@ -128,7 +128,7 @@ class Actuator:
 
     def adopt(self, op: str, entries: Sequence[PausedEntry], unconfirmed: Iterable[PausedEntry] = ()) -> None:
         """Take into the paused set what another process paused or resumed (its journal rows
-        are written; see arbiter.reflexhost); ``unconfirmed``: of those paused, the ones whose
+        are written; see arbiter.reflex.process); ``unconfirmed``: of those paused, the ones whose
         pause failed (a later pause tries them again)."""
         for entry in entries:
             if op == "pause":

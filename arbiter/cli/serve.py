@@ -11,12 +11,13 @@ from pathlib import Path
 from arbiter import discovery
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
-from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
-from arbiter.daemon.limits import cap_malloc_arenas, raise_open_file_limit
-from arbiter.daemon.notify import Notifier, status_line
+from arbiter.daemon.notify import Notifier
 from arbiter.daemon.secure import UnsafeStateDir, check_recorded_state
+from arbiter.daemon.views import status_line
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+from arbiter.reflex.act import Actuator, make_translators
+from arbiter.reflex.limits import cap_malloc_arenas, raise_open_file_limit
 from arbiter.signal_relay import relay_signals
 from arbiter.store import PausedJournal, Store
 from arbiter.transport import DaemonUnavailable, request

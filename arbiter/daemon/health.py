@@ -1,9 +1,9 @@
-"""``arbiter doctor``: the node's health, each item with a fix.
+"""What the daemon checks of its own health, as its own account: each item with a fix.
 
-Two halves: what the CLI checks itself (the node config, the rule files, the plugins), and
-what the running daemon checks as its own account (which reader reads GPU time and which
-cannot and why, the GPU API probes run again, each rule's sources, its access to the GPU's
-device files and to other users' processes).
+``arbiter doctor`` shows these beside what the CLI checks itself (:mod:`arbiter.cli.doctor`):
+which reader reads GPU time and which cannot and why, the translators in use and whether the
+reflex process runs, the GPU API probes run again, each rule's sources, its access to the
+GPU's device files and to other users' processes.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from arbiter.reflex.act import default_translators
 
 if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
@@ -25,59 +27,6 @@ class Item:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def local_items(config: str | None) -> list[Item]:
-    """The config, the rule files and the plugins, as the CLI's own account sees them."""
-    from arbiter.config.errors import ConfigError
-    from arbiter.config.loader import check_paths, load_node_config
-    from arbiter.config.nodecheck import node_problems
-    from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
-
-    items = []
-    try:
-        cfg, path = load_node_config(config)
-    except ConfigError as exc:
-        return [Item("node config", False, str(exc).splitlines()[0], "fix it; `arbiter check` lists every problem")]
-    try:
-        host = build_plugin_manager(cfg.plugins, cfg.disable_plugins, timeout_s=cfg.plugin_timeout_s)
-    except PluginLoadError as exc:
-        return [Item("plugins", False, str(exc), "install the plugin, or remove it from plugins: in arbiter.yaml")]
-    problems = node_problems(cfg, path, host)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        items.append(Item("node config", False, f"{problems[0]}{more}", "fix it; `arbiter check` lists every problem"))
-    else:
-        items.append(Item("node config", True, f"{path or 'built-in defaults'} is valid (gpu_jobs: {cfg.gpu_jobs})"))
-    listing = host.plugins()
-    items.append(Item("plugins", True, f"{len(listing)} loaded: " + ", ".join(sorted(p["name"] for p in listing))))
-    dirs = cfg.tenants_paths()
-    ruleset = check_paths(dirs, host.options_model, host.kind_names)
-    if ruleset.problems:
-        count = sum(len(p) for p in ruleset.problems.values())
-        first = next(iter(ruleset.problems.values()))[0]
-        items.append(
-            Item(
-                "rule files",
-                False,
-                f"{count} problem(s), first: {first}",
-                "run `arbiter check` and fix what it reports",
-            )
-        )
-    elif not ruleset.rules:
-        items.append(
-            Item(
-                "rule files",
-                False,
-                f"no rule file in {', '.join(map(str, dirs))}: nothing is protected",
-                "drop a rule file in tenants.d/ (see the shipped ones)",
-            )
-        )
-    else:
-        items.append(
-            Item("rule files", True, f"{len(ruleset.rules)} rule(s) valid: {', '.join(sorted(ruleset.rules))}")
-        )
-    return items
 
 
 def daemon_items(daemon: Parts) -> list[Item]:
@@ -153,8 +102,6 @@ def daemon_items(daemon: Parts) -> list[Item]:
 def fast_path_items(daemon: Parts) -> list[Item]:
     """The translator serving each action (and those tried before it), and whether the
     reflex process, the fast path for immediate rules, runs."""
-    from arbiter.daemon.act import default_translators
-
     items = []
     chosen = daemon.actuator.translators
     for need in ("pause", "control", "terminate"):

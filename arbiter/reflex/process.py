@@ -5,7 +5,7 @@ processes, a source counting ten thousand lines a second, decisions over a hundr
 a phase change waited for it at every step on its way to the first signal: the fast path's
 p99 doubled.  This process has an interpreter of its own and nothing else to do.
 
-The daemon starts it (``python -m arbiter.reflexhost``) and sends it, as JSON lines on its
+The daemon starts it (``python -m arbiter.reflex.process``) and sends it, as JSON lines on its
 standard input:
 
 - ``{"setup": ...}`` once: the plugins to load (those with source kinds, the pause
@@ -46,10 +46,10 @@ from dataclasses import asdict
 from importlib.metadata import entry_points
 from typing import Any
 
-from arbiter.daemon.act import Actuator
-from arbiter.daemon.limits import cap_malloc_arenas
 from arbiter.plugin import PROJECT, JobTarget, PluginContext, ProcessRef, Source, SourceState
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
+from arbiter.reflex.act import Actuator
+from arbiter.reflex.limits import cap_malloc_arenas
 from arbiter.store import PausedEntry, PausedJournal
 
 #: where each side writes the count of messages it sent, in the lock file

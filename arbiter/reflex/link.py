@@ -1,4 +1,4 @@
-"""The daemon's end of the reflex process (:mod:`arbiter.reflexhost`).
+"""The daemon's end of the reflex process (:mod:`arbiter.reflex.process`).
 
 The link starts the process when an immediate rule has a phase source, tells it which
 sources to watch, arms it after each decision, and hands the daemon the process's lines
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.children import python_module, start_child
-from arbiter.reflexhost import ARMS_AT, CATCH_UP_S, LINES_AT, read_count, write_count
+from arbiter.reflex.process import ARMS_AT, CATCH_UP_S, LINES_AT, read_count, write_count
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ReflexLink:
         write_count(self._lock_fd, ARMS_AT, 0)
         write_count(self._lock_fd, LINES_AT, 0)
         self._arms, self._received, self._arm = 0, 0, None
-        self._proc = start_child(python_module("arbiter.reflexhost"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._proc = start_child(python_module("arbiter.reflex.process"), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self._proc.stdin is not None
         os.set_blocking(self._proc.stdin.fileno(), False)
         self._readers += 1
