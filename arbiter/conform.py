@@ -161,10 +161,10 @@ class Kit:
         info = self.host.kind("readers", conf.cpu_reader.kind)
         if info is None:
             raise PluginFailed(f"readers/{conf.cpu_reader.kind}", "no installed plugin registers it")
-        options = validate_kind_options(conf.cpu_reader, info.cls.Options)  # type: ignore[attr-defined]
+        options = validate_kind_options(conf.cpu_reader, info.cls.Options)
         # the job says its units run on the CPU: here a CPU reading is the honest measure
         context = PluginContext(state_dir=Path(tempfile.gettempdir()), stand_in_gpu=True)
-        return self.host.call(f"readers/{conf.cpu_reader.kind}", info.cls, options, context)  # type: ignore[no-any-return]
+        return self.host.call(f"readers/{conf.cpu_reader.kind}", info.cls, options, context)
 
     def _missing_apis(self, spec: Spec) -> str | None:
         if not spec.apis_any:

@@ -28,8 +28,12 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from arbiter.plugin import HostSignal, Matcher, Probe, Reader, Source, Translator
+
 ROOT = Path(__file__).resolve().parents[1]
 REGENERATE = "uv run python -m arbiter.docs"
+#: a kind's class, of any family
+KindClass = type[Matcher] | type[Source] | type[Reader] | type[Probe] | type[Translator] | type[HostSignal]
 #: distributions under plugins/ that only tests use: their kinds are not documented for users
 TEST_ONLY = frozenset({"arbiter-testing"})
 #: the families whose kinds are written in rule files, and where
@@ -223,15 +227,15 @@ def builtin_distributions(root: Path) -> set[str] | None:
     return names - TEST_ONLY
 
 
-def kind_facts(cls: type) -> list[str]:
+def kind_facts(cls: KindClass) -> list[str]:
     """What a kind declares on its class that a rule author needs to know."""
     facts = []
-    if getattr(cls.Options, "runs_command", False):  # type: ignore[attr-defined]
+    if getattr(cls.Options, "runs_command", False):
         facts.append(
             "runs a command: a rule file using it must be owned by root or the daemon's user and writable by no one else"
         )
-    if getattr(cls, "match_option", None):
-        facts.append(f"watches processes: its `{cls.match_option}` option is a matcher block")  # type: ignore[attr-defined]
+    if issubclass(cls, Source) and cls.match_option:
+        facts.append(f"watches processes: its `{cls.match_option}` option is a matcher block")
     if getattr(cls, "uses_vram", False):
         facts.append("judges from the VRAM its tenant holds")
     actions = getattr(cls, "actions", None)
@@ -266,17 +270,17 @@ def kinds_section(families: Iterable[tuple[str, str]], root: Path, level: int = 
         host.close()
 
 
-def kind_section(family: str, name: str, cls: type, dist: str, level: int) -> str:
+def kind_section(family: str, name: str, cls: KindClass, dist: str, level: int) -> str:
     out = [f"{'#' * level} {family[:-1]} `{name}`", "", f"From `{dist}`."]
     # the class's first paragraph says what it does; the rest is for its maintainers
-    for text in (own_doc(cls).split("\n\n")[0], own_doc(cls.Options)):  # type: ignore[attr-defined]
+    for text in (own_doc(cls).split("\n\n")[0], own_doc(cls.Options)):
         if text:
             out += ["", text]
     facts = kind_facts(cls)
     if facts:
         out += ["", "It " + "; it ".join(facts) + "."]
     doc = ModelDoc()
-    out += ["", *fields_table(cls.Options, doc, "", skip=("kind",))]  # type: ignore[attr-defined]
+    out += ["", *fields_table(cls.Options, doc, "", skip=("kind",))]
     while doc.queue:
         nested, at = doc.queue.pop(0)
         out += ["", doc.section(nested, doc.sections[nested], at, level + 1)]

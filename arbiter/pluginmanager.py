@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
 import pluggy
 from pydantic import BaseModel
@@ -58,11 +58,19 @@ class PluginFailed(Exception):
         super().__init__(f"{label}: {why}")
 
 
+K = TypeVar("K", Matcher, Source, Reader, Probe, Translator, HostSignal)
+#: a family's name, as the hooks, rule files and the node config write it
+Family = Literal["matchers", "sources", "readers", "probes", "translators", "host"]
+
+
 @dataclass(frozen=True)
-class KindInfo:
+class KindInfo(Generic[K]):
+    """A kind a plugin registered: ``cls`` is a subclass of its family's base (checked when
+    the plugin registers it), so its ``Options`` and class attributes are typed."""
+
     family: str
     name: str
-    cls: type
+    cls: type[K]
     plugin: str  # the plugin (entry point or module) that registered it
     distribution: str  # "name version", or "" for a module named in the config
 
@@ -91,7 +99,7 @@ class PluginHost:
     """The pluggy manager plus the kinds every plugin registered."""
 
     pm: pluggy.PluginManager
-    kinds: dict[str, dict[str, KindInfo]] = field(default_factory=dict)
+    kinds: dict[str, dict[str, KindInfo[Any]]] = field(default_factory=dict)
     #: the node config's sections that plugins read, by name
     sections: dict[str, SectionInfo] = field(default_factory=dict)
     timeout_s: float = 5.0
@@ -108,12 +116,31 @@ class PluginHost:
     def hook(self) -> Any:
         return self.pm.hook
 
-    def kind(self, family: str, name: str) -> KindInfo | None:
+    @overload
+    def kind(self, family: Literal["matchers"], name: str) -> KindInfo[Matcher] | None: ...
+    @overload
+    def kind(self, family: Literal["sources"], name: str) -> KindInfo[Source] | None: ...
+    @overload
+    def kind(self, family: Literal["readers"], name: str) -> KindInfo[Reader] | None: ...
+    @overload
+    def kind(self, family: Literal["probes"], name: str) -> KindInfo[Probe] | None: ...
+    @overload
+    def kind(self, family: Literal["translators"], name: str) -> KindInfo[Translator] | None: ...
+    @overload
+    def kind(self, family: Literal["host"], name: str) -> KindInfo[HostSignal] | None: ...
+    @overload
+    def kind(self, family: str, name: str) -> KindInfo[Any] | None: ...
+    def kind(self, family: str, name: str) -> KindInfo[Any] | None:
+        """The kind ``name`` of ``family``, typed by the family's base class where it is named."""
         return self.kinds.get(family, {}).get(name)
+
+    def translators(self) -> dict[str, KindInfo[Translator]]:
+        """Every installed translator kind, by name."""
+        return dict(self.kinds.get("translators", {}))
 
     def options_model(self, family: str, name: str) -> type[BaseModel] | None:
         info = self.kind(family, name)
-        return info.cls.Options if info else None  # type: ignore[attr-defined]
+        return info.cls.Options if info else None
 
     def context(self, config: NodeConfig, **extra: Any) -> PluginContext:
         """The context the daemon gives a plugin instance or a hook, for ``config`` (its state

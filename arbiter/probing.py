@@ -267,7 +267,7 @@ def _child(kind: str) -> int:
     if info is None:
         print(json.dumps({"usable": False, "evidence": f"no installed plugin registers the {kind} probe"}))
         return 0
-    probe = info.cls(info.cls.Options(), PluginContext(state_dir=Path.cwd()))  # type: ignore[attr-defined]
+    probe = info.cls(info.cls.Options(), PluginContext(state_dir=Path.cwd()))
     usable, evidence = probe.probe()
     answer: dict[str, Any] = {"usable": bool(usable), "evidence": str(evidence)}
     if hasattr(probe, "apis"):

@@ -53,7 +53,7 @@ def node_problems(cfg: NodeConfig, path: Path | None, host: PluginHost) -> list[
                 did_you_mean(block.kind, host.kind_names("readers"), "known reader kinds"),
             )
             continue
-        if info.cls.stand_in and not cfg.stand_in_gpu:  # type: ignore[attr-defined]
+        if info.cls.stand_in and not cfg.stand_in_gpu:
             add(
                 loc,
                 f"{block.kind} is a stand-in for a GPU reader (it measures something else)",
@@ -61,21 +61,21 @@ def node_problems(cfg: NodeConfig, path: Path | None, host: PluginHost) -> list[
             )
             continue
         try:
-            info.cls.Options.model_validate(block.options())  # type: ignore[attr-defined]
+            info.cls.Options.model_validate(block.options())
         except ValidationError as exc:
-            problems.extend(problems_from(exc, where, positions, ("readers", i), model=info.cls.Options))  # type: ignore[attr-defined]
+            problems.extend(problems_from(exc, where, positions, ("readers", i), model=info.cls.Options))
     problems.extend(judge_sections(cfg, where, positions, host.section_models(), host.blocked)[1])
     for need, names in cfg.translators.items():
         for j, name in enumerate(names):
-            info = host.kind("translators", name)
-            if info is None:
+            made = host.kind("translators", name)
+            if made is None:
                 add(
                     ("translators", need, j),
                     f"unknown translator kind {name!r}",
                     did_you_mean(name, host.kind_names("translators"), "known translator kinds"),
                 )
-            elif need not in info.cls.actions:  # type: ignore[attr-defined]
-                able = [n for n in host.kind_names("translators") if need in host.kinds["translators"][n].cls.actions]  # type: ignore[attr-defined]
+            elif need not in made.cls.actions:
+                able = [n for n in host.kind_names("translators") if need in host.kinds["translators"][n].cls.actions]
                 add(
                     ("translators", need, j),
                     f"translator {name!r} cannot {need}",

@@ -312,9 +312,9 @@ class TenantActions:
         info = self.host.kind("translators", kind)
         if info is None:
             return None
-        parsed = validate_kind_options(KindBlock(kind=kind, **options), info.cls.Options)  # type: ignore[attr-defined]
+        parsed = validate_kind_options(KindBlock(kind=kind, **options), info.cls.Options)
         context = self.host.context(self.config, rule_id=rid)
-        return self.host.call(f"translators/{kind}", info.cls, parsed, context)  # type: ignore[no-any-return]
+        return self.host.call(f"translators/{kind}", info.cls, parsed, context)
 
     def restore_all(self, why: str) -> None:
         """Every profile on record: at start-up (a daemon that died left them) and at stop."""

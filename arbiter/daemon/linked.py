@@ -267,7 +267,8 @@ def reflex_process(
             "holding the signalling lock); name a bounded one first under translators: pause"
         )
     only = {info.plugin for info in host.kinds.get("sources", {}).values()}
-    only |= {host.kind("translators", pause[0]).plugin}  # type: ignore[union-attr]
+    pausing = host.kind("translators", pause[0])
+    only |= {pausing.plugin} if pausing is not None else set()
     only |= {impl.plugin_name for impl in host.hook.arbiter_fast_thread.get_hookimpls()}
     state_dir = config.state_path()
     setup = {

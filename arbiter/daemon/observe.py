@@ -126,22 +126,22 @@ class Observer:
         self.claimer = Claimer(host.call)
         self.readers: list[tuple[str, Reader | None, str]] = []
         context = host.context(config)
-        installed = {name: host.kinds["readers"][name].cls for name in host.kind_names("readers")}
+        installed = {name: info.cls for name in host.kind_names("readers") if (info := host.kind("readers", name))}
         blocks = config.reader_blocks() or [
             KindBlock(kind=name)
-            for name in sorted(installed, key=lambda n: (installed[n].preference, n))  # type: ignore[attr-defined]
-            if not installed[name].stand_in  # type: ignore[attr-defined]
+            for name in sorted(installed, key=lambda n: (installed[n].preference, n))
+            if not installed[name].stand_in
         ]
         for block in blocks:
             info = host.kind("readers", block.kind)
             if info is None:
                 self.readers.append((block.kind, None, "no installed plugin registers this reader"))
                 continue
-            if info.cls.stand_in and not config.stand_in_gpu:  # type: ignore[attr-defined]
+            if info.cls.stand_in and not config.stand_in_gpu:
                 self.readers.append((block.kind, None, "a stand-in reader counts only with stand_in_gpu: true"))
                 continue
             try:
-                options = info.cls.Options.model_validate(block.options())  # type: ignore[attr-defined]
+                options = info.cls.Options.model_validate(block.options())
                 self.readers.append((block.kind, host.call(f"readers/{block.kind}", info.cls, options, context), ""))
             except (PluginFailed, ValueError) as exc:
                 self.readers.append((block.kind, None, str(exc)))

@@ -241,7 +241,7 @@ class RuleBook:
         info = self.host.kind(family, block.kind)
         if info is None:
             raise PluginFailed(f"{family}/{block.kind}", "no installed plugin registers this kind")
-        options = validate_kind_options(block, info.cls.Options)  # type: ignore[attr-defined]
+        options = validate_kind_options(block, info.cls.Options)
         if family == "matchers":
             return self.host.call(f"matchers/{block.kind}", info.cls, options)
         return self.host.call(f"{family}/{block.kind}", info.cls, options, self._context(rule))

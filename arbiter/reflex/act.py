@@ -46,9 +46,9 @@ class ActResult:
 def default_translators(host: PluginHost, need: str) -> list[str]:
     """The installed translators that declare ``need``, in the order the daemon tries them
     when the node config names none: by rank, then by name."""
-    kinds = host.kinds.get("translators", {})
-    able = [name for name, info in kinds.items() if need in info.cls.actions]  # type: ignore[attr-defined]
-    return sorted(able, key=lambda name: (kinds[name].cls.rank, name))  # type: ignore[attr-defined]
+    kinds = host.translators()
+    able = [name for name, info in kinds.items() if need in info.cls.actions]
+    return sorted(able, key=lambda name: (kinds[name].cls.rank, name))
 
 
 def make_translators(
@@ -72,11 +72,11 @@ def make_translators(
         names = config.translators.get(need) or default_translators(host, need)
         for name in names:
             info = host.kind("translators", name)
-            if info is None or need not in info.cls.actions:  # type: ignore[attr-defined]
+            if info is None or need not in info.cls.actions:
                 continue
             try:
                 if name not in made:
-                    made[name] = host.call(f"translators/{name}", info.cls, info.cls.Options(), context)  # type: ignore[attr-defined]
+                    made[name] = host.call(f"translators/{name}", info.cls, info.cls.Options(), context)
                 ok, _why = host.call(f"translators/{name}", made[name].available)
             except PluginFailed:
                 continue

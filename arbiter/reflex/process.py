@@ -98,7 +98,7 @@ class ReflexHost:
         info = self.host.kind("translators", name)
         if info is None:
             raise ValueError(f"the pause translator {name!r} is not installed here")
-        translator = info.cls(info.cls.Options(), PluginContext(**self.context))  # type: ignore[attr-defined]
+        translator = info.cls(info.cls.Options(), PluginContext(**self.context))
         if not translator.bounded:
             raise ValueError(f"the pause translator {name!r} does not bound its own time")
         self.done: list[tuple[str, list[PausedEntry]]] = []  # what the actuator's last call did
@@ -169,7 +169,7 @@ class ReflexHost:
             info = self.host.kind("sources", kind)
             if info is None:
                 raise ValueError(f"no installed plugin registers the source kind {kind!r} here")
-            model_cls = info.cls.Options  # type: ignore[attr-defined]
+            model_cls = info.cls.Options
             model = model_cls.model_validate({**options, "kind": kind} if "kind" in model_cls.model_fields else options)
             source: Source = info.cls(model, PluginContext(**self.context, rule_id=rid))
             self.sources[slot] = source
