@@ -14,6 +14,9 @@ Threads and what each may do (ARCHITECTURE.md draws the whole picture):
 - the socket and HTTP servers answer through the table of operations
   (:class:`~arbiter.daemon.api.NodeApi`), handed the collaborators as
   :class:`~arbiter.daemon.parts.Parts`.
+
+It runs past 400 lines because the collaborators are built in one place, in the order each
+needs the others, and started and stopped in the order that keeps protection safe.
 """
 
 from __future__ import annotations
