@@ -38,6 +38,7 @@ VRAM_REACQUIRE_REQUESTED = "VRAM_REACQUIRE_REQUESTED"  # a tenant released for a
 VRAM_REACQUIRED = "VRAM_REACQUIRED"
 VRAM_REACQUIRE_FAILED = "VRAM_REACQUIRE_FAILED"
 VRAM_REACQUIRE_WAITING = "VRAM_REACQUIRE_WAITING"  # reason: a released tenant is not woken yet, and why
+VRAM_RELEASE_DRAINING = "VRAM_RELEASE_DRAINING"  # reason: a busy tenant is released only once idle: the plan waits
 PROFILE_APPLIED = "PROFILE_APPLIED"  # a tenant's GPU profile, while it works on the GPU
 PROFILE_RESTORED = "PROFILE_RESTORED"
 AB_BLOCK_DONE = "AB_BLOCK_DONE"
