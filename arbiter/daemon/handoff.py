@@ -32,6 +32,9 @@ log = logging.getLogger("arbiter.handoff")
 WORKERS = 4
 GRACE_S = 5.0  # beyond a release's own timeout_s, for the plugin call itself
 FRESH_MODELS_S = 1.0  # how long a release with nothing to send waits for its probe to read again
+#: how long a fresh reading of a busy probe is given to say busy before a release its rule
+#: says a busy server cannot take (release_when_busy: wait or skip)
+FRESH_BUSY_S = 0.5
 
 
 class TenantActions:
@@ -63,6 +66,12 @@ class TenantActions:
         live = d.rulebook.live.get(rel.rule_id)
         translator = live.release if live is not None else None
         errors: list[str] = []
+        if live is not None and live.rule.release_when_busy != "release" and self._busy_now(live):
+            # the plan read it idle, but that reading may be a poll old: a request that came
+            # since would make this release break it, so it is planned again on what it says now
+            log.info("release of %s held back: its probe reads it busy now", rel.rule_id)
+            d.release_over(rel, failed=False)
+            return
         if translator is None:
             errors.append("its release translator could not be loaded (see `arbiter doctor`)")
         else:
@@ -169,6 +178,23 @@ class TenantActions:
                 f"{rel.rule_id!r} was asked to take its VRAM back ({note}) and answered in {took:.2f}s",
                 {"tenant": rel.rule_id, "duration_s": round(took, 3), "confirmed": False},
             )
+
+    def _busy_now(self, live: Any) -> bool:
+        """Whether a reading of the busy probe taken now says busy (or cannot be read)."""
+        probe = live.busy
+        if probe is None or live.rule.busy is None:
+            return False
+        label = f"sources/{live.rule.busy.kind}"
+        deadline = time.monotonic() + FRESH_BUSY_S
+        live.wake_busy(self.daemon.host)
+        try:
+            while time.monotonic() < deadline:
+                if self.daemon.host.call(label, probe.state, timeout=1).busy is not False:
+                    return True
+                time.sleep(0.01)
+        except PluginFailed:
+            return True
+        return False
 
     def _fresh_models(self, live: Any, stale: tuple[str, ...]) -> tuple[str, ...]:
         """Wake the tenant's busy probe and wait (briefly) for model names it did not have."""
