@@ -299,7 +299,11 @@ class Rule(Strict):
         50,
         ge=0,
         le=1000,
-        description="higher wins contention: a process belongs to the first matching rule by priority",
+        description=(
+            "higher wins contention: a process belongs to the first matching rule by priority (then id), "
+            "except one inside the tree of a rule with a tree-walking match (tree: descendants), which goes "
+            "with that rule, the outermost tree first"
+        ),
     )
     match: MatchBlock = Field(description="a matcher block: which processes are this tenant's")
     immediate: bool = Field(
