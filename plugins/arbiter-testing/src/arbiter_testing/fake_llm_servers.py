@@ -18,9 +18,12 @@ the real ones' documented APIs:
   leave the GPU and come back.  A release while a request runs or waits kills the server (its
   VRAM goes with it; ``crashed``).  A request that arrives while its memory is released is not
   refused: it waits in the queue until the memory is resumed.
-- :class:`FakeTgiServer`, Hugging Face text-generation-inference (``text-generation-launcher``,
-  port 3000): ``GET /health``, ``GET /info``, ``POST /generate`` ``{"inputs", "parameters"}``,
-  and the gauges ``tgi_batch_current_size`` and ``tgi_queue_size``.
+- :class:`FakeTgiServer`, Hugging Face text-generation-inference 3.3 (``text-generation-launcher``,
+  port 3000), following its router (``router/src/server.rs``: the routes and the Prometheus
+  exporter; ``router/src/infer/queue.rs`` and ``backends/v3/src/backend.rs``: the gauges):
+  ``GET /health``, ``GET /info``, ``POST /generate`` ``{"inputs", "parameters"}``, and the
+  gauges ``tgi_batch_current_size`` and ``tgi_queue_size``, which the exporter publishes
+  only once they are first set: until its first request, ``/metrics`` has neither.
 
 Each preallocates its KV cache, as the real ones do: it holds the same VRAM idle or busy.
 Their VRAM goes to a :class:`VramBoard` for the ``fake`` reader.  Run one as a process:
@@ -182,8 +185,16 @@ class FakeTgiServer(_GaugedServer):
         )
         self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics())
         self.routes[("POST", "/generate")] = self._generate
+        self.served = False  # its gauges exist once a request has set them
+
+    def metrics(self) -> bytes:
+        with self._lock:
+            served = self.served
+        return super().metrics() if served else b""
 
     def _generate(self, body: Any) -> tuple[int, Any]:
+        with self._lock:
+            self.served = True
         failed = self._run()
         return failed or (200, {"generated_text": " ok"})
 
