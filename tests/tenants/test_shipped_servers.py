@@ -20,6 +20,7 @@ from arbiter.config.models import KindBlock
 from arbiter.plugin import PluginContext, SourceState
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter_sources.http_count import HttpCountSource, HttpProbe
+from arbiter_sources.http_value import PrometheusSource
 from arbiter_testing import GIB, VramBoard
 from arbiter_testing.fake_llm_servers import FakeLlamaServer, FakeSglangServer, FakeTgiServer
 from arbiter_testing.fake_model_swappers import FakeLlamaSwap, FakeLocalAI
@@ -218,3 +219,40 @@ def test_with_an_api_key_the_release_is_refused_401_and_sent_with_the_key_from_a
         assert server.released
         bare.close()
         keyed.close()
+
+
+def test_llama_server_in_router_mode_reads_unknown_and_the_documented_extension_reads_and_unloads(
+    tmp_path: Path,
+) -> None:
+    board = VramBoard(tmp_path / "vram.json", 24 * GIB)
+    ctx = PluginContext(state_dir=tmp_path)
+    with FakeLlamaServer(board, router=True, gen_s=1.0) as server, httpx.Client(timeout=5, trust_env=False) as client:
+        plain = shipped("llama-server", server.url, tmp_path)
+        assert plain.busy is not None
+        probe = PrometheusSource(validate_kind_options(plain.busy, PrometheusSource.Options), ctx)
+        unknown = probe.probe_once(client)
+        assert not unknown.readable and unknown.busy is None and "HTTP 400" in unknown.why
+        probe.close()
+        # what the rule's comment says to write for a router serving one model
+        model = FakeLlamaServer.ROUTER_MODEL
+        router = shipped(
+            "llama-server",
+            server.url,
+            tmp_path,
+            busy={"url": f"/metrics?model={model}"},
+            release={"kind": "http_post", "url": "/models/unload", "body": {"model": model}, "timeout_s": 30},
+        )
+        assert router.busy is not None and router.release is not None
+        probe = PrometheusSource(validate_kind_options(router.busy, PrometheusSource.Options), ctx)
+        release = HttpPostTranslator(validate_kind_options(router.release, HttpPostTranslator.Options), ctx)
+        worker = threading.Thread(target=post, args=(f"{server.url}/completion", {"model": model, "prompt": "hi"}))
+        worker.start()
+        busy = wait_until(lambda: (s := probe.probe_once(client)).busy and s, 5, "busy while it generates")
+        assert busy.readable
+        worker.join(timeout=10)
+        assert probe.probe_once(client).busy is False
+        assert board.held(server.pid) == 8 * GIB
+        assert not release.release("llama-server", ()).errors
+        assert board.held(server.pid) < GIB
+        probe.close()
+        release.close()

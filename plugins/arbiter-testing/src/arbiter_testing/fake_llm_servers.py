@@ -2,9 +2,15 @@
 the real ones' documented APIs:
 
 - :class:`FakeLlamaServer`, llama.cpp's ``llama-server`` (port 8080, started with
-  ``--metrics``): ``GET /health`` ``{"status": "ok"}``, ``GET /slots`` (one object per slot with
-  ``id`` and ``is_processing``), ``POST /completion`` ``{"prompt", "n_predict"}``, and the
-  gauges ``llamacpp:requests_processing`` and ``llamacpp:requests_deferred``.
+  ``--metrics``), following ``tools/server/server.cpp`` (the routes, ``--api-key`` asking every
+  route but ``/health`` and ``/models`` for it) and ``tools/server/server-models.cpp`` (router
+  mode): ``GET /health`` ``{"status": "ok"}``, ``GET /slots`` (one object per slot with ``id``
+  and ``is_processing``), ``POST /completion`` ``{"prompt", "n_predict"}``, and the gauges
+  ``llamacpp:requests_processing`` and ``llamacpp:requests_deferred``.  With ``router`` (started
+  without a model: one child server per model, loaded on demand), ``GET /metrics`` without
+  ``?model=NAME`` answers 400, ``GET /models`` lists each model with its
+  ``status.value`` (``loaded``, ``unloaded``), a request's ``model`` loads it, and
+  ``POST /models/unload`` ``{"model"}`` stops its child (its VRAM comes back).
 - :class:`FakeSglangServer`, SGLang 0.5 (``sglang serve`` or ``python -m sglang.launch_server``,
   port 30000, started with ``--enable-metrics --enable-memory-saver``), following
   ``python/sglang/srt/entrypoints/http_server.py`` (the routes, guarded by ``--api-key`` /
@@ -37,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from arbiter_testing.fake_preallocated import PreallocatedServer
 from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
@@ -81,13 +88,50 @@ class FakeLlamaServer(_GaugedServer):
     running_gauge = "llamacpp:requests_processing"
     waiting_gauge = "llamacpp:requests_deferred"
     SLOTS = 4
+    ROUTER_MODEL = "qwen2.5-7b"
 
-    def __init__(self, board: VramBoard, **kwargs: Any) -> None:
+    def __init__(self, board: VramBoard, router: bool = False, **kwargs: Any) -> None:
         super().__init__(board, **kwargs)
+        self.router = router
+        # in router mode its one model is not loaded until a request names it
+        self.released = router
+        self._publish()
+        self.open_paths = frozenset({"/health", "/models", "/v1/models"})
         self.routes[("GET", "/health")] = lambda body: (200, {"status": "ok"})
-        self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics())
+        self.routes[("GET", "/metrics")] = self._metrics
         self.routes[("GET", "/slots")] = lambda body: (200, self.slots())
+        self.routes[("GET", "/models")] = lambda body: (200, self.models())
+        self.routes[("POST", "/models/unload")] = self._unload
         self.routes[("POST", "/completion")] = self._completion
+
+    def _query(self, path: str) -> dict[str, list[str]]:
+        """The query of the latest request to ``path`` (routes are given the body only)."""
+        for seen in reversed(self.requests()):
+            split = urlsplit(seen.path)
+            if split.path == path:
+                return parse_qs(split.query)
+        return {}
+
+    def _metrics(self, body: Any) -> tuple[int, Any]:
+        if self.router and self._query("/metrics").get("model") != [self.ROUTER_MODEL]:
+            error = {"code": 400, "message": "model name is missing from the request", "type": "invalid_request_error"}
+            return 400, {"error": error}
+        return 200, self.metrics()
+
+    def models(self) -> dict[str, Any]:
+        with self._lock:
+            status = "unloaded" if self.released else "loaded"
+        return {"data": [{"id": self.ROUTER_MODEL, "object": "model", "status": {"value": status}}]}
+
+    def _unload(self, body: Any) -> tuple[int, Any]:
+        if not self.router:
+            return 404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+        if not isinstance(body, dict) or body.get("model") != self.ROUTER_MODEL:
+            return 400, {"error": {"code": 400, "message": "model not found", "type": "invalid_request_error"}}
+        with self._lock:
+            self.released = True
+        self._publish()
+        return 200, {"success": True}
 
     def slots(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -95,6 +139,10 @@ class FakeLlamaServer(_GaugedServer):
         return [{"id": i, "n_ctx": 4096, "is_processing": i < busy} for i in range(self.SLOTS)]
 
     def _completion(self, body: Any) -> tuple[int, Any]:
+        if self.router:  # the model it names is loaded first (its child server starts)
+            with self._lock:
+                self.released = False
+            self._publish()
         failed = self._run()
         return failed or (200, {"content": " ok", "stop": True, "tokens_predicted": 1})
 
