@@ -247,8 +247,12 @@ def test_llama_server_in_router_mode_reads_unknown_and_the_documented_extension_
         release = HttpPostTranslator(validate_kind_options(router.release, HttpPostTranslator.Options), ctx)
         worker = threading.Thread(target=post, args=(f"{server.url}/completion", {"model": model, "prompt": "hi"}))
         worker.start()
-        busy = wait_until(lambda: (s := probe.probe_once(client)).busy and s, 5, "busy while it generates")
-        assert busy.readable
+
+        def busy_state() -> SourceState | None:
+            state = probe.probe_once(client)
+            return state if state.busy else None
+
+        assert wait_until(busy_state, 5, "busy while it generates").readable
         worker.join(timeout=10)
         assert probe.probe_once(client).busy is False
         assert board.held(server.pid) == 8 * GIB
