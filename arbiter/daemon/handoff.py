@@ -180,18 +180,24 @@ class TenantActions:
             )
 
     def _busy_now(self, live: Any) -> bool:
-        """Whether a reading of the busy probe taken now says busy (or cannot be read)."""
+        """Whether a reading of the busy probe taken now says busy (or cannot be read).  A
+        probe that hands over a new state for each reading is done as soon as one comes; one
+        that does not is given FRESH_BUSY_S to say busy."""
         probe = live.busy
         if probe is None or live.rule.busy is None:
             return False
         label = f"sources/{live.rule.busy.kind}"
         deadline = time.monotonic() + FRESH_BUSY_S
-        live.wake_busy(self.daemon.host)
         try:
+            before = self.daemon.host.call(label, probe.state, timeout=1)
+            live.wake_busy(self.daemon.host)
             while time.monotonic() < deadline:
-                if self.daemon.host.call(label, probe.state, timeout=1).busy is not False:
+                now = self.daemon.host.call(label, probe.state, timeout=1)
+                if now.busy is not False:
                     return True
-                time.sleep(0.01)
+                if now is not before:
+                    return False
+                time.sleep(0.005)
         except PluginFailed:
             return True
         return False
