@@ -6,7 +6,8 @@ The order, the same in the daemon and in ``arbiter check``:
    selects it.
 2. Except inside a tree: a process in the tree of a rule whose matcher walks the process tree
    (one that selects a program with every process it starts, ``tree: descendants``) goes
-   with that rule when its matcher selects it, whatever rule took it first.  Where several
+   with that rule when its matcher selects it, unless the rule that took it first ranks
+   higher (a protected program started from a launcher stays protected).  Where several
    trees hold it, the outermost one (whose claimed process is nearest the root) has it.  A
    proxy that starts servers owns those servers: their VRAM is released through it.
 
@@ -45,13 +46,24 @@ def _depth(parent: Mapping[int, int], pid: int) -> int:
     return depth
 
 
-def _inside(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, int]:
+@dataclass(frozen=True)
+class _Tree:
+    """One process table's parent and children links, made once per claim."""
+
+    parent: dict[int, int]
+    children: dict[int, list[int]]
+
+    @staticmethod
+    def of(table: Sequence[ProcessInfo]) -> _Tree:
+        children: dict[int, list[int]] = {}
+        for p in table:
+            children.setdefault(p.ppid, []).append(p.pid)
+        return _Tree({p.pid: p.ppid for p in table}, children)
+
+
+def _inside(tree: _Tree, roots: Iterable[int]) -> dict[int, int]:
     """Every strict descendant of ``roots`` → the depth of the outermost root above it."""
-    children: dict[int, list[int]] = {}
-    parent: dict[int, int] = {}
-    for p in table:
-        children.setdefault(p.ppid, []).append(p.pid)
-        parent[p.pid] = p.ppid
+    parent, children = tree.parent, tree.children
     out: dict[int, int] = {}
     tops = [r for r in roots if children.get(r)]  # most claimed processes start none
     for root in sorted(tops, key=lambda r: _depth(parent, r)):
@@ -67,25 +79,32 @@ def _inside(table: Sequence[ProcessInfo], roots: Iterable[int]) -> dict[int, int
 
 
 def settle_trees(
-    order: Sequence[tuple[str, Matcher | None]],
+    order: Sequence[tuple[str, Matcher | None, int]],
     table: Sequence[ProcessInfo],
     pids: Mapping[str, frozenset[int]],
     select: Select,
 ) -> tuple[dict[str, frozenset[int]], dict[int, tuple[str, str]]]:
     """Give each process inside a tree-walking rule's tree, that its matcher selects, to that
-    rule (the outermost tree first), from another rule or from none (below a process
-    another rule took, the first walk could not reach it).  ``order`` is the rules in claim order; ``pids`` what
+    rule (the outermost tree first), from another rule that does not rank higher or from
+    none (below a process another rule took, the first walk could not reach it).  ``order``
+    is the rules in claim order, each with its priority; ``pids`` what
     each claimed first come, first served.  Returns the claims and pid → (rule it was taken
     from, rule that owns it now) for each process moved from another rule.  A matcher that fails moves nothing."""
     owner = {pid: rid for rid, mine in pids.items() for pid in mine}
     by_pid = {p.pid: p for p in table}
+    tree = _Tree.of(table)
     offers: list[tuple[int, int, str, int]] = []  # (tree depth, rank, rule, pid)
-    for rank, (rid, matcher) in enumerate(order):
+    priority = {rid: p for rid, _, p in order}
+    for rank, (rid, matcher, mine_priority) in enumerate(order):
         mine = pids.get(rid, frozenset())
         if not mine or not walks_trees(matcher):
             continue
-        # what another rule took, and what no rule could reach (below a process taken)
-        inside = {pid: d for pid, d in _inside(table, mine).items() if owner.get(pid) != rid}
+        # what a rule not above it took, and what no rule could reach (below a process taken)
+        inside = {
+            pid: d
+            for pid, d in _inside(tree, mine).items()
+            if (other := owner.get(pid)) != rid and (other is None or priority[other] <= mine_priority)
+        }
         if not inside:
             continue
         offered = [by_pid[p] for p in sorted(mine | inside.keys()) if p in by_pid]
@@ -124,6 +143,7 @@ class Overlap:
     process: str  # the example both select, as a person would name it
     owner: str
     why: str  # "priority", "tree" or "id"
+    nested: str = ""  # the rule whose example it was started by, where it was
 
     @property
     def ambiguous(self) -> bool:
@@ -166,10 +186,12 @@ def overlaps(rules: Sequence[CheckedRule]) -> list[Overlap]:
     own: dict[str, list[ProcessInfo]] = {}
     for r in order:
         own[r.rule_id] = [add(p, 1) for p in r.matcher.examples()]  # started by init
+    started_by: dict[int, str] = {}  # a tree rule's example → that rule
     for r in order:
         if not walks_trees(r.matcher) or not own[r.rule_id]:
             continue
         root = own[r.rule_id][0]
+        started_by[root.pid] = r.rule_id
         for other in order:
             if other.rule_id == r.rule_id:
                 continue
@@ -188,9 +210,10 @@ def overlaps(rules: Sequence[CheckedRule]) -> list[Overlap]:
         first[r.rule_id] = chosen[r.rule_id] - taken
         taken |= first[r.rule_id]
     settled, moved = settle_trees(
-        [(r.rule_id, r.matcher) for r in order], table, first, lambda rid, m, offer: m.select(offer)
+        [(r.rule_id, r.matcher, r.priority) for r in order], table, first, lambda rid, m, offer: m.select(offer)
     )
     owner = {pid: rid for rid, mine in settled.items() for pid in mine}
+    links = _Tree.of(table)
     rank = {r.rule_id: (-r.priority, r.rule_id) for r in order}
     prio = {r.rule_id: r.priority for r in order}
     matchers = {r.rule_id: r.matcher for r in order}
@@ -201,7 +224,9 @@ def overlaps(rules: Sequence[CheckedRule]) -> list[Overlap]:
             both = sorted(chosen[a.rule_id] & chosen[b.rule_id])
             for pid in both:
                 who = owner.get(pid, a.rule_id)
-                if pid in moved or (walks_trees(matchers[who]) and pid in _inside(table, settled[who])):
+                if who not in (a.rule_id, b.rule_id):
+                    continue  # a third rule owns it: its pairs with these two say so
+                if pid in moved or (walks_trees(matchers[who]) and pid in _inside(links, settled[who])):
                     why = "tree"
                 elif prio[a.rule_id] != prio[b.rule_id]:
                     why = "priority"
@@ -211,7 +236,9 @@ def overlaps(rules: Sequence[CheckedRule]) -> list[Overlap]:
                 seen = found.get(key)
                 # one line a pair: an ambiguous case is the one to show
                 if seen is None or (why == "id" and not seen.ambiguous):
-                    found[key] = Overlap(a.rule_id, b.rule_id, _describe(by_pid[pid], parent_of.get(pid)), who, why)
+                    parent = parent_of.get(pid)
+                    nested = started_by.get(parent.pid, "") if parent else ""
+                    found[key] = Overlap(a.rule_id, b.rule_id, _describe(by_pid[pid], parent), who, why, nested)
     return sorted(found.values(), key=lambda o: (rank[o.first], rank[o.second]))
 
 
@@ -219,13 +246,22 @@ def overlap_lines(found: Sequence[Overlap]) -> list[str]:
     """What ``arbiter check`` prints of them: a line a pair, and for each tree rule one line
     naming the rules whose processes it owns when it starts them (an ambiguous pair is a
     problem, printed with the problems)."""
-    lines = [f"overlap: {o.message()}" for o in found if o.why != "tree" and not o.ambiguous]
+    lines = [f"overlap: {o.message()}" for o in found if o.why == "priority" and not o.nested]
     trees: dict[str, list[str]] = {}
+    kept: dict[str, list[str]] = {}  # a higher rule's process started inside lower rules' trees
     for o in found:
+        other = o.second if o.owner == o.first else o.first
         if o.why == "tree":
-            trees.setdefault(o.owner, []).append(o.second if o.owner == o.first else o.first)
+            trees.setdefault(o.owner, []).append(other)
+        elif o.why == "priority" and o.nested:
+            kept.setdefault(o.owner, []).append(other)
     lines.extend(
         f"overlap: a process of {', '.join(map(repr, others))} started inside {owner!r}'s tree goes with {owner!r}"
         for owner, others in trees.items()
+    )
+    lines.extend(
+        f"overlap: a process of {owner!r} started inside the tree of {', '.join(map(repr, others))} stays "
+        f"{owner!r}'s: it ranks higher"
+        for owner, others in kept.items()
     )
     return lines

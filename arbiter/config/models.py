@@ -302,7 +302,7 @@ class Rule(Strict):
         description=(
             "higher wins contention: a process belongs to the first matching rule by priority (then id), "
             "except one inside the tree of a rule with a tree-walking match (tree: descendants), which goes "
-            "with that rule, the outermost tree first"
+            "with that rule (the outermost tree first) unless the rule that selects it ranks higher"
         ),
     )
     match: MatchBlock = Field(description="a matcher block: which processes are this tenant's")

@@ -169,7 +169,8 @@ class Claimer:
         def select(rid: str, matcher: Matcher, offer: Sequence[ProcessInfo]) -> object:
             return self.call(f"matchers/{rid} tree", matcher.select, offer)
 
-        settled, self.moved = settle_trees([(live.rule.id, live.matcher) for live in rules], candidates, pids, select)
+        order = [(live.rule.id, live.matcher, live.rule.priority) for live in rules]
+        settled, self.moved = settle_trees(order, candidates, pids, select)
         return settled, faults
 
     def _claim(self, rules: list[LiveRule], candidates: list[ProcessInfo]) -> Claims:

@@ -1,6 +1,7 @@
-"""A process inside the tree of a rule that walks trees goes with that rule, whatever rule
-took it first: llama-swap's llama-server children are llama-swap's (released through it),
-while a llama-server started by itself stays the llama-server rule's."""
+"""A process inside the tree of a rule that walks trees goes with that rule, unless the rule
+that took it first ranks higher: llama-swap's llama-server children are llama-swap's
+(released through it), while a llama-server started by itself stays the llama-server rule's,
+and a protected game started from a launcher stays the game's."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class _Match:
 class _Rule:
     id: str
     match: _Match = field(default_factory=_Match)
+    priority: int = 50
 
 
 @dataclass
@@ -76,3 +78,19 @@ def test_the_outermost_tree_owns_what_nested_trees_hold() -> None:
     ]
     pids, _ = Claimer(call).claim(rules, table)
     assert pids == {"inner": frozenset(), "outer": frozenset({10, 11, 12})}
+
+
+def test_a_higher_ranked_rule_keeps_what_it_selects_inside_a_lower_tree() -> None:
+    table = [
+        ProcessInfo(pid=10, ppid=1, name="launcher"),
+        ProcessInfo(pid=11, ppid=10, name="game"),
+        ProcessInfo(pid=12, ppid=10, name="helper"),
+    ]
+    rules: list[Any] = [
+        Live(_Rule("game", priority=100), matcher(name=["game"])),
+        Live(_Rule("launcher", priority=40), matcher(name=["launcher"], tree="descendants")),
+    ]
+    claimer = Claimer(call)
+    pids, _ = claimer.claim(rules, table)
+    assert pids == {"game": frozenset({11}), "launcher": frozenset({10, 12})}
+    assert claimer.moved == {}
