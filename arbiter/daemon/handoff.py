@@ -69,7 +69,13 @@ class TenantActions:
         if live is not None and live.rule.release_when_busy != "release" and self._busy_now(live):
             # the plan read it idle, but that reading may be a poll old: a request that came
             # since would make this release break it, so it is planned again on what it says now
-            log.info("release of %s held back: its probe reads it busy now", rel.rule_id)
+            d.record(
+                codes.VRAM_RELEASE_DRAINING,
+                rel.rule_id,
+                f"the release of {rel.rule_id!r} ({rel.why}) was not sent: a reading of its probe taken just now says "
+                "it is busy, and a busy release would break it; it is released once it reads idle",
+                {"tenant": rel.rule_id, "why": rel.why, "held_bytes": rel.held_bytes},
+            )
             d.release_over(rel, failed=False)
             return
         if translator is None:
