@@ -304,6 +304,12 @@ class Matcher(_Kind):
     def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
         raise NotImplementedError
 
+    def examples(self) -> Sequence[ProcessInfo]:
+        """Processes it is written to select, made from its own options (their pids are set
+        by the caller): ``arbiter check`` offers every rule's examples to every matcher to
+        name the rules that select the same processes.  None by default."""
+        return ()
+
 
 class Reader(_Kind):
     """Reads each process's GPU busy time and VRAM, and the device's VRAM."""

@@ -167,7 +167,13 @@ class PluginHost:
         return {name: info.model for name, info in self.sections.items()}
 
     def kind_names(self, family: str) -> list[str]:
-        return sorted(self.kinds.get(family, {}))
+        """The kinds of ``family``; ``translators:ACTION``, the translator kinds that can do
+        ACTION (``release``, ``reacquire``, ``profile``...)."""
+        family, _, action = family.partition(":")
+        kinds = self.kinds.get(family, {})
+        if action:
+            return sorted(n for n, info in kinds.items() if action in getattr(info.cls, "actions", ()))
+        return sorted(kinds)
 
     def plugins(self) -> list[dict[str, Any]]:
         """Every registered plugin with its distribution, the kinds it registered and the node

@@ -203,7 +203,7 @@ def test_the_cycle_check_would_catch_one() -> None:
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"engine", "sdk"}),
     frozenset({"plugin", "hookspecs", "children", "childwork", "httpread", "secretref", "certificates", "api"}),
-    frozenset({"config", "store", "transport", "discovery", "signal_relay"}),
+    frozenset({"config", "store", "transport", "discovery", "signal_relay", "ownership"}),
     frozenset({"pluginmanager", "probing"}),
     frozenset({"reflex", "harness", "http"}),
     frozenset({"daemon"}),

@@ -18,13 +18,20 @@ from arbiter.config.loader import (
     read_text,
     resolve_paths,
     rule_files,
+    validate_kind_options,
 )
 from arbiter.config.locate import config_candidates, find_config
 from arbiter.config.models import NodeConfig
-from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
+from arbiter.config.ruleset import RuleSet
+from arbiter.ownership import CheckedRule, Overlap, overlaps
+from arbiter.pluginmanager import PluginHost, PluginLoadError, build_plugin_manager
 
 
-def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], list[str]]:
+def run_check(
+    config: str | None, paths: list[Path], found: list[Overlap] | None = None
+) -> tuple[list[Problem], list[str]]:
+    """Every problem, and the files checked; ``found`` (where given) takes every pair of
+    rules that select the same processes, with the rule that owns them."""
     problems: list[Problem] = []
     checked: list[str] = []
     cfg = NodeConfig()
@@ -50,7 +57,37 @@ def run_check(config: str | None, paths: list[Path]) -> tuple[list[Problem], lis
     checked.extend(str(p) for p in rule_files(targets))
     for file_problems in ruleset.problems.values():
         problems.extend(file_problems)
+    pairs = rule_overlaps(ruleset, host)
+    if found is not None:
+        found.extend(pairs)
+    problems.extend(
+        Problem(
+            ruleset.files.get(o.second, ""),
+            0,
+            0,
+            "match",
+            o.message(),
+            f"give one of {o.first!r} and {o.second!r} a higher priority, or narrow one's match",
+        )
+        for o in pairs
+        if o.ambiguous
+    )
     return problems, checked
+
+
+def rule_overlaps(ruleset: RuleSet, host: PluginHost) -> list[Overlap]:
+    """The pairs of enabled rules whose matchers select the same made-up processes."""
+    rules = []
+    for rid, rule in ruleset.rules.items():
+        info = host.kind("matchers", rule.match.kind)
+        if not rule.enabled or info is None:
+            continue
+        try:
+            matcher = info.cls(validate_kind_options(rule.match, info.cls.Options))
+        except Exception:  # its own problem is reported with its file
+            continue
+        rules.append(CheckedRule(rid, rule.priority, matcher))
+    return overlaps(rules)
 
 
 def _defaults_with_sections(path: Path) -> NodeConfig:

@@ -146,16 +146,28 @@ def check(
 ) -> None:
     """Validate the node config and rule files; exit non-zero on any problem."""
     from arbiter.cli.checks import run_check
+    from arbiter.ownership import Overlap, overlap_lines
 
+    found: list[Overlap] = []
     try:
-        problems, checked = run_check(config, paths or [])
+        problems, checked = run_check(config, paths or [], found)
     except CliError as exc:
         raise fail(exc) from None
     if as_json:
-        print_json({"checked": checked, "problems": [p.to_dict() for p in problems]})
+        print_json(
+            {
+                "checked": checked,
+                "problems": [p.to_dict() for p in problems],
+                "overlaps": [
+                    {"rules": [o.first, o.second], "process": o.process, "owner": o.owner, "why": o.why} for o in found
+                ],
+            }
+        )
     else:
         for p in problems:
             print(str(p))
+        for line in overlap_lines(found):
+            print(line)
         print(f"{len(checked)} file(s) checked, {len(problems)} problem(s)", file=sys.stderr)
     raise typer.Exit(1 if problems else 0)
 

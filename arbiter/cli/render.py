@@ -225,6 +225,10 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         if r["using_gpu"]:
             line.append(", counts as using the GPU")
         console.print(line)
+        if e["subject"].isdigit():
+            console.print(f"  owns process {e['subject']}")
+        for pid, first in sorted(r.get("from_trees", {}).items()):
+            console.print(f"  owns process {pid}, which {first!r} also selects: it runs inside {r['id']!r}'s tree")
         for f in r["faults"]:
             console.print(Text(f"  fault: {f}", style="red"))
         for src in r.get("sources", []):

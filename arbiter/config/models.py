@@ -304,7 +304,11 @@ class Rule(Strict):
         50,
         ge=0,
         le=1000,
-        description="higher wins contention: a process belongs to the first matching rule by priority",
+        description=(
+            "higher wins contention: a process belongs to the first matching rule by priority (then id), "
+            "except one inside the tree of a rule with a tree-walking match (tree: descendants), which goes "
+            "with that rule (the outermost tree first) unless the rule that selects it ranks higher"
+        ),
     )
     match: MatchBlock = Field(description="a matcher block: which processes are this tenant's")
     immediate: bool = Field(
@@ -336,6 +340,17 @@ class Rule(Strict):
     reacquire_after_s: float = Field(
         10, ge=0, le=86400, description="how long no one may need the released VRAM before it is woken"
     )
+    release_when_busy: Literal["release", "wait", "skip"] = Field(
+        "release",
+        description=(
+            "what a handoff does with it while it is busy (or its state is unknown): release (its server copes, "
+            "or its release drains by itself), wait (released once its probe reads idle, for at most "
+            "drain_timeout_s; then other tenants are taken) or skip (never released busy: other tenants are taken)"
+        ),
+    )
+    drain_timeout_s: float = Field(
+        60, gt=0, le=86400, description="with release_when_busy: wait, how long a handoff waits for it to be idle"
+    )
     events: KindBlock | None = Field(
         None, description="a source block whose every message makes the busy probe read again at once"
     )
@@ -363,6 +378,11 @@ class Rule(Strict):
     def _way_back_needs_a_release(self) -> Rule:
         if self.reacquire is not None and self.release is None:
             raise ValueError("reacquire: undoes a release: add a release: block (how it gives its VRAM back)")
+        if self.release_when_busy != "release" and self.release is None:
+            raise ValueError(
+                f"release_when_busy: {self.release_when_busy} says when a release is safe: add a release: block "
+                "(how it gives its VRAM back)"
+            )
         return self
 
 

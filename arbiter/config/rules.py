@@ -22,7 +22,7 @@ from arbiter.plugin import KindOptions
 
 #: (family, kind) → the kind's options model, or None when no plugin registers it
 OptionsLookup = Callable[[str, str], "type[BaseModel] | None"]
-#: family → the kinds it has, for hints
+#: family → the kinds it has, for hints; ``translators:ACTION`` → those that can do ACTION
 KindsLookup = Callable[[str], "list[str]"]
 
 
@@ -89,6 +89,24 @@ def _validate_rule(
                     f"{at}.kind",
                     f"unknown {family[:-1]} kind {kind!r}",
                     did_you_mean(kind, kinds(family), f"known {family[:-1]} kinds"),
+                )
+            )
+            continue
+        role = loc[0] if family == "translators" and len(loc) == 1 else ""
+        able = kinds(f"translators:{role}") if role else []
+        if role and kind not in able:
+            # it would load, and fail only when first asked to act
+            file, line, col = where((*loc, "kind"))
+            problems.append(
+                Problem(
+                    file,
+                    line,
+                    col,
+                    f"{at}.kind",
+                    f"the {kind} translator cannot {role} (a {role}: block needs one that can)",
+                    f"translator kinds that can {role}: {', '.join(able)}"
+                    if able
+                    else f"no installed translator can {role}",
                 )
             )
             continue

@@ -1,8 +1,10 @@
 """Which processes belong to which rule: every matcher offered what earlier rules left.
 
-A process belongs to the first rule, highest priority first, whose matcher selects it; a
-job's processes are its root's descendants.  Each matcher call runs under the host's
-timeout, and one that hangs or returns what no matcher may is a fault of its rule.
+A process belongs to the first rule, highest priority first, whose matcher selects it, but
+one inside the tree of a rule that walks trees goes with that rule
+(:mod:`arbiter.ownership` says the order); a job's processes are its root's descendants.
+Each matcher call runs under the host's timeout, and one that hangs or returns what no
+matcher may is a fault of its rule.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from arbiter.daemon.rules import LiveRule
-from arbiter.plugin import ProcessInfo
+from arbiter.ownership import settle_trees
+from arbiter.plugin import Matcher, ProcessInfo
 from arbiter.pluginmanager import PluginFailed
 
 
@@ -153,9 +156,24 @@ class Claimer:
         self._last: dict[int, ProcessInfo] = {}  # the last tick's candidates
         self._chosen: Chosen = {}
         self._ticks = 0
+        #: pid → (the rule that selected it first, the rule whose tree it is in and owns it)
+        self.moved: dict[int, tuple[str, str]] = {}
 
     def claim(self, rules: Iterable[LiveRule], candidates: list[ProcessInfo]) -> Claims:
         rules = list(rules)
+        pids, faults = self._claim(rules, candidates)
+        if not any(live.matcher is not None and live.matcher.judges_each_process is not True for live in rules):
+            self.moved = {}
+            return pids, faults
+
+        def select(rid: str, matcher: Matcher, offer: Sequence[ProcessInfo]) -> object:
+            return self.call(f"matchers/{rid} tree", matcher.select, offer)
+
+        order = [(live.rule.id, live.matcher, live.rule.priority) for live in rules]
+        settled, self.moved = settle_trees(order, candidates, pids, select)
+        return settled, faults
+
+    def _claim(self, rules: list[LiveRule], candidates: list[ProcessInfo]) -> Claims:
         last, self._last = self._last, {p.pid: p for p in candidates}
         self._ticks += 1
         if self._ticks % FULL_OFFER_TICKS == 0:

@@ -330,7 +330,14 @@ class Decider:
         for rel in decision.releases:
             reading = self.book.state((rel.rule_id, BUSY))  # the model names it last listed
             self.tenants.release(rel, reading.models if reading else ())
-        if decision.releases or newly_due(self.engine_state.vram, decision.state.vram):
+        # a handoff waits for these to be idle before releasing them: read them on every tick,
+        # and tick more often, so that the release follows their last request closely
+        draining = [rid for rid, st in decision.state.vram.items() if st.drain_since is not None]
+        for rid in draining:
+            live = self.rules.live.get(rid)
+            if live is not None:
+                live.wake_busy(self.rules.host)
+        if decision.releases or draining or newly_due(self.engine_state.vram, decision.state.vram):
             self.releasing()  # the tick looks more often until the VRAM is seen to fall, or sooner for a wake
         if decision.profiles_on or decision.profiles_off:
             self.tenants.profiles(decision.profiles_on, decision.profiles_off)

@@ -37,6 +37,9 @@ log = logging.getLogger("arbiter.handoff")
 WORKERS = 4
 GRACE_S = 5.0  # beyond a release's own timeout_s, for the plugin call itself
 FRESH_MODELS_S = 1.0  # how long a release with nothing to send waits for its probe to read again
+#: how long a fresh reading of a busy probe is given to say busy before a release its rule
+#: says a busy server cannot take (release_when_busy: wait or skip)
+FRESH_BUSY_S = 0.5
 
 
 class TenantActions:
@@ -78,6 +81,18 @@ class TenantActions:
         live = self.rulebook.live.get(rel.rule_id)
         translator = live.release if live is not None else None
         errors: list[str] = []
+        if live is not None and live.rule.release_when_busy != "release" and self._busy_now(live):
+            # the plan read it idle, but that reading may be a poll old: a request that came
+            # since would make this release break it, so it is planned again on what it says now
+            self.record(
+                codes.VRAM_RELEASE_DRAINING,
+                rel.rule_id,
+                f"the release of {rel.rule_id!r} ({rel.why}) was not sent: a reading of its probe taken just now says "
+                "it is busy, and a busy release would break it; it is released once it reads idle",
+                {"tenant": rel.rule_id, "why": rel.why, "held_bytes": rel.held_bytes},
+            )
+            self.release_over(rel, False)
+            return
         if translator is None:
             errors.append("its release translator could not be loaded (see `arbiter doctor`)")
         else:
@@ -183,6 +198,29 @@ class TenantActions:
                 f"{rel.rule_id!r} was asked to take its VRAM back ({note}) and answered in {took:.2f}s",
                 {"tenant": rel.rule_id, "duration_s": round(took, 3), "confirmed": False},
             )
+
+    def _busy_now(self, live: Any) -> bool:
+        """Whether a reading of the busy probe taken now says busy (or cannot be read).  A
+        probe that hands over a new state for each reading is done as soon as one comes; one
+        that does not is given FRESH_BUSY_S to say busy."""
+        probe = live.busy
+        if probe is None or live.rule.busy is None:
+            return False
+        label = f"sources/{live.rule.busy.kind}"
+        deadline = time.monotonic() + FRESH_BUSY_S
+        try:
+            before = self.host.call(label, probe.state, timeout=1)
+            live.wake_busy(self.host)
+            while time.monotonic() < deadline:
+                now = self.host.call(label, probe.state, timeout=1)
+                if now.busy is not False:
+                    return True
+                if now is not before:
+                    return False
+                time.sleep(0.005)
+        except PluginFailed:
+            return True
+        return False
 
     def _fresh_models(self, live: Any, stale: tuple[str, ...]) -> tuple[str, ...]:
         """Wake the tenant's busy probe and wait (briefly) for model names it did not have."""

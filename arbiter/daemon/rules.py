@@ -332,6 +332,8 @@ class RuleBook:
                 reacquire_after_s=r.reacquire_after_s,
                 reacquire_timeout_s=float(wake.get("timeout_s", RulePolicy.reacquire_timeout_s)),
                 reacquire_confirm=bool(wake.get("confirm", RulePolicy.reacquire_confirm)),
+                release_when_busy=r.release_when_busy,
+                drain_timeout_s=r.drain_timeout_s,
                 profile=r.profile is not None,
             )
         return replace(base, rules=rules)

@@ -94,6 +94,10 @@ def _rule_item(daemon: Parts, rid: str) -> dict[str, Any]:
         "immediate": bool(live and live.rule.immediate),
         "running": bool(obs and obs.running),
         "pids": sorted(obs.pids) if obs else [],
+        # its processes another rule selected first: inside its tree, they go with it
+        "from_trees": {
+            str(pid): first for pid, (first, owner) in daemon.ticker.observer.claimer.moved.items() if owner == rid
+        },
         "gpu_share": None if not obs or obs.gpu_share is None else round(obs.gpu_share, 4),
         "gpu_why": obs.gpu_why if obs else "",
         "using_gpu": bool(verdict and verdict.using_gpu),
@@ -245,8 +249,8 @@ def status_view(daemon: Parts) -> dict[str, Any]:
 
 
 def explain_view(daemon: Parts, subject: str | None = None) -> dict[str, Any]:
-    """Why each job is (not) running; for a subject, that job, job name or tenant, or the jobs an
-    outside scheduler knows by that id."""
+    """Why each job is (not) running; for a subject, that job, job name or tenant, the jobs an
+    outside scheduler knows by that id, or the tenant that owns the process of that pid."""
     snap = daemon.snapshot
     verdicts = snap.decision.jobs if snap.decision else {}
     notices = (
@@ -275,8 +279,19 @@ def explain_view(daemon: Parts, subject: str | None = None) -> dict[str, Any]:
             if r.id in verdicts and any(reason.evidence.get("rule") == subject for reason in verdicts[r.id].reasons)
         ]
         return {"subject": subject, "items": [item, *held], "notices": notices}
+    owner = _owner_of(daemon, subject)
+    if owner is not None:  # a process: the rule that owns it
+        return {"subject": subject, "items": [_rule_item(daemon, owner)], "notices": notices}
     known = sorted({r.id for r in snap.jobs} | {r.name for r in snap.jobs} | set(dict(daemon.rulebook.live)))
     raise UnknownSubject(f"no job or tenant is called {subject!r}; known: {', '.join(known) or 'none'}")
+
+
+def _owner_of(daemon: Parts, subject: str) -> str | None:
+    """The rule that owns the process whose pid is ``subject``, if one does."""
+    view = daemon.snapshot.view
+    if not subject.isdigit() or view is None:
+        return None
+    return next((rid for rid, obs in view.rules.items() if int(subject) in obs.pids), None)
 
 
 def _own_id(job_id: str) -> str:

@@ -52,6 +52,7 @@ VRAM_REACQUIRE_REQUESTED = "VRAM_REACQUIRE_REQUESTED"
 VRAM_REACQUIRED = "VRAM_REACQUIRED"
 VRAM_REACQUIRE_FAILED = "VRAM_REACQUIRE_FAILED"
 VRAM_REACQUIRE_WAITING = "VRAM_REACQUIRE_WAITING"
+VRAM_RELEASE_DRAINING = "VRAM_RELEASE_DRAINING"
 PROFILE_APPLIED = "PROFILE_APPLIED"
 PROFILE_RESTORED = "PROFILE_RESTORED"
 AB_BLOCK_DONE = "AB_BLOCK_DONE"
@@ -211,6 +212,13 @@ CATALOGUE: tuple[Code, ...] = (
         "hold",
         "A tenant released for a handoff is not woken yet, and why.",
         "Wait; the reason says what it waits for.",
+    ),
+    Code(
+        VRAM_RELEASE_DRAINING,
+        "hold",
+        "A busy tenant's server must not be released while it works (its rule says so): the plan waits "
+        "for it to go idle, or drains it first, or releases another tenant.",
+        "Wait; `arbiter explain TENANT` says what the tenant is doing and how long the plan waits.",
     ),
     Code(
         GPU_DUTY_EXCEEDED,

@@ -173,6 +173,8 @@ def _tenants(policy: Policy, obs: Observation, states: dict[str, RuleState]) -> 
                 rp.reacquire_after_s if rp.reacquire else None,
                 rp.reacquire_timeout_s,
                 rp.reacquire_confirm,
+                when_busy=rp.release_when_busy,
+                drain_timeout_s=rp.drain_timeout_s,
             )
         )
     if policy.pause_frees_vram:

@@ -8,6 +8,11 @@
   the demander; idle first, then lowest priority, then largest VRAM; taken in that order until
   the shortfall is covered.  A plan is carried out only when it covers the shortfall; otherwise
   nothing is released and the blockers say why.  Equal or higher priority is never interrupted.
+- **Release safety**: a rule says what a busy release does to its server
+  (``release_when_busy``): ``release`` (it copes, or drains by itself), ``wait`` (a busy
+  candidate is counted on but released only once its probe reads idle, for at most its
+  ``drain_timeout_s``; past it, it is left alone and the plan takes others) or ``skip`` (never
+  a candidate while busy).  No release is ever sent that the rule says would break its server.
 - **Idle release**: an idle reclaimable tenant that has held VRAM for its
   ``idle_release_after_s`` since it became idle is asked to release it.
 - **The way back**: a tenant released for a handoff that declares a reacquire is woken once
@@ -44,6 +49,8 @@ WHY_UNKNOWN_RANKS = "its state is unknown, which counts as busy, and it ranks at
 WHY_NO_RELEASE = "declares no release"
 WHY_ENOUGH = "enough was freed without it"
 WHY_COOLING = "its last release freed nothing: it is asked again after its timeout_s"
+WHY_BUSY_SKIP = "busy, and a busy release would break it (release_when_busy: skip)"
+WHY_DRAIN_EXPIRED = "still busy past its drain_timeout_s, and a busy release would break it (release_when_busy: wait)"
 
 
 def starvation(tenant: TenantVram, free_bytes: int) -> Starvation | None:
@@ -88,6 +95,10 @@ def plan(demander: TenantVram, tenants: Iterable[TenantVram], free_bytes: int) -
             blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_COOLING))
         elif t.counts_busy and t.priority >= demander.priority:
             blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_UNKNOWN_RANKS if t.busy is None else WHY_RANKS))
+        elif t.counts_busy and t.when_busy == "skip":
+            blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_BUSY_SKIP))
+        elif t.counts_busy and t.when_busy == "wait" and t.drain_expired:
+            blockers.append(Blocker(t.tenant_id, t.held_bytes, WHY_DRAIN_EXPIRED))
         else:
             eligible.append(t)
     eligible.sort(key=_order)
@@ -101,18 +112,21 @@ def plan(demander: TenantVram, tenants: Iterable[TenantVram], free_bytes: int) -
         planned += t.held_bytes
     covers = planned >= need
     picked = {t.tenant_id for t in chosen}
+    # a busy one whose server breaks on a busy release is counted on, and released once idle
+    drains = {t.tenant_id for t in chosen if t.counts_busy and t.when_busy == "wait" and not t.releasing}
     if covers:
         blockers.extend(Blocker(t.tenant_id, t.held_bytes, WHY_ENOUGH) for t in eligible if t.tenant_id not in picked)
     return HandoffPlan(
         starvation=starved,
         candidates=tuple(t.tenant_id for t in eligible),
-        release=tuple(t.tenant_id for t in chosen if not t.releasing) if covers else (),
+        release=tuple(t.tenant_id for t in chosen if not t.releasing and t.tenant_id not in drains) if covers else (),
         awaiting=tuple(t.tenant_id for t in chosen if t.releasing) if covers else (),
         reclaimable_bytes=sum(t.held_bytes for t in eligible),
         planned_bytes=planned if covers else 0,
         covers=covers,
         blockers=tuple(sorted(blockers, key=lambda b: b.tenant_id)),
         held=tuple((t.tenant_id, t.held_bytes) for t in eligible),
+        draining=tuple(t.tenant_id for t in chosen if t.tenant_id in drains) if covers else (),
     )
 
 
@@ -135,6 +149,7 @@ def plans(tenants: Sequence[TenantVram], free_bytes: int) -> tuple[HandoffPlan, 
         taken.add(demander.tenant_id)
         taken.update(found.release)
         taken.update(found.awaiting)
+        taken.update(found.draining)
     return tuple(out)
 
 
@@ -191,7 +206,10 @@ def plan_reason(p: HandoffPlan) -> Reason | None:
         return None
     ranks = [b.tenant_id for b in p.blockers if b.why in (WHY_RANKS, WHY_UNKNOWN_RANKS)]
     no_release = [b.tenant_id for b in p.blockers if b.why == WHY_NO_RELEASE]
+    unsafe = [b.tenant_id for b in p.blockers if b.why in (WHY_BUSY_SKIP, WHY_DRAIN_EXPIRED)]
     hints = []
+    if unsafe:
+        hints.append(f"wait until {', '.join(map(repr, unsafe))} are idle (releasing them busy would break them)")
     if ranks:
         hints.append(
             f"give {p.demander!r} a higher priority than {', '.join(map(repr, ranks))}, or wait until they are idle"
@@ -200,6 +218,18 @@ def plan_reason(p: HandoffPlan) -> Reason | None:
         hints.append(f"add a release: block to {', '.join(map(repr, no_release))} if they can give VRAM back")
     hints.append(f"or lower needs_vram_gb of {p.demander!r} if it needs less")
     return Reason(codes.VRAM_HANDOFF_BLOCKED, p.summary(), "; ".join(hints), p.to_data())
+
+
+def drain_reason(tenant: str, demander: str, waited_s: float, limit_s: float) -> Reason:
+    """Why a busy tenant a plan counts on is not released yet (shown on it and its demander)."""
+    return Reason(
+        codes.VRAM_RELEASE_DRAINING,
+        f"{tenant!r} is busy, and a busy release would break it: it is released for {demander!r} once its "
+        f"probe reads idle (waited {waited_s:.0f}s of its drain_timeout_s {limit_s:g})",
+        f"nothing to do: it is released as soon as its requests end; past drain_timeout_s it is left alone and "
+        f"other tenants are taken; give {demander!r} less needs_vram_gb if it needs less",
+        {"tenant": tenant, "for": demander, "waited_s": round(waited_s, 3), "drain_timeout_s": limit_s},
+    )
 
 
 def idle_event(r: IdleRelease) -> TimelineEvent:
@@ -218,14 +248,18 @@ def idle_event(r: IdleRelease) -> TimelineEvent:
     )
 
 
-def request_events(p: HandoffPlan) -> tuple[TimelineEvent, ...]:
-    """One request entry per tenant the plan releases, each naming the demander."""
+def request_events(p: HandoffPlan, drained_s: Mapping[str, float] | None = None) -> tuple[TimelineEvent, ...]:
+    """One request entry per tenant the plan releases, each naming the demander (and, for one
+    waited for until idle, how long that took)."""
+    drained = drained_s or {}
     return tuple(
         TimelineEvent(
             codes.VRAM_RELEASE_REQUESTED,
             t,
-            f"asking {t!r} to release its VRAM for {p.demander!r} (short {gb(p.starvation.shortfall_bytes)})",
-            {"tenant": t, "held_bytes": p.held_by(t), "for": p.demander, "why": "handoff"},
+            f"asking {t!r} to release its VRAM for {p.demander!r} (short {gb(p.starvation.shortfall_bytes)})"
+            + (f", idle after {drained[t]:.1f}s of waiting" if t in drained else ""),
+            {"tenant": t, "held_bytes": p.held_by(t), "for": p.demander, "why": "handoff"}
+            | ({"drained_s": round(drained[t], 3)} if t in drained else {}),
         )
         for t in p.release
     )
@@ -263,7 +297,10 @@ class Step:
 
 def _plan_key(p: HandoffPlan) -> str:
     """What makes a plan news: a blocked plan that stays the same is logged once."""
-    return f"{p.covers}|{','.join(p.release)}|{','.join(p.awaiting)}|{','.join(b.tenant_id for b in p.blockers)}"
+    return (
+        f"{p.covers}|{','.join(p.release)}|{','.join(p.awaiting)}|{','.join(p.draining)}|"
+        f"{','.join(b.tenant_id for b in p.blockers)}"
+    )
 
 
 def request_over(
@@ -402,6 +439,10 @@ def step(
             t.idle_release_after_s if t.reclaimable and idle_worth_asking(t) and t.reacquire_after_s is None else None,
             states[t.tenant_id].requested_at is not None,
             cooling(t),
+            t.when_busy,
+            t.busy is not False
+            and (since := states[t.tenant_id].drain_since) is not None
+            and now - since >= t.drain_timeout_s,
         )
         for t in seen
     ]
@@ -409,6 +450,19 @@ def step(
     notes: dict[str, Reason] = {}
     planned: dict[str, str] = {}
     made = plans(views, free_bytes) if free_bytes is not None else ()
+    # waited for until idle: kept while a plan still counts on it or it is left alone past its
+    # drain_timeout_s and still busy (so it is not waited for again at once)
+    held_back = {tid for p in made for tid in p.draining} | {
+        b.tenant_id for p in made for b in p.blockers if b.why == WHY_DRAIN_EXPIRED
+    }
+    drained_s: dict[str, float] = {}
+    for t in seen:
+        since = states[t.tenant_id].drain_since
+        if t.tenant_id in held_back:
+            states[t.tenant_id] = evolve(states[t.tenant_id], drain_since=now if since is None else since)
+        elif since is not None:
+            drained_s[t.tenant_id] = now - since
+            states[t.tenant_id] = evolve(states[t.tenant_id], drain_since=None)
     if free_bytes is not None:
         for p in made:
             key = _plan_key(p)
@@ -416,9 +470,16 @@ def step(
             if key != states[p.demander].plan:
                 events.append(plan_event(p))  # logged before anything it asks for
             if p.covers:
-                events.extend(request_events(p))
+                events.extend(request_events(p, drained_s))
                 for tid in p.release:
                     asking(by_id[tid], f"handoff for {p.demander}", p.demander)
+                for tid in p.draining:
+                    since = states[tid].drain_since
+                    waiting = drain_reason(
+                        tid, p.demander, now - (now if since is None else since), by_id[tid].drain_timeout_s
+                    )
+                    notes[tid] = waiting
+                    notes.setdefault(p.demander, waiting)
             else:
                 reason = plan_reason(p)
                 if reason is not None:

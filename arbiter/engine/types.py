@@ -205,6 +205,10 @@ class RulePolicy:
     reacquire_after_s: float = 10.0  # quiet period before it is woken
     reacquire_timeout_s: float = 30.0  # for its VRAM to come back
     reacquire_confirm: bool = True  # a wake is done only when its VRAM is seen to rise
+    #: what a handoff does with it while busy: release (its server copes), wait (released once
+    #: idle, for at most drain_timeout_s) or skip (never released busy: other tenants are taken)
+    release_when_busy: str = "release"
+    drain_timeout_s: float = 60.0
     profile: bool = False  # it has a GPU profile applied while it works on the GPU
 
 
@@ -311,6 +315,8 @@ class TenantVramState:
     wake_due: float | None = None  # when its quiet period (or backoff) ends: the next decision is due then
     #: a job paused to give its VRAM to this tenant: it stays paused while that tenant is busy
     for_demander: str = ""
+    #: since when a handoff waits for it to be idle before releasing it (release_when_busy: wait)
+    drain_since: float | None = None
 
 
 @dataclass(frozen=True)

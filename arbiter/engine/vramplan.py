@@ -40,6 +40,11 @@ class TenantVram:
     idle_release_after_s: float | None = None
     releasing: bool = False
     cooling: bool = False  # its last release freed nothing: not asked again yet
+    #: what a handoff does with it while it counts busy: "release", "wait" (released once idle)
+    #: or "skip" (never released busy)
+    when_busy: str = "release"
+    #: it has been waited for past its drain_timeout_s and is still busy: left alone
+    drain_expired: bool = False
 
     @property
     def counts_busy(self) -> bool:
@@ -77,7 +82,8 @@ class HandoffPlan:
 
     ``candidates`` are every tenant the demander may take VRAM from, in the order they would
     be taken.  ``release`` is what to ask now (empty unless ``covers``); ``awaiting`` are
-    candidates already releasing whose VRAM the plan counts on.  ``blockers`` are the tenants
+    candidates already releasing whose VRAM the plan counts on; ``draining`` are busy
+    candidates released only once idle (``release_when_busy: wait``), counted on too.  ``blockers`` are the tenants
     holding VRAM that are left alone, each with why.
     """
 
@@ -91,6 +97,7 @@ class HandoffPlan:
     blockers: tuple[Blocker, ...]
     #: (tenant, bytes held) of every candidate
     held: tuple[tuple[str, int], ...] = ()
+    draining: tuple[str, ...] = ()
 
     @property
     def demander(self) -> str:
@@ -109,8 +116,14 @@ class HandoffPlan:
         blocked = "; ".join(f"{b.tenant_id!r} ({gb(b.held_bytes)}): {b.why}" for b in self.blockers)
         if self.covers:
             asked = ", ".join(repr(t) for t in self.release) or "nothing new"
-            text = f"{head}: releasing {asked}" + (
-                f", awaiting {', '.join(repr(t) for t in self.awaiting)}" if self.awaiting else ""
+            text = (
+                f"{head}: releasing {asked}"
+                + (f", awaiting {', '.join(repr(t) for t in self.awaiting)}" if self.awaiting else "")
+                + (
+                    f", waiting for {', '.join(repr(t) for t in self.draining)} to be idle first"
+                    if self.draining
+                    else ""
+                )
             )
             return text + (f"; left alone: {blocked}" if blocked else "")
         return (
@@ -131,6 +144,7 @@ class HandoffPlan:
             "candidates": list(self.candidates),
             "release": list(self.release),
             "awaiting": list(self.awaiting),
+            "draining": list(self.draining),
             "reclaimable_bytes": self.reclaimable_bytes,
             "planned_bytes": self.planned_bytes,
             "covers": self.covers,
@@ -155,3 +169,5 @@ class TenantObs:
     reacquire_timeout_s: float = 30.0
     reacquire_confirm: bool = True
     job: bool = False  # a job, released by pausing it (its id is ``job_tenant(job id)``)
+    when_busy: str = "release"  # its rule's release_when_busy
+    drain_timeout_s: float = 60.0

@@ -57,6 +57,7 @@ class _Match:
 class _Rule:
     id: str
     match: _Match
+    priority: int = 50
 
 
 @dataclass

@@ -16,9 +16,11 @@ import httpx
 import pytest
 
 from arbiter.config.loader import check_paths, validate_kind_options
+from arbiter.config.models import KindBlock
 from arbiter.plugin import PluginContext, SourceState
 from arbiter.pluginmanager import build_plugin_manager
-from arbiter_sources.http_count import HttpProbe
+from arbiter_sources.http_count import HttpCountSource, HttpProbe
+from arbiter_sources.http_value import PrometheusSource
 from arbiter_testing import GIB, VramBoard
 from arbiter_testing.fake_llm_servers import FakeLlamaServer, FakeSglangServer, FakeTgiServer
 from arbiter_testing.fake_model_swappers import FakeLlamaSwap, FakeLocalAI
@@ -139,3 +141,122 @@ def test_the_shipped_rule_reads_loaded_models_and_unloads_them(rule_id: str, tmp
             probe.close()
             release.close()
     host.close()
+
+
+def shipped(rule_id: str, base_url: str, tmp_path: Path, **more: Any) -> Any:
+    """The shipped rule ``rule_id`` with only its base_url moved (and ``more`` fields set)."""
+    host = build_plugin_manager()
+    mine = tmp_path / "mine"
+    mine.mkdir(exist_ok=True)
+    extra = "".join(f"{k}: {json.dumps(v)}\n" for k, v in more.items())
+    (mine / "port.yaml").write_text(f"extends: {rule_id}\nbase_url: {base_url}\n{extra}")
+    ruleset = check_paths([ROOT / "tenants.d", mine], host.options_model, host.kind_names)
+    assert not ruleset.problems, ruleset.problems
+    host.close()
+    return ruleset.rules[rule_id]
+
+
+def test_localai_refuses_a_busy_shutdown_after_its_grace_and_the_shipped_release_outlasts_it(tmp_path: Path) -> None:
+    board = VramBoard(tmp_path / "vram.json", 24 * GIB)
+    with FakeLocalAI(board, gen_s=3.0, busy_grace_s=0.3) as server:
+        rule = shipped("localai", server.url, tmp_path)
+        assert rule.release is not None and rule.release.options()["timeout_s"] > 30  # its real grace
+        release = HttpPostTranslator(
+            validate_kind_options(rule.release, HttpPostTranslator.Options), PluginContext(state_dir=tmp_path)
+        )
+        worker = threading.Thread(
+            target=post, args=(f"{server.url}/v1/chat/completions", {"model": "qwen2.5-7b", "messages": []})
+        )
+        worker.start()
+        wait_until(lambda: server.loaded.get("qwen2.5-7b"), 5, "the request running")
+        refused = release.release("localai", ("qwen2.5-7b",))
+        assert refused.errors and "HTTP 500" in refused.errors[0]
+        assert "qwen2.5-7b" in server.loaded  # nothing freed, nothing broken
+        worker.join(timeout=10)
+        assert not release.release("localai", ("qwen2.5-7b",)).errors
+        assert board.held(server.pid) == 0
+        release.close()
+
+
+def test_llama_swap_reads_busy_while_a_model_starts(tmp_path: Path) -> None:
+    board = VramBoard(tmp_path / "vram.json", 24 * GIB)
+    with FakeLlamaSwap(board, load_s=2.0, gen_s=0.1) as server, httpx.Client(timeout=5, trust_env=False) as client:
+        rule = shipped("llama-swap", server.url, tmp_path)
+        assert rule.busy is not None
+        probe = HttpCountSource(
+            validate_kind_options(rule.busy, HttpCountSource.Options), PluginContext(state_dir=tmp_path)
+        )
+        worker = threading.Thread(
+            target=post, args=(f"{server.url}/v1/chat/completions", {"model": "qwen2.5-7b", "messages": []})
+        )
+        worker.start()
+        wait_until(lambda: server.starting, 5, "the model starting")
+        starting = probe.probe_once(client)
+        assert starting.busy is True and starting.models == ("qwen2.5-7b",), starting.why
+        worker.join(timeout=10)
+        probe.close()
+
+
+def test_with_an_api_key_the_release_is_refused_401_and_sent_with_the_key_from_a_file(tmp_path: Path) -> None:
+    board = VramBoard(tmp_path / "vram.json", 24 * GIB)
+    key = tmp_path / "sglang.auth"
+    key.write_text("Bearer s3cret\n")
+    key.chmod(0o600)
+    with FakeSglangServer(board) as server:
+        server.api_key = "s3cret"
+        rule = shipped("sglang", server.url, tmp_path)
+        assert rule.release is not None
+        ctx = PluginContext(state_dir=tmp_path)
+        bare = HttpPostTranslator(validate_kind_options(rule.release, HttpPostTranslator.Options), ctx)
+        refused = bare.release("sglang", ())
+        assert refused.errors and "HTTP 401" in refused.errors[0]
+        assert not server.released
+        block = KindBlock(
+            kind=rule.release.kind, **{**rule.release.options(), "headers": {"Authorization": {"from_file": str(key)}}}
+        )
+        keyed = HttpPostTranslator(validate_kind_options(block, HttpPostTranslator.Options), ctx)
+        assert not keyed.release("sglang", ()).errors
+        assert server.released
+        bare.close()
+        keyed.close()
+
+
+def test_llama_server_in_router_mode_reads_unknown_and_the_documented_extension_reads_and_unloads(
+    tmp_path: Path,
+) -> None:
+    board = VramBoard(tmp_path / "vram.json", 24 * GIB)
+    ctx = PluginContext(state_dir=tmp_path)
+    with FakeLlamaServer(board, router=True, gen_s=1.0) as server, httpx.Client(timeout=5, trust_env=False) as client:
+        plain = shipped("llama-server", server.url, tmp_path)
+        assert plain.busy is not None
+        probe = PrometheusSource(validate_kind_options(plain.busy, PrometheusSource.Options), ctx)
+        unknown = probe.probe_once(client)
+        assert not unknown.readable and unknown.busy is None and "HTTP 400" in unknown.why
+        probe.close()
+        # what the rule's comment says to write for a router serving one model
+        model = FakeLlamaServer.ROUTER_MODEL
+        router = shipped(
+            "llama-server",
+            server.url,
+            tmp_path,
+            busy={"url": f"/metrics?model={model}"},
+            release={"kind": "http_post", "url": "/models/unload", "body": {"model": model}, "timeout_s": 30},
+        )
+        assert router.busy is not None and router.release is not None
+        probe = PrometheusSource(validate_kind_options(router.busy, PrometheusSource.Options), ctx)
+        release = HttpPostTranslator(validate_kind_options(router.release, HttpPostTranslator.Options), ctx)
+        worker = threading.Thread(target=post, args=(f"{server.url}/completion", {"model": model, "prompt": "hi"}))
+        worker.start()
+
+        def busy_state() -> SourceState | None:
+            state = probe.probe_once(client)
+            return state if state.busy else None
+
+        assert wait_until(busy_state, 5, "busy while it generates").readable
+        worker.join(timeout=10)
+        assert probe.probe_once(client).busy is False
+        assert board.held(server.pid) == 8 * GIB
+        assert not release.release("llama-server", ()).errors
+        assert board.held(server.pid) < GIB
+        probe.close()
+        release.close()

@@ -205,8 +205,10 @@ def test_queue_is_shaped_like_the_schema(
     wait_until(lambda: bool(client.get(f"{diffusion.url}/queue").json()["queue_running"]), 5, "a running prompt")
     queue = client.get(f"{diffusion.url}/queue").json()
     (running,) = queue["queue_running"]
-    assert [type(x).__name__ for x in running] == ["int", "str", "dict", "list", "dict"]
-    assert running[1] == first["prompt_id"] and "create_time" in running[4]
+    # a local ComfyUI's PromptQueue item: [number, prompt_id, prompt, extra_data, outputs_to_execute]
+    # (Comfy Cloud's documented schema puts the outputs before the metadata)
+    assert [type(x).__name__ for x in running] == ["int", "str", "dict", "dict", "list"]
+    assert running[1] == first["prompt_id"] and "create_time" in running[3]
     assert [item[1] for item in queue["queue_pending"]] == [second["prompt_id"]]
     board.remove(9999)
 

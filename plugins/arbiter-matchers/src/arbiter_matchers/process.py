@@ -153,6 +153,42 @@ class ProcessMatcher(Matcher):
         selected.discard(os.getpid())
         return selected
 
+    def examples(self) -> list[ProcessInfo]:
+        """One process per entry of its longest selector, each with the first entry of every
+        other (every field must match); a working directory cannot be made up, so a match on
+        one gives examples that it does not select itself."""
+        o = self.options
+        assert isinstance(o, ProcessOptions)
+        fields = [o.name, o.cmdline, o.cmdline_endswith, o.path_prefix, o.script, o.module, o.user]
+        out = []
+        for i in range(max(len(f) for f in fields)):
+
+            def pick(entries: list[str], i: int = i) -> str:
+                return entries[min(i, len(entries) - 1)] if entries else ""
+
+            name = pick(o.name) or ("python3" if o.module or o.script else (pick(o.cmdline).split() or ["program"])[0])
+            exe = f"{pick(o.path_prefix).rstrip('/') or '/usr/bin'}/{name}"
+            argv = [exe]
+            if o.module:
+                argv += ["-m", pick(o.module)]
+            if o.script:
+                argv.append("/opt/" + pick(o.script).lstrip("/"))
+            argv += pick(o.cmdline).split()
+            argv += pick(o.cmdline_endswith).split()
+            user = pick(o.user)
+            out.append(
+                ProcessInfo(
+                    0,
+                    0,
+                    name=name,
+                    exe=exe,
+                    cmdline=tuple(argv),
+                    uid=int(user) if user.isdigit() else -1,
+                    username="" if user.isdigit() else user,
+                )
+            )
+        return out
+
     def _matches(self, p: ProcessInfo) -> bool:
         if self._names and p.name.lower() not in self._names:
             return False

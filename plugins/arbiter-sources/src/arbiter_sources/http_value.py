@@ -209,6 +209,13 @@ class PrometheusOptions(_ValueOptions):
         min_length=1,
         description='metric names, each with optional label matchers (name{label="value"}); their samples are summed',
     )
+    missing: Literal["unknown", "zero"] = Field(
+        "unknown",
+        description=(
+            "a selector no sample of an answer matches: unknown (counts as busy), or zero, for a server that "
+            "publishes a gauge only once it has a value (the page itself must still answer)"
+        ),
+    )
 
     @field_validator("metrics")
     @classmethod
@@ -256,7 +263,7 @@ class PrometheusSource(HttpProbe):
         except (ValueError, IndexError, KeyError) as exc:
             raise ValueError(f"did not answer the Prometheus text format: {exc}") from None
         for sel, n, text_sel in zip(self._selectors, found, self.options.metrics, strict=True):
-            if n == 0:
+            if n == 0 and self.options.missing == "unknown":
                 near = difflib.get_close_matches(sel.name, sorted(names), n=1)
                 hint = f" (did you mean {near[0]!r}?)" if near and near[0] != sel.name else ""
                 labelled = " with those labels" if sel.name in names else ""

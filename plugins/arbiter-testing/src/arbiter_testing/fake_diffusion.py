@@ -1,5 +1,6 @@
-"""A fake image-diffusion server (ComfyUI's API): ``GET /queue`` (``queue_running``/
-``queue_pending`` lists of ``[number, prompt_id, prompt, outputs, metadata]``), ``POST /prompt``,
+"""A fake image-diffusion server (ComfyUI's API, following its ``server.py``: the routes, and
+``execution.py``: ``PromptQueue``'s items): ``GET /queue`` (``queue_running``/``queue_pending``
+lists of ``[number, prompt_id, prompt, extra_data, outputs_to_execute]``), ``POST /prompt``,
 ``POST /free`` (``unload_models``/``free_memory``, applied between prompts, as the real one
 does), and a websocket at ``/ws`` (on its own port) sending ``status``, ``execution_start``,
 ``execution_cached``, ``executing``, ``progress`` and ``executed`` messages shaped like a real
@@ -147,8 +148,8 @@ class FakeDiffusionServer(FakeApp):
     # what it answers ------------------------------------------------------------------------
 
     def _item(self, job: _Job) -> list[Any]:
-        # [job_number, prompt_id, workflow_json, output_node_ids, metadata]
-        return [job.number, job.prompt_id, job.prompt, ["9"], {"create_time": job.created_ms}]
+        # [number, prompt_id, prompt, extra_data, outputs_to_execute], as PromptQueue keeps them
+        return [job.number, job.prompt_id, job.prompt, {"create_time": job.created_ms, "client_id": ""}, ["9"]]
 
     def queue(self) -> dict[str, Any]:
         with self._lock:

@@ -4,6 +4,8 @@ answers every request with a scripted status and records it.
 
 A fake program is a :class:`FakeApp` with ``routes``: ``(method, path)`` to a function of the
 request's JSON body that returns ``(status, answer)``; ``(method, "*")`` answers any path.
+With ``api_key`` set, a request to any path but ``open_paths`` without the header
+``Authorization: Bearer KEY`` is answered 401, as the servers started with an API key do.
 """
 
 from __future__ import annotations
@@ -49,7 +51,11 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 self._reply(400, {"error": "invalid JSON body"})
                 return
-        self.server.app.record(method, self.path, dict(self.headers), body)
+        app = self.server.app
+        app.record(method, self.path, dict(self.headers), body)
+        if app.api_key and path not in app.open_paths and self.headers.get("Authorization") != f"Bearer {app.api_key}":
+            self._reply(401, {"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}})
+            return
         route = self.server.app.routes.get((method, path))
         if route is None:
             route = self.server.app.routes.get((method, "*"))
@@ -113,6 +119,10 @@ class FakeApp:
 
     def __init__(self, port: int = 0) -> None:
         self.routes: dict[tuple[str, str], Route] = {}
+        #: the key a request must carry as ``Authorization: Bearer KEY`` ("" for none), and
+        #: the paths answered without it
+        self.api_key = ""
+        self.open_paths: frozenset[str] = frozenset({"/health"})
         self.seen: list[Seen] = []
         self._seen_lock = threading.Lock()
         self._http = _JsonHttpServer(self, port)

@@ -1,4 +1,6 @@
-"""A fake local LLM server (Ollama's API) holding models in (fake) VRAM: ``GET /api/ps``
+"""A fake local LLM server (Ollama 0.33's API, following ``server/routes.go``: the
+``/api/ps`` and ``/api/generate`` handlers, and ``server/sched.go``: an unload waits for the
+requests running on that model) holding models in (fake) VRAM: ``GET /api/ps``
 lists the loaded models exactly as the documented answer does (``name``, ``model``, ``size``,
 ``digest``, ``details``, ``expires_at``, ``size_vram``); ``POST /api/generate`` loads a model,
 runs a request, or with ``{"model": ..., "keep_alive": 0}`` and no prompt unloads it,

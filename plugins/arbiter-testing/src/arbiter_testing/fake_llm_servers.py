@@ -2,17 +2,34 @@
 the real ones' documented APIs:
 
 - :class:`FakeLlamaServer`, llama.cpp's ``llama-server`` (port 8080, started with
-  ``--metrics``): ``GET /health`` ``{"status": "ok"}``, ``GET /slots`` (one object per slot with
-  ``id`` and ``is_processing``), ``POST /completion`` ``{"prompt", "n_predict"}``, and the
-  gauges ``llamacpp:requests_processing`` and ``llamacpp:requests_deferred``.
-- :class:`FakeSglangServer`, SGLang's ``sglang.launch_server`` (port 30000, started with
-  ``--enable-metrics --enable-memory-saver``): ``POST /generate`` ``{"text", "sampling_params"}``,
-  the gauges ``sglang:num_running_reqs`` and ``sglang:num_queue_reqs``, and
-  ``POST /release_memory_occupation`` / ``POST /resume_memory_occupation`` (JSON body, ``tags``
-  optional): its weights and KV cache leave the GPU and come back; released, it cannot generate.
-- :class:`FakeTgiServer`, Hugging Face text-generation-inference (``text-generation-launcher``,
-  port 3000): ``GET /health``, ``GET /info``, ``POST /generate`` ``{"inputs", "parameters"}``,
-  and the gauges ``tgi_batch_current_size`` and ``tgi_queue_size``.
+  ``--metrics``), following ``tools/server/server.cpp`` (the routes, ``--api-key`` asking every
+  route but ``/health`` and ``/models`` for it) and ``tools/server/server-models.cpp`` (router
+  mode): ``GET /health`` ``{"status": "ok"}``, ``GET /slots`` (one object per slot with ``id``
+  and ``is_processing``), ``POST /completion`` ``{"prompt", "n_predict"}``, and the gauges
+  ``llamacpp:requests_processing`` and ``llamacpp:requests_deferred``.  With ``router`` (started
+  without a model: one child server per model, loaded on demand), ``GET /metrics`` without
+  ``?model=NAME`` answers 400, ``GET /models`` lists each model with its
+  ``status.value`` (``loaded``, ``unloaded``), a request's ``model`` loads it, and
+  ``POST /models/unload`` ``{"model"}`` stops its child (its VRAM comes back).
+- :class:`FakeSglangServer`, SGLang 0.5 (``sglang serve`` or ``python -m sglang.launch_server``,
+  port 30000, started with ``--enable-metrics --enable-memory-saver``), following
+  ``python/sglang/srt/entrypoints/http_server.py`` (the routes, guarded by ``--api-key`` /
+  ``--admin-api-key``), ``python/sglang/srt/managers/scheduler_update_weights_mixin.py``
+  (``release_memory_occupation`` asserts that the scheduler is fully idle; the assertion
+  escapes the scheduler's loop, and the launcher kills the whole server) and
+  ``python/sglang/srt/metrics/collector.py`` (the gauges): ``POST /generate``
+  ``{"text", "sampling_params"}``, the gauges ``sglang:num_running_reqs`` and
+  ``sglang:num_queue_reqs``, and ``POST /release_memory_occupation`` /
+  ``POST /resume_memory_occupation`` (JSON body, ``tags`` optional): its weights and KV cache
+  leave the GPU and come back.  A release while a request runs or waits kills the server (its
+  VRAM goes with it; ``crashed``).  A request that arrives while its memory is released is not
+  refused: it waits in the queue until the memory is resumed.
+- :class:`FakeTgiServer`, Hugging Face text-generation-inference 3.3 (``text-generation-launcher``,
+  port 3000), following its router (``router/src/server.rs``: the routes and the Prometheus
+  exporter; ``router/src/infer/queue.rs`` and ``backends/v3/src/backend.rs``: the gauges):
+  ``GET /health``, ``GET /info``, ``POST /generate`` ``{"inputs", "parameters"}``, and the
+  gauges ``tgi_batch_current_size`` and ``tgi_queue_size``, which the exporter publishes
+  only once they are first set: until its first request, ``/metrics`` has neither.
 
 Each preallocates its KV cache, as the real ones do: it holds the same VRAM idle or busy.
 Their VRAM goes to a :class:`VramBoard` for the ``fake`` reader.  Run one as a process:
@@ -21,8 +38,12 @@ Their VRAM goes to a :class:`VramBoard` for the ``fake`` reader.  Run one as a p
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from arbiter_testing.fake_preallocated import PreallocatedServer
 from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
@@ -67,13 +88,50 @@ class FakeLlamaServer(_GaugedServer):
     running_gauge = "llamacpp:requests_processing"
     waiting_gauge = "llamacpp:requests_deferred"
     SLOTS = 4
+    ROUTER_MODEL = "qwen2.5-7b"
 
-    def __init__(self, board: VramBoard, **kwargs: Any) -> None:
+    def __init__(self, board: VramBoard, router: bool = False, **kwargs: Any) -> None:
         super().__init__(board, **kwargs)
+        self.router = router
+        # in router mode its one model is not loaded until a request names it
+        self.released = router
+        self._publish()
+        self.open_paths = frozenset({"/health", "/models", "/v1/models"})
         self.routes[("GET", "/health")] = lambda body: (200, {"status": "ok"})
-        self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics())
+        self.routes[("GET", "/metrics")] = self._metrics
         self.routes[("GET", "/slots")] = lambda body: (200, self.slots())
+        self.routes[("GET", "/models")] = lambda body: (200, self.models())
+        self.routes[("POST", "/models/unload")] = self._unload
         self.routes[("POST", "/completion")] = self._completion
+
+    def _query(self, path: str) -> dict[str, list[str]]:
+        """The query of the latest request to ``path`` (routes are given the body only)."""
+        for seen in reversed(self.requests()):
+            split = urlsplit(seen.path)
+            if split.path == path:
+                return parse_qs(split.query)
+        return {}
+
+    def _metrics(self, body: Any) -> tuple[int, Any]:
+        if self.router and self._query("/metrics").get("model") != [self.ROUTER_MODEL]:
+            error = {"code": 400, "message": "model name is missing from the request", "type": "invalid_request_error"}
+            return 400, {"error": error}
+        return 200, self.metrics()
+
+    def models(self) -> dict[str, Any]:
+        with self._lock:
+            status = "unloaded" if self.released else "loaded"
+        return {"data": [{"id": self.ROUTER_MODEL, "object": "model", "status": {"value": status}}]}
+
+    def _unload(self, body: Any) -> tuple[int, Any]:
+        if not self.router:
+            return 404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+        if not isinstance(body, dict) or body.get("model") != self.ROUTER_MODEL:
+            return 400, {"error": {"code": 400, "message": "model not found", "type": "invalid_request_error"}}
+        with self._lock:
+            self.released = True
+        self._publish()
+        return 200, {"success": True}
 
     def slots(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -81,6 +139,10 @@ class FakeLlamaServer(_GaugedServer):
         return [{"id": i, "n_ctx": 4096, "is_processing": i < busy} for i in range(self.SLOTS)]
 
     def _completion(self, body: Any) -> tuple[int, Any]:
+        if self.router:  # the model it names is loaded first (its child server starts)
+            with self._lock:
+                self.released = False
+            self._publish()
         failed = self._run()
         return failed or (200, {"content": " ok", "stop": True, "tokens_predicted": 1})
 
@@ -95,28 +157,65 @@ class FakeSglangServer(_GaugedServer):
         self.resume_s = resume_s
         self.releases = 0
         self.resumes = 0
+        self.queued = 0  # requests waiting for the memory to be resumed
+        self.crashed = False  # a release reached it busy: the server is gone
+        #: what its death does beyond stopping to serve (a process exits)
+        self.on_crash: Callable[[], None] = lambda: None
+        self._changed = threading.Condition(self._lock)
+        # with --api-key, every route but these asks for it
+        self.open_paths = frozenset({"/health", "/health_generate", "/metrics"})
         self.routes[("GET", "/health")] = lambda body: (200, None)
         self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics())
         self.routes[("POST", "/generate")] = self._generate
         self.routes[("POST", "/release_memory_occupation")] = self._release
         self.routes[("POST", "/resume_memory_occupation")] = self._resume
 
+    def metrics(self) -> bytes:
+        with self._lock:
+            running, queued = self.running, self.queued
+        return (
+            f"# HELP {self.running_gauge} The number of running requests.\n# TYPE {self.running_gauge} gauge\n"
+            f"{self.running_gauge}{self.labels} {float(running)}\n"
+            f"# HELP {self.waiting_gauge} The number of requests in the waiting queue.\n"
+            f"# TYPE {self.waiting_gauge} gauge\n{self.waiting_gauge}{self.labels} {float(queued)}\n"
+        ).encode()
+
     def _generate(self, body: Any) -> tuple[int, Any]:
+        with self._changed:
+            self.queued += 1
+            self._changed.wait_for(lambda: not self.released or self.crashed)
+            self.queued -= 1
+            if self.crashed:
+                return 502, {"error": "the server is gone"}
         failed = self._run()
         return failed or (200, {"text": " ok", "meta_info": {"finish_reason": {"type": "length"}}})
 
     def _release(self, body: Any) -> tuple[int, Any]:
         with self._lock:
-            self.released = True
-            self.releases += 1
+            idle = self.running == 0 and self.queued == 0
+            if idle:
+                self.released = True
+                self.releases += 1
+            else:
+                self.crashed = True
+        if not idle:  # the scheduler's assertion: the whole server goes down
+            threading.Thread(target=self._die, daemon=True).start()
+            return 500, {"error": "release_memory_occupation should be called only when server is idle."}
         self._publish()
         return 200, None
 
+    def _die(self) -> None:
+        self.board.remove(self.pid)
+        with self._changed:
+            self._changed.notify_all()
+        self.on_crash()
+
     def _resume(self, body: Any) -> tuple[int, Any]:
         time.sleep(self.resume_s)  # the weights come back
-        with self._lock:
+        with self._changed:
             self.released = False
             self.resumes += 1
+            self._changed.notify_all()
         self._publish()
         return 200, None
 
@@ -134,8 +233,16 @@ class FakeTgiServer(_GaugedServer):
         )
         self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics())
         self.routes[("POST", "/generate")] = self._generate
+        self.served = False  # its gauges exist once a request has set them
+
+    def metrics(self) -> bytes:
+        with self._lock:
+            served = self.served
+        return super().metrics() if served else b""
 
     def _generate(self, body: Any) -> tuple[int, Any]:
+        with self._lock:
+            self.served = True
         failed = self._run()
         return failed or (200, {"generated_text": " ok"})
 
@@ -152,9 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("program", choices=sorted(SERVERS))
     parser.add_argument("--held-gb", type=float, default=8.0, help="weights and KV cache, preallocated")
     parser.add_argument("--gen-s", type=float, default=0.5)
+    parser.add_argument("--api-key", default="", help="as its --api-key: its routes need it")
     args = parser.parse_args(argv)
     board = board_of(args)
     fake = SERVERS[args.program](board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s)
+    fake.api_key = args.api_key
+    if isinstance(fake, FakeSglangServer):
+        fake.on_crash = lambda: os._exit(1)  # as the real launcher kills its process tree
     return serve_until_stopped(fake, args.ready_file)
 
 

@@ -2,19 +2,27 @@
 ones' documented APIs:
 
 - :class:`FakeLlamaSwap`, llama-swap (a proxy that starts one upstream server per model, port
-  8080): ``GET /health`` answers ``OK``; ``GET /v1/models`` lists the configured models;
-  ``POST /v1/chat/completions`` ``{"model", "messages"}`` swaps to that model (the one loaded
-  before is stopped, then the new one loads over ``load_s``) and answers; an unknown model is
-  answered 400.  ``GET /running`` is ``{"running": [{"model": ID, "state": "ready"}]}``,
-  listing only models that are ready (loaded).  ``GET /unload`` and ``POST /api/models/unload``
-  stop every model at once and answer ``OK``.
-- :class:`FakeLocalAI`, LocalAI (port 8080): ``GET /readyz`` and ``GET /healthz``;
-  ``POST /v1/chat/completions`` ``{"model", "messages"}`` loads that model's backend if it is
-  not loaded, then answers; an unknown model is answered 404.  ``GET /system`` is
-  ``{"backends": [...], "loaded_models": [{"id": ID}]}``.  ``GET /backend/monitor?model=ID``
-  is ``{"state": 1 (busy) | 2 (ready), "memory": {"total": BYTES, "breakdown": {...}}}`` for a
-  loaded model, 500 for one that is not.  ``POST /backend/shutdown`` ``{"model": ID}`` stops
-  that model's backend (200), several models may stay loaded at once.
+  8080), following its source (``proxy/proxymanager.go``: the routes, ``apiKeys`` asking
+  every route but ``/health`` for ``Authorization: Bearer KEY``; ``proxy/process.go``: a
+  process is stopped, starting, ready, stopping or shut down): ``GET /health`` answers ``OK``;
+  ``GET /v1/models`` lists the configured models; ``POST /v1/chat/completions``
+  ``{"model", "messages"}`` swaps to that model (the one loaded before is stopped, then the
+  new one starts over ``load_s``) and answers; an unknown model is answered 400.
+  ``GET /running`` is ``{"running": [{"model": ID, "state": STATE}]}``, listing every process
+  that is not stopped: ``starting`` while it loads, then ``ready``.  ``GET /unload`` and
+  ``POST /api/models/unload`` stop every model at once and answer ``OK``.
+- :class:`FakeLocalAI`, LocalAI 4.9 (port 8080), following its source
+  (``core/http/routes/localai.go`` and ``core/http/endpoints/localai/backend_monitor.go``: the
+  routes; ``core/services/backend_monitor.go``: shutdown and the monitor's state;
+  ``pkg/model/loader.go``: a busy backend is given 30 s to finish before a shutdown gives up):
+  ``GET /readyz`` and ``GET /healthz``; ``POST /v1/chat/completions`` ``{"model", "messages"}``
+  loads that model's backend if it is not loaded, then answers; an unknown model is answered
+  404.  ``GET /system`` is ``{"backends": [...], "loaded_models": [{"id": ID}]}``.
+  ``GET /backend/monitor?model=ID`` is ``{"state": 2, "memory": {...}}`` for a loaded model,
+  500 for one that is not: the llama-cpp backend (a C++ gRPC server) reports no busy state,
+  so it never reads 1.  ``POST /backend/shutdown`` ``{"model": ID}`` stops that model's
+  backend (200); while a request runs on it, it waits ``busy_grace_s`` (30 s) for it to end,
+  then answers 500 and the backend stays loaded.  Several models may stay loaded at once.
 
 Neither says how many requests are running in the list of loaded models: a loaded model holds
 its VRAM whether or not it answers one.  Their VRAM goes to a :class:`VramBoard` for the
@@ -61,6 +69,7 @@ class _Swapper(FakeApp):
         self.pid = os.getpid() if pid is None else pid
         self._lock = threading.Lock()
         self.loaded: dict[str, int] = {}  # model -> requests running on it
+        self.starting: set[str] = set()  # models whose process starts
         self.unloads = 0
         self._publish()
 
@@ -77,9 +86,11 @@ class _Swapper(FakeApp):
                 return
             if self.swap:
                 self.loaded.clear()
+            self.starting.add(model)
         self._publish()
         time.sleep(self.load_s)  # the upstream server starts and reads its weights
         with self._lock:
+            self.starting.discard(model)
             self.loaded[model] = self.loaded.get(model, 0) + 1
         self._publish()
 
@@ -141,7 +152,8 @@ class FakeLlamaSwap(_Swapper):
 
     def _running(self) -> dict[str, Any]:
         with self._lock:
-            return {"running": [{"model": m, "state": "ready"} for m in self.loaded]}
+            starting = [{"model": m, "state": "starting"} for m in sorted(self.starting)]
+            return {"running": [{"model": m, "state": "ready"} for m in self.loaded] + starting}
 
     def _unload_all(self, body: Any) -> tuple[int, Any]:
         self._unload()
@@ -161,8 +173,10 @@ class FakeLocalAI(_Swapper):
     swap = False  # each model runs in its own backend process, side by side
     BACKENDS = ("llama-cpp", "whisper", "diffusers")
 
-    def __init__(self, board: VramBoard, **kwargs: Any) -> None:
+    def __init__(self, board: VramBoard, busy_grace_s: float = 30.0, **kwargs: Any) -> None:
         super().__init__(board, **kwargs)
+        self.busy_grace_s = busy_grace_s
+        self.open_paths = frozenset({"/readyz", "/healthz"})
         self.routes[("GET", "/readyz")] = lambda body: (200, b"OK")
         self.routes[("GET", "/healthz")] = lambda body: (200, b"OK")
         self.routes[("GET", "/system")] = lambda body: (200, self._system())
@@ -186,12 +200,23 @@ class FakeLocalAI(_Swapper):
             return 500, {"error": {"code": 500, "message": f"backend {model} is not loaded", "type": ""}}
         total = self.models[model]
         breakdown = {"weights": total * 3 // 4, "kv_cache": total - total * 3 // 4}
-        return 200, {"state": 1 if running else 2, "memory": {"total": total, "breakdown": breakdown}}
+        # the llama-cpp backend has no Status of its own: ready, whether or not it answers one
+        return 200, {"state": 2, "memory": {"total": total, "breakdown": breakdown}}
 
     def _shutdown(self, body: Any) -> tuple[int, Any]:
         model = body.get("model") if isinstance(body, dict) else None
         if not isinstance(model, str) or not model:
             return 400, {"error": {"code": 400, "message": "model is required", "type": ""}}
+        deadline = time.monotonic() + self.busy_grace_s
+        while True:
+            with self._lock:
+                busy = self.loaded.get(model, 0) > 0
+            if not busy:
+                break
+            if time.monotonic() >= deadline:  # the backend is left as it is
+                message = f"failed to shutdown model {model}: backend still busy after {self.busy_grace_s:g}s"
+                return 500, {"error": {"code": 500, "message": message, "type": ""}}
+            time.sleep(0.01)
         self._unload([model])
         return 200, None
 
@@ -221,9 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("program", choices=sorted(SERVERS))
     parser.add_argument("--gen-s", type=float, default=0.5)
     parser.add_argument("--load-s", type=float, default=0.1)
+    parser.add_argument("--api-key", default="", help="its API key: its routes ask for it")
     args = parser.parse_args(argv)
     board = board_of(args)
     fake = SERVERS[args.program](board, gen_s=args.gen_s, load_s=args.load_s)
+    fake.api_key = args.api_key
     return serve_until_stopped(fake, args.ready_file)
 
 

@@ -1,0 +1,104 @@
+"""Releases that never break a server, end to end: the shipped SGLang and vLLM rules
+(through ``extends:``, only their base_url, match and quiet period change) against fakes
+that follow each server's source, a render short of VRAM beside them, and a request running
+on the server when the render starts.
+
+- SGLang dies on a release while it answers a request: arbiter waits for it to be idle
+  (``VRAM_RELEASE_DRAINING`` in explain), then releases it; the server lives on.
+- vLLM aborts the requests in flight on a plain ``/sleep``: the shipped release asks it to
+  let them finish first (``mode=wait``); the request is answered, not aborted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arbiter_testing.node import HarnessNode
+from arbiter_testing.tenants import diffusion_rule, http_json, start_diffusion, start_fake
+
+ROOT = Path(__file__).resolve().parents[2]
+GIB = 1 << 30
+
+SERVERS: dict[str, tuple[str, dict[str, Any], tuple[str, dict[str, Any]]]] = {
+    "vllm": (
+        "vllm",
+        {"cmdline": ["arbiter_testing.fake_vllm"]},
+        ("/v1/completions", {"model": "Qwen/Qwen2.5-7B-Instruct", "prompt": "hi", "max_tokens": 1}),
+    ),
+    "sglang": (
+        "sglang",
+        {"cmdline": ["fake_llm_servers sglang"]},
+        ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
+    ),
+}
+
+
+def http_text(url: str) -> str:
+    """The running gauge's line when it reads above zero, else ""."""
+    with urllib.request.urlopen(url, timeout=10) as page:
+        text = page.read().decode()
+    return "\n".join(line for line in text.splitlines() if "running" in line and not line.endswith(" 0.0"))
+
+
+def answer(url: str, request: tuple[str, dict[str, Any]], into: list[int]) -> None:
+    try:
+        http_json(f"{url}{request[0]}", request[1])
+        into.append(200)
+    except urllib.error.HTTPError as exc:
+        into.append(exc.code)
+    except OSError:
+        into.append(0)  # the server went away
+
+
+@pytest.mark.parametrize("rid", sorted(SERVERS))
+def test_a_busy_server_is_released_for_a_render_without_breaking_it_or_its_request(tmp_path: Path, rid: str) -> None:
+    program, match, request = SERVERS[rid]
+    busy_gauge = "num_running_reqs{" if rid == "sglang" else "num_requests_running{"
+    (tmp_path / "vram.json").write_text("{}")
+    node = HarnessNode(
+        tmp_path, tick_s=0.5, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(tmp_path / "vram.json")}]
+    )
+    for name in (rid, "diffusion-server"):
+        shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
+    try:
+        board = tmp_path / "vram.json"
+        server = start_fake(node, board, tmp_path, program, "--held-gb", "13", "--gen-s", "4")
+        diffusion = start_diffusion(node, board, tmp_path, starved_s=30)
+        node.add_rule(f"my-{rid}", {"extends": rid, "match": match, "base_url": server["url"], "reacquire_after_s": 1})
+        node.add_rule("my-diffusion", diffusion_rule(diffusion))
+        node.start()
+        node.wait_for(lambda: node.known_rule(rid)["vram_bytes"] == 13 * GIB)
+        answers: list[int] = []
+        worker = threading.Thread(target=answer, args=(server["url"], request, answers))
+        worker.start()
+        # running on the server (the daemon's probe may not have read it yet: the release must
+        # not trust a reading taken before the request came)
+        node.wait_for(lambda: busy_gauge in http_text(f"{server['url']}/metrics"), timeout=10)
+        http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
+        if rid == "sglang":  # busy: held back, and explain says why
+            notes = node.wait_for(
+                lambda: [n for n in node.known_rule(rid)["notes"] if n["code"] == "VRAM_RELEASE_DRAINING"], timeout=10
+            )
+            assert "busy release would break it" in notes[0]["message"]
+        worker.join(timeout=30)
+        assert answers == [200]  # its request was answered, not aborted nor cut by its death
+        node.wait_for(lambda: node.events("VRAM_RELEASED", subject=rid), timeout=30)
+        run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and runs[0], timeout=40)
+        assert run["took_s"] < 30
+        assert server["proc"].poll() is None  # the server lives
+        if rid == "sglang":
+            asked = node.events("VRAM_RELEASE_REQUESTED", subject=rid)
+            assert [e for e in asked if e["data"].get("drained_s", 0) > 0], asked
+        node.wait_for(lambda: node.events("VRAM_REACQUIRED", subject=rid), timeout=30)
+        done: list[int] = []
+        answer(server["url"], request, done)
+        assert done == [200]
+    finally:
+        node.close()
