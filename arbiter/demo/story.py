@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from arbiter.cli.render import console as plain_console
-from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
+from arbiter.cli.render import jobs_table, print_certificates, print_explain, print_timeline, rules_table
 from arbiter.demo.node import PYTHON, LocalNode
 from arbiter.harness.report import text as report_text
 from arbiter.transport import RequestRefused
@@ -78,7 +79,7 @@ class _Rate:
         return (c1 - c0) / (t1 - t0) if t1 > t0 else None
 
 
-def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
+def _view(node: LocalNode, step: str, rate: _Rate, proof: bool = False) -> Group:
     status = node.status()
     r = rate()
     head = Text()
@@ -87,33 +88,40 @@ def _view(node: LocalNode, step: str, rate: _Rate) -> Group:
     head.append(
         f"gpu_jobs: {status['gpu_jobs']}   reader: {status['reader']['name'] or 'none'} (CPU stands in for the GPU)"
     )
-    head.append(f"\n$ arbiter duty → {node.call('duty')['duty']['summary']}")
-    run = next((r for r in node.call("ab.status")["runs"] if r["status"] == "running"), None)
-    if run is not None:
-        window = (run.get("live") or {}).get("window") or {}
-        head.append(
-            f"\n$ arbiter ab status → run {run['run']}: block {run['blocks_done']}/{run['target']}"
-            + (f", {window['arm'].upper()} window" if window else "")
-            + f", {run['excluded']} left out"
-        )
+    if proof:  # the budget and the run matter only to the proof
+        head.append(f"\n$ arbiter duty → {node.call('duty')['duty']['summary']}")
+        run = next((r for r in node.call("ab.status")["runs"] if r["status"] == "running"), None)
+        if run is not None:
+            window = (run.get("live") or {}).get("window") or {}
+            head.append(
+                f"\n$ arbiter ab status → run {run['run']}: block {run['blocks_done']}/{run['target']}"
+                + (f", {window['arm'].upper()} window" if window else "")
+                + f", {run['excluded']} left out"
+            )
     return Group(Panel.fit(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
 
 
-def _show(live: Live, node: LocalNode, step: str, rate: _Rate, seconds: float, until: Any = None) -> None:
+def _show(
+    live: Live, node: LocalNode, step: str, rate: _Rate, seconds: float, until: Any = None, proof: bool = False
+) -> bool:
     """A step: on a terminal, its view redrawn in place; into a file or a log, where a redraw
-    would keep only the last step, the view as the step ends, printed below the steps before."""
+    would keep only the last step, the view as the step ends, printed below the steps before.
+    Whether ``until`` came to hold within ``seconds``."""
     on_terminal = live.console.is_terminal
     deadline = time.monotonic() + seconds
+    met = until is None
     while time.monotonic() < deadline:
         if on_terminal:
-            live.update(_view(node, step, rate))
-        if until is not None and until():
+            live.update(_view(node, step, rate, proof))
+        if not met and until():
+            met = True
             # on a terminal the view stays a moment, to be read; a file keeps it anyway
             deadline = min(deadline, time.monotonic() + (1.5 if on_terminal else 0.0))
-            until = None
-        time.sleep(0.25)
+            continue
+        time.sleep(0.1)
     if not on_terminal:
-        live.console.print(_view(node, step, rate))
+        live.console.print(_view(node, step, rate, proof))
+    return met
 
 
 def _state(node: LocalNode, name: str) -> str:
@@ -148,204 +156,279 @@ def _append(path: Path, record: dict[str, Any]) -> float:
     return time.monotonic()
 
 
-def run_demo(keep: bool = False, console: Console | None = None) -> int:
-    console = console or plain_console()
+#: what the story's timeline shows: the events of the story, not every reading
+STORY_CODES = (
+    "JOB_ADMITTED",
+    "JOB_PAUSED",
+    "JOB_RESUMED",
+    "PROTECTION_PHASE_ON",
+    "PROTECTION_PHASE_OFF",
+    "PROTECTED_GPU_BUSY",
+    "PROTECTED_GPU_IDLE",
+)
+
+
+@contextlib.contextmanager
+def _demo_node(keep: bool, console: Console, gpu_jobs: str, title: str) -> Iterator[tuple[LocalNode, Path, Path]]:
     root = Path(tempfile.mkdtemp(prefix="arbiter-demo-"))
     events = root / "trainer-events.jsonl"
-    idle_flag = root / "protected.idle"
     events.touch()
-    slow = root / "protected.slow"
     node = LocalNode(
         root,
-        tick_s=1,
-        gpu_release_after_s=3,
-        gpu_jobs="certified",
+        tick_s=0.5,
+        gpu_release_after_s=2,
+        gpu_jobs=gpu_jobs,
         governor={"period_s": 2, "baseline_s": 2, "rebaseline_s": 600, "take_back_s": 4, "grow_step": 0.05},
     )
     node.add_rule("standin", standin_rule(events))
-    started = time.monotonic()
+    console.print(Panel.fit(f"{title}\nstate in {root}", title="arbiter demo"))
     try:
-        console.print(
-            Panel.fit(
-                "arbiter demo: one core stands in for the GPU.\n"
-                f"state in {root}\n"
-                "A protected stand-in and two fleet jobs will contend for it; arbiter keeps the protected one unharmed.",
-                title="arbiter demo",
-            )
-        )
         node.start()
-        rate = _Rate(events)
-        with Live(console=console, refresh_per_second=4, transient=False) as live:
-            with open(root / "jobs.log", "ab") as jobs_log:  # the job keeps its own copy
-                node.job_run(
-                    [PYTHON, "-m", "arbiter.demo.job"],
-                    "--cooperative",
-                    "--name",
-                    "batch-coop",
-                    stderr=jobs_log,
-                )
-            _show(
-                live,
-                node,
-                "1. A cooperative job is admitted: nothing protected uses the GPU",
-                rate,
-                8,
-                lambda: _state(node, "batch-coop") == "run",
-            )
-            protected = node.spawn(
-                [
-                    PYTHON,
-                    "-m",
-                    "arbiter.demo.protected",
-                    "--events",
-                    str(events),
-                    "--idle-flag",
-                    str(idle_flag),
-                    "--step-s",
-                    "0.01",
-                    "--gap-s",
-                    "0.01",
-                    "--slow-file",
-                    str(slow),
-                ]
-            )
-            _show(
-                live,
-                node,
-                "2. The protected program starts working: the job is paused through its control document",
-                rate,
-                8,
-                lambda: _state(node, "batch-coop") == "paused",
-            )
-            idle_flag.touch()
-            _show(
-                live,
-                node,
-                "3. The protected program goes idle: after gpu_release_after_s the job resumes",
-                rate,
-                10,
-                lambda: _state(node, "batch-coop") == "run",
-            )
-            with open(root / "jobs.log", "ab") as jobs_log:
-                node.job_run(
-                    [PYTHON, "-m", "arbiter.demo.job", "--plain"],
-                    "--name",
-                    "batch-plain",
-                    stderr=jobs_log,
-                )
-            _show(
-                live,
-                node,
-                "4. A job that cannot cooperate is admitted too",
-                rate,
-                6,
-                lambda: _state(node, "batch-plain") == "run",
-            )
-            _append(events, {"t": time.time(), "event": "status", "state": {"phase": "uploading"}})
-            _show(
-                live,
-                node,
-                "5. The protected program enters its 'uploading' phase: GPU work pauses at once",
-                rate,
-                4,
-                lambda: _state(node, "batch-plain") == "paused",
-            )
-            explain = node.call("explain", subject="batch-plain")["explain"]
-            fast = node.status()["fast_path"]
-            _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
-            _show(
-                live,
-                node,
-                "6. The phase ends: both jobs resume",
-                rate,
-                4,
-                lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run",
-            )
-            idle_flag.unlink()
-            node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"], timeout=10)
-            run_id = node.call("ab.start", rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
-            _show(
-                live,
-                node,
-                f"7. Prove it: a paired ON/OFF run ({run_id}) holds the job in random OFF windows and runs it "
-                f"at duty {DEMO_RUN['duty']} in ON windows; the job that cannot throttle waits",
-                rate,
-                60,
-                lambda: _run_state(node, run_id).get("status") not in (None, "running"),
-            )
-            ran, aborted = _run_state(node, run_id), False
-            if ran.get("status") == "running":
-                # undecided within the demo's minute (a noisy machine, or windows left out): the
-                # run ends here, and says so, rather than being shown as a verdict
-                with contextlib.suppress(RequestRefused):  # it may have ended just now
-                    node.call("ab.abort", id=run_id)
-                    aborted = True
-            proof = node.call("ab.show", id=run_id)["report"]
-            certified = proof["certifies"]
-            why = (
-                f"still undecided after {ran['blocks_done']} of its {ran['target']} blocks "
-                f"({ran['excluded']} left out) when the demo's minute ran out: it was aborted"
-                if aborted
-                else proof["verdict"] or proof["why"] or proof["status"]
-            )
-            _show(
-                live,
-                node,
-                (
-                    "8. The run shows no slowdown beyond the margin: its certificate lets the governor run the "
-                    "cooperative job beside the program, after a baseline"
-                )
-                if certified
-                else f"8. The run earned no certificate ({why}): GPU work keeps waiting (GPU_NOT_CERTIFIED)",
-                rate,
-                14,
-                lambda: not certified or (_governor(node) == "running" and _state(node, "batch-coop") == "run"),
-            )
-            if certified:
-                slow.write_text("1.0")
-                _show(
-                    live,
-                    node,
-                    "9. The protected program slows down: the budget is taken back at once",
-                    rate,
-                    10,
-                    lambda: _governor(node) == "taken back",
-                )
-                slow.write_text("0")
-                _show(
-                    live,
-                    node,
-                    "10. It keeps up again: after take_back_s the budget comes back",
-                    rate,
-                    12,
-                    lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run",
-                )
-            idle_flag.touch()
-        phase_events = node.call("timeline", code="PROTECTION_PHASE_ON", limit=5)["events"]
-        latency = next((e["data"].get("latency_ms") for e in reversed(phase_events) if "latency_ms" in e["data"]), None)
-        console.print(
-            Panel.fit(
-                f"phase write → jobs paused: {latency if latency is not None else '?'} ms after the watcher read it "
-                f"(fast path p50 {fast['p50_ms']} ms, p99 {fast['p99_ms']} ms over {fast['count']} change(s))",
-                title="reaction",
-            )
-        )
-        console.print(Text("$ arbiter explain batch-plain   (while the phase was on)", style="bold"))
-        print_explain(console, explain)
-        console.print(Text(f"\n$ arbiter ab show {run_id}", style="bold"))
-        console.print(report_text(proof), markup=False, highlight=False)
-        console.print(Text("\n$ arbiter timeline", style="bold"))
-        print_timeline(console, node.call("timeline", limit=25)["events"])
-        protected.terminate()
-        console.print(f"demo finished in {time.monotonic() - started:.0f}s; nothing is left running.")
-        return 0
-    except Exception as exc:
-        console.print(Text(f"the demo failed: {type(exc).__name__}: {exc}", style="red"))
-        console.print(Text(node.log()))
-        return 1
+        yield node, root, events
     finally:
         node.close()
         if keep:
             console.print(f"state kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _protected(node: LocalNode, root: Path, events: Path) -> Any:
+    return node.spawn(
+        [
+            PYTHON,
+            "-m",
+            "arbiter.demo.protected",
+            "--events",
+            str(events),
+            "--idle-flag",
+            str(root / "protected.idle"),
+            "--step-s",
+            "0.01",
+            "--gap-s",
+            "0.01",
+            "--slow-file",
+            str(root / "protected.slow"),
+        ]
+    )
+
+
+def _job(node: LocalNode, root: Path, name: str, *options: str) -> None:
+    with open(root / "jobs.log", "ab") as jobs_log:  # the job keeps its own copy
+        node.job_run(
+            [PYTHON, "-m", "arbiter.demo.job", *(["--plain"] if "--cooperative" not in options else [])],
+            *options,
+            "--name",
+            name,
+            stderr=jobs_log,
+        )
+
+
+class DemoFailed(Exception):
+    """A step of the story did not happen within its time."""
+
+
+def _step(live: Live, node: LocalNode, step: str, rate: _Rate, seconds: float, until: Callable[[], bool]) -> None:
+    if not _show(live, node, step, rate, seconds, until):
+        raise DemoFailed(f"{step.split(':')[0]}: did not happen within {seconds:g}s")
+
+
+def run_demo(keep: bool = False, console: Console | None = None) -> int:
+    """The story: a job admitted, held while the protected program works, paused within
+    milliseconds on a phase, resumed; then ``explain`` and the timeline of those events."""
+    console = console or plain_console()
+    started = time.monotonic()
+    title = (
+        "One core stands in for the GPU. A protected stand-in and two fleet jobs contend for it;\n"
+        "arbiter keeps the protected one unharmed."
+    )
+    try:
+        with _demo_node(keep, console, "when_no_gpu_protected", title) as (node, root, events):
+            idle_flag = root / "protected.idle"
+            rate = _Rate(events)
+            with Live(console=console, refresh_per_second=4, transient=False) as live:
+                _job(node, root, "batch-coop", "--cooperative")
+                _step(
+                    live,
+                    node,
+                    "1. A cooperative job is admitted: nothing protected uses the GPU",
+                    rate,
+                    20,
+                    lambda: _state(node, "batch-coop") == "run",
+                )
+                protected = _protected(node, root, events)
+                _step(
+                    live,
+                    node,
+                    "2. The protected program starts working: the job is held (paused through its control document)",
+                    rate,
+                    20,
+                    lambda: _state(node, "batch-coop") == "paused",
+                )
+                idle_flag.touch()
+                _step(
+                    live,
+                    node,
+                    "3. The protected program goes idle: after gpu_release_after_s the job resumes",
+                    rate,
+                    20,
+                    lambda: _state(node, "batch-coop") == "run",
+                )
+                _job(node, root, "batch-plain")
+                _step(
+                    live,
+                    node,
+                    "4. A job that cannot cooperate is admitted too",
+                    rate,
+                    20,
+                    lambda: _state(node, "batch-plain") == "run",
+                )
+                _append(events, {"t": time.time(), "event": "status", "state": {"phase": "uploading"}})
+                _step(
+                    live,
+                    node,
+                    "5. The protected program enters its 'uploading' phase: GPU work pauses at once",
+                    rate,
+                    10,
+                    lambda: _state(node, "batch-plain") == "paused" and _state(node, "batch-coop") == "paused",
+                )
+                explain = node.call("explain", subject="batch-plain")["explain"]
+                fast = node.status()["fast_path"]
+                _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
+                _step(
+                    live,
+                    node,
+                    "6. The phase ends: both jobs resume",
+                    rate,
+                    10,
+                    lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run",
+                )
+            _reaction(console, node, fast)
+            console.print(Text("$ arbiter explain batch-plain   (while the phase was on)", style="bold"))
+            print_explain(console, explain)
+            console.print(Text("\n$ arbiter timeline", style="bold"))
+            story = [e for e in node.call("timeline", limit=200)["events"] if e["code"] in STORY_CODES]
+            print_timeline(console, story[-20:])
+            protected.terminate()
+        console.print(
+            Text(
+                f"done in {time.monotonic() - started:.0f}s: the job was admitted, held while the protected program "
+                "worked, paused on its phase and resumed; nothing is left running.\n"
+                "Next: `arbiter demo --proof` measures what the work costs the program (a paired run, about a minute).",
+                style="bold green",
+            )
+        )
+        return 0
+    except (DemoFailed, TimeoutError, RuntimeError, RequestRefused) as exc:
+        console.print(Text(f"the demo failed: {exc}", style="red"))
+        return 1
+
+
+def _reaction(console: Console, node: LocalNode, fast: dict[str, Any]) -> None:
+    phase_events = node.call("timeline", code="PROTECTION_PHASE_ON", limit=5)["events"]
+    latency = next((e["data"].get("latency_ms") for e in reversed(phase_events) if "latency_ms" in e["data"]), None)
+    console.print(
+        Panel.fit(
+            f"phase write → jobs paused: {latency if latency is not None else '?'} ms after the watcher read it "
+            f"(fast path p50 {fast['p50_ms']} ms, p99 {fast['p99_ms']} ms over {fast['count']} change(s))",
+            title="reaction",
+        )
+    )
+
+
+#: how long the proof's paired run may take before it is called undecided
+PROOF_S = 240
+
+
+def run_proof(keep: bool = False, console: Console | None = None) -> int:
+    """The proof: a short paired ON/OFF run earns a certificate, and under ``gpu_jobs:
+    certified`` the governor then runs the cooperative job beside the program and takes its
+    budget back when the program slows down."""
+    console = console or plain_console()
+    started = time.monotonic()
+    title = (
+        "One core stands in for the GPU. A paired ON/OFF run measures what a cooperative job costs\n"
+        "the protected program; its certificate lets the job run beside it under a budget."
+    )
+    try:
+        with _demo_node(keep, console, "certified", title) as (node, root, events):
+            slow = root / "protected.slow"
+            rate = _Rate(events)
+            with Live(console=console, refresh_per_second=4, transient=False) as live:
+                _job(node, root, "batch-coop", "--cooperative")
+                protected = _protected(node, root, events)
+                _step(
+                    live,
+                    node,
+                    "1. The protected program works: without a certificate the job waits (GPU_NOT_CERTIFIED)",
+                    rate,
+                    30,
+                    lambda: (
+                        node.job("batch-coop") is not None and bool(node.status()["rules"][0]["sources"][0]["rate"])
+                    ),
+                )
+                run_id = node.call("ab.start", rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
+                _show(
+                    live,
+                    node,
+                    f"2. A paired ON/OFF run ({run_id}) holds the job in random OFF windows and runs it "
+                    f"at duty {DEMO_RUN['duty']} in ON windows",
+                    rate,
+                    PROOF_S,
+                    lambda: _run_state(node, run_id).get("status") not in (None, "running"),
+                    proof=True,
+                )
+                if _run_state(node, run_id).get("status") == "running":
+                    with contextlib.suppress(RequestRefused):  # it may have ended just now
+                        node.call("ab.abort", id=run_id)
+                proof = node.call("ab.show", id=run_id)["report"]
+                console.print(Text(f"\n$ arbiter ab show {run_id}", style="bold"))
+                console.print(report_text(proof), markup=False, highlight=False)
+                if not proof["certifies"]:
+                    raise DemoFailed(
+                        f"the paired run earned no certificate ({proof['verdict'] or proof['why'] or proof['status']}): "
+                        "a machine this busy cannot show the program unharmed; run it again when it is quieter"
+                    )
+                _show(
+                    live,
+                    node,
+                    "3. Certified: the governor runs the cooperative job beside the program, after a baseline",
+                    rate,
+                    20,
+                    lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run",
+                    proof=True,
+                )
+                slow.write_text("1.0")
+                _show(
+                    live,
+                    node,
+                    "4. The protected program slows down: the budget is taken back at once",
+                    rate,
+                    15,
+                    lambda: _governor(node) == "taken back",
+                    proof=True,
+                )
+                slow.write_text("0")
+                _show(
+                    live,
+                    node,
+                    "5. It keeps up again: after take_back_s the budget comes back",
+                    rate,
+                    15,
+                    lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run",
+                    proof=True,
+                )
+            console.print(Text("\n$ arbiter certificates", style="bold"))
+            certs = node.call("certificates")["certificates"]
+            print_certificates(console, certs)
+            protected.terminate()
+        console.print(
+            Text(
+                f"proof done in {time.monotonic() - started:.0f}s: a certificate earned; nothing is left running.",
+                style="bold green",
+            )
+        )
+        return 0
+    except (DemoFailed, TimeoutError, RuntimeError, RequestRefused) as exc:
+        console.print(Text(f"the proof failed: {exc}", style="red"))
+        return 1
