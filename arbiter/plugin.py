@@ -304,6 +304,12 @@ class Matcher(_Kind):
     def select(self, processes: Sequence[ProcessInfo]) -> set[int]:
         raise NotImplementedError
 
+    def misses(self, process: ProcessInfo) -> list[str]:
+        """For a process :meth:`select` leaves out, each field of the ``match:`` block that it
+        fails, as ``"field: why"`` (``arbiter rules`` shows them beside a near miss); [] where
+        the matcher cannot tell."""
+        return []
+
 
 class Reader(_Kind):
     """Reads each process's GPU busy time and VRAM, and the device's VRAM."""

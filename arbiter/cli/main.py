@@ -6,6 +6,7 @@ Each command is one short function that imports what it does only when it runs; 
 
 from __future__ import annotations
 
+import difflib
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -157,6 +158,34 @@ def check(
             print(str(p))
         print(f"{len(checked)} file(s) checked, {len(problems)} problem(s)", file=sys.stderr)
     raise typer.Exit(1 if problems else 0)
+
+
+@app.command()
+def rules(
+    rule_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", help="one rule: its effective form")] = None,  # noqa: UP045
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Each rule and the processes its match: selects now; with ID, its effective form after
+    extends: and the near misses, with the field that missed.  Needs no daemon."""
+    from arbiter.cli.selects import match_now, print_book, process_table, read_book
+    from arbiter.pluginmanager import PluginFailed
+
+    cfg, host = node_and_plugins(config)
+    book = read_book(cfg, host)
+    if rule_id is not None and all(s.rule.id != rule_id for s in book.selections):
+        known = [s.rule.id for s in book.selections]
+        near = difflib.get_close_matches(rule_id, known, 1)
+        hint = f"; did you mean {near[0]!r}?" if near else f" (rules: {', '.join(known) or 'none'})"
+        raise fail(CliError(f"no rule in force has id {rule_id!r}{hint}", 2))
+    try:
+        match_now(book, host, process_table(host))
+    except PluginFailed as exc:
+        raise fail(CliError(f"cannot read the process table: {exc}", 1)) from None
+    if as_json:
+        print_json({"rules": [s.to_dict() for s in book.selections if rule_id in (None, s.rule.id)]})
+    else:
+        print_book(console_out(), book, rule_id)
 
 
 @app.command()
@@ -352,7 +381,8 @@ def demo(
     ] = False,
 ) -> None:
     """The whole story in under half a minute on any machine (a CPU stands in for the GPU)."""
-    from arbiter.demo.story import run_demo, run_proof
+    from arbiter.demo.proof import run_proof
+    from arbiter.demo.story import run_demo
 
     raise typer.Exit((run_proof if proof else run_demo)(keep=keep))
 

@@ -23,9 +23,8 @@ from rich.panel import Panel
 from rich.text import Text
 
 from arbiter.cli.render import console as plain_console
-from arbiter.cli.render import jobs_table, print_certificates, print_explain, print_timeline, rules_table
+from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
 from arbiter.demo.node import PYTHON, LocalNode
-from arbiter.harness.report import text as report_text
 from arbiter.transport import RequestRefused
 
 RULE_ID = "standin-trainer"
@@ -61,7 +60,7 @@ def standin_rule(events: Path) -> dict[str, Any]:
     }
 
 
-class _Rate:
+class Rate:
     """The protected program's steps per second, counted from its own event file."""
 
     def __init__(self, path: Path) -> None:
@@ -79,7 +78,7 @@ class _Rate:
         return (c1 - c0) / (t1 - t0) if t1 > t0 else None
 
 
-def _view(node: LocalNode, step: str, rate: _Rate, proof: bool = False) -> Group:
+def _view(node: LocalNode, step: str, rate: Rate, proof: bool = False) -> Group:
     status = node.status()
     r = rate()
     head = Text()
@@ -101,8 +100,8 @@ def _view(node: LocalNode, step: str, rate: _Rate, proof: bool = False) -> Group
     return Group(Panel.fit(head), rules_table(status["rules"]), jobs_table(status["jobs"]))
 
 
-def _show(
-    live: Live, node: LocalNode, step: str, rate: _Rate, seconds: float, until: Any = None, proof: bool = False
+def show(
+    live: Live, node: LocalNode, step: str, rate: Rate, seconds: float, until: Any = None, proof: bool = False
 ) -> bool:
     """A step: on a terminal, its view redrawn in place; into a file or a log, where a redraw
     would keep only the last step, the view as the step ends, printed below the steps before.
@@ -124,30 +123,9 @@ def _show(
     return met
 
 
-def _state(node: LocalNode, name: str) -> str:
+def state_of(node: LocalNode, name: str) -> str:
     job = node.job(name)
     return job["state"] if job else ""
-
-
-def _governor(node: LocalNode) -> str:
-    rules = node.call("duty")["duty"]["rules"]
-    return str(rules[0]["state"]) if rules else ""
-
-
-#: a short paired run (a real one takes hours: 12 blocks of 5-minute windows)
-DEMO_RUN = {
-    "work": "batch-coop",
-    "duty": 0.2,
-    "blocks": 4,
-    "window": 2.5,
-    "washout": 0.5,
-    "margin": 0.1,
-    "max_hours": 0.05,
-}
-
-
-def _run_state(node: LocalNode, run_id: str) -> dict[str, Any]:
-    return next((r for r in node.call("ab.status")["runs"] if r["run"] == run_id), {})
 
 
 def _append(path: Path, record: dict[str, Any]) -> float:
@@ -169,7 +147,7 @@ STORY_CODES = (
 
 
 @contextlib.contextmanager
-def _demo_node(keep: bool, console: Console, gpu_jobs: str, title: str) -> Iterator[tuple[LocalNode, Path, Path]]:
+def demo_node(keep: bool, console: Console, gpu_jobs: str, title: str) -> Iterator[tuple[LocalNode, Path, Path]]:
     root = Path(tempfile.mkdtemp(prefix="arbiter-demo-"))
     events = root / "trainer-events.jsonl"
     events.touch()
@@ -193,7 +171,7 @@ def _demo_node(keep: bool, console: Console, gpu_jobs: str, title: str) -> Itera
             shutil.rmtree(root, ignore_errors=True)
 
 
-def _protected(node: LocalNode, root: Path, events: Path) -> Any:
+def start_protected(node: LocalNode, root: Path, events: Path) -> Any:
     return node.spawn(
         [
             PYTHON,
@@ -213,7 +191,7 @@ def _protected(node: LocalNode, root: Path, events: Path) -> Any:
     )
 
 
-def _job(node: LocalNode, root: Path, name: str, *options: str) -> None:
+def start_job(node: LocalNode, root: Path, name: str, *options: str) -> None:
     with open(root / "jobs.log", "ab") as jobs_log:  # the job keeps its own copy
         node.job_run(
             [PYTHON, "-m", "arbiter.demo.job", *(["--plain"] if "--cooperative" not in options else [])],
@@ -228,8 +206,8 @@ class DemoFailed(Exception):
     """A step of the story did not happen within its time."""
 
 
-def _step(live: Live, node: LocalNode, step: str, rate: _Rate, seconds: float, until: Callable[[], bool]) -> None:
-    if not _show(live, node, step, rate, seconds, until):
+def must_show(live: Live, node: LocalNode, step: str, rate: Rate, seconds: float, until: Callable[[], bool]) -> None:
+    if not show(live, node, step, rate, seconds, until):
         raise DemoFailed(f"{step.split(':')[0]}: did not happen within {seconds:g}s")
 
 
@@ -243,65 +221,65 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
         "arbiter keeps the protected one unharmed."
     )
     try:
-        with _demo_node(keep, console, "when_no_gpu_protected", title) as (node, root, events):
+        with demo_node(keep, console, "when_no_gpu_protected", title) as (node, root, events):
             idle_flag = root / "protected.idle"
-            rate = _Rate(events)
+            rate = Rate(events)
             with Live(console=console, refresh_per_second=4, transient=False) as live:
-                _job(node, root, "batch-coop", "--cooperative")
-                _step(
+                start_job(node, root, "batch-coop", "--cooperative")
+                must_show(
                     live,
                     node,
                     "1. A cooperative job is admitted: nothing protected uses the GPU",
                     rate,
                     20,
-                    lambda: _state(node, "batch-coop") == "run",
+                    lambda: state_of(node, "batch-coop") == "run",
                 )
-                protected = _protected(node, root, events)
-                _step(
+                protected = start_protected(node, root, events)
+                must_show(
                     live,
                     node,
                     "2. The protected program starts working: the job is held (paused through its control document)",
                     rate,
                     20,
-                    lambda: _state(node, "batch-coop") == "paused",
+                    lambda: state_of(node, "batch-coop") == "paused",
                 )
                 idle_flag.touch()
-                _step(
+                must_show(
                     live,
                     node,
                     "3. The protected program goes idle: after gpu_release_after_s the job resumes",
                     rate,
                     20,
-                    lambda: _state(node, "batch-coop") == "run",
+                    lambda: state_of(node, "batch-coop") == "run",
                 )
-                _job(node, root, "batch-plain")
-                _step(
+                start_job(node, root, "batch-plain")
+                must_show(
                     live,
                     node,
                     "4. A job that cannot cooperate is admitted too",
                     rate,
                     20,
-                    lambda: _state(node, "batch-plain") == "run",
+                    lambda: state_of(node, "batch-plain") == "run",
                 )
                 _append(events, {"t": time.time(), "event": "status", "state": {"phase": "uploading"}})
-                _step(
+                must_show(
                     live,
                     node,
                     "5. The protected program enters its 'uploading' phase: GPU work pauses at once",
                     rate,
                     10,
-                    lambda: _state(node, "batch-plain") == "paused" and _state(node, "batch-coop") == "paused",
+                    lambda: state_of(node, "batch-plain") == "paused" and state_of(node, "batch-coop") == "paused",
                 )
                 explain = node.call("explain", subject="batch-plain")["explain"]
                 fast = node.status()["fast_path"]
                 _append(events, {"t": time.time(), "event": "status", "state": {"phase": "done"}})
-                _step(
+                must_show(
                     live,
                     node,
                     "6. The phase ends: both jobs resume",
                     rate,
                     10,
-                    lambda: _state(node, "batch-plain") == "run" and _state(node, "batch-coop") == "run",
+                    lambda: state_of(node, "batch-plain") == "run" and state_of(node, "batch-coop") == "run",
                 )
             _reaction(console, node, fast)
             console.print(Text("$ arbiter explain batch-plain   (while the phase was on)", style="bold"))
@@ -334,101 +312,3 @@ def _reaction(console: Console, node: LocalNode, fast: dict[str, Any]) -> None:
             title="reaction",
         )
     )
-
-
-#: how long the proof's paired run may take before it is called undecided
-PROOF_S = 240
-
-
-def run_proof(keep: bool = False, console: Console | None = None) -> int:
-    """The proof: a short paired ON/OFF run earns a certificate, and under ``gpu_jobs:
-    certified`` the governor then runs the cooperative job beside the program and takes its
-    budget back when the program slows down."""
-    console = console or plain_console()
-    started = time.monotonic()
-    title = (
-        "One core stands in for the GPU. A paired ON/OFF run measures what a cooperative job costs\n"
-        "the protected program; its certificate lets the job run beside it under a budget."
-    )
-    try:
-        with _demo_node(keep, console, "certified", title) as (node, root, events):
-            slow = root / "protected.slow"
-            rate = _Rate(events)
-            with Live(console=console, refresh_per_second=4, transient=False) as live:
-                _job(node, root, "batch-coop", "--cooperative")
-                protected = _protected(node, root, events)
-                _step(
-                    live,
-                    node,
-                    "1. The protected program works: without a certificate the job waits (GPU_NOT_CERTIFIED)",
-                    rate,
-                    30,
-                    lambda: (
-                        node.job("batch-coop") is not None and bool(node.status()["rules"][0]["sources"][0]["rate"])
-                    ),
-                )
-                run_id = node.call("ab.start", rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
-                _show(
-                    live,
-                    node,
-                    f"2. A paired ON/OFF run ({run_id}) holds the job in random OFF windows and runs it "
-                    f"at duty {DEMO_RUN['duty']} in ON windows",
-                    rate,
-                    PROOF_S,
-                    lambda: _run_state(node, run_id).get("status") not in (None, "running"),
-                    proof=True,
-                )
-                if _run_state(node, run_id).get("status") == "running":
-                    with contextlib.suppress(RequestRefused):  # it may have ended just now
-                        node.call("ab.abort", id=run_id)
-                proof = node.call("ab.show", id=run_id)["report"]
-                console.print(Text(f"\n$ arbiter ab show {run_id}", style="bold"))
-                console.print(report_text(proof), markup=False, highlight=False)
-                if not proof["certifies"]:
-                    raise DemoFailed(
-                        f"the paired run earned no certificate ({proof['verdict'] or proof['why'] or proof['status']}): "
-                        "a machine this busy cannot show the program unharmed; run it again when it is quieter"
-                    )
-                _show(
-                    live,
-                    node,
-                    "3. Certified: the governor runs the cooperative job beside the program, after a baseline",
-                    rate,
-                    20,
-                    lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run",
-                    proof=True,
-                )
-                slow.write_text("1.0")
-                _show(
-                    live,
-                    node,
-                    "4. The protected program slows down: the budget is taken back at once",
-                    rate,
-                    15,
-                    lambda: _governor(node) == "taken back",
-                    proof=True,
-                )
-                slow.write_text("0")
-                _show(
-                    live,
-                    node,
-                    "5. It keeps up again: after take_back_s the budget comes back",
-                    rate,
-                    15,
-                    lambda: _governor(node) == "running" and _state(node, "batch-coop") == "run",
-                    proof=True,
-                )
-            console.print(Text("\n$ arbiter certificates", style="bold"))
-            certs = node.call("certificates")["certificates"]
-            print_certificates(console, certs)
-            protected.terminate()
-        console.print(
-            Text(
-                f"proof done in {time.monotonic() - started:.0f}s: a certificate earned; nothing is left running.",
-                style="bold green",
-            )
-        )
-        return 0
-    except (DemoFailed, TimeoutError, RuntimeError, RequestRefused) as exc:
-        console.print(Text(f"the proof failed: {exc}", style="red"))
-        return 1
