@@ -84,6 +84,8 @@ def _rule_item(daemon: Node, rid: str) -> dict[str, Any]:
     verdict = snap.decision.rules.get(rid) if snap.decision else None
     obs = snap.view.rules.get(rid) if snap.view else None
     now = time.monotonic()
+    sources = daemon.sources.view(rid, now)
+    running = bool(obs and obs.running)
     return {
         "kind": "rule",
         "id": rid,
@@ -92,14 +94,14 @@ def _rule_item(daemon: Node, rid: str) -> dict[str, Any]:
         "priority": live.rule.priority if live else 0,
         "protected": bool(live and live.rule.protected),
         "immediate": bool(live and live.rule.immediate),
-        "running": bool(obs and obs.running),
+        "running": running,
         "pids": sorted(obs.pids) if obs else [],
         "gpu_share": None if not obs or obs.gpu_share is None else round(obs.gpu_share, 4),
         "gpu_why": obs.gpu_why if obs else "",
         "using_gpu": bool(verdict and verdict.using_gpu),
         "using_for_s": round(now - verdict.using_since, 1) if verdict and verdict.using_since else None,
         "phases": list(verdict.phases) if verdict else [],
-        "sources": daemon.sources.view(rid, now),
+        "sources": sources,
         "faults": list(live.faults) if live else [],
         "holds": [r.to_dict() for r in verdict.holds] if verdict else [],
         "notes": [r.to_dict() for r in verdict.notes] if verdict else [],
@@ -107,8 +109,29 @@ def _rule_item(daemon: Node, rid: str) -> dict[str, Any]:
         "reclaimable": bool(live and live.rule.release),
         "releasing": _releasing(daemon, rid),
         "profile_applied": rid in daemon.profiles_applied(),
-        "problems": [dict(p) for p in [daemon.tenants.release_failed.get(rid)] if p],
+        "problems": [dict(p) for p in [daemon.tenants.release_failed.get(rid)] if p]
+        + ([] if running else misses_its_program(rid, sources)),
     }
+
+
+def misses_its_program(rid: str, sources: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A rule whose source advances while no process matches it most likely misses its
+    program (a ``match:`` written for another launch): said, with how to see what it misses."""
+    out = []
+    for src in sources:
+        if src["readable"] and src.get("rate"):
+            out.append(
+                {
+                    "code": codes.RULE_MATCHES_NOTHING,
+                    "message": (
+                        f"its source {src['slot']} ({src['kind']}) advances at {src['rate']:g}/s while no process "
+                        f"matches its match: block, so '{rid}' counts as not running and protects nothing"
+                    ),
+                    "remedy": f"`arbiter rules {rid}` shows what its match: selects and the near misses, "
+                    "with the field that missed; change that field in its rule file",
+                }
+            )
+    return out
 
 
 def _releasing(daemon: Node, rid: str) -> dict[str, Any] | None:

@@ -19,6 +19,8 @@ PROTECTION_GPU_ON = "PROTECTION_GPU_ON"  # a protected program started using the
 PROTECTION_GPU_OFF = "PROTECTION_GPU_OFF"
 PROTECTED_GPU_BUSY = "PROTECTED_GPU_BUSY"  # reason: GPU work waits while a protected program uses it
 RULE_PAUSE_FLEET = "RULE_PAUSE_FLEET"
+#: explain: a rule's source advances while no process matches its match: (a program it misses)
+RULE_MATCHES_NOTHING = "RULE_MATCHES_NOTHING"
 GPU_JOBS_NEVER = "GPU_JOBS_NEVER"
 GPU_EXCLUSIVE_WAIT = "GPU_EXCLUSIVE_WAIT"
 JOB_HELD = "JOB_HELD"
