@@ -192,7 +192,8 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         # the daemon stops it properly (a paused command is continued first, then ended)
         try:
             client.call("job.stop", id=job_id, timeout=2.0)
-        except (CliError, RequestRefused):
+        except (CliError, RequestRefused, DaemonUnavailable):
+            proc.send_signal(signal.SIGCONT)  # a stopped command acts on no signal until continued
             proc.send_signal(signum)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -205,12 +206,18 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     ended = threading.Event()
     watcher = threading.Thread(target=_watch, args=(client, job_id, ended, admitted), name="job-watch", daemon=True)
     watcher.start()
+    interrupted = False
     while True:
         try:
             code = proc.wait()
             break
         except KeyboardInterrupt:
-            continue  # the terminal sent it to the command too; wait for it to end
+            # The terminal sent it to the command too, but a paused command cannot act on it
+            # for as long as the pause lasts: the job is stopped, once, as SIGTERM stops it.
+            if not interrupted:
+                interrupted = True
+                _say(f"interrupted: stopping job {job_id} (continued first if it is paused)")
+                on_term(signal.SIGINT, None)
     ended.set()
     watcher.join(timeout=3.0)
     try:
