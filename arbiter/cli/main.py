@@ -77,11 +77,12 @@ def run(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """Run the daemon in the foreground (a service manager runs it like this)."""
     from arbiter.cli.checks import refuse_bad_node_config
     from arbiter.cli.logs import configure
-    from arbiter.daemon.service import serve
+    from arbiter.daemon.service import refuse_a_second_daemon, serve
 
     configure((ctx.obj or {}).get("log_format", "text"))
     try:
         cfg, path = node_config(config)
+        refuse_a_second_daemon(cfg)
         refuse_bad_node_config(cfg, path)
         raise typer.Exit(serve(cfg, path))
     except CliError as exc:
