@@ -24,7 +24,9 @@ def build_manifest(cmd: list[str], name: str | None, manifest_path: str | None, 
         from arbiter.config.loader import parse_manifest, read_text
 
         try:
-            manifest = parse_manifest(read_text(Path(manifest_path)), manifest_path).model_dump(mode="json")
+            text = read_text(Path(manifest_path))
+            # --name stands in for the manifest's own name:, which it replaces anyway
+            manifest = parse_manifest(text, manifest_path, name).model_dump(mode="json")
         except ConfigError as exc:
             raise CliError(f"the job manifest is not valid:\n{exc}", 2) from None
         if name:

@@ -88,9 +88,20 @@ def _number_arg(op: str, args: dict[str, Any], name: str, default: float | None 
     return value
 
 
-def _job(daemon: Node, args: dict[str, Any], uid: int) -> JobRecord:
+def _job(daemon: Node, args: dict[str, Any], uid: int, by_name: bool = False) -> JobRecord:
+    """The job ``args["id"]`` names; with ``by_name``, a running job's name names it too (as
+    ``explain`` takes it), where one running job has that name."""
     job_id = str(args.get("id", ""))
     record = daemon.jobs.get(job_id)
+    if record is None and by_name:
+        named = [r for r in daemon.jobs.find(job_id) if r.state != "ended"]
+        if len(named) > 1:
+            raise Refused(
+                f"{len(named)} running jobs are called {job_id!r} ({', '.join(sorted(r.id for r in named))}): "
+                "give the one you mean by its id",
+                "NO_SUCH_JOB",
+            )
+        record = named[0] if named else None
     if record is None:
         raise Refused(f"no running job has id {job_id!r}; `arbiter status` lists them", "NO_SUCH_JOB")
     if not may_act_on_job(uid, record.owner_uid, daemon.uid):
@@ -247,16 +258,27 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
         daemon.end_job(record, exit_code, f"its command exited with {exit_code}")
         return {}
     if op in ("job.stop", "job.pause", "job.resume"):
-        record = _job(daemon, args, uid)
+        record = _job(daemon, args, uid, by_name=True)
         if op == "job.stop":
             if record.root_pid is None:
                 daemon.end_job(record, None, "stopped by its owner before it started")
+                did = "stopped before it started"
             else:
                 daemon.jobs.update(record.id, stop_requested=time.time())
+                did = "asked to stop: its control document says stop, and it is terminated after stop_grace_s"
         else:
+            was = record.user_hold
             daemon.jobs.update(record.id, user_hold=op == "job.pause")
+            if op == "job.pause":
+                did = "already held by you" if was else "held by you until `arbiter job resume`"
+            else:
+                did = (
+                    "your hold is lifted (arbiter's own holds stay: `arbiter explain`)"
+                    if was
+                    else "was not held by you"
+                )
         daemon.notify_jobs()
-        return {}
+        return {"job": record.id, "did": did}
     if op.startswith("ab."):
         return _ab(daemon, op, args, uid)
     if op == "reload":
