@@ -110,7 +110,7 @@ def sources_table(rules: list[dict[str, Any]]) -> Table:
     for r in rules:
         for src in r.get("sources", []):
             if src["readable"]:
-                state = Text(src["phase"] or "reads", style="green")
+                state = Text(src.get("says") or "reads", style="yellow" if src.get("busy") else "green")
             else:
                 state = Text(("needs helper: " if src["needs_helper"] else "unreadable: ") + src["why"], style="red")
             lat = src["latency"]
@@ -220,6 +220,9 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         if r["running"]:
             share = "unreadable" if r["gpu_share"] is None else f"{100 * r['gpu_share']:.0f}%"
             line.append(f", GPU {share}" + (f" ({r['gpu_why']})" if r["gpu_why"] else ""))
+        for src in r.get("sources", []):
+            if src["readable"] and src.get("busy") is not None:
+                line.append(f", its {src['slot']} probe says {src.get('says') or 'busy'}")
         if r["using_gpu"]:
             line.append(", counts as using the GPU")
         console.print(line)

@@ -173,7 +173,7 @@ def sources_section(rules: Sequence[Mapping[str, Any]]) -> str:
     for r in rules:
         for src in r.get("sources") or []:
             if src.get("readable", True):
-                state = f"<span class='state run'>{esc(src.get('phase') or 'reads')}</span>"
+                state = f"<span class='state run'>{esc(src.get('says') or 'reads')}</span>"
             else:
                 why = "needs a session helper: " if src.get("needs_helper") else "cannot be read: "
                 state = f"<span class='bad'>{esc(why + str(src.get('why', '')))}</span>"
