@@ -29,7 +29,7 @@ BUSY = {
 def test_a_busy_probe_says_busy_or_idle_with_why() -> None:
     assert says(SourceState(readable=True, busy=True, why="1 listed")) == "busy (1 listed)"
     assert says(SourceState(readable=True, busy=False)) == "idle"
-    assert says(SourceState(readable=True, phase="uploading")) == "uploading"
+    assert says(SourceState(readable=True, phase="on")) == "on"
     assert says(SourceState(readable=True)) == "reads"
 
 
