@@ -244,7 +244,7 @@ def status_view(daemon: Node) -> dict[str, Any]:
         "scan_ms": round(view.scan_s * 1000, 2) if view else None,
         "rules": rules,
         "vram": vram_view(daemon, rules),
-        "gpu_share_history": share_view(snap.shares),
+        "gpu_share_history": share_view(snap.shares, loaded=dict(daemon.rulebook.live).keys()),
         "jobs": jobs,
         "notices": ([r.to_dict() for r in decision.notices] if decision else [])
         + state_notices(daemon)
