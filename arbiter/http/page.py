@@ -375,6 +375,6 @@ def render_page(provider: Provider, now: float, subject: str | None = None) -> s
         f"<title>arbiter {esc(status.get('version', ''))}</title><style>{CSS}</style></head><body>"
         f"<h1>arbiter</h1><div class='muted'>refreshes every {REFRESH_S}s; as of {clock(now)}; JSON at "
         "<a href='/v1/status'>/v1/status</a>, <a href='/v1/explain'>/v1/explain</a>, <a href='/v1/duty'>/v1/duty</a>, "
-        "<a href='/v1/timeline'>/v1/timeline</a>; API schema at <a href='/openapi.json'>/openapi.json</a></div>"
+        "<a href='/v1/timeline'>/v1/timeline</a>; the API at <a href='/docs'>/docs</a> (schema at <a href='/openapi.json'>/openapi.json</a>)</div>"
         f"{body}</body></html>"
     )
