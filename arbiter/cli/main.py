@@ -279,25 +279,39 @@ def helper(
 @app.command()
 def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The node's health, each item with a fix: config, plugins, readers, GPU APIs, sources, access."""
+    from arbiter.cli import render
     from arbiter.doctor import Item, local_items
     from arbiter.transport import RequestRefused
 
     items = [i.to_dict() for i in local_items(config)]
+    if not as_json:  # what is known now, while the daemon runs its checks
+        render.print_doctor_items(console_out(), items)
+    print(
+        "arbiter doctor: the daemon checks its readers, GPU APIs (probed again), sources and access "
+        "as its own account; this takes a few seconds...",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        items += Client(config).call("doctor", timeout=90)["items"]
+        remote = Client(config).call("doctor", timeout=90)["items"]
     except RequestRefused as exc:
         raise refused(exc) from None
     except CliError as exc:
-        items.append(
+        remote = [
             Item(
                 "daemon",
                 False,
                 str(exc).split(";")[0],
                 "start it with `arbiter run` (readers, probes and sources are checked as its account)",
             ).to_dict()
-        )
+        ]
+    items += remote
     healthy = all(i["ok"] for i in items)
-    show({"healthy": healthy, "items": items} if as_json else items, as_json, "print_doctor")
+    if as_json:
+        print_json({"healthy": healthy, "items": items})
+    else:
+        render.print_doctor_items(console_out(), remote)
+        render.print_doctor_summary(console_out(), items)
     raise typer.Exit(0 if healthy else 1)
 
 

@@ -131,6 +131,7 @@ class Observer:
             KindBlock(kind=name)
             for name in sorted(installed, key=lambda n: (installed[n].preference, n))  # type: ignore[attr-defined]
             if not installed[name].stand_in  # type: ignore[attr-defined]
+            and installed[name].reads_here()  # type: ignore[attr-defined]
         ]
         for block in blocks:
             info = host.kind("readers", block.kind)
@@ -223,7 +224,11 @@ class Observer:
                     self.reader_faults.append(f"readers/{name}: returned garbage: {problem}")
                     continue
                 if reading.readable:
-                    results[name] = (True, "reads GPU time (in use)")
+                    results[name] = (
+                        (True, "reads CPU time, standing in for GPU time (stand_in_gpu: true, for demos and tests)")
+                        if type(reader).stand_in
+                        else (True, "reads GPU time (in use)")
+                    )
                     return name, reading, reading.why
                 whys.append(f"{name}: {reading.why or 'cannot read'}")
                 results[name] = (False, f"cannot read: {reading.why or 'no reason given'}")
