@@ -168,10 +168,16 @@ def rules(
     as_json: JsonOpt = False,
 ) -> None:
     """Each rule and the processes its match: selects now; with ID, its effective form after
-    extends: and the near misses, with the field that missed.  Needs no daemon."""
+    extends: and the near misses, with the field that missed.  Needs no daemon; with no config
+    given or found, it reads that of the daemon that runs."""
+    from arbiter.cli.client import config_or_the_running_ones
     from arbiter.cli.selects import match_now, print_book, process_table, read_book
     from arbiter.pluginmanager import PluginFailed
 
+    try:
+        config = config_or_the_running_ones(config)
+    except CliError as exc:
+        raise fail(exc) from None
     cfg, host = node_and_plugins(config)
     book = read_book(cfg, host)
     if rule_id is not None and all(s.rule.id != rule_id for s in book.selections):
