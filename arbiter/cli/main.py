@@ -6,7 +6,6 @@ Each command is one short function that imports what it does only when it runs; 
 
 from __future__ import annotations
 
-import difflib
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -170,29 +169,9 @@ def rules(
     """Each rule and the processes its match: selects now; with ID, its effective form after
     extends: and the near misses, with the field that missed.  Needs no daemon; with no config
     given or found, it reads that of the daemon that runs."""
-    from arbiter.cli.client import config_or_the_running_ones
-    from arbiter.cli.selects import match_now, print_book, process_table, read_book
-    from arbiter.pluginmanager import PluginFailed
+    from arbiter.cli.selects import show_rules
 
-    try:
-        config = config_or_the_running_ones(config)
-    except CliError as exc:
-        raise fail(exc) from None
-    cfg, host = node_and_plugins(config)
-    book = read_book(cfg, host)
-    if rule_id is not None and all(s.rule.id != rule_id for s in book.selections):
-        known = [s.rule.id for s in book.selections]
-        near = difflib.get_close_matches(rule_id, known, 1)
-        hint = f"; did you mean {near[0]!r}?" if near else f" (rules: {', '.join(known) or 'none'})"
-        raise fail(CliError(f"no rule in force has id {rule_id!r}{hint}", 2))
-    try:
-        match_now(book, host, process_table(host))
-    except PluginFailed as exc:
-        raise fail(CliError(f"cannot read the process table: {exc}", 1)) from None
-    if as_json:
-        print_json({"rules": [s.to_dict() for s in book.selections if rule_id in (None, s.rule.id)]})
-    else:
-        print_book(console_out(), book, rule_id)
+    show_rules(config, rule_id, as_json)
 
 
 @app.command()

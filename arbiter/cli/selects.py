@@ -238,3 +238,29 @@ def print_book(console: Any, book: Book, rule_id: str | None) -> None:
                 console.print(Text(f"    {mark} {why}", style="yellow"), markup=False)
     elif not sel.selected:
         console.print("  and no process looks like what match: names")
+
+
+def show_rules(config: str | None, rule_id: str | None, as_json: bool) -> None:
+    """``arbiter rules [ID]``: each rule, or one, as :func:`print_book` shows it (or JSON)."""
+    from arbiter.cli.client import CliError, config_or_the_running_ones
+    from arbiter.cli.common import console_out, fail, node_and_plugins, print_json
+
+    try:
+        config = config_or_the_running_ones(config)
+    except CliError as exc:
+        raise fail(exc) from None
+    cfg, host = node_and_plugins(config)
+    book = read_book(cfg, host)
+    if rule_id is not None and all(s.rule.id != rule_id for s in book.selections):
+        known = [s.rule.id for s in book.selections]
+        near = difflib.get_close_matches(rule_id, known, 1)
+        hint = f"; did you mean {near[0]!r}?" if near else f" (rules: {', '.join(known) or 'none'})"
+        raise fail(CliError(f"no rule in force has id {rule_id!r}{hint}", 2))
+    try:
+        match_now(book, host, process_table(host))
+    except PluginFailed as exc:
+        raise fail(CliError(f"cannot read the process table: {exc}", 1)) from None
+    if as_json:
+        print_json({"rules": [s.to_dict() for s in book.selections if rule_id in (None, s.rule.id)]})
+    else:
+        print_book(console_out(), book, rule_id)
