@@ -195,7 +195,6 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         try:
             client.call("job.stop", id=job_id, timeout=2.0)
         except (CliError, RequestRefused, DaemonUnavailable):
-            proc.send_signal(signal.SIGCONT)  # a stopped command acts on no signal until continued
             proc.send_signal(signum)
 
     signal.signal(signal.SIGTERM, on_term)

@@ -81,16 +81,13 @@ def _matcher(host: PluginHost, rule: Rule) -> Matcher:
     return matcher
 
 
-def _own_line() -> set[int]:
-    """This command and the processes above it (a shell, ``uv run``): never a program's."""
+def _own_line(table: list[ProcessInfo]) -> set[int]:
+    """This command and the processes above it (a shell, a launcher): never a program's."""
+    parent = {p.pid: p.ppid for p in table}
     pids, pid = set(), os.getpid()
     while pid > 1 and pid not in pids:
         pids.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
+        pid = parent.get(pid, 0)
     return pids
 
 
@@ -143,7 +140,7 @@ def read_book(config: NodeConfig, host: PluginHost) -> Book:
 
 def match_now(book: Book, host: PluginHost, table: list[ProcessInfo]) -> None:
     """Fill each selection from one process table, as the daemon's tick claims it."""
-    own = _own_line()
+    own = _own_line(table)
     candidates = [p for p in table if p.pid not in own]
     lives: list[LiveRule] = []
     for sel in book.selections:
