@@ -115,9 +115,9 @@ def show(
         if not met and until():
             met = True
             # on a terminal the view stays a moment, to be read; a file keeps it anyway
-            deadline = min(deadline, time.monotonic() + (1.5 if on_terminal else 0.0))
+            deadline = min(deadline, time.monotonic() + (1.0 if on_terminal else 0.0))
             continue
-        time.sleep(0.1)
+        time.sleep(0.25 if on_terminal else 0.1)
     if not on_terminal:
         live.console.print(_view(node, step, rate, proof))
     return met
@@ -292,7 +292,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
             Text(
                 f"done in {time.monotonic() - started:.0f}s: the job was admitted, held while the protected program "
                 "worked, paused on its phase and resumed; nothing is left running.\n"
-                "Next: `arbiter demo --proof` measures what the work costs the program (a paired run, about a minute).",
+                "Next: `arbiter demo --proof` measures what the work costs the program (a paired run, about a minute and a half).",
                 style="bold green",
             )
         )
