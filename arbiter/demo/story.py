@@ -231,7 +231,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                     node,
                     "1. A cooperative job is admitted: nothing protected uses the GPU",
                     rate,
-                    20,
+                    45,
                     lambda: state_of(node, "batch-coop") == "run",
                 )
                 protected = start_protected(node, root, events)
@@ -240,7 +240,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                     node,
                     "2. The protected program starts working: the job is held (paused through its control document)",
                     rate,
-                    20,
+                    45,
                     lambda: state_of(node, "batch-coop") == "paused",
                 )
                 idle_flag.touch()
@@ -249,7 +249,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                     node,
                     "3. The protected program goes idle: after gpu_release_after_s the job resumes",
                     rate,
-                    20,
+                    45,
                     lambda: state_of(node, "batch-coop") == "run",
                 )
                 start_job(node, root, "batch-plain")
@@ -258,7 +258,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                     node,
                     "4. A job that cannot cooperate is admitted too",
                     rate,
-                    20,
+                    45,
                     lambda: state_of(node, "batch-plain") == "run",
                 )
                 _append(events, {"t": time.time(), "event": "status", "state": {"phase": "uploading"}})
@@ -267,7 +267,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                     node,
                     "5. The protected program enters its 'uploading' phase: GPU work pauses at once",
                     rate,
-                    10,
+                    45,
                     lambda: state_of(node, "batch-plain") == "paused" and state_of(node, "batch-coop") == "paused",
                 )
                 explain = node.call("explain", subject="batch-plain")["explain"]
@@ -278,7 +278,7 @@ def run_demo(keep: bool = False, console: Console | None = None) -> int:
                     node,
                     "6. The phase ends: both jobs resume",
                     rate,
-                    10,
+                    45,
                     lambda: state_of(node, "batch-plain") == "run" and state_of(node, "batch-coop") == "run",
                 )
             _reaction(console, node, fast)
