@@ -12,6 +12,7 @@ It runs past 400 lines because it is the whole public API in one module: a plugi
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,12 +311,21 @@ class Matcher(_Kind):
         name the rules that select the same processes.  None by default."""
         return ()
 
+    def misses(self, process: ProcessInfo) -> list[str]:
+        """For a process :meth:`select` leaves out, each field of the ``match:`` block that it
+        fails, as ``"field: why"`` (``arbiter rules`` shows them beside a near miss); [] where
+        the matcher cannot tell."""
+        return []
+
 
 class Reader(_Kind):
     """Reads each process's GPU busy time and VRAM, and the device's VRAM."""
 
     #: a stand-in reader (not a GPU) counts only where the node config allows it
     stand_in: ClassVar[bool] = False
+    #: the ``sys.platform`` values it reads on (empty: any); without ``readers:`` in the node
+    #: config, a reader for another platform is not tried (nor listed by ``arbiter doctor``)
+    platforms: ClassVar[frozenset[str]] = frozenset()
     #: without ``readers:`` in the node config, readers are tried lowest first (then by
     #: name): a vendor's own per-process accounting before a generic one
     preference: ClassVar[int] = 50
@@ -323,6 +333,11 @@ class Reader(_Kind):
     def __init__(self, options: KindOptions, context: PluginContext) -> None:
         self.options = options
         self.context = context
+
+    @classmethod
+    def reads_here(cls) -> bool:
+        """Whether this platform is one it reads on."""
+        return not cls.platforms or sys.platform in cls.platforms
 
     def read(self, pids: Collection[int]) -> GpuReading:
         raise NotImplementedError

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from arbiter.cli import common, jobrun, main
-from arbiter.cli.client import EXIT_NO_DAEMON
+from arbiter.cli.client import EXIT_NO_DAEMON, CliError
 from arbiter.cli.common import FORBIDDEN_EXIT
 from arbiter.transport import RequestRefused
 
@@ -140,3 +140,13 @@ def test_help_shows_no_type_beside_a_flag(command: list[str]) -> None:
     out = CliRunner().invoke(main.app, [*command, "--help"])
     assert out.exit_code == 0 and "--help" in out.output
     assert "<bool>" not in out.output and "\x1b[" not in out.output
+
+
+def test_a_manifest_without_a_name_takes_the_one_given_with_name(tmp_path: Path) -> None:
+    from arbiter.cli.jobrun import build_manifest
+
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text("gpu: {use: shared}\n")
+    assert build_manifest(["python3"], "render-batch", str(manifest), False)["name"] == "render-batch"
+    with pytest.raises(CliError, match="name"):  # without --name, the manifest must say it
+        build_manifest(["python3"], None, str(manifest), False)

@@ -34,3 +34,11 @@ def test_a_file_only_its_owner_reads_asks_for_the_helper() -> None:
 def test_a_readable_source_says_who_reads_it() -> None:
     item = source_item("t", {**REFUSED, "readable": True, "read_by": "helper (uid 1000)"}, running=True)
     assert item.ok and item.detail == "busy (http_count) read by helper (uid 1000)"
+
+
+def test_a_source_that_advances_while_no_process_matches_is_a_fault_with_the_way_to_see_why() -> None:
+    moving = {**REFUSED, "slot": "progress", "kind": "log", "readable": True, "rate": 45.0}
+    item = source_item("trainer", moving, running=False)
+    assert not item.ok and "advances at 45/s while no process matches" in item.detail
+    assert "arbiter rules trainer" in item.fix
+    assert source_item("trainer", moving, running=True).ok

@@ -207,8 +207,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"pluginmanager", "probing"}),
     frozenset({"reflex", "harness", "http"}),
     frozenset({"daemon"}),
-    frozenset({"conform", "docs"}),
-    frozenset({"cli", "demo", "__main__"}),
+    frozenset({"conform", "docs", "demo"}),
+    frozenset({"cli", "__main__"}),
 )
 
 

@@ -12,7 +12,7 @@ import pytest
 from arbiter.cli.checks import refuse_bad_node_config
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
-from arbiter_testing.node import start_up
+from arbiter_testing.node import HarnessNode, start_up
 
 
 def test_a_busy_http_port_stops_start_up(tmp_path: Path) -> None:
@@ -52,3 +52,20 @@ def test_a_stand_in_reader_fails_start_up_too(tmp_path: Path) -> None:
     with pytest.raises(CliError) as err:
         refuse_bad_node_config(cfg, None)
     assert err.value.exit_code == 2 and "stand_in_gpu: true" in str(err.value)
+
+
+@pytest.mark.slow
+def test_a_second_daemon_on_the_same_state_dir_is_told_the_first_runs(tmp_path: Path) -> None:
+    """Not the port it would share with the first: the daemon that holds it, and how to see it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    node = HarnessNode(tmp_path, http={"listen": f"127.0.0.1:{port}"})
+    try:
+        node.start()
+        out = start_up(node.config_path)
+        assert out.returncode == 1, out.stderr
+        assert f"a daemon already runs with state_dir {node.state_dir}" in out.stderr, out.stderr
+        assert "`arbiter status` shows it" in out.stderr and "cannot be opened" not in out.stderr
+    finally:
+        node.close()

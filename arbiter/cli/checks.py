@@ -35,6 +35,9 @@ def run_check(
     problems: list[Problem] = []
     checked: list[str] = []
     cfg = NodeConfig()
+    # a config that failed validation, and did not say which folders it means, is not taken to
+    # mean the default ones: their absence would be a problem the user never wrote
+    dirs_guessed = False
     config_path = find_config(config)
     if config_path is not None:
         checked.append(str(config_path))
@@ -43,6 +46,11 @@ def run_check(
         except ConfigError as exc:
             problems.extend(exc.problems)
             cfg = _defaults_with_sections(config_path)
+            dirs_guessed = "tenants_dirs" not in cfg.model_fields_set
+            try:
+                cfg = resolve_paths(cfg, config_path)
+            except ConfigError:
+                pass  # reported already
     try:
         host = build_plugin_manager(cfg.plugins, cfg.disable_plugins)
     except PluginLoadError as exc:
@@ -50,7 +58,7 @@ def run_check(
     problems.extend(node_problems(cfg, config_path, host))
     targets = paths or cfg.tenants_paths()
     for target in targets:
-        if not target.exists():
+        if not target.exists() and not (dirs_guessed and not paths):
             problems.append(Problem(str(target), 0, 0, "", "no such file or directory"))
     # a single file checked may extend a rule in the tenants dirs: look its base up there
     ruleset = check_paths(targets, host.options_model, host.kind_names, bases=cfg.tenants_paths() if paths else ())
@@ -99,11 +107,14 @@ def _defaults_with_sections(path: Path) -> NodeConfig:
     except ConfigError:
         return NodeConfig()  # not YAML, or not a mapping: reported already
     sections = {k: v for k, v in data.items() if k not in NodeConfig.model_fields}
-    loading = {k: data[k] for k in ("plugins", "disable_plugins") if k in data}
+    loading = {k: data[k] for k in ("plugins", "disable_plugins", "tenants_dirs") if k in data}
     try:
         return NodeConfig(**loading, **sections)
     except ValidationError:  # reported already
-        return NodeConfig(**sections)
+        try:
+            return NodeConfig(**{k: v for k, v in loading.items() if k != "tenants_dirs"}, **sections)
+        except ValidationError:
+            return NodeConfig(**sections)
 
 
 def refuse_bad_node_config(cfg: NodeConfig, path: Path | None) -> None:

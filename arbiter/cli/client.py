@@ -50,6 +50,20 @@ def node_config(config: str | None) -> tuple[NodeConfig, Path | None]:
         raise CliError(f"the node config is not valid:\n{exc}", 2) from None
 
 
+def config_or_the_running_ones(config: str | None) -> str | None:
+    """For a command that reads the node config itself: ``config``; with none given or found,
+    that of the one daemon that says it runs (as the commands that ask it find it)."""
+    if find_config(config) is not None:
+        return config
+    from arbiter.discovery import running, the_one
+
+    try:
+        found = the_one(running())
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from None
+    return str(found["config"]) if found and found.get("config") else config
+
+
 def state_dir_for(config: str | None) -> Path:
     """The state dir of the daemon to ask: the config's; with no config given or found, the
     one daemon that says it runs (see :mod:`arbiter.discovery`), else the default."""

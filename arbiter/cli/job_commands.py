@@ -51,19 +51,27 @@ def _not_an_option(word: str) -> str:
     )
 
 
+JobArg = Annotated[str, typer.Argument(metavar="JOB", help="a job's id, or the name of one running job")]
+
+
+def _act(config: str | None, op: Op, job: str) -> None:
+    answer = ask(config, op, None, id=job)
+    print(f"job {answer.get('job', job)}: {answer.get('did', 'done')}")
+
+
 @job_app.command("stop")
-def job_stop(job_id: str, config: ConfigOpt = None) -> None:
+def job_stop(job: JobArg, config: ConfigOpt = None) -> None:
     """Stop a job: its control document says stop, then it is terminated after a grace period."""
-    ask(config, Op.JOB_STOP, None, id=job_id)
+    _act(config, Op.JOB_STOP, job)
 
 
 @job_app.command("pause")
-def job_pause(job_id: str, config: ConfigOpt = None) -> None:
+def job_pause(job: JobArg, config: ConfigOpt = None) -> None:
     """Hold one of your jobs until you resume it."""
-    ask(config, Op.JOB_PAUSE, None, id=job_id)
+    _act(config, Op.JOB_PAUSE, job)
 
 
 @job_app.command("resume")
-def job_resume(job_id: str, config: ConfigOpt = None) -> None:
+def job_resume(job: JobArg, config: ConfigOpt = None) -> None:
     """Lift your own hold on a job (arbiter's holds stay)."""
-    ask(config, Op.JOB_RESUME, None, id=job_id)
+    _act(config, Op.JOB_RESUME, job)

@@ -25,7 +25,9 @@ def build_manifest(cmd: list[str], name: str | None, manifest_path: str | None, 
         from arbiter.config.loader import parse_manifest, read_text
 
         try:
-            manifest = parse_manifest(read_text(Path(manifest_path)), manifest_path).model_dump(mode="json")
+            text = read_text(Path(manifest_path))
+            # --name stands in for the manifest's own name:, which it replaces anyway
+            manifest = parse_manifest(text, manifest_path, name).model_dump(mode="json")
         except ConfigError as exc:
             raise CliError(f"the job manifest is not valid:\n{exc}", 2) from None
         if name:
@@ -193,7 +195,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         # the daemon stops it properly (a paused command is continued first, then ended)
         try:
             client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
-        except (CliError, RequestRefused):
+        except (CliError, RequestRefused, DaemonUnavailable):
             proc.send_signal(signum)
 
     signal.signal(signal.SIGTERM, on_term)
@@ -206,12 +208,18 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     ended = threading.Event()
     watcher = threading.Thread(target=_watch, args=(client, job_id, ended, admitted), name="job-watch", daemon=True)
     watcher.start()
+    interrupted = False
     while True:
         try:
             code = proc.wait()
             break
         except KeyboardInterrupt:
-            continue  # the terminal sent it to the command too; wait for it to end
+            # The terminal sent it to the command too, but a paused command cannot act on it
+            # for as long as the pause lasts: the job is stopped, once, as SIGTERM stops it.
+            if not interrupted:
+                interrupted = True
+                _say(f"interrupted: stopping job {job_id} (continued first if it is paused)")
+                on_term(signal.SIGINT, None)
     ended.set()
     watcher.join(timeout=3.0)
     try:

@@ -11,6 +11,9 @@ from typing import Any, TextIO
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: libraries that log every request they make at INFO (a busy probe asks every second):
+#: their warnings and errors still show
+CHATTY = ("httpx", "httpcore")
 
 
 class JsonFormatter(logging.Formatter):
@@ -44,4 +47,6 @@ def configure(fmt: str, level: int = logging.INFO, stream: TextIO | None = None)
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    for name in CHATTY:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
     return handler

@@ -77,11 +77,12 @@ def run(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """Run the daemon in the foreground (a service manager runs it like this)."""
     from arbiter.cli.checks import refuse_bad_node_config
     from arbiter.cli.logs import configure
-    from arbiter.cli.serve import serve
+    from arbiter.cli.serve import refuse_a_second_daemon, serve
 
     configure((ctx.obj or {}).get("log_format", "text"))
     try:
         cfg, path = node_config(config)
+        refuse_a_second_daemon(cfg)
         refuse_bad_node_config(cfg, path)
         raise typer.Exit(serve(cfg, path))
     except CliError as exc:
@@ -170,6 +171,20 @@ def check(
             print(line)
         print(f"{len(checked)} file(s) checked, {len(problems)} problem(s)", file=sys.stderr)
     raise typer.Exit(1 if problems else 0)
+
+
+@app.command()
+def rules(
+    rule_id: Annotated[Optional[str], typer.Argument(metavar="[ID]", help="one rule: its effective form")] = None,  # noqa: UP045
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Each rule and the processes its match: selects now; with ID, its effective form after
+    extends: and the near misses, with the field that missed.  Needs no daemon; with no config
+    given or found, it reads that of the daemon that runs."""
+    from arbiter.cli.selects import show_rules
+
+    show_rules(config, rule_id, as_json)
 
 
 @app.command()
@@ -262,26 +277,40 @@ def helper(
 @app.command()
 def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The node's health, each item with a fix: config, plugins, readers, GPU APIs, sources, access."""
+    from arbiter.cli import render
     from arbiter.cli.doctor import local_items
     from arbiter.daemon.health import Item
     from arbiter.transport import RequestRefused
 
     items = [i.to_dict() for i in local_items(config)]
+    if not as_json:  # what is known now, while the daemon runs its checks
+        render.print_doctor_items(console_out(), items)
+    print(
+        "arbiter doctor: the daemon checks its readers, GPU APIs (probed again), sources and access "
+        "as its own account; this takes a few seconds...",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        items += Client(config).call(Op.DOCTOR, timeout=90)["items"]
+        remote = Client(config).call(Op.DOCTOR, timeout=90)["items"]
     except RequestRefused as exc:
         raise refused(exc) from None
     except CliError as exc:
-        items.append(
+        remote = [
             Item(
                 "daemon",
                 False,
                 str(exc).split(";")[0],
                 "start it with `arbiter run` (readers, probes and sources are checked as its account)",
             ).to_dict()
-        )
+        ]
+    items += remote
     healthy = all(i["ok"] for i in items)
-    show({"healthy": healthy, "items": items} if as_json else items, as_json, "print_doctor")
+    if as_json:
+        print_json({"healthy": healthy, "items": items})
+    else:
+        render.print_doctor_items(console_out(), remote)
+        render.print_doctor_summary(console_out(), items)
     raise typer.Exit(0 if healthy else 1)
 
 
@@ -361,11 +390,15 @@ def conform(
 @app.command()
 def demo(
     keep: Annotated[bool, typer.Option(help="keep the temporary state directory")] = False,
+    proof: Annotated[
+        bool, typer.Option(help="instead, a short paired ON/OFF run that earns a certificate, then the governor")
+    ] = False,
 ) -> None:
-    """The whole story in about a minute on any machine (a CPU stands in for the GPU)."""
-    from arbiter.demo.story import run_demo
+    """The whole story in under half a minute on any machine (a CPU stands in for the GPU)."""
+    from arbiter.cli.proof import run_proof
+    from arbiter.cli.story import run_demo
 
-    raise typer.Exit(run_demo(keep=keep))
+    raise typer.Exit((run_proof if proof else run_demo)(keep=keep))
 
 
 def main() -> None:

@@ -110,7 +110,7 @@ def sources_table(rules: list[dict[str, Any]]) -> Table:
     for r in rules:
         for src in r.get("sources", []):
             if src["readable"]:
-                state = Text(src["phase"] or "reads", style="green")
+                state = Text(src.get("says") or "reads", style="yellow" if src.get("busy") else "green")
             else:
                 state = Text(("needs helper: " if src["needs_helper"] else "unreadable: ") + src["why"], style="red")
             lat = src["latency"]
@@ -222,6 +222,9 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
         if r["running"]:
             share = "unreadable" if r["gpu_share"] is None else f"{100 * r['gpu_share']:.0f}%"
             line.append(f", GPU {share}" + (f" ({r['gpu_why']})" if r["gpu_why"] else ""))
+        for src in r.get("sources", []):
+            if src["readable"] and src.get("busy") is not None:
+                line.append(f", its {src['slot']} probe says {src.get('says') or 'busy'}")
         if r["using_gpu"]:
             line.append(", counts as using the GPU")
         console.print(line)
@@ -360,13 +363,26 @@ def print_gpu_apis(console: Console, a: dict[str, Any]) -> None:
     console.print(table)
 
 
-def print_doctor(console: Console, items: list[dict[str, Any]]) -> None:
+def print_doctor_items(console: Console, items: list[dict[str, Any]]) -> None:
+    """ok, FIX (with its fix), or n/a: no fault, but not usable here (an API this host lacks,
+    a reader another one stands in for), with what would change that."""
     for item in items:
-        mark = Text("ok   " if item["ok"] else "FIX  ", style="green" if item["ok"] else "bold red")
+        word, style = (
+            ("FIX  ", "bold red") if not item["ok"] else ("n/a  ", "yellow") if item["fix"] else ("ok   ", "green")
+        )
+        mark = Text(word, style=style)
         mark.append(f"{item['area']}: ", style="bold")
         mark.append(item["detail"])
-        if item["fix"] and not item["ok"]:
+        if item["fix"]:
             mark.append(f"\n     → {item['fix']}", style="cyan")
         console.print(mark)
+
+
+def print_doctor_summary(console: Console, items: list[dict[str, Any]]) -> None:
     bad = sum(1 for i in items if not i["ok"])
     console.print(Text(f"\n{bad} item(s) to fix" if bad else "\nhealthy", style="bold red" if bad else "bold green"))
+
+
+def print_doctor(console: Console, items: list[dict[str, Any]]) -> None:
+    print_doctor_items(console, items)
+    print_doctor_summary(console, items)

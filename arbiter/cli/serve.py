@@ -33,10 +33,16 @@ def _running_daemon(cfg: NodeConfig) -> str | None:
     return str(cfg.state_path())
 
 
-def serve(cfg: NodeConfig, config_path: Path | None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def refuse_a_second_daemon(cfg: NodeConfig) -> None:
+    """Checked before anything else at start-up: a second daemon on the same state_dir would
+    first meet what the first holds (its port, its lock), and say that instead."""
     if _running_daemon(cfg):
         raise CliError(f"a daemon already runs with state_dir {cfg.state_path()}; `arbiter status` shows it")
+
+
+def serve(cfg: NodeConfig, config_path: Path | None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    refuse_a_second_daemon(cfg)
     cap_malloc_arenas()  # before any thread, each of which would take an arena
     raised = raise_open_file_limit()  # before the plugins, which size what they keep open by it
     if raised is not None:

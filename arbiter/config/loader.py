@@ -128,6 +128,10 @@ def resolve_paths(config: NodeConfig, path: Path) -> NodeConfig:
     return config
 
 
-def parse_manifest(text: str, filename: str) -> Manifest:
+def parse_manifest(text: str, filename: str, default_name: str | None = None) -> Manifest:
+    """A job manifest; ``default_name`` (the command line's ``--name``, or its command's) stands
+    in for a ``name:`` it does not give."""
     data, positions = load_yaml_mapping(text, filename)
+    if default_name is not None and "name" not in data:
+        data = {**data, "name": default_name}
     return validate(Manifest, data, filename, positions)

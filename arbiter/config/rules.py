@@ -118,7 +118,22 @@ def _validate_rule(
         else:
             if isinstance(options, KindOptions):
                 needs = options.needs_trusted_file()
-            if loc[0] == "during" and getattr(options, "gives_phase", lambda: None)() is False:
+            gives_phase = getattr(options, "gives_phase", lambda: None)()
+            if tuple(loc) == ("protect", "source") and gives_phase is True:
+                file, line, col = where(loc)
+                problems.append(
+                    Problem(
+                        file,
+                        line,
+                        col,
+                        at,
+                        f"a {kind} source with these options gives a phase (on, off, soon), not the rate "
+                        "protect.source needs",
+                        "give it the options of a count (for jsonl: event alone; for log: log_regex), or move "
+                        "it to during:, which takes a phase",
+                    )
+                )
+            if loc[0] == "during" and gives_phase is False:
                 file, line, col = where(loc)
                 problems.append(
                     Problem(

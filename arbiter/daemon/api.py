@@ -70,13 +70,15 @@ class Declared:
     who: Who
     #: the answer's one field the method's value goes in; None: the method returns the fields
     answer: str | None
+    #: for the job's owner: the request's ``id`` may also be the name of one running job
+    by_name: bool = False
 
 
-def operation(op: Op, who: Who, answer: str | None = None) -> Callable[[F], F]:
+def operation(op: Op, who: Who, answer: str | None = None, by_name: bool = False) -> Callable[[F], F]:
     """Declare a method of :class:`NodeApi` the operation ``op``, callable by ``who``."""
 
     def declare(fn: F) -> F:
-        fn.__arbiter_op__ = Declared(op, who, answer)  # type: ignore[attr-defined]
+        fn.__arbiter_op__ = Declared(op, who, answer, by_name)  # type: ignore[attr-defined]
         return fn
 
     return declare
@@ -229,11 +231,22 @@ class NodeApi:
     def is_admin(self, caller: Caller) -> bool:
         return may_admin(caller.uid, self.parts.uid, group_members(self.parts.config.admin_group))
 
-    def _job_of(self, op: str, caller: Caller, args: dict[str, Any]) -> JobRecord:
+    def _job_of(self, op: str, caller: Caller, args: dict[str, Any], by_name: bool) -> JobRecord:
+        """The job ``args["id"]`` names; with ``by_name``, a running job's name names it too (as
+        ``explain`` takes it), where one running job has that name."""
         job_id = args.get("id")
         if not isinstance(job_id, str) or not job_id:
             raise Refused(f"{op}: argument 'id' must name a job", "BAD_REQUEST")
         record = self.parts.jobs.get(job_id)
+        if record is None and by_name:
+            named = [r for r in self.parts.jobs.find(job_id) if r.state != "ended"]
+            if len(named) > 1:
+                raise Refused(
+                    f"{len(named)} running jobs are called {job_id!r} ({', '.join(sorted(r.id for r in named))}): "
+                    "give the one you mean by its id",
+                    "NO_SUCH_JOB",
+                )
+            record = named[0] if named else None
         if record is None:
             raise Refused(f"no running job has id {job_id!r}; `arbiter status` lists them", "NO_SUCH_JOB")
         if not may_act_on_job(caller.uid, record.owner_uid, self.parts.uid):
@@ -267,7 +280,7 @@ class NodeApi:
         if entry.wants_caller:
             given["caller"] = caller
         if decl.who is Who.JOB_OWNER:
-            given["job"] = self._job_of(op, caller, args)
+            given["job"] = self._job_of(op, caller, args, decl.by_name)
         value = entry.method(self, **given)
         return {decl.answer: value} if decl.answer else dict(value)
 
@@ -560,23 +573,28 @@ class NodeApi:
         self.parts.ticker.end_job(job, exit_code, f"its command exited with {exit_code}")
         return {}
 
-    @operation(Op.JOB_STOP, Who.JOB_OWNER)
+    @operation(Op.JOB_STOP, Who.JOB_OWNER, by_name=True)
     def job_stop(self, job: JobRecord) -> dict[str, Any]:
         if job.root_pid is None:
             self.parts.ticker.end_job(job, None, "stopped by its owner before it started")
+            did = "stopped before it started"
         else:
             self.parts.jobs.update(job.id, stop_requested=time.time())
+            did = "asked to stop: its control document says stop, and it is terminated after stop_grace_s"
         self.parts.jobs_changed()
-        return {}
+        return {"job": job.id, "did": did}
 
-    @operation(Op.JOB_PAUSE, Who.JOB_OWNER)
+    @operation(Op.JOB_PAUSE, Who.JOB_OWNER, by_name=True)
     def job_pause(self, job: JobRecord) -> dict[str, Any]:
+        was = job.user_hold
         self.parts.jobs.update(job.id, user_hold=True)
         self.parts.jobs_changed()
-        return {}
+        return {"job": job.id, "did": "already held by you" if was else "held by you until `arbiter job resume`"}
 
-    @operation(Op.JOB_RESUME, Who.JOB_OWNER)
+    @operation(Op.JOB_RESUME, Who.JOB_OWNER, by_name=True)
     def job_resume(self, job: JobRecord) -> dict[str, Any]:
+        was = job.user_hold
         self.parts.jobs.update(job.id, user_hold=False)
         self.parts.jobs_changed()
-        return {}
+        did = "your hold is lifted (arbiter's own holds stay: `arbiter explain`)" if was else "was not held by you"
+        return {"job": job.id, "did": did}

@@ -134,6 +134,13 @@ def source_item(rid: str, src: dict[str, Any], running: bool) -> Item:
     is no fault (a server that is not started refuses connections; a log is not written yet):
     it is read once the program starts, and the program's phase counts only while it runs."""
     what = f"{src['slot']} ({src['kind']})"
+    if src["readable"] and not running and src.get("rate"):
+        return Item(
+            f"rule {rid} source",
+            False,
+            f"{what} advances at {src['rate']:g}/s while no process matches {rid}'s match: block (it protects nothing)",
+            f"`arbiter rules {rid}` shows what its match: selects and the near misses, with the field that missed",
+        )
     if src["readable"]:
         return Item(f"rule {rid} source", True, f"{what} read by {src['read_by']}")
     if src["needs_helper"]:

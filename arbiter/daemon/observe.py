@@ -130,7 +130,7 @@ class Observer:
         blocks = config.reader_blocks() or [
             KindBlock(kind=name)
             for name in sorted(installed, key=lambda n: (installed[n].preference, n))
-            if not installed[name].stand_in
+            if not installed[name].stand_in and installed[name].reads_here()
         ]
         for block in blocks:
             info = host.kind("readers", block.kind)
@@ -223,7 +223,11 @@ class Observer:
                     self.reader_faults.append(f"readers/{name}: returned garbage: {problem}")
                     continue
                 if reading.readable:
-                    results[name] = (True, "reads GPU time (in use)")
+                    results[name] = (
+                        (True, "reads CPU time, standing in for GPU time (stand_in_gpu: true, for demos and tests)")
+                        if type(reader).stand_in
+                        else (True, "reads GPU time (in use)")
+                    )
                     return name, reading, reading.why
                 whys.append(f"{name}: {reading.why or 'cannot read'}")
                 results[name] = (False, f"cannot read: {reading.why or 'no reason given'}")

@@ -220,8 +220,17 @@ class RuleBook:
         changed = False
         for rid in list(self.live):
             if rid not in rules or rules[rid][0] != self.live[rid].rule or not rules[rid][0].enabled:
-                self.live.pop(rid).close(self.host)
+                gone = self.live.pop(rid)
+                gone.close(self.host)
                 changed = True
+                if rid not in rules or not rules[rid][0].enabled:
+                    why = "disabled (enabled: false)" if rid in rules else "its file is gone or no longer defines it"
+                    self.record(
+                        codes.CONFIG_RELOADED,
+                        rid,
+                        f"rule {rid!r} unloaded from {gone.path}: {why}",
+                        {"file": gone.path},
+                    )
         for rid, (rule, path) in rules.items():
             if rid in self.live or not rule.enabled:
                 continue

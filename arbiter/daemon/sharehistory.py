@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,12 +73,18 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return round(sum(known) / len(known), 4) if known else None
 
 
-def share_view(points: Sequence[SharePoint], window_s: float = WINDOW_S, columns: int = COLUMNS) -> dict[str, Any]:
+def share_view(
+    points: Sequence[SharePoint],
+    window_s: float = WINDOW_S,
+    columns: int = COLUMNS,
+    loaded: Collection[str] | None = None,
+) -> dict[str, Any]:
     """The history as columns: ``t``, each tenant's shares and the jobs' total, aligned; a
-    tenant not loaded at a point reads null there, as one that could not be read.  Past
-    ``columns`` points, each column is the mean of consecutive ticks (its ``t`` the last of
-    them), so every status answer stays small whatever the tick."""
-    names = sorted({rid for p in points for rid in p.tenants})
+    tenant not loaded at a point reads null there, as one that could not be read, and one
+    not among ``loaded`` now (its rule file removed) is left out.  Past ``columns`` points,
+    each column is the mean of consecutive ticks (its ``t`` the last of them), so every
+    status answer stays small whatever the tick."""
+    names = sorted({rid for p in points for rid in p.tenants if loaded is None or rid in loaded})
     size = max(1, math.ceil(len(points) / columns))
     groups = [points[i : i + size] for i in range(0, len(points), size)]
     return {

@@ -82,6 +82,18 @@ def checked(state: object) -> SourceState:
     return SourceState(readable=False, why=f"its source returned garbage: {problem}", changed_at=time.monotonic())
 
 
+def says(st: SourceState) -> str:
+    """What a readable source says now, in a word or two: its phase, a busy probe's busy or
+    idle with why (the lists it counted), or only that it reads (a progress source, whose
+    rate is shown beside it)."""
+    if st.phase:
+        return st.phase
+    if st.busy is not None:
+        word = "busy" if st.busy else "idle"
+        return f"{word} ({st.why})" if st.why else word
+    return "reads"
+
+
 @dataclass(frozen=True)
 class Reading:
     """One reading of a source by one reader."""
@@ -297,6 +309,7 @@ class SourceBook:
                     "needs_helper": st.needs_helper,
                     "phase": st.phase,
                     "busy": st.busy,
+                    "says": says(st),
                     "count": st.count,
                     "rate": None if r is None else round(r, 4),
                     # a counted rate is over the last rate_window_s, and none is given before

@@ -84,6 +84,8 @@ def _rule_item(daemon: Parts, rid: str) -> dict[str, Any]:
     verdict = snap.decision.rules.get(rid) if snap.decision else None
     obs = snap.view.rules.get(rid) if snap.view else None
     now = time.monotonic()
+    sources = daemon.intake.book.view(rid, now)
+    running = bool(obs and obs.running)
     return {
         "kind": "rule",
         "id": rid,
@@ -92,7 +94,7 @@ def _rule_item(daemon: Parts, rid: str) -> dict[str, Any]:
         "priority": live.rule.priority if live else 0,
         "protected": bool(live and live.rule.protected),
         "immediate": bool(live and live.rule.immediate),
-        "running": bool(obs and obs.running),
+        "running": running,
         "pids": sorted(obs.pids) if obs else [],
         # its processes another rule selected first: inside its tree, they go with it
         "from_trees": {
@@ -103,16 +105,37 @@ def _rule_item(daemon: Parts, rid: str) -> dict[str, Any]:
         "using_gpu": bool(verdict and verdict.using_gpu),
         "using_for_s": round(now - verdict.using_since, 1) if verdict and verdict.using_since else None,
         "phases": list(verdict.phases) if verdict else [],
-        "sources": daemon.intake.book.view(rid, now),
+        "sources": sources,
         "faults": list(live.faults) if live else [],
         "holds": [r.to_dict() for r in verdict.holds] if verdict else [],
         "notes": [r.to_dict() for r in verdict.notes] if verdict else [],
         "vram_bytes": obs.vram_bytes if obs else None,
         "reclaimable": bool(live and live.rule.release),
         "releasing": _releasing(daemon, rid),
-        "profile_applied": rid in set(daemon.tenants.applied),
-        "problems": [dict(p) for p in [daemon.tenants.release_failed.get(rid)] if p],
+        "profile_applied": rid in daemon.tenants.applied,
+        "problems": [dict(p) for p in [daemon.tenants.release_failed.get(rid)] if p]
+        + ([] if running else misses_its_program(rid, sources)),
     }
+
+
+def misses_its_program(rid: str, sources: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A rule whose source advances while no process matches it most likely misses its
+    program (a ``match:`` written for another launch): said, with how to see what it misses."""
+    out = []
+    for src in sources:
+        if src["readable"] and src.get("rate"):
+            out.append(
+                {
+                    "code": codes.RULE_MATCHES_NOTHING,
+                    "message": (
+                        f"its source {src['slot']} ({src['kind']}) advances at {src['rate']:g}/s while no process "
+                        f"matches its match: block, so '{rid}' counts as not running and protects nothing"
+                    ),
+                    "remedy": f"`arbiter rules {rid}` shows what its match: selects and the near misses, "
+                    "with the field that missed; change that field in its rule file",
+                }
+            )
+    return out
 
 
 def _releasing(daemon: Parts, rid: str) -> dict[str, Any] | None:
@@ -225,7 +248,7 @@ def status_view(daemon: Parts) -> dict[str, Any]:
         "scan_ms": round(view.scan_s * 1000, 2) if view else None,
         "rules": rules,
         "vram": vram_view(daemon, rules),
-        "gpu_share_history": share_view(snap.shares),
+        "gpu_share_history": share_view(snap.shares, loaded=dict(daemon.rulebook.live).keys()),
         "jobs": jobs,
         "notices": ([r.to_dict() for r in decision.notices] if decision else [])
         + state_notices(daemon)

@@ -33,6 +33,8 @@ PROTECTION_GPU_ON = "PROTECTION_GPU_ON"
 PROTECTION_GPU_OFF = "PROTECTION_GPU_OFF"
 PROTECTED_GPU_BUSY = "PROTECTED_GPU_BUSY"
 RULE_PAUSE_FLEET = "RULE_PAUSE_FLEET"
+#: explain: a rule's source advances while no process matches its match: (a program it misses)
+RULE_MATCHES_NOTHING = "RULE_MATCHES_NOTHING"
 GPU_JOBS_NEVER = "GPU_JOBS_NEVER"
 GPU_EXCLUSIVE_WAIT = "GPU_EXCLUSIVE_WAIT"
 JOB_HELD = "JOB_HELD"
@@ -268,6 +270,12 @@ CATALOGUE: tuple[Code, ...] = (
         "problem",
         "No reader can measure GPU time: protected programs count as busy (fail safe).",
         "Install the GPU's driver or a reader plugin that reads it; `arbiter doctor` says which reader fails and why.",
+    ),
+    Code(
+        RULE_MATCHES_NOTHING,
+        "problem",
+        "A rule's source advances while no process matches its `match:` block: the rule protects nothing.",
+        "`arbiter rules RULE` shows what its match: selects now and the near misses, with the field that missed.",
     ),
     Code(
         CONFIG_REJECTED,

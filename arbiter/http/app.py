@@ -21,7 +21,7 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
         version=__version__,
         description="Status, reasons and timeline of a node's GPU sharing. Read-only; mutations need the token.",
         # the interactive docs pages load their scripts from a CDN and render blank offline:
-        # the schema itself, at /openapi.json, is what an offline node can serve
+        # /docs is a plain page of our own, made from the schema at /openapi.json
         docs_url=None,
         redoc_url=None,
     )
@@ -108,6 +108,12 @@ def create_app(provider: Provider, bind_host: str = "127.0.0.1") -> FastAPI:
     def reload() -> dict[str, str]:
         provider.reload()
         return {"status": "reloading"}
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    def api_docs() -> str:
+        from arbiter.http.apidocs import api_page
+
+        return api_page(app.openapi())
 
     @app.get("/", response_class=HTMLResponse)
     def page(

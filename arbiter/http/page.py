@@ -173,7 +173,7 @@ def sources_section(rules: Sequence[Mapping[str, Any]]) -> str:
     for r in rules:
         for src in r.get("sources") or []:
             if src.get("readable", True):
-                state = f"<span class='state run'>{esc(src.get('phase') or 'reads')}</span>"
+                state = f"<span class='state run'>{esc(src.get('says') or 'reads')}</span>"
             else:
                 why = "needs a session helper: " if src.get("needs_helper") else "cannot be read: "
                 state = f"<span class='bad'>{esc(why + str(src.get('why', '')))}</span>"
@@ -375,6 +375,6 @@ def render_page(provider: Provider, now: float, subject: str | None = None) -> s
         f"<title>arbiter {esc(status.get('version', ''))}</title><style>{CSS}</style></head><body>"
         f"<h1>arbiter</h1><div class='muted'>refreshes every {REFRESH_S}s; as of {clock(now)}; JSON at "
         "<a href='/v1/status'>/v1/status</a>, <a href='/v1/explain'>/v1/explain</a>, <a href='/v1/duty'>/v1/duty</a>, "
-        "<a href='/v1/timeline'>/v1/timeline</a>; API schema at <a href='/openapi.json'>/openapi.json</a></div>"
+        "<a href='/v1/timeline'>/v1/timeline</a>; the API at <a href='/docs'>/docs</a> (schema at <a href='/openapi.json'>/openapi.json</a>)</div>"
         f"{body}</body></html>"
     )

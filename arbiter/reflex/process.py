@@ -38,6 +38,7 @@ import gc
 import json
 import os
 import queue
+import signal
 import struct
 import sys
 import threading
@@ -259,6 +260,9 @@ class ReflexHost:
 
 
 def main() -> None:
+    # The daemon's terminal's ^C is the daemon's to act on: it stops this process itself,
+    # which ends when its input does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     inp = sys.stdin
     # the lines to the daemon go to a descriptor of their own: what a plugin, a library or
     # a child process writes to standard output goes to standard error

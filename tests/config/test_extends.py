@@ -336,3 +336,19 @@ def test_another_port_is_one_line(host: PluginHost, shipped: Path) -> None:
     assert urls == ["http://127.0.0.1:9188/queue", "http://127.0.0.1:9188/free", "http://127.0.0.1:9188/ws"]
     write(shipped, "mine.yaml", "extends: diffusion-server\nbase_url: 127.0.0.1:9188\n")
     assert any("base_url is a scheme, host and port" in str(p) for p in problems(check(host, shipped)))
+
+
+def test_a_rule_whose_file_is_deleted_leaves_a_timeline_entry(host: PluginHost, tmp_path: Path) -> None:
+    folder = tmp_path / "tenants.d"
+    folder.mkdir()
+    path = write(folder, "game.yaml", "id: game\nmatch: {name: [prog]}\n")
+    records: list[tuple[str, str, str]] = []
+    book = rulebook(folder, records, host)
+    try:
+        assert book.load() and list(book.live) == ["game"]
+        path.unlink()
+        assert book.load() and not book.live
+        (entry,) = [r for r in records if "unloaded" in r[2]]
+        assert entry[:2] == ("CONFIG_RELOADED", "game") and str(path) in entry[2] and "gone" in entry[2]
+    finally:
+        book.close()

@@ -155,3 +155,15 @@ def test_a_missing_phase_file_counts_as_on(host: PluginHost, tmp_path: Path) -> 
     obs = SourceObs(readable=state.readable, phase=state.phase, why=state.why)
     phase, reason = effective_phase(obs, running=True, faulty=False)
     assert phase == "on" and reason is not None and "does not exist" in reason.message
+
+
+def test_a_protect_source_that_gives_a_phase_is_refused(host: PluginHost, tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "id: t\nmatch: {cmdline: [x]}\nprotect:\n  metric: progress_rate\n"
+        "  source: {kind: jsonl, path: /tmp/x.jsonl, event: status, field: phase, on: [upload]}\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        parse_rule(path.read_text(), str(path), host.options_model, host.kind_names)
+    (p,) = err.value.problems
+    assert (p.field, p.line) == ("protect.source", 5) and "gives a phase" in p.message and "during:" in p.hint

@@ -76,3 +76,9 @@ def test_the_status_columns_are_few_whatever_the_tick() -> None:
     assert len(cols["t"]) <= COLUMNS and cols["t"][-1] == 999.0
     assert cols["tenants"]["p"] == [0.5] * len(cols["t"])  # the unread ticks left out of each mean
     assert all(0.0 <= j <= 2.0 for j in cols["jobs"])
+
+
+def test_a_tenant_whose_rule_is_gone_leaves_the_columns() -> None:
+    history = ShareHistory(tick_s=1.0)
+    history.add(view(0.0, {"a": 0.5, "gone": 0.25}, {}), 10.0)
+    assert list(share_view(history.points(), loaded={"a"})["tenants"]) == ["a"]

@@ -2,9 +2,10 @@
 in its own terminal where the page says so, with the files the page shows.
 
 What differs from a person at a keyboard, and why: the folder is the test's own instead of
-~/arbiter-try; the protected program runs 20 s instead of 60; the HTTP listener takes a free
-port (tests run side by side); and the terminals after the first get a runtime dir of their own
-(the daemon's pointer is how they find it without the config, as the page says).
+~/arbiter-try; the protected program runs 20 s instead of 60, under this interpreter rather
+than the first `python3` on the PATH; the HTTP listener takes a free port (tests run side by
+side); and the terminals after the first get a runtime dir of their own (the daemon's pointer
+is how they find it without the config, as the page says).
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ class Terminals:
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(args, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def start(self, args: list[str], env: dict[str, str], cwd: Path = ROOT) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(args, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.started.append(proc)
         return proc
 
@@ -132,7 +133,7 @@ def test_getting_started_command_by_command(tmp_path: Path) -> None:
     plain = {k: v for k, v in os.environ.items() if k != "ARBITER_CONFIG"}
     plain["XDG_RUNTIME_DIR"] = str(runtime)
     first = dict(plain)  # the first terminal, where the config is exported
-    files = {name: text for name, text in code_blocks(PAGE, "yaml") if name}
+    files = {name: text for lang in ("yaml", "python") for name, text in code_blocks(PAGE, lang) if name}
     terminals = Terminals()
     done: list[str] = []
     job: subprocess.Popen[str] | None = None
@@ -153,6 +154,24 @@ def test_getting_started_command_by_command(tmp_path: Path) -> None:
                 (where / "tenants.d" / "trainer.yaml").write_text(
                     files["tenants.d/trainer.yaml"].replace(DOC_DIR, str(where))
                 )
+                (where / "trainer" / "main.py").write_text(files["trainer/main.py"])
+                continue
+            if command.startswith("cd "):
+                # "start the protected program as you would start your trainer"
+                folder, launch = command[3:].split(" && ")
+                assert launch.split()[:2] == ["python3", "main.py"], command
+                terminals.start(
+                    [sys.executable, "main.py", PROTECTED_S], plain, cwd=Path(folder.replace(DOC_DIR, str(where)))
+                )
+
+                def trainer() -> dict[str, Any]:
+                    rule: dict[str, Any] = json.loads(run(STATUS, plain).stdout)["rules"][0]
+                    return rule
+
+                # "arbiter status now shows my-trainer running and using the GPU, and its sources"
+                wait_until(lambda: trainer()["using_gpu"], 30, "my-trainer to use the (stand-in) GPU")
+                shown = run([sys.executable, "-m", "arbiter", "status"], plain).stdout
+                assert "my-trainer" in shown and "Sources" in shown
                 continue
             args = argv(command, where)
             if command == "uv run arbiter --version":
@@ -172,17 +191,12 @@ def test_getting_started_command_by_command(tmp_path: Path) -> None:
 
                 wait_until(answers, 30, "the daemon to answer a second terminal")
                 assert daemon.poll() is None, daemon.communicate()
-            elif "protected_standin.py" in command:
-                terminals.start(args, plain)
-
-                def trainer() -> dict[str, Any]:
-                    rule: dict[str, Any] = json.loads(run(STATUS, plain).stdout)["rules"][0]
-                    return rule
-
-                # "arbiter status now shows my-trainer running and using the GPU, and its sources"
-                wait_until(lambda: trainer()["using_gpu"], 30, "my-trainer to use the (stand-in) GPU")
-                shown = run([sys.executable, "-m", "arbiter", "status"], plain).stdout
-                assert "my-trainer" in shown and "Sources" in shown
+            elif command.startswith("uv run arbiter rules "):
+                out = run(args, plain)
+                assert out.returncode == 0, out.stderr
+                # "the processes its match: selects now (here python3 main.py 60)"
+                selected = out.stdout.split("selects now:")[1].splitlines()[1]
+                assert selected.endswith(f" main.py {PROTECTED_S}"), out.stdout
             elif command.startswith("uv run arbiter job run"):
                 job = terminals.start(args, plain)
                 waited = job.stderr.readline() + job.stderr.readline() if job.stderr else ""

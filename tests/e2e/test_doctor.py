@@ -51,7 +51,8 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
         areas = {i["area"]: i for i in report["items"]}
         assert code == 1 and report["healthy"] is False
         assert areas["node config"]["ok"] and areas["rule files"]["ok"] and areas["plugins"]["ok"]
-        assert areas["reader cpu_time"]["ok"] and "reads GPU time" in areas["reader cpu_time"]["detail"]
+        # the stand-in says it stands in
+        assert areas["reader cpu_time"]["ok"] and "standing in for GPU time" in areas["reader cpu_time"]["detail"]
         source = areas["rule p source"]
         assert not source["ok"] and "nowhere" in source["detail"] and source["fix"]
         assert "GPU APIs" in areas and any(a.startswith("GPU API ") for a in areas)
@@ -59,6 +60,23 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path: Path) -> None:
         assert any(a.startswith("other users' processes") for a in areas)
         for item in report["items"]:
             assert item["ok"] or item["fix"], item
+    finally:
+        node.close()
+
+
+def test_doctor_shows_what_it_knows_while_the_daemon_checks_and_marks_what_does_not_apply(tmp_path: Path) -> None:
+    node = HarnessNode(tmp_path)
+    try:
+        node.add_rule("p", {"id": "p", "match": {"cmdline": ["sleep 1012"]}})
+        node.start()
+        out = node.cli("doctor", timeout=180)
+        assert "the daemon checks its readers, GPU APIs (probed again)" in out.stderr
+        lines = out.stdout.splitlines()
+        # the local items come first, printed before the daemon was asked
+        assert lines[0].startswith("ok   node config:")
+        apis = [line for line in lines if line[5:].startswith("GPU API ")]
+        unusable = [line for line in apis if "not usable" in line]
+        assert unusable and all(line.startswith("n/a  ") for line in unusable), apis
     finally:
         node.close()
 

@@ -359,3 +359,23 @@ def test_a_job_whose_launcher_and_processes_were_killed_ends_though_no_one_waite
     node.wait_for(lambda: node.events("JOB_EXITED", contains="its processes are gone"), timeout=30)
     assert node.job("plain") is None  # no longer among the daemon's jobs
     launcher.wait()
+
+
+def test_pause_and_resume_take_a_name_as_explain_does_and_say_what_they_did(
+    node: HarnessNode, procs: type[Procs]
+) -> None:
+    node.start()
+    node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "render-batch")
+    pid = node.job_pid("render-batch")
+    job_id = node.known_job("render-batch")["id"]
+    paused = node.cli("job", "pause", "render-batch")
+    assert paused.returncode == 0, paused.stderr
+    assert paused.stdout.strip() == f"job {job_id}: held by you until `arbiter job resume`"
+    procs.wait(pid, {"stopped"}, timeout=30)
+    again = node.cli("job", "pause", "render-batch")
+    assert again.stdout.strip() == f"job {job_id}: already held by you"
+    resumed = node.cli("job", "resume", "render-batch")
+    assert resumed.returncode == 0 and "your hold is lifted" in resumed.stdout, resumed.stderr
+    procs.wait(pid, RUNNING, timeout=30)
+    unknown = node.cli("job", "pause", "render-btch")
+    assert unknown.returncode != 0 and "no running job has id 'render-btch'" in unknown.stderr

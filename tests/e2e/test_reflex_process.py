@@ -127,3 +127,20 @@ def test_reflex_process_off_leaves_the_phase_to_the_decision_thread(tmp_path: Pa
         assert "reflex process" not in node.status()["fast_path"]["threads"]["source p/during.0"]
     finally:
         node.close()
+
+
+def test_ctrl_c_on_the_daemon_ends_the_reflex_process_quietly(tmp_path: Path) -> None:
+    """^C at the daemon's terminal reaches every process of its group: the reflex process
+    leaves it to the daemon, which stops it, rather than dying of it with a traceback."""
+    node, _events, _pid = start(tmp_path)
+    try:
+        process = node.wait_for(lambda: (p := node.status()["fast_path"]["reflex_process"]) and p["pid"] and p)
+        assert node.daemon is not None
+        os.kill(process["pid"], signal.SIGINT)
+        node.daemon.send_signal(signal.SIGINT)
+        assert node.daemon.wait(30) == 0
+        log = node.log()
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+        assert "given up" not in log and "PLUGIN_FAILED" not in log, log
+    finally:
+        node.close()

@@ -45,6 +45,19 @@ def test_rate_over_a_window_from_cumulative_counts() -> None:
     assert rate(samples, now=90.0, window_s=60.0) == pytest.approx(150 / 60)
 
 
+def test_a_rate_after_an_idle_minute_counts_from_when_progress_began_again() -> None:
+    # 45/s for ten seconds, idle for a minute, then 45/s again: thirty seconds on, the rate is
+    # the program's 45/s, not the idle minute averaged in
+    before = [(t / 10, int(4.5 * t)) for t in range(0, 101)]
+    after = [(70 + t / 10, 450 + int(4.5 * t)) for t in range(1, 301)]
+    assert rate(before + after, now=100.0, window_s=60.0, min_span_s=20.0) == pytest.approx(45.0, rel=0.03)
+    # a run started again from zero counts from its own start
+    restarted = [*before, *[(70 + t / 10, int(4.5 * t)) for t in range(1, 301)]]
+    assert rate(restarted, now=100.0, window_s=60.0, min_span_s=20.0) == pytest.approx(45.0, rel=0.03)
+    # a program slower than one step a window keeps its slow rate
+    assert rate([(0.0, 0), (100.0, 1), (200.0, 2)], now=250.0, window_s=60.0) == pytest.approx(1 / 150)
+
+
 def test_rate_needs_a_span() -> None:
     assert rate([], now=5.0, window_s=60.0) is None
     assert rate([(4.5, 3)], now=5.0, window_s=60.0) is None

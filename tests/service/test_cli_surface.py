@@ -78,6 +78,19 @@ def test_json_records_carry_the_exception() -> None:
     assert isinstance(JsonFormatter().format(logging.makeLogRecord({"msg": "x"})), str)
 
 
+def test_each_request_an_http_library_makes_is_not_a_line_but_its_warnings_are() -> None:
+    stream = io.StringIO()
+    handler = configure("text", stream=stream)
+    try:
+        logging.getLogger("httpx").info('HTTP Request: GET http://127.0.0.1:11434/api/ps "HTTP/1.1 200 OK"')
+        logging.getLogger("httpx").warning("a warning")
+        logging.getLogger("arbiter").info("arbiter running")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    said = stream.getvalue()
+    assert "HTTP Request" not in said and "a warning" in said and "arbiter running" in said
+
+
 def test_the_daemon_logs_json_lines(tmp_path: Path) -> None:
     node = HarnessNode(tmp_path)
     log_path = tmp_path / "stderr.log"

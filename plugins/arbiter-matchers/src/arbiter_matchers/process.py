@@ -215,6 +215,34 @@ class ProcessMatcher(Matcher):
         # where users are named, the process must be one of theirs
         return not (self._uids or self._usernames) or p.uid in self._uids or p.username in self._usernames
 
+    def misses(self, process: ProcessInfo) -> list[str]:
+        o, p = self.options, process
+        assert isinstance(o, ProcessOptions)
+        joined = " ".join(p.cmdline)
+        shown = joined if len(joined) <= 80 else joined[:77] + "..."
+        out = []
+        if self._names and p.name.lower() not in self._names:
+            out.append(f"name: {p.name!r} is not {_either(o.name)}")
+        if self._substrings and not any(s in joined.lower() for s in self._substrings):
+            out.append(f"cmdline: no {_either(o.cmdline)} in {shown!r}")
+        if self._suffixes and not joined.lower().endswith(self._suffixes):
+            out.append(f"cmdline_endswith: {shown!r} does not end with {_either(o.cmdline_endswith)}")
+        if self._prefixes:
+            exe = p.exe or (p.cmdline[0] if p.cmdline and os.path.isabs(p.cmdline[0]) else "")
+            if not exe.startswith(self._prefixes):
+                out.append(
+                    f"path_prefix: its executable {exe or '(unreadable)'!r} is not under {_either(o.path_prefix)}"
+                )
+        if self._scripts and not self._runs_script(p):
+            out.append(f"script: it runs no {_either(o.script)} (arguments {p.cmdline[1:]!r}, cwd {_cwd_of(p.pid)!r})")
+        if self._modules and not any(_runs_module(m, self._modules) for m in _modules_run(p.cmdline)):
+            out.append(f"module: it runs no {_either(o.module)} with -m")
+        if (self._cwd_prefixes or self._cwd_names) and not self._in_cwd(p.pid):
+            out.append(f"cwd: its working directory {_cwd_of(p.pid) or '(unreadable)'!r} is not {_either(o.cwd)}")
+        if (self._uids or self._usernames) and not (p.uid in self._uids or p.username in self._usernames):
+            out.append(f"user: it runs as {p.username or p.uid!r}, not {_either(o.user)}")
+        return out
+
     def _runs_script(self, p: ProcessInfo) -> bool:
         relative = []
         for raw in p.cmdline[1:]:
@@ -240,6 +268,10 @@ class ProcessMatcher(Matcher):
         if any(cwd == c or cwd.startswith(c + "/") for c in self._cwd_prefixes):
             return True
         return any(part.lower() in self._cwd_names for part in cwd.split("/") if part)
+
+
+def _either(values: list[str]) -> str:
+    return " or ".join(repr(v) for v in values)
 
 
 def _is_path(entry: str) -> bool:

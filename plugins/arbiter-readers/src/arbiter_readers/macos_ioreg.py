@@ -142,6 +142,7 @@ class MacosIoregReader(Reader):
     """
 
     preference = 30
+    platforms = frozenset({"darwin"})
 
     Options = MacosIoregOptions
 
