@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, ProcessRef
 from arbiter_slurm import commands, nodes
@@ -67,6 +67,8 @@ NOTHING_TO_DO = (
 )
 #: the timeline code of a paused job's process found running again, and stopped
 RESTOPPED = "SLURM_JOB_RESTOPPED"
+#: the timeline code of a job run again here and left suspended in Slurm for its other nodes
+DEFERRED = "SLURM_RESUME_DEFERRED"
 
 
 class SlurmOptions(KindOptions):
@@ -290,12 +292,28 @@ class SlurmTranslator(SignalTranslator):
         if job is not None and job.state == "SUSPENDED":
             held = self._held_elsewhere(job)
             if held:
-                log.info("Slurm job %s: left suspended in Slurm: %s still hold(s) GPU work", work.job, ", ".join(held))
+                self._say(
+                    work,
+                    DEFERRED,
+                    f"Slurm job {work.job} runs here again but stays suspended in Slurm: {', '.join(held)} "
+                    "still hold(s) GPU work; the last of its nodes to let it go resumes it",
+                    {"slurm_job": work.job, "held_on": held},
+                )
             else:
                 commands.run(["scontrol", "resume", work.job])
         with self._lock:  # a process paused again meanwhile stays stopped
             mine = [r for r in work.refs if r not in self._paused]
         super().resume(mine)
+
+    def _say(self, work: _Work, code: str, message: str, data: dict[str, Any]) -> None:
+        """A line on the timeline, for the arbiter job the work is for."""
+        log.info("%s", message)
+        note = self.context.note
+        if note is not None:
+            job_id = work.target.job_id if work.target is not None else ""
+            if not job_id and work.refs:
+                data = {**data, "pid": work.refs[0].pid}  # the daemon's paused set knows whose it was
+            note(job_id, code, message, data)
 
     def _held_elsewhere(self, job: commands.SlurmJob) -> list[str]:
         """The other nodes of the job that run arbiter and do not admit GPU work now."""
@@ -323,15 +341,13 @@ class SlurmTranslator(SignalTranslator):
             f"{'another of its nodes, ' + ', '.join(others) + ', or ' if others else ''}an operator)"
         )
         pids = [r.pid for r in work.refs]
-        note = self.context.note
-        if note is not None:
-            note(
-                work.target.job_id,
-                RESTOPPED,
-                f"process(es) {', '.join(map(str, pids))} of paused job {work.target.job_id} ran again: {who}; "
-                "stopped again at once, protection still holds them here",
-                {"pids": pids, "slurm_job": work.job, "slurm_state": state, "nodes": others},
-            )
+        self._say(
+            work,
+            RESTOPPED,
+            f"process(es) {', '.join(map(str, pids))} of paused job {work.target.job_id} ran again: {who}; "
+            "stopped again at once, protection still holds them here",
+            {"pids": pids, "slurm_job": work.job, "slurm_state": state, "nodes": others},
+        )
         if state == "RUNNING":
             commands.run(["scontrol", "suspend", work.job])  # S in squeue again: it cannot run partly
 
