@@ -84,7 +84,7 @@ def test_a_two_node_job_runs_only_once_both_nodes_let_it_go(slurm: SlurmCluster)
     job = slurm.sbatch("srun sleep 300\n", "-N2", "--nodelist=n1,n2", "--requeue")
     for name in ("n1", "n2"):
         wait_until(partial(running, slurm, job, name), WAIT_S, f"the job's task on {name}", poll_s=0.1)
-    wait_until(lambda: adopted(n2, f"slurm-{job}.0.1"), WAIT_S, "n2's task adopted", poll_s=0.1)
+    wait_until(lambda: adopted(n2, f"slurm-{job}.0.0"), WAIT_S, "n2's task adopted", poll_s=0.1)
     g1 = game(n1, 0)
     wait_until(lambda: stopped(slurm, job, "n1"), WAIT_S, "the job stopped on n1", poll_s=0.05)
     wait_until(lambda: slurm.jobs()[job]["job_state"] == "SUSPENDED", WAIT_S, "S in squeue", poll_s=0.1)
@@ -220,6 +220,8 @@ signal.signal(signal.SIGUSR1, save)
 while done < {steps}:
     time.sleep(0.05)
     done += 1
+    if done % 20 == 0:
+        print(f"at={{done}}", flush=True)
 print(f"result={{done}}", flush=True)
 """
 
@@ -229,11 +231,11 @@ def test_a_job_saves_its_work_on_its_checkpoint_signal_before_it_is_requeued(slu
     path = slurm.root / "job.py"
     path.write_text(WORKER.format(python=sys.executable, steps=STEPS))
     path.chmod(0o755)
-    options = (f"--output={slurm.root}/out-%j.txt", "--nodelist=n1", "--requeue")
+    options = (f"--output={slurm.root}/out-%j.txt", "--open-mode=append", "--nodelist=n1", "--requeue")
     out = slurm.run("sbatch", "--parsable", *options, str(path), str(slurm.root / "saved"))
     job = int(out.strip().split(";")[0])
     wait_until(lambda: adopted(n1, f"slurm-{job}"), WAIT_S, "the job adopted", poll_s=0.1)
-    wait_until(lambda: "restart=0" in slurm.output(job), WAIT_S, "the job started", poll_s=0.1)
+    wait_until(lambda: "at=40" in slurm.output(job), WAIT_S, "the job at work", poll_s=0.1)
     n1.call("job.stop", id=f"slurm-{job}")
     said = wait_until(
         lambda: seen_if(slurm.output(job), lambda o: "restart=1" in o), WAIT_S, "its second run", poll_s=0.1
@@ -243,4 +245,4 @@ def test_a_job_saves_its_work_on_its_checkpoint_signal_before_it_is_requeued(slu
     assert saved and saved[0] > 0 and carried == [saved[-1]], said
     final = wait_until(lambda: seen_if(slurm.output(job), lambda o: "result=" in o), WAIT_S, "its result", poll_s=0.2)
     assert f"result={STEPS}" in final, final
-    assert slurm.jobs()[job]["job_state"] == "COMPLETED"
+    wait_until(lambda: slurm.jobs()[job]["job_state"] == "COMPLETED", WAIT_S, "the job completed", poll_s=0.1)
