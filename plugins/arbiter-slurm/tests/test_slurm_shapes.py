@@ -100,6 +100,10 @@ def test_a_two_node_job_runs_only_once_both_nodes_let_it_go(slurm: SlurmCluster)
         assert stopped(slurm, job, "n2"), live(pids_of(slurm, job, "n2"))
         assert slurm.jobs()[job]["job_state"] == "SUSPENDED"
         assert not [e for e in n2.call("timeline", code="SLURM_JOB_RESTOPPED")["events"]]
+        # explain says how long an evicted job would still run here
+        (item,) = n2.call("explain", subject=f"slurm-{job}.0.0")["explain"]["items"]
+        assert "at most 10s to save its work" in item["pause_effect"], item
+        assert "killed 5s after Slurm's SIGTERM" in item["pause_effect"], item
 
         # whoever continues the job in Slurm, n2 stops its task again at once and says so
         slurm.run("scontrol", "resume", str(job))
@@ -111,6 +115,25 @@ def test_a_two_node_job_runs_only_once_both_nodes_let_it_go(slurm: SlurmCluster)
     wait_until(lambda: slurm.jobs()[job]["job_state"] == "RUNNING", WAIT_S, "R in squeue", poll_s=0.1)
     for name in ("n1", "n2"):
         wait_until(partial(running, slurm, job, name), WAIT_S, f"the job running on {name}", poll_s=0.1)
+
+
+def test_a_two_node_job_held_long_on_one_node_is_requeued_whole(slurm: SlurmCluster) -> None:
+    protecting(slurm, "n1", 0)
+    n2 = protecting(slurm, "n2", 1, evict_after_s=2.0)
+    job = slurm.sbatch("srun sleep 300\n", "-N2", "--nodelist=n1,n2", "--requeue", "--constraint=arbiter-admit")
+    wait_until(lambda: adopted(n2, f"slurm-{job}.0.0"), WAIT_S, "n2's task adopted", poll_s=0.1)
+    first = pids_of(slurm, job, "n1")
+    g2 = game(n2, 1)
+    try:
+        stops = n2.events("JOB_STOPPED", f"slurm-{job}.0.0")
+        assert [e["data"]["reasons"] for e in stops] == [["JOB_EVICTED"]], stops
+        # the whole job leaves, its processes on n1 too, and waits for nodes that all admit it
+        wait_until(lambda: slurm.jobs()[job]["restart_cnt"] == 1, WAIT_S, "the job requeued", poll_s=0.1)
+        wait_until(lambda: not live(first), WAIT_S, "the job's processes on n1 ended", poll_s=0.1)
+        assert slurm.jobs()[job]["job_state"] in ("PENDING", "REQUEUED", "COMPLETING"), slurm.jobs()[job]
+    finally:
+        end(g2)
+    wait_until(lambda: slurm.jobs()[job]["job_state"] == "RUNNING", WAIT_S, "the job running again", poll_s=0.1)
 
 
 def tasks(slurm: SlurmCluster, array: int) -> dict[int, dict[str, Any]]:
