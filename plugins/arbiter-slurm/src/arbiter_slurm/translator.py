@@ -54,6 +54,8 @@ REQUEUE_SETTLE_S = 30.0
 CREDENTIAL_CLEAR_S = 2
 #: how often the watcher looks at the processes of paused Slurm jobs
 WATCH_S = 0.01
+#: ... while it holds none (a job paused a moment ago is not continued by Slurm that soon)
+IDLE_WATCH_S = 0.1
 #: how often a job given its checkpoint signal is asked whether it still runs
 CHECKPOINT_POLL_S = 0.25
 #: what Slurm answers for a job with nothing to resume or requeue: it is pending or has ended
@@ -222,7 +224,8 @@ class SlurmTranslator(SignalTranslator):
     # --- the watcher: a paused job stays stopped here --------------------------------------------
 
     def _watch(self) -> None:
-        while not self._closed.wait(WATCH_S):
+        paused: list[tuple[ProcessRef, tuple[str, str]]] = []
+        while not self._closed.wait(WATCH_S if paused else IDLE_WATCH_S):
             with self._lock:
                 paused = list(self._paused.items())
             woken: dict[str, list[int]] = {}
@@ -413,6 +416,11 @@ class SlurmTranslator(SignalTranslator):
             time.sleep(0.1)
         try:
             commands.run(["scontrol", "update", f"JobId={key}", f"StartTime=now+{CREDENTIAL_CLEAR_S}"])
+            # slurmctld places a job whose start time has passed at its next scheduling pass
+            # (seconds away); an update of the job once it may start has it placed now
+            time.sleep(CREDENTIAL_CLEAR_S + 0.1)
+            if (job := self._job(key)) is not None and job.state == "PENDING":
+                commands.run(["scontrol", "update", f"JobId={key}", "StartTime=now"])
         except commands.SlurmError as exc:
             log.info("Slurm job %s requeued; placing it at once failed: %s", key, exc)
 
