@@ -52,10 +52,15 @@ REQUEUE_SETTLE_S = 30.0
 #: slurmd refuses a job's new start whose credential is dated no later than the second its
 #: last run was revoked in (the requeue): the job would end at once, "Job credential revoked"
 CREDENTIAL_CLEAR_S = 2
+#: how often a requeued job is asked whether it is pending (squeue --json lists every job: not
+#: too often, several lanes may ask at once)
+SETTLE_POLL_S = 0.25
 #: how often the watcher looks at the processes of paused Slurm jobs
 WATCH_S = 0.01
 #: ... while it holds none (a job paused a moment ago is not continued by Slurm that soon)
 IDLE_WATCH_S = 0.1
+#: how long a process just paused may take to stop before one seen running is said to have run again
+SETTLED_S = 0.5
 #: how often a job given its checkpoint signal is asked whether it still runs
 CHECKPOINT_POLL_S = 0.25
 #: what Slurm answers for a job with nothing to resume or requeue: it is pending or has ended
@@ -142,6 +147,7 @@ class SlurmTranslator(SignalTranslator):
         super().__init__(options, context)  # type: ignore[arg-type]
         self._lock = threading.Lock()
         self._paused: dict[ProcessRef, tuple[str, str]] = {}  # a paused process → (Slurm job, arbiter job)
+        self._paused_at: dict[ProcessRef, float] = {}  # ... when it was paused (monotonic)
         self._lanes: dict[str, _Lane] = {}
         self._closed = threading.Event()
         self._watching: threading.Thread | None = None  # started with the first pause
@@ -183,6 +189,7 @@ class SlurmTranslator(SignalTranslator):
         if job is not None:
             with self._lock:
                 self._paused.update(dict.fromkeys(paused, (job, target.job_id)))
+                self._paused_at.update(dict.fromkeys(paused, time.monotonic()))
                 if self._watching is None:
                     self._watching = threading.Thread(target=self._watch, name="slurm re-stop", daemon=True)
                     self._watching.start()
@@ -193,6 +200,7 @@ class SlurmTranslator(SignalTranslator):
         jobs: dict[str, list[ProcessRef]] = {}
         with self._lock:
             for ref in refs:
+                self._paused_at.pop(ref, None)
                 job = self._paused.pop(ref, (None, ""))[0] or job_of_process(ref.pid)
                 if job is not None:
                     jobs.setdefault(job, []).append(ref)
@@ -210,6 +218,7 @@ class SlurmTranslator(SignalTranslator):
         with self._lock:  # its stop continues it: no longer a pause to keep
             for ref in target.processes:
                 self._paused.pop(ref, None)
+                self._paused_at.pop(ref, None)
         self._put(_Work("requeue", job, target=target))
 
     def kill(self, target: JobTarget) -> None:
@@ -238,9 +247,11 @@ class SlurmTranslator(SignalTranslator):
                         continue
                     with self._lock:
                         still = self._paused.get(ref) is not None
-                    if stopped and still:
+                        # one paused a moment ago may not have stopped yet: stopped again, not said
+                        settled = time.monotonic() - self._paused_at.get(ref, 0.0) >= SETTLED_S
+                    if stopped and still and settled:
                         woken.setdefault(f"{job}\0{key}", []).append(ref.pid)
-                    elif stopped:  # resumed by arbiter meanwhile: its own resume stands
+                    elif stopped and not still:  # resumed by arbiter meanwhile: its own resume stands
                         super().resume([ref])
             for both, pids in woken.items():
                 job, key = both.split("\0")
@@ -413,7 +424,7 @@ class SlurmTranslator(SignalTranslator):
             if time.monotonic() >= deadline:
                 log.info("Slurm job %s requeued; still not pending after %gs: left to Slurm", key, REQUEUE_SETTLE_S)
                 return
-            time.sleep(0.1)
+            time.sleep(SETTLE_POLL_S)
         try:
             commands.run(["scontrol", "update", f"JobId={key}", f"StartTime=now+{CREDENTIAL_CLEAR_S}"])
             # slurmctld places a job whose start time has passed at its next scheduling pass
