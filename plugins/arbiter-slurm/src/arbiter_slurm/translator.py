@@ -27,6 +27,10 @@ is logged and the local pause stands (fail safe: the job stays stopped here).  A
 pending or has ended by the time a command reaches Slurm has nothing to resume or requeue:
 that is no failure.  A Slurm job's kill (a stop's grace ended) waits in its lane behind its
 requeue: a SIGKILL sent first would end the job rather than requeue it.
+
+The module runs past 400 lines because the pause, the re-stop watcher, the lanes and the
+requeue share one record of paused processes and its lock; split, each part would reach into
+the others' state.
 """
 
 from __future__ import annotations
