@@ -18,14 +18,20 @@ again with its restart count one higher.  Prints p50/p99.
 
 Last, fleet throughput against an oracle (``--throughput-s``, twice: eviction off, then
 ``evict_after_s`` at ``--evict-after-s``, the daemons started again for each, the same
-schedule both times).  ``--queue`` batch jobs are in the fleet at once (``sbatch --requeue
---constraint=arbiter-admit``; one that ends is followed by a new one), each ``--work-s``
-seconds of work that it counts in a checkpoint file and carries on from when it is run again,
-at most ``--slots`` on a node.  A protected program (a rule with ``pause_fleet``) starts and
+schedule both times, ``slurm.checkpoint_s`` and ``slurm.requeue_grace_s`` from
+``--checkpoint-s`` and ``--requeue-grace-s``).  ``--queue`` batch jobs are in the fleet at once
+(``sbatch --requeue --constraint=arbiter-admit``; one that ends is followed by a new one),
+each ``--work-s`` seconds of work, at most ``--slots`` on a node; a job asks for
+``--signal=B:USR1``, saves its work in a checkpoint file on that signal (and when it ends) and
+carries on from it when run again.  Every 0.1 s the pass looks at the job processes on the
+nodes whose protected program runs: one running there is within its grace when its job was
+evicted at most ``checkpoint_s + requeue_grace_s`` (and a second) before, before the node saw
+its protected program in the first 1.5 s of it, else outside (goal: 0).  A protected program (a rule with ``pause_fleet``) starts and
 stops on each node at random (seeded: off for an exponential time of mean ``--free-s``, on
 for one of mean ``--busy-s``).  The oracle knows when each node is free: at every moment it
 runs as many of the jobs as the free nodes have slots for, moving them at no cost.  Printed:
-the work the fleet did and the jobs it finished, against the oracle's.
+the work the fleet kept and the jobs it finished, against the oracle's, the work kept against
+the work run, and the looks at the protected nodes.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_throughput import ENDED, busy_schedule, free_share, oracle, restart_fleet, throughput
+from fleet_throughput import ENDED, Pass, busy_schedule, free_share, oracle, restart_fleet, throughput
 
 WAIT_S = 60.0
 POLL_S = 0.002
@@ -131,6 +137,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy-s", type=float, default=8.0, help="mean time it runs")
     ap.add_argument("--evict-after-s", type=float, default=3.0, help="evict_after_s in the second pass")
     ap.add_argument(
+        "--checkpoint-s",
+        type=float,
+        default=1.0,
+        help="slurm.checkpoint_s: the longest an evicted job runs on after its checkpoint signal",
+    )
+    ap.add_argument(
+        "--requeue-grace-s",
+        type=float,
+        default=2.0,
+        help="slurm.requeue_grace_s: how long an evicted job's processes may take to end after Slurm's SIGTERM",
+    )
+    ap.add_argument(
         "--queue",
         type=int,
         default=0,
@@ -161,9 +179,10 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
     back_local: list[float] = []
     back_slurm: list[float] = []
     requeue: list[float] = []
+    requeue3: list[float] = []
     ran_while_protected = 0
     samples_protected = 0
-    passes: dict[str, tuple[float, int, int]] = {}
+    passes: dict[str, Pass] = {}
     schedule: dict[str, list[tuple[float, float]]] = {}
     try:
         cluster.start()
@@ -217,6 +236,14 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
             wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
             requeue.append((time.perf_counter() - started) * 1000)
+        for name in names if args.requeue and args.jobs >= 4 else ():
+            three = jobs[name][1:4]  # three jobs of one node stopped at once
+            started = time.perf_counter()
+            for job in three:
+                cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
+            for job in three:
+                wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
+                requeue3.append((time.perf_counter() - started) * 1000)
         if args.throughput_s > 0:
             every = [j for js in jobs.values() for j in js]
             cluster.run("scancel", *map(str, every), check=False)  # their CPUs are the passes' slots
@@ -227,9 +254,11 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
                 poll_s=0.2,
             )
             schedule = busy_schedule(rng, names, args.throughput_s, args.free_s, args.busy_s)
+            grace = args.checkpoint_s + args.requeue_grace_s
             for tag, evict in (("off", None), ("on", args.evict_after_s)):
-                restart_fleet(cluster, names, evict_after_s=evict)
-                passes[tag] = throughput(cluster, names, args, schedule, tag)
+                slurm = {"checkpoint_s": args.checkpoint_s, "requeue_grace_s": args.requeue_grace_s}
+                restart_fleet(cluster, names, slurm, evict_after_s=evict)
+                passes[tag] = throughput(cluster, names, args, schedule, tag, grace_s=grace)
                 print(f"throughput pass, evict_after_s {evict}: {passes[tag]}", flush=True)
     finally:
         for proc in stand_ins:
@@ -246,6 +275,11 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
     print(f"phase off -> every job R in squeue: p50 {pct(back_slurm, 0.5):.0f} ms, p99 {pct(back_slurm, 0.99):.0f} ms")
     if args.requeue:
         print(f"stop -> requeued job running again: p50 {pct(requeue, 0.5):.0f} ms, p99 {pct(requeue, 0.99):.0f} ms")
+        if requeue3:
+            print(
+                f"three jobs of a node stopped at once -> each running again: p50 {pct(requeue3, 0.5):.0f} ms, "
+                f"p99 {pct(requeue3, 0.99):.0f} ms"
+            )
     print(
         f"samples (every 10 ms) with the phase on and a job process of its node not stopped: "
         f"{ran_while_protected} of {samples_protected}"
@@ -259,12 +293,23 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             f"{100 * (1 - free_share(schedule, args.throughput_s)):.0f}% of node time: "
             f"the oracle does {best:.0f} s of work, {oracle_jobs} jobs"
         )
-        for tag, (work, finished, requeued) in passes.items():
+        grace = args.checkpoint_s + args.requeue_grace_s
+        for tag, p in passes.items():
             evict = "off" if tag == "off" else f"{args.evict_after_s:g} s"
             print(
-                f"  evict_after_s {evict}: {work:.0f} s of work ({100 * work / best:.0f}% of the oracle's), "
-                f"{finished} jobs ({100 * finished / max(oracle_jobs, 1):.0f}%), {requeued} requeued"
+                f"  evict_after_s {evict}: {p.kept:.0f} s of work ({100 * p.kept / best:.0f}% of the oracle's), "
+                f"{p.finished} jobs ({100 * p.finished / max(oracle_jobs, 1):.0f}%), {p.requeued} requeued; "
+                f"work kept {p.kept:.0f} s of {p.ran:.0f} s run ({100 * p.kept / max(p.ran, 1e-9):.0f}%)"
             )
+            ran = max(p.evicted_ran_s, default=0.0)
+            print(
+                f"    protected nodes looked at {p.samples} times (every 0.1 s): a fleet process running there "
+                f"{len(p.outside)} times outside any grace, {p.in_grace} within an evicted job's grace "
+                f"({grace:g} s: checkpoint_s {args.checkpoint_s:g} + requeue_grace_s {args.requeue_grace_s:g}; "
+                f"longest seen {ran:.1f} s after its eviction), {p.reacting} before the node saw its protected program"
+            )
+            for what in p.outside[:10]:
+                print(f"      outside: {what}")
     return 0
 
 

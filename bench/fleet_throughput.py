@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import random
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter_testing.rules import own_sleep
@@ -19,28 +21,46 @@ from arbiter_testing.waiting import wait_until
 WAIT_S = 60.0
 #: how often a throughput pass replaces the jobs that ended
 TOP_UP_S = 0.25
+#: how often a throughput pass looks at the job processes of the protected nodes
+SAMPLE_S = 0.1
+#: how long a node takes to see its protected program start (a tick, and the decision after it)
+REACT_S = 1.5
 ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"})
-#: a throughput job: counts the seconds it ran in a checkpoint file (a gap longer than a few
-#: steps was a pause, and counts one step), carries on from it when run again, ends when done
+#: a throughput job: works in steps of 0.1 s (a gap longer than a few steps was a pause, and
+#: counts one step), saves what it has done to its checkpoint file on SIGUSR1 (the signal its
+#: script asks for, as a Slurm job that checkpoints before preemption does) and when it ends,
+#: and carries on from that file when run again; what it has run in all, kept or not, it writes
+#: to a file of its own run
 WORK = """\
-import os, sys, time
+import os, signal, sys, time
 path, total, step = sys.argv[1], float(sys.argv[2]), 0.1
 try:
     with open(path) as fh:
         done = float(fh.read())
 except (OSError, ValueError):
     done = 0.0
+start = done
+ran = f"{path}.ran-{os.environ.get('SLURM_RESTART_COUNT', '0')}"
 print(f"restart={os.environ.get('SLURM_RESTART_COUNT', '0')} from={done:.1f}", flush=True)
+
+def save(*_):
+    with open(path + ".tmp", "w") as fh:
+        fh.write(f"{done:.3f}")
+    os.replace(path + ".tmp", path)
+
+signal.signal(signal.SIGUSR1, save)
 last = time.monotonic()
 while done < total:
     time.sleep(step)
     now = time.monotonic()
     done += now - last if now - last < 3 * step else step
     last = now
-    with open(path + ".tmp", "w") as fh:
-        fh.write(f"{done:.3f}")
-    os.replace(path + ".tmp", path)
+    with open(ran, "w") as fh:
+        fh.write(f"{done - start:.3f}")
+save()
 """
+#: the checkpoint signal a throughput job asks for in its script
+SIGNAL_LINE = "#SBATCH --signal=B:USR1@30\n"
 
 
 def busy_schedule(
@@ -79,11 +99,13 @@ def free_share(schedule: dict[str, list[tuple[float, float]]], seconds: float) -
     return 1 - busy / (seconds * len(schedule))
 
 
-def restart_fleet(cluster: SlurmCluster, names: list[str], **config: Any) -> None:
+def restart_fleet(cluster: SlurmCluster, names: list[str], slurm: dict[str, Any] | None = None, **config: Any) -> None:
+    """Every node's daemon started again with ``config`` and ``slurm`` in its ``slurm:`` section."""
     for name in names:
         node = cluster.arbiter[name]
         node.stop()
         node.config.update(config)
+        node.config["slurm"] = {**(node.config.get("slurm") or {}), **(slurm or {})}
         node.write_config()
         cluster.restart_arbiter(name)
     wait_until(
@@ -105,51 +127,110 @@ def submit(cluster: SlurmCluster, script: str, options: tuple[str, ...]) -> int 
         raise
 
 
+@dataclass
+class Pass:
+    """What one throughput pass did."""
+
+    kept: float  # seconds of work saved (the jobs' checkpoints)
+    ran: float  # seconds of work run, kept or lost
+    finished: int
+    requeued: int
+    samples: int = 0  # looks at the protected nodes' job processes
+    outside: list[str] = field(default_factory=list)  # a fleet process running there, outside any grace
+    in_grace: int = 0  # ... within an evicted job's grace
+    reacting: int = 0  # ... before the node saw its protected program start (a tick)
+    evicted_ran_s: list[float] = field(default_factory=list)  # per eviction: how long after it a process ran there
+
+
+def worker_processes(marker: str) -> list[tuple[int, str, str, str]]:
+    """(pid, node, Slurm job, state) of every throughput job process running now."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                if marker.encode() not in fh.read():
+                    continue
+            with open(f"/proc/{entry.name}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                env = dict(i.split(b"=", 1) for i in fh.read().split(b"\0") if b"=" in i)
+        except (OSError, IndexError):
+            continue
+        node = env.get(b"SLURMD_NODENAME", b"").decode()
+        out.append((int(entry.name), node, env.get(b"SLURM_JOB_ID", b"").decode(), state))
+    return out
+
+
 def throughput(
     cluster: SlurmCluster,
     names: list[str],
     args: argparse.Namespace,
     schedule: dict[str, list[tuple[float, float]]],
     tag: str,
-) -> tuple[float, int, int]:
-    """One pass: (seconds of work done, jobs finished, requeues) in ``args.throughput_s``."""
+    grace_s: float = 0.0,
+    checkpoint: bool = True,
+) -> Pass:
+    """One pass in ``args.throughput_s``.  Every ``SAMPLE_S`` it looks at the job processes on
+    the nodes whose protected program runs: one not stopped is within its grace when its job
+    was stopped (evicted) at most ``grace_s`` (and a second of slack) before, reacting in the
+    first ``REACT_S`` of the protected program, else outside."""
     folder = cluster.root / f"throughput-{tag}"
     folder.mkdir()
     (folder / "work.py").write_text(WORK)
-    script = f"exec {sys.executable} {folder / 'work.py'} {folder}/work-$SLURM_JOB_ID {args.work_s}\n"
+    script = (SIGNAL_LINE if checkpoint else "") + (
+        f"exec {sys.executable} {folder / 'work.py'} {folder}/work-$SLURM_JOB_ID {args.work_s}\n"
+    )
     options = ("--requeue", "--constraint=arbiter-admit", f"--cpus-per-task={4 // args.slots}")
     jobs = [cluster.sbatch(script, *options, "--hold") for _ in range(args.queue)]
     events = sorted(
         (t, name, on) for name, spans in schedule.items() for span in spans for t, on in zip(span, (1, 0), strict=True)
     )
     games: dict[str, subprocess.Popen[bytes]] = {}
+    since: dict[str, float] = {}  # wall time each running protected program started
+    seen: list[tuple[float, str, str]] = []  # (time in the pass, node, Slurm job) of a process running while protected
+    start_wall = time.time()
+    samples = 0
     try:
         cluster.run("scontrol", "release", ",".join(map(str, jobs)))
-        start = time.perf_counter()
-        topped_up = 0.0
+        start, start_wall = time.perf_counter(), time.time()
+        topped_up = sampled = 0.0
         while (now := time.perf_counter() - start) < args.throughput_s:
             while events and events[0][0] <= now:
                 _, name, on = events.pop(0)
                 if on:
                     games[name] = subprocess.Popen(own_sleep(985000 + names.index(name)).split())
+                    since[name] = time.time()
                 else:
                     game = games.pop(name)
                     game.kill()
                     game.wait()
+                    since.pop(name, None)
+            if since and now - sampled >= SAMPLE_S:
+                sampled = now
+                samples += 1
+                wall = time.time()
+                for _pid, node, job, state in worker_processes(str(folder / "work.py")):
+                    if node in since and state not in ("T", "t", "Z"):
+                        seen.append((wall - start_wall, node, job))
             if now - topped_up >= TOP_UP_S:  # a job that ended is followed by a new one
                 topped_up = now
-                seen = cluster.jobs()
-                live = sum(1 for j in jobs if seen.get(j, {}).get("job_state") not in ENDED)
+                squeue = cluster.jobs()
+                live = sum(1 for j in jobs if squeue.get(j, {}).get("job_state") not in ENDED)
                 jobs += [j for _ in range(args.queue - live) if (j := submit(cluster, script, options)) is not None]
             time.sleep(0.02)
-        done = []
+        kept, ran = [], 0.0
         for path in folder.glob("work-*"):
             try:
-                done.append(min(float(path.read_text()), args.work_s))
+                if ".ran-" in path.name:
+                    ran += float(path.read_text())
+                elif not path.name.endswith(".tmp"):
+                    kept.append(min(float(path.read_text()), args.work_s))
             except ValueError:
                 continue
-        seen = cluster.jobs()
-        requeued = sum(seen[j]["restart_cnt"] for j in jobs if j in seen)
+        squeue = cluster.jobs()
+        requeued = sum(squeue[j]["restart_cnt"] for j in jobs if j in squeue)
     finally:
         for proc in games.values():
             proc.kill()
@@ -163,4 +244,23 @@ def throughput(
             poll_s=0.2,
             ignore=(AssertionError,),
         )
-    return sum(done), sum(1 for d in done if d >= args.work_s), requeued
+    result = Pass(sum(kept), ran, sum(1 for d in kept if d >= args.work_s), requeued, samples)
+    stops = {name: stopped_at(cluster.arbiter[name], start_wall) for name in names}
+    last_after: dict[tuple[str, str, float], float] = {}
+    for at, node, job in seen:
+        stop = max((t for t, subject in stops[node] if subject == job and t <= at), default=None)
+        if stop is not None and at - stop <= grace_s + 1.0:
+            result.in_grace += 1
+            last_after[(node, job, stop)] = max(last_after.get((node, job, stop), 0.0), at - stop)
+        elif any(on <= at < on + REACT_S for on, _ in schedule.get(node, [])):
+            result.reacting += 1
+        else:
+            result.outside.append(f"job {job} on {node} {at:.1f} s into the pass")
+    result.evicted_ran_s = sorted(last_after.values())
+    return result
+
+
+def stopped_at(node: Any, start_wall: float) -> list[tuple[float, str]]:
+    """(time in the pass, Slurm job) of each job the node's daemon stopped."""
+    events = node.call("timeline", code="JOB_STOPPED", limit=1000)["events"]
+    return [(e["t"] - start_wall, str(e["subject"]).removeprefix("slurm-").split(".")[0]) for e in events]

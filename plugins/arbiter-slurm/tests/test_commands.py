@@ -150,3 +150,44 @@ def test_the_hook_always_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_registered_through_its_entry_point() -> None:
     assert "slurm" in {p["name"] for p in build_plugin_manager().plugins()}
+
+
+def test_a_task_of_an_array_is_named_by_its_array_and_task() -> None:
+    # as squeue --json shows 22.05's array 2: the task that keeps the array's own job id is 2_3
+    jobs = commands.parse_squeue(
+        json.dumps(
+            {
+                "jobs": [
+                    {"job_id": 4, "array_job_id": 2, "array_task_id": 0, "job_state": "RUNNING"},
+                    {"job_id": 2, "array_job_id": 2, "array_task_id": 3, "job_state": "PENDING"},
+                    {"job_id": 1, "array_job_id": 0, "array_task_id": None, "job_state": "RUNNING"},
+                    {"job_id": 9, "array_job_id": {"set": True, "number": 0}, "array_task_id": {"set": False}},
+                ]
+            }
+        )
+    )
+    assert [j.key for j in jobs] == ["2_0", "2_3", "1", "9"]
+    assert commands.id_from_env({"SLURM_JOB_ID": "4", "SLURM_ARRAY_JOB_ID": "2", "SLURM_ARRAY_TASK_ID": "0"}) == "2_0"
+    assert commands.id_from_env({"SLURM_JOB_ID": "4"}) == "4"
+    assert commands.job_key("2_0", "batch", 0) == "slurm-2_0"
+
+
+def test_a_checkpoint_signal_is_read_as_sbatch_takes_it() -> None:
+    assert commands.parse_signal("B:USR1@60") == commands.CheckpointSignal("USR1", True)
+    assert commands.parse_signal("SIGUSR2") == commands.CheckpointSignal("USR2", False)
+    assert commands.parse_signal("10@5") == commands.CheckpointSignal("10", False)
+    assert commands.parse_signal("X:USR1") is None
+    assert commands.CheckpointSignal("USR1", True).scancel("2_3") == ["scancel", "--signal=USR1", "--batch", "2_3"]
+    script = "#!/bin/sh\n# train\n#SBATCH --requeue\n#SBATCH --signal=B:USR1@60\npython train.py\n"
+    assert commands.script_signal(script) == commands.CheckpointSignal("USR1", True)
+    # sbatch reads no #SBATCH line after the first command
+    assert commands.script_signal("#!/bin/sh\necho hi\n#SBATCH --signal=USR1\n") is None
+    assert commands.script_signal("#!/bin/sh\n#SBATCH --signal USR2\n") == commands.CheckpointSignal("USR2", False)
+
+
+def test_arbiter_slurm_help_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ended:
+        hooks.main(["--help"])
+    assert ended.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: arbiter-slurm") and "TaskProlog=" in out, out

@@ -108,7 +108,7 @@ def test_a_wrong_slurm_section_is_refused_at_its_line(tmp_path: Path) -> None:
     _, problems = sections(tmp_path, "slurm:\n  node: n7\n  drain_after: 45\n")
     assert problems == [
         f"{tmp_path}/arbiter.yaml:4:3: slurm.drain_after: unknown key 'drain_after' "
-        "(did you mean 'drain_after_s'? known keys here: drain_after_s, node)"
+        "(did you mean 'drain_after_s'? known keys here: checkpoint_s, checkpoint_signal, drain_after_s, node, requeue_grace_s)"
     ], problems
     _, problems = sections(tmp_path, "slurm:\n  drain_after_s: 5m\n")
     assert len(problems) == 1 and "arbiter.yaml:3:18: slurm.drain_after_s:" in problems[0], problems

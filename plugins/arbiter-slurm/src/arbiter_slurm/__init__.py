@@ -37,7 +37,7 @@ def scheduler_jobs(node: str) -> list[dict[str, Any]]:
         try:
             manifest = commands.manifest_from_comment(job.comment)
         except commands.SlurmError as exc:
-            log.warning("Slurm job %s: %s; adopted as plain GPU work", job.job_id, exc)
+            log.warning("Slurm job %s: %s; adopted as plain GPU work", job.key, exc)
             manifest = None
         try:
             tasks = commands.listpids(job.job_id, node)
@@ -49,7 +49,7 @@ def scheduler_jobs(node: str) -> list[dict[str, Any]]:
                 continue  # a process the task started: its tree is the job's already
             out.append(
                 {
-                    "id": commands.job_key(job.job_id, task.step, task.local_id),
+                    "id": commands.job_key(job.key, task.step, task.local_id),
                     "uid": job.uid,
                     "pid": task.pid,
                     "manifest": manifest,

@@ -46,6 +46,14 @@ class SlurmJob:
     requeue: bool
     restart_count: int
     nodes: str = ""  # Slurm's host list: n[1-2]
+    array_job_id: int = 0  # an array's task: the array's job id (0 for a job of no array)
+    array_task_id: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The id every command arbiter sends names the job by: ``<array job>_<task>`` for an
+        array's task (a bare id there is the whole array to Slurm), else the job id."""
+        return task_id(self.job_id, self.array_job_id, self.array_task_id)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,27 @@ class NodeOptions(KindOptions):
         ge=0,
         allow_inf_nan=False,
         description="drain the node once protection has held new GPU work this long; null: never drain it",
+    )
+    checkpoint_signal: str | None = Field(
+        None,
+        pattern=r"^([BR]:)?(SIG)?[A-Z0-9]+$",
+        description="the signal a job is given to save its work before it is requeued, as sbatch's --signal "
+        "takes it (B:USR1: the batch shell only); null: the job's own #SBATCH --signal, else none",
+    )
+    checkpoint_s: float = Field(
+        10.0,
+        ge=0,
+        le=600,
+        allow_inf_nan=False,
+        description="the longest a job given its checkpoint signal runs on before it is requeued",
+    )
+    requeue_grace_s: float = Field(
+        5.0,
+        ge=0,
+        le=600,
+        allow_inf_nan=False,
+        description="how long a requeued job's processes here may take to end on Slurm's SIGTERM before "
+        "they are killed",
     )
 
 
@@ -147,7 +176,22 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         requeue=bool(j.get("requeue")),
         restart_count=_number(j.get("restart_cnt")),
         nodes=str(j.get("nodes") or ""),
+        array_job_id=_number(j.get("array_job_id")),
+        array_task_id=None if j.get("array_task_id") is None else _number(j.get("array_task_id")),
     )
+
+
+def task_id(job_id: int | str, array_job_id: int | str | None, array_task_id: int | str | None) -> str:
+    """A job's name in Slurm's commands: ``<array job>_<task>`` for a task of an array (the
+    task that keeps the array's own job id included), else the job id."""
+    if array_job_id not in (None, "", 0, "0") and array_task_id not in (None, ""):
+        return f"{array_job_id}_{array_task_id}"
+    return str(job_id)
+
+
+def id_from_env(env: dict[str, str]) -> str:
+    """The job's name in Slurm's commands, from the variables slurmd gives its hooks and tasks."""
+    return task_id(env.get("SLURM_JOB_ID", ""), env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID"))
 
 
 def expand_hostlist(expr: str) -> list[str]:
@@ -218,3 +262,53 @@ def manifest_from_comment(comment: str) -> dict[str, Any] | None:
 
 def valid_job_id(text: str) -> bool:
     return bool(_JOB_ID.match(text))
+
+
+@dataclass(frozen=True)
+class CheckpointSignal:
+    """What a job is given to save its work: ``sbatch --signal=[B:]<sig>[@<time>]``."""
+
+    name: str  # USR1
+    batch: bool  # B: the batch shell alone, else every step's tasks
+
+    def scancel(self, job: str) -> list[str]:
+        return ["scancel", f"--signal={self.name}", *(["--batch"] if self.batch else []), job]
+
+    def __str__(self) -> str:
+        return ("B:" if self.batch else "") + self.name
+
+
+def parse_signal(text: str) -> CheckpointSignal | None:
+    """``[B:|R:]<name or number>[@<seconds>]`` as sbatch's --signal takes it; None when it is not."""
+    spec = text.strip().split("@", 1)[0]
+    flags, _, name = spec.rpartition(":")
+    if flags not in ("", "B", "R", "BR", "RB"):
+        return None
+    name = name.upper().removeprefix("SIG")
+    if not re.fullmatch(r"[A-Z0-9]+", name):
+        return None
+    return CheckpointSignal(name, "B" in flags)
+
+
+def script_signal(script: str) -> CheckpointSignal | None:
+    """The ``#SBATCH --signal=...`` a batch script gives (sbatch reads ``#SBATCH`` lines up to
+    the first command), else None."""
+    for line in script.splitlines()[1:] if script.startswith("#!") else script.splitlines():
+        stripped = line.strip()
+        if not stripped or (stripped.startswith("#") and not stripped.startswith("#SBATCH")):
+            continue
+        if not stripped.startswith("#SBATCH"):
+            return None
+        match = re.search(r"--signal[= ]\s*(\S+)", stripped)
+        if match:
+            return parse_signal(match.group(1))
+    return None
+
+
+def job_signal(job: str) -> CheckpointSignal | None:
+    """The checkpoint signal job ``job``'s own script asks for, else None (a job without a
+    script, as ``srun`` starts, included)."""
+    try:
+        return script_signal(run(["scontrol", "write", "batch_script", job, "-"]))
+    except SlurmError:
+        return None

@@ -54,6 +54,28 @@ AFTER = {
 }
 
 
+HELP = """usage: arbiter-slurm [prolog | taskprolog | epilog]
+
+slurm.conf's Prolog, TaskProlog and Epilog for arbiter (name this program for all three):
+
+  Prolog=/path/to/arbiter-slurm
+  TaskProlog=/path/to/arbiter-slurm
+  Epilog=/path/to/arbiter-slurm
+
+Without an argument the role comes from $SLURM_SCRIPT_CONTEXT, as slurmd sets it.
+
+  taskprolog  hand the task about to start to the node's arbiter daemon (as slurm-<job id>,
+              slurm-<array job>_<task> for a task of an array) and export ARBITER_JOB_ID,
+              ARBITER_CONTROL and ARBITER_EVENTS to it
+  epilog      end the job's arbiter jobs on this node at once
+  prolog      check that the node's daemon answers, and say so in slurmd's log when not
+
+It always exits 0 (a failing Prolog or Epilog drains the node) and writes what went wrong to
+standard error.  Which daemon: the node config in $ARBITER_SLURM_CONFIGS (or arbiter/ beside
+slurm.conf) whose slurm.node names $SLURMD_NODENAME, else the node config arbiter finds itself.
+See docs/fleet-slurm.md."""
+
+
 class HookError(Exception):
     pass
 
@@ -143,7 +165,7 @@ def manifest_for(env: dict[str, str], job_id: str) -> dict[str, Any] | None:
     except commands.SlurmError as exc:
         raise HookError(f"cannot read job {job_id}'s comment: {exc}") from None
     for job in jobs:
-        if str(job.job_id) == job_id:
+        if job.key == job_id:
             try:
                 return commands.manifest_from_comment(job.comment)
             except commands.SlurmError as exc:
@@ -153,7 +175,7 @@ def manifest_for(env: dict[str, str], job_id: str) -> dict[str, Any] | None:
 
 def taskprolog(env: dict[str, str], parent_pid: int) -> list[str]:
     """Hand the task to the daemon; the lines to print (``export NAME=value``)."""
-    job_id = env.get("SLURM_JOB_ID", "")
+    job_id = commands.id_from_env(env)
     if not commands.valid_job_id(job_id):
         raise HookError(f"SLURM_JOB_ID is {job_id!r}: not run by slurmstepd as a TaskProlog?")
     step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "batch"
@@ -181,7 +203,7 @@ def taskprolog(env: dict[str, str], parent_pid: int) -> list[str]:
 
 def epilog(env: dict[str, str]) -> list[str]:
     """End the job's arbiter jobs on this node; their ids."""
-    job_id = env.get("SLURM_JOB_ID", "")
+    job_id = commands.id_from_env(env)
     if not commands.valid_job_id(job_id):
         raise HookError(f"SLURM_JOB_ID is {job_id!r}: not run by slurmd as an Epilog?")
     jobs = call(env, "status")["status"].get("jobs") or []
@@ -217,6 +239,9 @@ def run_role(role: str, env: dict[str, str], parent_pid: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "--help", "help"):
+        print(HELP)
+        sys.exit(0)
     env = dict(os.environ)
     role = args[0] if args else ROLES.get(env.get("SLURM_SCRIPT_CONTEXT", ""), "")
     try:

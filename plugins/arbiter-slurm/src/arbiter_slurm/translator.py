@@ -1,43 +1,85 @@
 """``slurm``: a pause the scheduler can see.
 
-For a Slurm job (arbiter job ``slurm-<id>...``): pause stops the job's processes here at once
-with SIGSTOP, as the ``signal`` translator does (Slurm itself stops a job only about two
-seconds after its SIGTSTP), then tells Slurm: ``scontrol suspend`` (the job shows ``S`` in
-squeue and its time limit stops counting).  Resume is ``scontrol resume``, then SIGCONT here.
-Stop is ``scontrol requeue`` for a job that may be requeued (``sbatch --requeue``; a
-suspended job is resumed first, so that it gets the grace Slurm gives it, never a bare
-SIGKILL) followed by ``StartTime=now+2`` so it is placed again in seconds; a job that may not be
-requeued is ended here with SIGTERM, as by the ``signal`` translator.  Other jobs are paused
-and ended with signals alone.
+For a Slurm job (arbiter job ``slurm-<id>...``, ``slurm-<array job>_<task>`` for a task of an
+array): pause stops the job's processes here at once with SIGSTOP, as the ``signal``
+translator does (Slurm itself stops a job only about two seconds after its SIGTSTP), then
+tells Slurm: ``scontrol suspend`` (the job shows ``S`` in squeue and its time limit stops
+counting).  Resume is ``scontrol resume``, then SIGCONT here; a job that also runs on other
+nodes is resumed in Slurm only once every one of them that runs arbiter admits GPU work
+(``arbiter-admit``): the last node to let it go resumes it.
 
-The Slurm commands run in order on one thread of the translator's own, so a decision never
-waits for slurmctld; one that fails is logged and the local pause stands (fail safe: the job
-stays stopped here).  A Slurm job's kill (a stop's grace ended) waits on that thread behind
-its requeue: a SIGKILL sent first would end the job rather than requeue it.
+A node that still protects keeps the job stopped here whatever happens elsewhere: while it
+holds a Slurm job paused, a watcher looks at the paused processes every few milliseconds, and
+one found running again (Slurm continued the job: another of its nodes, an operator) is
+stopped at once, the job suspended in Slurm again, and the timeline says so.
+
+Stop is a requeue for a job that may be requeued (``sbatch --requeue``): the job is given its
+checkpoint signal (``slurm.checkpoint_signal``, else its own ``#SBATCH --signal``) and at most
+``slurm.checkpoint_s`` to save its work, then ``scontrol requeue``; its processes here get
+``slurm.requeue_grace_s`` to end on Slurm's SIGTERM before they are killed, and it is placed
+again in seconds (``StartTime=now+2``).  A job that may not be requeued is ended here with
+SIGTERM, as by the ``signal`` translator.  Other jobs are paused and ended with signals alone.
+
+The Slurm commands run on threads of the translator's own, one lane per Slurm job: a job's
+commands run in order, different jobs' at the same time (three jobs evicted at once are each
+requeued as soon as one would be), and a decision never waits for slurmctld.  One that fails
+is logged and the local pause stands (fail safe: the job stays stopped here).  A job that is
+pending or has ended by the time a command reaches Slurm has nothing to resume or requeue:
+that is no failure.  A Slurm job's kill (a stop's grace ended) waits in its lane behind its
+requeue: a SIGKILL sent first would end the job rather than requeue it.
+
+The module runs past 400 lines because the pause, the re-stop watcher, the lanes and the
+requeue share one record of paused processes and its lock; split, each part would reach into
+the others' state.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
+import os
+import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, ProcessRef
-from arbiter_slurm import commands
-from arbiter_translators.signals import SignalTranslator
+from arbiter_slurm import commands, nodes
+from arbiter_translators.signals import PLAIN_PAUSE, SignalTranslator
 
 log = logging.getLogger(__name__)
 
-Op = Literal["suspend", "resume", "requeue", "kill"]
+Op = Literal["suspend", "resume", "requeue", "kill", "restopped"]
 #: how long a requeued job may take to finish completing before it is placed again at once
 REQUEUE_SETTLE_S = 30.0
 #: slurmd refuses a job's new start whose credential is dated no later than the second its
 #: last run was revoked in (the requeue): the job would end at once, "Job credential revoked"
 CREDENTIAL_CLEAR_S = 2
+#: how often a requeued job is asked whether it is pending (squeue --json lists every job: not
+#: too often, several lanes may ask at once)
+SETTLE_POLL_S = 0.25
+#: how often the watcher looks at the processes of paused Slurm jobs
+WATCH_S = 0.01
+#: ... while it holds none (a job paused a moment ago is not continued by Slurm that soon)
+IDLE_WATCH_S = 0.1
+#: how long a process just paused may take to stop before one seen running is said to have run again
+SETTLED_S = 0.5
+#: how often a job given its checkpoint signal is asked whether it still runs
+CHECKPOINT_POLL_S = 0.25
+#: what Slurm answers for a job with nothing to resume or requeue: it is pending or has ended
+NOTHING_TO_DO = (
+    "pending execution",
+    "not suspended",
+    "already completed",
+    "invalid job id",
+    "job has already finished",
+    "already suspended",
+)
+#: the timeline code of a paused job's process found running again, and stopped
+RESTOPPED = "SLURM_JOB_RESTOPPED"
+#: the timeline code of a job run again here and left suspended in Slurm for its other nodes
+DEFERRED = "SLURM_RESUME_DEFERRED"
 
 
 class SlurmOptions(KindOptions):
@@ -52,8 +94,16 @@ class _Work:
     target: JobTarget | None = None
 
 
+@dataclass
+class _Lane:
+    """One Slurm job's commands, in order; a thread runs them while there are any."""
+
+    queue: list[_Work] = field(default_factory=list)
+    busy: bool = False
+
+
 def slurm_job(job_id: str) -> str | None:
-    """The Slurm job id of an arbiter job id (``slurm-17``, ``slurm-17.0.1``), else None."""
+    """The Slurm job id of an arbiter job id (``slurm-17``, ``slurm-17.0.1``, ``slurm-16_3``), else None."""
     if not job_id.startswith("slurm-"):
         return None
     number = job_id.removeprefix("slurm-").split(".", 1)[0]
@@ -65,57 +115,89 @@ def job_of_process(pid: int) -> str | None:
     name processes only)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
-            env = fh.read().split(b"\0")
+            items = fh.read().split(b"\0")
     except OSError:
         return None
-    for item in env:
-        if item.startswith(b"SLURM_JOB_ID="):
-            value = item.split(b"=", 1)[1].decode(errors="replace")
-            return value if commands.valid_job_id(value) else None
-    return None
+    env = {}
+    for item in items:
+        name, _, value = item.partition(b"=")
+        if name.startswith(b"SLURM_"):
+            env[name.decode(errors="replace")] = value.decode(errors="replace")
+    job = commands.id_from_env(env)
+    return job if commands.valid_job_id(job) else None
+
+
+def nothing_to_do(exc: commands.SlurmError) -> bool:
+    """Whether Slurm refused because the job is pending or has ended."""
+    return any(said in str(exc).lower() for said in NOTHING_TO_DO)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process is there and not stopped (free to run)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("T", "t", "Z", "X")
 
 
 class SlurmTranslator(SignalTranslator):
     Options = SlurmOptions  # type: ignore[assignment]
     actions = frozenset({"pause", "resume", "terminate", "kill"})
-    bounded = True  # signals here; Slurm's commands wait on the translator's own thread
+    bounded = True  # signals here; Slurm's commands wait on the translator's own threads
     rank = 30  # after the local ones: it serves where it is named or they are not available
 
     def __init__(self, options: SlurmOptions, context: PluginContext) -> None:
         super().__init__(options, context)  # type: ignore[arg-type]
         self._lock = threading.Lock()
-        self._paused: dict[ProcessRef, str] = {}  # a paused process → its Slurm job
-        self._work: queue.Queue[_Work | None] = queue.Queue()
-        self._thread: threading.Thread | None = None  # started with its first work
+        self._paused: dict[ProcessRef, tuple[str, str]] = {}  # a paused process → (Slurm job, arbiter job)
+        self._paused_at: dict[ProcessRef, float] = {}  # ... when it was paused (monotonic)
+        self._lanes: dict[str, _Lane] = {}
+        self._closed = threading.Event()
+        self._watching: threading.Thread | None = None  # started with the first pause
 
-    def _put(self, work: _Work) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="slurm translator", daemon=True)
-                self._thread.start()
-        self._work.put(work)
+    @property
+    def opts(self) -> commands.NodeOptions:
+        return commands.options(self.context)
 
     def available(self) -> tuple[bool, str]:
         ok, why = super().available()
         if not ok:
             return ok, why
-        if not commands.configured(commands.options(self.context)):
+        if not commands.configured(self.opts):
             return False, "Slurm is not installed or configured here (no squeue/scontrol, or no slurm.conf)"
         return True, ""
 
     def close(self) -> None:
-        with self._lock:
-            thread = self._thread
-        if thread is not None:
-            self._work.put(None)
-            thread.join(timeout=commands.TIMEOUT_S * 3)
+        self._closed.set()
+        deadline = time.monotonic() + commands.TIMEOUT_S * 3
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not any(lane.busy for lane in self._lanes.values()):
+                    return
+            time.sleep(0.05)
+
+    def pause_effect(self, refs: Sequence[ProcessRef]) -> str:
+        o = self.opts
+        sig = o.checkpoint_signal or "its own #SBATCH --signal, if it gives one,"
+        return (
+            f"{PLAIN_PAUSE}; the Slurm job is suspended (S in squeue). Evicted, a job that may be requeued is "
+            f"given {sig} and at most {o.checkpoint_s:g}s to save its work, then requeued; its processes here "
+            f"are killed {o.requeue_grace_s:g}s after Slurm's SIGTERM (at most "
+            f"{o.checkpoint_s + o.requeue_grace_s:g}s running here in all)"
+        )
 
     def pause(self, target: JobTarget) -> list[ProcessRef]:
         paused = super().pause(target)
         job = slurm_job(target.job_id)
         if job is not None:
             with self._lock:
-                self._paused.update(dict.fromkeys(paused, job))
+                self._paused.update(dict.fromkeys(paused, (job, target.job_id)))
+                self._paused_at.update(dict.fromkeys(paused, time.monotonic()))
+                if self._watching is None:
+                    self._watching = threading.Thread(target=self._watch, name="slurm re-stop", daemon=True)
+                    self._watching.start()
             self._put(_Work("suspend", job))
         return paused
 
@@ -123,7 +205,8 @@ class SlurmTranslator(SignalTranslator):
         jobs: dict[str, list[ProcessRef]] = {}
         with self._lock:
             for ref in refs:
-                job = self._paused.pop(ref, None) or job_of_process(ref.pid)
+                self._paused_at.pop(ref, None)
+                job = self._paused.pop(ref, (None, ""))[0] or job_of_process(ref.pid)
                 if job is not None:
                     jobs.setdefault(job, []).append(ref)
         super().resume(refs)
@@ -137,6 +220,10 @@ class SlurmTranslator(SignalTranslator):
         if job is None:
             super().terminate(target)
             return
+        with self._lock:  # its stop continues it: no longer a pause to keep
+            for ref in target.processes:
+                self._paused.pop(ref, None)
+                self._paused_at.pop(ref, None)
         self._put(_Work("requeue", job, target=target))
 
     def kill(self, target: JobTarget) -> None:
@@ -144,66 +231,217 @@ class SlurmTranslator(SignalTranslator):
         if job is None:
             super().kill(target)
             return
-        # after its requeue, on the same thread: a SIGKILL that came first would end the job
-        # (a slow squeue or scontrol outlasts a short stop_grace_s) instead of requeueing it
+        # after its requeue, in its lane: a SIGKILL that came first would end the job (a
+        # slow squeue or scontrol outlasts a short stop_grace_s) instead of requeueing it
         self._put(_Work("kill", job, target=target))
 
-    # --- the Slurm side, in order, on the translator's thread ----------------------------------
+    # --- the watcher: a paused job stays stopped here --------------------------------------------
 
-    def _run(self) -> None:
-        while True:
-            work = self._work.get()
-            if work is None:
+    def _watch(self) -> None:
+        paused: list[tuple[ProcessRef, tuple[str, str]]] = []
+        while not self._closed.wait(WATCH_S if paused else IDLE_WATCH_S):
+            with self._lock:
+                paused = list(self._paused.items())
+            woken: dict[str, list[int]] = {}
+            for ref, (job, key) in paused:
+                if _running(ref.pid):
+                    try:
+                        stopped = self._send_all([ref], signal.SIGSTOP, "pause", None, key)
+                    except Exception as exc:  # the next look tries again
+                        log.warning("Slurm job %s: cannot stop pid %d again: %s", job, ref.pid, exc)
+                        continue
+                    with self._lock:
+                        still = self._paused.get(ref) is not None
+                        # one paused a moment ago may not have stopped yet: stopped again, not said
+                        settled = time.monotonic() - self._paused_at.get(ref, 0.0) >= SETTLED_S
+                    if stopped and still and settled:
+                        woken.setdefault(f"{job}\0{key}", []).append(ref.pid)
+                    elif stopped and not still:  # resumed by arbiter meanwhile: its own resume stands
+                        super().resume([ref])
+            for both, pids in woken.items():
+                job, key = both.split("\0")
+                self._put(_Work("restopped", job, tuple(ProcessRef(p, 0.0) for p in pids), JobTarget(key, key, ())))
+
+    # --- the Slurm side, one lane per job, on threads of their own -----------------------------
+
+    def _put(self, work: _Work) -> None:
+        with self._lock:
+            lane = self._lanes.setdefault(work.job, _Lane())
+            lane.queue.append(work)
+            if lane.busy:
                 return
+            lane.busy = True
+        threading.Thread(target=self._run, args=(work.job,), name=f"slurm job {work.job}", daemon=True).start()
+
+    def _run(self, job: str) -> None:
+        while True:
+            with self._lock:
+                lane = self._lanes[job]
+                if not lane.queue:
+                    lane.busy = False
+                    del self._lanes[job]
+                    return
+                work = lane.queue.pop(0)
             try:
                 self._do(work)
             except commands.SlurmError as exc:
-                log.warning("Slurm job %s: %s failed: %s", work.job, work.op, exc)
-            except Exception:  # the thread goes on whatever one command met
+                if nothing_to_do(exc):
+                    log.info("Slurm job %s: %s: nothing to do (%s)", work.job, work.op, exc)
+                else:
+                    log.warning("Slurm job %s: %s failed: %s", work.job, work.op, exc)
+            except Exception:  # the lane goes on whatever one command met
                 log.exception("Slurm job %s: %s failed", work.job, work.op)
 
     def _do(self, work: _Work) -> None:
         if work.op == "suspend":
             commands.run(["scontrol", "suspend", work.job])
         elif work.op == "resume":
-            if self._state(work.job) == "SUSPENDED":
-                commands.run(["scontrol", "resume", work.job])
-            super().resume(work.refs)
+            self._resume(work)
+        elif work.op == "restopped":
+            self._restopped(work)
         elif work.op == "kill":
             assert work.target is not None
             super().kill(work.target)
         elif work.op == "requeue":
             assert work.target is not None
-            state, requeue = self._job(work.job)
-            if not requeue or state not in ("RUNNING", "SUSPENDED"):
-                super().terminate(work.target)  # it may not run again: it ends here
-                return
-            if state == "SUSPENDED":
-                commands.run(["scontrol", "resume", work.job])  # the grace of a running job
-            super().resume(work.target.processes)
-            commands.run(["scontrol", "requeue", work.job])
-            self._place_at_once(work.job)
+            self._requeue(work.job, work.target)
 
-    def _place_at_once(self, job: str) -> None:
+    def _resume(self, work: _Work) -> None:
+        job = self._job(work.job)
+        if job is not None and job.state == "SUSPENDED":
+            held = self._held_elsewhere(job)
+            if held:
+                self._say(
+                    work,
+                    DEFERRED,
+                    f"Slurm job {work.job} runs here again but stays suspended in Slurm: {', '.join(held)} "
+                    "still hold(s) GPU work; the last of its nodes to let it go resumes it",
+                    {"slurm_job": work.job, "held_on": held},
+                )
+            else:
+                commands.run(["scontrol", "resume", work.job])
+        with self._lock:  # a process paused again meanwhile stays stopped
+            mine = [r for r in work.refs if r not in self._paused]
+        super().resume(mine)
+
+    def _say(self, work: _Work, code: str, message: str, data: dict[str, Any]) -> None:
+        """A line on the timeline, for the arbiter job the work is for."""
+        log.info("%s", message)
+        note = self.context.note
+        if note is not None:
+            job_id = work.target.job_id if work.target is not None else ""
+            if not job_id and work.refs:
+                data = {**data, "pid": work.refs[0].pid}  # the daemon's paused set knows whose it was
+            note(job_id, code, message, data)
+
+    def _held_elsewhere(self, job: commands.SlurmJob) -> list[str]:
+        """The other nodes of the job that run arbiter and do not admit GPU work now."""
+        here = commands.node_name(self.opts)
+        held = []
+        for name in commands.expand_hostlist(job.nodes):
+            if name == here:
+                continue
+            try:
+                view = nodes.read_node(name)
+            except commands.SlurmError as exc:
+                log.info("Slurm job %s: cannot read node %s (%s); it does not hold the job", job.key, name, exc)
+                continue
+            if "arbiter" in view.available and f"{nodes.PREFIX}admit" not in view.active:
+                held.append(name)
+        return held
+
+    def _restopped(self, work: _Work) -> None:
+        assert work.target is not None
+        job = self._job(work.job)
+        state = job.state if job is not None else "gone"
+        others = [n for n in commands.expand_hostlist(job.nodes) if n != commands.node_name(self.opts)] if job else []
+        who = (
+            f"Slurm continued the job (state {state}: `scontrol resume` from "
+            f"{'another of its nodes, ' + ', '.join(others) + ', or ' if others else ''}an operator)"
+        )
+        pids = [r.pid for r in work.refs]
+        self._say(
+            work,
+            RESTOPPED,
+            f"process(es) {', '.join(map(str, pids))} of paused job {work.target.job_id} ran again: {who}; "
+            "stopped again at once, protection still holds them here",
+            {"pids": pids, "slurm_job": work.job, "slurm_state": state, "nodes": others},
+        )
+        if state == "RUNNING":
+            commands.run(["scontrol", "suspend", work.job])  # S in squeue again: it cannot run partly
+
+    def _requeue(self, key: str, target: JobTarget) -> None:
+        job = self._job(key)
+        if job is None or not job.requeue or job.state not in ("RUNNING", "SUSPENDED"):
+            super().terminate(target)  # it may not run again, or has no run left: it ends here
+            return
+        opts = self.opts
+        given = commands.parse_signal(opts.checkpoint_signal) if opts.checkpoint_signal else None
+        sig = given or commands.job_signal(key)
+        if job.state == "SUSPENDED":
+            commands.run(["scontrol", "resume", key])  # it runs to save its work and end
+        super().resume(target.processes)
+        if sig is not None and opts.checkpoint_s > 0:
+            self._checkpoint(key, sig, target, opts.checkpoint_s)
+        try:
+            commands.run(["scontrol", "requeue", key])
+        except commands.SlurmError as exc:
+            if not nothing_to_do(exc):
+                raise
+            log.info("Slurm job %s: not requeued, it is pending or has ended (%s)", key, exc)
+            return
+        self._end_here(target, opts.requeue_grace_s)
+        self._place_at_once(key)
+
+    def _checkpoint(self, key: str, sig: commands.CheckpointSignal, target: JobTarget, most_s: float) -> None:
+        """Give the job its checkpoint signal, and wait while it saves: at most ``most_s``,
+        less when it ends or leaves the running state (it requeued itself) sooner."""
+        try:
+            commands.run(sig.scancel(key))
+        except commands.SlurmError as exc:
+            log.warning("Slurm job %s: its checkpoint signal %s was not sent: %s", key, sig, exc)
+            return
+        log.info("Slurm job %s: sent %s, up to %gs to save its work", key, sig, most_s)
+        deadline = time.monotonic() + most_s
+        while time.monotonic() < deadline:
+            if not any(_running(r.pid) for r in target.processes):
+                return
+            job = self._job(key)
+            if job is None or job.state != "RUNNING":
+                return
+            time.sleep(min(CHECKPOINT_POLL_S, max(0.0, deadline - time.monotonic())))
+
+    def _end_here(self, target: JobTarget, grace_s: float) -> None:
+        """The job's processes here end on Slurm's SIGTERM within ``grace_s``, or are killed."""
+        deadline = time.monotonic() + grace_s
+        while any(os.path.exists(f"/proc/{r.pid}") and _running(r.pid) for r in target.processes):
+            if time.monotonic() >= deadline:
+                super().kill(target)
+                return
+            time.sleep(0.05)
+
+    def _place_at_once(self, key: str) -> None:
         """A requeued job waits a while before it may start again (its BeginTime); once it
         has finished completing here, that wait is shortened to the few seconds slurmd needs
         to accept its new credential (set earlier, completing resets it)."""
         deadline = time.monotonic() + REQUEUE_SETTLE_S
-        while self._state(job) != "PENDING":
+        while (job := self._job(key)) is None or job.state != "PENDING":
             if time.monotonic() >= deadline:
-                log.info("Slurm job %s requeued; still not pending after %gs: left to Slurm", job, REQUEUE_SETTLE_S)
+                log.info("Slurm job %s requeued; still not pending after %gs: left to Slurm", key, REQUEUE_SETTLE_S)
                 return
-            time.sleep(0.1)
+            time.sleep(SETTLE_POLL_S)
         try:
-            commands.run(["scontrol", "update", f"JobId={job}", f"StartTime=now+{CREDENTIAL_CLEAR_S}"])
+            commands.run(["scontrol", "update", f"JobId={key}", f"StartTime=now+{CREDENTIAL_CLEAR_S}"])
+            # slurmctld places a job whose start time has passed at its next scheduling pass
+            # (seconds away); an update of the job once it may start has it placed now
+            time.sleep(CREDENTIAL_CLEAR_S + 0.1)
+            if (job := self._job(key)) is not None and job.state == "PENDING":
+                commands.run(["scontrol", "update", f"JobId={key}", "StartTime=now"])
         except commands.SlurmError as exc:
-            log.info("Slurm job %s requeued; placing it at once failed: %s", job, exc)
+            log.info("Slurm job %s requeued; placing it at once failed: %s", key, exc)
 
-    def _job(self, job: str) -> tuple[str, bool]:
-        for j in commands.parse_squeue(commands.run(["squeue", "--json", "--jobs", job])):
-            if str(j.job_id) == job:
-                return j.state, j.requeue
-        return "", False
-
-    def _state(self, job: str) -> str:
-        return self._job(job)[0]
+    def _job(self, key: str) -> commands.SlurmJob | None:
+        for j in commands.parse_squeue(commands.run(["squeue", "--json", "--jobs", key])):
+            if j.key == key:
+                return j
+        return None
