@@ -174,3 +174,21 @@ def arbiter_scheduler_jobs(node_state: dict[str, Any] | None, context: PluginCon
     Called on the tick thread every few seconds under the plugin timeout, never on the fast
     path; an implementation bounds the commands it runs well inside that timeout.
     """
+
+
+@hookspec(firstresult=True)
+def arbiter_scheduler_job_owner(job_id: str, context: PluginContext) -> dict[str, Any] | None:
+    """Say whose job ``job_id`` is, when it has your scheduler's form (``<scheduler>-<id>``).
+
+    An account other than root or the daemon's may hand over a process under a scheduler's
+    job id (``job.adopt``, from a task hook run as the job's user) only when the scheduler
+    says the job is that account's: a hook run by hand with a forged job id takes over
+    nothing.
+
+    Return None when ``job_id`` is not one of your scheduler's ids; otherwise
+    ``{"uid": the job's user's uid, or None where the scheduler runs no such job here or
+    cannot say, "why": what the scheduler said, for the refusal}``.  An id your scheduler's
+    form claims is answered even where this node is not under it (``uid`` None): an id
+    nobody vouches for is refused.  firstresult: the first plugin that claims the id wins.
+    Called on a request thread under the plugin timeout, never on the fast path.
+    """

@@ -273,7 +273,8 @@ def _handle(daemon: Node, op: str, args: dict[str, Any], peer_pid: int, uid: int
 def _adopt(daemon: Node, args: dict[str, Any], peer_pid: int, uid: int) -> dict[str, Any]:
     """A running process handed over by an outside scheduler's hook (see
     :mod:`arbiter.daemon.adopt`): only root, the daemon's user, or the process's own user
-    for itself or its parent."""
+    for itself or its parent, under an id of its own or a free one that its scheduler, if
+    any, says is the caller's."""
     from arbiter.daemon import adopt
 
     job_id = _text_arg("job.adopt", args, "id") or ""
@@ -290,7 +291,7 @@ def _adopt(daemon: Node, args: dict[str, Any], peer_pid: int, uid: int) -> dict[
                 peer = _process(daemon, peer_pid)
             except Refused:
                 peer = None
-        why = adopt.may_hand_over(uid, peer, proc, daemon.uid)
+        why = adopt.may_hand_over(uid, peer, proc, daemon.uid) or adopt.may_take_id(daemon, job_id, uid)
         if why is not None:
             raise Refused(f"job.adopt: {why}", "FORBIDDEN")
         record, new = adopt.adopt(daemon, job_id, proc, parsed, f"handed over by process {peer_pid}")

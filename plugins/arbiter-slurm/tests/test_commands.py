@@ -150,3 +150,15 @@ def test_the_hook_always_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_registered_through_its_entry_point() -> None:
     assert "slurm" in {p["name"] for p in build_plugin_manager().plugins()}
+
+
+def test_only_slurm_ids_are_claimed_and_none_is_vouched_for_off_slurm(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from arbiter_slurm import arbiter_scheduler_job_owner
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    context = PluginContext(tmp_path, sections={"slurm": commands.NodeOptions(node="n1")})
+    assert arbiter_scheduler_job_owner(job_id="batch-5", context=context) is None
+    said = arbiter_scheduler_job_owner(job_id="slurm-5", context=context)
+    assert said is not None and said["uid"] is None and "not under Slurm" in said["why"], said
