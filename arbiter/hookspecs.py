@@ -192,3 +192,18 @@ def arbiter_scheduler_job_owner(job_id: str, context: PluginContext) -> dict[str
     nobody vouches for is refused.  firstresult: the first plugin that claims the id wins.
     Called on a request thread under the plugin timeout, never on the fast path.
     """
+
+
+@hookspec(firstresult=True)
+def arbiter_listeners(address: str, port: int) -> list[dict[str, Any]] | None:
+    """Say which local sockets listen for TCP connections to ``address``:``port`` (an IP
+    address), those on a wildcard address included: one ``{"uid": the socket's owner,
+    "address": where it listens}`` each; an empty list when none does (another host's
+    address, or the program is down); None when this plugin cannot tell.
+
+    The daemon sends a rule's request headers and its actions (a release) only to a socket
+    owned by a user that runs the rule's program, and a secret only to one whose user could
+    read that secret itself: a local account that binds the port while the program is down
+    gets neither.  firstresult.  Called on a plugin's request thread before each request
+    that carries them, never on the fast path: it must be cheap.
+    """

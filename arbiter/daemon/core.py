@@ -40,6 +40,7 @@ from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.act import Actuator, make_translators
 from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.decider import Decider
+from arbiter.daemon.endpoints import Endpoints
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.inbox import ChangeRun, JobsChanged, ReleaseOver, RunChange
@@ -149,6 +150,7 @@ class Daemon:
             self.intake.on_source,
             self.record,
             pause_frees_vram=bool(pausing is not None and pausing[1].frees_vram),
+            may_send=Endpoints(host, self.published, self.record, self.uid).for_rule,
         )
         undo.callback(self.rulebook.close)
         self.rulebook.load()

@@ -59,6 +59,8 @@ GPU_MEMORY_CHECKPOINTED = (
 )
 GPU_MEMORY_RESTORED = "GPU_MEMORY_RESTORED"  # a resume put it back on the GPU
 GPU_CHECKPOINT_FAILED = "GPU_CHECKPOINT_FAILED"  # the driver could not: the job was paused holding its VRAM
+#: a rule's headers or action not sent: the socket at its URL is not its program's
+ENDPOINT_REFUSED = "ENDPOINT_REFUSED"
 PID_REUSED = "PID_REUSED"  # a recorded process's pid now names another process: no signal was sent
 GPU_TIME_UNREADABLE = "GPU_TIME_UNREADABLE"
 CLOCK_JUMPED = "CLOCK_JUMPED"  # the wall clock moved against the monotonic one (set, or the machine slept)

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 from arbiter_testing import RecordingServer, run_as
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.slurm import free_ports
+from arbiter_testing.waiting import wait_until
 
-from .conftest import needs_root
+from .conftest import Background, needs_root
 
 NOBODY = 65534
 
@@ -89,6 +93,7 @@ def test_a_secret_header_comes_from_a_file_and_is_never_stored_or_shown(tmp_path
         )
         node.start()
         try:
+            node.spawn(["sleep", "1033"])  # the program the secret is for, listening as root as the server does
             node.wait_for(lambda: any(s.headers.get("Authorization") == secret for s in server.seen))
             shown = json.dumps([node.status(), node.call("explain"), node.call("timeline", limit=500)])
             assert secret not in shown
@@ -99,3 +104,50 @@ def test_a_secret_header_comes_from_a_file_and_is_never_stored_or_shown(tmp_path
         path = node.state_dir / name
         if path.exists():
             assert secret.encode() not in path.read_bytes(), name
+
+
+@needs_root
+def test_a_secret_goes_only_to_a_socket_of_a_user_who_could_read_it(shared_root: Path) -> None:
+    """While the real program is down, ``nobody`` binds its port and starts a process the rule
+    matches: the root daemon sends the secret header to no one (before, every probe sent it
+    to nobody's server) and says why on the timeline."""
+    secret = "s3cret-token-" + os.urandom(8).hex()
+    secret_file = shared_root / "token"
+    secret_file.write_text(secret + "\n")
+    os.chmod(secret_file, 0o600)
+    (port,) = free_ports(1)
+    drop = shared_root / "drop"  # where nobody says it listens, and is told to stop
+    drop.mkdir(mode=0o777)
+    os.chmod(drop, 0o777)
+    stop = drop / "stop"
+
+    def listen() -> list[dict[str, str]]:
+        with RecordingServer(answer={"queue": []}, port=port) as server:
+            (drop / "listening").mkdir()
+            while not stop.exists():
+                time.sleep(0.05)
+            return [dict(s.headers) for s in server.seen]
+
+    attacker = Background("nobody", listen)
+    lookalike = subprocess.Popen(["sleep", "1036"], user="nobody")
+    node = HarnessNode(shared_root / "node")
+    node.add_rule(
+        "guarded",
+        "id: guarded\nmatch: {cmdline: ['sleep 1036']}\n"
+        f"busy: {{kind: http_count, url: 'http://127.0.0.1:{port}/q', count_keys: [queue], every_s: 0.2,\n"
+        f"  headers: {{Authorization: {{from_file: {secret_file}}}}}}}\n",
+    )
+    try:
+        wait_until(lambda: (drop / "listening").exists(), 30, "nobody's server listening")
+        node.start()
+        refused = node.events("ENDPOINT_REFUSED", "guarded", contains="could not read the rule's header secret")
+        assert any("belongs to uid 65534" in e["message"] for e in refused), refused
+        # explained where the rule's busy reading is shown
+        node.wait_for(lambda: "could not read the rule's header secret" in json.dumps(node.known_rule("guarded")))
+    finally:
+        stop.mkdir()
+        seen = attacker.join()
+        lookalike.kill()
+        lookalike.wait()
+        node.close()
+    assert not [h for h in seen if secret in json.dumps(h)], seen
