@@ -12,6 +12,7 @@ from pathlib import Path
 
 from arbiter_testing import RecordingServer, run_as
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.rules import phase_rule
 from arbiter_testing.slurm import free_ports
 from arbiter_testing.waiting import wait_until
 
@@ -151,3 +152,36 @@ def test_a_secret_goes_only_to_a_socket_of_a_user_who_could_read_it(shared_root:
         lookalike.wait()
         node.close()
     assert not [h for h in seen if secret in json.dumps(h)], seen
+
+
+@needs_root
+def test_a_rule_file_others_may_change_never_weakens_a_root_rule_it_extends(shared_root: Path) -> None:
+    """A tenants folder ``nobody`` may write holds ``extends: guarded`` with ``during: []``
+    and ``protect: null``: after a reload root's rule still pauses fleet work during its
+    phase (before, the extension replaced it with an unprotected rule)."""
+    theirs = shared_root / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    node = HarnessNode(shared_root / "node")
+    node.config["tenants_dirs"] = [str(node.tenants), str(theirs)]
+    node.write_config()
+    rule = phase_rule("guarded", "sleep 1037", str(shared_root / "phase.jsonl"), protect={"metric": "gpu_share"})
+    node.add_rule("guarded", rule)
+    node.start()
+    try:
+        before = node.known_rule("guarded")
+        assert before["protected"] and before["sources"], before
+
+        def weaken() -> None:
+            (theirs / "weaker.yaml").write_text("id: weaker\nextends: guarded\nprotect: null\nduring: []\n")
+
+        run_as("nobody", weaken)
+        node.call("reload")
+        refused = node.events(code="CONFIG_REJECTED", contains="may not change rule 'guarded'")
+        assert any("weaker.yaml" in e["message"] for e in refused), refused
+        after = node.known_rule("guarded")
+        assert after["protected"] and after["sources"] == before["sources"], after
+        checked = node.cli("check", str(theirs / "weaker.yaml"))
+        assert "may not change rule 'guarded'" in checked.stdout + checked.stderr, checked
+    finally:
+        node.close()
