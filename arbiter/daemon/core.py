@@ -137,7 +137,9 @@ class Daemon:
         self.journal = PausedJournal(journal_path)
         undo.callback(self.journal.close)
         self.actuator = Actuator(host, translators, self.journal, self.recorder.paused)
-        self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
+        self.jobs = JobRegistry(
+            self.state_dir / "jobs", self._persist_job, platform_name(), config.quotas.ended_jobs_kept
+        )
         self.jobs.load(self.store)
         self.published = Published(Policy())
         self.targets = Targets(self.jobs)
@@ -377,7 +379,8 @@ class Daemon:
 
     def _persist_job(self, record: JobRecord) -> None:
         snapshot = replace(record)
-        self.recorder.write(lambda db: Store.put_job(db, snapshot))
+        kept = self.config.quotas.ended_jobs_kept
+        self.recorder.write(lambda db: Store.put_job(db, snapshot, kept))
 
     def _reconcile(self) -> None:
         """Take over the jobs an outside scheduler started here, where a look is due."""

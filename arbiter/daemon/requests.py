@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from arbiter import __version__
 from arbiter.config.models import Manifest
-from arbiter.daemon.quotas import job_quota_problem
+from arbiter.daemon.quotas import job_quota_problem, rate_problem
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
@@ -294,6 +294,9 @@ def _adopt(daemon: Node, args: dict[str, Any], peer_pid: int, uid: int) -> dict[
         why = adopt.may_hand_over(uid, peer, proc, daemon.uid) or adopt.may_take_id(daemon, job_id, uid)
         if why is not None:
             raise Refused(f"job.adopt: {why}", "FORBIDDEN")
+        over = rate_problem(daemon.config.quotas, daemon.jobs, uid)
+        if over:
+            raise Refused(f"job.adopt: {over}", "QUOTA")
         record, new = adopt.adopt(daemon, job_id, proc, parsed, f"handed over by process {peer_pid}")
     except adopt.AdoptRefused as exc:
         raise Refused(str(exc), exc.code) from None

@@ -162,3 +162,23 @@ def test_only_slurm_ids_are_claimed_and_none_is_vouched_for_off_slurm(
     assert arbiter_scheduler_job_owner(job_id="batch-5", context=context) is None
     said = arbiter_scheduler_job_owner(job_id="slurm-5", context=context)
     assert said is not None and said["uid"] is None and "not under Slurm" in said["why"], said
+
+
+def test_a_node_config_others_may_change_is_not_followed(tmp_path: Path) -> None:
+    """The Prolog and Epilog run as root: a configs folder another account owns or may write
+    would send them to a daemon of that account's choosing, so the hook refuses it and says why."""
+    folder = tmp_path / "arbiter"
+    folder.mkdir()
+    (folder / "n1.yaml").write_text("state_dir: /a\nslurm: {node: n1}\n")
+    env = {"ARBITER_SLURM_CONFIGS": str(folder), "SLURMD_NODENAME": "n1"}
+    assert hooks.node_config(env) == str(folder / "n1.yaml")
+    folder.chmod(0o777)
+    with pytest.raises(
+        hooks.HookError, match=r"not safe to follow: the folder .* is writable by its group and everyone"
+    ):
+        hooks.node_config(env)
+    folder.chmod(0o755)
+    if os.geteuid() == 0:  # another account's folder
+        os.chown(folder, 65534, 65534)
+        with pytest.raises(hooks.HookError, match="is owned by uid 65534"):
+            hooks.node_config(env)
