@@ -73,8 +73,8 @@ class Endpoints:
     def refused(self, rule_id: str, url: str, headers: Mapping[str, str | SecretRef]) -> str | None:
         """Why ``url`` gets neither these headers nor an action for ``rule_id`` now (None: it may)."""
         why = self._why(rule_id, url, headers)
-        if why is not None:
-            self._say(rule_id, url, why)
+        if why is not None and self.published.snapshot.view is not None:
+            self._say(rule_id, url, why)  # before the first look at the processes, nothing is known to say
         return why
 
     def _why(self, rule_id: str, url: str, headers: Mapping[str, str | SecretRef]) -> str | None:
