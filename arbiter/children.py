@@ -3,7 +3,8 @@ plugin's tool) is started here, and only here.
 
 The daemon may run as root in any folder: a child that read its working folder would run
 whatever another account left there with root's rights (a folder named ``arbiter`` in the
-working folder is imported before the installed one).  So a child starts in ``/``; a
+working folder is imported before the installed one).  So a child starts in ``/``, with the
+file mode mask :data:`UMASK`; a
 Python child never puts a working or script folder on its path (``-P``) nor a user's site
 folder (``-s``); its environment is chosen here: the daemon's own, where of the ``PYTHON*``
 variables only ``PYTHONPATH`` is kept, with its absolute folders alone (the daemon's plugins
@@ -21,6 +22,10 @@ from typing import Any
 
 #: where every child starts: a folder no unprivileged account can write
 CHILD_CWD = "/"
+#: the file mode mask of the daemon and of every child: whatever mask it was started with
+#: (0000 leaves what it makes writable by everyone), no file of arbiter's is writable by
+#: another account unless it says so itself
+UMASK = 0o022
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -48,11 +53,12 @@ def child_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | 
 
 
 def _options(kwargs: dict[str, Any], env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None) -> None:
-    for fixed in ("cwd", "shell", "preexec_fn"):
+    for fixed in ("cwd", "shell", "preexec_fn", "umask"):
         if fixed in kwargs:
             raise TypeError(f"a child's {fixed} is chosen by arbiter.children, not by its caller")
     kwargs["cwd"] = CHILD_CWD
     kwargs["close_fds"] = True
+    kwargs["umask"] = UMASK
     kwargs["env"] = child_env(extra_env, env)
 
 

@@ -174,3 +174,36 @@ def arbiter_scheduler_jobs(node_state: dict[str, Any] | None, context: PluginCon
     Called on the tick thread every few seconds under the plugin timeout, never on the fast
     path; an implementation bounds the commands it runs well inside that timeout.
     """
+
+
+@hookspec(firstresult=True)
+def arbiter_scheduler_job_owner(job_id: str, context: PluginContext) -> dict[str, Any] | None:
+    """Say whose job ``job_id`` is, when it has your scheduler's form (``<scheduler>-<id>``).
+
+    An account other than root or the daemon's may hand over a process under a scheduler's
+    job id (``job.adopt``, from a task hook run as the job's user) only when the scheduler
+    says the job is that account's: a hook run by hand with a forged job id takes over
+    nothing.
+
+    Return None when ``job_id`` is not one of your scheduler's ids; otherwise
+    ``{"uid": the job's user's uid, or None where the scheduler runs no such job here or
+    cannot say, "why": what the scheduler said, for the refusal}``.  An id your scheduler's
+    form claims is answered even where this node is not under it (``uid`` None): an id
+    nobody vouches for is refused.  firstresult: the first plugin that claims the id wins.
+    Called on a request thread under the plugin timeout, never on the fast path.
+    """
+
+
+@hookspec(firstresult=True)
+def arbiter_listeners(address: str, port: int) -> list[dict[str, Any]] | None:
+    """Say which local sockets listen for TCP connections to ``address``:``port`` (an IP
+    address), those on a wildcard address included: one ``{"uid": the socket's owner,
+    "address": where it listens}`` each; an empty list when none does (another host's
+    address, or the program is down); None when this plugin cannot tell.
+
+    The daemon sends a rule's request headers and its actions (a release) only to a socket
+    owned by a user that runs the rule's program, and a secret only to one whose user could
+    read that secret itself: a local account that binds the port while the program is down
+    gets neither.  firstresult.  Called on a plugin's request thread before each request
+    that carries them, never on the fast path: it must be cheap.
+    """

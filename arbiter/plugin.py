@@ -69,6 +69,7 @@ __all__ = [
     "quote",
     "run_child",
     "secret_values",
+    "send_refused",
     "start_child",
     "write_control_document",
 ]
@@ -127,6 +128,17 @@ class PluginContext:
     #: by section name; a section a plugin registered and the node config leaves out holds its
     #: model's defaults (absent where the model has a field without one)
     sections: Mapping[str, KindOptions] = field(default_factory=dict)
+    #: a plugin calls this with (url, headers) right before it sends request headers or an
+    #: action to ``url`` for its rule: None when it may, else why not (the daemon has put the
+    #: refusal on the timeline).  The daemon sends credentials and actions only to a program
+    #: its rule matched; None here (outside a daemon): no check.
+    may_send: Callable[[str, Mapping[str, str | SecretRef]], str | None] | None = None
+
+
+def send_refused(context: PluginContext, url: str, headers: Mapping[str, str | SecretRef]) -> str | None:
+    """Why ``url`` must not get these headers or an action now (None: it may): see
+    :attr:`PluginContext.may_send`."""
+    return None if context.may_send is None else context.may_send(url, headers)
 
 
 # --- observations -------------------------------------------------------------------------

@@ -136,6 +136,34 @@ class JobRecord:
 
 #: how long an ended job's row and folder are kept (for `arbiter status` and the timeline)
 ENDED_JOBS_KEPT_S = 24 * 3600.0
+#: how many ended jobs' rows and folders are kept at most, unless the node config says
+#: (``quotas.ended_jobs_kept``): the newest
+ENDED_JOBS_KEPT = 1000
+#: a job's command line is stored cut to this many bytes (its words, UTF-8): status shows
+#: what a job runs, and the database must not grow by what any account passes
+STORED_CMD_BYTES = 4096
+
+
+def stored_cmd(cmd: list[str], most: int = STORED_CMD_BYTES) -> list[str]:
+    """``cmd`` as stored: its words while they fit in ``most`` bytes, the word that does not
+    cut, and a last word saying how much was left out."""
+    out: list[str] = []
+    used = 0
+    for i, word in enumerate(cmd):
+        size = len(word.encode("utf-8", "surrogatepass"))
+        if used + size <= most:
+            out.append(word)
+            used += size
+            continue
+        kept = word.encode("utf-8", "surrogatepass")[: max(0, most - used)].decode("utf-8", "ignore")
+        left = (
+            size
+            - len(kept.encode("utf-8", "surrogatepass"))
+            + sum(len(w.encode("utf-8", "surrogatepass")) for w in cmd[i + 1 :])
+        )
+        return [*out, kept, f"[{left} more bytes not stored]"] if kept else [*out, f"[{left} more bytes not stored]"]
+    return out
+
 
 #: the database and its side files: the database holds every rule file's text, whose
 #: headers and tokens are no other account's to read
@@ -257,15 +285,20 @@ class Store:
     # --- jobs -------------------------------------------------------------------------------
 
     @staticmethod
-    def put_job(db: sqlite3.Connection, job: JobRecord) -> None:
+    def put_job(db: sqlite3.Connection, job: JobRecord, ended_kept: int = ENDED_JOBS_KEPT) -> None:
         """Write ``job``; a job newly registered also takes away the rows of jobs that ended
-        more than :data:`ENDED_JOBS_KEPT_S` ago (a command line may be tens of kilobytes,
-        and any account may register jobs)."""
+        more than :data:`ENDED_JOBS_KEPT_S` ago, and of all but the newest ``ended_kept``
+        ended jobs (any account may register jobs, each a row)."""
         row = job.to_row()
         cols = ", ".join(row)
         db.execute(f"INSERT OR REPLACE INTO jobs ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
-        if job.state == "pending":
+        if job.state == "pending" or job.root_pid == job.launcher_pid:  # registered, or handed over
             db.execute("DELETE FROM jobs WHERE state = 'ended' AND ended < ?", (time.time() - ENDED_JOBS_KEPT_S,))
+            db.execute(
+                "DELETE FROM jobs WHERE state = 'ended' AND id NOT IN "
+                "(SELECT id FROM jobs WHERE state = 'ended' ORDER BY ended DESC LIMIT ?)",
+                (ended_kept,),
+            )
 
     def jobs(self, include_ended: bool = False) -> list[JobRecord]:
         sql = "SELECT * FROM jobs" + ("" if include_ended else " WHERE state != 'ended'") + " ORDER BY submitted"

@@ -6,9 +6,11 @@ import gc
 import logging
 import os
 import signal
+import threading
 from pathlib import Path
 
 from arbiter import discovery
+from arbiter.children import UMASK
 from arbiter.cli.client import CliError
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
@@ -21,6 +23,9 @@ from arbiter.reflex.limits import cap_malloc_arenas, raise_open_file_limit
 from arbiter.signal_relay import relay_signals
 from arbiter.store import PausedJournal, Store
 from arbiter.transport import DaemonUnavailable, request
+
+#: how long stopping may take, at most, before the process ends anyway
+STOP_MOST_S = 15.0
 
 
 def _running_daemon(cfg: NodeConfig) -> str | None:
@@ -41,6 +46,7 @@ def refuse_a_second_daemon(cfg: NodeConfig) -> None:
 
 
 def serve(cfg: NodeConfig, config_path: Path | None) -> int:
+    os.umask(UMASK)  # before anything is made: a mask of 0000 would leave it writable by everyone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     refuse_a_second_daemon(cfg)
     cap_malloc_arenas()  # before any thread, each of which would take an arena
@@ -86,11 +92,31 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
         while not daemon.wait(1.0):
             pass
     finally:
+        leave_in_time(STOP_MOST_S)
         discovery.withdraw(pointer)
         notifier.stopping()
         daemon.shutdown()
         notifier.close()
     return 0
+
+
+def leave_in_time(most_s: float) -> None:
+    """End this process ``most_s`` from now however far stopping has come: a plugin's call
+    that never returns (a source reading without end, a hung close) must not keep a stopped
+    daemon alive.  What it paused was journalled before the pause; a daemon that starts next
+    resumes whatever this one could not."""
+
+    def leave() -> None:
+        stuck = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread() and t.is_alive())
+        logging.getLogger("arbiter").warning(
+            "stopping took over %.0fs; leaving now (threads still running: %s)", most_s, ", ".join(stuck) or "none"
+        )
+        logging.shutdown()
+        os._exit(0)
+
+    timer = threading.Timer(most_s, leave)
+    timer.daemon = True
+    timer.start()
 
 
 def resume_recorded(cfg: NodeConfig) -> tuple[int, list[str], list[str]]:

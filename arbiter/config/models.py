@@ -117,14 +117,26 @@ class HttpConfig(Strict):
 
 
 class QuotaConfig(Strict):
-    """What one account other than root and the daemon's may hold of the daemon at once: a
-    flood by one local user must never starve the daemon of the descriptors, threads or
-    time it needs to pause work for a protected program."""
+    """What one account other than root and the daemon's may hold of the daemon at once and
+    within a minute, and how much of what ended the daemon keeps: a flood by one local user
+    must never starve the daemon of the descriptors, threads, disk or time it needs to pause
+    work for a protected program."""
 
     jobs_per_uid: int = Field(256, ge=1, description="jobs one account may have registered and not ended")
     connections_per_uid: int = Field(64, ge=1, description="socket connections one account may hold open")
     cmd_bytes: int = Field(
         65536, ge=256, le=1 << 20, description="the most bytes a job's command line (all its words) may have"
+    )
+    registrations_per_minute: int = Field(
+        120, ge=1, description="jobs one account may register or hand over within any minute"
+    )
+    ended_jobs_kept: int = Field(
+        1000,
+        ge=1,
+        description=(
+            "ended jobs whose record and folder are kept (the newest, of every account); older ones go, "
+            "as do any ended a day ago"
+        ),
     )
 
 

@@ -202,7 +202,9 @@ def resolve_rules(
     base's values deep-merged with the extension's (:func:`merge_rule_files`), validated as a
     whole; it stands in place of the base, which no longer loads by itself.  An extension may
     be extended in turn.  An id no other file writes (or more than one does), a base extended
-    twice and a cycle are problems at the extension's ``extends`` line.
+    twice, a cycle, and an extension from a file less safe than its base's (see
+    :func:`arbiter.config.safety.command_file_problem`: trust never grows by extension) are
+    problems at the extension's ``extends`` line.
     """
     command_check = command_check or command_file_problem
     out = Resolution()
@@ -258,6 +260,24 @@ def resolve_rules(
                 f"no other rule file in the tenants dirs has id {name!r}",
                 f"{hint}; the base must be a rule file in one of the tenants_dirs, or one shipped with arbiter",
             )
+
+    # Trust never grows by extension: a file more accounts may change than its base's may not
+    # change that rule (set protect: null, during: [], a match that matches nothing); the base
+    # stands by itself and the extension says why.
+    unsafe: dict[str, str | None] = {}
+    for ext, base in list(base_of.items()):
+        for path in (ext, base):
+            if path not in unsafe:
+                unsafe[path] = command_check(path)
+        if unsafe[ext] and not unsafe[base]:
+            fail(
+                ext,
+                f"this file may not change rule {parsed[base].own_id!r} of {base}: that file only root or the "
+                f"daemon's user can change, and this one others can ({unsafe[ext]}); that rule keeps its own values",
+                f"put the change in a file only root can change ({COMMAND_FILE_HINT}), or give this rule an id of "
+                "its own instead of extends",
+            )
+            del base_of[ext]
 
     # A base extended twice: which one's changes win would depend on file names, so neither does.
     twice: dict[str, list[str]] = {}

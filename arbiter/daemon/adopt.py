@@ -7,6 +7,9 @@ gives it (``<scheduler>-<job id>``), so that ``arbiter explain`` and the status 
 scheduler's job.  Hooks can be missed (the daemon restarting, a hook's call timing out), so
 the tick also asks ``arbiter_scheduler_jobs`` what runs here and adopts what it does not know.
 The scheduler's word wins: a job under its id with another owner or process is ended first.
+Only root and the daemon's account speak for the scheduler: any other account hands over
+its own process under an id of its own or a free one, and under a scheduler's id only when
+that scheduler says the job is the account's (``arbiter_scheduler_job_owner``).
 """
 
 from __future__ import annotations
@@ -110,6 +113,35 @@ def may_hand_over(peer_uid: int, peer: ProcessInfo | None, proc: ProcessInfo, da
         return f"process {proc.pid} runs as uid {proc.uid}, not as the caller's uid {peer_uid}"
     if peer is None or proc.pid not in (peer.pid, peer.ppid):
         return f"process {proc.pid} is neither the caller nor the caller's parent"
+    return None
+
+
+def may_take_id(daemon: Parts, job_id: str, peer_uid: int) -> str | None:
+    """Why the caller may not take ``job_id`` (None: it may).  Root and the daemon's user
+    speak for the scheduler; anyone else takes only an id of their own or one no active job
+    uses, and a scheduler's id only when that scheduler says the job is theirs: handing over
+    one's own process must never end another account's job or stand in for it."""
+    if peer_uid in (0, daemon.uid):
+        return None
+    existing = daemon.jobs.get(job_id)
+    if existing is not None and existing.state != "ended" and existing.owner_uid != peer_uid:
+        return f"job {job_id} belongs to uid {existing.owner_uid}, not to the caller's uid {peer_uid}"
+    try:
+        said = daemon.host.call(
+            "scheduler job owner",
+            lambda: daemon.host.hook.arbiter_scheduler_job_owner(
+                job_id=job_id, context=daemon.host.context(daemon.config)
+            ),
+        )
+    except PluginFailed as exc:
+        return f"cannot ask the scheduler whose job {job_id} is: {exc}"
+    if said is None:
+        return None  # no scheduler's id: an id of the caller's own or a free one
+    owner, why = said.get("uid"), str(said.get("why") or "")
+    if owner is None:
+        return f"no scheduler vouches for job {job_id}: {why}"
+    if owner != peer_uid:
+        return f"job {job_id} is uid {owner}'s, not the caller's uid {peer_uid} ({why})"
     return None
 
 

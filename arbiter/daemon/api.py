@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from arbiter import __version__
 from arbiter.api.ops import Caller, Op, Who
 from arbiter.config.models import Manifest
-from arbiter.daemon.quotas import job_quota_problem
+from arbiter.daemon.quotas import job_quota_problem, rate_problem
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
@@ -501,7 +501,8 @@ class NodeApi:
     def job_adopt(self, caller: Caller, id: str, pid: int, manifest: dict[str, Any] | None = None) -> dict[str, Any]:
         """A running process handed over by an outside scheduler's hook (see
         :mod:`arbiter.daemon.adopt`): only root, the daemon's user, or the process's own user
-        for itself or its parent."""
+        for itself or its parent, under an id of its own or a free one that its scheduler, if
+        any, says is the caller's."""
         from arbiter.daemon import adopt
 
         try:
@@ -514,9 +515,14 @@ class NodeApi:
                     peer = self._process(caller.pid)
                 except Refused:
                     peer = None
-            why = adopt.may_hand_over(caller.uid, peer, proc, self.parts.uid)
+            why = adopt.may_hand_over(caller.uid, peer, proc, self.parts.uid) or adopt.may_take_id(
+                self.parts, id, caller.uid
+            )
             if why is not None:
                 raise Refused(f"job.adopt: {why}", "FORBIDDEN")
+            over = rate_problem(self.parts.config.quotas, self.parts.jobs, caller.uid)
+            if over:
+                raise Refused(f"job.adopt: {over}", "QUOTA")
             record, new = adopt.adopt(self.parts, id, proc, parsed, f"handed over by process {caller.pid}")
         except adopt.AdoptRefused as exc:
             raise Refused(str(exc), exc.code) from None

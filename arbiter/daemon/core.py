@@ -40,6 +40,7 @@ from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.api import NodeApi
 from arbiter.daemon.decider import Decider
+from arbiter.daemon.endpoints import Endpoints
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.inbox import ReleaseOver
@@ -138,7 +139,9 @@ class Daemon:
         self.journal = PausedJournal(journal_path)
         undo.callback(self.journal.close)
         self.actuator = Actuator(host, translators, self.journal, self.recorder.paused)
-        self.jobs = JobRegistry(self.state_dir / "jobs", self._persist_job, platform_name())
+        self.jobs = JobRegistry(
+            self.state_dir / "jobs", self._persist_job, platform_name(), config.quotas.ended_jobs_kept
+        )
         self.jobs.load(self.store)
         self.published = Published(Policy())
         self.targets = Targets(self.jobs)
@@ -151,6 +154,7 @@ class Daemon:
             self.intake.on_source,
             self.record,
             pause_frees_vram=bool(pausing is not None and pausing[1].frees_vram),
+            may_send=Endpoints(host, self.published, self.record, self.uid).for_rule,
         )
         undo.callback(self.rulebook.close)
         self.rulebook.load()
@@ -405,7 +409,8 @@ class Daemon:
 
     def _persist_job(self, record: JobRecord) -> None:
         snapshot = replace(record)
-        self.recorder.write(lambda db: Store.put_job(db, snapshot))
+        kept = self.config.quotas.ended_jobs_kept
+        self.recorder.write(lambda db: Store.put_job(db, snapshot, kept))
 
     def _reconcile(self) -> None:
         """Take over the jobs an outside scheduler started here, where a look is due."""

@@ -10,6 +10,7 @@ import secrets
 import stat
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from arbiter.config.models import Manifest
 from arbiter.daemon.safefs import create_file, make_dir, open_dir
 from arbiter.engine.types import JobObs
 from arbiter.plugin import ProcessRef
-from arbiter.store import ENDED_JOBS_KEPT_S, JobRecord, Store
+from arbiter.store import ENDED_JOBS_KEPT, ENDED_JOBS_KEPT_S, JobRecord, Store, stored_cmd
 
 Persist = Callable[[JobRecord], None]
 
@@ -34,10 +35,13 @@ def to_monotonic(wall: float | None, now_wall: float, now_mono: float) -> float 
 
 
 class JobRegistry:
-    def __init__(self, jobs_dir: Path, persist: Persist, platform: str) -> None:
+    def __init__(self, jobs_dir: Path, persist: Persist, platform: str, ended_kept: int = ENDED_JOBS_KEPT) -> None:
         self.jobs_dir = jobs_dir
         self.persist = persist
         self.platform = platform
+        self.ended_kept = ended_kept  # ended jobs' folders kept at most: the newest
+        self._recent: dict[int, deque[float]] = {}  # uid → when it registered its jobs of the last minute
+        self._since_sweep = 0
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified after every decision
         self.records: dict[str, JobRecord] = {}
@@ -70,7 +74,7 @@ class JobRegistry:
             owner_uid=owner_uid,
             name=manifest.name,
             manifest=manifest.model_dump(mode="json"),
-            cmd=cmd,
+            cmd=stored_cmd(cmd),
             launcher_pid=launcher_pid,
             launcher_start=launcher_start,
             control_path=str(directory / "control.json"),
@@ -82,6 +86,25 @@ class JobRegistry:
         self.persist(record)
         return record
 
+    def registered_within(self, uid: int, window_s: float) -> int:
+        """How many jobs ``uid`` registered or handed over within the last ``window_s``."""
+        with self.lock:
+            recent = self._recent.get(uid)
+            if recent is None:
+                return 0
+            cutoff = time.monotonic() - window_s
+            while recent and recent[0] < cutoff:
+                recent.popleft()
+            if not recent:
+                del self._recent[uid]
+                return 0
+            return len(recent)
+
+    def _count(self, uid: int) -> None:
+        with self.lock:
+            recent = self._recent.setdefault(uid, deque(maxlen=100_000))
+            recent.append(time.monotonic())
+
     def _make_folder(self, job_id: str, owner_uid: int, again: bool = False) -> None:
         """``jobs/ID/`` with its events file, made through open folders: a folder swapped
         for a link between two calls turns neither into a ``chown`` of another file.  With
@@ -92,9 +115,13 @@ class JobRegistry:
             jobs_fd = make_dir(state_fd, self.jobs_dir.name, 0o755, exist_ok=True)  # jobs read their control document
         finally:
             os.close(state_fd)
+        self._count(owner_uid)
         try:
-            if time.monotonic() >= self._sweep_at:
+            self._since_sweep += 1
+            # by time, and often enough that no more than a tenth again of the folders kept pile up
+            if time.monotonic() >= self._sweep_at or self._since_sweep >= max(1, self.ended_kept // 10):
                 self._sweep_at = time.monotonic() + SWEEP_EVERY_S
+                self._since_sweep = 0
                 self._sweep(jobs_fd)
             job_fd = make_dir(jobs_fd, job_id, 0o755, exist_ok=again)
             try:
@@ -110,17 +137,26 @@ class JobRegistry:
 
     def _sweep(self, jobs_fd: int) -> None:
         """Remove the folders of jobs that ended more than ENDED_JOBS_KEPT_S ago (unchanged
-        since), never following a link: what is in them is the jobs' to write."""
+        since), and of all but the newest ``ended_kept`` ended jobs, never following a link:
+        what is in them is the jobs' to write."""
         cutoff = time.time() - ENDED_JOBS_KEPT_S
         with self.lock:
             active = set(self.records)
+        ended: list[tuple[float, str]] = []
         for name in os.listdir(jobs_fd):
             if name in active:
                 continue
             try:
                 st = os.stat(name, dir_fd=jobs_fd, follow_symlinks=False)
-                if not stat.S_ISDIR(st.st_mode) or st.st_mtime > cutoff:
-                    continue
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                ended.append((st.st_mtime, name))
+        ended.sort(reverse=True)
+        for rank, (mtime, name) in enumerate(ended):
+            if rank < self.ended_kept and mtime > cutoff:
+                continue
+            try:
                 fd = open_dir(name, jobs_fd)
                 try:
                     for entry in os.listdir(fd):

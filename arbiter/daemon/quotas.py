@@ -26,9 +26,26 @@ def job_quota_problem(quotas: QuotaConfig, jobs: JobRegistry, uid: int, cmd: lis
     if exempt(uid):
         return None
     held = sum(1 for record in jobs.active() if record.owner_uid == uid)
+    rate = rate_problem(quotas, jobs, uid)
+    if rate:
+        return rate
     if held >= quotas.jobs_per_uid:
         return (
             f"uid {uid} has {held} jobs registered and not ended, the most quotas.jobs_per_uid allows; "
             "wait for some to end (`arbiter status` lists them) or ask the machine's administrator to raise it"
+        )
+    return None
+
+
+def rate_problem(quotas: QuotaConfig, jobs: JobRegistry, uid: int) -> str | None:
+    """Why ``uid`` may not register or hand over another job this minute, or None: short-lived
+    jobs in a loop each leave a record and a folder behind."""
+    if exempt(uid):
+        return None
+    recent = jobs.registered_within(uid, 60.0)
+    if recent >= quotas.registrations_per_minute:
+        return (
+            f"uid {uid} registered {recent} jobs within the last minute, the most quotas.registrations_per_minute "
+            "allows; wait a minute, or run many short commands as one job"
         )
     return None

@@ -26,13 +26,14 @@ from arbiter.daemon.sources import BUSY
 from arbiter.engine import codes
 from arbiter.engine.handoff import GIB
 from arbiter.engine.types import CompliancePolicy, DuringPolicy, GovernorPolicy, Policy, RulePolicy
-from arbiter.plugin import Matcher, PluginContext, Source, SourceState, Translator
+from arbiter.plugin import Matcher, PluginContext, SecretRef, Source, SourceState, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.store import Store
 
 #: (rule id, during index or -1 for progress, new state) — called from a source's thread
 SourceCallback = Callable[[str, int, SourceState], None]
 Record = Callable[[str, str, str, dict[str, Any]], None]
+SendCheck = Callable[[str, Mapping[str, str | SecretRef]], str | None]
 
 log = logging.getLogger("arbiter.rules")
 
@@ -110,9 +111,13 @@ class RuleBook:
         on_source: SourceCallback,
         record: Record,
         pause_frees_vram: bool = False,
+        may_send: Callable[[str], SendCheck] | None = None,
     ) -> None:
         """:param pause_frees_vram: the pause translator gives a paused job's VRAM back, so the
-        handoff may take a running job's memory by pausing it."""
+        handoff may take a running job's memory by pausing it.
+        :param may_send: a rule id → the check its plugins make before they send headers or an
+        action (:class:`arbiter.daemon.endpoints.Endpoints`)."""
+        self.may_send = may_send
         self.pause_frees_vram = pause_frees_vram
         self.config = config
         self.host = host
@@ -244,7 +249,8 @@ class RuleBook:
     # --- instances ----------------------------------------------------------------------------
 
     def _context(self, rule: Rule) -> PluginContext:
-        return self.host.context(self.config, rule_id=rule.id)
+        check = self.may_send(rule.id) if self.may_send is not None else None
+        return self.host.context(self.config, rule_id=rule.id, may_send=check)
 
     def _make(self, family: str, block: KindBlock, rule: Rule) -> Any:
         info = self.host.kind(family, block.kind)

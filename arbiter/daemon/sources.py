@@ -5,13 +5,15 @@ inbox), from the tick, and from session helpers; this book keeps, per source, th
 own reading and each helper's, and says which one counts:
 
 - the daemon's own reading, when it reads;
-- else a connected helper's readable report (a helper reads what the daemon may not);
+- else the connected helpers' readable reports, when every user that runs the rule's
+  program has one (a helper reads what the daemon may not, for its own user alone);
 - else the daemon's own reading, unreadable: fail safe.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -139,26 +141,39 @@ class Slot:
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCY_WINDOW))
     histogram: LatencyHistogram = field(default_factory=LatencyHistogram)
 
-    def effective(self, owners: frozenset[int]) -> tuple[Reading, str]:
-        """The reading that counts.  A helper counts only while its user runs the rule's
-        program: another user's helper must not speak for it.  Where helpers of several
-        users that run it report, the most cautious report counts (a phase on before soon
-        before off, busy before idle): any user can start a process the rule matches, and
-        so have a helper of theirs report, but never to lift another user's protection."""
+    def effective(self, owners: frozenset[int], daemon_uid: int = 0) -> tuple[Reading, str]:
+        """The reading that counts.  A helper speaks only for its own user's processes: where
+        the daemon cannot read, every user that runs the rule's program must have a readable
+        report of its own helper, else the reading stays unreadable (fail safe); the daemon's
+        own user has no helper but the daemon.  Of those reports the most cautious counts (a
+        phase on before soon before off, busy before idle): any user can start a process the
+        rule matches and have a helper of theirs report, but never to lift another user's
+        protection, nor to stand in for a reading that user lacks."""
         helpers = {k: r for k, r in self.helpers.items() if k[0] in owners}
         if self.own.state.readable or not helpers:
             return self.own, "daemon"
         readable = [(key, r) for key, r in sorted(helpers.items()) if r.state.readable]
-        if readable:
+        unread = sorted(uid for uid in owners if uid not in {k[0] for k, _ in readable})
+        if readable and not unread:
             (uid, _), reading = max(readable, key=lambda item: _caution(item[1].state))  # the first of equals
             return reading, f"helper (uid {uid})"
-        (uid, _), reading = min(helpers.items())
-        why = f"{self.own.state.why}; the helper (uid {uid}) cannot read it either: {reading.state.why}"
+        if daemon_uid in unread and readable:
+            why = f"{self.own.state.why}; the daemon's own user runs the program and only the daemon reads for it"
+        elif readable:
+            uid = min(unread)
+            said = [r.state.why for k, r in sorted(helpers.items()) if k[0] == uid]
+            why = f"{self.own.state.why}; uid {uid} runs the program and " + (
+                f"its helper cannot read it either: {said[0]}" if said else "has no helper reading for it"
+            )
+        else:
+            (uid, _), reading = min(helpers.items())
+            why = f"{self.own.state.why}; the helper (uid {uid}) cannot read it either: {reading.state.why}"
         return Reading(replace(self.own.state, why=why), self.own.seen_by), "daemon"
 
 
 class SourceBook:
-    def __init__(self, rate_window_s: float = RATE_WINDOW_S) -> None:
+    def __init__(self, rate_window_s: float = RATE_WINDOW_S, daemon_uid: int | None = None) -> None:
+        self.daemon_uid = os.geteuid() if daemon_uid is None else daemon_uid  # its reading is the daemon's own
         self.rate_window_s = rate_window_s  # the governor's period: its rates are over one
         self.slots: dict[SlotKey, Slot] = {}
         self._pending: dict[SlotKey, float] = {}  # changes not yet decided on → when they were seen
@@ -177,7 +192,7 @@ class SourceBook:
             self.slots.setdefault(key, Slot(kind, serial))
 
     def _effective(self, key: SlotKey, slot: Slot) -> tuple[Reading, str]:
-        return slot.effective(self.owners.get(key[0], frozenset()))
+        return slot.effective(self.owners.get(key[0], frozenset()), self.daemon_uid)
 
     def _update(self, key: SlotKey, change: Any) -> bool:
         slot = self.slots.get(key)

@@ -74,6 +74,7 @@ PLUGIN_FAILED = "PLUGIN_FAILED"
 GPU_MEMORY_CHECKPOINTED = "GPU_MEMORY_CHECKPOINTED"
 GPU_MEMORY_RESTORED = "GPU_MEMORY_RESTORED"
 GPU_CHECKPOINT_FAILED = "GPU_CHECKPOINT_FAILED"
+ENDPOINT_REFUSED = "ENDPOINT_REFUSED"
 PID_REUSED = "PID_REUSED"
 GPU_TIME_UNREADABLE = "GPU_TIME_UNREADABLE"
 CLOCK_JUMPED = "CLOCK_JUMPED"
@@ -294,6 +295,14 @@ CATALOGUE: tuple[Code, ...] = (
         "problem",
         "The wall clock moved against the monotonic one (it was set, or the machine slept).",
         "Nothing to do; times on the timeline around it may be off.",
+    ),
+    Code(
+        ENDPOINT_REFUSED,
+        "problem",
+        "A rule's headers (a secret among them) or its release were not sent: the socket at its URL is not "
+        "its program's, or its owner could not read the secret itself.",
+        "Start the rule's program so that it listens there, or give the secret file to the account the program "
+        "runs as; the message names the socket's owner.",
     ),
     Code(
         PID_REUSED,

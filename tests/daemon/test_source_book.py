@@ -139,3 +139,24 @@ def test_latency_percentiles_are_nearest_rank() -> None:
     assert figures == {"count": 100, "p50_ms": 50.0, "p99_ms": 99.0}
     assert percentiles([7.0]) == {"count": 1, "p50_ms": 7.0, "p99_ms": 7.0}
     assert percentiles([1.0, 2.0, 3.0])["p99_ms"] == 3.0
+
+
+def test_a_helper_never_stands_in_for_another_users_unreadable_reading() -> None:
+    """uid 1000 runs the program and its own reading is unreadable (its file not written yet,
+    or no helper of its own): uid 6 also runs it and has its helper say "off".  That speaks
+    for uid 6 alone: the reading stays unreadable, and says whose reading is missing."""
+    b = book()
+    b.sync({KEY: ("jsonl", 1)}, {"trainer": frozenset({6, 1000})})
+    b.own(KEY, SourceState(readable=False, why="~/phase.jsonl is not there"), "tick")
+    b.helper((6, 2), KEY, SourceState(readable=True, phase="off", changed_at=2.0))
+    seen = b.observed(KEY, 0)
+    assert not seen.readable and "uid 1000 runs the program and has no helper reading" in seen.why, seen
+    b.helper((1000, 1), KEY, SourceState(readable=False, why="not written yet"))
+    seen = b.observed(KEY, 0)
+    assert not seen.readable and "its helper cannot read it either: not written yet" in seen.why, seen
+    b.helper((1000, 1), KEY, SourceState(readable=True, phase="off", changed_at=3.0))
+    assert b.observed(KEY, 0).readable and b.observed(KEY, 0).phase == "off"
+    # the daemon's own user runs it too: only the daemon reads for it
+    b.sync({KEY: ("jsonl", 1)}, {"trainer": frozenset({0, 1000})})
+    b.helper((1000, 1), KEY, SourceState(readable=True, phase="off", changed_at=4.0))
+    assert not b.observed(KEY, 0).readable

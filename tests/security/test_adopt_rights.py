@@ -97,3 +97,32 @@ def test_the_scheduler_word_wins_over_a_job_registered_first_under_its_id() -> N
             proc.wait()
         node.close()
     shutil.rmtree(root)  # after a failure it stays, with the daemon's log
+
+
+def test_an_account_never_takes_over_another_accounts_job() -> None:
+    """``nobody`` hands over a process of its own under the id of root's running job: refused,
+    and root's job keeps its process and its owner (before, it was ended and the id became
+    nobody's, with the job's events file)."""
+    root = Path("/tmp") / f"arbiter-adopt-{os.getpid()}-{time.monotonic_ns()}"
+    root.mkdir(mode=0o755)
+    node = HarnessNode(root)
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        node.start()
+        sock = str(node.socket)
+        # an id of the form a registration gives, and one of a scheduler's form
+        for job_id in ("sleep-0a1b2c", "batch-11"):
+            events = Path(request(sock, "job.adopt", id=job_id, pid=victim.pid)["job"]["events_path"])
+            refused = adopt_as_nobody(sock, job_id, None)
+            assert refused[:2] == [False, "FORBIDDEN"] and "belongs to uid 0" in str(refused[2]), refused
+            job = next(j for j in node.status()["jobs"] if j["id"] == job_id)
+            assert job["owner_uid"] == 0 and job["state"] == "run" and victim.pid in job["pids"], job
+            assert not node.call("timeline", code="JOB_EXITED", subject=job_id)["events"], job_id
+            assert events.stat().st_uid == 0
+        # an id of nobody's own, or a free one, it may still hand over
+        assert adopt_as_nobody(sock, "batch-12", None) == [True, "batch-12", True]
+    finally:
+        victim.kill()
+        victim.wait()
+        node.close()
+    shutil.rmtree(root)  # after a failure it stays, with the daemon's log

@@ -14,6 +14,7 @@ from pathlib import Path
 from arbiter.transport import request
 from arbiter_testing import run_as, wait_until
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.rules import phase_rule
 
 from .conftest import needs_root
 
@@ -112,5 +113,52 @@ def test_a_daemon_started_in_an_attackers_folder_runs_none_of_its_code(shared_ro
             except FileNotFoundError:
                 pass  # it ended meanwhile
         assert mark.read_text() == "", f"root imported the planted package (uids: {mark.read_text().split()})"
+    finally:
+        node.close()
+
+
+def _umask(pid: int) -> str:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(line.split()[1] for line in fh if line.startswith("Umask:"))
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        out.extend(kids := children.get(todo.pop(), []))
+        todo.extend(kids)
+    return out
+
+
+def test_a_daemon_started_with_umask_0000_makes_nothing_others_may_write(tmp_path: Path) -> None:
+    """Started with the mask 0000 (as in the attack), the daemon, its reflex process and its
+    child workers all run with 0022, and what the daemon makes is no one else's to write."""
+    if not os.path.exists("/proc/self/status"):
+        return  # the mask of another process is read from /proc
+    node = HarnessNode(tmp_path / "node")
+    node.add_rule("p", phase_rule("p", "sleep 1039", str(tmp_path / "phase.jsonl"), on=["x"]))
+    before = os.umask(0)
+    try:
+        node.start()
+    finally:
+        os.umask(before)
+    try:
+        assert node.daemon is not None
+        daemon = node.daemon.pid
+        wait_until(lambda: len(_descendants(daemon)) >= 2 or None, 30, "the reflex process and a worker")
+        masks = {pid: _umask(pid) for pid in [daemon, *_descendants(daemon)]}
+        assert set(masks.values()) == {"0022"}, masks
+        for path in (node.state_dir / "jobs", node.state_dir / "daemon.json"):
+            if path.exists():
+                assert not path.stat().st_mode & 0o022, path
     finally:
         node.close()

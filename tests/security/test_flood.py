@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -183,5 +184,45 @@ def test_any_account_asking_for_the_probes_again_cannot_keep_them_running(shared
         first = run_as("nobody", refreshed)
         assert [run_as("nobody", refreshed) for _ in range(3)] == [first] * 3
         assert refreshed() > first  # root's asking runs them anew
+    finally:
+        node.close()
+
+
+@needs_root
+def test_short_lived_jobs_in_a_loop_are_held_in_time_and_bytes(shared_root: Path) -> None:
+    """``nobody`` registers jobs with 50 KB command lines and ends each at once, in a loop:
+    held to a number per minute, each command line stored cut, and the ended jobs' rows and
+    folders pruned to the number kept (before, 1,487 folders and 40 MB in 20 s)."""
+    quotas = {**QUOTAS, "registrations_per_minute": 5, "ended_jobs_kept": 3}
+    node = HarnessNode(shared_root, quotas=quotas)
+    node.start()
+    try:
+        sock = str(node.socket)
+
+        def churn() -> list[str]:
+            said = []
+            for _ in range(8):
+                try:
+                    job = request(sock, "job.register", manifest={"name": "churn"}, cmd=["y" * 50_000])["job"]
+                    request(sock, "job.exited", id=job["id"], exit_code=0)
+                    said.append("ok")
+                except RequestRefused as exc:
+                    said.append(f"{exc.code} {exc}")
+            return said
+
+        said = run_as("nobody", churn)
+        assert said[:5] == ["ok"] * 5, said
+        assert all(s.startswith("QUOTA") and "registrations_per_minute" in s for s in said[5:]), said
+        assert register(sock, "roots", 1000) == "ok"  # root is held to none, and its registration prunes
+        folders = [p for p in (node.state_dir / "jobs").iterdir() if p.is_dir()]
+        assert len(folders) <= quotas["ended_jobs_kept"] + 1, folders  # the ended ones kept, and root's
+
+        def stored() -> list[int] | None:
+            with sqlite3.connect(node.state_dir / "state.db") as db:
+                rows = db.execute("SELECT cmd FROM jobs WHERE state = 'ended'").fetchall()
+            return [len(row[0]) for row in rows] if 0 < len(rows) <= quotas["ended_jobs_kept"] else None
+
+        sizes = wait_until(stored, 30, "the ended jobs' rows pruned")
+        assert max(sizes) < 4200, sizes  # each command line cut to 4096 bytes and a note
     finally:
         node.close()

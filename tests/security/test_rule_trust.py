@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 from arbiter_testing import RecordingServer, run_as
 from arbiter_testing.node import HarnessNode
+from arbiter_testing.rules import phase_rule
+from arbiter_testing.slurm import free_ports
+from arbiter_testing.waiting import wait_until
 
-from .conftest import needs_root
+from .conftest import Background, needs_root
 
 NOBODY = 65534
 
@@ -89,6 +94,7 @@ def test_a_secret_header_comes_from_a_file_and_is_never_stored_or_shown(tmp_path
         )
         node.start()
         try:
+            node.spawn(["sleep", "1033"])  # the program the secret is for, listening as root as the server does
             node.wait_for(lambda: any(s.headers.get("Authorization") == secret for s in server.seen))
             shown = json.dumps([node.status(), node.call("explain"), node.call("timeline", limit=500)])
             assert secret not in shown
@@ -99,3 +105,83 @@ def test_a_secret_header_comes_from_a_file_and_is_never_stored_or_shown(tmp_path
         path = node.state_dir / name
         if path.exists():
             assert secret.encode() not in path.read_bytes(), name
+
+
+@needs_root
+def test_a_secret_goes_only_to_a_socket_of_a_user_who_could_read_it(shared_root: Path) -> None:
+    """While the real program is down, ``nobody`` binds its port and starts a process the rule
+    matches: the root daemon sends the secret header to no one (before, every probe sent it
+    to nobody's server) and says why on the timeline."""
+    secret = "s3cret-token-" + os.urandom(8).hex()
+    secret_file = shared_root / "token"
+    secret_file.write_text(secret + "\n")
+    os.chmod(secret_file, 0o600)
+    (port,) = free_ports(1)
+    drop = shared_root / "drop"  # where nobody says it listens, and is told to stop
+    drop.mkdir(mode=0o777)
+    os.chmod(drop, 0o777)
+    stop = drop / "stop"
+
+    def listen() -> list[dict[str, str]]:
+        with RecordingServer(answer={"queue": []}, port=port) as server:
+            (drop / "listening").mkdir()
+            while not stop.exists():
+                time.sleep(0.05)
+            return [dict(s.headers) for s in server.seen]
+
+    attacker = Background("nobody", listen)
+    lookalike = subprocess.Popen(["sleep", "1036"], user="nobody")
+    node = HarnessNode(shared_root / "node")
+    node.add_rule(
+        "guarded",
+        "id: guarded\nmatch: {cmdline: ['sleep 1036']}\n"
+        f"busy: {{kind: http_count, url: 'http://127.0.0.1:{port}/q', count_keys: [queue], every_s: 0.2,\n"
+        f"  headers: {{Authorization: {{from_file: {secret_file}}}}}}}\n",
+    )
+    try:
+        wait_until(lambda: (drop / "listening").exists(), 30, "nobody's server listening")
+        node.start()
+        refused = node.events("ENDPOINT_REFUSED", "guarded", contains="could not read the rule's header secret")
+        assert any("belongs to uid 65534" in e["message"] for e in refused), refused
+        # explained where the rule's busy reading is shown
+        node.wait_for(lambda: "could not read the rule's header secret" in json.dumps(node.known_rule("guarded")))
+    finally:
+        stop.mkdir()
+        seen = attacker.join()
+        lookalike.kill()
+        lookalike.wait()
+        node.close()
+    assert not [h for h in seen if secret in json.dumps(h)], seen
+
+
+@needs_root
+def test_a_rule_file_others_may_change_never_weakens_a_root_rule_it_extends(shared_root: Path) -> None:
+    """A tenants folder ``nobody`` may write holds ``extends: guarded`` with ``during: []``
+    and ``protect: null``: after a reload root's rule still pauses fleet work during its
+    phase (before, the extension replaced it with an unprotected rule)."""
+    theirs = shared_root / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    node = HarnessNode(shared_root / "node")
+    node.config["tenants_dirs"] = [str(node.tenants), str(theirs)]
+    node.write_config()
+    rule = phase_rule("guarded", "sleep 1037", str(shared_root / "phase.jsonl"), protect={"metric": "gpu_share"})
+    node.add_rule("guarded", rule)
+    node.start()
+    try:
+        before = node.known_rule("guarded")
+        assert before["protected"] and before["sources"], before
+
+        def weaken() -> None:
+            (theirs / "weaker.yaml").write_text("id: weaker\nextends: guarded\nprotect: null\nduring: []\n")
+
+        run_as("nobody", weaken)
+        node.call("reload")
+        refused = node.events(code="CONFIG_REJECTED", contains="may not change rule 'guarded'")
+        assert any("weaker.yaml" in e["message"] for e in refused), refused
+        after = node.known_rule("guarded")
+        assert after["protected"] and after["sources"] == before["sources"], after
+        checked = node.cli("check", str(theirs / "weaker.yaml"))
+        assert "may not change rule 'guarded'" in checked.stdout + checked.stderr, checked
+    finally:
+        node.close()

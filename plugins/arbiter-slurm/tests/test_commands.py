@@ -191,3 +191,63 @@ def test_arbiter_slurm_help_prints_help(capsys: pytest.CaptureFixture[str]) -> N
     assert ended.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: arbiter-slurm") and "TaskProlog=" in out, out
+
+
+def test_only_slurm_ids_are_claimed_and_none_is_vouched_for_off_slurm(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from arbiter_slurm import arbiter_scheduler_job_owner
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    context = PluginContext(tmp_path, sections={"slurm": commands.NodeOptions(node="n1")})
+    assert arbiter_scheduler_job_owner(job_id="batch-5", context=context) is None
+    said = arbiter_scheduler_job_owner(job_id="slurm-5", context=context)
+    assert said is not None and said["uid"] is None and "not under Slurm" in said["why"], said
+
+
+def test_a_node_config_others_may_change_is_not_followed(tmp_path: Path) -> None:
+    """The Prolog and Epilog run as root: a configs folder another account owns or may write
+    would send them to a daemon of that account's choosing, so the hook refuses it and says why."""
+    folder = tmp_path / "arbiter"
+    folder.mkdir()
+    (folder / "n1.yaml").write_text("state_dir: /a\nslurm: {node: n1}\n")
+    env = {"ARBITER_SLURM_CONFIGS": str(folder), "SLURMD_NODENAME": "n1"}
+    assert hooks.node_config(env) == str(folder / "n1.yaml")
+    folder.chmod(0o777)
+    with pytest.raises(
+        hooks.HookError, match=r"not safe to follow: the folder .* is writable by its group and everyone"
+    ):
+        hooks.node_config(env)
+    folder.chmod(0o755)
+    if os.geteuid() == 0:  # another account's folder
+        os.chown(folder, 65534, 65534)
+        with pytest.raises(hooks.HookError, match="is owned by uid 65534"):
+            hooks.node_config(env)
+
+
+def test_an_array_tasks_owner_is_found_by_its_task_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``slurm-2_0`` names task 0 of array 2, whose own job id is another number: the owner
+    check asks Slurm for that task and knows it by its array and task."""
+    listed = {
+        "jobs": [
+            {
+                "job_id": 4,
+                "array_job_id": 2,
+                "array_task_id": 0,
+                "job_state": "RUNNING",
+                "user_id": 1234,
+                "user_name": "alice",
+                "nodes": "n1",
+            }
+        ]
+    }
+    asked: list[list[str]] = []
+
+    def run(cmd: list[str]) -> str:
+        asked.append(cmd)
+        return json.dumps(listed)
+
+    monkeypatch.setattr(commands, "run", run)
+    job = commands.job_here("slurm-2_0", "n1")
+    assert job is not None and job.uid == 1234 and asked[0][:4] == ["squeue", "--json", "--jobs", "2_0"]
+    assert commands.job_here("slurm-2_1", "n1") is None

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from arbiter_slurm import hooks
+from arbiter_testing import run_as
 from arbiter_testing.slurm import SlurmCluster
 from arbiter_testing.waiting import wait_until
 
@@ -181,3 +183,33 @@ def test_arbiter_job_run_inside_a_batch_script_is_the_same_job(slurm: SlurmClust
     out = wait_until(said, WAIT_S, "the command's output")
     assert f"inside={key}" in out and f"running inside job {key}" in out, out
     assert [j["id"] for j in n1.status()["jobs"]] == [key]
+
+
+def test_a_task_prolog_run_by_hand_with_another_users_job_id_takes_over_nothing(slurm: SlurmCluster) -> None:
+    """``nobody`` runs the shipped TaskProlog with root's ``SLURM_JOB_ID``: refused, for a job
+    the daemon knows (it is root's) and for one it does not know yet (Slurm does not say it is
+    nobody's), and root's job keeps its process (before, nobody's process became the job and
+    the reconciler took it back, over and over)."""
+    n1 = slurm.start_arbiter("n1")
+    known = slurm.sbatch("sleep 300\n", "--nodelist=n1")
+    elsewhere = slurm.sbatch("sleep 300\n", "--nodelist=n2")  # no daemon on n2: n1 knows nothing of it
+    key = f"slurm-{known}"
+    seen = wait_until(lambda: _job(n1, key), WAIT_S, f"{key} in n1's status", poll_s=0.1)
+    assert seen["owner_uid"] == 0, seen
+    wait_until(lambda: slurm.jobs().get(elsewhere, {}).get("job_state") == "RUNNING", WAIT_S, "the job on n2 running")
+
+    def task_prolog(job: int) -> str:
+        forged = slurm.env(SLURM_JOB_ID=str(job), SLURMD_NODENAME="n1", ARBITER_MANIFEST='{"name": "x"}')
+        try:  # the hook's own code, as nobody, handing over itself as the job's task
+            return "\n".join(hooks.taskprolog(forged, os.getpid()))
+        except hooks.HookError as exc:
+            return f"refused: {exc}"
+
+    said = run_as("nobody", lambda: task_prolog(known))
+    assert said.startswith("refused:") and "belongs to uid 0" in said, said
+    said = run_as("nobody", lambda: task_prolog(elsewhere))
+    assert said.startswith("refused:") and "no scheduler vouches" in said and "on this node" in said, said
+    after = _job(n1, key)
+    assert after is not None and after["owner_uid"] == 0, after
+    assert _job(n1, f"slurm-{elsewhere}") is None
+    assert not n1.call("timeline", code="JOB_EXITED", subject=key)["events"]

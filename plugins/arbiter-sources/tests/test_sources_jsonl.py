@@ -806,3 +806,38 @@ def test_a_file_renamed_away_with_nothing_in_its_place_goes_unreadable(
     assert source.state().readable  # a rotation in progress, within its grace
     monkeypatch.setattr(follow, "ROTATION_GRACE_S", 0.5)  # and once that is over
     assert "renamed" in rec.wait_for(lambda s: not s.readable, timeout=5).why
+
+
+def test_a_file_made_terabytes_of_holes_is_unreadable_not_read_without_end(tmp_path: Path, make: Make) -> None:
+    """The file's owner truncates it up to a terabyte of holes: the source reads at most one
+    pass of zeros, then says the file is unreadable (a core read zeros without end before);
+    closing it ends its thread at once, and a file truncated back is read again."""
+    path = tmp_path / "events.jsonl"
+    append(path, line("status", phase="render"))
+    source = make(path=str(path), event="status", field="phase", on=["render"])
+    rec = started(source)
+    assert source.state().phase == "on"
+    os.truncate(path, 1 << 40)
+    state = rec.wait_for(lambda s: not s.readable, timeout=30)
+    assert "grew by" in state.why and "sparse or runaway" in state.why, state
+    os.truncate(path, 0)
+    append(path, line("status", phase="idle"))
+    rec.wait_for(lambda s: s.readable and s.phase == "off", timeout=30)
+    os.truncate(path, 4 << 40)
+    rec.wait_for(lambda s: not s.readable, timeout=30)
+    thread = source._thread
+    began = time.monotonic()
+    source.close()
+    assert thread is not None and not thread.is_alive() and time.monotonic() - began < 5
+
+
+def test_a_terabyte_of_holes_at_the_first_open_is_not_read_back(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "events.jsonl"
+    append(path, line("status", phase="render"))
+    os.truncate(path, 1 << 40)
+    source = make(path=str(path), event="status", field="phase", on=["render"])
+    began = time.monotonic()
+    rec = started(source)
+    assert time.monotonic() - began < 5
+    append(path, line("status", phase="render"))
+    rec.wait_for(phase_is("on"), timeout=30)

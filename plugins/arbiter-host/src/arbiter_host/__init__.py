@@ -10,7 +10,8 @@
 - ``access``: whether this account may open the GPU's device files and read other users'
   processes (for ``arbiter doctor``), with a fix for each problem.
 
-It also implements ``arbiter_fast_thread``: on Linux 6.12 and later each fast-path thread
+It answers ``arbiter_listeners`` (who owns the socket listening on a port:
+:mod:`arbiter_host.listeners`), and implements ``arbiter_fast_thread``: on Linux 6.12 and later each fast-path thread
 asks the scheduler for a 0.1 ms slice, so that it gets a core sooner when it wakes
 (:mod:`arbiter_host.fastthread`).
 
@@ -24,10 +25,12 @@ Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from arbiter.plugin import hookimpl
 from arbiter_host.access import AccessHostSignal, AccessReading
 from arbiter_host.fastthread import ask_short_slice
+from arbiter_host.listeners import listeners
 from arbiter_host.machine import MachineHostSignal, MachineReading
 from arbiter_host.memory import MemoryHostSignal, MemoryReading
 from arbiter_host.power import PowerHostSignal, PowerReading
@@ -42,6 +45,7 @@ __all__ = [
     "PowerHostSignal",
     "PowerReading",
     "arbiter_fast_thread",
+    "arbiter_listeners",
     "arbiter_register_host",
 ]
 
@@ -57,3 +61,8 @@ def arbiter_register_host(register: Callable[[str, type], None]) -> None:
 @hookimpl
 def arbiter_fast_thread(role: str) -> str | None:
     return ask_short_slice()
+
+
+@hookimpl
+def arbiter_listeners(address: str, port: int) -> list[dict[str, Any]] | None:
+    return listeners(address, port)

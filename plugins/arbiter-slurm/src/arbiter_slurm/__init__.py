@@ -75,6 +75,24 @@ def arbiter_scheduler_jobs(node_state: dict[str, Any] | None, context: PluginCon
 
 
 @hookimpl
+def arbiter_scheduler_job_owner(job_id: str, context: PluginContext) -> dict[str, Any] | None:
+    """Whose ``slurm-…`` job this is, by Slurm's own word: the TaskProlog runs as the job's user,
+    so a user who runs it by hand with another job's ``SLURM_JOB_ID`` is not that job's user."""
+    if not job_id.startswith(commands.ID_PREFIX):
+        return None
+    opts = commands.options(context)
+    if not commands.configured(opts):
+        return {"uid": None, "why": "this node is not under Slurm (no slurm.conf or no Slurm commands)"}
+    try:
+        job = commands.job_here(job_id, commands.node_name(opts))
+    except commands.SlurmError as exc:
+        return {"uid": None, "why": str(exc)}
+    if job is None:
+        return {"uid": None, "why": f"Slurm runs no job {job_id[len(commands.ID_PREFIX) :]} on this node"}
+    return {"uid": job.uid, "why": f"Slurm says job {job.job_id} is {job.user or 'uid'} ({job.uid})'s"}
+
+
+@hookimpl
 def arbiter_node_state(state: dict[str, Any], context: PluginContext) -> dict[str, Any] | None:
     """Sync the node, and say which features it has from arbiter (status and metrics show them)."""
     opts = commands.options(context)

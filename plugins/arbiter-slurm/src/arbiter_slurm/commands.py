@@ -25,6 +25,8 @@ SECTION = "slurm"
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 #: a job's manifest in its comment: ``--comment 'arbiter:{"name": "render", ...}'``
 COMMENT_PREFIX = "arbiter:"
+#: what every arbiter job id of a Slurm task starts with
+ID_PREFIX = "slurm-"
 #: Slurm job states in which a job has processes on its nodes
 LIVE_STATES = ("RUNNING", "SUSPENDED", "COMPLETING")
 
@@ -220,6 +222,19 @@ def jobs_on(node: str) -> list[SlurmJob]:
     ``--json``: the jobs are chosen here by their node list."""
     text = run(["squeue", "--json", "--nodelist", node, "--states", ",".join(LIVE_STATES)])
     return [j for j in parse_squeue(text) if j.state in LIVE_STATES and node in expand_hostlist(j.nodes)]
+
+
+def job_here(key: str, node: str) -> SlurmJob | None:
+    """The live Slurm job on ``node`` that the arbiter job id ``key`` (``slurm-<job>[.<step>.<task>]``)
+    names; None where the id is malformed or Slurm runs no such job there."""
+    job_id = key[len(ID_PREFIX) :].split(".", 1)[0] if key.startswith(ID_PREFIX) else ""
+    if not valid_job_id(job_id):
+        return None
+    text = run(["squeue", "--json", "--jobs", job_id, "--states", ",".join(LIVE_STATES)])
+    for job in parse_squeue(text):
+        if job.key == job_id and job.state in LIVE_STATES and node in expand_hostlist(job.nodes):
+            return job
+    return None
 
 
 def parse_listpids(text: str) -> list[TaskPid]:

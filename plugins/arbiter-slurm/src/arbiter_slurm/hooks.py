@@ -21,7 +21,9 @@ Prolog and Epilog, the job's error file for the TaskProlog).
 Which daemon: where several slurmd run on one host, each node's config is the one whose
 ``slurm: {node: ...}`` names the node (else ``<node>.yaml``), in ``$ARBITER_SLURM_CONFIGS``
 or in the folder ``arbiter/`` beside slurm.conf; otherwise the node config arbiter finds
-itself (``$ARBITER_CONFIG``, then the default places).
+itself (``$ARBITER_CONFIG``, then the default places).  A node config found in such a
+folder is followed only when it and every folder above it are root's and writable by no one
+else, as the daemon wants its ``state_dir``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 import yaml
 
 from arbiter.cli.client import CliError, daemon_info, state_dir_for
+from arbiter.config.safety import command_file_problem
 from arbiter.transport import DaemonUnavailable, RequestRefused, request
 from arbiter_slurm import commands
 
@@ -103,10 +106,23 @@ def node_config(env: dict[str, str]) -> str | None:
             continue
         named = sorted(p for p in Path(folder).glob("*.yaml") if _slurm_node(p) == node)
         if named:
-            return str(named[0])
+            return _trusted(str(named[0]))
         if (Path(folder) / f"{node}.yaml").is_file():
-            return str(Path(folder) / f"{node}.yaml")
+            return _trusted(str(Path(folder) / f"{node}.yaml"))
     return None
+
+
+def _trusted(config: str) -> str:
+    """``config``, when it and every folder above it are root's (or this account's) and
+    writable by no one else, as the daemon wants its state_dir: the Prolog and Epilog run as
+    root, and a config another account wrote would send them to a daemon of its choosing."""
+    problem = command_file_problem(config)
+    if problem:
+        raise HookError(
+            f"the node config {config} is not safe to follow: {problem}; make it and its folders owned by root "
+            "and writable by no one else (chown root; chmod go-w)"
+        )
+    return config
 
 
 def _slurm_node(path: Path) -> str | None:

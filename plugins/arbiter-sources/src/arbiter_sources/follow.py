@@ -62,6 +62,11 @@ ROTATION_GRACE_S = 10.0
 #: on average and 0.2 % at most; a program that writes a hundred times a second or less is
 #: read at every write
 COUNT_PACE_S = 0.01
+#: the most one read of the file takes in (a wake-up's pass): a file that has grown more
+#: than this since it was last read is no log a program writes (a sparse file of terabytes
+#: of holes reads as zeros without end), and counts as unreadable until it is truncated or
+#: replaced; the thread never spends more than one such pass before it looks up again
+MAX_PASS_BYTES = 64 << 20
 #: positions remembered for files followed before (a glob may switch back to one)
 _REMEMBERED_FILES = 16
 
@@ -353,7 +358,8 @@ class FollowedFile(Source):
                 self._pos = 0
         self._skip_history = False
         self._set_readable()
-        self._drain()
+        if not self._runaway(fd, st.st_size):
+            self._drain()
 
     def _close_file(self) -> None:
         if self._fd is None:
@@ -367,11 +373,31 @@ class FollowedFile(Source):
         self._fd, self._ident, self._tail = None, None, b""
         self._lines.reset()
 
+    def _runaway(self, fd: int, size: int) -> bool:
+        """Whether the file holds more than one pass's worth past where it was read: then it
+        is closed (its place remembered) and unreadable; it is looked at again, without being
+        read, on the next check of the path."""
+        if size - self._pos <= MAX_PASS_BYTES:
+            return False
+        path = os.path.join(self._where.dir, self._name)
+        self._close_file()
+        self._set_unreadable(
+            Problem(
+                f"{path} grew by {size - self._pos} bytes since it was last read, more than {MAX_PASS_BYTES} "
+                "(a sparse or runaway file): not read, and unreadable until it is truncated or replaced"
+            )
+        )
+        return True
+
     def _drain(self) -> None:
         fd = self._fd
         assert fd is not None
+        taken = 0
         try:
             while True:
+                if taken >= MAX_PASS_BYTES:
+                    self._runaway(fd, os.fstat(fd).st_size)
+                    return  # one pass at most: the next wake-up goes on, if the file is sane
                 # One read from just before where we were: those bytes must still be the ones
                 # read last (else the file was truncated or rewritten in place), and what
                 # follows them is new.  Each system call here lets the interpreter lock go
@@ -385,6 +411,7 @@ class FollowedFile(Source):
                     self._lines.reset()
                     continue
                 chunk = data[back:]
+                taken += len(chunk)
                 if chunk:
                     self._pos += len(chunk)
                     self._tail = data[-TAIL_BYTES:]

@@ -14,6 +14,10 @@ MAX_LINE_BYTES = 1 << 20
 CHUNK = 1 << 16
 #: how much of what was read is compared again before each read, to notice a rewrite
 TAIL_BYTES = 256
+#: how far back a file is read for its last line end or its last phase, at most: a file
+#: without a line end in its last bytes (a sparse file of terabytes of holes) is not read
+#: back to its start
+BACKWARD_MOST = 64 << 20
 
 
 class LineSplitter:
@@ -48,16 +52,17 @@ class LineSplitter:
 
 def end_of_last_line(fd: int, size: int, cr: bool = False) -> int:
     """The offset just past the file's last newline (or carriage return, with ``cr``; 0
-    when it has none)."""
+    when it has none; ``size`` when none is in its last :data:`MAX_LINE_BYTES`: what comes
+    before is no line of ours)."""
     pos = size
-    while pos > 0:
+    while pos > 0 and size - pos <= MAX_LINE_BYTES:
         n = min(CHUNK, pos)
         pos -= n
         block = os.pread(fd, n, pos)
         at = max(block.rfind(b"\n"), block.rfind(b"\r")) if cr else block.rfind(b"\n")
         if at >= 0:
             return pos + at + 1
-    return 0
+    return 0 if pos <= 0 else size
 
 
 def read_tail(fd: int, end: int, length: int = TAIL_BYTES) -> bytes:
@@ -67,10 +72,10 @@ def read_tail(fd: int, end: int, length: int = TAIL_BYTES) -> bytes:
 
 
 def lines_backward(fd: int, end: int) -> Iterator[bytes]:
-    """The complete lines before ``end``, last first."""
+    """The complete lines before ``end``, last first, within :data:`BACKWARD_MOST` of it."""
     pos = end
     carry = b""
-    while pos > 0:
+    while pos > 0 and end - pos < BACKWARD_MOST:
         n = min(CHUNK, pos)
         pos -= n
         lines = (os.pread(fd, n, pos) + carry).split(b"\n")
@@ -78,5 +83,5 @@ def lines_backward(fd: int, end: int) -> Iterator[bytes]:
         yield from reversed(lines[1:])
         if len(carry) > MAX_LINE_BYTES:
             carry = b""  # a line too long to be one of ours; its start reads as malformed
-    if carry:
+    if carry and pos <= 0:
         yield carry

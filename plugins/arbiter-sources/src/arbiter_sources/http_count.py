@@ -33,6 +33,7 @@ from arbiter.plugin import (
     http_read,
     quote,
     secret_values,
+    send_refused,
 )
 
 if TYPE_CHECKING:
@@ -295,6 +296,10 @@ class HttpProbe(Source):
         import httpx
 
         url = self.options.url
+        if self.options.headers:  # a credential goes only to the rule's own program
+            refused = send_refused(self.context, url, self.options.headers)
+            if refused is not None:
+                return None, f"{url}: {refused}"
         try:
             response = http_read(client, "GET", url, total_s=self.options.timeout_s, max_bytes=MAX_ANSWER_BYTES)
         except httpx.TimeoutException:

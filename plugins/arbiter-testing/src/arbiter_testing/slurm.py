@@ -73,6 +73,7 @@ class SlurmCluster:
         self.arbiter: dict[str, HarnessNode] = {}
         self.configs = self.dir / "arbiter"  # one arbiter config per node, named after it, beside slurm.conf
         self.configs.mkdir()
+        os.chmod(self.configs, 0o755)  # a TaskProlog runs as the job's user and looks its node's config up there
 
     # --- the environment every Slurm command and hook sees -----------------------------------
 

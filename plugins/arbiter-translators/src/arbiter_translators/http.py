@@ -25,6 +25,7 @@ from arbiter.plugin import (
     http_read,
     quote,
     secret_values,
+    send_refused,
 )
 
 if TYPE_CHECKING:
@@ -152,6 +153,9 @@ class HttpPostTranslator(Translator):
         url, timeout = self.options.url, self.options.timeout_s
         sent: list[str] = []
         errors: list[str] = []
+        refused = send_refused(self.context, url, self.options.headers)  # only to the rule's own program
+        if refused is not None:
+            return ActionResult(errors=(f"{action}: not sent to {url}: {refused}",))
         with self._lock:
             deadline = time.monotonic() + timeout
             for what, body in requests:
