@@ -191,6 +191,9 @@ def arbiter_scheduler_job_owner(job_id: str, context: PluginContext) -> dict[str
     form claims is answered even where this node is not under it (``uid`` None): an id
     nobody vouches for is refused.  firstresult: the first plugin that claims the id wins.
     Called on a request thread under the plugin timeout, never on the fast path.
+
+    :param job_id: the arbiter job id the caller asks to hand a process over under.
+    :param context: the node's context (its plugin sections among it).
     """
 
 
@@ -206,4 +209,7 @@ def arbiter_listeners(address: str, port: int) -> list[dict[str, Any]] | None:
     read that secret itself: a local account that binds the port while the program is down
     gets neither.  firstresult.  Called on a plugin's request thread before each request
     that carries them, never on the fast path: it must be cheap.
+
+    :param address: the IP address the rule's URL names.
+    :param port: the TCP port the rule's URL names.
     """

@@ -21,12 +21,12 @@ from typing import Any, ClassVar, Literal
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
-from arbiter.children import run_child, start_child
-from arbiter.childwork import ChildWorker, ChildWorkFailed
 from arbiter.engine.types import Phase as Phase
-from arbiter.httpread import AnswerRefused, HttpAnswer, http_read, quote
+from arbiter.runtime.children import run_child, start_child
+from arbiter.runtime.childwork import ChildWorker, ChildWorkFailed
+from arbiter.runtime.httpread import AnswerRefused, HttpAnswer, http_read, quote
+from arbiter.runtime.secretref import SecretRef, secret_values
 from arbiter.sdk.control import NUDGE_SIGNAL, write_control_document
-from arbiter.secretref import SecretRef, secret_values
 
 try:
     import resource

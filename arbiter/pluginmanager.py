@@ -17,7 +17,6 @@ import pluggy
 from pydantic import BaseModel
 
 from arbiter import hookspecs
-from arbiter.childwork import CHILD_CPU
 from arbiter.config.models import NodeConfig
 from arbiter.config.sections import misspelling_of, plugin_sections
 from arbiter.plugin import (
@@ -31,6 +30,7 @@ from arbiter.plugin import (
     Source,
     Translator,
 )
+from arbiter.runtime.childwork import CHILD_CPU
 
 T = TypeVar("T")
 

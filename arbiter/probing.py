@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
-from arbiter.children import python_module, start_child
 from arbiter.config.models import Manifest
+from arbiter.runtime.children import python_module, start_child
 
 PROBE_TIMEOUT_S = 20.0
 #: how much nicer than the daemon a probe's process runs

@@ -44,8 +44,8 @@ from typing import Any
 
 import psutil
 
-from arbiter.certificates import Certificate
-from arbiter.store import Store
+from arbiter.state.certificates import Certificate
+from arbiter.state.store import Store
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.rules import phase_rule
 

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
-from arbiter.certificates import VALID_S, Certificate, ExeHasher, fingerprint, status
-from arbiter.store import Store
+from arbiter.state.certificates import VALID_S, Certificate, ExeHasher, fingerprint, status
+from arbiter.state.store import Store
 
 NODE = {"cpu": "AMD EPYC", "gpus": ["NVIDIA H200"], "os": "linux 6", "arbiter": __version__}
 EXE = ("/opt/trainer/bin/train", "ab" * 32)

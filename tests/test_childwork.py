@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.childwork import CHILD_CPU, ChildWorker, ChildWorkFailed
+from arbiter.runtime.childwork import CHILD_CPU, ChildWorker, ChildWorkFailed
 from arbiter_testing.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="children talk over POSIX pipes")
@@ -237,7 +237,7 @@ def test_the_child_ends_when_closed_collected_or_its_starter_is_killed(work: str
     assert pid is not None and gone(pid)
 
     code = (
-        "import sys, time\nfrom arbiter.childwork import ChildWorker\nw = ChildWorker(sys.argv[1], 'Counter', 0)\n"
+        "import sys, time\nfrom arbiter.runtime.childwork import ChildWorker\nw = ChildWorker(sys.argv[1], 'Counter', 0)\n"
         "w.call(None)\nprint(w.pid, flush=True)\ntime.sleep(60)\n"
     )
     starter = subprocess.Popen([sys.executable, "-c", code, work], stdout=subprocess.PIPE)

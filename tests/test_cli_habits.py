@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from arbiter.api.transport import RequestRefused
 from arbiter.cli import common, jobrun, main
 from arbiter.cli.client import EXIT_NO_DAEMON, CliError
 from arbiter.cli.common import FORBIDDEN_EXIT
-from arbiter.transport import RequestRefused
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter import discovery
+from arbiter.cli import discovery
 from arbiter.cli.client import EXIT_NO_DAEMON, CliError, daemon_info, state_dir_for
 
 

@@ -71,17 +71,19 @@ def test_sdk_uses_only_the_standard_library_and_itself() -> None:
 
 def test_child_work_uses_only_the_standard_library() -> None:
     # a plugin's child runs it with ``python -I -S``: nothing else is importable there
-    # (its parent side starts the child through arbiter.children, itself of the standard
+    # (its parent side starts the child through arbiter.runtime.children, itself of the standard
     # library alone, imported in the parent only)
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    assert _imports(CORE / "childwork.py") - {"arbiter"} <= stdlib, _imports(CORE / "childwork.py") - stdlib
+    assert _imports(CORE / "runtime" / "childwork.py") - {"arbiter"} <= stdlib, (
+        _imports(CORE / "runtime" / "childwork.py") - stdlib
+    )
     from_arbiter = {
         node.module
-        for node in ast.walk(ast.parse((CORE / "childwork.py").read_text()))
+        for node in ast.walk(ast.parse((CORE / "runtime" / "childwork.py").read_text()))
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("arbiter")
     }
-    assert from_arbiter <= {"arbiter.children"}, from_arbiter
-    assert _imports(CORE / "children.py") <= stdlib, _imports(CORE / "children.py") - stdlib
+    assert from_arbiter <= {"arbiter.runtime.children"}, from_arbiter
+    assert _imports(CORE / "runtime" / "children.py") <= stdlib, _imports(CORE / "runtime" / "children.py") - stdlib
 
 
 def _modules_after(code: str) -> set[str]:
@@ -202,12 +204,12 @@ def test_the_cycle_check_would_catch_one() -> None:
 #: those below it (a module at the root counts as a package of its own)
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"engine", "sdk"}),
-    frozenset({"plugin", "hookspecs", "children", "childwork", "httpread", "secretref", "certificates", "api"}),
-    frozenset({"config", "store", "transport", "discovery", "signal_relay", "ownership"}),
+    frozenset({"runtime", "plugin", "hookspecs", "api"}),
+    frozenset({"config", "state"}),
     frozenset({"pluginmanager", "probing"}),
     frozenset({"reflex", "harness", "http"}),
     frozenset({"daemon"}),
-    frozenset({"conform", "docs", "demo"}),
+    frozenset({"docs", "demo"}),
     frozenset({"cli", "__main__"}),
 )
 

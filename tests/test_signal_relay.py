@@ -11,7 +11,7 @@ import time
 
 WAITER = """
 import signal, sys, threading
-from arbiter.signal_relay import relay_signals
+from arbiter.cli.signal_relay import relay_signals
 stop = threading.Event()
 seen = []
 relay_signals({signal.SIGUSR2: lambda: seen.append(1), signal.SIGTERM: stop.set})

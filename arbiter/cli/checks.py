@@ -23,7 +23,7 @@ from arbiter.config.loader import (
 from arbiter.config.locate import config_candidates, find_config
 from arbiter.config.models import NodeConfig
 from arbiter.config.ruleset import RuleSet
-from arbiter.ownership import CheckedRule, Overlap, overlaps
+from arbiter.daemon.ownership import CheckedRule, Overlap, overlaps
 from arbiter.pluginmanager import PluginHost, PluginLoadError, build_plugin_manager
 
 

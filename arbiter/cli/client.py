@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from arbiter.api.ops import Op
+from arbiter.api.transport import DaemonUnavailable, request
 from arbiter.config.locate import default_state_dir, find_config, relative_to_config
-from arbiter.transport import DaemonUnavailable, request
 
 if TYPE_CHECKING:
     from arbiter.config.models import NodeConfig
@@ -55,7 +55,7 @@ def config_or_the_running_ones(config: str | None) -> str | None:
     that of the one daemon that says it runs (as the commands that ask it find it)."""
     if find_config(config) is not None:
         return config
-    from arbiter.discovery import running, the_one
+    from arbiter.cli.discovery import running, the_one
 
     try:
         found = the_one(running())
@@ -66,10 +66,10 @@ def config_or_the_running_ones(config: str | None) -> str | None:
 
 def state_dir_for(config: str | None) -> Path:
     """The state dir of the daemon to ask: the config's; with no config given or found, the
-    one daemon that says it runs (see :mod:`arbiter.discovery`), else the default."""
+    one daemon that says it runs (see :mod:`arbiter.cli.discovery`), else the default."""
     path = find_config(config)
     if path is None:
-        from arbiter.discovery import running, the_one
+        from arbiter.cli.discovery import running, the_one
 
         try:
             found = the_one(running())
@@ -100,7 +100,7 @@ def daemon_info(state_dir: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())  # type: ignore[no-any-return]
     except FileNotFoundError:
-        from arbiter.discovery import describe, running
+        from arbiter.cli.discovery import describe, running
 
         others = [d for d in running() if Path(d["state_dir"]) != state_dir.resolve()]
         found = f"; running: {describe(others)}" if others else ""

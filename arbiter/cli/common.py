@@ -13,7 +13,7 @@ from arbiter.api.ops import Op
 from arbiter.cli.client import Client, CliError, node_config
 
 if TYPE_CHECKING:
-    from arbiter.transport import RequestRefused
+    from arbiter.api.transport import RequestRefused
 
 ConfigOpt = Annotated[
     Optional[str],  # noqa: UP045 - typer reads the annotation at runtime
@@ -61,7 +61,7 @@ def refused(exc: RequestRefused) -> typer.Exit:
 
 def ask(config: str | None, op: Op, key: str | None, **args: Any) -> Any:
     """The daemon's answer to ``op`` (its ``key`` where one is named), or a clear exit."""
-    from arbiter.transport import RequestRefused
+    from arbiter.api.transport import RequestRefused
 
     try:
         answer = Client(config).call(op, **args)

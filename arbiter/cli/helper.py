@@ -15,11 +15,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from arbiter.api.transport import Connection, DaemonUnavailable, RequestRefused
 from arbiter.config.loader import validate_kind_options
 from arbiter.config.models import KindBlock
 from arbiter.plugin import PluginContext, Source, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost
-from arbiter.transport import Connection, DaemonUnavailable, RequestRefused
 
 PING_S = 2.0
 RETRY_S = 2.0

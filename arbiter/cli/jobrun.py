@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.api.ops import Op
+from arbiter.api.transport import DaemonUnavailable, RequestRefused
 from arbiter.cli.client import Client, CliError
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
-from arbiter.transport import DaemonUnavailable, RequestRefused
 
 COOPERATIVE = ("cooperative_throttle", "cooperative_pause")
 

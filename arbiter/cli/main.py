@@ -147,7 +147,7 @@ def check(
 ) -> None:
     """Validate the node config and rule files; exit non-zero on any problem."""
     from arbiter.cli.checks import run_check
-    from arbiter.ownership import Overlap, overlap_lines
+    from arbiter.daemon.ownership import Overlap, overlap_lines
 
     found: list[Overlap] = []
     try:
@@ -261,7 +261,7 @@ def helper(
 
     from arbiter.cli.client import daemon_info, state_dir_for
     from arbiter.cli.helper import Helper
-    from arbiter.signal_relay import relay_signals
+    from arbiter.cli.signal_relay import relay_signals
 
     try:
         state_dir = state_dir_for(config)
@@ -277,10 +277,10 @@ def helper(
 @app.command()
 def doctor(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """The node's health, each item with a fix: config, plugins, readers, GPU APIs, sources, access."""
+    from arbiter.api.transport import RequestRefused
     from arbiter.cli import render
     from arbiter.cli.doctor import local_items
     from arbiter.daemon.health import Item
-    from arbiter.transport import RequestRefused
 
     items = [i.to_dict() for i in local_items(config)]
     if not as_json:  # what is known now, while the daemon runs its checks
@@ -321,7 +321,7 @@ def gpu_apis_command(
     refresh: Annotated[bool, typer.Option(help="run the probes again now")] = False,
 ) -> None:
     """Which GPU APIs this host (and its containers) provide, with the evidence for each."""
-    from arbiter.transport import RequestRefused
+    from arbiter.api.transport import RequestRefused
 
     try:
         answer = Client(config).call(Op.GPU_APIS, timeout=90, refresh=refresh)["gpu_apis"]
@@ -359,9 +359,9 @@ def conform(
     as_json: JsonOpt = False,
 ) -> None:
     """Check that a job holds the duties its conformance.yaml asks, and reports them truly."""
+    from arbiter.cli.conform import Kit, load
     from arbiter.cli.render import print_conformance
     from arbiter.config.errors import ConfigError
-    from arbiter.conform import Kit, load
     from arbiter.daemon.observe import Observer
 
     cfg, host = node_and_plugins(config)

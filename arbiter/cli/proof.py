@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.text import Text
 
 from arbiter.api.ops import Op
+from arbiter.api.transport import RequestRefused
 from arbiter.cli.render import console as plain_console
 from arbiter.cli.render import print_certificates
 from arbiter.cli.story import (
@@ -28,7 +29,6 @@ from arbiter.cli.story import (
 )
 from arbiter.demo.node import LocalNode
 from arbiter.harness.report import text as report_text
-from arbiter.transport import RequestRefused
 
 
 def _governor(node: LocalNode) -> str:

@@ -9,9 +9,10 @@ import signal
 import threading
 from pathlib import Path
 
-from arbiter import discovery
-from arbiter.children import UMASK
+from arbiter.api.transport import DaemonUnavailable, request
+from arbiter.cli import discovery
 from arbiter.cli.client import CliError
+from arbiter.cli.signal_relay import relay_signals
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.core import DAEMON_FILE, SOCKET_FILE, Daemon, DaemonAlreadyRunning
 from arbiter.daemon.notify import Notifier
@@ -20,9 +21,8 @@ from arbiter.daemon.views import status_line
 from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 from arbiter.reflex.act import Actuator, make_translators
 from arbiter.reflex.limits import cap_malloc_arenas, raise_open_file_limit
-from arbiter.signal_relay import relay_signals
-from arbiter.store import PausedJournal, Store
-from arbiter.transport import DaemonUnavailable, request
+from arbiter.runtime.children import UMASK
+from arbiter.state.store import PausedJournal, Store
 
 #: how long stopping may take, at most, before the process ends anyway
 STOP_MOST_S = 15.0

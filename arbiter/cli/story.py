@@ -23,10 +23,10 @@ from rich.panel import Panel
 from rich.text import Text
 
 from arbiter.api.ops import Op
+from arbiter.api.transport import RequestRefused
 from arbiter.cli.render import console as plain_console
 from arbiter.cli.render import jobs_table, print_explain, print_timeline, rules_table
 from arbiter.demo.node import PYTHON, LocalNode
-from arbiter.transport import RequestRefused
 
 RULE_ID = "standin-trainer"
 

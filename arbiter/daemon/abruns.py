@@ -15,9 +15,9 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-from arbiter.certificates import Certificate, fingerprint
 from arbiter.daemon.inbox import ChangeRun
 from arbiter.engine import abrun, codes
+from arbiter.state.certificates import Certificate, fingerprint
 
 if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
@@ -271,7 +271,7 @@ def certificate(daemon: Parts, run: abrun.RunState) -> None:
         )
 
         def write(db: Any) -> None:
-            from arbiter.store import Store
+            from arbiter.state.store import Store
 
             cert_id = Store.insert_certificate(db, cert)
             daemon.recorder.event(
@@ -295,7 +295,7 @@ def supersede(daemon: Parts, run: abrun.RunState) -> None:
     why = f"run {spec.run_id} showed a slowdown at duty {duty:g} (run `arbiter ab sweep --rule {spec.rule_id}`)"
 
     def write(db: Any) -> None:
-        from arbiter.store import Store
+        from arbiter.state.store import Store
 
         if Store.supersede(db, spec.rule_id, spec.work, duty, spec.run_id, why):
             daemon.recorder.event(

@@ -29,7 +29,7 @@ from arbiter.pluginmanager import PluginFailed
 
 if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
-    from arbiter.store import JobRecord
+    from arbiter.state.store import JobRecord
 
 log = logging.getLogger(__name__)
 

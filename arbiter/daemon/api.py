@@ -35,7 +35,7 @@ from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed
 from arbiter.probing import placement
-from arbiter.store import JobRecord
+from arbiter.state.store import JobRecord
 
 if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
@@ -376,7 +376,7 @@ class NodeApi:
         import json
         import subprocess
 
-        from arbiter.children import python_module, run_child
+        from arbiter.runtime.children import python_module, run_child
 
         rep = self.ab_show(run_id)
         key = json.dumps([rep["status"], len(rep["blocks"]), len(rep["excluded"])])

@@ -2,7 +2,7 @@
 
 A process belongs to the first rule, highest priority first, whose matcher selects it, but
 one inside the tree of a rule that walks trees goes with that rule
-(:mod:`arbiter.ownership` says the order); a job's processes are its root's descendants.
+(:mod:`arbiter.daemon.ownership` says the order); a job's processes are its root's descendants.
 Each matcher call runs under the host's timeout, and one that hangs or returns what no
 matcher may is a fault of its rule.
 """
@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from arbiter.daemon.ownership import settle_trees
 from arbiter.daemon.rules import LiveRule
-from arbiter.ownership import settle_trees
 from arbiter.plugin import Matcher, ProcessInfo
 from arbiter.pluginmanager import PluginFailed
 

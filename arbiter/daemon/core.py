@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
+from arbiter.api.transport import SocketServer
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.abruns import certificate, resumed_from, supersede
 from arbiter.daemon.adopt import Reconciler
@@ -64,8 +65,7 @@ from arbiter.plugin import ProcessRef
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.probing import Prober
 from arbiter.reflex.act import Actuator, make_translators
-from arbiter.store import JobRecord, PausedJournal, Store
-from arbiter.transport import SocketServer
+from arbiter.state.store import JobRecord, PausedJournal, Store
 
 log = logging.getLogger("arbiter.daemon")
 

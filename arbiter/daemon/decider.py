@@ -48,7 +48,7 @@ from arbiter.engine.handoff import request_over
 from arbiter.engine.reacquire import newly_due
 from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, SourceObs, evolve
 from arbiter.reflex.act import Actuator, next_seq
-from arbiter.store import Store
+from arbiter.state.store import Store
 
 log = logging.getLogger("arbiter.daemon")
 

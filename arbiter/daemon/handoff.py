@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from arbiter.daemon.recorder import Recorder
     from arbiter.daemon.rules import RuleBook
     from arbiter.pluginmanager import PluginHost
-    from arbiter.store import Store
+    from arbiter.state.store import Store
 
 log = logging.getLogger("arbiter.handoff")
 WORKERS = 4

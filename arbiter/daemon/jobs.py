@@ -19,7 +19,7 @@ from arbiter.config.models import Manifest
 from arbiter.daemon.safefs import create_file, make_dir, open_dir
 from arbiter.engine.types import JobObs
 from arbiter.plugin import ProcessRef
-from arbiter.store import ENDED_JOBS_KEPT, ENDED_JOBS_KEPT_S, JobRecord, Store, stored_cmd
+from arbiter.state.store import ENDED_JOBS_KEPT, ENDED_JOBS_KEPT_S, JobRecord, Store, stored_cmd
 
 Persist = Callable[[JobRecord], None]
 

@@ -33,7 +33,7 @@ from arbiter.pluginmanager import PluginHost
 from arbiter.reflex.act import Actuator
 from arbiter.reflex.link import ArmTable, ReflexLink, Spec
 from arbiter.reflex.process import arm_key
-from arbiter.store import JobRecord, PausedEntry, PausedJournal
+from arbiter.state.store import JobRecord, PausedEntry, PausedJournal
 
 log = logging.getLogger("arbiter.daemon")
 

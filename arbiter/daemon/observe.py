@@ -20,7 +20,7 @@ from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
 from arbiter.plugin import EXITED, GpuReading, HostSignal, ProcessGpu, ProcessInfo, ProcessRef, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
-from arbiter.store import JobRecord
+from arbiter.state.store import JobRecord
 
 
 @dataclass(frozen=True)

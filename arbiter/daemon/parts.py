@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from arbiter.pluginmanager import PluginHost
     from arbiter.probing import Prober
     from arbiter.reflex.act import Actuator
-    from arbiter.store import PausedJournal, Store
+    from arbiter.state.store import PausedJournal, Store
 
 
 @dataclass

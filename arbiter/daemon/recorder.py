@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.store import PausedEntry, Store
+from arbiter.state.store import PausedEntry, Store
 
 log = logging.getLogger("arbiter.recorder")
 #: every timeline entry is one log line too: a foreground daemon says what it decides

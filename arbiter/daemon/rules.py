@@ -28,7 +28,7 @@ from arbiter.engine.handoff import GIB
 from arbiter.engine.types import CompliancePolicy, DuringPolicy, GovernorPolicy, Policy, RulePolicy
 from arbiter.plugin import Matcher, PluginContext, SecretRef, Source, SourceState, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
-from arbiter.store import Store
+from arbiter.state.store import Store
 
 #: (rule id, during index or -1 for progress, new state) — called from a source's thread
 SourceCallback = Callable[[str, int, SourceState], None]

@@ -14,7 +14,7 @@ from arbiter.daemon.observe import TickView
 from arbiter.daemon.sharehistory import SharePoint
 from arbiter.engine.types import Decision, Observation, Policy
 from arbiter.plugin import JobTarget, ProcessRef
-from arbiter.store import JobRecord
+from arbiter.state.store import JobRecord
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arbiter.certificates import Certificate, ExeHasher, fingerprint
-from arbiter.certificates import status as certificate_status
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.decider import Decider, Ongoing
 from arbiter.daemon.fleetstate import HeldSince, held_by, labels_told
@@ -34,7 +32,9 @@ from arbiter.engine.types import CertView
 from arbiter.plugin import SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.probing import Prober
-from arbiter.store import JobRecord, Store
+from arbiter.state.certificates import Certificate, ExeHasher, fingerprint
+from arbiter.state.certificates import status as certificate_status
+from arbiter.state.store import JobRecord, Store
 
 log = logging.getLogger("arbiter.daemon")
 

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from arbiter.api.ops import Op
-from arbiter.transport import DaemonUnavailable, request
+from arbiter.api.transport import DaemonUnavailable, request
 
 PYTHON = sys.executable
 #: how long a wait on the daemon goes before it fails: a deadline, not a delay (a passing wait

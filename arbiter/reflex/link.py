@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from arbiter.children import python_module, start_child
 from arbiter.reflex.process import ARMS_AT, CATCH_UP_S, LINES_AT, read_count, write_count
+from arbiter.runtime.children import python_module, start_child
 
 log = logging.getLogger(__name__)
 

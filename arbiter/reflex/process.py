@@ -51,7 +51,7 @@ from arbiter.plugin import PROJECT, JobTarget, PluginContext, ProcessRef, Source
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.reflex.act import Actuator
 from arbiter.reflex.limits import cap_malloc_arenas
-from arbiter.store import PausedEntry, PausedJournal
+from arbiter.state.store import PausedEntry, PausedJournal
 
 #: where each side writes the count of messages it sent, in the lock file
 ARMS_AT, LINES_AT = 0, 8

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from arbiter.cli.checks import run_check
-from arbiter.ownership import Overlap, overlap_lines
+from arbiter.daemon.ownership import Overlap, overlap_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.conform import SpecResult, judge
+from arbiter.cli.conform import SpecResult, judge
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

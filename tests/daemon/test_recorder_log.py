@@ -10,7 +10,7 @@ import pytest
 
 from arbiter.daemon.recorder import Recorder
 from arbiter.engine import codes
-from arbiter.store import Store
+from arbiter.state.store import Store
 
 
 def test_every_timeline_entry_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

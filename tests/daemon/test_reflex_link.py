@@ -17,7 +17,7 @@ import pytest
 
 from arbiter.reflex.link import ReflexLink
 from arbiter.reflex.process import arm_key
-from arbiter.store import PausedJournal
+from arbiter.state.store import PausedJournal
 from arbiter_testing.waiting import wait_until
 
 SPEC = ("r", 0, 1, "jsonl", {"event": "status", "field": "phase", "on": ["busy"]})

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.store import Store
+from arbiter.state.store import Store
 from arbiter_testing.node import PYTHON, HarnessNode
 
 pytestmark = pytest.mark.alone

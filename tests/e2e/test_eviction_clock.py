@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.transport import RequestRefused
+from arbiter.api.transport import RequestRefused
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.rules import own_sleep
 from arbiter_testing.waiting import wait_until

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from arbiter.api.transport import RequestRefused, request
 from arbiter.daemon.api import may_act_on_job, may_admin
-from arbiter.transport import RequestRefused, request
 from arbiter_testing import run_as
 from arbiter_testing.node import PYTHON, HarnessNode
 

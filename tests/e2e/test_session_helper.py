@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.transport import Connection, RequestRefused
+from arbiter.api.transport import Connection, RequestRefused
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.rules import phase_rule
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import psutil
 
-from arbiter.certificates import Certificate, status
 from arbiter.config.models import Manifest
 from arbiter.daemon.jobs import JobRegistry
+from arbiter.state.certificates import Certificate, status
 from arbiter_testing.node import PYTHON
 
 from .conftest import Scene

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.transport import RequestRefused, request
+from arbiter.api.transport import RequestRefused, request
 from arbiter_testing import run_as
 from arbiter_testing.node import HarnessNode
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from arbiter.transport import request
+from arbiter.api.transport import request
 from arbiter_testing import run_as, wait_until
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.rules import phase_rule
@@ -23,10 +23,10 @@ NOBODY = 65534
 
 #: files that start processes other than the daemon's own children, and why that is right
 NOT_THE_DAEMONS = {
-    "arbiter/children.py": "the helper itself",
+    "arbiter/runtime/children.py": "the helper itself",
     "arbiter/cli/jobrun.py": "`arbiter job run` starts the person's own command, as that person",
     "arbiter/sdk/supervisor.py": "runs inside a job, starting the job's own command",
-    "arbiter/conform.py": "`arbiter conform` runs the person's program under test, as that person",
+    "arbiter/cli/conform.py": "`arbiter conform` runs the person's program under test, as that person",
     "arbiter/demo/node.py": "`arbiter demo` and the tests start a daemon and jobs, as the person",
 }
 STARTS = {
@@ -62,7 +62,7 @@ def test_every_process_arbiter_starts_for_itself_starts_through_arbiter_children
                 names = {a.name for a in node.names} & STARTS[node.module]
                 if names:
                     escaped.append(f"{rel}:{node.lineno}: from {node.module} import {', '.join(sorted(names))}")
-    assert not escaped, "start these through arbiter.children (start_child/run_child):\n" + "\n".join(escaped)
+    assert not escaped, "start these through arbiter.runtime.children (start_child/run_child):\n" + "\n".join(escaped)
 
 
 def parent_of(pid: int) -> int | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.transport import RequestRefused, request
+from arbiter.api.transport import RequestRefused, request
 from arbiter_testing import run_as, wait_until
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.rules import phase_rule

@@ -11,7 +11,7 @@ import pytest
 
 from arbiter.config.models import Manifest
 from arbiter.daemon.jobs import JobRegistry
-from arbiter.store import ENDED_JOBS_KEPT_S, Store
+from arbiter.state.store import ENDED_JOBS_KEPT_S, Store
 
 
 def test_ended_jobs_rows_and_folders_go_after_the_retention(tmp_path: Path) -> None:

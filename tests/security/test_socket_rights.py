@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from arbiter.transport import Connection, RequestRefused, request
+from arbiter.api.transport import Connection, RequestRefused, request
 from arbiter_testing import run_as
 from arbiter_testing.node import PYTHON, HarnessNode
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from arbiter.api.transport import RequestRefused, request
 from arbiter.daemon.jobs import EVENTS_FILE
-from arbiter.store import PausedEntry, PausedJournal
-from arbiter.transport import RequestRefused, request
+from arbiter.state.store import PausedEntry, PausedJournal
 from arbiter_testing import run_as
 from arbiter_testing.node import PYTHON, HarnessNode
 

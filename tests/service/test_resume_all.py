@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from arbiter.store import PausedEntry, PausedJournal, Store
+from arbiter.state.store import PausedEntry, PausedJournal, Store
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 

@@ -37,9 +37,9 @@ from typing import Any
 
 import yaml
 
+from arbiter.api.transport import DaemonUnavailable, RequestRefused, request
 from arbiter.cli.client import CliError, daemon_info, state_dir_for
 from arbiter.config.safety import command_file_problem
-from arbiter.transport import DaemonUnavailable, RequestRefused, request
 from arbiter_slurm import commands
 
 CONFIGS_ENV = "ARBITER_SLURM_CONFIGS"

@@ -16,8 +16,8 @@ from typing import Any
 
 import psutil
 
-from arbiter.certificates import Certificate, ExeHasher
-from arbiter.store import Store
+from arbiter.state.certificates import Certificate, ExeHasher
+from arbiter.state.store import Store
 from arbiter_testing.node import PYTHON, HarnessNode
 
 #: the core the stand-in (which pins itself to the lowest it may use) and a pinned job share

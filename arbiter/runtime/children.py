@@ -55,7 +55,7 @@ def child_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | 
 def _options(kwargs: dict[str, Any], env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None) -> None:
     for fixed in ("cwd", "shell", "preexec_fn", "umask"):
         if fixed in kwargs:
-            raise TypeError(f"a child's {fixed} is chosen by arbiter.children, not by its caller")
+            raise TypeError(f"a child's {fixed} is chosen by arbiter.runtime.children, not by its caller")
     kwargs["cwd"] = CHILD_CWD
     kwargs["close_fds"] = True
     kwargs["umask"] = UMASK

@@ -65,7 +65,7 @@ class ChildWorker:
     def __init__(
         self, module_file: str, factory: str, *args: Any, timeout_s: float = 3.0, retry_s: float = 60.0
     ) -> None:
-        from arbiter.children import python_script  # the child itself imports the standard library only
+        from arbiter.runtime.children import python_script  # the child itself imports the standard library only
 
         self._argv = python_script(__file__, module_file, factory, marshal.dumps(args).hex())
         self.timeout_s = timeout_s
@@ -93,7 +93,7 @@ class ChildWorker:
                     raise ChildWorkFailed(
                         f"{self.failure}; another child starts in {self._retry_at - time.monotonic():.0f}s"
                     )
-                from arbiter.children import start_child
+                from arbiter.runtime.children import start_child
 
                 try:
                     self._child.append(

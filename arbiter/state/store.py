@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from arbiter.certificates import Certificate
+from arbiter.state.certificates import Certificate
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS timeline (
@@ -190,7 +190,7 @@ def private_files(db: Path) -> None:
             finally:
                 os.close(fd)
         except OSError as exc:
-            logging.getLogger("arbiter.store").warning(
+            logging.getLogger("arbiter.state.store").warning(
                 "cannot make %s readable by the daemon's account alone: %s", path, exc.strerror or exc
             )
 
