@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 
 PLOT_TIMEOUT_S = 60.0
+#: how often the HTTP server's housekeeping loop wakes (uvicorn's own wakes every 0.1 s)
+HOUSEKEEPING_S = 1.0
 
 
 class DaemonProvider:
@@ -95,6 +98,16 @@ class DaemonProvider:
         return done.stdout
 
 
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server, whose housekeeping loop (the Date header, a stop asked for) wakes
+    once a second instead of ten times: the Date header's resolution is a second anyway, and
+    a stop waits a second at most."""
+
+    async def main_loop(self) -> None:
+        while not await self.on_tick(0):  # tick 0: the Date header is made afresh each time
+            await asyncio.sleep(HOUSEKEEPING_S)
+
+
 class HttpServer:
     def __init__(self, daemon: Node, host: str, port: int) -> None:
         warn_if_reachable(host, port)
@@ -108,7 +121,7 @@ class HttpServer:
             http=HeadTimeoutProtocol,
             limit_concurrency=MAX_CONCURRENCY,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _QuietServer(config)
         self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
         self.host = host
 
