@@ -271,6 +271,7 @@ def phase_calls() -> int:
     phases.touch()
     job = subprocess.Popen(["sleep", "600"])
     counter = Counter()
+    host: ReflexHost | None = None
     try:
         import psutil
 
@@ -311,6 +312,9 @@ def phase_calls() -> int:
                     os.kill(job.pid, 18)  # SIGCONT: the next "on" pauses it again
         return min(runs)
     finally:
+        if host is not None:  # its watcher threads and lock end here: the caller's process goes on
+            host.sync([])
+            os.close(host.lock_fd)
         job.kill()
         job.wait()
         shutil.rmtree(root, ignore_errors=True)
