@@ -329,7 +329,7 @@ def scenario_load(args: argparse.Namespace) -> None:
         load.load_rules(node, root, rules, groups)
         for k in range(jobs):
             node.job_run(["sleep", str(3000 + k)], "--name", f"load-job-{k}", stderr=subprocess.DEVNULL)
-        node.wait_for(lambda: sum(1 for j in node.status()["jobs"] if j["pids"]) >= jobs, timeout=180, every=0.5)
+        node.wait_for(lambda: sum(1 for j in node.status()["jobs"] if j["pids"]) >= jobs, timeout=600, every=0.5)
         node.wait_for(lambda: len(node.status()["rules"]) == rules + 2, timeout=60, every=0.5)
         procs.append(subprocess.Popen([sys.executable, "-c", load.WRITER, str(stream), "10000", str(report)]))
         time.sleep(SETTLE_S)
