@@ -42,7 +42,7 @@ def test_a_tick_reads_every_source_in_one_hand_over(tmp_path: Path) -> None:
             submitted.append(fn)
             return submit(fn, *args, **kw)
 
-        pool.submit = counted  # type: ignore[method-assign]
+        pool.submit = counted  # type: ignore[method-assign, assignment]
         daemon.ticker.once()
         sources = sum(len(live.sources()) for live in daemon.ticker.rules.live.values())
         assert sources >= 9
