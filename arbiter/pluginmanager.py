@@ -8,7 +8,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -233,6 +233,82 @@ class PluginHost:
         except Exception as exc:  # any plugin exception is isolated here
             self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cell[0]
             raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
+
+    def call_each(self, calls: Sequence[tuple[str, Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
+        """Each ``(label, fn, args)`` as :meth:`call` calls it, with the default timeout, one
+        after another on one pool thread: what each returned, or the :class:`PluginFailed`
+        it met.  Quick calls made together (every source's reading on a tick) hand over to
+        a pool thread once, not once each: two threads woken instead of dozens.  A call that
+        hangs is left behind as :meth:`call` leaves it, and those after it go through
+        :meth:`call`."""
+        results: list[Any] = [None] * len(calls)
+        todo: list[int] = []
+        with self._pool_lock:
+            for i, (label, _fn, _args) in enumerate(calls):
+                try:
+                    self._refuse_while_hung(label)
+                    todo.append(i)
+                except PluginFailed as exc:
+                    results[i] = exc
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
+            pool = self._pool
+        if not todo:
+            return results
+        turn = threading.Lock()  # the pool thread's progress, and the caller's giving up on it
+        progress: list[Any] = [
+            0,
+            time.monotonic(),
+            0.0,
+            False,
+        ]  # [which of todo runs, since when, CPU spent, abandoned]
+
+        def run_all() -> None:
+            for n, i in enumerate(todo):
+                with turn:
+                    if progress[3]:
+                        return
+                    progress[0], progress[1] = n, time.monotonic()
+                label, fn, args = calls[i]
+                started, children = time.thread_time(), [0.0]
+                try:
+                    results[i] = _counting_children(children, fn, *args)
+                except Exception as exc:  # any plugin exception is isolated here
+                    failed = PluginFailed(label, f"{type(exc).__name__}: {exc}")
+                    failed.__cause__ = exc
+                    results[i] = failed
+                finally:
+                    progress[2] += time.thread_time() - started + children[0]
+            progress[0] = len(todo)
+
+        future = pool.submit(run_all)
+        limit = self.timeout_s
+        rest: list[int] = []
+        while True:
+            try:
+                future.result(timeout=max(0.0, float(progress[1]) + limit - time.monotonic()))
+                break
+            except concurrent.futures.TimeoutError:
+                with turn:
+                    n, since = int(progress[0]), float(progress[1])
+                    if time.monotonic() - since < limit:
+                        continue  # the call running now is still within its own limit
+                    progress[3] = True
+                label = calls[todo[n]][0]
+                with self._pool_lock:
+                    future.limit_s = limit  # type: ignore[attr-defined]
+                    self._hung[label] = future
+                results[todo[n]] = PluginFailed(label, f"no answer within {limit:g}s")
+                rest = todo[n + 1 :]
+                break
+        self._spent.cpu = getattr(self._spent, "cpu", 0.0) + float(progress[2])
+        for i in rest:
+            label, fn, args = calls[i]
+            try:
+                results[i] = self.call(label, fn, *args)
+            except PluginFailed as exc:
+                results[i] = exc
+        return results
 
     def call_here(self, label: str, fn: Callable[..., T], *args: Any) -> T:
         """:meth:`call` on the calling thread, without a timeout, for plugin code that bounds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Sequence
@@ -156,4 +157,31 @@ def test_calls_are_isolated_and_time_out() -> None:
     with pytest.raises(PluginFailed, match=r"no answer within 0\.2s, and that call is still running"):
         host.call("readers/slow", lambda: 1)  # no second worker is tied up behind a hung one
     assert host.call("ok", lambda: 42) == 42
+    host.close()
+
+
+def test_calls_made_together_run_on_one_pool_thread_each_isolated_and_timed() -> None:
+    """A tick's source readings hand over to the pool once: one thread runs them all, in
+    order; one that raises or hangs fails alone, and those after a hung one still answer."""
+    host = build_plugin_manager(entry_points=False, timeout_s=0.3)
+    threads: list[int] = []
+
+    def here(value: int) -> int:
+        threads.append(threading.get_ident())
+        return value
+
+    def boom() -> None:
+        raise RuntimeError("driver exploded")
+
+    answers = host.call_each([("a", here, (1,)), ("b", boom, ()), ("c", here, (3,))])
+    assert answers[0] == 1 and answers[2] == 3
+    assert isinstance(answers[1], PluginFailed) and "RuntimeError: driver exploded" in answers[1].why
+    assert len(threads) == 2 and threads[0] == threads[1] != threading.get_ident()
+    started = time.monotonic()
+    answers = host.call_each([("a", here, (1,)), ("slow", time.sleep, (5,)), ("c", here, (3,))])
+    assert answers[0] == 1 and answers[2] == 3
+    assert isinstance(answers[1], PluginFailed) and answers[1].why == "no answer within 0.3s"
+    assert time.monotonic() - started < 2.0
+    answers = host.call_each([("slow", lambda: 1, ())])  # refused while the hung one runs, as call() does
+    assert isinstance(answers[0], PluginFailed) and "still running" in answers[0].why
     host.close()

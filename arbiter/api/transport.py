@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import os
+import selectors
 import socket
 import socketserver
 import struct
@@ -212,13 +213,31 @@ class SocketServer:
             path.unlink()
         self._server = _Server(str(path), dispatch, sessions or {}, connections_per_uid)
         os.chmod(path, 0o666)  # anyone may read status; rights are checked per request
-        self._thread = threading.Thread(target=self._server.serve_forever, name="socket", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="socket", daemon=True)
+        # the loop sleeps until a connection or close() comes (socketserver's own loop
+        # wakes twice a second to look for a shutdown)
+        self._wake_r, self._wake_w = os.pipe()
+        self._closing = False
 
     def start(self) -> None:
         self._thread.start()
 
+    def _serve(self) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._server, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while not self._closing:
+                ready = selector.select()
+                if not self._closing and any(key.fileobj is self._server for key, _ in ready):
+                    self._server.handle_request()  # ready: it accepts at once and hands the connection to a thread
+
     def close(self) -> None:
-        self._server.shutdown()
+        self._closing = True
+        os.write(self._wake_w, b"x")
+        if self._thread.ident is not None:
+            self._thread.join(timeout=5)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         self._server.server_close()
         try:
             self.path.unlink()

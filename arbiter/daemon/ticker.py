@@ -169,9 +169,12 @@ class Ticker:
 
     def _read_sources(self, view: TickView) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
         """Every source of every rule (its kind and rule serial, and its state now), each call
-        under a timeout.  A busy probe that judges by VRAM is told what its tenant holds first."""
+        under a timeout, all of them handed to one pool thread together.  A busy probe that
+        judges by VRAM is told what its tenant holds first."""
         wanted: dict[SlotKey, tuple[str, int]] = {}
         readings: dict[SlotKey, SourceState] = {}
+        calls: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+        asked: list[tuple[SlotKey, int]] = []  # each source read, and where its calls begin
         for rid, live in dict(self.rules.live).items():
             for index, block, source in live.sources():
                 key = (rid, index)
@@ -182,14 +185,20 @@ class Ticker:
                         readable=False, why="its source plugin failed", changed_at=time.monotonic()
                     )
                     continue
-                try:
-                    if type(source).uses_vram:
-                        ro = view.rules.get(rid)
-                        held = ro.vram_bytes if ro is not None and ro.running else 0
-                        self.host.call(f"sources/{block.kind} vram", source.tenant_vram, held)
-                    readings[key] = self.host.call(f"sources/{block.kind}", source.state)
-                except PluginFailed as exc:
-                    readings[key] = SourceState(readable=False, why=exc.why, changed_at=time.monotonic())
+                asked.append((key, len(calls)))
+                if type(source).uses_vram:
+                    ro = view.rules.get(rid)
+                    held = ro.vram_bytes if ro is not None and ro.running else 0
+                    calls.append((f"sources/{block.kind} vram", source.tenant_vram, (held,)))
+                calls.append((f"sources/{block.kind}", source.state, ()))
+        results = self.host.call_each(calls)
+        for n, (key, first) in enumerate(asked):
+            end = asked[n + 1][1] if n + 1 < len(asked) else len(calls)
+            failed = next((r for r in results[first:end] if isinstance(r, PluginFailed)), None)
+            if failed is not None:
+                readings[key] = SourceState(readable=False, why=failed.why, changed_at=time.monotonic())
+            else:
+                readings[key] = results[end - 1]
         return wanted, readings
 
     def _certificates(self, view: TickView) -> tuple[CertView, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -14,6 +15,19 @@ from arbiter.http.protocol import MAX_CONCURRENCY, HeadTimeoutProtocol
 
 if TYPE_CHECKING:
     from arbiter.http.provider import Provider
+
+#: how often the HTTP server's housekeeping loop wakes (uvicorn's own wakes every 0.1 s)
+HOUSEKEEPING_S = 1.0
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn's server, whose housekeeping loop (the Date header, a stop asked for) wakes
+    once a second instead of ten times: the Date header's resolution is a second anyway, and
+    a stop waits a second at most."""
+
+    async def main_loop(self) -> None:
+        while not await self.on_tick(0):  # tick 0: the Date header is made afresh each time
+            await asyncio.sleep(HOUSEKEEPING_S)
 
 
 class HttpServer:
@@ -29,7 +43,7 @@ class HttpServer:
             http=HeadTimeoutProtocol,
             limit_concurrency=MAX_CONCURRENCY,
         )
-        self._server = uvicorn.Server(config)
+        self._server = _QuietServer(config)
         self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
         self.host = host
 

@@ -1,0 +1,52 @@
+"""A tick hands its sources' readings to the plugin pool together: with the shipped rules'
+busy probes and a phase source (seventeen source calls), the whole tick wakes a pool thread a
+handful of times, not once a call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from arbiter.config.loader import load_node_config
+from arbiter.daemon.core import Daemon
+from arbiter.daemon.inbox import drained
+from arbiter.pluginmanager import build_plugin_manager
+from arbiter_testing.scripts import load_script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _calls() -> ModuleType:
+    return load_script(ROOT / "bench" / "costcalls.py", "costcalls")
+
+
+def test_a_tick_reads_every_source_in_one_hand_over(tmp_path: Path) -> None:
+    calls = _calls()
+    phases = tmp_path / "phases.jsonl"
+    phases.write_text(json.dumps({"event": "status", "phase": "off"}) + "\n")
+    config, _ = load_node_config(calls.node_config(tmp_path, phases, reflex_process=False))
+    fixed = calls.FixedTable(calls.fixed_table(4242))
+    host = build_plugin_manager(config.plugins, config.disable_plugins, extra=[("fixed", fixed)])
+    daemon = Daemon(config, tmp_path / "arbiter.yaml", host=host)
+    try:
+        daemon.ticker.once()  # the rule book loaded, the sources started
+        daemon.decider.take(drained(daemon.decider.inbox) or [])
+        pool = host._pool
+        assert pool is not None
+        submitted: list[Any] = []
+        submit = pool.submit
+
+        def counted(fn: Any, *args: Any, **kw: Any) -> Any:
+            submitted.append(fn)
+            return submit(fn, *args, **kw)
+
+        pool.submit = counted  # type: ignore[method-assign, assignment]
+        daemon.ticker.once()
+        sources = sum(len(live.sources()) for live in daemon.ticker.rules.live.values())
+        assert sources >= 9
+        # the table, the matchers, the GPU reader, two host signals, and the sources together
+        assert len(submitted) <= 7, f"{len(submitted)} hand-overs for a tick with {sources} sources"
+    finally:
+        daemon.shutdown()
