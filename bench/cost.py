@@ -132,7 +132,7 @@ def process_name(pid: int) -> str:
     except OSError:
         return "?"
     text = " ".join(a.decode(errors="replace") for a in args if a)
-    for marker in ("arbiter.reflexhost", "arbiter run", "_procscan", "childwork"):
+    for marker in ("arbiter.reflex.process", "arbiter run", "_procscan", "childwork"):
         if marker in text:
             return marker
     return text[:60]

@@ -264,7 +264,7 @@ class Lines(io.StringIO):
 def phase_calls() -> int:
     """One phase line → the reflex host's translator paused the armed job (the least of :data:`RUNS`)."""
     from arbiter.pluginmanager import build_plugin_manager
-    from arbiter.reflexhost import ReflexHost, arm_key
+    from arbiter.reflex.process import ReflexHost, arm_key
 
     root = Path(tempfile.mkdtemp(prefix="arbiter-calls-phase-"))
     phases = root / "phases.jsonl"

@@ -120,6 +120,11 @@ def test_a_two_node_job_runs_only_once_both_nodes_let_it_go(slurm: SlurmCluster)
 def test_a_two_node_job_held_long_on_one_node_is_requeued_whole(slurm: SlurmCluster) -> None:
     protecting(slurm, "n1", 0)
     n2 = protecting(slurm, "n2", 1, evict_after_s=2.0)
+    # a job asking for arbiter-admit on named nodes is refused at submission until both carry it
+    both = {"n1", "n2"}
+    wait_until(
+        lambda: all("arbiter-admit" in slurm.features()[n] for n in both), WAIT_S, "n1 and n2 admitting", poll_s=0.1
+    )
     job = slurm.sbatch("srun sleep 300\n", "-N2", "--nodelist=n1,n2", "--requeue", "--constraint=arbiter-admit")
     wait_until(lambda: adopted(n2, f"slurm-{job}.0.0"), WAIT_S, "n2's task adopted", poll_s=0.1)
     first = pids_of(slurm, job, "n1")

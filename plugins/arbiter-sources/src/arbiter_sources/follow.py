@@ -346,6 +346,12 @@ class FollowedFile(Source):
             # records, and only lines written from now on count as progress.
             self._pos = end_of_last_line(fd, st.st_size, self.splits_cr)
             self._tail = read_tail(fd, self._pos)
+            ends = (b"\n", b"\r") if self.splits_cr else (b"\n",)
+            if self._pos == st.st_size and self._pos > 0 and self._tail[-1:] not in ends:
+                # the last line has no end within a line's length: the rest of it, when it
+                # comes, is no line of ours (counted once, as a line too long)
+                self._lines.inside_long_line()
+                self.malformed += 1
             if self._phase is not None:
                 phase = self._last_phase(fd, self._pos)
                 if phase is not None:

@@ -33,6 +33,11 @@ class LineSplitter:
         """Forget the partial line: what comes next starts a line (another file, or the top)."""
         self._partial, self._discarding = b"", False
 
+    def inside_long_line(self) -> None:
+        """What comes next ends a line too long to keep (its start lies too far back to be
+        read): it is dropped up to its end, as a line that grew too long is."""
+        self._partial, self._discarding = b"", True
+
     def split(self, chunk: bytes) -> tuple[list[bytes], int]:
         """(the lines ``chunk`` completes, how many lines were dropped as too long)."""
         if self.splits_cr:
@@ -52,8 +57,8 @@ class LineSplitter:
 
 def end_of_last_line(fd: int, size: int, cr: bool = False) -> int:
     """The offset just past the file's last newline (or carriage return, with ``cr``; 0
-    when it has none; ``size`` when none is in its last :data:`MAX_LINE_BYTES`: what comes
-    before is no line of ours)."""
+    when it has none; ``size`` when none is in its last :data:`MAX_LINE_BYTES`: the last line
+    is then too long to be one of ours, and what ends it is dropped with it)."""
     pos = size
     while pos > 0 and size - pos <= MAX_LINE_BYTES:
         n = min(CHUNK, pos)
