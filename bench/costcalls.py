@@ -263,8 +263,10 @@ class Lines(io.StringIO):
 
 def phase_calls() -> int:
     """One phase line → the reflex host's translator paused the armed job (the least of :data:`RUNS`)."""
+    from arbiter.plugin import JobTarget, ProcessRef
     from arbiter.pluginmanager import build_plugin_manager
-    from arbiter.reflex.process import ReflexHost, arm_key
+    from arbiter.reflex.process import ReflexHost
+    from arbiter.reflex.wire import Arm, Moves, Setup, SourceSpec, arm_key
 
     root = Path(tempfile.mkdtemp(prefix="arbiter-calls-phase-"))
     phases = root / "phases.jsonl"
@@ -278,26 +280,26 @@ def phase_calls() -> int:
         start = psutil.Process(job.pid).create_time()
         plugins = build_plugin_manager([], [])
         only = sorted({plugins.kind("sources", "jsonl").plugin, plugins.kind("translators", "signal").plugin})  # type: ignore[union-attr]
-        setup = {
-            "plugins": [],
-            "disable": [],
-            "only": only,
-            "timeout_s": 5.0,
-            "state_dir": str(root),
-            "stand_in_gpu": True,
-            "sections": {},
-            "translator": "signal",
-            "journal": str(root / "paused.journal"),
-            "lock": str(root / "reflex.lock"),
-        }
+        setup = Setup(
+            plugins=[],
+            disable=[],
+            only=only,
+            timeout_s=5.0,
+            state_dir=str(root),
+            stand_in_gpu=True,
+            sections={},
+            translator="signal",
+            journal=str(root / "paused.journal"),
+            lock=str(root / "reflex.lock"),
+        )
         out = Lines()
         source = {"path": str(phases), "event": "status", "field": "phase", "on": ["on"]}
         with profiled(counter):
             host = ReflexHost(setup, out)
             slot = ("protected", 0, 1)
-            pause = [[["j1", "job", [[job.pid, start]]]], []]
-            host.take({"arm": 1, "slots": {arm_key(*slot): {"on": pause, "off": [[], []]}}})
-            host.sync([[*slot, "jsonl", source]])
+            pause = Moves((JobTarget("j1", "job", (ProcessRef(job.pid, start),)),))
+            host.take(Arm(1, {arm_key(*slot): {"on": pause, "off": Moves()}}))
+            host.sync((SourceSpec(*slot, "jsonl", source),))
             runs = []
             for phase in ["off", "on", "off", "on", "off", "on"]:
                 out.seen.clear()
@@ -313,7 +315,7 @@ def phase_calls() -> int:
         return min(runs)
     finally:
         if host is not None:  # its watcher threads and lock end here: the caller's process goes on
-            host.sync([])
+            host.sync(())
             os.close(host.lock_fd)
         job.kill()
         job.wait()

@@ -31,9 +31,9 @@ from arbiter.engine.types import Decision, Observation, Policy
 from arbiter.plugin import SourceState, Translator
 from arbiter.pluginmanager import PluginHost
 from arbiter.reflex.act import Actuator
-from arbiter.reflex.link import ArmTable, ReflexLink, Spec
-from arbiter.reflex.process import arm_key
-from arbiter.state.store import JobRecord, PausedEntry, PausedJournal
+from arbiter.reflex.link import Gone, ReflexLink
+from arbiter.reflex.wire import ArmTable, Moves, Reading, Setup, SourceSpec, arm_key
+from arbiter.state.store import JobRecord, PausedJournal
 
 log = logging.getLogger("arbiter.daemon")
 
@@ -101,17 +101,17 @@ class Linked:
                     codes.PLUGIN_FAILED, "node", f"a line of the reflex process failed: {type(exc).__name__}: {exc}"
                 )
 
-    def _line(self, line: dict[str, Any], changed: set[str]) -> None:
+    def _line(self, line: Reading | Gone, changed: set[str]) -> None:
         """Its reading of a source, and what it did on it (taken into the record first,
         whoever the line is from now)."""
-        if "gone" in line:
+        if isinstance(line, Gone):
             covered, self.covered = list(self.covered), {}
             aside, self.set_aside = self.set_aside, {}
             self.reconcile()
             self.record(
                 codes.PLUGIN_FAILED,
                 "node",
-                f"the reflex process was given up ({line['gone']}): phase "
+                f"the reflex process was given up ({line.why}): phase "
                 "changes are acted on inside the daemon until another starts",
             )
             for key in covered:
@@ -123,42 +123,39 @@ class Linked:
                 if state is not None:
                     self.book.own(key, state, "watch")
             return
-        for op, rows in line.get("did", ()):
-            self.actuator.adopt(
-                op, [PausedEntry(*row) for row in rows], [PausedEntry(*row) for row in line["unconfirmed"]]
-            )
-        if line.get("did"):
+        for op, entries in line.did:
+            self.actuator.adopt(op, list(entries), list(line.unconfirmed))
+        if line.did:
             self.changes += 1
-        rid, index, serial = line["slot"]
+        rid, index, serial = line.slot
         key = (rid, index)
         slot = self.book.slots.get(key)
-        if slot is None or slot.serial != serial or line.get("stale"):
+        if slot is None or slot.serial != serial or line.stale:
             return  # of a rule since reloaded, or of a process given up: the reading no longer counts
-        if "state" not in line:
+        state = line.state
+        if state is None:
             self.covered.pop(key, None)
             self.set_aside.pop(key, None)  # its watcher's reports are taken again from now
-            log.info(
-                "the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.get("why")
-            )
+            log.info("the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.why)
             return
         self.covered[key] = serial
         self.seen[key] = time.monotonic()
-        if "thread" in line:
-            self.fast_threads[f"source {rid}/{slot_name(index)}"] = f"{line['thread']} (in the reflex process)"
-        raw = line["state"]
-        if "armed" in line:
-            self.counts["armed" if line["armed"] else "not armed"] += 1
-            if line["armed"]:
+        if line.thread is not None:
+            self.fast_threads[f"source {rid}/{slot_name(index)}"] = f"{line.thread} (in the reflex process)"
+        if line.armed is not None:
+            self.counts["armed" if line.armed else "not armed"] += 1
+            if line.armed and line.acted_at is not None:
+                acted = line.acted_at
                 self.ms.append(
                     tuple(
-                        (line.get(at, line["acted_at"]) - raw["changed_at"]) * 1000
-                        for at in ("locked_at", "first_at", "acted_at")
+                        ((at if at is not None else acted) - state.changed_at) * 1000
+                        for at in (line.locked_at, line.first_at, acted)
                     )
                 )
-        if self.book.own(key, SourceState(**{**raw, "models": tuple(raw["models"])}), "watch"):
+        if self.book.own(key, state, "watch"):
             changed.add(rid)
-            if line.get("armed"):
-                self.acted_ms.extend(self.book.decided(line["acted_at"]))
+            if line.armed and line.acted_at is not None:
+                self.acted_ms.extend(self.book.decided(line.acted_at))
 
     def reconcile(self) -> None:
         """After the process is gone: what the journal holds paused that the record lacks (it
@@ -184,7 +181,7 @@ class Linked:
 
     def sync(self, rules: RuleBook, policy: Policy) -> None:
         """Tell the process the phase sources of the immediate rules."""
-        specs: list[Spec] = []
+        specs: list[SourceSpec] = []
         for rid, rp in policy.rules.items():
             live = rules.live.get(rid)
             if not rp.immediate or live is None:
@@ -193,7 +190,7 @@ class Linked:
                 source = live.phases[index] if index < len(live.phases) else None
                 # a source fed processes on each tick (its match_option) reads nothing by itself
                 if source is not None and type(source).match_option is None:
-                    specs.append((rid, index, live.serial, during.source.kind, during.source.options()))
+                    specs.append(SourceSpec(rid, index, live.serial, during.source.kind, during.source.options()))
         self.link.sync(specs)
         self.covered = {
             key: serial
@@ -214,14 +211,13 @@ class Linked:
         now = time.monotonic()
         for (rid, index), serial in self.covered.items():
             seen = self.book.observed((rid, index), now)
-            moves: dict[str, list[Any]] = {}
+            moves: dict[str, Moves] = {}
             for phase in ("on", "off"):
                 move = reflex(obs, decision, policy, rid, index, replace(seen, readable=True, phase=phase))
-                targets = [self.targets.of(records[jid], view) for jid in move.pause if jid in records]
-                moves[phase] = [
-                    [[t.job_id, t.name, [[r.pid, r.start_time] for r in t.processes]] for t in targets],
-                    [e.fields() for jid in move.resume if jid in records for e in paused.get(jid, ())],
-                ]
+                moves[phase] = Moves(
+                    tuple(self.targets.of(records[jid], view) for jid in move.pause if jid in records),
+                    tuple(e for jid in move.resume if jid in records for e in paused.get(jid, ())),
+                )
             arm[arm_key(rid, index, serial)] = moves
         self.link.arm(arm)
 
@@ -271,17 +267,17 @@ def reflex_process(
     only |= {pausing.plugin} if pausing is not None else set()
     only |= {impl.plugin_name for impl in host.hook.arbiter_fast_thread.get_hookimpls()}
     state_dir = config.state_path()
-    setup = {
-        "plugins": config.plugins,
-        "disable": config.disable_plugins,
-        "only": sorted(only),
-        "timeout_s": config.plugin_timeout_s,
-        "state_dir": str(state_dir),
-        "stand_in_gpu": config.stand_in_gpu,
-        "sections": {name: opts.model_dump(mode="json") for name, opts in host.context(config).sections.items()},
-        "translator": pause[0],
-        "journal": str(journal_path),
-    }
+    setup = Setup(
+        plugins=list(config.plugins),
+        disable=list(config.disable_plugins),
+        only=sorted(only),
+        timeout_s=config.plugin_timeout_s,
+        state_dir=str(state_dir),
+        stand_in_gpu=config.stand_in_gpu,
+        sections={name: opts.model_dump(mode="json") for name, opts in host.context(config).sections.items()},
+        translator=pause[0],
+        journal=str(journal_path),
+    )
     # its lines are taken on the decision thread, never on the link's reader: a decision
     # acting there would wait for lines only that reader can read
     link = ReflexLink(setup, state_dir, intake.lines_came)

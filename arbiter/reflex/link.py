@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import select
@@ -20,10 +19,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from arbiter.reflex.process import ARMS_AT, CATCH_UP_S, LINES_AT, read_count, write_count
+from arbiter.reflex.wire import Arm, ArmTable, Fatal, Reading, Setup, Sources, SourceSpec, ToProcess, encode, to_daemon
 from arbiter.runtime.children import python_module, start_child
 
 log = logging.getLogger(__name__)
@@ -35,28 +35,29 @@ RETRY_MAX_S = 600.0
 #: how long the daemon waits for the lock the process holds while it signals
 LOCK_WAIT_S = 2.0
 
-#: per source (:func:`arm_key`), per phase value (on, off), what the process does:
-#: ``[pauses, resumes]``, a pause as ``[job id, name, [[pid, start time], ...]]``, a resume
-#: as a paused entry's fields
-ArmTable = dict[str, dict[str, list[Any]]]
-Spec = tuple[str, int, int, str, dict[str, Any]]  # rule, index, serial, source kind, options
+
+@dataclass(frozen=True)
+class Gone:
+    """The process was given up, and every line it wrote was read: ``why``."""
+
+    why: str
 
 
 class ReflexLink:
     """:param deliver: called on the link's reader thread after lines arrive (the daemon
     then takes them, with :meth:`take`, in order)."""
 
-    def __init__(self, setup: dict[str, Any], state_dir: Path, deliver: Callable[[], None]) -> None:
-        self.setup = {**setup, "lock": str(state_dir / "reflex.lock")}
+    def __init__(self, setup: Setup, state_dir: Path, deliver: Callable[[], None]) -> None:
+        self.setup = replace(setup, lock=str(state_dir / "reflex.lock"))
         self.deliver = deliver
         self.failure = ""  # why the last process was given up
-        self._lock_fd = os.open(self.setup["lock"], os.O_RDWR | os.O_CREAT, 0o600)
+        self._lock_fd = os.open(self.setup.lock, os.O_RDWR | os.O_CREAT, 0o600)
         self._proc: subprocess.Popen[bytes] | None = None
-        self._specs: list[Spec] = []
+        self._specs: list[SourceSpec] = []
         self._arm: ArmTable | None = None
         self._arms = 0
         self._received = 0  # lines read from the process now running
-        self._pending: deque[dict[str, Any]] = deque()
+        self._pending: deque[Reading | Gone] = deque()
         self._cv = threading.Condition()
         self._retry_at = 0.0
         self._retry_s = RETRY_S
@@ -69,7 +70,7 @@ class ReflexLink:
 
     # --- the process ------------------------------------------------------------------------
 
-    def sync(self, specs: list[Spec]) -> None:
+    def sync(self, specs: list[SourceSpec]) -> None:
         """The sources the process is to watch now (starting it, if it is not running)."""
         if self._closed:
             return
@@ -86,7 +87,7 @@ class ReflexLink:
                 return
         if specs != self._specs:
             self._specs = specs
-            self._send({"sources": [list(s) for s in specs]})
+            self._send(Sources(tuple(specs)))
 
     def _spawn(self) -> None:
         # the counts in the lock file are this process's: the last one's are void
@@ -98,7 +99,7 @@ class ReflexLink:
         os.set_blocking(self._proc.stdin.fileno(), False)
         self._readers += 1
         threading.Thread(target=self._read, args=(self._proc,), name="reflex-link", daemon=True).start()
-        self._send({"setup": self.setup})
+        self._send(self.setup)
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
         """Every line of ``proc`` to the end of its output, even once it was given up (what
@@ -112,15 +113,15 @@ class ReflexLink:
                     if current:
                         self._received += 1
                     try:
-                        line = json.loads(raw)
-                    except ValueError:
+                        line = to_daemon(raw)
+                    except (ValueError, KeyError, TypeError):
                         continue
-                    if "fatal" in line:
-                        fatal = line["fatal"]
+                    if isinstance(line, Fatal):
+                        fatal = line.why
                         continue
                     if not current:
-                        line["stale"] = True
-                    elif "state" in line:
+                        line = replace(line, stale=True)
+                    elif line.state is not None:
                         self._retry_s = RETRY_S  # it works: a later failure is tried again soon
                     self._pending.append(line)
                     self._cv.notify_all()
@@ -132,7 +133,7 @@ class ReflexLink:
                 if proc is self._proc:
                     self._give_up(fatal or f"it exited with status {code}")
                 if not self._closed:
-                    self._pending.append({"gone": self.failure})
+                    self._pending.append(Gone(self.failure))
                 self._readers -= 1
                 self._cv.notify_all()
             self.deliver()
@@ -162,12 +163,12 @@ class ReflexLink:
         is read (each reader ends with ``gone``)."""
         return self._cv.wait_for(lambda: not self._readers, timeout=CATCH_UP_S)
 
-    def _send(self, message: dict[str, Any]) -> bool:
+    def _send(self, message: ToProcess) -> bool:
         """One line to the process, or give it up when it takes none for a second."""
         proc = self._proc
         if proc is None or proc.stdin is None:
             return False
-        data = (json.dumps(message) + "\n").encode()
+        data = encode(message)
         fd, deadline = proc.stdin.fileno(), time.monotonic() + CATCH_UP_S
         try:
             while data:
@@ -234,7 +235,7 @@ class ReflexLink:
             if locked:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def take(self) -> list[dict[str, Any]]:
+    def take(self) -> list[Reading | Gone]:
         """The lines that arrived, in order (on the decision thread)."""
         with self._cv:
             out = list(self._pending)
@@ -246,6 +247,6 @@ class ReflexLink:
         if self._proc is None or arm == self._arm:
             return
         self._arms += 1
-        if self._send({"arm": self._arms, "slots": arm}):
+        if self._send(Arm(self._arms, arm)):
             self._arm = arm
             write_count(self._lock_fd, ARMS_AT, self._arms)

@@ -5,21 +5,21 @@ processes, a source counting ten thousand lines a second, decisions over a hundr
 a phase change waited for it at every step on its way to the first signal: the fast path's
 p99 doubled.  This process has an interpreter of its own and nothing else to do.
 
-The daemon starts it (``python -m arbiter.reflex.process``) and sends it, as JSON lines on its
-standard input:
+The daemon starts it (``python -m arbiter.reflex.process``) and sends it, as lines on its
+standard input (the typed messages of :mod:`arbiter.reflex.wire`):
 
-- ``{"setup": ...}`` once: the plugins to load (those with source kinds, the pause
-  translator's, and those that give fast-path threads a hint: no others, for memory), the
-  state folder, the pause translator and the journal and lock files;
-- ``{"sources": [[rule, index, serial, kind, options], ...]}``: the phase sources of the
-  immediate rules, whenever they change; it watches each with the same source plugin;
-- ``{"arm": n, "slots": ...}``: after each decision, per source and phase value (on, off),
-  the jobs to pause (their process refs) or the paused entries to resume: what the
+- a :class:`~arbiter.reflex.wire.Setup` once: the plugins to load (those with source kinds,
+  the pause translator's, and those that give fast-path threads a hint: no others, for
+  memory), the state folder, the pause translator and the journal and lock files;
+- :class:`~arbiter.reflex.wire.Sources`: the phase sources of the immediate rules, whenever
+  they change; it watches each with the same source plugin;
+- an :class:`~arbiter.reflex.wire.Arm` after each decision: per source and phase value (on,
+  off), the jobs to pause (their process refs) or the paused entries to resume: what the
   daemon's own reflex would do from that decision (see :mod:`arbiter.engine.reflex`).
 
 On each reading of a source it acts on the arm for a phase that changed (the journal row
-first, as the daemon does), then writes one line to its standard output: the reading,
-whether it was armed for it, and what it paused and resumed.  The daemon takes these
+first, as the daemon does), then writes one :class:`~arbiter.reflex.wire.Reading` to its
+standard output: the reading, whether it was armed for it, and what it paused and resumed.  The daemon takes these
 lines in order, as the readings of those sources, and records what was done; its decision
 still has the last word.
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
-import json
 import os
 import queue
 import signal
@@ -43,14 +42,28 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import asdict
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
-from arbiter.plugin import PROJECT, JobTarget, PluginContext, ProcessRef, Source, SourceState
+from arbiter.plugin import PROJECT, PluginContext, Source, SourceState
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.reflex.act import Actuator
 from arbiter.reflex.limits import cap_malloc_arenas
+from arbiter.reflex.wire import (
+    Arm,
+    ArmTable,
+    Fatal,
+    Reading,
+    Setup,
+    Slot,
+    Sources,
+    SourceSpec,
+    ToProcess,
+    arm_key,
+    encode,
+    to_process,
+)
 from arbiter.state.store import PausedEntry, PausedJournal
 
 #: where each side writes the count of messages it sent, in the lock file
@@ -59,13 +72,6 @@ ARMS_AT, LINES_AT = 0, 8
 CATCH_UP_S = 1.0
 #: the interpreter's switch interval here (the default is 5 ms)
 SWITCH_S = 0.0005
-
-Slot = tuple[str, int, int]  # rule id, source index, rule serial
-
-
-def arm_key(rule_id: str, index: int, serial: int) -> str:
-    """A source's key in an arm (JSON keys are strings): a rule loaded anew is armed anew."""
-    return f"{rule_id}\t{index}\t{serial}"
 
 
 def read_count(fd: int, at: int) -> int:
@@ -78,24 +84,24 @@ def write_count(fd: int, at: int, value: int) -> None:
 
 
 class ReflexHost:
-    def __init__(self, setup: dict[str, Any], out: Any) -> None:
+    def __init__(self, setup: Setup, out: Any) -> None:
         self.out = out
-        only = set(setup["only"])
+        only = set(setup.only)
         others = [ep.name for ep in entry_points(group=PROJECT) if ep.name not in only]
         self.host: PluginHost = build_plugin_manager(
-            [m for m in setup["plugins"] if m in only], [*setup["disable"], *others], timeout_s=setup["timeout_s"]
+            [m for m in setup.plugins if m in only], [*setup.disable, *others], timeout_s=setup.timeout_s
         )
         # the plugin sections as the daemon validated them, for the plugins loaded here
         sections = {
             n: self.host.sections[n].model.model_validate(v)
-            for n, v in setup.get("sections", {}).items()
+            for n, v in setup.sections.items()
             if n in self.host.sections
         }
-        self.context = dict(
-            state_dir=setup["state_dir"], stand_in_gpu=setup["stand_in_gpu"], daemon_uid=os.geteuid(), sections=sections
+        self.context: dict[str, Any] = dict(
+            state_dir=setup.state_dir, stand_in_gpu=setup.stand_in_gpu, daemon_uid=os.geteuid(), sections=sections
         )
-        self.lock_fd = os.open(setup["lock"], os.O_RDWR | os.O_CREAT, 0o600)
-        name = setup["translator"]
+        self.lock_fd = os.open(setup.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        name = setup.translator
         info = self.host.kind("translators", name)
         if info is None:
             raise ValueError(f"the pause translator {name!r} is not installed here")
@@ -106,13 +112,13 @@ class ReflexHost:
         self.actuator = Actuator(
             self.host,
             {"pause": (name, translator)},
-            PausedJournal(setup["journal"]),
+            PausedJournal(Path(setup.journal)),
             lambda op, entries: self.done.append((op, list(entries))),
         )
         self.sources: dict[Slot, Source] = {}
-        self.specs: dict[Slot, list[Any]] = {}
+        self.specs: dict[Slot, SourceSpec] = {}
         self.last_phase: dict[Slot, str] = {}
-        self.arm: dict[str, dict[str, Any]] = {}
+        self.arm: ArmTable = {}
         self.armed = 0
         self.armed_cv = threading.Condition()
         self.lines = 0
@@ -122,36 +128,27 @@ class ReflexHost:
         self.asked = threading.local()  # a source's thread asked the host for a core sooner
         # sources start and stop on a thread of their own: their first readings wait for the
         # lock, and the thread reading the daemon's messages must not (an arm may be on its way)
-        self.wanted: queue.Queue[list[Any]] = queue.Queue()
+        self.wanted: queue.Queue[tuple[SourceSpec, ...]] = queue.Queue()
         threading.Thread(target=self._sync_loop, name="sources", daemon=True).start()
 
     # --- from the daemon ---------------------------------------------------------------------
 
-    def take(self, message: dict[str, Any]) -> None:
-        if "sources" in message:
-            self.wanted.put(message["sources"])
-        elif "arm" in message:
-            arm = {
-                key: {
-                    phase: (
-                        [JobTarget(jid, name, tuple(ProcessRef(*r) for r in refs)) for jid, name, refs in pause],
-                        [PausedEntry(*row) for row in resume],
-                    )
-                    for phase, (pause, resume) in moves.items()
-                }
-                for key, moves in message["slots"].items()
-            }
-            self.actuator.prepare([t for moves in arm.values() for pause, _ in moves.values() for t in pause])
+    def take(self, message: ToProcess) -> None:
+        if isinstance(message, Sources):
+            self.wanted.put(message.specs)
+        elif isinstance(message, Arm):
+            arm = message.slots
+            self.actuator.prepare([t for moves in arm.values() for m in moves.values() for t in m.pause])
             with self.armed_cv:
-                self.arm, self.armed = arm, message["arm"]
+                self.arm, self.armed = arm, message.number
                 self.armed_cv.notify_all()
 
     def _sync_loop(self) -> None:
         while True:
             self.sync(self.wanted.get())
 
-    def sync(self, wanted: list[Any]) -> None:
-        by_slot = {(rid, index, serial): [kind, options] for rid, index, serial, kind, options in wanted}
+    def sync(self, wanted: tuple[SourceSpec, ...]) -> None:
+        by_slot = {spec.slot: spec for spec in wanted}
         for slot in [s for s in self.sources if by_slot.get(s) != self.specs.get(s)]:
             source = self.sources.pop(slot)
             self.specs.pop(slot, None)
@@ -160,12 +157,12 @@ class ReflexHost:
                 source.close()
             except Exception:
                 pass
-        for slot, (kind, options) in by_slot.items():
+        for slot, spec in by_slot.items():
             if slot not in self.sources:
-                self.start(slot, kind, options)
+                self.start(spec)
 
-    def start(self, slot: Slot, kind: str, options: dict[str, Any]) -> None:
-        rid, index, serial = slot
+    def start(self, spec: SourceSpec) -> None:
+        slot, rid, kind, options = spec.slot, spec.rule, spec.kind, spec.options
         try:
             info = self.host.kind("sources", kind)
             if info is None:
@@ -174,7 +171,7 @@ class ReflexHost:
             model = model_cls.model_validate({**options, "kind": kind} if "kind" in model_cls.model_fields else options)
             source: Source = info.cls(model, PluginContext(**self.context, rule_id=rid))
             self.sources[slot] = source
-            self.specs[slot] = [kind, options]
+            self.specs[slot] = spec
             source.start(lambda state: self.reading(slot, state))
             self.reading(slot, source.state(), first=True)
         except Exception as exc:
@@ -184,7 +181,7 @@ class ReflexHost:
                 with contextlib.suppress(Exception):
                     started.close()
             with self.acting:
-                self.send({"slot": [rid, index, serial], "covered": False, "why": f"{type(exc).__name__}: {exc}"})
+                self.send(Reading(slot, why=f"{type(exc).__name__}: {exc}"))
 
     # --- a source's reading ------------------------------------------------------------------
 
@@ -197,7 +194,7 @@ class ReflexHost:
         with self.acting:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX)
             try:
-                line: dict[str, Any] = {"slot": list(slot), "state": asdict(state)}
+                line: dict[str, Any] = {}
                 try:
                     if not first and not getattr(self.asked, "done", False):
                         self.asked.done = True
@@ -210,7 +207,7 @@ class ReflexHost:
                 except Exception as exc:
                     line.update({"armed": False, "why": f"{type(exc).__name__}: {exc}"})
                     line.update(self.did())
-                self.send(line)
+                self.send(Reading(slot, state, **line))
             finally:
                 fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
@@ -224,15 +221,15 @@ class ReflexHost:
             moves = self.arm.get(arm_key(*slot))
         if moves is None:
             return {"armed": False}
-        pause, resume = moves[phase]
+        pause, resume = moves[phase].pause, moves[phase].resume
         self.done.clear()
         self.actuator.paused.clear()  # the daemon keeps the record; each act starts afresh
         self.actuator.unconfirmed.clear()
         # the job taking the most GPU time is paused first, alone (see Actuator.pause_in_turn),
         # and the first job to resume is resumed alone too: the others' signals wake fifty
         # processes at once
-        first_at = self.actuator.pause_in_turn(pause)
-        resumed_at = self.actuator.resume_in_turn(resume)
+        first_at = self.actuator.pause_in_turn(list(pause))
+        resumed_at = self.actuator.resume_in_turn(list(resume))
         first_at = first_at or resumed_at
         acted_at = time.monotonic()
         return {
@@ -246,14 +243,14 @@ class ReflexHost:
     def did(self) -> dict[str, Any]:
         """What the last act changed: the daemon takes it into its record (a pause that
         failed stays unconfirmed there, to be tried again)."""
-        did = [[op, [e.fields() for e in entries]] for op, entries in self.done if entries]
+        did = tuple((op, tuple(entries)) for op, entries in self.done if entries)
         self.done.clear()
-        unconfirmed = [e.fields() for e in self.actuator.paused.values() if e.key in self.actuator.unconfirmed]
+        unconfirmed = tuple(e for e in self.actuator.paused.values() if e.key in self.actuator.unconfirmed)
         return {"did": did, "unconfirmed": unconfirmed} if did else {}
 
-    def send(self, line: dict[str, Any]) -> None:
+    def send(self, line: Reading) -> None:
         """Under ``acting`` (or before any source runs)."""
-        self.out.write(json.dumps(line) + "\n")
+        self.out.write(encode(line).decode())
         self.out.flush()
         self.lines += 1
         write_count(self.lock_fd, LINES_AT, self.lines)
@@ -276,9 +273,12 @@ def main() -> None:
     if not first:
         return
     try:
-        host = ReflexHost(json.loads(first)["setup"], out)
+        setup = to_process(first)
+        if not isinstance(setup, Setup):
+            raise ValueError(f"its first message is a {type(setup).__name__}, not its setup")
+        host = ReflexHost(setup, out)
     except Exception as exc:
-        out.write(json.dumps({"fatal": f"it could not start: {type(exc).__name__}: {exc}"}) + "\n")
+        out.write(encode(Fatal(f"it could not start: {type(exc).__name__}: {exc}")).decode())
         out.flush()
         raise SystemExit(1) from exc
     # What start-up made (modules, plugins) lives as long as the process: out of the
@@ -286,7 +286,7 @@ def main() -> None:
     # being acted on, walks only what the arms made since.
     gc.freeze()
     for raw in inp:
-        host.take(json.loads(raw))
+        host.take(to_process(raw))
     # the daemon is gone or stopping: a reading being acted on ends and is told first
     host.acting.acquire(timeout=CATCH_UP_S)
     os._exit(0)

@@ -15,12 +15,33 @@ from typing import Any
 import psutil
 import pytest
 
-from arbiter.reflex.link import ReflexLink
-from arbiter.reflex.process import arm_key
+from arbiter.reflex.link import Gone, ReflexLink
+from arbiter.reflex.wire import Arm, Setup, SourceSpec, arm_key, encode, to_process
 from arbiter.state.store import PausedJournal
 from arbiter_testing.waiting import wait_until
 
 SPEC = ("r", 0, 1, "jsonl", {"event": "status", "field": "phase", "on": ["busy"]})
+
+
+class WireLink(ReflexLink):
+    """The link as its lines show it: these tests write and read the messages in the shape
+    they take on the wire, through the codec both processes use."""
+
+    def sync(self, specs: list[Any]) -> None:
+        super().sync([SourceSpec(*spec) for spec in specs])
+
+    def arm(self, arm: dict[str, Any]) -> None:
+        message = to_process(json.dumps({"arm": 0, "slots": arm}))
+        assert isinstance(message, Arm)
+        super().arm(message.slots)
+
+    def take(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return [
+            {"gone": m.why}
+            if isinstance(m, Gone)
+            else {**json.loads(encode(m)), **({"stale": True} if m.stale else {})}
+            for m in super().take()
+        ]
 
 
 class Linked:
@@ -29,7 +50,7 @@ class Linked:
         self.events.touch()
         self.journal = tmp_path / "paused.journal"
         self.arrived = threading.Event()
-        setup = {
+        setup: dict[str, Any] = {
             "plugins": [],
             "disable": [],
             "only": ["sources", "translators"],
@@ -39,7 +60,7 @@ class Linked:
             "translator": "signal",
             "journal": str(self.journal),
         }
-        self.link = ReflexLink(setup, tmp_path, self.arrived.set)
+        self.link = WireLink(Setup(**setup, sections={}), tmp_path, self.arrived.set)
         self.lines: list[dict[str, Any]] = []
         self.act = threading.RLock()  # the decision thread's turn, which held() is taken in
 
@@ -169,7 +190,7 @@ def test_it_waits_for_the_lock_and_acts_on_the_arm_given_under_it(linked: Linked
         pid = linked.link.pid
         assert pid is not None
         wait_until(
-            lambda: waits_for_lock(pid, Path(linked.link.setup["lock"])),
+            lambda: waits_for_lock(pid, Path(linked.link.setup.lock)),
             10,
             "the reflex process to read the change and wait for the lock",
         )
@@ -202,7 +223,7 @@ def test_a_source_it_cannot_watch_is_left_to_the_daemon(linked: Linked) -> None:
 
 def test_a_process_that_cannot_start_says_why(tmp_path: Path) -> None:
     arrived = threading.Event()
-    setup = {
+    setup: dict[str, Any] = {
         "plugins": [],
         "disable": [],
         "only": ["sources"],
@@ -212,7 +233,7 @@ def test_a_process_that_cannot_start_says_why(tmp_path: Path) -> None:
         "translator": "signal",
         "journal": str(tmp_path / "j"),
     }
-    link = ReflexLink(setup, tmp_path, arrived.set)  # the translators' plugin left out
+    link = WireLink(Setup(**setup, sections={}), tmp_path, arrived.set)  # the translators' plugin left out
     try:
         link.sync([(*SPEC[:4], {**SPEC[4], "path": str(tmp_path / "e.jsonl")})])
         assert arrived.wait(20)
