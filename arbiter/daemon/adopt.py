@@ -69,7 +69,7 @@ def parse_manifest(job_id: str, raw: dict[str, Any] | None) -> Manifest:
 
 
 def check_id(job_id: str) -> None:
-    if not ID_PATTERN.match(job_id):
+    if not ID_PATTERN.fullmatch(job_id):
         raise AdoptRefused(
             f"{job_id!r} is not a scheduler job id: expected <scheduler>-<id>, e.g. batch-1234 "
             "(lower-case letters and digits, a dash, then letters, digits, _ . + -)"
@@ -118,14 +118,16 @@ def may_hand_over(peer_uid: int, peer: ProcessInfo | None, proc: ProcessInfo, da
 
 def may_take_id(daemon: Parts, job_id: str, peer_uid: int) -> str | None:
     """Why the caller may not take ``job_id`` (None: it may).  Root and the daemon's user
-    speak for the scheduler; anyone else takes only an id of their own or one no active job
-    uses, and a scheduler's id only when that scheduler says the job is theirs: handing over
-    one's own process must never end another account's job or stand in for it."""
+    speak for the scheduler; anyone else takes only an id of their own or one no other
+    account's job holds or held (an ended job's record and folder are still its owner's),
+    and a scheduler's id only when that scheduler says the job is theirs: handing over one's
+    own process must never end another account's job, take its records or stand in for it."""
     if peer_uid in (0, daemon.uid):
         return None
     existing = daemon.jobs.get(job_id)
-    if existing is not None and existing.state != "ended" and existing.owner_uid != peer_uid:
+    if existing is not None and existing.owner_uid != peer_uid:
         return f"job {job_id} belongs to uid {existing.owner_uid}, not to the caller's uid {peer_uid}"
+    previous = daemon.jobs.held_by(job_id) if existing is None else None
     try:
         said = daemon.host.call(
             "scheduler job owner",
@@ -135,14 +137,16 @@ def may_take_id(daemon: Parts, job_id: str, peer_uid: int) -> str | None:
         )
     except PluginFailed as exc:
         return f"cannot ask the scheduler whose job {job_id} is: {exc}"
-    if said is None:
-        return None  # no scheduler's id: an id of the caller's own or a free one
+    if said is None:  # no scheduler's id: an id of the caller's own or a free one
+        if previous is not None and previous != peer_uid:
+            return f"job {job_id} was uid {previous}'s: its folder and record are not the caller's to take"
+        return None
     owner, why = said.get("uid"), str(said.get("why") or "")
     if owner is None:
         return f"no scheduler vouches for job {job_id}: {why}"
     if owner != peer_uid:
         return f"job {job_id} is uid {owner}'s, not the caller's uid {peer_uid} ({why})"
-    return None
+    return None  # the scheduler's word: its job ids come round again, to whoever it says
 
 
 class Reconciler:

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from arbiter import __version__
 from arbiter.api.ops import Caller, Op, Who
 from arbiter.config.models import Manifest
-from arbiter.daemon.quotas import job_quota_problem, rate_problem
+from arbiter.daemon.quotas import job_quota_problem
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
@@ -152,7 +152,11 @@ def _number(op: str, name: str, value: Any, whole: bool) -> float:
         except ValueError:
             pass
     kind = "a whole number" if whole else "a number"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite:
         raise Refused(f"{op}: argument {name!r} must be {kind}, not {value!r}"[:300], "BAD_REQUEST")
     if whole:
         if value != int(value) or abs(value) >= 2**63:  # what SQLite stores
@@ -238,15 +242,19 @@ class NodeApi:
         if not isinstance(job_id, str) or not job_id:
             raise Refused(f"{op}: argument 'id' must name a job", "BAD_REQUEST")
         record = self.parts.jobs.get(job_id)
-        if record is None and by_name:
-            named = [r for r in self.parts.jobs.find(job_id) if r.state != "ended"]
-            if len(named) > 1:
+        if by_name and (record is None or record.owner_uid != caller.uid):
+            # the caller's own running job of that name comes first: another account's job
+            # of the same name, or one it gave that name as its id, never stands in for it
+            named = [r for r in self.parts.jobs.active() if r.name == job_id]
+            own = [r for r in named if r.owner_uid == caller.uid]
+            pick = own or (named if record is None else [])
+            if len(pick) > 1:
                 raise Refused(
-                    f"{len(named)} running jobs are called {job_id!r} ({', '.join(sorted(r.id for r in named))}): "
+                    f"{len(pick)} running jobs are called {job_id!r} ({', '.join(sorted(r.id for r in pick))}): "
                     "give the one you mean by its id",
                     "NO_SUCH_JOB",
                 )
-            record = named[0] if named else None
+            record = pick[0] if pick else record
         if record is None:
             raise Refused(f"no running job has id {job_id!r}; `arbiter status` lists them", "NO_SUCH_JOB")
         if not may_act_on_job(caller.uid, record.owner_uid, self.parts.uid):
@@ -520,7 +528,10 @@ class NodeApi:
             )
             if why is not None:
                 raise Refused(f"job.adopt: {why}", "FORBIDDEN")
-            over = rate_problem(self.parts.config.quotas, self.parts.jobs, caller.uid)
+            known = self.parts.jobs.get(id)
+            again = known is not None and known.owner_uid == proc.uid and known.state != "ended"
+            # a job handed over counts as one registered: within the account's quotas
+            over = None if again else job_quota_problem(self.parts.config.quotas, self.parts.jobs, caller.uid, [])
             if over:
                 raise Refused(f"job.adopt: {over}", "QUOTA")
             record, new = adopt.adopt(self.parts, id, proc, parsed, f"handed over by process {caller.pid}")

@@ -195,6 +195,14 @@ class JobRegistry:
         self.persist(record)
         return record
 
+    def held_by(self, job_id: str) -> int | None:
+        """The account whose events file an ended job of this id left in its folder (None:
+        no folder is left): a folder is its job's owner's until it is pruned."""
+        try:
+            return os.stat(self.jobs_dir / job_id / EVENTS_FILE, follow_symlinks=False).st_uid
+        except (OSError, ValueError):
+            return None
+
     def get(self, job_id: str) -> JobRecord | None:
         with self.lock:
             return self.records.get(job_id)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
+
 from arbiter_host.listeners import listeners, parse_table, serves
 
 TABLE = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
@@ -33,3 +35,18 @@ def test_a_real_socket_is_found_with_its_owner() -> None:
         port = sock.getsockname()[1]
         assert listeners("127.0.0.1", port) == [{"uid": os.geteuid(), "address": "127.0.0.1"}]
     assert listeners("127.0.0.1", port) == []
+
+
+def test_a_table_longer_than_is_read_cannot_tell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tens of thousands of sockets could push a listener past the part read: then who
+    listens cannot be told, and nothing that needs it is sent."""
+    import importlib
+
+    module = importlib.import_module("arbiter_host.listeners")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        assert listeners("127.0.0.1", port)
+        monkeypatch.setattr(module, "TABLE_MOST", 160)  # shorter than the table's header and one row
+        assert listeners("127.0.0.1", port) is None

@@ -17,8 +17,8 @@ import psutil
 #: the kernel's TCP state number for LISTEN
 LISTEN = "0A"
 TABLES = {"/proc/net/tcp": socket.AF_INET, "/proc/net/tcp6": socket.AF_INET6}
-#: the most of a socket table read: a host with more listening and open sockets than this
-#: holds is answered from what was read (the listening ones come first in practice)
+#: the most of a socket table read: a table longer than this (tens of thousands of sockets,
+#: which any account can open to push a listener past the cut) cannot be told from
 TABLE_MOST = 8 << 20
 
 
@@ -64,7 +64,10 @@ def listeners(address: str, port: int) -> list[dict[str, Any]] | None:
         for path, family in TABLES.items():
             try:
                 with open(path, encoding="ascii", errors="replace") as fh:
-                    found += parse_table(fh.read(TABLE_MOST), family, port)
+                    text = fh.read(TABLE_MOST)
+                    if len(text) >= TABLE_MOST:
+                        return None  # the rest is unread: who listens cannot be told
+                    found += parse_table(text, family, port)
             except FileNotFoundError:
                 continue  # a kernel without IPv6
             except OSError:
