@@ -242,6 +242,11 @@ def resolve_rules(
             )
             continue
         bases = [p for p in writers.get(name, []) if p != path]
+        if len(bases) > 1 and not command_check(path):
+            # a file others may change never stands in the way of a trusted extension by
+            # giving itself the trusted base's id: only the bases as trusted as it count
+            trusted = [p for p in bases if not command_check(p)]
+            bases = trusted if len(trusted) == 1 else bases
         if len(bases) == 1:
             base_of[path] = bases[0]
         elif bases:

@@ -352,3 +352,25 @@ def test_a_rule_whose_file_is_deleted_leaves_a_timeline_entry(host: PluginHost, 
         assert entry[:2] == ("CONFIG_RELOADED", "game") and str(path) in entry[2] and "gone" in entry[2]
     finally:
         book.close()
+
+
+def test_a_file_others_may_change_with_a_trusted_bases_id_does_not_block_its_extension(host: PluginHost) -> None:
+    """Root's ``tuned`` extends root's ``base``; a file in a folder another account may write
+    also says ``id: base``: root's extension still finds root's base (before, neither loaded
+    as root meant, and the base stood alone)."""
+    from arbiter.config.rules import resolve_rules
+
+    base = "id: base\nmatch: {kind: process, cmdline: [trainer]}\nprotect: {metric: gpu_share}\n"
+    files: dict[str, str | list[Problem]] = {
+        "/etc/arbiter/tenants.d/base.yaml": base,
+        "/etc/arbiter/tenants.d/tuned.yaml": "id: tuned\nextends: base\npriority: 90\n",
+        "/home/mallory/tenants.d/base.yaml": base.replace("protect: {metric: gpu_share}\n", ""),
+    }
+
+    def others_may_change(path: str) -> str | None:
+        return "others may change it" if path.startswith("/home/") else None
+
+    resolved = resolve_rules(files, host.options_model, host.kind_names, command_check=others_may_change)
+    assert resolved.extended["/etc/arbiter/tenants.d/base.yaml"] == "/etc/arbiter/tenants.d/tuned.yaml"
+    rule = resolved.rules["/etc/arbiter/tenants.d/tuned.yaml"]
+    assert rule.priority == 90 and rule.protect is not None
