@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 
 from arbiter.api.ops import Op, Who
-from arbiter.daemon.api import NodeApi, declared
+from arbiter.daemon.api import NodeApi
+from arbiter.daemon.operation import declared
 from arbiter.engine import codes
 from arbiter.http.provider import Provider
 

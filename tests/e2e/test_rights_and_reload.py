@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from arbiter.api.transport import RequestRefused, request
-from arbiter.daemon.api import may_act_on_job, may_admin
+from arbiter.daemon.operation import may_act_on_job, may_admin
 from arbiter_testing import run_as
 from arbiter_testing.node import PYTHON, HarnessNode
 
