@@ -298,7 +298,6 @@ def scenario_load(args: argparse.Namespace) -> None:
     import load
 
     from arbiter_testing.node import HarnessNode
-    from arbiter_testing.rules import phase_rule
 
     root = Path(tempfile.mkdtemp(prefix="arbiter-cost-load-"))
     phases, stream, report = root / "phases.jsonl", root / "stream.jsonl", root / "writer.json"
@@ -308,19 +307,7 @@ def scenario_load(args: argparse.Namespace) -> None:
     procs: list[subprocess.Popen[bytes]] = []
     rules, jobs, groups = 100, 50, 60
     try:
-        node.add_rule(load.FAST, phase_rule(load.FAST, "sleep 4999", phases, scope="all", priority=90))
-        node.add_rule(
-            load.STREAM,
-            {
-                "id": load.STREAM,
-                "match": {"cmdline": ["sleep 4998"]},
-                "priority": 80,
-                "protect": {
-                    "metric": "progress_rate",
-                    "source": {"kind": "jsonl", "path": str(stream), "event": "step_done"},
-                },
-            },
-        )
+        load.add_tenants(node, phases, stream)
         node.start()
         for tenant in ("4999", "4998"):
             node.spawn(["sleep", tenant])

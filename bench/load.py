@@ -178,6 +178,24 @@ def fast_verdict(lo: float, hi: float) -> str:
     return f"UNDECIDED (the interval below holds {GOAL_FAST_MS:g} ms: more --changes narrow it)"
 
 
+def add_tenants(node: HarnessNode, phases: Path, stream: Path) -> None:
+    """The two measured tenants: ``FAST`` (an immediate phase rule on ``phases``, run by
+    ``sleep 4999``) and ``STREAM`` (a progress rule on ``stream``, run by ``sleep 4998``)."""
+    node.add_rule(FAST, phase_rule(FAST, "sleep 4999", phases, scope="all", priority=90))
+    node.add_rule(
+        STREAM,
+        {
+            "id": STREAM,
+            "match": {"cmdline": ["sleep 4998"]},
+            "priority": 80,
+            "protect": {
+                "metric": "progress_rate",
+                "source": {"kind": "jsonl", "path": str(stream), "event": "step_done"},
+            },
+        },
+    )
+
+
 def load_rules(node: HarnessNode, root: Path, rules: int, groups: int) -> None:
     """``rules`` rule files; rule j < groups matches the j-th command-line group."""
     for j in range(rules):
@@ -304,19 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = [0.0, 0.0]
     groups = max(1, min(args.rules, (args.rules * 6) // 10))  # six rules in ten match a group
     try:
-        node.add_rule(FAST, phase_rule(FAST, "sleep 4999", phases, scope="all", priority=90))
-        node.add_rule(
-            STREAM,
-            {
-                "id": STREAM,
-                "match": {"cmdline": ["sleep 4998"]},
-                "priority": 80,
-                "protect": {
-                    "metric": "progress_rate",
-                    "source": {"kind": "jsonl", "path": str(stream), "event": "step_done"},
-                },
-            },
-        )
+        add_tenants(node, phases, stream)
         node.start()
         daemon = psutil.Process(node.daemon.pid)  # type: ignore[union-attr]
         for tenant in ("4999", "4998"):
