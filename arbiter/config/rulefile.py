@@ -140,13 +140,17 @@ def merge_rule_files(layers: Sequence[RuleFile]) -> MergedRule:
 
 def with_base_url(data: dict[str, Any]) -> dict[str, Any]:
     """The rule with each plugin block's ``url`` that is a path (``/metrics``) joined to the
-    rule's ``base_url``, so that a program on another port is one line of an extension."""
+    rule's ``base_url``, so that a program on another port is one line of an extension; so is
+    the ``url`` of each mapping in a list the block holds (the steps a release sends around its
+    own request)."""
     base = data.get("base_url")
     if not isinstance(base, str) or not base:
         return data
     out = copy.deepcopy(data)
     for _, _, block in raw_kind_blocks(out):
-        url = block.get("url")
-        if isinstance(url, str) and url.startswith("/"):
-            block["url"] = base.rstrip("/") + url
+        listed = [item for value in block.values() if isinstance(value, list) for item in value]
+        for holder in (block, *(item for item in listed if isinstance(item, dict))):
+            url = holder.get("url")
+            if isinstance(url, str) and url.startswith("/"):
+                holder["url"] = base.rstrip("/") + url
     return out

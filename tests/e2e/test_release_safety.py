@@ -1,10 +1,12 @@
 """Releases that never break a server, end to end: the shipped SGLang and vLLM rules
 (through ``extends:``, only their base_url, match and quiet period change) against fakes
 that follow each server's source, a render short of VRAM beside them, and a request running
-on the server when the render starts.
+on the server when the render starts (or none).
 
-- SGLang dies on a release while it answers a request: arbiter waits for it to be idle
-  (``VRAM_RELEASE_DRAINING`` in explain), then releases it; the server lives on.
+- SGLang dies on a release while it answers a request: the shipped release pauses its
+  generation first (``retract``: the request goes back to its queue, not aborted), releases
+  it at once, and on the way back resumes its memory and lets it generate again; the request
+  is answered once it is back, and the server lives on.
 - vLLM aborts the requests in flight on a plain ``/sleep``: the shipped release asks it to
   let them finish first (``mode=wait``); the request is answered, not aborted.
 """
@@ -32,12 +34,8 @@ SERVERS: dict[str, tuple[str, dict[str, Any], tuple[str, dict[str, Any]]]] = {
         {"cmdline": ["arbiter_testing.fake_vllm"]},
         ("/v1/completions", {"model": "Qwen/Qwen2.5-7B-Instruct", "prompt": "hi", "max_tokens": 1}),
     ),
-    "sglang": (
-        "sglang",
-        {"cmdline": ["fake_llm_servers sglang"]},
-        ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
-    ),
 }
+SGLANG_REQUEST = ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1}})
 
 
 def http_text(url: str) -> str:
@@ -47,10 +45,10 @@ def http_text(url: str) -> str:
     return "\n".join(line for line in text.splitlines() if "running" in line and not line.endswith(" 0.0"))
 
 
-def answer(url: str, request: tuple[str, dict[str, Any]], into: list[int]) -> None:
+def answer(url: str, request: tuple[str, dict[str, Any]], into: list[Any]) -> None:
     try:
-        http_json(f"{url}{request[0]}", request[1])
-        into.append(200)
+        body = http_json(f"{url}{request[0]}", request[1])
+        into.append(200 if "meta_info" not in body else body["meta_info"]["finish_reason"]["type"])
     except urllib.error.HTTPError as exc:
         into.append(exc.code)
     except OSError:
@@ -60,7 +58,7 @@ def answer(url: str, request: tuple[str, dict[str, Any]], into: list[int]) -> No
 @pytest.mark.parametrize("rid", sorted(SERVERS))
 def test_a_busy_server_is_released_for_a_render_without_breaking_it_or_its_request(tmp_path: Path, rid: str) -> None:
     program, match, request = SERVERS[rid]
-    busy_gauge = "num_running_reqs{" if rid == "sglang" else "num_requests_running{"
+    busy_gauge = "num_requests_running{"
     (tmp_path / "vram.json").write_text("{}")
     node = HarnessNode(
         tmp_path, tick_s=0.5, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(tmp_path / "vram.json")}]
@@ -82,23 +80,60 @@ def test_a_busy_server_is_released_for_a_render_without_breaking_it_or_its_reque
         # not trust a reading taken before the request came)
         node.wait_for(lambda: busy_gauge in http_text(f"{server['url']}/metrics"), timeout=10)
         http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
-        if rid == "sglang":  # busy: held back, and explain says why
-            notes = node.wait_for(
-                lambda: [n for n in node.known_rule(rid)["notes"] if n["code"] == "VRAM_RELEASE_DRAINING"], timeout=10
-            )
-            assert "busy release would break it" in notes[0]["message"]
         worker.join(timeout=30)
         assert answers == [200]  # its request was answered, not aborted nor cut by its death
         node.wait_for(lambda: node.events("VRAM_RELEASED", subject=rid), timeout=30)
         run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and runs[0], timeout=40)
         assert run["took_s"] < 30
         assert server["proc"].poll() is None  # the server lives
-        if rid == "sglang":
-            asked = node.events("VRAM_RELEASE_REQUESTED", subject=rid)
-            assert [e for e in asked if e["data"].get("drained_s", 0) > 0], asked
         node.wait_for(lambda: node.events("VRAM_REACQUIRED", subject=rid), timeout=30)
         done: list[int] = []
         answer(server["url"], request, done)
         assert done == [200]
+    finally:
+        node.close()
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
+def test_sglang_is_paused_then_released_for_a_render_and_its_request_waits_for_its_return(
+    tmp_path: Path, busy: bool
+) -> None:
+    (tmp_path / "vram.json").write_text("{}")
+    node = HarnessNode(
+        tmp_path, tick_s=0.5, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(tmp_path / "vram.json")}]
+    )
+    for name in ("sglang", "diffusion-server"):
+        shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
+    try:
+        board = tmp_path / "vram.json"
+        server = start_fake(node, board, tmp_path, "sglang", "--held-gb", "13", "--gen-s", "6")
+        diffusion = start_diffusion(node, board, tmp_path, starved_s=30)
+        match = {"cmdline": ["fake_llm_servers sglang"]}
+        node.add_rule(
+            "my-sglang", {"extends": "sglang", "match": match, "base_url": server["url"], "reacquire_after_s": 1}
+        )
+        node.add_rule("my-diffusion", diffusion_rule(diffusion))
+        node.start()
+        node.wait_for(lambda: node.known_rule("sglang")["vram_bytes"] == 13 * GIB)
+        answers: list[Any] = []
+        worker = threading.Thread(target=answer, args=(server["url"], SGLANG_REQUEST, answers))
+        if busy:
+            worker.start()
+            node.wait_for(lambda: "num_running_reqs{" in http_text(f"{server['url']}/metrics"), timeout=10)
+        http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
+        # released at once, busy or not: its generation paused first, no drain to wait for
+        node.wait_for(lambda: node.events("VRAM_RELEASED", subject="sglang"), timeout=30)
+        assert not answers, "its request is held while its memory is away, neither answered nor aborted"
+        assert server["proc"].poll() is None  # the server lives
+        run = node.wait_for(lambda: (runs := http_json(f"{diffusion['url']}/debug/runs")) and runs[0], timeout=40)
+        assert run["took_s"] < 30
+        node.wait_for(lambda: node.events("VRAM_REACQUIRED", subject="sglang"), timeout=30)
+        if busy:
+            worker.join(timeout=30)
+            assert answers == ["length"]  # computed again once it went on, not aborted
+        done: list[Any] = []
+        answer(server["url"], SGLANG_REQUEST, done)
+        assert done == ["length"]
+        assert server["proc"].poll() is None
     finally:
         node.close()

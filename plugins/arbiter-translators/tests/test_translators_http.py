@@ -173,3 +173,38 @@ def test_http_post_sends_its_request_to_bring_a_tenant_back(tmp_path: Path) -> N
         finally:
             wake.close()
         assert failed.errors and "HTTP 500" in failed.errors[0]
+
+
+def test_steps_go_before_and_after_its_own_request_and_a_failure_undoes_the_drain(tmp_path: Path) -> None:
+    with RecordingServer() as server:
+        steps = {
+            "before": [{"url": f"{server.url}/pause", "body": {"mode": "retract"}}],
+            "after": [{"url": f"{server.url}/go_on"}],
+            "if_failed": [{"url": f"{server.url}/go_on_anyway"}],
+        }
+        tr = post(tmp_path, url=f"{server.url}/release", timeout_s=5, **steps)
+        try:
+            done = tr.release("sglang")
+            assert done.ok and done.requested == (
+                f"release step {server.url}/pause",
+                "release",
+                f"release step {server.url}/go_on",
+            )
+            assert [(s.path, s.body) for s in server.requests("POST")] == [
+                ("/pause", {"mode": "retract"}),
+                ("/release", {}),
+                ("/go_on", {}),
+            ]
+            server.status = 500  # the drain step itself fails: nothing else but its undo is sent
+            failed = tr.release("sglang")
+            assert not failed.ok and "HTTP 500" in failed.errors[0]
+            assert [s.path for s in server.requests("POST")][3:] == ["/pause", "/go_on_anyway"]
+        finally:
+            tr.close()
+
+
+def test_a_step_must_be_a_url_and_a_body(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="url must start with http"):
+        post(tmp_path, url="http://127.0.0.1:1/r", before=[{"url": "pause"}])
+    with pytest.raises(ValidationError, match="Extra inputs"):
+        post(tmp_path, url="http://127.0.0.1:1/r", before=[{"url": "http://127.0.0.1:1/p", "mode": "retract"}])

@@ -14,16 +14,24 @@ the real ones' documented APIs:
 - :class:`FakeSglangServer`, SGLang 0.5 (``sglang serve`` or ``python -m sglang.launch_server``,
   port 30000, started with ``--enable-metrics --enable-memory-saver``), following
   ``python/sglang/srt/entrypoints/http_server.py`` (the routes, guarded by ``--api-key`` /
-  ``--admin-api-key``), ``python/sglang/srt/managers/scheduler_update_weights_mixin.py``
-  (``release_memory_occupation`` asserts that the scheduler is fully idle; the assertion
-  escapes the scheduler's loop, and the launcher kills the whole server) and
-  ``python/sglang/srt/metrics/collector.py`` (the gauges): ``POST /generate``
-  ``{"text", "sampling_params"}``, the gauges ``sglang:num_running_reqs`` and
-  ``sglang:num_queue_reqs``, and ``POST /release_memory_occupation`` /
+  ``--admin-api-key``), ``python/sglang/srt/managers/io_struct.py``
+  (``PauseGenerationReqInput.mode``: ``abort``, the default, ``retract`` or ``in_place``),
+  ``python/sglang/srt/managers/tokenizer_manager.py`` (``pause_generation`` holds every new
+  request until ``continue_generation``; in ``abort`` mode it aborts every request in flight
+  and answers once none is left), ``python/sglang/srt/managers/scheduler.py`` (a pause stops
+  the scheduler from running batches; ``retract`` puts the running requests back in the
+  waiting queue, their KV cache freed, to be computed again after ``continue_generation``;
+  ``in_place`` leaves them in the running batch), ``scheduler_update_weights_mixin.py``
+  (``release_memory_occupation`` asserts that the scheduler is fully idle, the waiting queue
+  not counted while generation is paused; the assertion escapes the scheduler's loop, and
+  the launcher kills the whole server) and ``python/sglang/srt/metrics/collector.py`` (the
+  gauges): ``POST /generate`` ``{"text", "sampling_params"}``, the gauges
+  ``sglang:num_running_reqs`` and ``sglang:num_queue_reqs``, ``POST /pause_generation``
+  ``{"mode"}`` and ``POST /continue_generation``, and ``POST /release_memory_occupation`` /
   ``POST /resume_memory_occupation`` (JSON body, ``tags`` optional): its weights and KV cache
-  leave the GPU and come back.  A release while a request runs or waits kills the server (its
-  VRAM goes with it; ``crashed``).  A request that arrives while its memory is released is not
-  refused: it waits in the queue until the memory is resumed.
+  leave the GPU and come back.  A release while a request runs (or waits, generation not
+  paused) kills the server (its VRAM goes with it; ``crashed``).  A request that arrives while
+  its memory is released is not refused: it waits in the queue until the memory is resumed.
 - :class:`FakeTgiServer`, Hugging Face text-generation-inference 3.3 (``text-generation-launcher``,
   port 3000), following its router (``router/src/server.rs``: the routes and the Prometheus
   exporter; ``router/src/infer/queue.rs`` and ``backends/v3/src/backend.rs``: the gauges):
@@ -45,7 +53,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from arbiter_testing.fake_preallocated import PreallocatedServer
+from arbiter_testing.fake_http import WORKING_SHARE
+from arbiter_testing.fake_preallocated import CONTEXT_BYTES, PreallocatedServer
 from arbiter_testing.fake_process import board_of, fake_parser, serve_until_stopped
 from arbiter_testing.vram_board import GIB, VramBoard
 
@@ -151,13 +160,18 @@ class FakeSglangServer(_GaugedServer):
     running_gauge = "sglang:num_running_reqs"
     waiting_gauge = "sglang:num_queue_reqs"
     labels = '{model_name="Qwen/Qwen2.5-7B-Instruct"}'
+    #: what ``POST /pause_generation`` does with the requests in flight (``mode``, default abort)
+    PAUSE_MODES = ("abort", "retract", "in_place")
 
     def __init__(self, board: VramBoard, resume_s: float = 0.2, **kwargs: Any) -> None:
         super().__init__(board, **kwargs)
         self.resume_s = resume_s
         self.releases = 0
         self.resumes = 0
-        self.queued = 0  # requests waiting for the memory to be resumed
+        self.queued = 0  # the scheduler's waiting queue: new, retracted, or waiting for the memory
+        self.paused = ""  # the pause mode in force, "" while it generates
+        self.aborts = 0  # how many times every request in flight was aborted
+        self.aborted = 0  # requests answered aborted
         self.crashed = False  # a release reached it busy: the server is gone
         #: what its death does beyond stopping to serve (a process exits)
         self.on_crash: Callable[[], None] = lambda: None
@@ -167,6 +181,8 @@ class FakeSglangServer(_GaugedServer):
         self.routes[("GET", "/health")] = lambda body: (200, None)
         self.routes[("GET", "/metrics")] = lambda body: (200, self.metrics())
         self.routes[("POST", "/generate")] = self._generate
+        self.routes[("POST", "/pause_generation")] = self._pause
+        self.routes[("POST", "/continue_generation")] = self._continue
         self.routes[("POST", "/release_memory_occupation")] = self._release
         self.routes[("POST", "/resume_memory_occupation")] = self._resume
 
@@ -180,19 +196,80 @@ class FakeSglangServer(_GaugedServer):
             f"# TYPE {self.waiting_gauge} gauge\n{self.waiting_gauge}{self.labels} {float(queued)}\n"
         ).encode()
 
+    def _board_now(self) -> None:
+        """:meth:`_publish` for a caller that holds the lock."""
+        held = CONTEXT_BYTES if self.released else self.full_bytes
+        self.board.set(self.pid, held, WORKING_SHARE if self.running else 0.0)
+
     def _generate(self, body: Any) -> tuple[int, Any]:
         with self._changed:
+            # the tokenizer manager holds a new request while generation is paused
+            self._changed.wait_for(lambda: not self.paused or self.crashed)
             self.queued += 1
-            self._changed.wait_for(lambda: not self.released or self.crashed)
-            self.queued -= 1
-            if self.crashed:
-                return 502, {"error": "the server is gone"}
-        failed = self._run()
-        return failed or (200, {"text": " ok", "meta_info": {"finish_reason": {"type": "length"}}})
+            return self._schedule(self.aborts)
+
+    def _schedule(self, epoch: int) -> tuple[int, Any]:
+        """One request through the scheduler (called holding the lock): queued until it may
+        run, run for ``gen_s``, and what a pause, an abort or the server's death does to it."""
+        left, running = self.gen_s, False
+        while True:
+            if self.crashed or self.aborts != epoch:
+                if running:
+                    self.running -= 1
+                else:
+                    self.queued -= 1
+                self._board_now()
+                self._changed.notify_all()
+                if self.crashed:
+                    return 502, {"error": "the server is gone"}
+                self.aborted += 1
+                return 200, {"text": "", "meta_info": {"finish_reason": {"type": "abort"}}}
+            if not running:
+                if self.paused or self.released:  # waits in the queue
+                    self._changed.wait()
+                    continue
+                self.queued, self.running, running = self.queued - 1, self.running + 1, True
+                self._board_now()
+            elif self.paused == "retract":  # back to the queue, its KV cache freed: it starts over
+                self.queued, self.running, running, left = self.queued + 1, self.running - 1, False, self.gen_s
+                self._board_now()
+                self._changed.notify_all()
+            elif self.paused:  # in place: it stays in the running batch, frozen
+                self._changed.wait()
+            elif left <= 0:
+                self.running -= 1
+                self._board_now()
+                self._changed.notify_all()
+                return 200, {"text": " ok", "meta_info": {"finish_reason": {"type": "length"}}}
+            else:
+                began = time.monotonic()
+                self._changed.wait(timeout=left)
+                left -= time.monotonic() - began
+
+    def _pause(self, body: Any) -> tuple[int, Any]:
+        mode = body.get("mode", "abort") if isinstance(body, dict) else "abort"
+        if mode not in self.PAUSE_MODES:
+            return 400, {"error": f"Invalid mode: {mode!r}. Expected one of {list(self.PAUSE_MODES)}."}
+        with self._changed:
+            self.paused = mode
+            if mode == "abort":  # every request in flight ends now, answered aborted
+                self.aborts += 1
+            self._changed.notify_all()
+            if mode != "in_place":  # answered once none is running (abort: none is left at all)
+                self._changed.wait_for(lambda: self.running == 0 and (mode != "abort" or self.queued == 0), timeout=30)
+        return 200, b"Generation paused successfully."
+
+    def _continue(self, body: Any) -> tuple[int, Any]:
+        with self._changed:
+            self.paused = ""
+            self._changed.notify_all()
+        return 200, b"Generation continued successfully."
 
     def _release(self, body: Any) -> tuple[int, Any]:
         with self._lock:
-            idle = self.running == 0 and self.queued == 0
+            # the scheduler asserts that it is fully idle; the requests a pause put back in the
+            # queue do not count while it is paused
+            idle = self.running == 0 and (self.queued == 0 or bool(self.paused))
             if idle:
                 self.released = True
                 self.releases += 1

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from arbiter.plugin import (
     ActionResult,
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 #: at most this much of an error answer is quoted back (printable characters only): what a
 #: program answers is its own, and status is readable by every account
 QUOTE_CHARS = 80
+#: an undo step is sent even when the action used its timeout_s up: it has this long of its own
+UNDO_S = 5.0
 
 
 def _http_url(value: str) -> str:
@@ -72,8 +74,23 @@ def _failure(what: str, url: str, exc: Exception, timeout_s: float) -> str:
 # --- http_post ---------------------------------------------------------------------------------
 
 
+class HttpStep(BaseModel):
+    """``{url, body}``: one more request of a release or reacquire, sent before or after its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(description="the URL to POST to (a path is joined to the rule's base_url)")
+    body: dict[str, Any] = Field(default_factory=dict, description="the JSON body sent")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value)
+
+
 class HttpPostOptions(KindOptions):
-    """``{kind: http_post, url, body, per_model, timeout_s, confirm}``: POST a JSON body to release VRAM."""
+    """``{kind: http_post, url, body, per_model, timeout_s, confirm, before, after, if_failed}``:
+    POST a JSON body to release VRAM (or take it back), with the steps a server needs around it."""
 
     kind: Literal["http_post"] = "http_post"
     url: str = Field(description="the URL to POST to, e.g. http://127.0.0.1:8188/free")
@@ -93,6 +110,21 @@ class HttpPostOptions(KindOptions):
     headers: dict[str, str | SecretRef] = Field(
         default_factory=dict,
         description="extra request headers; a secret as {from_file: PATH} or {from_env: NAME}, never inline",
+    )
+    before: list[HttpStep] = Field(
+        default_factory=list,
+        description=(
+            "requests sent first, in order (a drain step: stop new work); one that fails stops the action "
+            "before its own request is sent"
+        ),
+    )
+    after: list[HttpStep] = Field(
+        default_factory=list,
+        description="requests sent, in order, once its own request succeeded (e.g. let work go on again)",
+    )
+    if_failed: list[HttpStep] = Field(
+        default_factory=list,
+        description="requests sent when a request fails after a before step was sent (undo it: let work go on)",
     )
 
     @field_validator("url")
@@ -150,25 +182,58 @@ class HttpPostTranslator(Translator):
         requests = [(action if what == "release" else what, body) for what, body in self.bodies(models)]
         if not requests:
             return ActionResult(note=f"{tenant!r} has no model loaded: nothing to {action}, no request sent")
-        url, timeout = self.options.url, self.options.timeout_s
+        o = self.options
+        for url in dict.fromkeys([o.url, *(step.url for step in (*o.before, *o.after, *o.if_failed))]):
+            refused = send_refused(self.context, url, o.headers)  # only to the rule's own program
+            if refused is not None:
+                return ActionResult(errors=(f"{action}: not sent to {url}: {refused}",))
         sent: list[str] = []
         errors: list[str] = []
-        refused = send_refused(self.context, url, self.options.headers)  # only to the rule's own program
-        if refused is not None:
-            return ActionResult(errors=(f"{action}: not sent to {url}: {refused}",))
         with self._lock:
-            deadline = time.monotonic() + timeout
-            for what, body in requests:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    errors.append(f"{what}: not sent, the {action}'s {timeout:g}s (timeout_s) were used up")
-                    continue
-                sent.append(what)
-                try:
-                    response = http_read(self._client, "POST", url, total_s=left, json=body)
-                except Exception as exc:  # any failure is returned: never raised into the loop
-                    errors.append(_failure(what, url, exc, timeout))
-                    continue
-                if not 200 <= response.status_code < 300:
-                    errors.append(f"{what}: POST {url} answered HTTP {response.status_code}: {_answer_text(response)}")
+            deadline = time.monotonic() + o.timeout_s
+            for step in o.before:  # a drain step: the action's own request only once it went through
+                if not self._post(f"{action} step {step.url}", step.url, step.body, deadline, action, sent, errors):
+                    break
+            if not errors:
+                for what, body in requests:
+                    self._post(what, o.url, body, deadline, action, sent, errors)
+            # a server left drained would hold its users' requests for ever: its steps are undone
+            steps = o.if_failed if errors and o.before and sent else () if errors else o.after
+            for step in steps:
+                self._post(
+                    f"{action} step {step.url}",
+                    step.url,
+                    step.body,
+                    max(deadline, time.monotonic() + UNDO_S),
+                    action,
+                    sent,
+                    errors,
+                )
         return ActionResult(requested=tuple(sent), errors=tuple(errors))
+
+    def _post(
+        self,
+        what: str,
+        url: str,
+        body: dict[str, Any],
+        deadline: float,
+        action: str,
+        sent: list[str],
+        errors: list[str],
+    ) -> bool:
+        """POST ``body`` to ``url`` before ``deadline``; whether it was answered 2xx (what went
+        wrong goes to ``errors``)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            errors.append(f"{what}: not sent, the {action}'s {self.options.timeout_s:g}s (timeout_s) were used up")
+            return False
+        sent.append(what)
+        try:
+            response = http_read(self._client, "POST", url, total_s=left, json=body)
+        except Exception as exc:  # any failure is returned: never raised into the loop
+            errors.append(_failure(what, url, exc, self.options.timeout_s))
+            return False
+        if not 200 <= response.status_code < 300:
+            errors.append(f"{what}: POST {url} answered HTTP {response.status_code}: {_answer_text(response)}")
+            return False
+        return True
