@@ -20,7 +20,7 @@ from arbiter.config.models import KindBlock
 from arbiter.plugin import PluginContext, SourceState
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter_sources.http_count import HttpCountSource, HttpProbe
-from arbiter_sources.http_value import PrometheusSource
+from arbiter_sources.http_value import HttpValueSource
 from arbiter_testing import GIB, VramBoard
 from arbiter_testing.fake_llm_servers import FakeLlamaServer, FakeSglangServer, FakeTgiServer
 from arbiter_testing.fake_model_swappers import FakeLlamaSwap, FakeLocalAI
@@ -75,7 +75,7 @@ def test_the_shipped_busy_probe_reads_its_server(rule_id: str, tmp_path: Path) -
                 return state if state.busy else None
 
             busy = wait_until(busy_state, 5, "busy while it generates")
-            assert "busy when > 0" in busy.why
+            assert "busy when > 0" in busy.why or "busy when any does" in busy.why
             worker.join(timeout=10)
             assert probe.probe_once(client).busy is False
         finally:
@@ -229,7 +229,7 @@ def test_llama_server_in_router_mode_reads_unknown_and_the_documented_extension_
     with FakeLlamaServer(board, router=True, gen_s=1.0) as server, httpx.Client(timeout=5, trust_env=False) as client:
         plain = shipped("llama-server", server.url, tmp_path)
         assert plain.busy is not None
-        probe = PrometheusSource(validate_kind_options(plain.busy, PrometheusSource.Options), ctx)
+        probe = HttpValueSource(validate_kind_options(plain.busy, HttpValueSource.Options), ctx)
         unknown = probe.probe_once(client)
         assert not unknown.readable and unknown.busy is None and "HTTP 400" in unknown.why
         probe.close()
@@ -239,11 +239,11 @@ def test_llama_server_in_router_mode_reads_unknown_and_the_documented_extension_
             "llama-server",
             server.url,
             tmp_path,
-            busy={"url": f"/metrics?model={model}"},
+            busy={"url": f"/slots?model={model}"},
             release={"kind": "http_post", "url": "/models/unload", "body": {"model": model}, "timeout_s": 30},
         )
         assert router.busy is not None and router.release is not None
-        probe = PrometheusSource(validate_kind_options(router.busy, PrometheusSource.Options), ctx)
+        probe = HttpValueSource(validate_kind_options(router.busy, HttpValueSource.Options), ctx)
         release = HttpPostTranslator(validate_kind_options(router.release, HttpPostTranslator.Options), ctx)
         worker = threading.Thread(target=post, args=(f"{server.url}/completion", {"model": model, "prompt": "hi"}))
         worker.start()

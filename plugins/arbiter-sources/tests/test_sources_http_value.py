@@ -86,6 +86,7 @@ def test_options_are_checked() -> None:
     assert HttpValueSource.Options.model_validate(ok).busy_when == "> 0"
     for bad, match in (
         ({"field": "a..b"}, "dotted field path"),
+        ({"field": "*.a.*.b"}, "more than one \\* step"),
         ({"busy_when": "running"}, "does not start with a comparison"),
         ({"url": "file:///x"}, "http:// or https://"),
         ({"vram_floor_gb": -1}, "greater than or equal"),
@@ -112,6 +113,15 @@ def test_options_are_checked() -> None:
         ({"is_sleeping": False}, {"field": "is_sleeping", "busy_when": "== false"}, True),
         ({"status": "idle"}, {"field": "status", "busy_when": "!= idle"}, False),
         ({"status": "generating"}, {"field": "status", "busy_when": "!= idle"}, True),
+        # llama-server's GET /slots: one object per slot
+        ([{"id": 0, "is_processing": False}] * 2, {"field": "*.is_processing", "busy_when": "== true"}, False),
+        (
+            [{"is_processing": False}, {"is_processing": True}],
+            {"field": "*.is_processing", "busy_when": "== true"},
+            True,
+        ),
+        ({"slots": []}, {"field": "slots.*.is_processing", "busy_when": "== true"}, False),
+        ({"slots": [{"n": 2}]}, {"field": "slots.*.n", "busy_when": "> 1"}, True),
     ],
 )
 def test_a_value_compared(tmp_path: Path, client: httpx.Client, answer: Any, options: Any, busy: bool) -> None:
@@ -130,6 +140,9 @@ def test_a_value_compared(tmp_path: Path, client: httpx.Client, answer: Any, opt
         ({"is_sleeping": 0}, {"field": "is_sleeping", "busy_when": "== true"}, "is a number, expected a boolean"),
         ({"runing": 0}, {"field": "running"}, "no 'running' (did you mean 'runing'?)"),
         ([1, 2], {"field": "running"}, "no 'running'"),
+        ({"slots": 1}, {"field": "slots.*.busy"}, "slots is a number, expected a list"),
+        ([{"is_processing": 1}], {"field": "*.is_processing", "busy_when": "== true"}, "'0.is_processing' is a number"),
+        ([{"is_processin": True}], {"field": "*.is_processing"}, "no 'is_processing' (did you mean 'is_processin'?)"),
     ],
 )
 def test_the_wrong_shape_is_unknown_and_says_why(

@@ -1,7 +1,9 @@
 """Busy probes that read a value a server gives about itself.
 
 ``http_value`` reads a number, a boolean or a string at a dotted ``field`` of a JSON answer
-(``{"running": 0}``, ``{"is_sleeping": true}``); ``prometheus`` sums the samples of the
+(``{"running": 0}``, ``{"is_sleeping": true}``), or at that field of each item of a list
+(``*.is_processing`` of ``[{"is_processing": false}, ...]``: busy while any item's compares
+true); ``prometheus`` sums the samples of the
 Prometheus text exposition format (``/metrics``) that its ``metrics`` selectors pick
 (``vllm:num_requests_running``, ``foo{model="x"}``), parsed with ``prometheus_client``'s own
 parser.  Both compare what they read with ``busy_when`` (``"> 0"``, ``"== true"``...), and
@@ -123,11 +125,18 @@ class HttpValueOptions(_ValueOptions):
     """``{kind: http_value, url, field, busy_when}``: busy while the value at field compares true."""
 
     kind: Literal["http_value"] = "http_value"
-    field: str = Field(description="the dotted path of the value in the JSON answer, e.g. is_sleeping or stats.running")
+    field: str = Field(
+        description=(
+            "the dotted path of the value in the JSON answer, e.g. is_sleeping or stats.running; a * step "
+            "takes each item of a list (*.is_processing: busy while any item's compares true)"
+        )
+    )
 
     @field_validator("field")
     @classmethod
     def _field(cls, value: str) -> str:
+        if value.split(".").count("*") > 1:
+            raise ValueError(f"{value!r} has more than one * step: it reads the items of one list")
         return _dotted(value)
 
 
@@ -146,14 +155,33 @@ class HttpValueSource(HttpProbe):
     def parse(self, text: str) -> Answer:
         doc = json_answer(text)
         name = self.options.field
-        try:
-            value = lookup(doc, name)
-        except KeyError:
-            keys = list(doc) if isinstance(doc, dict) else []
-            near = difflib.get_close_matches(name, keys, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else (f"; it has {', '.join(keys[:8])}" if keys else "")
-            raise ValueError(f"the answer has no {name!r}{hint}") from None
-        return _answer(self._compare, value, name)
+        if "*" in name.split("."):
+            return self._each(doc, name)
+        return _answer(self._compare, _value(doc, name), name)
+
+    def _each(self, doc: Any, name: str) -> Answer:
+        """Busy while the value at the rest of ``name`` of any item of the list at its ``*``
+        compares true (an empty list: idle)."""
+        head, _, rest = name.partition("*")
+        items = doc if not head else _value(doc, head.rstrip("."))
+        if not isinstance(items, list):
+            raise ValueError(f"{head.rstrip('.') or 'the answer'} is {_kind_of(items)}, expected a list ({name!r})")
+        field = rest.lstrip(".")
+        values = [item if not field else _value(item, field) for item in items]
+        busy = sum(1 for i, value in enumerate(values) if self._compare.holds(value, f"{head}{i}{rest}"))
+        shown = f"{busy} of {len(values)}"
+        return Answer(busy, shown, (), f"{shown} {name} compare {self._compare}, busy when any does")
+
+
+def _value(doc: Any, name: str) -> Any:
+    """The value at ``name``; ValueError names what is missing, and the nearest key."""
+    try:
+        return lookup(doc, name)
+    except KeyError:
+        keys = list(doc) if isinstance(doc, dict) else []
+        near = difflib.get_close_matches(name, keys, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else (f"; it has {', '.join(keys[:8])}" if keys else "")
+        raise ValueError(f"the answer has no {name!r}{hint}") from None
 
 
 def _answer(compare: Comparison, value: Any, name: str) -> Answer:

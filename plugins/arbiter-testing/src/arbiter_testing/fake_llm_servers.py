@@ -1,16 +1,23 @@
 """Fake LLM servers that say how busy they are through Prometheus ``/metrics``, shaped like
 the real ones' documented APIs:
 
-- :class:`FakeLlamaServer`, llama.cpp's ``llama-server`` (port 8080, started with
-  ``--metrics``), following ``tools/server/server.cpp`` (the routes, ``--api-key`` asking every
-  route but ``/health`` and ``/models`` for it) and ``tools/server/server-models.cpp`` (router
-  mode): ``GET /health`` ``{"status": "ok"}``, ``GET /slots`` (one object per slot with ``id``
-  and ``is_processing``), ``POST /completion`` ``{"prompt", "n_predict"}``, and the gauges
-  ``llamacpp:requests_processing`` and ``llamacpp:requests_deferred``.  With ``router`` (started
-  without a model: one child server per model, loaded on demand), ``GET /metrics`` without
-  ``?model=NAME`` answers 400, ``GET /models`` lists each model with its
-  ``status.value`` (``loaded``, ``unloaded``), a request's ``model`` loads it, and
-  ``POST /models/unload`` ``{"model"}`` stops its child (its VRAM comes back).
+- :class:`FakeLlamaServer`, llama.cpp's ``llama-server`` (port 8080), following
+  ``tools/server/server.cpp`` (the routes, ``--api-key`` asking every route but ``/health``
+  and ``/models`` for it; router mode proxying ``/metrics`` and ``/slots`` to a model's
+  child), ``tools/server/server-context.cpp`` (``GET /slots``, on by default, reads the
+  slots and changes nothing; ``GET /metrics``, with ``--metrics``, sets the metrics task's
+  ``metrics_reset_bucket``, and that task empties the bucket that
+  ``llamacpp:predicted_tokens_seconds`` is averaged over: every read starts a new window,
+  for every reader) and ``tools/server/server-models.cpp`` (router mode):
+  ``GET /health`` ``{"status": "ok"}``, ``GET /slots`` (one object per slot with ``id`` and
+  ``is_processing``), ``POST /completion`` ``{"prompt", "n_predict"}``, the gauges
+  ``llamacpp:requests_processing`` and ``llamacpp:requests_deferred``, and the throughput
+  ``llamacpp:tokens_predicted_total`` (a counter) and ``llamacpp:predicted_tokens_seconds``
+  (the bucket's average).  With ``router`` (started without a model: one child server per
+  model, loaded on demand), ``GET /metrics`` and ``GET /slots`` without ``?model=NAME``
+  answer 400, ``GET /models`` lists each model with its ``status.value`` (``loaded``,
+  ``unloaded``), a request's ``model`` loads it, and ``POST /models/unload`` ``{"model"}``
+  stops its child (its VRAM comes back).
 - :class:`FakeSglangServer`, SGLang 0.5 (``sglang serve`` or ``python -m sglang.launch_server``,
   port 30000, started with ``--enable-metrics --enable-memory-saver``), following
   ``python/sglang/srt/entrypoints/http_server.py`` (the routes, guarded by ``--api-key`` /
@@ -108,7 +115,11 @@ class FakeLlamaServer(_GaugedServer):
         self.open_paths = frozenset({"/health", "/models", "/v1/models"})
         self.routes[("GET", "/health")] = lambda body: (200, {"status": "ok"})
         self.routes[("GET", "/metrics")] = self._metrics
-        self.routes[("GET", "/slots")] = lambda body: (200, self.slots())
+        self.routes[("GET", "/slots")] = self._slots
+        # what it has predicted since it started, and since the last read of /metrics (its
+        # bucket: the throughput gauges are averaged over it, and a read of /metrics empties it)
+        self.predicted = self.predicted_s = 0.0
+        self.bucket = self.bucket_s = 0.0
         self.routes[("GET", "/models")] = lambda body: (200, self.models())
         self.routes[("POST", "/models/unload")] = self._unload
         self.routes[("POST", "/completion")] = self._completion
@@ -121,11 +132,37 @@ class FakeLlamaServer(_GaugedServer):
                 return parse_qs(split.query)
         return {}
 
-    def _metrics(self, body: Any) -> tuple[int, Any]:
-        if self.router and self._query("/metrics").get("model") != [self.ROUTER_MODEL]:
+    def _unrouted(self, path: str) -> tuple[int, Any] | None:
+        """Router mode's answer to a GET it proxies without ``?model=`` naming its model."""
+        if self.router and self._query(path).get("model") != [self.ROUTER_MODEL]:
             error = {"code": 400, "message": "model name is missing from the request", "type": "invalid_request_error"}
             return 400, {"error": error}
-        return 200, self.metrics()
+        return None
+
+    def _metrics(self, body: Any) -> tuple[int, Any]:
+        return self._unrouted("/metrics") or (200, self.metrics())
+
+    def _slots(self, body: Any) -> tuple[int, Any]:
+        return self._unrouted("/slots") or (200, self.slots())
+
+    def metrics(self) -> bytes:
+        """The page, and the bucket emptied: every read of /metrics starts a new window."""
+        with self._lock:
+            predicted, predicted_s, bucket, bucket_s = self.predicted, self.predicted_s, self.bucket, self.bucket_s
+            self.bucket = self.bucket_s = 0.0
+        rate = bucket / bucket_s if bucket_s else 0.0
+        return (
+            super().metrics()
+            + (
+                "# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.\n"
+                f"# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total {predicted}\n"
+                "# HELP llamacpp:tokens_predicted_seconds_total Predict process time\n"
+                "# TYPE llamacpp:tokens_predicted_seconds_total counter\n"
+                f"llamacpp:tokens_predicted_seconds_total {predicted_s:.3f}\n"
+                "# HELP llamacpp:predicted_tokens_seconds Average generation throughput in tokens/s.\n"
+                f"# TYPE llamacpp:predicted_tokens_seconds gauge\nllamacpp:predicted_tokens_seconds {rate:.3f}\n"
+            ).encode()
+        )
 
     def models(self) -> dict[str, Any]:
         with self._lock:
@@ -153,7 +190,15 @@ class FakeLlamaServer(_GaugedServer):
                 self.released = False
             self._publish()
         failed = self._run()
-        return failed or (200, {"content": " ok", "stop": True, "tokens_predicted": 1})
+        if failed:
+            return failed
+        tokens = max(1, int(body.get("n_predict", 16))) if isinstance(body, dict) else 16
+        with self._lock:  # counted once the request ends, in the totals and in the bucket
+            self.predicted += tokens
+            self.bucket += tokens
+            self.predicted_s += self.gen_s
+            self.bucket_s += self.gen_s
+        return 200, {"content": " ok", "stop": True, "tokens_predicted": tokens}
 
 
 class FakeSglangServer(_GaugedServer):
@@ -337,9 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-gb", type=float, default=8.0, help="weights and KV cache, preallocated")
     parser.add_argument("--gen-s", type=float, default=0.5)
     parser.add_argument("--api-key", default="", help="as its --api-key: its routes need it")
+    parser.add_argument("--router", action="store_true", help="llamacpp: router mode (started without a model)")
     args = parser.parse_args(argv)
     board = board_of(args)
-    fake = SERVERS[args.program](board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s)
+    more = {"router": True} if args.router and args.program == "llamacpp" else {}
+    fake = SERVERS[args.program](board, held_bytes=int(args.held_gb * GIB), gen_s=args.gen_s, **more)
     fake.api_key = args.api_key
     if isinstance(fake, FakeSglangServer):
         fake.on_crash = lambda: os._exit(1)  # as the real launcher kills its process tree

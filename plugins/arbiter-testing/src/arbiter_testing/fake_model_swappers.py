@@ -10,7 +10,8 @@ ones' documented APIs:
   new one starts over ``load_s``) and answers; an unknown model is answered 400.
   ``GET /running`` is ``{"running": [{"model": ID, "state": STATE}]}``, listing every process
   that is not stopped: ``starting`` while it loads, then ``ready``.  ``GET /unload`` and
-  ``POST /api/models/unload`` stop every model at once and answer ``OK``.
+  ``POST /api/models/unload`` stop every model at once (``StopImmediately``: a request in
+  flight is not waited for, and its proxy answers 502) and answer ``OK``.
 - :class:`FakeLocalAI`, LocalAI 4.9 (port 8080), following its source
   (``core/http/routes/localai.go`` and ``core/http/endpoints/localai/backend_monitor.go``: the
   routes; ``core/services/backend_monitor.go``: shutdown and the monitor's state;
@@ -94,15 +95,20 @@ class _Swapper(FakeApp):
             self.loaded[model] = self.loaded.get(model, 0) + 1
         self._publish()
 
-    def _generate(self, model: str) -> None:
+    def _generate(self, model: str) -> bool:
+        """One request on ``model``; whether it ran to its end (an unload stopped it meanwhile)."""
         self._load(model)
+        with self._lock:
+            generation = self.unloads
         try:
             time.sleep(self.gen_s)
         finally:
             with self._lock:
                 if model in self.loaded:  # an unload while it ran ended it
                     self.loaded[model] -= 1
+                cut = self.unloads != generation and model not in self.loaded
             self._publish()
+        return not cut
 
     def _unload(self, models: list[str] | None = None) -> None:
         with self._lock:
@@ -165,7 +171,8 @@ class FakeLlamaSwap(_Swapper):
             return model
         if model not in self.models:
             return 400, {"error": f"could not find suitable handler for {model}"}
-        self._generate(model)
+        if not self._generate(model):  # its upstream was stopped under it: the proxy's error
+            return 502, b"Bad Gateway"
         return 200, self._completion(model)
 
 
@@ -247,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gen-s", type=float, default=0.5)
     parser.add_argument("--load-s", type=float, default=0.1)
     parser.add_argument("--api-key", default="", help="its API key: its routes ask for it")
+    parser.add_argument("--busy-grace-s", type=float, default=30.0, help="localai: how long a busy shutdown waits")
     args = parser.parse_args(argv)
     board = board_of(args)
-    fake = SERVERS[args.program](board, gen_s=args.gen_s, load_s=args.load_s)
+    more = {"busy_grace_s": args.busy_grace_s} if args.program == "localai" else {}
+    fake = SERVERS[args.program](board, gen_s=args.gen_s, load_s=args.load_s, **more)
     fake.api_key = args.api_key
     return serve_until_stopped(fake, args.ready_file)
 
