@@ -1,38 +1,41 @@
-"""VRAM handoff: arbiter's own share of the time from a tenant becoming starved to its
-release confirmed.
+"""VRAM handoff: from a tenant becoming starved to its release confirmed, for every shipped
+server rule that can give VRAM back, and back again.
 
-    uv run python bench/handoff.py [--rounds 20] [--no-websocket] [--tenant llm|vllm|sglang|all]
+    uv run python bench/handoff.py [--rounds 20] [--no-websocket] [--tenant KIND|share|all]
 
-Fake LLM and diffusion servers on 127.0.0.1 (shaped like the real programs' APIs) under a
-real daemon that uses the shipped rule files through ``extends:``.  Each round loads a 13 GB
-model into the LLM server, then queues a render that needs 12 GB: the diffusion server is
-starved from that moment.  Measured from the prompt's submission to ``VRAM_RELEASED`` on the
-timeline, minus the fake LLM server's own unload time (from its unload starting to its VRAM
-gone): what is left is arbiter's share (noticing, planning, asking, confirming).  With the
-diffusion server's websocket as a wake-up the goal is under 50 ms; without it, within one
-tick of the busy probe.  Also shown: how long the render itself was starved.
+Fake servers on 127.0.0.1 (each following its server's source: see its docstring) under a
+real daemon that uses the shipped rule files through ``extends:`` (only base_url, match and
+what the rule's comments say to change).  Each round has the server hold its model (13 GB,
+or 6 GB for llama-swap and LocalAI), then queues a render that needs 12 GB: the diffusion
+server is starved from that moment.  Every other round the render starts while a request of
+``--busy-s`` runs on the server.  Shown per server kind (``llm-server``, ``vllm``,
+``sglang``, ``llama-server`` in router mode, ``llama-swap``, ``localai``): starved →
+released, idle and busy; how much longer a busy server took to give its memory back than an
+idle one (its drain: vLLM's ``mode=wait``, LocalAI's wait for the request, SGLang's pause;
+llama-swap cuts the request); and, for a rule with a ``reacquire:``, idle → reacquired: from
+the render's end to ``VRAM_REACQUIRED``, and that less the quiet period
+(``reacquire_after_s``) and the fake's own wake-up time: arbiter's share of bringing it back
+(the others load their model again by themselves on their next request).  TGI and a
+llama-server with one model have no release: a render short of VRAM finds them blockers.
 
-With ``--tenant vllm`` or ``sglang`` (or ``all``, the default) the same render takes its VRAM
-from a fake vLLM or SGLang server instead (each following its server's source), read through
-its Prometheus ``/metrics`` and released through its shipped rule (vLLM's ``/sleep`` with
-``mode=wait``; SGLang's memory release, sent only once it is idle); once the render is over,
-it is woken (its rule's ``reacquire:``).  Every other round the render starts while a request
-of ``--busy-s`` runs on the server.  Shown per server kind: starved → released, idle and busy;
-how much longer a busy server took to give its memory back than an idle one (its drain:
-SGLang, arbiter's wait for it to be idle; vLLM, the wait inside its ``/sleep``); and idle → reacquired: from the render's end to
-``VRAM_REACQUIRED``, and that less the quiet period (``reacquire_after_s``) and the fake's own
-wake-up time: arbiter's share of bringing it back.
+``--tenant share`` measures arbiter's own share against the Ollama fake alone: from the
+prompt's submission to ``VRAM_RELEASED``, minus the fake's own unload time (from its unload
+starting to its VRAM gone): noticing, planning, asking, confirming.  With the diffusion
+server's websocket as a wake-up the goal is under 50 ms; without it, within one tick of the
+busy probe.  Also shown: how long the render itself was starved.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import shutil
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +54,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unload-s", type=float, default=0.2, help="the fake LLM server's own unload time")
     parser.add_argument("--no-websocket", action="store_true", help="no events: source (the busy probe polls)")
     parser.add_argument(
-        "--tenant", choices=["llm", "vllm", "sglang", "all"], default="all", help="the server kind that gives VRAM up"
+        "--tenant", choices=["share", *KINDS, "all"], default="all", help="the server kind that gives VRAM up"
     )
-    parser.add_argument("--busy-s", type=float, default=1.0, help="vllm, sglang: a busy round's request length")
+    parser.add_argument("--busy-s", type=float, default=1.0, help="a busy round's request length")
     parser.add_argument("--quiet-s", type=float, default=1.0, help="vllm, sglang: their reacquire_after_s")
     parser.add_argument("--wake-s", type=float, default=0.2, help="vllm: the fake's own wake-up time")
     args = parser.parse_args(argv)
-    if args.tenant in ("llm", "all"):
+    if args.tenant in ("share", "all"):
         llm_rounds(args)
-    for kind in SERVERS:
-        if args.tenant in (kind, "all"):
-            server_rounds(args, kind)
+    table = [server_rounds(args, kind) for kind in KINDS if args.tenant in (kind, "all")]
+    if table:
+        print(f"\nper server kind (ms; tick {args.tick:g}s, busy requests of {args.busy_s:g}s, {args.rounds} rounds)")
+        print(
+            "| server | starved → released, idle p50/p99 | busy p50/p99 | busy drained p50/p99 | idle → reacquired p50/p99 |"
+        )
+        print("|---|---|---|---|---|")
+        for row in table:
+            print("| " + " | ".join(row) + " |")
     return 0
 
 
@@ -160,108 +169,167 @@ def llm_rounds(args: argparse.Namespace) -> None:
     print(f"the render ran starved for:  p50 {pct(starved, 0.5):.0f} ms, p99 {pct(starved, 0.99):.0f} ms")
 
 
-#: server kind → (fake program, match for the fake, a request it serves, its running gauge)
-SERVERS: dict[str, tuple[str, dict[str, Any], tuple[str, dict[str, Any]], str]] = {
-    "vllm": (
+@dataclass(frozen=True)
+class Kind:
+    """A server kind: its fake, how the shipped rule is extended for it, and a request it serves."""
+
+    program: str
+    args: tuple[str, ...]
+    match: dict[str, Any]
+    held_gb: float
+    request: tuple[str, dict[str, Any]]
+    #: its model is loaded by a request (the rule has no reacquire), not woken by arbiter
+    loads: bool
+    rule: dict[str, Any] = field(default_factory=dict)
+
+
+CHAT = ("/v1/chat/completions", {"model": "qwen2.5-7b", "messages": [{"role": "user", "content": "hi"}]})
+ROUTED = "qwen2.5-7b"
+
+KINDS: dict[str, Kind] = {
+    "llm-server": Kind(
+        "llm",
+        ("--model", "mistral:latest=13", "--unload-s", "0.2"),
+        {"name": [], "cmdline": ["fake_servers llm"]},
+        13,
+        ("/api/generate", {"model": "mistral:latest", "prompt": "hi"}),
+        loads=True,
+    ),
+    "vllm": Kind(
         "vllm",
+        ("--held-gb", "13"),
         {"cmdline": ["arbiter_testing.fake_vllm"]},
+        13,
         ("/v1/completions", {"model": "Qwen/Qwen2.5-7B-Instruct", "prompt": "hi", "max_tokens": 1}),
-        "vllm:num_requests_running{",
+        loads=False,
     ),
-    "sglang": (
+    "sglang": Kind(
         "sglang",
+        ("--held-gb", "13"),
         {"cmdline": ["fake_llm_servers sglang"]},
+        13,
         ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1}}),
-        "sglang:num_running_reqs{",
+        loads=False,
     ),
+    "llama-server": Kind(  # router mode, through the extension its rule's comment documents
+        "llamacpp",
+        ("--router", "--held-gb", "13"),
+        {"name": [], "cmdline": ["fake_llm_servers llamacpp"]},
+        13,
+        ("/completion", {"model": ROUTED, "prompt": "hi"}),
+        loads=True,
+        rule={
+            "busy": {"url": f"/slots?model={ROUTED}"},
+            "release": {"kind": "http_post", "url": "/models/unload", "body": {"model": ROUTED}, "timeout_s": 30},
+        },
+    ),
+    "llama-swap": Kind(
+        "llama-swap", (), {"name": [], "cmdline": ["fake_model_swappers llama-swap"]}, 6, CHAT, loads=True
+    ),
+    "localai": Kind("localai", (), {"name": [], "cmdline": ["fake_model_swappers localai"]}, 6, CHAT, loads=True),
 }
 
 
-def running(url: str, gauge: str) -> bool:
-    """Whether the fake's running gauge reads above zero."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as page:
-        lines = page.read().decode().splitlines()
-    return any(line.startswith(gauge) and not line.endswith(" 0.0") for line in lines)
+def working(board: Path, pid: int) -> bool:
+    """Whether the fake with ``pid`` says on the VRAM board that it is working on a request."""
+    doc = json.loads(board.read_text() or "{}")
+    return float(doc.get("processes", {}).get(str(pid), {}).get("busy_share", 0.0)) > 0
 
 
-def server_rounds(args: argparse.Namespace, kind: str) -> None:
-    """Rounds against a server released for the render and woken after it; every other round
-    the render starts while a request runs on it, which its rule drains before the release."""
-    program, match, request, gauge = SERVERS[kind]
-    root, node = vram_node(f"arbiter-bench-handoff-{kind}-", args.tick, (kind, "diffusion-server"))
+def vram_of(node: HarnessNode, rid: str) -> Any:
+    return next(r for r in node.status()["rules"] if r["id"] == rid)["vram_bytes"]
+
+
+def render_over(node: HarnessNode) -> bool:
+    """Whether the diffusion server's probe reads idle: its memory is no longer wanted."""
+    rule = next(r for r in node.status()["rules"] if r["id"] == "diffusion-server")
+    return bool(rule["sources"]) and rule["sources"][0]["busy"] is False
+
+
+def serve(url: str, body: dict[str, Any]) -> None:
+    """A request whose answer does not matter (llama-swap's is cut by its unload)."""
+    with contextlib.suppress(OSError):
+        http_json(url, body)
+
+
+def figures(values: list[float], digits: int = 1) -> str:
+    return f"{pct(values, 0.5):.{digits}f} / {pct(values, 0.99):.{digits}f}" if values else "—"
+
+
+def server_rounds(args: argparse.Namespace, name: str) -> list[str]:
+    """Rounds against one server kind released for the render (and woken after it where its
+    rule has a reacquire); every other round the render starts while a request runs on it.
+    Its row of the summary table."""
+    kind = KINDS[name]
+    root, node = vram_node(f"arbiter-bench-handoff-{name}-", args.tick, (name, "diffusion-server"))
     released: dict[bool, list[float]] = {False: [], True: []}
     woken, woken_share, drained = [], [], []
+    held = int(kind.held_gb * GIB)
     try:
         board = root / "vram.json"
-        extra = ["--wake-s", str(args.wake_s)] if kind == "vllm" else []
-        server = start_fake(node, board, root, program, "--held-gb", "13", "--gen-s", str(args.busy_s), *extra)
+        extra = ["--wake-s", str(args.wake_s)] if name == "vllm" else []
+        server = start_fake(node, board, root, kind.program, *kind.args, "--gen-s", str(args.busy_s), *extra)
         diffusion = start_diffusion(node, board, root, fast_s=0.3, starved_s=5 + args.busy_s)
-        node.add_rule(
-            f"my-{kind}",
-            {
-                "extends": kind,
-                "match": match,
-                "base_url": server["url"],  # the shipped paths, on the fake's port
-                "reacquire_after_s": args.quiet_s,
-            },
-        )
+        rule: dict[str, Any] = {"extends": name, "match": kind.match, "base_url": server["url"], **kind.rule}
+        if not kind.loads:
+            rule["reacquire_after_s"] = args.quiet_s
+        node.add_rule(f"my-{name}", rule)
         node.add_rule("my-diffusion", diffusion_rule(diffusion, not args.no_websocket))
         node.start()
         offset = time.time() - time.monotonic()  # the fakes' monotonic clock is this machine's
+        url = f"{server['url']}{kind.request[0]}"
         for i in range(args.rounds):
             busy = i % 2 == 1
-            node.wait_for(
-                lambda: next(r for r in node.status()["rules"] if r["id"] == kind)["vram_bytes"] == 13 * GIB,
-                timeout=60,
-            )
-            time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it awake
+            node.wait_for(lambda: render_over(node), timeout=60)
+            if kind.loads:
+                serve(url, kind.request[1])  # loads its model, answers, and keeps it loaded
+            node.wait_for(lambda: vram_of(node, name) == held, timeout=60)
+            time.sleep(0.3 + args.tick)  # the probe and the tick have both seen it hold its memory
             counts = {c: count(node, c) for c in ("VRAM_RELEASED", "VRAM_REACQUIRED")}
             worker = None
-            if busy:
-                worker = threading.Thread(target=http_json, args=(f"{server['url']}{request[0]}", request[1]))
+            if busy:  # a request runs on it when the render comes
+                worker = threading.Thread(target=serve, args=(url, kind.request[1]))
                 worker.start()
-                node.wait_for(lambda: running(server["url"], gauge), timeout=10)
+                node.wait_for(lambda: working(board, server["pid"]), timeout=30)
             queued = time.time()
             queue_prompt(diffusion)
             rel = node.wait_for(lambda b=counts["VRAM_RELEASED"]: timeline_after(node, "VRAM_RELEASED", b), timeout=60)
             run = nth_run(node, diffusion, i)
-            wake = node.wait_for(
-                lambda b=counts["VRAM_REACQUIRED"]: timeline_after(node, "VRAM_REACQUIRED", b), timeout=60
-            )
-            if worker is not None:
-                worker.join(timeout=30)
-                # the request ran on from the prompt until the server was idle: arbiter waited
-                # before asking (SGLang, release_when_busy: wait), or the server drained inside
-                # its release (vLLM's mode=wait); either way, until it was asked and its memory fell
-                drained.append(1000 * (rel["t"] - queued) - (pct(released[False], 0.5) if released[False] else 0.0))
             ended = run["started_at"] + run["took_s"] + offset
             released[busy].append((rel["t"] - queued) * 1000)
-            woken.append((wake["t"] - ended) * 1000)
-            wake_s = args.wake_s if kind == "vllm" else 0.2
-            woken_share.append((wake["t"] - ended - args.quiet_s - wake_s) * 1000)
-            print(
-                f"{kind} round {i + 1} ({'busy' if busy else 'idle'}): starved → released {released[busy][-1]:.1f} ms"
-                + (f" (drained {drained[-1]:.0f} ms)" if busy else "")
-                + f"; render over → reacquired {woken[-1]:.1f} ms",
-                flush=True,
+            if busy:
+                # how much longer than an idle release: the server drained its request first
+                # (inside its release, or by arbiter's wait), or cut it (nothing to drain)
+                drained.append(released[True][-1] - (pct(released[False], 0.5) if released[False] else 0.0))
+            line = (
+                f"{name} round {i + 1} ({'busy' if busy else 'idle'}): starved → released {released[busy][-1]:.1f} ms"
             )
+            if busy:
+                line += f" (drained {drained[-1]:.0f} ms)"
+            if not kind.loads:
+                wake = node.wait_for(
+                    lambda b=counts["VRAM_REACQUIRED"]: timeline_after(node, "VRAM_REACQUIRED", b), timeout=60
+                )
+                woken.append((wake["t"] - ended) * 1000)
+                wake_s = args.wake_s if name == "vllm" else 0.2
+                woken_share.append((wake["t"] - ended - args.quiet_s - wake_s) * 1000)
+                line += f"; render over → reacquired {woken[-1]:.1f} ms"
+            if worker is not None:
+                worker.join(timeout=60)
+            print(line, flush=True)
     finally:
         node.close()
         shutil.rmtree(root, ignore_errors=True)
     mode = "polling busy probe" if args.no_websocket else "websocket wake-ups"
-    print(f"\n{kind}: {mode}, tick {args.tick:g}s, {len(woken)} rounds, busy requests of {args.busy_s:g}s")
+    print(f"\n{name}: {mode}, tick {args.tick:g}s, {args.rounds} rounds, busy requests of {args.busy_s:g}s")
     for busy in (False, True):
-        figures = released[busy]
-        if figures:
-            label = "busy" if busy else "idle"
-            print(f"starved → released ({label}): p50 {pct(figures, 0.5):.1f} ms, p99 {pct(figures, 0.99):.1f} ms")
-    if drained:
-        print(
-            f"busy drained (beyond idle): p50 {pct(drained, 0.5):.1f} ms, p99 {pct(drained, 0.99):.1f} ms "
-            f"(a request of {1000 * args.busy_s:.0f} ms ran when the render came)"
-        )
-    print(f"idle → reacquired:       p50 {pct(woken, 0.5):.1f} ms, p99 {pct(woken, 0.99):.1f} ms")
-    print(f"  arbiter's share:       p50 {pct(woken_share, 0.5):.1f} ms, p99 {pct(woken_share, 0.99):.1f} ms")
+        print(f"starved → released ({'busy' if busy else 'idle'}): p50/p99 {figures(released[busy])} ms")
+    print(f"busy drained (beyond idle): p50/p99 {figures(drained, 0)} ms")
+    if woken:
+        print(f"idle → reacquired:       p50/p99 {figures(woken)} ms")
+        print(f"  arbiter's share:       p50/p99 {figures(woken_share)} ms")
+    again = figures(woken) if woken else "by itself, on its next request"
+    return [name, figures(released[False]), figures(released[True]), figures(drained, 0), again]
 
 
 if __name__ == "__main__":

@@ -98,6 +98,7 @@ class _Swapper(FakeApp):
     def _generate(self, model: str) -> bool:
         """One request on ``model``; whether it ran to its end (an unload stopped it meanwhile)."""
         self._load(model)
+        self._publish()  # working now, on a model that was loaded already or not
         with self._lock:
             generation = self.unloads
         try:

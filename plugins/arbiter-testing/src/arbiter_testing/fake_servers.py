@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=_model, action="append", default=[], help="llm: NAME=GB it can load")
     parser.add_argument("--load-s", type=float, default=0.0)
     parser.add_argument("--unload-s", type=float, default=0.0)
+    parser.add_argument("--gen-s", type=float, default=0.05, help="llm: how long a request with a prompt runs")
     parser.add_argument("--model-gb", type=float, default=6.0, help="diffusion: what it keeps loaded")
     parser.add_argument("--needs-gb", type=float, default=12.0, help="diffusion: what a run needs")
     parser.add_argument("--fast-s", type=float, default=0.3)
@@ -50,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     board = board_of(args)
     if args.program == "llm":
         llm = FakeLlmServer(
-            board, args.model or [FakeModel("mistral:latest", 13 * GIB)], load_s=args.load_s, unload_s=args.unload_s
+            board,
+            args.model or [FakeModel("mistral:latest", 13 * GIB)],
+            load_s=args.load_s,
+            unload_s=args.unload_s,
+            generate_s=args.gen_s,
         )
         llm.release_fault = args.release_fault
         return serve_until_stopped(llm, args.ready_file)
