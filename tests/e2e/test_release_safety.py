@@ -106,7 +106,7 @@ def test_sglang_is_paused_then_released_for_a_render_and_its_request_waits_for_i
         shutil.copy(ROOT / "tenants.d" / f"{name}.yaml", node.tenants / f"{name}.yaml")
     try:
         board = tmp_path / "vram.json"
-        server = start_fake(node, board, tmp_path, "sglang", "--held-gb", "13", "--gen-s", "6")
+        server = start_fake(node, board, tmp_path, "sglang", "--held-gb", "13", "--gen-s", "8")
         diffusion = start_diffusion(node, board, tmp_path, starved_s=30)
         match = {"cmdline": ["fake_llm_servers sglang"]}
         node.add_rule(

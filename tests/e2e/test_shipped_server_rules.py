@@ -196,7 +196,7 @@ def test_llama_server_in_router_mode_reads_its_model_and_unloads_it_for_a_render
 def test_llama_swap_unloads_every_model_for_a_render_and_loads_it_again(tmp_path: Path, busy: bool) -> None:
     with shipped_node(tmp_path, "llama-swap", "diffusion-server") as node:
         board = tmp_path / "vram.json"
-        server = start_fake(node, board, tmp_path, "llama-swap", "--gen-s", "4" if busy else "0.1")
+        server = start_fake(node, board, tmp_path, "llama-swap", "--gen-s", "8" if busy else "0.1")
         diffusion = start_diffusion(node, board, tmp_path, needs_gb=12, starved_s=30)
         match = {"name": [], "cmdline": ["fake_model_swappers llama-swap"]}
         node.add_rule("my-swap", {"extends": "llama-swap", "match": match, "base_url": server["url"]})
@@ -230,7 +230,7 @@ def test_localai_shuts_its_model_down_for_a_render_once_its_request_ends(tmp_pat
     with shipped_node(tmp_path, "localai", "diffusion-server") as node:
         board = tmp_path / "vram.json"
         # a grace (and a release timeout that outlasts it) shorter than the real 30 s and 40 s
-        args = ("--gen-s", "5" if busy else "0.1", "--busy-grace-s", "1")
+        args = ("--gen-s", "8" if busy else "0.1", "--busy-grace-s", "1")
         server = start_fake(node, board, tmp_path, "localai", *args)
         diffusion = start_diffusion(node, board, tmp_path, needs_gb=12, starved_s=40)
         match = {"name": [], "cmdline": ["fake_model_swappers localai"]}
