@@ -106,6 +106,7 @@ class Decider:
         run_ended: Callable[[RunState], None],
         releasing: Callable[[], None],
         cpu: Callable[[], float],
+        admission_changed: Callable[[], None],
     ) -> None:
         self.config = config
         self.intake = intake
@@ -122,6 +123,8 @@ class Decider:
         self.run_ended = run_ended
         self.releasing = releasing
         self.cpu = cpu
+        self.admission_changed = admission_changed
+        self._admits: bool | None = None  # whether the last decision admitted GPU work
         self.inbox = intake.inbox
         self.view: TickView | None = None
         self.certificates: tuple[CertView, ...] = ()
@@ -366,6 +369,10 @@ class Decider:
             held = {job: time.time() - (now - h.since) for job, h in decision.state.held.items()}
             self.recorder.write(lambda db: Store.put_held(db, held))
         self._keep_runs(before.ab, decision)
+        if decision.admits_gpu != self._admits:
+            # fleet schedulers place work by what the node admits: told now, not a tick later
+            self._admits = decision.admits_gpu
+            self.admission_changed()
         with self.jobs.changed:
             self.jobs.changed.notify_all()
         for event in decision.events:

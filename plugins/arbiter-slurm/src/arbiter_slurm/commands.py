@@ -50,6 +50,8 @@ class SlurmJob:
     nodes: str = ""  # Slurm's host list: n[1-2]
     array_job_id: int = 0  # an array's task: the array's job id (0 for a job of no array)
     array_task_id: int | None = None
+    reason: str = ""  # why a pending job waits (squeue's state_reason: BadConstraints, BeginTime, ...)
+    features: str = ""  # the features it asks for (--constraint)
 
     @property
     def key(self) -> str:
@@ -180,6 +182,8 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         nodes=str(j.get("nodes") or ""),
         array_job_id=_number(j.get("array_job_id")),
         array_task_id=None if j.get("array_task_id") is None else _number(j.get("array_task_id")),
+        reason=str(j.get("state_reason") or ""),
+        features=str(j.get("features") or ""),
     )
 
 

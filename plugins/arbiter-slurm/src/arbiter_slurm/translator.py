@@ -17,8 +17,8 @@ Stop is a requeue for a job that may be requeued (``sbatch --requeue``): the job
 checkpoint signal (``slurm.checkpoint_signal``, else its own ``#SBATCH --signal``) and at most
 ``slurm.checkpoint_s`` to save its work, then ``scontrol requeue``; its processes here get
 ``slurm.requeue_grace_s`` to end on Slurm's SIGTERM before they are killed, and it is placed
-again in seconds (``StartTime=now+2``).  A job that may not be requeued is ended here with
-SIGTERM, as by the ``signal`` translator.  Other jobs are paused and ended with signals alone.
+again within a second or two (``StartTime=now``, once slurmd takes its new start).  A job that
+may not be requeued is ended here with SIGTERM, as by the ``signal`` translator.  Other jobs are paused and ended with signals alone.
 
 The Slurm commands run on threads of the translator's own, one lane per Slurm job: a job's
 commands run in order, different jobs' at the same time (three jobs evicted at once are each
@@ -36,6 +36,7 @@ the others' state.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -54,8 +55,10 @@ Op = Literal["suspend", "resume", "requeue", "kill", "restopped"]
 #: how long a requeued job may take to finish completing before it is placed again at once
 REQUEUE_SETTLE_S = 30.0
 #: slurmd refuses a job's new start whose credential is dated no later than the second its
-#: last run was revoked in (the requeue): the job would end at once, "Job credential revoked"
-CREDENTIAL_CLEAR_S = 2
+#: last run was revoked in (the requeue): the job would end at once, "Job credential revoked".
+#: A requeued job is let start this long past the first whole second after it went pending
+#: (slack for slurmctld's and slurmd's clocks)
+CREDENTIAL_CLEAR_S = 0.5
 #: how often a requeued job is asked whether it is pending (squeue --json lists every job: not
 #: too often, several lanes may ask at once)
 SETTLE_POLL_S = 0.25
@@ -346,7 +349,7 @@ class SlurmTranslator(SignalTranslator):
             except commands.SlurmError as exc:
                 log.info("Slurm job %s: cannot read node %s (%s); it does not hold the job", job.key, name, exc)
                 continue
-            if "arbiter" in view.available and f"{nodes.PREFIX}admit" not in view.active:
+            if "arbiter" in view.available and nodes.ADMIT not in view.active:
                 held.append(name)
         return held
 
@@ -421,20 +424,20 @@ class SlurmTranslator(SignalTranslator):
             time.sleep(0.05)
 
     def _place_at_once(self, key: str) -> None:
-        """A requeued job waits a while before it may start again (its BeginTime); once it
-        has finished completing here, that wait is shortened to the few seconds slurmd needs
-        to accept its new credential (set earlier, completing resets it)."""
+        """A requeued job waits a while before it may start again (the BeginTime Slurm gives a
+        requeued job); once it has finished completing here, that wait is ended as soon as
+        slurmd accepts its new credential: in the next whole second after its requeue, and a
+        little (an update of a job that may start has it placed at once, not at slurmctld's
+        next scheduling pass; one made while it completes is undone)."""
         deadline = time.monotonic() + REQUEUE_SETTLE_S
         while (job := self._job(key)) is None or job.state != "PENDING":
             if time.monotonic() >= deadline:
                 log.info("Slurm job %s requeued; still not pending after %gs: left to Slurm", key, REQUEUE_SETTLE_S)
                 return
             time.sleep(SETTLE_POLL_S)
+        now = time.time()
+        time.sleep(math.floor(now) + 1 + CREDENTIAL_CLEAR_S - now)
         try:
-            commands.run(["scontrol", "update", f"JobId={key}", f"StartTime=now+{CREDENTIAL_CLEAR_S}"])
-            # slurmctld places a job whose start time has passed at its next scheduling pass
-            # (seconds away); an update of the job once it may start has it placed now
-            time.sleep(CREDENTIAL_CLEAR_S + 0.1)
             if (job := self._job(key)) is not None and job.state == "PENDING":
                 commands.run(["scontrol", "update", f"JobId={key}", "StartTime=now"])
         except commands.SlurmError as exc:
