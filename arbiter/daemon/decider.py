@@ -44,6 +44,7 @@ from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunState, to_record
 from arbiter.engine.compliance import trust_to_record
 from arbiter.engine.decide import decide
+from arbiter.engine.evict import evicted_by
 from arbiter.engine.handoff import request_over
 from arbiter.engine.reacquire import newly_due
 from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, SourceObs, evolve
@@ -319,7 +320,11 @@ class Decider:
             if action.op == "control":
                 seq = next_seq(record.control_path, record.seq)
                 self.jobs.update(record.id, seq=seq)
-            result = self.actuator.apply(action, self.targets.of(record, view), seq)
+            target = self.targets.of(record, view)
+            evicting = evicted_by(decision.jobs.get(action.job_id)) if action.op == "terminate" else None
+            if evicting is not None:  # the evicting rule says how the job saves its work first
+                target = replace(target, checkpoint=self.rules.checkpoint(evicting))
+            result = self.actuator.apply(action, target, seq)
             if not result.ok:
                 failures.append((action.job_id, f"{action.op} failed: {result.detail}"))
                 if action.op == "control":
