@@ -89,14 +89,16 @@ class NodeOptions(KindOptions):
         None,
         pattern=r"^([BR]:)?(SIG)?[A-Z0-9]+$",
         description="the signal a job is given to save its work before it is requeued, as sbatch's --signal "
-        "takes it (B:USR1: the batch shell only); null: the job's own #SBATCH --signal, else none",
+        "takes it (B:USR1: the batch shell only); null: the job's own #SBATCH --signal, else none. The "
+        "evicting rule's eviction.checkpoint_signal comes first",
     )
     checkpoint_s: float = Field(
         10.0,
         ge=0,
         le=600,
         allow_inf_nan=False,
-        description="the longest a job given its checkpoint signal runs on before it is requeued",
+        description="the longest a job given its checkpoint signal runs on before it is requeued (the evicting "
+        "rule's eviction.checkpoint_s comes first)",
     )
     requeue_grace_s: float = Field(
         5.0,
