@@ -6,6 +6,10 @@ re-decides from the last view with only what changed (at once where an immediate
 source changed), and carries the decision out holding the lock the reflex process signals
 under.  A decision made while the reflex process acted is made again on what it saw, so it
 never undoes it.  Keeping, telling and recording follow after the act.
+
+It runs a little past 400 lines because taking, acting and what follows the act share the
+thread's own state (the engine state, the failed controls, the last admission): split, each
+part would reach into the others'.
 """
 
 from __future__ import annotations
