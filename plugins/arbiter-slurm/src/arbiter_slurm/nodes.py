@@ -136,7 +136,10 @@ def sync(node: str, state: dict[str, Any], drain_after: float | None) -> list[li
     for args in updates:
         commands.run(["scontrol", "update", f"NodeName={node}", *args])
     if ADMIT in features(state) and ADMIT not in view.active:
-        retest_pending()
+        try:
+            retest_pending()
+        except commands.SlurmError as exc:  # the node's features are set: Slurm's own pass places them later
+            log.warning("node %s admits GPU work; having Slurm place its pending jobs now failed: %s", node, exc)
     return updates
 
 
