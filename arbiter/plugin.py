@@ -239,14 +239,27 @@ class ProcessRef:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """How a job stopped for protection (evicted) saves its work first, as the protecting
+    rule's ``eviction:`` says: the signal it is given (a batch scheduler's ``--signal``
+    syntax, ``B:USR1``) and the longest it may take; None leaves either to the translator's
+    own settings."""
+
+    signal: str | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
 class JobTarget:
-    """The job a translator acts on: its processes (root first) and its control document."""
+    """The job a translator acts on: its processes (root first) and its control document;
+    for the terminate of an eviction, the evicting rule's checkpoint settings."""
 
     job_id: str
     name: str
     processes: tuple[ProcessRef, ...]
     control_path: str | None = None
     cooperative: bool = False
+    checkpoint: Checkpoint | None = None
 
 
 @dataclass(frozen=True)

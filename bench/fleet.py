@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--throughput-s", type=float, default=60.0, help="each throughput pass's length (0: none)")
     ap.add_argument("--work-s", type=float, default=8.0, help="the work in each throughput job, in seconds")
     ap.add_argument("--slots", type=int, choices=(1, 2, 4), default=2, help="throughput jobs a node runs at once")
-    ap.add_argument("--free-s", type=float, default=12.0, help="mean time a node's protected program is off")
-    ap.add_argument("--busy-s", type=float, default=8.0, help="mean time it runs")
+    ap.add_argument("--free-s", type=float, default=6.0, help="mean time a node's protected program is off")
+    ap.add_argument("--busy-s", type=float, default=14.0, help="mean time it runs")
     ap.add_argument("--evict-after-s", type=float, default=3.0, help="evict_after_s in the second pass")
     ap.add_argument(
         "--checkpoint-s",
@@ -308,6 +308,12 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
                 f"({grace:g} s: checkpoint_s {args.checkpoint_s:g} + requeue_grace_s {args.requeue_grace_s:g}; "
                 f"longest seen {ran:.1f} s after its eviction), {p.reacting} before the node saw its protected program"
             )
+            if p.idle:
+                print(
+                    f"    slot-seconds the oracle worked and the fleet did not ({best - p.kept:.0f} s short in all), "
+                    "where the fleet's jobs were: "
+                    + ", ".join(f"{why} {s:.0f} s" for why, s in sorted(p.idle.items(), key=lambda i: -i[1]))
+                )
             for what in p.outside[:10]:
                 print(f"      outside: {what}")
     return 0

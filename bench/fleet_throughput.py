@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from arbiter_testing.rules import own_sleep
@@ -25,12 +26,15 @@ TOP_UP_S = 0.25
 SAMPLE_S = 0.1
 #: how long a node takes to see its protected program start (a tick, and the decision after it)
 REACT_S = 1.5
+#: how long after an eviction's first step (its job continued, to save its work and end) the
+#: daemon's timeline says the job is stopped: a process seen running that much before counts
+STOP_SAID_S = 0.5
 ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"})
 #: a throughput job: works in steps of 0.1 s (a gap longer than a few steps was a pause, and
 #: counts one step), saves what it has done to its checkpoint file on SIGUSR1 (the signal its
 #: script asks for, as a Slurm job that checkpoints before preemption does) and when it ends,
-#: and carries on from that file when run again; what it has run in all, kept or not, it writes
-#: to a file of its own run
+#: and carries on from that file when run again; what it has run in all, kept or not, and where
+#: its work stands, it writes to a file of its own run
 WORK = """\
 import os, signal, sys, time
 path, total, step = sys.argv[1], float(sys.argv[2]), 0.1
@@ -56,7 +60,7 @@ while done < total:
     done += now - last if now - last < 3 * step else step
     last = now
     with open(ran, "w") as fh:
-        fh.write(f"{done - start:.3f}")
+        fh.write(f"{done - start:.3f} {done:.3f}")
 save()
 """
 #: the checkpoint signal a throughput job asks for in its script
@@ -140,6 +144,77 @@ class Pass:
     in_grace: int = 0  # ... within an evicted job's grace
     reacting: int = 0  # ... before the node saw its protected program start (a tick)
     evicted_ran_s: list[float] = field(default_factory=list)  # per eviction: how long after it a process ran there
+    idle: dict[str, float] = field(default_factory=dict)  # slot-seconds the oracle works and the fleet does not, by why
+
+
+def work_done(folder: Path, squeue: dict[int, dict[str, Any]], work_s: float) -> tuple[list[float], float]:
+    """Each job's work done by the pass's end (its checkpoint, or where its run stands for one
+    still running or suspended then, as the oracle counts work in progress), and the work run
+    in all, kept or not."""
+    saved: dict[int, float] = {}
+    last: dict[int, tuple[int, float]] = {}  # job -> (its latest run, where that run's work stands)
+    ran = 0.0
+    for path in folder.glob("work-*"):
+        job, _, run = path.name.removeprefix("work-").partition(".ran-")
+        try:
+            if run:
+                this, stands = map(float, path.read_text().split())
+                ran += this
+                if int(run) >= last.get(int(job), (-1, 0.0))[0]:
+                    last[int(job)] = (int(run), stands)
+            elif not path.name.endswith(".tmp"):
+                saved[int(job)] = float(path.read_text())
+        except ValueError:
+            continue
+    kept = []
+    for number in saved.keys() | last.keys():
+        done = saved.get(number, 0.0)
+        if squeue.get(number, {}).get("job_state") in ("RUNNING", "SUSPENDED") and number in last:
+            done = max(done, last[number][1])
+        kept.append(min(done, work_s))
+    return kept, ran
+
+
+def job_where(job: dict[str, Any]) -> tuple[str, str]:
+    """A job's state (a pending one's with Slurm's reason) and its node, from squeue."""
+    state = str(job["job_state"])
+    if state == "PENDING":
+        state = f"pending ({job.get('state_reason') or '?'})"
+    return state, str(job.get("nodes") or "")
+
+
+def idle_slots(
+    trace: list[tuple[float, dict[int, tuple[str, str]]]],
+    schedule: dict[str, list[tuple[float, float]]],
+    seconds: float,
+    slots: int,
+    queue: int,
+) -> dict[str, float]:
+    """Slot-seconds in which the oracle works and the fleet does not, by where the fleet's jobs
+    were meanwhile (from squeue, as the pass saw it every top-up): suspended on a protected
+    node, pending (waiting to be placed, or requeued), running on a protected node (its grace,
+    or before the node saw its program), starting or ending (CONFIGURING, COMPLETING), or not
+    in the fleet at all (ended, not yet followed by a new one)."""
+    out: dict[str, float] = {}
+    for (t, states), (t_next, _) in itertools.pairwise([*trace, (seconds, {})]):
+        mid = t
+        busy = {n for n, spans in schedule.items() if any(a <= mid < b for a, b in spans)}
+        want = min(queue, slots * (len(schedule) - len(busy)))
+        useful, why = 0, []
+        for state, nodes in states.values():
+            if state == "RUNNING" and nodes and nodes not in busy:
+                useful += 1
+            elif state == "RUNNING":
+                why.append("running on a protected node")
+            elif state in ENDED:
+                continue
+            else:
+                why.append(state.lower())
+        gap = max(0, want - useful)
+        why += ["not in the fleet"] * max(0, queue - useful - len(why))
+        for reason in why[:gap]:
+            out[reason] = out.get(reason, 0.0) + (t_next - t)
+    return out
 
 
 def worker_processes(marker: str) -> list[tuple[int, str, str, str]]:
@@ -174,8 +249,10 @@ def throughput(
 ) -> Pass:
     """One pass in ``args.throughput_s``.  Every ``SAMPLE_S`` it looks at the job processes on
     the nodes whose protected program runs: one not stopped is within its grace when its job
-    was stopped (evicted) at most ``grace_s`` (and a second of slack) before, reacting in the
-    first ``REACT_S`` of the protected program, else outside."""
+    was stopped (evicted) at most ``grace_s`` (and a second of slack) before (or the timeline
+    says so at most ``STOP_SAID_S`` after), reacting in the first ``REACT_S`` of the protected
+    program, else outside.  The work done counts, as the oracle's does, the work of jobs still
+    running or suspended when the pass ends (their checkpoint would keep it)."""
     folder = cluster.root / f"throughput-{tag}"
     folder.mkdir()
     (folder / "work.py").write_text(WORK)
@@ -190,6 +267,7 @@ def throughput(
     games: dict[str, subprocess.Popen[bytes]] = {}
     since: dict[str, float] = {}  # wall time each running protected program started
     seen: list[tuple[float, str, str]] = []  # (time in the pass, node, Slurm job) of a process running while protected
+    trace: list[tuple[float, dict[int, tuple[str, str]]]] = []  # (time in the pass, each job's state and node)
     start_wall = time.time()
     samples = 0
     try:
@@ -217,19 +295,12 @@ def throughput(
             if now - topped_up >= TOP_UP_S:  # a job that ended is followed by a new one
                 topped_up = now
                 squeue = cluster.jobs()
+                trace.append((now, {j: job_where(squeue[j]) for j in jobs if j in squeue}))
                 live = sum(1 for j in jobs if squeue.get(j, {}).get("job_state") not in ENDED)
                 jobs += [j for _ in range(args.queue - live) if (j := submit(cluster, script, options)) is not None]
             time.sleep(0.02)
-        kept, ran = [], 0.0
-        for path in folder.glob("work-*"):
-            try:
-                if ".ran-" in path.name:
-                    ran += float(path.read_text())
-                elif not path.name.endswith(".tmp"):
-                    kept.append(min(float(path.read_text()), args.work_s))
-            except ValueError:
-                continue
-        squeue = cluster.jobs()
+        squeue = cluster.jobs()  # the pass's end: a job still running there has done its work so far
+        kept, ran = work_done(folder, squeue, args.work_s)
         requeued = sum(squeue[j]["restart_cnt"] for j in jobs if j in squeue)
     finally:
         for proc in games.values():
@@ -245,10 +316,11 @@ def throughput(
             ignore=(AssertionError,),
         )
     result = Pass(sum(kept), ran, sum(1 for d in kept if d >= args.work_s), requeued, samples)
+    result.idle = idle_slots(trace, schedule, args.throughput_s, args.slots, args.queue)
     stops = {name: stopped_at(cluster.arbiter[name], start_wall) for name in names}
     last_after: dict[tuple[str, str, float], float] = {}
     for at, node, job in seen:
-        stop = max((t for t, subject in stops[node] if subject == job and t <= at), default=None)
+        stop = max((t for t, subject in stops[node] if subject == job and t <= at + STOP_SAID_S), default=None)
         if stop is not None and at - stop <= grace_s + 1.0:
             result.in_grace += 1
             last_after[(node, job, stop)] = max(last_after.get((node, job, stop), 0.0), at - stop)

@@ -9,7 +9,9 @@ It runs past 400 lines because the node config, rule files and manifests are one
 
 from __future__ import annotations
 
+import difflib
 import os
+import signal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -287,6 +289,41 @@ class During(Strict):
     tags: list[str] = Field(default_factory=list, description="labels shown with the phase in status and the timeline")
 
 
+class Eviction(Strict):
+    """How fleet work this rule's protection evicts (``evict_after_s``) saves its work before
+    it is stopped; each setting left out is the node's (a translator's own section)."""
+
+    checkpoint_signal: str | None = Field(
+        None,
+        description="the signal an evicted job is given to save its work, as a batch scheduler's --signal takes "
+        "it (USR1, SIGUSR1, B:USR1 for a batch job's shell alone); null: the node's setting, else the job's own",
+    )
+    checkpoint_s: float | None = Field(
+        None,
+        ge=0,
+        le=600,
+        allow_inf_nan=False,
+        description="the longest an evicted job given its checkpoint signal runs on before it is stopped; "
+        "null: the node's setting",
+    )
+
+    @field_validator("checkpoint_signal")
+    @classmethod
+    def _a_signal(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        flags, _, name = value.rpartition(":")
+        if flags not in ("", "B", "R", "BR", "RB"):
+            raise ValueError(f"{value!r}: before the ':' only B (the batch shell) or R may stand, like B:USR1")
+        bare = name.upper().removeprefix("SIG")
+        known = sorted(s.name.removeprefix("SIG") for s in signal.Signals if not s.name.startswith("SIG_"))
+        if bare not in known and not bare.isdigit():
+            near = difflib.get_close_matches(bare, known, n=1)
+            hint = f"; did you mean {near[0]}?" if near else f" (signals: {', '.join(known)})"
+            raise ValueError(f"{name!r} is not a signal name{hint}")
+        return value
+
+
 class Rule(Strict):
     """One tenant: how to recognise it, how much it matters, and what protects it."""
 
@@ -333,6 +370,11 @@ class Rule(Strict):
         default_factory=list, description="phases (an upload, a render) that pause fleet work while on"
     )
     pause_fleet: PauseFleet | None = Field(None, description="fleet work paused whenever its program runs")
+    eviction: Eviction | None = Field(
+        None,
+        description="how fleet work its protection holds past evict_after_s saves its work before it is stopped "
+        "(the checkpoint signal and time; null: the node's settings)",
+    )
     base_url: str | None = Field(
         None,
         description=(

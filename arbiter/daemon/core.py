@@ -197,6 +197,7 @@ class Daemon:
             self._run_ended,
             self._releasing,
             lambda: time.thread_time() + host.worker_cpu(),
+            self._admission_changed,
         )
         self.ticker = Ticker(
             config,
@@ -419,6 +420,11 @@ class Daemon:
 
     def _releasing(self) -> None:
         """A tenant was asked to release VRAM: the tick looks more often until it is seen to fall."""
+        self.ticker.wake.set()
+
+    def _admission_changed(self) -> None:
+        """The node now admits GPU work, or no longer does: the tick tells the node state
+        observers (a fleet scheduler's features) at once rather than on its next turn."""
         self.ticker.wake.set()
 
     def _run_ended(self, run: RunState) -> None:

@@ -6,6 +6,10 @@ re-decides from the last view with only what changed (at once where an immediate
 source changed), and carries the decision out holding the lock the reflex process signals
 under.  A decision made while the reflex process acted is made again on what it saw, so it
 never undoes it.  Keeping, telling and recording follow after the act.
+
+It runs a little past 400 lines because taking, acting and what follows the act share the
+thread's own state (the engine state, the failed controls, the last admission): split, each
+part would reach into the others'.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunState, to_record
 from arbiter.engine.compliance import trust_to_record
 from arbiter.engine.decide import decide
+from arbiter.engine.evict import evicted_by
 from arbiter.engine.handoff import request_over
 from arbiter.engine.reacquire import newly_due
 from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, SourceObs, evolve
@@ -106,6 +111,7 @@ class Decider:
         run_ended: Callable[[RunState], None],
         releasing: Callable[[], None],
         cpu: Callable[[], float],
+        admission_changed: Callable[[], None],
     ) -> None:
         self.config = config
         self.intake = intake
@@ -122,6 +128,8 @@ class Decider:
         self.run_ended = run_ended
         self.releasing = releasing
         self.cpu = cpu
+        self.admission_changed = admission_changed
+        self._admits: bool | None = None  # whether the last decision admitted GPU work
         self.inbox = intake.inbox
         self.view: TickView | None = None
         self.certificates: tuple[CertView, ...] = ()
@@ -316,7 +324,11 @@ class Decider:
             if action.op == "control":
                 seq = next_seq(record.control_path, record.seq)
                 self.jobs.update(record.id, seq=seq)
-            result = self.actuator.apply(action, self.targets.of(record, view), seq)
+            target = self.targets.of(record, view)
+            evicting = evicted_by(decision.jobs.get(action.job_id)) if action.op == "terminate" else None
+            if evicting is not None:  # the evicting rule says how the job saves its work first
+                target = replace(target, checkpoint=self.rules.checkpoint(evicting))
+            result = self.actuator.apply(action, target, seq)
             if not result.ok:
                 failures.append((action.job_id, f"{action.op} failed: {result.detail}"))
                 if action.op == "control":
@@ -366,6 +378,10 @@ class Decider:
             held = {job: time.time() - (now - h.since) for job, h in decision.state.held.items()}
             self.recorder.write(lambda db: Store.put_held(db, held))
         self._keep_runs(before.ab, decision)
+        if decision.admits_gpu != self._admits:
+            # fleet schedulers place work by what the node admits: told now, not a tick later
+            self._admits = decision.admits_gpu
+            self.admission_changed()
         with self.jobs.changed:
             self.jobs.changed.notify_all()
         for event in decision.events:

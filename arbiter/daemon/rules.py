@@ -26,7 +26,7 @@ from arbiter.daemon.sources import BUSY
 from arbiter.engine import codes
 from arbiter.engine.handoff import GIB
 from arbiter.engine.types import CompliancePolicy, DuringPolicy, GovernorPolicy, Policy, RulePolicy
-from arbiter.plugin import Matcher, PluginContext, SecretRef, Source, SourceState, Translator
+from arbiter.plugin import Checkpoint, Matcher, PluginContext, SecretRef, Source, SourceState, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.state.store import Store
 
@@ -309,6 +309,13 @@ class RuleBook:
         except (PluginFailed, ValueError) as exc:
             live.faults.append(f"events: {exc}")
             return None
+
+    def checkpoint(self, rule_id: str) -> Checkpoint | None:
+        """How the jobs this rule's protection evicts save their work (its ``eviction:``
+        settings), None where it says nothing."""
+        live = self.live.get(rule_id)
+        given = live.rule.eviction if live is not None else None
+        return None if given is None else Checkpoint(given.checkpoint_signal, given.checkpoint_s)
 
     def policy(self) -> Policy:
         """The node config's policy with the rules as loaded now."""

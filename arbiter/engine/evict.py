@@ -73,3 +73,11 @@ def reason(first: Reason, held_s: float, after_s: float) -> Reason:
         "evict_after_s in arbiter.yaml sets how long protection may pause a job before it is stopped (null: never)",
         {"held_s": round(held_s, 1), "evict_after_s": after_s, "held_for": first.code, "rule": rule},
     )
+
+
+def evicted_by(verdict: JobVerdict | None) -> str | None:
+    """The rule whose protection evicted the job, where its verdict is an eviction's stop."""
+    if verdict is None:
+        return None
+    rule = next((r.evidence.get("rule") for r in verdict.reasons if r.code == codes.JOB_EVICTED), None)
+    return str(rule) if rule else None

@@ -2,7 +2,7 @@
 slurmd on loopback (see :mod:`arbiter_testing.slurm`): a job on two nodes with protection
 moving between them, an array's tasks paused and evicted by task with one of them pending,
 three jobs evicted at once, and a job that saves its work on its checkpoint signal before it
-is requeued."""
+is requeued (the job's own, or the evicting rule's)."""
 
 from __future__ import annotations
 
@@ -274,3 +274,33 @@ def test_a_job_saves_its_work_on_its_checkpoint_signal_before_it_is_requeued(slu
     final = wait_until(lambda: seen_if(slurm.output(job), lambda o: "result=" in o), WAIT_S, "its result", poll_s=0.2)
     assert f"result={STEPS}" in final, final
     wait_until(lambda: slurm.jobs()[job]["job_state"] == "COMPLETED", WAIT_S, "the job completed", poll_s=0.1)
+
+
+def test_the_evicting_rules_checkpoint_signal_comes_before_the_jobs_own(slurm: SlurmCluster) -> None:
+    n1 = slurm.start_arbiter("n1", translators=SLURM_TRANSLATOR, tick_s=1.0, evict_after_s=1.0)
+    rule = game_rule("game", own_sleep(GAME)) | {"eviction": {"checkpoint_signal": "B:USR1", "checkpoint_s": 2}}
+    n1.add_rule("game", rule)
+    path = slurm.root / "job.py"
+    # its own script asks for USR2, which it does not handle; the rule's B:USR1 comes first.  It
+    # is evicted from a suspension: its signal reaches it only once slurmd has resumed it
+    path.write_text(WORKER.format(python=sys.executable, steps=STEPS).replace("B:USR1@30", "B:USR2@30"))
+    path.chmod(0o755)
+    options = (f"--output={slurm.root}/out-%j.txt", "--open-mode=append", "--nodelist=n1", "--requeue")
+    out = slurm.run("sbatch", "--parsable", *options, str(path), str(slurm.root / "saved"))
+    job = int(out.strip().split(";")[0])
+    wait_until(lambda: adopted(n1, f"slurm-{job}"), WAIT_S, "the job adopted", poll_s=0.1)
+    wait_until(lambda: "at=20" in slurm.output(job), WAIT_S, "the job at work", poll_s=0.1)
+    g1 = game(n1, 0)
+    try:
+        # given B:USR1, it saves its work; given its own USR2, it would end unsaved
+        wait_until(lambda: "saved=" in slurm.output(job), WAIT_S, "its work saved", poll_s=0.1)
+        wait_until(lambda: slurm.jobs()[job]["restart_cnt"] >= 1, WAIT_S, "the job requeued", poll_s=0.1)
+    finally:
+        end(g1)
+    said = wait_until(
+        lambda: seen_if(slurm.output(job), lambda o: "restart=1" in o), WAIT_S, "its second run", poll_s=0.1
+    )
+    saved = [int(line.split("=")[1]) for line in said.splitlines() if line.startswith("saved=")]
+    carried = [int(line.split("=")[2]) for line in said.splitlines() if line.startswith("restart=1 from=")]
+    assert saved and saved[0] > 0 and carried == [saved[0]], said  # its first run's work, kept
+    slurm.run("scancel", str(job), check=False)

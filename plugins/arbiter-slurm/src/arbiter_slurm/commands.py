@@ -50,6 +50,8 @@ class SlurmJob:
     nodes: str = ""  # Slurm's host list: n[1-2]
     array_job_id: int = 0  # an array's task: the array's job id (0 for a job of no array)
     array_task_id: int | None = None
+    reason: str = ""  # why a pending job waits (squeue's state_reason: BadConstraints, BeginTime, ...)
+    features: str = ""  # the features it asks for (--constraint)
 
     @property
     def key(self) -> str:
@@ -87,14 +89,16 @@ class NodeOptions(KindOptions):
         None,
         pattern=r"^([BR]:)?(SIG)?[A-Z0-9]+$",
         description="the signal a job is given to save its work before it is requeued, as sbatch's --signal "
-        "takes it (B:USR1: the batch shell only); null: the job's own #SBATCH --signal, else none",
+        "takes it (B:USR1: the batch shell only); null: the job's own #SBATCH --signal, else none. The "
+        "evicting rule's eviction.checkpoint_signal comes first",
     )
     checkpoint_s: float = Field(
         10.0,
         ge=0,
         le=600,
         allow_inf_nan=False,
-        description="the longest a job given its checkpoint signal runs on before it is requeued",
+        description="the longest a job given its checkpoint signal runs on before it is requeued (the evicting "
+        "rule's eviction.checkpoint_s comes first)",
     )
     requeue_grace_s: float = Field(
         5.0,
@@ -180,6 +184,8 @@ def _job(j: dict[str, Any]) -> SlurmJob:
         nodes=str(j.get("nodes") or ""),
         array_job_id=_number(j.get("array_job_id")),
         array_task_id=None if j.get("array_task_id") is None else _number(j.get("array_task_id")),
+        reason=str(j.get("state_reason") or ""),
+        features=str(j.get("features") or ""),
     )
 
 

@@ -12,11 +12,15 @@ Drain: once new GPU work has been held for ``slurm.drain_after_s`` in the node c
 null turns it off), the node is drained with ``Reason="arbiter: <rule> <code>"``; when GPU work is
 admitted again it is resumed, but only if the drain is arbiter's own: an operator's drain is
 never lifted.
+
+A node that starts admitting GPU work has Slurm place at once the pending jobs it had given up
+on because no node carried the features they ask for (see :func:`retest_pending`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import time
@@ -25,7 +29,13 @@ from typing import Any
 
 from arbiter_slurm import commands
 
+log = logging.getLogger(__name__)
+
 PREFIX = "arbiter-"
+#: the feature of a node that admits GPU work now
+ADMIT = f"{PREFIX}admit"
+#: squeue's reason for a pending job whose features no node has
+BAD_CONSTRAINTS = "BadConstraints"
 REASON_PREFIX = "arbiter:"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -48,7 +58,7 @@ def features(state: dict[str, Any]) -> list[str]:
     """The run-time features for a node state (see the ``arbiter_node_state`` hook)."""
     out = []
     if state.get("gpu_jobs_admitted"):
-        out.append(PREFIX + "admit")
+        out.append(ADMIT)
     for api in (state.get("gpu_apis") or {}).get("host") or []:
         out.append(PREFIX + "api-" + _UNSAFE.sub("_", str(api)))
     certified = state.get("certified_duty") or {}
@@ -121,7 +131,30 @@ def plan(view: NodeView, state: dict[str, Any], now_wall: float, drain_after: fl
 
 def sync(node: str, state: dict[str, Any], drain_after: float | None) -> list[list[str]]:
     """Bring the node's features and drain in line with ``state``; the updates made."""
-    updates = plan(read_node(node), state, float(state.get("at") or time.time()), drain_after)
+    view = read_node(node)
+    updates = plan(view, state, float(state.get("at") or time.time()), drain_after)
     for args in updates:
         commands.run(["scontrol", "update", f"NodeName={node}", *args])
+    if ADMIT in features(state) and ADMIT not in view.active:
+        try:
+            retest_pending()
+        except commands.SlurmError as exc:  # the node's features are set: Slurm's own pass places them later
+            log.warning("node %s admits GPU work; having Slurm place its pending jobs now failed: %s", node, exc)
     return updates
+
+
+def retest_pending() -> list[str]:
+    """Have Slurm try again now to place the pending jobs that ask for arbiter's features and
+    that it gave up on because no node had them (``BadConstraints``: a job requeued while no
+    node admitted GPU work).  Slurm tries such a job again only on a periodic pass, 15 to 20 s
+    on; a job update has it placed at once.  Their start time is already past (Slurm says
+    ``BeginTime`` first), so ``StartTime=now`` changes nothing else.  The jobs retested."""
+    keys = [
+        j.key
+        for j in commands.parse_squeue(commands.run(["squeue", "--json", "--states", "PENDING"]))
+        if j.state == "PENDING" and j.reason == BAD_CONSTRAINTS and PREFIX in j.features
+    ]
+    if keys:
+        commands.run(["scontrol", "update", f"JobId={','.join(keys)}", "StartTime=now"])
+        log.info("node admits GPU work: Slurm places again the pending jobs %s", ", ".join(keys))
+    return keys

@@ -14,11 +14,12 @@ one found running again (Slurm continued the job: another of its nodes, an opera
 stopped at once, the job suspended in Slurm again, and the timeline says so.
 
 Stop is a requeue for a job that may be requeued (``sbatch --requeue``): the job is given its
-checkpoint signal (``slurm.checkpoint_signal``, else its own ``#SBATCH --signal``) and at most
-``slurm.checkpoint_s`` to save its work, then ``scontrol requeue``; its processes here get
+checkpoint signal (the evicting rule's ``eviction.checkpoint_signal``, else
+``slurm.checkpoint_signal``, else its own ``#SBATCH --signal``) and at most ``checkpoint_s``
+(the rule's, else the node's) to save its work, then ``scontrol requeue``; its processes here get
 ``slurm.requeue_grace_s`` to end on Slurm's SIGTERM before they are killed, and it is placed
-again in seconds (``StartTime=now+2``).  A job that may not be requeued is ended here with
-SIGTERM, as by the ``signal`` translator.  Other jobs are paused and ended with signals alone.
+again within a second or two (``StartTime=now``, once slurmd takes its new start).  A job that
+may not be requeued is ended here with SIGTERM, as by the ``signal`` translator.  Other jobs are paused and ended with signals alone.
 
 The Slurm commands run on threads of the translator's own, one lane per Slurm job: a job's
 commands run in order, different jobs' at the same time (three jobs evicted at once are each
@@ -36,6 +37,7 @@ the others' state.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -54,8 +56,10 @@ Op = Literal["suspend", "resume", "requeue", "kill", "restopped"]
 #: how long a requeued job may take to finish completing before it is placed again at once
 REQUEUE_SETTLE_S = 30.0
 #: slurmd refuses a job's new start whose credential is dated no later than the second its
-#: last run was revoked in (the requeue): the job would end at once, "Job credential revoked"
-CREDENTIAL_CLEAR_S = 2
+#: last run was revoked in (the requeue): the job would end at once, "Job credential revoked".
+#: A requeued job is let start this long past the first whole second after it went pending
+#: (slack for slurmctld's and slurmd's clocks)
+CREDENTIAL_CLEAR_S = 0.5
 #: how often a requeued job is asked whether it is pending (squeue --json lists every job: not
 #: too often, several lanes may ask at once)
 SETTLE_POLL_S = 0.25
@@ -65,6 +69,10 @@ WATCH_S = 0.01
 IDLE_WATCH_S = 0.1
 #: how long a process just paused may take to stop before one seen running is said to have run again
 SETTLED_S = 0.5
+#: how long slurmd may take to resume a job here after ``scontrol resume`` before its
+#: checkpoint signal is sent anyway, and how often its processes are looked at meanwhile
+RESUMED_S = 2.0
+RESUMED_POLL_S = 0.01
 #: how often a job given its checkpoint signal is asked whether it still runs
 CHECKPOINT_POLL_S = 0.25
 #: what Slurm answers for a job with nothing to resume or requeue: it is pending or has ended
@@ -132,6 +140,19 @@ def nothing_to_do(exc: commands.SlurmError) -> bool:
     return any(said in str(exc).lower() for said in NOTHING_TO_DO)
 
 
+def checkpoint_of(
+    target: JobTarget, opts: commands.NodeOptions, key: str
+) -> tuple[commands.CheckpointSignal | None, float]:
+    """The signal a job about to be requeued is given to save its work, and the longest it
+    may take: the evicting rule's ``eviction:`` where it says, else the node's ``slurm:``
+    section; the signal, where neither names one, is the job's own ``#SBATCH --signal``."""
+    rule = target.checkpoint
+    named = (rule.signal if rule is not None else None) or opts.checkpoint_signal
+    most_s = rule.seconds if rule is not None and rule.seconds is not None else opts.checkpoint_s
+    given = commands.parse_signal(named) if named else None
+    return given or commands.job_signal(key), most_s
+
+
 def _running(pid: int) -> bool:
     """Whether the process is there and not stopped (free to run)."""
     try:
@@ -183,7 +204,8 @@ class SlurmTranslator(SignalTranslator):
         sig = o.checkpoint_signal or "its own #SBATCH --signal, if it gives one,"
         return (
             f"{PLAIN_PAUSE}; the Slurm job is suspended (S in squeue). Evicted, a job that may be requeued is "
-            f"given {sig} and at most {o.checkpoint_s:g}s to save its work, then requeued; its processes here "
+            f"given {sig} and at most {o.checkpoint_s:g}s to save its work (the evicting rule's eviction: settings "
+            "first, where it has them), then requeued; its processes here "
             f"are killed {o.requeue_grace_s:g}s after Slurm's SIGTERM (at most "
             f"{o.checkpoint_s + o.requeue_grace_s:g}s running here in all)"
         )
@@ -346,7 +368,7 @@ class SlurmTranslator(SignalTranslator):
             except commands.SlurmError as exc:
                 log.info("Slurm job %s: cannot read node %s (%s); it does not hold the job", job.key, name, exc)
                 continue
-            if "arbiter" in view.available and f"{nodes.PREFIX}admit" not in view.active:
+            if "arbiter" in view.available and nodes.ADMIT not in view.active:
                 held.append(name)
         return held
 
@@ -376,13 +398,15 @@ class SlurmTranslator(SignalTranslator):
             super().terminate(target)  # it may not run again, or has no run left: it ends here
             return
         opts = self.opts
-        given = commands.parse_signal(opts.checkpoint_signal) if opts.checkpoint_signal else None
-        sig = given or commands.job_signal(key)
-        if job.state == "SUSPENDED":
-            commands.run(["scontrol", "resume", key])  # it runs to save its work and end
+        sig, most_s = checkpoint_of(target, opts, key)
+        if job.state == "SUSPENDED":  # it runs to save its work and end
+            # stopped here until slurmd continues it: that says slurmd has resumed it
+            self._send_all(target.processes, signal.SIGSTOP, "pause", None, target.job_id)
+            commands.run(["scontrol", "resume", key])
+            self._resumed_by_slurm(target)
         super().resume(target.processes)
-        if sig is not None and opts.checkpoint_s > 0:
-            self._checkpoint(key, sig, target, opts.checkpoint_s)
+        if sig is not None and most_s > 0:
+            self._checkpoint(key, sig, target, most_s)
         try:
             commands.run(["scontrol", "requeue", key])
         except commands.SlurmError as exc:
@@ -392,6 +416,25 @@ class SlurmTranslator(SignalTranslator):
             return
         self._end_here(target, opts.requeue_grace_s)
         self._place_at_once(key)
+
+    def _resumed_by_slurm(self, target: JobTarget) -> None:
+        """Wait (at most ``RESUMED_S``) until slurmd has resumed the job here: slurmctld answers
+        ``scontrol resume`` before slurmd has, and a signal that reaches a job's step while it
+        is still suspended is dropped (a checkpoint signal lost, the job's work with it).
+        slurmd continues the job's processes as it resumes it: one of them, stopped here just
+        before, seen running says it has."""
+        deadline = time.monotonic() + RESUMED_S
+        while time.monotonic() < deadline:
+            if any(_running(r.pid) for r in target.processes) or not any(
+                os.path.exists(f"/proc/{r.pid}") for r in target.processes
+            ):
+                return
+            time.sleep(RESUMED_POLL_S)
+        log.info(
+            "Slurm job %s: not seen resumed here within %gs; its checkpoint signal may be lost",
+            target.job_id,
+            RESUMED_S,
+        )
 
     def _checkpoint(self, key: str, sig: commands.CheckpointSignal, target: JobTarget, most_s: float) -> None:
         """Give the job its checkpoint signal, and wait while it saves: at most ``most_s``,
@@ -421,20 +464,20 @@ class SlurmTranslator(SignalTranslator):
             time.sleep(0.05)
 
     def _place_at_once(self, key: str) -> None:
-        """A requeued job waits a while before it may start again (its BeginTime); once it
-        has finished completing here, that wait is shortened to the few seconds slurmd needs
-        to accept its new credential (set earlier, completing resets it)."""
+        """A requeued job waits a while before it may start again (the BeginTime Slurm gives a
+        requeued job); once it has finished completing here, that wait is ended as soon as
+        slurmd accepts its new credential: in the next whole second after its requeue, and a
+        little (an update of a job that may start has it placed at once, not at slurmctld's
+        next scheduling pass; one made while it completes is undone)."""
         deadline = time.monotonic() + REQUEUE_SETTLE_S
         while (job := self._job(key)) is None or job.state != "PENDING":
             if time.monotonic() >= deadline:
                 log.info("Slurm job %s requeued; still not pending after %gs: left to Slurm", key, REQUEUE_SETTLE_S)
                 return
             time.sleep(SETTLE_POLL_S)
+        now = time.time()
+        time.sleep(math.floor(now) + 1 + CREDENTIAL_CLEAR_S - now)
         try:
-            commands.run(["scontrol", "update", f"JobId={key}", f"StartTime=now+{CREDENTIAL_CLEAR_S}"])
-            # slurmctld places a job whose start time has passed at its next scheduling pass
-            # (seconds away); an update of the job once it may start has it placed now
-            time.sleep(CREDENTIAL_CLEAR_S + 0.1)
             if (job := self._job(key)) is not None and job.state == "PENDING":
                 commands.run(["scontrol", "update", f"JobId={key}", "StartTime=now"])
         except commands.SlurmError as exc:
