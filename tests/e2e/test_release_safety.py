@@ -95,9 +95,7 @@ def test_a_busy_server_is_released_for_a_render_without_breaking_it_or_its_reque
 
 
 @pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
-def test_sglang_is_drained_paused_then_released_for_a_render_and_lives_on(
-    tmp_path: Path, busy: bool
-) -> None:
+def test_sglang_is_drained_paused_then_released_for_a_render_and_lives_on(tmp_path: Path, busy: bool) -> None:
     (tmp_path / "vram.json").write_text("{}")
     node = HarnessNode(
         tmp_path, tick_s=0.5, stand_in_gpu=False, readers=[{"kind": "fake", "state_file": str(tmp_path / "vram.json")}]
