@@ -11,7 +11,7 @@ server is starved from that moment.  Every other round the render starts while a
 ``--busy-s`` runs on the server.  Shown per server kind (``llm-server``, ``vllm``,
 ``sglang``, ``llama-server`` in router mode, ``llama-swap``, ``localai``): starved →
 released, idle and busy; how much longer a busy server took to give its memory back than an
-idle one (its drain: vLLM's ``mode=wait``, LocalAI's wait for the request, SGLang's pause;
+idle one (its drain: vLLM's ``mode=wait``, LocalAI's wait for the request, SGLang's wait for the request;
 llama-swap cuts the request); and, for a rule with a ``reacquire:``, idle → reacquired: from
 the render's end to ``VRAM_REACQUIRED``, and that less the quiet period
 (``reacquire_after_s``) and the fake's own wake-up time: arbiter's share of bringing it back
