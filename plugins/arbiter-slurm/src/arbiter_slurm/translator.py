@@ -16,7 +16,8 @@ stopped at once, the job suspended in Slurm again, and the timeline says so.
 Stop is a requeue for a job that may be requeued (``sbatch --requeue``): the job is given its
 checkpoint signal (the evicting rule's ``eviction.checkpoint_signal``, else
 ``slurm.checkpoint_signal``, else its own ``#SBATCH --signal``) and at most ``checkpoint_s``
-(the rule's, else the node's) to save its work, then ``scontrol requeue``; its processes here get
+(the rule's, else the node's) to save its work, then ``scontrol requeue`` (not for a job that
+requeued itself once saved: the wait ends there, and it is placed again all the same); its processes here get
 ``slurm.requeue_grace_s`` to end on Slurm's SIGTERM before they are killed, and it is placed
 again within a second or two (``StartTime=now``, once slurmd takes its new start).  A job that
 may not be requeued is ended here with SIGTERM, as by the ``signal`` translator.  Other jobs are paused and ended with signals alone.
