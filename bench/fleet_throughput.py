@@ -32,11 +32,13 @@ STOP_SAID_S = 0.5
 ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"})
 #: a throughput job: works in steps of 0.1 s (a gap longer than a few steps was a pause, and
 #: counts one step), saves what it has done to its checkpoint file on SIGUSR1 (the signal its
-#: script asks for, as a Slurm job that checkpoints before preemption does) and when it ends,
-#: and carries on from that file when run again; what it has run in all, kept or not, and where
-#: its work stands, it writes to a file of its own run
+#: script asks for, as a Slurm job that checkpoints before preemption does) and then requeues
+#: itself (``scontrol requeue $SLURM_JOB_ID``, as PyTorch Lightning's auto-requeue and the usual
+#: ``trap ... USR1`` scripts do), saves it too when it ends, and carries on from that file when
+#: run again; what it has run in all, kept or not, and where its work stands, it writes to a
+#: file of its own run
 WORK = """\
-import os, signal, sys, time
+import os, signal, subprocess, sys, time
 path, total, step = sys.argv[1], float(sys.argv[2]), 0.1
 try:
     with open(path) as fh:
@@ -52,7 +54,11 @@ def save(*_):
         fh.write(f"{done:.3f}")
     os.replace(path + ".tmp", path)
 
-signal.signal(signal.SIGUSR1, save)
+def save_and_requeue(*_):
+    save()
+    subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
+
+signal.signal(signal.SIGUSR1, save_and_requeue)
 last = time.monotonic()
 while done < total:
     time.sleep(step)

@@ -304,3 +304,36 @@ def test_the_evicting_rules_checkpoint_signal_comes_before_the_jobs_own(slurm: S
     carried = [int(line.split("=")[2]) for line in said.splitlines() if line.startswith("restart=1 from=")]
     assert saved and saved[0] > 0 and carried == [saved[0]], said  # its first run's work, kept
     slurm.run("scancel", str(job), check=False)
+
+
+#: what a job that requeues itself once it has saved (the common ``trap ... USR1`` pattern)
+#: does after saving: its eviction goes on at once, not after the whole checkpoint time
+REQUEUE_ITSELF = """    print(f"saved={{done}}", flush=True)
+    import subprocess
+    subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], check=False)
+"""
+
+
+def test_a_job_that_requeues_itself_once_saved_runs_again_at_once(slurm: SlurmCluster) -> None:
+    # given far longer than it takes to save: only its own requeue ends the wait, and it is
+    # placed again as soon as slurmd takes its new start (Slurm alone would wait ~2 minutes)
+    n1 = protecting(slurm, "n1", 0, slurm={"checkpoint_s": 300.0})
+    path = slurm.root / "job.py"
+    script = WORKER.format(python=sys.executable, steps=STEPS)
+    path.write_text(script.replace('    print(f"saved={done}", flush=True)\n', REQUEUE_ITSELF.format()))
+    path.chmod(0o755)
+    options = (f"--output={slurm.root}/out-%j.txt", "--open-mode=append", "--nodelist=n1", "--requeue")
+    out = slurm.run("sbatch", "--parsable", *options, str(path), str(slurm.root / "saved"))
+    job = int(out.strip().split(";")[0])
+    wait_until(lambda: adopted(n1, f"slurm-{job}"), WAIT_S, "the job adopted", poll_s=0.1)
+    wait_until(lambda: "at=40" in slurm.output(job), WAIT_S, "the job at work", poll_s=0.1)
+    n1.call("job.stop", id=f"slurm-{job}")
+    said = wait_until(
+        lambda: seen_if(slurm.output(job), lambda o: "restart=1" in o), WAIT_S, "its second run", poll_s=0.1
+    )
+    saved = [int(line.split("=")[1]) for line in said.splitlines() if line.startswith("saved=")]
+    carried = [int(line.split("=")[2]) for line in said.splitlines() if line.startswith("restart=1 from=")]
+    assert saved and saved[0] > 0 and carried == [saved[-1]], said
+    assert slurm.jobs()[job]["restart_cnt"] == 1, "requeued twice: by itself and again by the node"
+    final = wait_until(lambda: seen_if(slurm.output(job), lambda o: "result=" in o), WAIT_S, "its result", poll_s=0.2)
+    assert f"result={STEPS}" in final, final

@@ -16,7 +16,8 @@ stopped at once, the job suspended in Slurm again, and the timeline says so.
 Stop is a requeue for a job that may be requeued (``sbatch --requeue``): the job is given its
 checkpoint signal (the evicting rule's ``eviction.checkpoint_signal``, else
 ``slurm.checkpoint_signal``, else its own ``#SBATCH --signal``) and at most ``checkpoint_s``
-(the rule's, else the node's) to save its work, then ``scontrol requeue``; its processes here get
+(the rule's, else the node's) to save its work, then ``scontrol requeue`` (not for a job that
+requeued itself once saved: the wait ends there, and it is placed again all the same); its processes here get
 ``slurm.requeue_grace_s`` to end on Slurm's SIGTERM before they are killed, and it is placed
 again within a second or two (``StartTime=now``, once slurmd takes its new start).  A job that
 may not be requeued is ended here with SIGTERM, as by the ``signal`` translator.  Other jobs are paused and ended with signals alone.
@@ -407,15 +408,25 @@ class SlurmTranslator(SignalTranslator):
         super().resume(target.processes)
         if sig is not None and most_s > 0:
             self._checkpoint(key, sig, target, most_s)
-        try:
-            commands.run(["scontrol", "requeue", key])
-        except commands.SlurmError as exc:
-            if not nothing_to_do(exc):
-                raise
-            log.info("Slurm job %s: not requeued, it is pending or has ended (%s)", key, exc)
-            return
+        if not self._requeued_since(key, job.restart_count):
+            try:
+                commands.run(["scontrol", "requeue", key])
+            except commands.SlurmError as exc:
+                if not self._requeued_since(key, job.restart_count):  # (else: it did so meanwhile)
+                    if not nothing_to_do(exc):
+                        raise
+                    log.info("Slurm job %s: not requeued, it is pending or has ended (%s)", key, exc)
+                    return
         self._end_here(target, opts.requeue_grace_s)
         self._place_at_once(key)
+
+    def _requeued_since(self, key: str, restarts: int) -> bool:
+        """Whether the job has been requeued since it had ``restarts`` (it requeued itself once
+        its work was saved: ``scontrol requeue $SLURM_JOB_ID`` in its signal's trap).  Such a
+        job is not requeued again, but it is placed again at once like one the node requeued:
+        left to Slurm, it would wait out Slurm's own delay for a requeued job (minutes)."""
+        job = self._job(key)
+        return job is not None and job.restart_count > restarts
 
     def _resumed_by_slurm(self, target: JobTarget) -> None:
         """Wait (at most ``RESUMED_S``) until slurmd has resumed the job here: slurmctld answers
