@@ -61,7 +61,7 @@ def schedstat(pid: int) -> dict[int, tuple[int, int]]:
 
 
 def children(pid: int) -> list[int]:
-    out = []
+    out: list[int] = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/children") as fh:
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 for where, n in counts.by_thread[thread].most_common(args.top):
                     print(f"      {n / args.seconds:8.1f} calls/s  {where}")
     finally:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         if daemon is not None:
             daemon.shutdown()
         for proc in [*sleepers, *([protected] if protected else [])]:

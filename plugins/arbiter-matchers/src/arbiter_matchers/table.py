@@ -13,14 +13,17 @@ wait for it.  The child sends what changed; the daemon builds only that.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
+import time
 
 import psutil
 
 from arbiter.plugin import EXITED, ChildWorker, ChildWorkFailed, ProcessInfo, open_file_share
 from arbiter_matchers import _procscan
+from arbiter_matchers._procevents import ProcEvents
 from arbiter_matchers._procscan import RECORD_TYPES, ProcScan, Record, _username
 
 _PSUTIL_ATTRS = ["pid", "ppid", "name", "exe", "cmdline", "uids", "username", "create_time", "status"]
@@ -55,6 +58,12 @@ CHILD_TIMEOUT_S = 3.0
 #: another child is started
 CHILD_RETRY_S = 60.0
 
+#: with the kernel's process events, the table is read when they announce a change, and at
+#: least this often whatever they say: what no event carries (a program rewriting its command
+#: line in place) is seen then, and a scan that finds a process no event announced stops
+#: trusting them
+FULL_SCAN_S = 10.0
+
 
 class TableMemo:
     """The table between scans: a process that did not change is the very same
@@ -65,9 +74,16 @@ class TableMemo:
     With ``in_child``, the scans run in a child worker and this process only builds what
     changed.  A child that exits, hangs, raises or answers what no scan gives is killed
     (``child_failure`` says why); the table is then read here, and another child is tried
-    after :data:`CHILD_RETRY_S`."""
+    after :data:`CHILD_RETRY_S`.
 
-    def __init__(self, *, in_child: bool = False) -> None:
+    With ``events``, the kernel's process events (:mod:`~arbiter_matchers._procevents`) say
+    whether anything can have changed: while nothing did, the table is the last one, unread,
+    for up to :data:`FULL_SCAN_S`.  Its CPU times are not read then, so it gives none
+    (``cpu_ns`` is None, and a reader reads them itself for the processes it is asked about).
+    Where the events cannot be had, fail, or miss a process, the table is read on every call
+    (``events_why`` says why)."""
+
+    def __init__(self, *, in_child: bool = False, events: bool = False) -> None:
         self._lock = threading.Lock()
         self._keep = open_file_share(4, 4096)
         self._scan = ProcScan(self._keep)
@@ -78,6 +94,21 @@ class TableMemo:
         )
         self._from_child = False  # whether the last table came from the child's scan
         self._infos: dict[int, ProcessInfo] = {}
+        self._events: ProcEvents | None = None
+        self.events_why = "" if events else "not asked for"
+        if events:
+            try:
+                self._events = ProcEvents()
+            except OSError as exc:
+                self.events_why = f"the kernel's process events cannot be had: {exc.strerror or exc}"
+        self._scanned_at = -FULL_SCAN_S  # monotonic time of the last scan
+        self._quiet: list[ProcessInfo] | None = None  # the last table without CPU times
+        self._count = -1  # the machine's process count when it was last read
+
+    @property
+    def events_in_use(self) -> bool:
+        """Whether the kernel's process events spare scans now."""
+        return self._events is not None and not self._events.broken
 
     @property
     def child_pid(self) -> int | None:
@@ -91,25 +122,54 @@ class TableMemo:
 
     def table(self) -> list[ProcessInfo]:
         with self._lock:
-            if self._child is not None:
-                try:
-                    table = self._apply(*_scan_answer(self._child.call(None)))
-                    self._from_child = True
-                    return table
-                except ChildWorkFailed:
-                    pass  # read here; the worker keeps why, and starts a new child later
-                except _NotAScan as exc:
-                    self._child.give_up(str(exc))
-            if self._from_child:
-                # its own last scan is older than the child's: start it afresh
-                self._scan.close()
-                self._scan = ProcScan(self._keep)
-                self._from_child = False
-            return self._apply(*self._scan.scan())
+            events = self._events
+            if events is None or events.broken:
+                return self._scan_table()
+            news = events.news()
+            if events.broken:
+                self.events_why = f"the kernel's process events failed: {events.broken}"
+                return self._scan_table()
+            due = time.monotonic() - self._scanned_at >= FULL_SCAN_S
+            count = _process_count()  # a birth or death the events did not announce shows here too
+            if not news and not due and count == self._count and self._quiet is not None:
+                return list(self._quiet)
+            before, self._count = self._infos, count
+            table = self._scan_table()
+            late = events.news()  # what happened while it read: the next call reads again
+            if not news and not late:
+                # born or gone (a zombie reaped is the one departure no event announces), unannounced
+                missed = [p for p in self._infos if p not in before]
+                missed += [p for p, info in before.items() if p not in self._infos and info.state != EXITED]
+                if missed:
+                    events.fail(f"a scan found processes {sorted(missed)[:5]} born or gone that no event announced")
+            if events.broken:
+                self.events_why = f"the kernel's process events failed: {events.broken}"
+            self._scanned_at = time.monotonic()
+            self._quiet = None if late else [dataclasses.replace(info, cpu_ns=None) for info in table]
+            return table
+
+    def _scan_table(self) -> list[ProcessInfo]:
+        if self._child is not None:
+            try:
+                table = self._apply(*_scan_answer(self._child.call(None)))
+                self._from_child = True
+                return table
+            except ChildWorkFailed:
+                pass  # read here; the worker keeps why, and starts a new child later
+            except _NotAScan as exc:
+                self._child.give_up(str(exc))
+        if self._from_child:
+            # its own last scan is older than the child's: start it afresh
+            self._scan.close()
+            self._scan = ProcScan(self._keep)
+            self._from_child = False
+        return self._apply(*self._scan.scan())
 
     def close(self) -> None:
         """End the scanner child, if one runs, and close what the scans keep open."""
         with self._lock:
+            if self._events is not None:
+                self._events.close()
             if self._child is not None:
                 self._child.close()
             self._scan.close()
@@ -123,6 +183,15 @@ class TableMemo:
             raise _NotAScan(f"it left out pid {exc}, which is new since the last scan") from None
         self._infos = infos
         return list(infos.values())
+
+
+def _process_count() -> int:
+    """How many processes the machine has: the kernel gives ``/proc`` a link for each (and a
+    few of its own); -1 where that cannot be read."""
+    try:
+        return os.stat(_PROC).st_nlink
+    except OSError:
+        return -1
 
 
 class _NotAScan(Exception):
