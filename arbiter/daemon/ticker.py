@@ -187,7 +187,7 @@ class Ticker:
                     )
                     continue
                 asked.append((key, len(calls)))
-                ro = view.rules.get(rid)
+                ro = view.rules.get(rid) if index == BUSY or type(source).uses_vram else None
                 if index == BUSY:
                     running = ro is not None and ro.running
                     told = self._told_running.get(key)

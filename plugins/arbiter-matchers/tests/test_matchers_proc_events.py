@@ -5,6 +5,8 @@ deaf, so that a new program is in the very next table either way."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import struct
 import subprocess
@@ -38,17 +40,21 @@ def event(what: int, a: int, b: int, c: int = 0, d: int = 0) -> bytes:
 
 def test_what_the_events_announce() -> None:
     born: set[int] = set()
-    # a process born and gone between two reads changes nothing; a thread is no process
-    assert not _take(event(PROC_EVENT_FORK, 1, 1, 500, 500), born) and born == {500}
-    assert not _take(event(PROC_EVENT_EXEC, 500, 500), born)
-    assert not _take(event(PROC_EVENT_EXIT, 500, 500), born) and born == set()
-    assert not _take(event(PROC_EVENT_FORK, 7, 7, 501, 7), born) and born == set()
-    assert not _take(event(PROC_EVENT_EXIT, 501, 7), born)
-    # one that was there and exits, execs or takes another name changes the table
-    assert _take(event(PROC_EVENT_EXIT, 42, 42), born)
-    assert _take(event(PROC_EVENT_EXEC, 42, 42), born)
-    assert _take(event(PROC_EVENT_COMM, 42, 42), born)
-    assert not _take(event(PROC_EVENT_COMM, 43, 42), born)  # a thread's name is no process's
+    touched: set[int] = set()
+    # a process born and gone between two reads is none to read; a thread is no process
+    _take(event(PROC_EVENT_FORK, 1, 1, 500, 500), born, touched)
+    _take(event(PROC_EVENT_EXEC, 500, 500), born, touched)
+    assert born == {500} and touched == set()
+    _take(event(PROC_EVENT_EXIT, 500, 500), born, touched)
+    _take(event(PROC_EVENT_FORK, 7, 7, 501, 7), born, touched)
+    _take(event(PROC_EVENT_EXIT, 501, 7), born, touched)
+    assert born == set() and touched == set()
+    # one that was there and exits, execs or takes another name is to be read again
+    _take(event(PROC_EVENT_EXIT, 42, 42), born, touched)
+    _take(event(PROC_EVENT_EXEC, 43, 43), born, touched)
+    _take(event(PROC_EVENT_COMM, 44, 44), born, touched)
+    _take(event(PROC_EVENT_COMM, 45, 44), born, touched)  # a thread's name is no process's
+    assert touched == {42, 43, 44}
 
 
 @pytest.fixture
@@ -79,7 +85,7 @@ def test_a_new_program_and_its_end_are_in_the_next_table(memo: TableMemo) -> Non
     assert memo.events_in_use
 
 
-def test_while_nothing_changes_the_last_table_stands_without_cpu_times(
+def test_while_nothing_changes_nothing_is_read_and_what_an_event_names_is_read_alone(
     memo: TableMemo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # a read that nothing changed during (on a busy machine, one of the next few)
@@ -88,9 +94,9 @@ def test_while_nothing_changes_the_last_table_stands_without_cpu_times(
         return rows if memo._quiet is not None else None
 
     first = wait_until(quiet_read, 30, "a quiet read")
-    assert all(p.cpu_ns is not None for p in first if p.state != "Z")
     assert memo._events is not None
-    monkeypatch.setattr(memo._events, "news", lambda: False)  # a machine where nothing happens
+    told: set[int] = set()
+    monkeypatch.setattr(memo._events, "changes", lambda: set(told))  # a machine where nothing happens
     monkeypatch.setattr(table, "_process_count", lambda: memo._count)
     scans: list[int] = []
     real = memo._scan_table
@@ -104,9 +110,23 @@ def test_while_nothing_changes_the_last_table_stands_without_cpu_times(
     assert not scans and pids(quiet) == pids(first)
     assert all(p.cpu_ns is None for p in quiet)  # a reader reads the CPU times it needs itself
     assert memo.table()[0] is quiet[0]  # the same records: matchers keep their verdicts
+    # what an event names is read again, alone
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        told.add(child.pid)
+        assert child.pid in pids(memo.table())
+        told.clear()
+        os.kill(child.pid, signal.SIGSTOP)
+        told.add(child.pid)  # (no event says so: as one for it would)
+        wait_until(lambda: next(p for p in memo.table() if p.pid == child.pid).state == "T", 10, "it read stopped")
+        assert not scans
+    finally:
+        child.kill()
+        child.wait()
+    told.clear()
     monkeypatch.setattr(memo, "_scanned_at", memo._scanned_at - table.FULL_SCAN_S)
     memo.table()
-    assert scans == [1]  # and read again at least every FULL_SCAN_S
+    assert scans == [1]  # and all are read again at least every FULL_SCAN_S
 
 
 def test_with_its_event_source_killed_a_new_program_is_in_the_next_table(memo: TableMemo) -> None:

@@ -1,9 +1,9 @@
-"""The kernel's process events (Linux's process-events connector), to learn whether the
-process table can have changed since it was last read.
+"""The kernel's process events (Linux's process-events connector), to learn which processes
+of the table can have changed since it was last read.
 
 A netlink socket subscribed to ``CN_IDX_PROC`` receives a message for every fork, exec,
 change of uid, gid or name, and exit on the machine.  Nothing reads it between two reads of
-the table: the messages wait in the socket, and :meth:`ProcEvents.news` drains them when the
+the table: the messages wait in the socket, and :meth:`ProcEvents.changes` drains them when the
 table is asked for, so that a quiet machine costs no wake-up at all.  Where the socket's
 buffer overflowed, the kernel says so (``ENOBUFS``) and the table is read.
 
@@ -83,19 +83,19 @@ class ProcEvents:
             sock.close()
             raise
         self._sock: socket.socket | None = sock
-        self._born: set[int] = set()  # processes forked since the last news, still alive then
+        self._born: set[int] = set()  # processes forked since the last call, alive then
         self.broken = ""  # why it no longer serves ("" while it does)
 
-    def news(self) -> bool:
-        """Whether the table can have changed since the last call: a process born that still
-        lives, one that existed and exited, exec'd or changed owner or name, or events lost
-        (or the socket failing, which :attr:`broken` then says).  A process born and gone
-        between two calls changes nothing."""
+    def changes(self) -> set[int] | None:
+        """The processes to read again since the last call: those born that still live, and
+        those that existed and exited, exec'd or changed owner or name (a process born and
+        gone between two calls is none of them); None when events were lost or the socket
+        failed (:attr:`broken` then says why): every process is to be read."""
         sock = self._sock
         if sock is None:
-            return True
-        changed = False
-        born = self._born
+            return None
+        born, touched = self._born, set[int]()
+        lost = False
         while True:
             try:
                 data = sock.recv(65536, socket.MSG_DONTWAIT)
@@ -103,17 +103,17 @@ class ProcEvents:
                 break
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:
-                    changed = True  # messages were dropped: read the table, and go on listening
+                    lost = True  # messages were dropped: read them all, and go on listening
                     continue
                 self.fail(f"reading its socket failed: {exc}")
-                return True
+                return None
             if not data:
                 self.fail("its socket was closed")
-                return True
-            changed |= _take(data, born)
-        changed |= bool(born)
+                return None
+            _take(data, born, touched)
+        touched |= born
         born.clear()
-        return changed
+        return None if lost else touched
 
     def fail(self, why: str) -> None:
         """Stop serving (the table is read on every call from now on), saying why."""
@@ -126,9 +126,9 @@ class ProcEvents:
             self._sock = None
 
 
-def _take(data: bytes, born: set[int]) -> bool:
-    """Take one datagram's events into ``born``; True when one changes the table."""
-    changed = False
+def _take(data: bytes, born: set[int], touched: set[int]) -> None:
+    """Take one datagram's events: a process forked into ``born``, one that was there before
+    and exited or changed into ``touched``; one born and gone is in neither."""
     at = 0
     while at + _HEADERS + _EVENT.size + _PIDS.size <= len(data):
         length = _NLMSGHDR.unpack_from(data, at)[0]
@@ -141,11 +141,11 @@ def _take(data: bytes, born: set[int]) -> bool:
             if a == b:
                 if a in born:
                     born.discard(a)
+                    touched.discard(a)
                 else:
-                    changed = True
+                    touched.add(a)
         elif what & _CHANGES and a == b and a not in born:
-            changed = True
+            touched.add(a)
         if length < _NLMSGHDR.size:
             break
         at += (length + 3) & ~3
-    return changed

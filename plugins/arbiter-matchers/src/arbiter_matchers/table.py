@@ -102,7 +102,7 @@ class TableMemo:
             except OSError as exc:
                 self.events_why = f"the kernel's process events cannot be had: {exc.strerror or exc}"
         self._scanned_at = -FULL_SCAN_S  # monotonic time of the last scan
-        self._quiet: list[ProcessInfo] | None = None  # the last table without CPU times
+        self._quiet: dict[int, ProcessInfo] | None = None  # the table without CPU times, by pid
         self._count = -1  # the machine's process count when it was last read
 
     @property
@@ -125,28 +125,86 @@ class TableMemo:
             events = self._events
             if events is None or events.broken:
                 return self._scan_table()
-            news = events.news()
-            if events.broken:
-                self.events_why = f"the kernel's process events failed: {events.broken}"
-                return self._scan_table()
-            due = time.monotonic() - self._scanned_at >= FULL_SCAN_S
-            count = _process_count()  # a birth or death the events did not announce shows here too
-            if not news and not due and count == self._count and self._quiet is not None:
-                return list(self._quiet)
-            before, self._count = self._infos, count
-            table = self._scan_table()
-            late = events.news()  # what happened while it read: the next call reads again
-            if not news and not late:
-                # born or gone (a zombie reaped is the one departure no event announces), unannounced
-                missed = [p for p in self._infos if p not in before]
-                missed += [p for p, info in before.items() if p not in self._infos and info.state != EXITED]
-                if missed:
-                    events.fail(f"a scan found processes {sorted(missed)[:5]} born or gone that no event announced")
-            if events.broken:
-                self.events_why = f"the kernel's process events failed: {events.broken}"
-            self._scanned_at = time.monotonic()
-            self._quiet = None if late else [dataclasses.replace(info, cpu_ns=None) for info in table]
+            if self._quiet is None or time.monotonic() - self._scanned_at >= FULL_SCAN_S:
+                return self._full(events, verify=self._quiet is not None)
+            count = _process_count()
+            touched = events.changes()
+            if touched is None:
+                return self._full(events, verify=False)  # events lost, or the source failed
+            if not touched and count != self._count:
+                return self._full(events, verify=False)  # a birth or death no event told (a zombie reaped)
+            self._count = count
+            if touched:
+                self._read_some(touched)
+            return list(self._quiet.values())
+
+    def _full(self, events: ProcEvents, *, verify: bool) -> list[ProcessInfo]:
+        """Every process read; with ``verify``, one the events should have kept up to date
+        that differs in who is there stops trusting them."""
+        before = self._infos
+        self._count = _process_count()
+        early = events.changes()  # what the scan reads needs no event; told, it is no miss
+        table = self._scan_table()
+        late = events.changes()
+        if late is not None and early is not None and verify:
+            told = early | late
+            missed = [p for p in self._infos if p not in before and p not in told]
+            # a zombie reaped is the one departure no event announces
+            missed += [
+                p for p, info in before.items() if p not in self._infos and p not in told and info.state != EXITED
+            ]
+            if missed:
+                events.fail(f"a scan found processes {sorted(missed)[:5]} born or gone that no event announced")
+        if events.broken:
+            self.events_why = f"the kernel's process events failed: {events.broken}"
             return table
+        self._scanned_at = time.monotonic()
+        self._quiet = self._stripped(self._quiet or {})
+        if late is None:
+            self._quiet = None  # lost while it read: read all again next time
+        elif late:
+            self._read_some(late)
+        return table if self._quiet is None else list(self._quiet.values())
+
+    def _read_some(self, pids: set[int]) -> None:
+        """Read again the processes the events name, and the children of any that exited
+        (the kernel gives them another parent)."""
+        pids = pids | {pid for pid, info in self._infos.items() if info.ppid in pids}
+        asked = sorted(pids)
+        try:
+            if self._child is not None and self._from_child:
+                found, changed = _scan_answer(self._child.call(asked))
+            else:
+                found, changed = self._scan.read(asked)
+        except (ChildWorkFailed, _NotAScan, OSError):
+            self._quiet = None  # read them all on the next call
+            return
+        made = {record[0]: ProcessInfo(*record) for record in changed}
+        infos, quiet = self._infos, self._quiet
+        assert quiet is not None
+        present = set(found)
+        born = False
+        for pid in asked:
+            if pid not in present:
+                infos.pop(pid, None)
+                quiet.pop(pid, None)
+            elif pid in made:
+                info = made[pid]
+                born = born or pid not in infos
+                infos[pid] = info
+                kept = quiet.get(pid)
+                quiet[pid] = kept if kept is not None and kept == info else dataclasses.replace(info, cpu_ns=None)
+        if born:  # in pid order, as a scan gives them
+            self._infos = dict(sorted(infos.items()))
+            self._quiet = dict(sorted(quiet.items()))
+
+    def _stripped(self, last: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
+        """The table without CPU times, a process's record kept where it did not change."""
+        out = {}
+        for pid, info in self._infos.items():
+            kept = last.get(pid)
+            out[pid] = kept if kept is not None and kept == info else dataclasses.replace(info, cpu_ns=None)
+        return out
 
     def _scan_table(self) -> list[ProcessInfo]:
         if self._child is not None:
