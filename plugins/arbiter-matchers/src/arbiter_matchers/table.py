@@ -262,7 +262,7 @@ def _scan_answer(answer: object) -> tuple[list[int], list[Record]]:
     ):
         raise _NotAScan("it answered something other than a scan")
     pids, changed = answer
-    if not all(type(pid) is int for pid in pids):
+    if not set(map(type, pids)) <= {int}:
         raise _NotAScan("it answered a pid that is not a number")
     for record in changed:
         if not (
