@@ -423,6 +423,12 @@ class Source(_Kind):
         """Read again now rather than at the next poll: the daemon calls it when the tenant's
         ``events:`` source wakes it.  Must not block: a polling source wakes its own thread."""
 
+    def tenant_running(self, running: bool) -> None:
+        """Whether its rule's program runs now: called on the tick for a rule's ``busy:`` probe,
+        on the first tick and whenever that changes.  What a busy probe reads counts only while
+        its program runs, so a polling probe need not poll while it does not (a quiet node
+        then wakes for nothing); once it runs again the probe reads at once.  Must not block."""
+
 
 class Translator(_Kind):
     """Applies decisions to programs.  ``actions`` names what it can do:

@@ -315,7 +315,7 @@ class Observer:
             job_busy=job_busy,
             # a launcher that has exited stays in the table until its parent waits for it: gone
             # all the same (only a launcher: a program's first thread can exit while others run)
-            alive=frozenset(pid for pid, info in by_pid.items() if info.state != EXITED),
+            alive=frozenset({pid for pid, info in by_pid.items() if info.state != EXITED}),
             reader=reader_name,
             reader_why=reader_why,
             table_size=len(table),

@@ -25,11 +25,11 @@ from arbiter.daemon.observe import Observer, TickView, clock_jump_message
 from arbiter.daemon.recorder import Recorder
 from arbiter.daemon.rules import RuleBook
 from arbiter.daemon.snapshot import Published
-from arbiter.daemon.sources import SlotKey
+from arbiter.daemon.sources import BUSY, SlotKey
 from arbiter.engine import codes
 from arbiter.engine.reacquire import next_look
 from arbiter.engine.types import CertView
-from arbiter.plugin import SourceState
+from arbiter.plugin import Source, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.probing import Prober
 from arbiter.state.certificates import Certificate, ExeHasher, fingerprint
@@ -89,6 +89,7 @@ class Ticker:
         self._certs_read_at = -CERTIFICATES_EVERY_S
         self._expired_certs: set[int] = set()  # seen expired: they stay so, whatever the wall clock says
         self._faults = Ongoing()  # plugin faults seen on the tick
+        self._told_running: dict[SlotKey, tuple[Source, bool]] = {}  # what each busy probe was last told
         self._node_state: dict[str, Any] | None = None
         self._node_state_at = 0.0
 
@@ -186,12 +187,20 @@ class Ticker:
                     )
                     continue
                 asked.append((key, len(calls)))
+                ro = view.rules.get(rid) if index == BUSY or type(source).uses_vram else None
+                if index == BUSY:
+                    running = ro is not None and ro.running
+                    told = self._told_running.get(key)
+                    if told is None or told[0] is not source or told[1] != running:
+                        self._told_running[key] = (source, running)
+                        calls.append((f"sources/{block.kind} running", source.tenant_running, (running,)))
                 if type(source).uses_vram:
-                    ro = view.rules.get(rid)
                     held = ro.vram_bytes if ro is not None and ro.running else 0
                     calls.append((f"sources/{block.kind} vram", source.tenant_vram, (held,)))
                 calls.append((f"sources/{block.kind}", source.state, ()))
         results = self.host.call_each(calls)
+        for gone in self._told_running.keys() - wanted.keys():
+            del self._told_running[gone]
         for n, (key, first) in enumerate(asked):
             end = asked[n + 1][1] if n + 1 < len(asked) else len(calls)
             failed = next((r for r in results[first:end] if isinstance(r, PluginFailed)), None)

@@ -14,7 +14,14 @@ import pytest
 from pydantic import ValidationError
 
 from arbiter.plugin import ChildWorker, GpuReading, PluginContext, ProcessInfo, Reader
-from arbiter_readers import CpuTimeReader, DrmFdinfoReader, MacosIoregReader, NvmlReader, arbiter_register_readers
+from arbiter_readers import (
+    CpuTimeReader,
+    DrmFdinfoReader,
+    MacosIoregReader,
+    NvmlReader,
+    arbiter_register_readers,
+    cpu_time,
+)
 from arbiter_readers.cpu_time import NOT_ALLOWED
 from arbiter_testing.waiting import wait_until
 
@@ -154,8 +161,9 @@ def test_a_kept_descriptor_reads_nothing_once_its_process_is_gone_and_the_limit_
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
 def test_the_reads_run_in_a_child_and_an_unchanged_process_is_the_same_object(
-    tmp_path: Path, busy: int, idle: int
+    tmp_path: Path, busy: int, idle: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(cpu_time, "READ_HERE_MOST", 0)  # as a reading of many processes is
     r = reader(tmp_path)
     asleep(idle)  # from now on its CPU time stays as it is
     try:
@@ -174,7 +182,10 @@ def test_the_reads_run_in_a_child_and_an_unchanged_process_is_the_same_object(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
-def test_a_child_that_dies_or_answers_garbage_costs_no_reading(tmp_path: Path, idle: int) -> None:
+def test_a_child_that_dies_or_answers_garbage_costs_no_reading(
+    tmp_path: Path, idle: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_time, "READ_HERE_MOST", 0)  # as a reading of many processes is
     r = reader(tmp_path)
     try:
         r.read([idle])
@@ -196,6 +207,17 @@ def test_a_child_that_dies_or_answers_garbage_costs_no_reading(tmp_path: Path, i
         reading = r.read([idle])
         assert reading.readable and set(reading.processes) == {idle}
         assert "something other than busy times" in r._child.failure and r._child.pid is None
+    finally:
+        r.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
+def test_a_reading_of_a_few_processes_is_read_here_without_a_child(tmp_path: Path, idle: int) -> None:
+    r = reader(tmp_path)
+    try:
+        reading = r.read([idle])
+        assert reading.readable and set(reading.processes) == {idle}
+        assert r._child is not None and r._child.pid is None  # none was started for it
     finally:
         r.close()
 

@@ -250,3 +250,25 @@ def test_close_stops_the_thread_promptly(tmp_path: Path) -> None:
             for t in threading.enumerate()
             if server.url in t.name
         )
+
+
+def test_a_probe_whose_program_does_not_run_is_not_read_until_it_runs_again(tmp_path: Path) -> None:
+    with RecordingServer(answer={"q": [1]}) as server:
+        quiet = source(tmp_path, url=f"{server.url}/quiet", count_keys=["q"], every_s=0.02)
+        clock = source(tmp_path, url=f"{server.url}/clock", count_keys=["q"], every_s=0.02)
+        try:
+            quiet.start(lambda state: None)
+            clock.start(lambda state: None)
+            wait_until(lambda: quiet.state().busy is True, 10, "the first answer")
+            quiet.tenant_running(False)
+            state = quiet.state()
+            assert not state.readable and state.busy is None and "not read while its program does not run" in state.why
+            stopped_at = quiet.probes
+            # the other probe, at the same pace, is the clock: fifty reads of it and none of this one
+            wait_until(lambda: clock.probes >= 50 + stopped_at, 30, "fifty reads of the other probe")
+            assert quiet.probes <= stopped_at + 1  # one read already under way may still land
+            quiet.tenant_running(True)
+            wait_until(lambda: quiet.state().busy is True, 10, "a read once its program runs again")
+        finally:
+            quiet.close()
+            clock.close()

@@ -27,8 +27,10 @@ def arbiter_register_matchers(register: Callable[[str, type], None]) -> None:
 def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo]:
     # the memo spares re-reading /proc/PID/status and the exe link of processes that did
     # not change (with a thousand processes that is half of the scan's cost); its child
-    # scans outside the daemon's interpreter, where the fast path does not wait for it
+    # scans outside the daemon's interpreter, where the fast path does not wait for it; and
+    # where the kernel's process events can be had, a tick on which they announce nothing
+    # reads nothing
     memo = scratch.get(SCRATCH_KEY)
     if not isinstance(memo, TableMemo):
-        memo = scratch[SCRATCH_KEY] = TableMemo(in_child=True)
+        memo = scratch[SCRATCH_KEY] = TableMemo(in_child=True, events=True)
     return process_table(memo)

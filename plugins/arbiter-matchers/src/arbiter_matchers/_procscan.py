@@ -101,9 +101,36 @@ class ProcScan:
                     os.close(fds.pop(entry))
         return sorted(int(entry) for entry in fresh), changed
 
-    def __call__(self, request: None = None) -> tuple[list[int], list[Record]]:
-        """A child worker's request: one scan."""
-        return self.scan()
+    def read(self, pids: list[int]) -> tuple[list[int], list[Record]]:
+        """Only these processes: (those of them that exist, ascending; the records of those
+        new or changed since they were last read).  What the kernel's process events name is
+        read so; every other process is as the last read left it.  Raises OSError when
+        ``/proc`` is unusable."""
+        seen = self._seen
+        self._scans += 1
+        boot_time = _boot_time()
+        ticks = os.sysconf("SC_CLK_TCK")
+        usernames: dict[int, str] = {}
+        found: list[int] = []
+        changed: list[Record] = []
+        for pid in sorted(set(pids)):
+            entry = str(pid)
+            before = seen.pop(entry, None)
+            now = self._read(entry, before, boot_time, ticks, usernames)
+            if now is None:
+                for fds in (self._stat_fds, self._cmdline_fds):
+                    if entry in fds:
+                        os.close(fds.pop(entry))
+                continue
+            seen[entry] = now
+            found.append(pid)
+            if before is None or now.record is not before.record:
+                changed.append(now.record)
+        return found, changed
+
+    def __call__(self, request: list[int] | None = None) -> tuple[list[int], list[Record]]:
+        """A child worker's request: one scan, or a read of the pids it names."""
+        return self.scan() if request is None else self.read(request)
 
     def close(self) -> None:
         _close_all(self._stat_fds)

@@ -13,14 +13,17 @@ wait for it.  The child sends what changed; the daemon builds only that.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
+import time
 
 import psutil
 
 from arbiter.plugin import EXITED, ChildWorker, ChildWorkFailed, ProcessInfo, open_file_share
 from arbiter_matchers import _procscan
+from arbiter_matchers._procevents import ProcEvents
 from arbiter_matchers._procscan import RECORD_TYPES, ProcScan, Record, _username
 
 _PSUTIL_ATTRS = ["pid", "ppid", "name", "exe", "cmdline", "uids", "username", "create_time", "status"]
@@ -55,6 +58,12 @@ CHILD_TIMEOUT_S = 3.0
 #: another child is started
 CHILD_RETRY_S = 60.0
 
+#: with the kernel's process events, the table is read when they announce a change, and at
+#: least this often whatever they say: what no event carries (a program rewriting its command
+#: line in place) is seen then, and a scan that finds a process no event announced stops
+#: trusting them
+FULL_SCAN_S = 10.0
+
 
 class TableMemo:
     """The table between scans: a process that did not change is the very same
@@ -65,9 +74,16 @@ class TableMemo:
     With ``in_child``, the scans run in a child worker and this process only builds what
     changed.  A child that exits, hangs, raises or answers what no scan gives is killed
     (``child_failure`` says why); the table is then read here, and another child is tried
-    after :data:`CHILD_RETRY_S`."""
+    after :data:`CHILD_RETRY_S`.
 
-    def __init__(self, *, in_child: bool = False) -> None:
+    With ``events``, the kernel's process events (:mod:`~arbiter_matchers._procevents`) say
+    whether anything can have changed: while nothing did, the table is the last one, unread,
+    for up to :data:`FULL_SCAN_S`.  Its CPU times are not read then, so it gives none
+    (``cpu_ns`` is None, and a reader reads them itself for the processes it is asked about).
+    Where the events cannot be had, fail, or miss a process, the table is read on every call
+    (``events_why`` says why)."""
+
+    def __init__(self, *, in_child: bool = False, events: bool = False) -> None:
         self._lock = threading.Lock()
         self._keep = open_file_share(4, 4096)
         self._scan = ProcScan(self._keep)
@@ -78,6 +94,21 @@ class TableMemo:
         )
         self._from_child = False  # whether the last table came from the child's scan
         self._infos: dict[int, ProcessInfo] = {}
+        self._events: ProcEvents | None = None
+        self.events_why = "" if events else "not asked for"
+        if events:
+            try:
+                self._events = ProcEvents()
+            except OSError as exc:
+                self.events_why = f"the kernel's process events cannot be had: {exc.strerror or exc}"
+        self._scanned_at = -FULL_SCAN_S  # monotonic time of the last scan
+        self._quiet: dict[int, ProcessInfo] | None = None  # the table without CPU times, by pid
+        self._count = -1  # the machine's process count when it was last read
+
+    @property
+    def events_in_use(self) -> bool:
+        """Whether the kernel's process events spare scans now."""
+        return self._events is not None and not self._events.broken
 
     @property
     def child_pid(self) -> int | None:
@@ -91,25 +122,112 @@ class TableMemo:
 
     def table(self) -> list[ProcessInfo]:
         with self._lock:
-            if self._child is not None:
-                try:
-                    table = self._apply(*_scan_answer(self._child.call(None)))
-                    self._from_child = True
-                    return table
-                except ChildWorkFailed:
-                    pass  # read here; the worker keeps why, and starts a new child later
-                except _NotAScan as exc:
-                    self._child.give_up(str(exc))
-            if self._from_child:
-                # its own last scan is older than the child's: start it afresh
-                self._scan.close()
-                self._scan = ProcScan(self._keep)
-                self._from_child = False
-            return self._apply(*self._scan.scan())
+            events = self._events
+            if events is None or events.broken:
+                return self._scan_table()
+            if self._quiet is None or time.monotonic() - self._scanned_at >= FULL_SCAN_S:
+                return self._full(events, verify=self._quiet is not None)
+            count = _process_count()
+            touched = events.changes()
+            if touched is None:
+                return self._full(events, verify=False)  # events lost, or the source failed
+            if not touched and count != self._count:
+                return self._full(events, verify=False)  # a birth or death no event told (a zombie reaped)
+            self._count = count
+            if touched:
+                self._read_some(touched)
+            return list(self._quiet.values())
+
+    def _full(self, events: ProcEvents, *, verify: bool) -> list[ProcessInfo]:
+        """Every process read; with ``verify``, one the events should have kept up to date
+        that differs in who is there stops trusting them."""
+        before = self._infos
+        self._count = _process_count()
+        early = events.changes()  # what the scan reads needs no event; told, it is no miss
+        table = self._scan_table()
+        late = events.changes()
+        if late is not None and early is not None and verify:
+            told = early | late
+            missed = [p for p in self._infos if p not in before and p not in told]
+            # a zombie reaped is the one departure no event announces
+            missed += [
+                p for p, info in before.items() if p not in self._infos and p not in told and info.state != EXITED
+            ]
+            if missed:
+                events.fail(f"a scan found processes {sorted(missed)[:5]} born or gone that no event announced")
+        if events.broken:
+            self.events_why = f"the kernel's process events failed: {events.broken}"
+            return table
+        self._scanned_at = time.monotonic()
+        self._quiet = self._stripped(self._quiet or {})
+        if late is None:
+            self._quiet = None  # lost while it read: read all again next time
+        elif late:
+            self._read_some(late)
+        return table if self._quiet is None else list(self._quiet.values())
+
+    def _read_some(self, pids: set[int]) -> None:
+        """Read again the processes the events name, and the children of any that exited
+        (the kernel gives them another parent)."""
+        pids = pids | {pid for pid, info in self._infos.items() if info.ppid in pids}
+        asked = sorted(pids)
+        try:
+            if self._child is not None and self._from_child:
+                found, changed = _scan_answer(self._child.call(asked))
+            else:
+                found, changed = self._scan.read(asked)
+        except (ChildWorkFailed, _NotAScan, OSError):
+            self._quiet = None  # read them all on the next call
+            return
+        made = {record[0]: ProcessInfo(*record) for record in changed}
+        infos, quiet = self._infos, self._quiet
+        assert quiet is not None
+        present = set(found)
+        born = False
+        for pid in asked:
+            if pid not in present:
+                infos.pop(pid, None)
+                quiet.pop(pid, None)
+            elif pid in made:
+                info = made[pid]
+                born = born or pid not in infos
+                infos[pid] = info
+                kept = quiet.get(pid)
+                quiet[pid] = kept if kept is not None and kept == info else dataclasses.replace(info, cpu_ns=None)
+        if born:  # in pid order, as a scan gives them
+            self._infos = dict(sorted(infos.items()))
+            self._quiet = dict(sorted(quiet.items()))
+
+    def _stripped(self, last: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
+        """The table without CPU times, a process's record kept where it did not change."""
+        out = {}
+        for pid, info in self._infos.items():
+            kept = last.get(pid)
+            out[pid] = kept if kept is not None and kept == info else dataclasses.replace(info, cpu_ns=None)
+        return out
+
+    def _scan_table(self) -> list[ProcessInfo]:
+        if self._child is not None:
+            try:
+                table = self._apply(*_scan_answer(self._child.call(None)))
+                self._from_child = True
+                return table
+            except ChildWorkFailed:
+                pass  # read here; the worker keeps why, and starts a new child later
+            except _NotAScan as exc:
+                self._child.give_up(str(exc))
+        if self._from_child:
+            # its own last scan is older than the child's: start it afresh
+            self._scan.close()
+            self._scan = ProcScan(self._keep)
+            self._from_child = False
+        return self._apply(*self._scan.scan())
 
     def close(self) -> None:
         """End the scanner child, if one runs, and close what the scans keep open."""
         with self._lock:
+            if self._events is not None:
+                self._events.close()
             if self._child is not None:
                 self._child.close()
             self._scan.close()
@@ -125,6 +243,15 @@ class TableMemo:
         return list(infos.values())
 
 
+def _process_count() -> int:
+    """How many processes the machine has: the kernel gives ``/proc`` a link for each (and a
+    few of its own); -1 where that cannot be read."""
+    try:
+        return os.stat(_PROC).st_nlink
+    except OSError:
+        return -1
+
+
 class _NotAScan(Exception):
     """The child answered what no scan gives."""
 
@@ -135,7 +262,7 @@ def _scan_answer(answer: object) -> tuple[list[int], list[Record]]:
     ):
         raise _NotAScan("it answered something other than a scan")
     pids, changed = answer
-    if not all(type(pid) is int for pid in pids):
+    if not set(map(type, pids)) <= {int}:
         raise _NotAScan("it answered a pid that is not a number")
     for record in changed:
         if not (

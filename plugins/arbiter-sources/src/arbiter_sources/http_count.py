@@ -200,8 +200,9 @@ class Corroborator:
 
 
 class HttpProbe(Source):
-    """Reads the URL every ``every_s`` (and at once on ``refresh()``) on its own thread; a
-    subclass says what an answer claims (:meth:`parse`)."""
+    """Reads the URL every ``every_s`` (and at once on ``refresh()``) on its own thread while
+    its program runs (not at all while the tick says it does not); a subclass says what an
+    answer claims (:meth:`parse`)."""
 
     Options: ClassVar[type[HttpProbeOptions]] = HttpProbeOptions
     uses_vram = True
@@ -224,6 +225,7 @@ class HttpProbe(Source):
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_change: Callable[[SourceState], None] | None = None
+        self._running = True  # whether its program runs: until the tick says otherwise, probe
         self.probes = 0  # answers and failures so far (tests and the bench wait on it)
 
     def start(self, on_change: Callable[[SourceState], None]) -> None:
@@ -239,6 +241,25 @@ class HttpProbe(Source):
 
     def refresh(self) -> None:
         self._wake.set()
+
+    def tenant_running(self, running: bool) -> None:
+        with self._lock:
+            if running == self._running:
+                return
+            self._running = running
+            if not running:
+                # what it last read was the program's that ended: unknown (busy) until read again
+                self._answer = None
+                self._set(
+                    SourceState(
+                        readable=False,
+                        busy=None,
+                        models=self._models,
+                        why=f"{self.options.url} is not read while its program does not run",
+                        changed_at=self._clock(),
+                    )
+                )
+        self._wake.set()  # a program that runs again is read at once; one that stopped, no more
 
     def tenant_vram(self, held_bytes: int | None) -> None:
         with self._lock:
@@ -267,8 +288,11 @@ class HttpProbe(Source):
         # trust_env off: a tenant on this host is never reached through a proxy from the environment
         with httpx.Client(timeout=self.options.timeout_s, headers=headers, trust_env=False) as client:
             while not self._stop.is_set():
-                self.probe_once(client)
-                self._wake.wait(self.options.every_s)
+                running = self._running
+                if running:
+                    self.probe_once(client)
+                # while its program does not run it sleeps until told it does (or to stop)
+                self._wake.wait(self.options.every_s if running else None)
                 self._wake.clear()  # a wake-up during the probe above is kept for the next wait
 
     def probe_once(self, client: httpx.Client) -> SourceState:
@@ -276,6 +300,8 @@ class HttpProbe(Source):
         answer, why = self._fetch(client)
         with self._lock:
             self.probes += 1
+            if not self._running:
+                return self._state  # its program stopped while this read was under way
             if answer is None:
                 self._answer = None
                 state = SourceState(readable=False, busy=None, models=self._models, why=why, changed_at=self._clock())

@@ -1,0 +1,151 @@
+"""The kernel's process events (Linux's process-events connector), to learn which processes
+of the table can have changed since it was last read.
+
+A netlink socket subscribed to ``CN_IDX_PROC`` receives a message for every fork, exec,
+change of uid, gid or name, and exit on the machine.  Nothing reads it between two reads of
+the table: the messages wait in the socket, and :meth:`ProcEvents.changes` drains them when the
+table is asked for, so that a quiet machine costs no wake-up at all.  Where the socket's
+buffer overflowed, the kernel says so (``ENOBUFS``) and the table is read.
+
+It needs ``CAP_NET_ADMIN`` (the kernel ignores a subscription without it, silently) and the
+machine's own pid namespace (the connector speaks in its pids): where either is missing it is
+not opened, and the table is read on every call, as without it.  What else would leave it
+deaf (a network namespace of its own) the caller's periodic full read finds out: a process
+born or gone that no event announced.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+
+NETLINK_CONNECTOR = 11
+CN_IDX_PROC = 1
+CN_VAL_PROC = 1
+PROC_CN_MCAST_LISTEN = 1
+NLMSG_DONE = 3
+SO_RCVBUFFORCE = 33
+CAP_NET_ADMIN = 12
+PROC_PID_INIT_INO = 0xEFFFFFFC  # the machine's own pid namespace (the kernel's fixed number for it)
+
+PROC_EVENT_FORK = 0x1
+PROC_EVENT_EXEC = 0x2
+PROC_EVENT_UID = 0x4
+PROC_EVENT_GID = 0x40
+PROC_EVENT_COMM = 0x200
+PROC_EVENT_EXIT = 0x80000000
+#: what changes a record of the table (a new program, owner or name) besides birth and death
+_CHANGES = PROC_EVENT_EXEC | PROC_EVENT_UID | PROC_EVENT_GID | PROC_EVENT_COMM
+
+_NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
+_CN_MSG = struct.Struct("=IIIIHH")  # idx, val, seq, ack, len, flags
+_EVENT = struct.Struct("=IIQ")  # what, cpu, timestamp_ns
+_PIDS = struct.Struct("=IIII")  # the first four words of the event's data
+_HEADERS = _NLMSGHDR.size + _CN_MSG.size
+RCVBUF_BYTES = 4 << 20
+
+
+def unusable() -> str:
+    """Why the connector cannot serve here ("" when it can)."""
+    try:
+        with open("/proc/self/status") as fh:
+            caps = next((line.split()[1] for line in fh if line.startswith("CapEff:")), "0")
+        if not int(caps, 16) >> CAP_NET_ADMIN & 1:
+            return "it needs CAP_NET_ADMIN, which this process does not have"
+        if os.readlink("/proc/self/ns/pid") != f"pid:[{PROC_PID_INIT_INO}]":
+            return "this process runs in a pid namespace of its own: the connector speaks in the machine's pids"
+    except (OSError, ValueError, StopIteration) as exc:
+        return f"cannot tell whether it may listen: {exc}"
+    return ""
+
+
+class ProcEvents:
+    """A subscription to the process-events connector.  Raises OSError where it cannot be
+    opened (see :func:`unusable`).  Not thread-safe: one caller at a time."""
+
+    def __init__(self) -> None:
+        why = unusable()
+        if why:
+            raise OSError(errno.EPERM, why)
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
+        try:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+            sock.bind((0, CN_IDX_PROC))
+            op = struct.pack("=I", PROC_CN_MCAST_LISTEN)
+            body = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(op), 0) + op
+            sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), NLMSG_DONE, 0, 0, 0) + body)
+        except OSError:
+            sock.close()
+            raise
+        self._sock: socket.socket | None = sock
+        self._born: set[int] = set()  # processes forked since the last call, alive then
+        self.broken = ""  # why it no longer serves ("" while it does)
+
+    def changes(self) -> set[int] | None:
+        """The processes to read again since the last call: those born that still live, and
+        those that existed and exited, exec'd or changed owner or name (a process born and
+        gone between two calls is none of them); None when events were lost or the socket
+        failed (:attr:`broken` then says why): every process is to be read."""
+        sock = self._sock
+        if sock is None:
+            return None
+        born, touched = self._born, set[int]()
+        lost = False
+        while True:
+            try:
+                data = sock.recv(65536, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:
+                    lost = True  # messages were dropped: read them all, and go on listening
+                    continue
+                self.fail(f"reading its socket failed: {exc}")
+                return None
+            if not data:
+                self.fail("its socket was closed")
+                return None
+            _take(data, born, touched)
+        touched |= born
+        born.clear()
+        return None if lost else touched
+
+    def fail(self, why: str) -> None:
+        """Stop serving (the table is read on every call from now on), saying why."""
+        self.broken = self.broken or why
+        self.close()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+def _take(data: bytes, born: set[int], touched: set[int]) -> None:
+    """Take one datagram's events: a process forked into ``born``, one that was there before
+    and exited or changed into ``touched``; one born and gone is in neither."""
+    at = 0
+    while at + _HEADERS + _EVENT.size + _PIDS.size <= len(data):
+        length = _NLMSGHDR.unpack_from(data, at)[0]
+        what = _EVENT.unpack_from(data, at + _HEADERS)[0]
+        a, b, c, d = _PIDS.unpack_from(data, at + _HEADERS + _EVENT.size)
+        if what == PROC_EVENT_FORK:
+            if c == d:  # a new process, not a thread
+                born.add(c)
+        elif what == PROC_EVENT_EXIT:
+            if a == b:
+                if a in born:
+                    born.discard(a)
+                    touched.discard(a)
+                else:
+                    touched.add(a)
+        elif what & _CHANGES and a == b and a not in born:
+            touched.add(a)
+        if length < _NLMSGHDR.size:
+            break
+        at += (length + 3) & ~3

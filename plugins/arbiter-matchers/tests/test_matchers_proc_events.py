@@ -1,0 +1,178 @@
+"""The process table read only when the kernel's process events say it can have changed:
+what the events announce, a table read at once after a change, the last table (without CPU
+times) while nothing changed, and the scan on every read once the event source dies or goes
+deaf, so that a new program is in the very next table either way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from arbiter.plugin import ProcessInfo
+from arbiter_matchers import _procevents, table
+from arbiter_matchers._procevents import (
+    PROC_EVENT_COMM,
+    PROC_EVENT_EXEC,
+    PROC_EVENT_EXIT,
+    PROC_EVENT_FORK,
+    ProcEvents,
+    _take,
+)
+from arbiter_matchers.table import TableMemo
+from arbiter_testing.waiting import wait_until
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the connector is Linux's")
+
+
+def event(what: int, a: int, b: int, c: int = 0, d: int = 0) -> bytes:
+    """One connector message as the kernel sends it: netlink header, connector header, event."""
+    body = struct.pack("=IIQ", what, 0, 0) + struct.pack("=IIII", a, b, c, d) + bytes(8)
+    cn = struct.pack("=IIIIHH", 1, 1, 0, 0, len(body), 0) + body
+    return struct.pack("=IHHII", 16 + len(cn), 3, 0, 0, 0) + cn
+
+
+def test_what_the_events_announce() -> None:
+    born: set[int] = set()
+    touched: set[int] = set()
+    # a process born and gone between two reads is none to read; a thread is no process
+    _take(event(PROC_EVENT_FORK, 1, 1, 500, 500), born, touched)
+    _take(event(PROC_EVENT_EXEC, 500, 500), born, touched)
+    assert born == {500} and touched == set()
+    _take(event(PROC_EVENT_EXIT, 500, 500), born, touched)
+    _take(event(PROC_EVENT_FORK, 7, 7, 501, 7), born, touched)
+    _take(event(PROC_EVENT_EXIT, 501, 7), born, touched)
+    assert born == set() and touched == set()
+    # one that was there and exits, execs or takes another name is to be read again
+    _take(event(PROC_EVENT_EXIT, 42, 42), born, touched)
+    _take(event(PROC_EVENT_EXEC, 43, 43), born, touched)
+    _take(event(PROC_EVENT_COMM, 44, 44), born, touched)
+    _take(event(PROC_EVENT_COMM, 45, 44), born, touched)  # a thread's name is no process's
+    assert touched == {42, 43, 44}
+
+
+@pytest.fixture
+def memo() -> Iterator[TableMemo]:
+    memo = TableMemo(in_child=True, events=True)
+    if not memo.events_in_use:
+        memo.close()
+        pytest.skip(f"no process events here: {memo.events_why}")
+    try:
+        yield memo
+    finally:
+        memo.close()
+
+
+def pids(rows: list[ProcessInfo]) -> set[int]:
+    return {p.pid for p in rows}
+
+
+def test_a_new_program_and_its_end_are_in_the_next_table(memo: TableMemo) -> None:
+    memo.table()
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        assert child.pid in pids(memo.table())
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in pids(memo.table())
+    assert memo.events_in_use
+
+
+def test_while_nothing_changes_nothing_is_read_and_what_an_event_names_is_read_alone(
+    memo: TableMemo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a read that nothing changed during (on a busy machine, one of the next few)
+    def quiet_read() -> list[ProcessInfo] | None:
+        rows = memo.table()
+        return rows if memo._quiet is not None else None
+
+    first = wait_until(quiet_read, 30, "a quiet read")
+    assert memo._events is not None
+    told: set[int] = set()
+    monkeypatch.setattr(memo._events, "changes", lambda: set(told))  # a machine where nothing happens
+    monkeypatch.setattr(table, "_process_count", lambda: memo._count)
+    scans: list[int] = []
+    real = memo._scan_table
+
+    def counted() -> list[ProcessInfo]:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(memo, "_scan_table", counted)
+    quiet = memo.table()
+    assert not scans and pids(quiet) == pids(first)
+    assert all(p.cpu_ns is None for p in quiet)  # a reader reads the CPU times it needs itself
+    assert memo.table()[0] is quiet[0]  # the same records: matchers keep their verdicts
+    # what an event names is read again, alone
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        told.add(child.pid)
+        assert child.pid in pids(memo.table())
+        told.clear()
+        os.kill(child.pid, signal.SIGSTOP)
+        told.add(child.pid)  # (no event says so: as one for it would)
+        wait_until(lambda: next(p for p in memo.table() if p.pid == child.pid).state == "T", 10, "it read stopped")
+        assert not scans
+    finally:
+        child.kill()
+        child.wait()
+    told.clear()
+    monkeypatch.setattr(memo, "_scanned_at", memo._scanned_at - table.FULL_SCAN_S)
+    memo.table()
+    assert scans == [1]  # and all are read again at least every FULL_SCAN_S
+
+
+def test_with_its_event_source_killed_a_new_program_is_in_the_next_table(memo: TableMemo) -> None:
+    memo.table()
+    assert memo._events is not None and memo._events._sock is not None
+    memo._events._sock.close()  # the source dies under it
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        assert child.pid in pids(memo.table())
+        assert not memo.events_in_use and "failed" in memo.events_why
+        again = subprocess.Popen(["sleep", "601"])
+        try:
+            assert again.pid in pids(memo.table())  # from then on every read scans
+        finally:
+            again.kill()
+            again.wait()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_with_its_event_source_deaf_a_new_program_is_in_the_next_table(memo: TableMemo) -> None:
+    memo.table()
+    assert memo._events is not None and memo._events._sock is not None
+    memo._events._sock.close()
+    # a socket that hears nothing, as one in a network namespace the connector does not speak in
+    memo._events._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _procevents.NETLINK_CONNECTOR)
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        assert child.pid in pids(memo.table())  # the machine's process count moved
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_where_it_cannot_listen_it_says_why_and_scans() -> None:
+    if not _procevents.unusable():
+        pytest.skip("this process may listen")
+    memo = TableMemo(events=True)
+    try:
+        assert not memo.events_in_use and "cannot be had" in memo.events_why
+    finally:
+        memo.close()
+
+
+def test_it_cannot_open_without_the_right_to_listen(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_procevents, "unusable", lambda: "it needs CAP_NET_ADMIN")
+    with pytest.raises(OSError, match="CAP_NET_ADMIN"):
+        ProcEvents()
