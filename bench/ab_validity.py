@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
@@ -48,7 +49,11 @@ from arbiter.engine import abstats
 
 RATIOS = (1.00, 0.99, 0.98, 0.97)
 SDS = (0.01, 0.02, 0.05)
-NOISES = ("gaussian", "t3", "ar1-0.3", "ar1-0.5", "ar1-0.7", "trend", "order")
+STATIONARY = ("gaussian", "t3", "ar1-0.3", "ar1-0.5", "ar1-0.7", "trend", "order")
+#: the effect itself moves: a random walk (steps of that share of the block SD), a level shift,
+#: a slow sinusoid; each starts at the cell's R
+MOVING = ("walk-0.1", "walk-0.25", "walk-0.5", "shift", "sine")
+NOISES = STATIONARY + MOVING
 INDEPENDENT = ("gaussian", "t3", "order")
 MARGIN = 0.02
 PILOT_BLOCKS = 4
@@ -58,6 +63,12 @@ WASHOUT_S = 60.0
 MAX_HOURS = 8.0
 #: the trend model: d moves by this many SDs over the planned blocks
 TREND_SDS = 2.0
+#: the level shift: the effect is R · e^SHIFT until a block drawn from SHIFT_BLOCKS, R · e^−SHIFT after
+SHIFT = 0.02
+SHIFT_BLOCKS = (8, 24)
+#: the sinusoid: R · e^(SINE · sin(2π block / SINE_PERIOD + a random phase))
+SINE = 0.02
+SINE_PERIOD = 48
 COVERAGE_GOAL = (0.88, 0.92)
 COVERAGE_FLOOR = 0.85
 FALSE_CERT_GOAL = 0.05
@@ -69,8 +80,9 @@ VERDICTS: tuple[abstats.Verdict, ...] = (
     "slowdown smaller than the margin",
     "slowdown",
     "inconclusive",
+    "the effect changed",
 )
-NO_SLOWDOWN, SMALLER, SLOWDOWN, INCONCLUSIVE = range(4)
+NO_SLOWDOWN, SMALLER, SLOWDOWN, INCONCLUSIVE, CHANGED = range(5)
 REFUSED = -1
 
 _TWO_SIDED = 1 - (1 - abstats.CONFIDENCE) / 2
@@ -100,14 +112,28 @@ def generate_d(
     blocks: int,
     rng: np.random.Generator,
     planned_blocks: int = PLANNED_BLOCKS,
-) -> tuple[np.ndarray, np.ndarray, float]:
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """d (replicates × blocks) around ln r with SD ``sd`` under ``noise``, each block's order (True:
-    ON first) and the trend's slope per block (0 but for ``trend``: :func:`run_procedure` centres
-    it on each run's analysed blocks).  The order is drawn for every model, as the harness always
-    randomises it."""
+    ON first), the trend's slope per block (0 but for ``trend``: :func:`run_procedure` centres
+    it on each run's analysed blocks) and the true ln R of each block (the effect; it moves under
+    :data:`MOVING`).  The order is drawn for every model, as the harness always randomises it."""
     shape = (replicates, blocks)
     on_first = rng.random(shape) < 0.5
     slope = 0.0
+    path = np.full(shape, math.log(r))
+    if noise in MOVING:
+        eps = sd * rng.standard_normal(shape)
+        if noise.startswith("walk-"):
+            steps = float(noise.removeprefix("walk-")) * sd * rng.standard_normal(shape)
+            steps[:, 0] = 0.0
+            path += np.cumsum(steps, axis=1)
+        elif noise == "shift":
+            at = rng.integers(SHIFT_BLOCKS[0], SHIFT_BLOCKS[1] + 1, size=replicates)[:, None]
+            path += np.where(np.arange(blocks)[None, :] < at, SHIFT, -SHIFT)
+        else:
+            phase = rng.uniform(0, 2 * math.pi, size=replicates)[:, None]
+            path += SINE * np.sin(2 * math.pi * np.arange(blocks)[None, :] / SINE_PERIOD + phase)
+        return path + eps, on_first, slope, path
     if noise in ("gaussian", "trend"):
         eps = sd * rng.standard_normal(shape)
         if noise == "trend":
@@ -127,7 +153,7 @@ def generate_d(
         eps = sd * rng.standard_normal(shape) + np.where(on_first, sd / 2, -sd / 2)
     else:
         raise ValueError(f"unknown noise model {noise!r}; known: {', '.join(NOISES)}")
-    return math.log(r) + eps, on_first, slope
+    return math.log(r) + eps, on_first, slope, path
 
 
 def _row_mean_sd(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -197,10 +223,22 @@ def variance_factor(phi: np.ndarray, m: int) -> np.ndarray:
     return factor
 
 
-def analyse_fixed(d: np.ndarray, margin: float, pilot: int = 0, *, robust: bool = True) -> dict[str, np.ndarray]:
+def change_statistic(d: np.ndarray) -> np.ndarray:
+    """``abstats.change_statistic`` for each row of d (every block, the pilot's included)."""
+    n = d.shape[1]
+    mean, sd = _row_mean_sd(d)
+    partial = np.abs(np.cumsum(d - mean[:, None], axis=1)[:, :-1]).max(axis=1)
+    scale = sd * np.sqrt(n * variance_factor(drift_phi(d), n))
+    return np.where(sd > 0, partial / np.where(sd > 0, scale, 1.0), 0.0)
+
+
+def analyse_fixed(
+    d: np.ndarray, margin: float, pilot: int = 0, *, robust: bool = True, change_test: bool = True
+) -> dict[str, np.ndarray]:
     """``abstats.analyse`` for each row of d (all rows the same number of blocks, the first
     ``pilot`` of them left out of R): R, the 90 % interval and the verdict code.  ``robust``
-    False: the paired t-interval instead, the procedure without its drift allowance."""
+    False: the paired t-interval instead, the procedure without its drift allowance;
+    ``change_test`` False: without withholding a certificate when the effect changed."""
     m = d.shape[1] - pilot
     if m < 2:
         raise ValueError("an interval needs at least 2 blocks after the pilot")
@@ -218,6 +256,8 @@ def analyse_fixed(d: np.ndarray, margin: float, pilot: int = 0, *, robust: bool 
     verdict[(high < 1) & (r < floor)] = SLOWDOWN
     certifies = low >= floor  # abstats tests this first, so it overrides a slowdown
     verdict[certifies] = np.where(high[certifies] < 1, SMALLER, NO_SLOWDOWN)
+    if change_test and d.shape[1] >= 4:
+        verdict[certifies & (change_statistic(d) > abstats.CHANGE_CRITICAL)] = CHANGED
     return {"r": r, "low": low, "high": high, "verdict": verdict}
 
 
@@ -277,15 +317,39 @@ def run_procedure(
     return {"n": n, "blocks": used, "verdict": verdict, "r": r, "low": low, "high": high}
 
 
-def summarise(runs: dict[str, np.ndarray], true_r: float) -> dict[str, float]:
+def summarise(
+    runs: dict[str, np.ndarray],
+    true_r: float,
+    path: np.ndarray | None = None,
+    margin: float = MARGIN,
+    pilot_blocks: int = PILOT_BLOCKS,
+) -> dict[str, float]:
+    """A cell's figures.  ``path``: the effect moves (ln R per block), so a run's true R is its
+    mean over the analysed blocks, and a certificate is false when the effect over the second
+    half of them, the latest it vouches for, was at or below 1 − margin on average (a shift in the
+    last block or two no test could see)."""
     verdict = runs["verdict"]
     ran = verdict != REFUSED
-    covered = (runs["low"][ran] <= true_r) & (true_r <= runs["high"][ran])
+    certified = np.isin(verdict, (NO_SLOWDOWN, SMALLER))
+    truth = np.full(verdict.shape, true_r)
+    false_cert = math.nan
+    if path is not None:
+        blocks = runs["blocks"]
+        sums = np.concatenate([np.zeros((path.shape[0], 1)), np.cumsum(path, axis=1)], axis=1)
+        rows = np.arange(path.shape[0])
+        span = np.maximum(blocks - pilot_blocks, 1)
+        truth = np.exp((sums[rows, blocks] - sums[rows, np.minimum(pilot_blocks, blocks)]) / span)
+        half = np.minimum(pilot_blocks, blocks) + span // 2
+        ended = (sums[rows, blocks] - sums[rows, half]) / np.maximum(blocks - half, 1)
+        false_cert = float((certified & (ended <= math.log(1 - margin) + 1e-12)).mean())
+    covered = (runs["low"][ran] <= truth[ran]) & (truth[ran] <= runs["high"][ran])
     return {
+        "p_false": false_cert,
+        "p_withheld": float((verdict == CHANGED).mean()),
         # conditional on not being refused: a refused run states no interval
         "coverage": float(covered.mean()) if ran.any() else math.nan,
         "completed": int(ran.sum()),
-        "p_certify": float(np.isin(verdict, (NO_SLOWDOWN, SMALLER)).mean()),
+        "p_certify": float(certified.mean()),
         "p_slowdown": float((verdict == SLOWDOWN).mean()),
         "p_inconclusive": float((verdict == INCONCLUSIVE).mean()),
         "p_refused": float((~ran).mean()),
@@ -310,7 +374,7 @@ def simulate(
 ) -> dict[str, Any]:
     """One cell: ``replicates`` whole runs at true R ``r``, SD of d ``sd``, under ``noise``."""
     blocks = max(pilot_blocks, most_blocks(planned_blocks, window_s, washout_s, max_hours))
-    d, _, slope = generate_d(noise, r, sd, replicates, blocks, rng, planned_blocks)
+    d, _, slope, path = generate_d(noise, r, sd, replicates, blocks, rng, planned_blocks)
     runs = run_procedure(
         d,
         margin,
@@ -321,32 +385,52 @@ def simulate(
         max_hours=max_hours,
         slope=slope,
     )
-    return {"r": r, "sd": sd, "noise": noise, "replicates": replicates, **summarise(runs, r)}
+    moving = path if noise in MOVING else None
+    return {
+        "r": r,
+        "sd": sd,
+        "noise": noise,
+        "replicates": replicates,
+        **summarise(runs, r, moving, margin, pilot_blocks),
+    }
 
 
 def _fmt(x: float, width: int = 8) -> str:
     return f"{'n/a':>{width}}" if math.isnan(x) else f"{x:>{width}.4f}"
 
 
-def power_at(m: int, noise: str, robust: bool, replicates: int, rng: np.random.Generator, sd: float = 0.02) -> float:
+def power_at(
+    m: int,
+    noise: str,
+    robust: bool,
+    replicates: int,
+    rng: np.random.Generator,
+    sd: float = 0.02,
+    change_test: bool = True,
+) -> float:
     """P(certify) at R = 1 with ``m`` analysed blocks after a pilot of 4 (which only the robust
     interval's autocorrelation estimate reads)."""
-    d, _, _ = generate_d(noise, 1.0, sd, replicates, PILOT_BLOCKS + m, rng)
-    result = analyse_fixed(d, MARGIN, PILOT_BLOCKS, robust=robust)
+    d, _, _, _ = generate_d(noise, 1.0, sd, replicates, PILOT_BLOCKS + m, rng)
+    result = analyse_fixed(d, MARGIN, PILOT_BLOCKS, robust=robust, change_test=change_test)
     return float(np.isin(result["verdict"], (NO_SLOWDOWN, SMALLER)).mean())
 
 
 def blocks_for_power(
-    noise: str, robust: bool, replicates: int, rng: np.random.Generator, goal: float = POWER_GOAL
+    noise: str,
+    robust: bool,
+    replicates: int,
+    rng: np.random.Generator,
+    goal: float = POWER_GOAL,
+    change_test: bool = True,
 ) -> int | None:
     """The fewest analysed blocks whose P(certify) at R = 1, SD 0.02 reaches ``goal`` (bisection:
     the power grows with the blocks); None past the realistic cap."""
     lo, hi = 2, abstats.REALISTIC_BLOCKS
-    if power_at(hi, noise, robust, replicates, rng) < goal:
+    if power_at(hi, noise, robust, replicates, rng, change_test=change_test) < goal:
         return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if power_at(mid, noise, robust, replicates, rng) >= goal:
+        if power_at(mid, noise, robust, replicates, rng, change_test=change_test) >= goal:
             hi = mid
         else:
             lo = mid + 1
@@ -359,6 +443,8 @@ def price(replicates: int, rng: np.random.Generator) -> list[str]:
     robust_indep = blocks_for_power("gaussian", True, replicates, rng)
     robust_ar = blocks_for_power("ar1-0.5", True, replicates, rng)
     t_ar = blocks_for_power("ar1-0.5", False, replicates, rng)
+    bare_indep = blocks_for_power("gaussian", True, replicates, rng, change_test=False)
+    bare_ar = blocks_for_power("ar1-0.5", True, replicates, rng, change_test=False)
 
     def ratio(a: int | None, b: int | None) -> str:
         return "n/a" if a is None or b is None else f"{a / b:.2f}"
@@ -370,24 +456,52 @@ def price(replicates: int, rng: np.random.Generator) -> list[str]:
         f"  AR(1) 0.5:   paired t {t_ar} (its interval is too narrow there), drift-robust {robust_ar}:"
         f" ratio {ratio(robust_ar, t_indep)} against the paired t on independent blocks,"
         f" {ratio(robust_ar, robust_indep)} against the drift-robust on independent blocks",
+        f"  the change test's price (drift-robust, without it → with it): independent {bare_indep} → {robust_indep},"
+        f" AR(1) 0.5 {bare_ar} → {robust_ar}",
     ]
+
+
+def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
+    """False certification where the effect moves, and what withholding costs where it does not."""
+    lines = [
+        f"the effect moves, from the cell's R: false certification, a certificate while the effect over the second"
+        f" half of the analysed blocks was at or below {floor:.2f} (goal ≤ {FALSE_CERT_GOAL:.2f} in every cell, every R);"
+        f" P(certify) from R = {floor:.2f}:",
+    ]
+    for noise in MOVING:
+        group = [c for c in cells if c["noise"] == noise]
+        if not group:
+            continue
+        worst = max(group, key=lambda c: c["p_false"])
+        start = ", ".join(f"SD {c['sd']:.2f} {c['p_certify']:.4f}" for c in group if math.isclose(c["r"], floor))
+        lines.append(
+            f"  {noise:>9}: worst cell {worst['p_false']:.4f} (R {worst['r']:.2f}, SD {worst['sd']:.2f})"
+            f" {'ok' if worst['p_false'] <= FALSE_CERT_GOAL else 'ABOVE GOAL'}; from {floor:.2f}: {start}",
+        )
+    lines.append("withheld as 'the effect changed' where it does not move, at R = 1.00 (the change test's own rate):")
+    for noise in STATIONARY:
+        group = [c for c in cells if c["noise"] == noise and math.isclose(c["r"], 1.0)]
+        if group:
+            lines.append(f"  {noise:>9}: " + ", ".join(f"SD {c['sd']:.2f} {c['p_withheld']:.4f}" for c in group))
+    return lines
 
 
 def report(cells: Sequence[dict[str, Any]], margin: float) -> list[str]:
     lines = [
-        f"{'R':>5} {'SD':>5} {'noise':>9} {'coverage':>8} {'P(cert)':>8} {'P(slow)':>8} {'P(refus)':>8}"
-        f" {'mean blk':>8} {'max blk':>7}",
+        f"{'R':>5} {'SD':>5} {'noise':>9} {'coverage':>8} {'P(cert)':>8} {'P(false)':>8} {'P(withh)':>8}"
+        f" {'P(slow)':>8} {'P(refus)':>8} {'mean blk':>8} {'max blk':>7}",
     ]
     for c in cells:
         lines.append(
             f"{c['r']:>5.2f} {c['sd']:>5.2f} {c['noise']:>9} {_fmt(c['coverage'])} {_fmt(c['p_certify'])}"
-            f" {_fmt(c['p_slowdown'])} {_fmt(c['p_refused'])} {c['mean_blocks']:>8.2f} {c['max_blocks']:>7d}",
+            f" {_fmt(c['p_false'])} {_fmt(c['p_withheld'])} {_fmt(c['p_slowdown'])} {_fmt(c['p_refused'])}"
+            f" {c['mean_blocks']:>8.2f} {c['max_blocks']:>7d}",
         )
     floor = round(1 - margin, 10)
     lines.append("")
     lines.append(f"false certification at R = 1 − margin = {floor:.2f} (goal ≤ {FALSE_CERT_GOAL:.2f} in every cell):")
-    at_floor = [c for c in cells if math.isclose(c["r"], floor)]
-    groups = [(noise, [c for c in at_floor if c["noise"] == noise]) for noise in NOISES]
+    at_floor = [c for c in cells if math.isclose(c["r"], floor) and c["noise"] in STATIONARY]
+    groups = [(noise, [c for c in at_floor if c["noise"] == noise]) for noise in STATIONARY]
     for name, group in [*groups, ("overall", at_floor)]:
         if not group:
             continue
@@ -398,6 +512,7 @@ def report(cells: Sequence[dict[str, Any]], margin: float) -> list[str]:
             f"  {name:>9}: pooled {pooled:.4f}, worst cell {worst['p_certify']:.4f}"
             f" (SD {worst['sd']:.2f}{'' if name != 'overall' else ', ' + worst['noise']}) {verdict}",
         )
+    lines.extend(_moving_lines(cells, floor))
     lines.append("P(certify) at R = 1.00, per SD:")
     for noise in NOISES:
         group = [c for c in cells if c["noise"] == noise and math.isclose(c["r"], 1.0)]
@@ -429,9 +544,27 @@ def report(cells: Sequence[dict[str, Any]], margin: float) -> list[str]:
     return lines
 
 
+def _cell(job: tuple[Any, ...]) -> dict[str, Any]:
+    """One cell from picklable arguments, for a worker process."""
+    r, sd, noise, replicates, stream, margin, blocks, window, washout, max_hours = job
+    return simulate(
+        r,
+        sd,
+        noise,
+        replicates,
+        np.random.default_rng(stream),
+        margin=margin,
+        planned_blocks=blocks,
+        window_s=window,
+        washout_s=washout,
+        max_hours=max_hours,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicates", type=int, default=10_000, help="runs per cell")
+    parser.add_argument("--runs", "--replicates", dest="replicates", type=int, default=10_000, help="runs per cell")
+    parser.add_argument("--workers", type=int, default=2, help="processes simulating cells (at most 2 on a shared box)")
     parser.add_argument("--seed", type=int, default=20250)
     parser.add_argument("--margin", type=float, default=MARGIN)
     parser.add_argument("--blocks", type=int, default=PLANNED_BLOCKS, help="planned blocks, as ab start --blocks")
@@ -446,21 +579,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     grid = [(r, sd, noise) for r in RATIOS for sd in SDS for noise in NOISES]
     # one independent stream per cell, so a cell's figures do not depend on the grid around it
     streams = np.random.SeedSequence(args.seed).spawn(len(grid) + 1)
-    cells = [
-        simulate(
-            r,
-            sd,
-            noise,
-            args.replicates,
-            np.random.default_rng(stream),
-            margin=args.margin,
-            planned_blocks=args.blocks,
-            window_s=args.window,
-            washout_s=args.washout,
-            max_hours=args.max_hours,
-        )
+    jobs = [
+        (r, sd, noise, args.replicates, stream, args.margin, args.blocks, args.window, args.washout, args.max_hours)
         for (r, sd, noise), stream in zip(grid, streams[:-1], strict=True)
     ]
+    if args.workers > 1:
+        with multiprocessing.Pool(args.workers) as pool:
+            cells = pool.map(_cell, jobs)
+    else:
+        cells = [_cell(job) for job in jobs]
     print(
         f"{args.replicates} runs per cell, margin {args.margin}, pilot {PILOT_BLOCKS}, planned {args.blocks} blocks,"
         f" at most {args.max_hours} h ({most_blocks(args.blocks, args.window, args.washout, args.max_hours)} blocks),"

@@ -363,6 +363,8 @@ def advance(rs: RunState | None, sees: RunObs) -> Advance:
             excluded=len(rs.excluded),
         )
     )
+    if rs.verdict == "the effect changed":
+        events.append(_event(codes.AB_EFFECT_CHANGED, rs, f"run {spec.run_id}: the effect changed during the run"))
     nxt = _next_in_sweep(rs, sees.wall)
     if rs.spec.sweep_id is not None and nxt is None:
         passed = (*rs.passed, *((spec.duty,) if rs.certifies and spec.duty is not None else ()))

@@ -28,7 +28,9 @@ CONFIDENCE = 0.90
 #: an inconclusive run that would need more blocks than this "will not be decided"
 REALISTIC_BLOCKS = 200
 
-Verdict = Literal["no slowdown shown", "slowdown smaller than the margin", "slowdown", "inconclusive"]
+Verdict = Literal[
+    "no slowdown shown", "slowdown smaller than the margin", "slowdown", "inconclusive", "the effect changed"
+]
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,9 @@ PHI_LOW, PHI_HIGH = -0.5, 0.9
 #: the sizing plans this many times the blocks a paired t-interval would need (as far as the run's
 #: hours allow): the drift-robust interval is wider on independent blocks too
 ROBUST_ALLOWANCE = 2.0
+#: the change statistic's critical value: the 95 % point of the largest excursion of a Brownian
+#: bridge (Kolmogorov's distribution), which the statistic approaches on a stationary run
+CHANGE_CRITICAL = 1.358
 
 Method = Literal["paired t", "drift-robust"]
 
@@ -173,6 +178,26 @@ def drift_phi(d: Sequence[float]) -> float:
     return min(PHI_HIGH, max(PHI_LOW, phi))
 
 
+def change_statistic(d: Sequence[float]) -> float | None:
+    """How far the block differences wander from their mean: the largest |partial sum of
+    d_i − mean d| over √(N · s² · the variance factor of the drift :func:`drift_phi` assumes).
+
+    On a stationary run, drifting or not, it approaches the largest excursion of a Brownian
+    bridge; an effect that shifts, trends or wanders during the run makes the partial sums run
+    away from 0 (a CUSUM test of a change in level).  None: fewer than 4 blocks or no spread."""
+    n = len(d)
+    if n < 4:
+        return None
+    m, sd = _mean(d), _sd(d)
+    if sd == 0:
+        return None
+    total, worst = 0.0, 0.0
+    for x in d[:-1]:
+        total += x - m
+        worst = max(worst, abs(total))
+    return worst / (sd * math.sqrt(n * variance_factor(drift_phi(d), n)))
+
+
 @dataclass(frozen=True)
 class Analysis:
     n: int  # blocks analysed (the pilot's are not)
@@ -195,6 +220,7 @@ class Analysis:
     widening: float = 1.0  # its half-width over the paired t-interval's
     t_low: float = 0.0  # the paired t-interval at 90 % on the same blocks (assumes them independent)
     t_high: float = 0.0
+    change: float | None = None  # :func:`change_statistic` over every block
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -271,6 +297,14 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
                 why = f"about {more} more block(s) would decide it"
             else:
                 why = f"it would take about {needed} blocks: no realistic run will decide it"
+    change = change_statistic(d_all)
+    if verdict in ("no slowdown shown", "slowdown smaller than the margin") and (change or 0.0) > CHANGE_CRITICAL:
+        # R is the mean of an effect that moved: where it ends may be far from that mean
+        verdict = "the effect changed"
+        why = (
+            f"{why}, but the effect changed during the run (its change statistic {change:.2f} is above"
+            f" {CHANGE_CRITICAL:g}): no certificate"
+        )
     first = [x for x, b in zip(d, used, strict=True) if b.on_first]
     second = [x for x, b in zip(d, used, strict=True) if not b.on_first]
     effect, flag = None, False
@@ -300,6 +334,7 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
         widening=widening,
         t_low=math.exp(paired.low),
         t_high=math.exp(paired.high),
+        change=change,
     )
 
 
