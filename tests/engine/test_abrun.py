@@ -506,3 +506,26 @@ def test_the_pilot_is_left_out_of_r_and_a_run_recorded_with_a_shorter_target_sti
     )
     ended, _, _, _ = drive(from_record(to_record(old)), Program(10, 10), 400, t0=200.0)
     assert ended.status == "done" and len(ended.blocks) == 6 and summary(ended).analysis is not None
+
+
+def test_a_run_whose_effect_changed_ends_without_a_certificate_and_says_why() -> None:
+    """The program's ON rate moves from block to block: the run's interval would certify, but
+    the effect changed during it, so no certificate, with the reason on the timeline."""
+    moved = [0.999, 1.007, 0.998, 0.995, 1.001, 0.998, 0.999, 0.994, 1.013, 0.987, 0.998, 0.994, 0.999, 0.993]
+    rs = start(spec(blocks=len(moved), margin=0.05), 1000.0)
+    program = Program(off_rate=1000.0, on_rate=1000.0 * moved[0])
+    events: list[TimelineEvent] = []
+    t = 0.0
+    while rs.running and t < 2000:
+        # set within the washout of each block's first window (it lasts 4 steps), as drive samples
+        # the work's duty every 4 steps
+        program.on_rate = 1000.0 * moved[min(len(rs.blocks), len(moved) - 1)]
+        rs, seen, _, t = drive(rs, program, 4 * STEP, t0=t)
+        events.extend(seen)
+    assert rs.status == "done" and len(rs.blocks) == len(moved)
+    assert rs.verdict == "the effect changed" and not rs.certifies
+    assert "the effect changed during the run" in rs.why
+    changed = [e for e in events if e.code == codes.AB_EFFECT_CHANGED]
+    assert len(changed) == 1 and changed[0].data["run"] == "r1"
+    a = summary(rs).analysis
+    assert a is not None and a["low"] >= 0.95  # the interval alone would have certified

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from arbiter.engine.abstats import (
+    CHANGE_CRITICAL,
     DRIFT_FLAT,
     DRIFT_SHARE,
     PHI_HIGH,
@@ -16,7 +17,9 @@ from arbiter.engine.abstats import (
     Block,
     analyse,
     blocks_needed,
+    change_statistic,
     chi2_quantile,
+    drift_phi,
     interval,
     planned_hours,
     t_quantile,
@@ -199,3 +202,39 @@ def test_bad_input_is_refused_clearly() -> None:
         analyse(blocks([1.0]), margin=0.02)
     with pytest.raises(ValueError, match="above 0"):
         analyse([Block(0.0, 1.0), Block(1.0, 1.0)], margin=0.02)
+
+
+#: an effect that moves during a run: R near 1.00 for the first blocks, then lower; the interval
+#: over the whole run alone would certify at a margin of 5 %
+MOVED = [0.999, 1.007, 0.998, 0.995, 1.001, 0.998, 0.999, 0.994, 1.013, 0.987, 0.998, 0.994, 0.999, 0.993]
+
+
+def test_the_change_statistic_is_the_largest_partial_sum_over_its_long_run_sd() -> None:
+    d = [math.log(r) for r in MOVED]
+    n, mean = len(d), sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    partial = [abs(sum(x - mean for x in d[: k + 1])) for k in range(n - 1)]
+    expected = max(partial) / (sd * math.sqrt(n * variance_factor(drift_phi(d), n)))
+    assert change_statistic(d) == pytest.approx(expected)
+    assert change_statistic(d[:3]) is None and change_statistic([0.01] * 6) is None
+
+
+def test_a_certificate_is_withheld_when_the_effect_changed_during_the_run() -> None:
+    a = analyse(blocks(MOVED), margin=0.05, pilot=4)
+    assert a.low >= 0.95  # the interval alone would certify
+    assert a.change is not None and a.change > CHANGE_CRITICAL
+    assert a.verdict == "the effect changed" and not a.certifies
+    assert "the effect changed during the run" in a.why and "no certificate" in a.why
+    # the same blocks in an order that does not wander: certified
+    steady = analyse(blocks(MOVED[:4] + MOVED[4::2] + MOVED[5::2]), margin=0.05, pilot=4)
+    shuffled = [MOVED[i] for i in (0, 1, 2, 3, 8, 9, 4, 7, 6, 13, 10, 5, 12, 11)]
+    assert steady.certifies or analyse(blocks(shuffled), margin=0.05, pilot=4).certifies
+
+
+def test_steady_blocks_are_not_withheld() -> None:
+    rng = random.Random(11)
+    withheld = 0
+    for _ in range(200):
+        ratios = [math.exp(rng.gauss(0.0, 0.01)) for _ in range(16)]
+        withheld += analyse(blocks(ratios), margin=0.05, pilot=4).verdict == "the effect changed"
+    assert withheld <= 6  # the test's own rate is well under 1 % (bench/ab_validity.py)
