@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from arbiter.engine import codes
+from arbiter.engine.abrecord import effect_changed_note
 from arbiter.engine.abrun import (
     Advance,
     RunObs,
@@ -529,3 +530,9 @@ def test_a_run_whose_effect_changed_ends_without_a_certificate_and_says_why() ->
     assert len(changed) == 1 and changed[0].data["run"] == "r1"
     a = summary(rs).analysis
     assert a is not None and a["low"] >= 0.95  # the interval alone would have certified
+    assert any(n.startswith(f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run") for n in summary(rs).notes)
+    # explain names it beside the rule, with the way to see the blocks; another rule's run says nothing of it
+    (note,) = effect_changed_note(rs, "p")
+    assert note["code"] == codes.AB_EFFECT_CHANGED and "the effect changed during the run" in note["message"]
+    assert "arbiter ab show r1" in note["remedy"]
+    assert effect_changed_note(rs, "other") == [] and effect_changed_note(None, "p") == []
