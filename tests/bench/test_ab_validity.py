@@ -10,7 +10,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from arbiter.engine.abstats import Block, analyse, blocks_needed, blocks_within, planned_hours
+from arbiter.engine.abstats import Block, analyse, blocks_needed, blocks_within, change_statistic, planned_hours
 from arbiter_testing.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_a_trend_is_centred_on_the_analysed_blocks() -> None:
     """The trend model's truth is R at the middle of the analysed blocks: with no noise at all,
     every run's R is the true one."""
     rng = np.random.default_rng(9)
-    d, _, slope = abv.generate_d("trend", 0.99, 0.02, 50, abv.most_blocks(), rng)
+    d, _, slope, _ = abv.generate_d("trend", 0.99, 0.02, 50, abv.most_blocks(), rng)
     assert slope > 0
     d[:, :4] = math.log(0.99) + rng.normal(0, 0.002, (50, 4))  # quiet pilots: the runs go ahead
     ramp = math.log(0.99) + slope * np.arange(d.shape[1])
@@ -113,3 +113,29 @@ def test_small_simulation_meets_its_goals() -> None:
         assert 0.86 <= cell["coverage"] <= 0.95
     assert edge["p_certify"] <= 0.07 and drift["p_certify"] <= 0.07
     assert null["p_certify"] > 0.7
+
+
+def test_vectorised_change_statistic_matches_abstats() -> None:
+    rng = np.random.default_rng(12)
+    for model in ("gaussian", "walk-0.5", "shift", "sine"):
+        d, _, _, _ = abv.generate_d(model, 0.99, 0.02, 20, 16, rng)
+        got = abv.change_statistic(d)
+        for i in range(d.shape[0]):
+            want = change_statistic([float(x) for x in d[i]])
+            assert want is not None and got[i] == pytest.approx(want, rel=1e-9)
+
+
+def test_where_the_effect_moves_false_certification_is_judged_on_the_second_half() -> None:
+    """A noiseless shift from R·e^0.02 to R·e^−0.02: the path is the effect, and a run's truth
+    is its mean over the analysed blocks."""
+    rng = np.random.default_rng(4)
+    d, _, _, path = abv.generate_d("shift", 0.98, 0.01, 200, abv.most_blocks(), rng)
+    assert np.allclose(d.std(axis=0).mean(), 0.01, rtol=0.5) and set(np.round(np.unique(path), 6)) == {
+        round(math.log(0.98) + 0.02, 6),
+        round(math.log(0.98) - 0.02, 6),
+    }
+    cell = abv.simulate(0.99, 0.02, "shift", 2000, rng)
+    assert 0.85 <= cell["coverage"] <= 0.97
+    assert cell["p_false"] <= 0.07 and cell["p_withheld"] < cell["p_certify"]
+    steady = abv.simulate(1.0, 0.02, "gaussian", 2000, rng)
+    assert math.isnan(steady["p_false"]) and steady["p_withheld"] < 0.02
