@@ -586,7 +586,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    grid = [(r, sd, noise) for r in RATIOS for sd in SDS for noise in NOISES]
+    # the moving cells after the steady ones, so each steady cell keeps its stream as the grid grows
+    grid = [(r, sd, noise) for models in (STATIONARY, MOVING) for r in RATIOS for sd in SDS for noise in models]
     # one independent stream per cell, so a cell's figures do not depend on the grid around it
     streams = np.random.SeedSequence(args.seed).spawn(len(grid) + 1)
     jobs = [
