@@ -10,8 +10,12 @@ harness does it: pilot, sizing, refusal, the remaining blocks, the verdict.
    blocks.  A run whose n is None, or whose planned hours exceed --max-hours, is refused after
    the pilot (it never certifies; its 4 pilot blocks are what it used).
 3. The remaining blocks are run and analysed as ``abstats.analyse`` does: the pilot only in the
-   autocorrelation estimate, the rest in R and its drift-robust interval at 90 %, and the verdict;
-   a certificate is withheld when the change statistic over every block says the effect moved.
+   autocorrelation estimate, the rest in R and its drift-robust interval, and the verdict; a
+   certificate is withheld when the change statistic over every block says the effect moved.
+4. Two looks, as ``abrun`` does: a run that ends before its hours' last block is judged at
+   ``abstats.FIRST_LOOK_CONFIDENCE``; inconclusive there with R above 1 − margin, it runs on to
+   the most blocks --max-hours allows and is judged again at ``LAST_LOOK_CONFIDENCE``.  A run
+   sized to that most has one look at ``CONFIDENCE`` (90 %).
 
 Grid: true R in {1.00, 0.99, 0.98, 0.97} × SD of d in {0.01, 0.02, 0.05} × noise models:
 ``gaussian``; ``t3`` (Student t, 3 degrees of freedom, scaled to the SD: heavy tails);
@@ -27,12 +31,13 @@ e^0.02 until a block drawn from 8…24, R · e^−0.02 after) and ``sine`` (R ·
 certificate is false when the effect over the second half of them, the latest it vouches for,
 was at or below 1 − margin on average.
 
-Per cell: coverage of the 90 % interval for the true R over the runs that were not refused
-(goal ≥ 0.85, and 0.88–0.92 for independent blocks), P(certify), P(slowdown), P(refused) and the
-blocks used.  Then the false certification rate at R = 1 − margin (goal ≤ 0.05 in every cell;
-where the effect moves, in every cell), how often the change test withholds where nothing moves,
-P(certify) at R = 1 (goal ≥ 0.80 at SD 0.02, gaussian), and the price of robustness: the
-analysed blocks the drift-robust interval needs for a power of 0.80 at R = 1, SD 0.02, against
+Per cell: coverage of the 90 % interval at the run's end for the true R over the runs that were
+not refused (goal ≥ 0.85, and 0.88–0.92 for independent blocks; the verdict's own interval is
+99 % at a first look, 91 % at the last), P(certify), P(slowdown), P(refused), P(ext) (the run went on past its
+first look) and the blocks used.  Then the false certification rate at R = 1 − margin (goal ≤
+0.05 in every cell; where the effect moves, in every cell), how often the change test withholds
+where nothing moves, P(certify) at R = 1 (goal ≥ 0.80 at SD 0.02, gaussian, and under AR(1) drift
+with phi = 0.5, within the run's hours), and the price of robustness: the analysed blocks the drift-robust interval needs for a power of 0.80 at R = 1, SD 0.02, against
 the paired t-interval on independent blocks, and under AR(1) drift with phi = 0.5.
 
 Everything is vectorised over replicates; the only Python loops run over blocks (to build the
@@ -98,20 +103,20 @@ REFUSED = -1
 _TWO_SIDED = 1 - (1 - abstats.CONFIDENCE) / 2
 # the t quantile's limit as df grows: no t quantile is below it, which bounds the sizing from below
 _Z = NormalDist().inv_cdf(_TWO_SIDED)
-_T_CACHE: dict[int, float] = {}
+_T_CACHE: dict[tuple[float, int], float] = {}
 
 
-def t_quantile(df: int) -> float:
+def t_quantile(df: int, confidence: float = abstats.CONFIDENCE) -> float:
     """abstats's own two-sided t quantile, so the numbers match it exactly; cached because its
     quadrature costs milliseconds and a cell asks for the same few df thousands of times."""
-    if df not in _T_CACHE:
-        _T_CACHE[df] = abstats.t_quantile(_TWO_SIDED, df)
-    return _T_CACHE[df]
+    if (confidence, df) not in _T_CACHE:
+        _T_CACHE[confidence, df] = abstats.t_quantile(1 - (1 - confidence) / 2, df)
+    return _T_CACHE[confidence, df]
 
 
-def t_quantiles(df: np.ndarray) -> np.ndarray:
+def t_quantiles(df: np.ndarray, confidence: float = abstats.CONFIDENCE) -> np.ndarray:
     uniq, inverse = np.unique(df, return_inverse=True)
-    return np.array([t_quantile(int(k)) for k in uniq])[inverse].reshape(df.shape)
+    return np.array([t_quantile(int(k), confidence) for k in uniq])[inverse].reshape(df.shape)
 
 
 def generate_d(
@@ -243,7 +248,13 @@ def change_statistic(d: np.ndarray) -> np.ndarray:
 
 
 def analyse_fixed(
-    d: np.ndarray, margin: float, pilot: int = 0, *, robust: bool = True, change_test: bool = True
+    d: np.ndarray,
+    margin: float,
+    pilot: int = 0,
+    *,
+    robust: bool = True,
+    change_test: bool = True,
+    confidence: float = abstats.CONFIDENCE,
 ) -> dict[str, np.ndarray]:
     """``abstats.analyse`` for each row of d (all rows the same number of blocks, the first
     ``pilot`` of them left out of R): R, the 90 % interval and the verdict code.  ``robust``
@@ -257,9 +268,11 @@ def analyse_fixed(
         vif = variance_factor(drift_phi(d), m)
         var = sd * sd / m * vif * (m - 1) / np.maximum(m - vif, 1.0)
         df = np.minimum(m - 1, np.maximum(1, np.floor(m / vif) - 1)).astype(np.int64)
-        half = t_quantiles(df) * np.sqrt(var)
+        half = t_quantiles(df, confidence) * np.sqrt(var)
+        usual = t_quantiles(df) * np.sqrt(var)
     else:
-        half = t_quantile(m - 1) * sd / math.sqrt(m)
+        half = t_quantile(m - 1, confidence) * sd / math.sqrt(m)
+        usual = t_quantile(m - 1) * sd / math.sqrt(m) * np.ones_like(mean)
     r, low, high = np.exp(mean), np.exp(mean - half), np.exp(mean + half)
     floor = 1 - margin
     verdict = np.full(d.shape[0], INCONCLUSIVE, dtype=np.int64)
@@ -268,7 +281,15 @@ def analyse_fixed(
     verdict[certifies] = np.where(high[certifies] < 1, SMALLER, NO_SLOWDOWN)
     if change_test and d.shape[1] >= 4:
         verdict[certifies & (change_statistic(d) > abstats.CHANGE_CRITICAL)] = CHANGED
-    return {"r": r, "low": low, "high": high, "verdict": verdict}
+    # the interval at the usual 90 % too, whose coverage the report judges whatever the look
+    return {
+        "r": r,
+        "low": low,
+        "high": high,
+        "verdict": verdict,
+        "low90": np.exp(mean - usual),
+        "high90": np.exp(mean + usual),
+    }
 
 
 def affordable_blocks(window_s: float, washout_s: float, max_hours: float, limit: int) -> np.ndarray:
@@ -315,16 +336,42 @@ def run_procedure(
     if ran.any() and int(total[ran].max()) > available:
         raise ValueError(f"a run needs {int(total[ran].max())} blocks, d has {available}")
     verdict = np.full(reps, REFUSED, dtype=np.int64)
-    r, low, high = (np.full(reps, np.nan) for _ in range(3))
+    r, low, high, low90, high90 = (np.full(reps, np.nan) for _ in range(5))
+    cap = abstats.blocks_within(max_hours, window_s)
+    extended = np.zeros(reps, dtype=bool)
+
+    def judge(rows: np.ndarray, blocks: int, confidence: float) -> dict[str, np.ndarray]:
+        centre = pilot_blocks + (blocks - pilot_blocks - 1) / 2
+        result = analyse_fixed(d[rows, :blocks] - slope * centre, margin, pilot_blocks, confidence=confidence)
+        verdict[rows] = result["verdict"]
+        r[rows], low[rows], high[rows] = result["r"], result["low"], result["high"]
+        low90[rows], high90[rows] = result["low90"], result["high90"]
+        return result
+
     # one vectorised analysis per distinct total: a cell's runs end with a handful of them
     for blocks in np.unique(total[ran]):
         rows = np.flatnonzero(ran & (total == blocks))
-        centre = pilot_blocks + (blocks - pilot_blocks - 1) / 2
-        result = analyse_fixed(d[rows, :blocks] - slope * centre, margin, pilot_blocks)
-        verdict[rows] = result["verdict"]
-        r[rows], low[rows], high[rows] = result["r"], result["low"], result["high"]
+        if blocks >= cap:  # no hours left past the planned end: one look
+            judge(rows, int(blocks), abstats.CONFIDENCE)
+            continue
+        first = judge(rows, int(blocks), abstats.FIRST_LOOK_CONFIDENCE)
+        # abstats.runs_on: inconclusive with R above 1 − margin
+        extended[rows[(first["verdict"] == INCONCLUSIVE) & (first["r"] > 1 - margin)]] = True
+    if extended.any():
+        judge(np.flatnonzero(extended), cap, abstats.LAST_LOOK_CONFIDENCE)
+    total = np.where(extended, cap, total)
     used = np.where(refused, pilot_blocks, total)
-    return {"n": n, "blocks": used, "verdict": verdict, "r": r, "low": low, "high": high}
+    return {
+        "n": n,
+        "blocks": used,
+        "verdict": verdict,
+        "r": r,
+        "low": low,
+        "high": high,
+        "low90": low90,
+        "high90": high90,
+        "extended": extended,
+    }
 
 
 def summarise(
@@ -352,7 +399,7 @@ def summarise(
         half = np.minimum(pilot_blocks, blocks) + span // 2
         ended = (sums[rows, blocks] - sums[rows, half]) / np.maximum(blocks - half, 1)
         false_cert = float((certified & (ended <= math.log(1 - margin) + 1e-12)).mean())
-    covered = (runs["low"][ran] <= truth[ran]) & (truth[ran] <= runs["high"][ran])
+    covered = (runs["low90"][ran] <= truth[ran]) & (truth[ran] <= runs["high90"][ran])
     return {
         "p_false": false_cert,
         "p_withheld": float((verdict == CHANGED).mean()),
@@ -363,6 +410,7 @@ def summarise(
         "p_slowdown": float((verdict == SLOWDOWN).mean()),
         "p_inconclusive": float((verdict == INCONCLUSIVE).mean()),
         "p_refused": float((~ran).mean()),
+        "p_extended": float(runs["extended"].mean()),
         "mean_blocks": float(runs["blocks"].mean()),
         "max_blocks": int(runs["blocks"].max()),
     }
@@ -496,16 +544,16 @@ def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
     return lines
 
 
-def report(cells: Sequence[dict[str, Any]], margin: float) -> list[str]:
+def report(cells: Sequence[dict[str, Any]], margin: float, window: float = WINDOW_S) -> list[str]:
     lines = [
         f"{'R':>5} {'SD':>5} {'noise':>9} {'coverage':>8} {'P(cert)':>8} {'P(false)':>8} {'P(withh)':>8}"
-        f" {'P(slow)':>8} {'P(refus)':>8} {'mean blk':>8} {'max blk':>7}",
+        f" {'P(slow)':>8} {'P(refus)':>8} {'P(ext)':>8} {'mean blk':>8} {'max blk':>7}",
     ]
     for c in cells:
         lines.append(
             f"{c['r']:>5.2f} {c['sd']:>5.2f} {c['noise']:>9} {_fmt(c['coverage'])} {_fmt(c['p_certify'])}"
             f" {_fmt(c['p_false'])} {_fmt(c['p_withheld'])} {_fmt(c['p_slowdown'])} {_fmt(c['p_refused'])}"
-            f" {c['mean_blocks']:>8.2f} {c['max_blocks']:>7d}",
+            f" {_fmt(c['p_extended'])} {c['mean_blocks']:>8.2f} {c['max_blocks']:>7d}",
         )
     floor = round(1 - margin, 10)
     lines.append("")
@@ -528,13 +576,16 @@ def report(cells: Sequence[dict[str, Any]], margin: float) -> list[str]:
         group = [c for c in cells if c["noise"] == noise and math.isclose(c["r"], 1.0)]
         if group:
             lines.append(f"  {noise:>9}: " + ", ".join(f"SD {c['sd']:.2f} {c['p_certify']:.4f}" for c in group))
-    power = [c for c in cells if c["noise"] == "gaussian" and math.isclose(c["r"], 1.0) and math.isclose(c["sd"], 0.02)]
-    if power:
-        ok = power[0]["p_certify"] >= POWER_GOAL
-        lines.append(
-            f"power at R = 1, SD 0.02, gaussian: {power[0]['p_certify']:.4f}"
-            f" ({'at or above' if ok else 'BELOW'} {POWER_GOAL:.2f}), {power[0]['mean_blocks']:.2f} blocks on average",
-        )
+    for noise in ("gaussian", "ar1-0.5"):
+        power = [c for c in cells if c["noise"] == noise and math.isclose(c["r"], 1.0) and math.isclose(c["sd"], 0.02)]
+        if power:
+            ok = power[0]["p_certify"] >= POWER_GOAL
+            lines.append(
+                f"power at R = 1, SD 0.02, {noise}: {power[0]['p_certify']:.4f}"
+                f" ({'at or above' if ok else 'BELOW'} {POWER_GOAL:.2f}), {power[0]['mean_blocks']:.2f} blocks"
+                f" ({abstats.planned_hours(1, window) * power[0]['mean_blocks']:.1f} h) on average,"
+                f" {power[0]['p_extended']:.2f} of runs went on past their first look",
+            )
     covered = [c for c in cells if not math.isnan(c["coverage"])]
     if covered:
         worst = min(covered, key=lambda c: c["coverage"])
@@ -608,7 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "coverage: of the 90 % interval for the true R, over runs not refused; blocks: refused runs used the pilot;"
         " the pilot sizes the run and is not in R or its interval"
     )
-    print("\n".join(report(cells, args.margin)))
+    print("\n".join(report(cells, args.margin, args.window)))
     if args.price_replicates > 0:
         print("\n".join(price(args.price_replicates, np.random.default_rng(streams[-1]))))
     se = math.sqrt(0.9 * 0.1 / args.replicates)

@@ -43,6 +43,7 @@ def from_record(rec: Mapping[str, Any]) -> RunState:
         started_wall=rec["started_wall"],
         status=rec["status"],
         target=rec["target"],
+        looked=int(rec.get("looked") or 0),
         attempt=rec["attempt"],
         blocks=tuple(BlockDone(**b) for b in rec.get("blocks") or ()),
         excluded=tuple(Excluded(**e) for e in rec.get("excluded") or ()),

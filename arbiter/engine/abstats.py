@@ -114,6 +114,14 @@ ROBUST_ALLOWANCE = 2.0
 #: the change statistic's critical value: the 95 % point of the largest excursion of a Brownian
 #: bridge (Kolmogorov's distribution), which the statistic approaches on a stationary run
 CHANGE_CRITICAL = 1.358
+#: Two looks.  A run is judged where its sizing planned it to end; one that is inconclusive there
+#: with R above 1 − margin runs on to the blocks its hours leave and is judged again.  Each look
+#: spends part of the error (the lower bound is one-sided at (1 − confidence) / 2): almost none at
+#: the first, so that a second look costs little, most at the last (an O'Brien–Fleming-like split).
+#: A run planned to its hours' end has one look at :data:`CONFIDENCE`.  bench/ab_validity.py
+#: calibrates the pair: no cell certifies more than 5 % of runs at R = 1 − margin.
+FIRST_LOOK_CONFIDENCE = 0.99
+LAST_LOOK_CONFIDENCE = 0.91
 
 Method = Literal["paired t", "drift-robust"]
 
@@ -142,8 +150,8 @@ def variance_factor(phi: float, m: int) -> float:
     return 1 + 2 * sum((1 - k / m) * phi**k for k in range(1, m))
 
 
-def interval(mean: float, sd: float, m: int, phi: float = 0.0) -> Interval:
-    """The interval at :data:`CONFIDENCE` for the mean of ``m`` differences with sample SD ``sd``.
+def interval(mean: float, sd: float, m: int, phi: float = 0.0, confidence: float = CONFIDENCE) -> Interval:
+    """The interval at ``confidence`` for the mean of ``m`` differences with sample SD ``sd``.
 
     Under AR(1) drift the variance of the mean is σ²/m times :func:`variance_factor`, and the
     sample variance underestimates σ² by (m − vif)/(m − 1); the t quantile takes the blocks'
@@ -153,7 +161,7 @@ def interval(mean: float, sd: float, m: int, phi: float = 0.0) -> Interval:
     vif = variance_factor(phi, m)
     var = sd * sd / m * vif * (m - 1) / max(m - vif, 1.0)
     df = min(m - 1, max(1, math.floor(m / vif) - 1))
-    return Interval(mean, t_quantile(1 - (1 - CONFIDENCE) / 2, df) * math.sqrt(var), df, vif)
+    return Interval(mean, t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(var), df, vif)
 
 
 def lag1(d: Sequence[float]) -> float | None:
@@ -221,6 +229,7 @@ class Analysis:
     t_low: float = 0.0  # the paired t-interval at 90 % on the same blocks (assumes them independent)
     t_high: float = 0.0
     change: float | None = None  # :func:`change_statistic` over every block
+    confidence: float = CONFIDENCE  # of the interval the verdict uses (the look's)
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -251,8 +260,9 @@ def fieller(on: Sequence[float], off: Sequence[float], t: float) -> tuple[float,
     return ((-qb - root) / (2 * qa), (-qb + root) / (2 * qa))
 
 
-def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
-    """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated).
+def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: float = CONFIDENCE) -> Analysis:
+    """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated),
+    from the interval at ``confidence`` (the look's: :data:`FIRST_LOOK_CONFIDENCE` …).
 
     The first ``pilot`` blocks sized the run: they count in the autocorrelation estimate but not
     in R or its interval, so the choice of the run's length cannot bias them."""
@@ -266,9 +276,9 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
     d = d_all[pilot:]
     n = len(d)
     mean, sd = _mean(d), _sd(d)
-    paired = interval(mean, sd, n)
+    paired = interval(mean, sd, n, confidence=confidence)
     phi = drift_phi(d_all)
-    robust = interval(mean, sd, n, phi)
+    robust = interval(mean, sd, n, phi, confidence)
     widening = robust.half / paired.half if paired.half > 0 else 1.0
     r_lag = lag1(d_all)
     method_why = (
@@ -312,7 +322,7 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
         effect = _mean(first) - _mean(second)
         se = math.sqrt(_sd(first) ** 2 / len(first) + _sd(second) ** 2 / len(second))
         flag = se > 0 and abs(effect) > 2 * se
-    t = t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1)
+    t = t_quantile(1 - (1 - confidence) / 2, n - 1)
     return Analysis(
         n=n,
         r=r,
@@ -335,7 +345,22 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
         t_low=math.exp(paired.low),
         t_high=math.exp(paired.high),
         change=change,
+        confidence=confidence,
     )
+
+
+def look_confidence(looked: int, target: int, most: int) -> float:
+    """The confidence of a run's interval: ``looked`` the blocks at its first look (0: none yet),
+    ``target`` the blocks it plans, ``most`` the most its hours allow."""
+    if looked:
+        return LAST_LOOK_CONFIDENCE
+    return FIRST_LOOK_CONFIDENCE if target < most else CONFIDENCE
+
+
+def runs_on(a: Analysis, margin: float) -> bool:
+    """A first look that decided nothing but whose R is above 1 − margin: the run goes on to its
+    last look (one at or below it would not certify there either, whatever the blocks)."""
+    return a.verdict == "inconclusive" and a.r > 1 - margin
 
 
 def _settled(sd_upper: float, gap: float, allowance: float) -> int:

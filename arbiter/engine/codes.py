@@ -61,6 +61,7 @@ AB_BLOCK_DONE = "AB_BLOCK_DONE"
 AB_BLOCK_EXCLUDED = "AB_BLOCK_EXCLUDED"
 AB_RUN_STARTED = "AB_RUN_STARTED"
 AB_RUN_SIZED = "AB_RUN_SIZED"
+AB_RUN_EXTENDED = "AB_RUN_EXTENDED"
 AB_RUN_DONE = "AB_RUN_DONE"
 AB_EFFECT_CHANGED = "AB_EFFECT_CHANGED"
 AB_SWEEP_DONE = "AB_SWEEP_DONE"
@@ -365,6 +366,12 @@ CATALOGUE: tuple[Code, ...] = (
     Code(AB_BLOCK_EXCLUDED, "event", "A paired run left a block out, and why."),
     Code(AB_RUN_STARTED, "event", "A paired run started (or resumed after a restart)."),
     Code(AB_RUN_SIZED, "event", "A paired run's pilot raised the blocks it needs."),
+    Code(
+        AB_RUN_EXTENDED,
+        "event",
+        "A paired run was inconclusive where it was planned to end, with R above 1 − margin: it runs on to the "
+        "blocks its hours leave and is judged again there.",
+    ),
     Code(AB_RUN_DONE, "event", "A paired run ended: its verdict, or why it was refused or aborted."),
     Code(
         AB_EFFECT_CHANGED,

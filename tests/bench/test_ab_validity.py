@@ -10,7 +10,18 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from arbiter.engine.abstats import Block, analyse, blocks_needed, blocks_within, change_statistic, planned_hours
+from arbiter.engine.abstats import (
+    CONFIDENCE,
+    FIRST_LOOK_CONFIDENCE,
+    Block,
+    analyse,
+    blocks_needed,
+    blocks_within,
+    change_statistic,
+    look_confidence,
+    planned_hours,
+    runs_on,
+)
 from arbiter_testing.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +86,7 @@ def test_whole_procedure_matches_a_run_by_hand() -> None:
     d[:, :4] *= rng.choice([0.3, 1.0], size=(24, 1))  # quieter pilots too, so more runs go ahead
     runs = abv.run_procedure(d, MARGIN)
     most = blocks_within(abv.MAX_HOURS, abv.WINDOW_S)
-    ran = 0
+    ran = extended = 0
     for i in range(24):
         n = blocks_needed(as_blocks(d[i, :4], on_first[i, :4], np.full(4, 100.0)), MARGIN, most - 4)
         total = max(abv.PLANNED_BLOCKS, 4 + (n or 0))
@@ -84,11 +95,28 @@ def test_whole_procedure_matches_a_run_by_hand() -> None:
             assert runs["verdict"][i] == abv.REFUSED and runs["blocks"][i] == 4
             continue
         ran += 1
-        want = analyse(as_blocks(d[i, :total], on_first[i, :total], np.full(total, 100.0)), MARGIN, 4)
-        assert runs["blocks"][i] == total
+        # two looks: the first where the run was sized to end, the last at the most its hours allow
+        want = analyse(
+            as_blocks(d[i, :total], on_first[i, :total], np.full(total, 100.0)),
+            MARGIN,
+            4,
+            look_confidence(0, total, most),
+        )
+        if want.confidence == FIRST_LOOK_CONFIDENCE and runs_on(want, MARGIN):
+            extended += 1
+            total = most
+            want = analyse(
+                as_blocks(d[i, :total], on_first[i, :total], np.full(total, 100.0)),
+                MARGIN,
+                4,
+                look_confidence(1, total, most),
+            )
+        assert runs["blocks"][i] == total and bool(runs["extended"][i]) == (
+            total == most and want.confidence != CONFIDENCE
+        )
         assert abv.VERDICTS[runs["verdict"][i]] == want.verdict
         assert runs["low"][i] == pytest.approx(want.low, abs=1e-9)
-    assert 0 < ran < 24
+    assert 0 < ran < 24 and 0 < extended < ran
 
 
 def test_a_trend_is_centred_on_the_analysed_blocks() -> None:
