@@ -31,9 +31,11 @@ e^0.02 until a block drawn from 8…24, R · e^−0.02 after) and ``sine`` (R ·
 certificate is false when the effect over the second half of them, the latest it vouches for,
 was at or below 1 − margin on average.
 
-Per cell: coverage of the 90 % interval at the run's end for the true R over the runs that were
-not refused (goal ≥ 0.85, and 0.88–0.92 for independent blocks; the verdict's own interval is
-99 % at a first look, 91 % at the last), P(certify), P(slowdown), P(refused), P(ext) (the run went on past its
+Per cell: coverage for the true R, over the runs that were not refused, of the interval the
+verdict used (99 % at a first look, 91 % at the last, 90 % at a run's only look; goal ≥ 0.85, and
+≥ 0.88 for independent blocks) and of the 90 % interval at the run's end (0.88–0.92 for
+independent blocks, the calibration of a single look; where a run stops depends on its data, so
+it may read a little under), P(certify), P(slowdown), P(refused), P(ext) (the run went on past its
 first look) and the blocks used.  Then the false certification rate at R = 1 − margin (goal ≤
 0.05 in every cell; where the effect moves, in every cell), how often the change test withholds
 where nothing moves, P(certify) at R = 1 (goal ≥ 0.80 at SD 0.02, gaussian, and under AR(1) drift
@@ -276,7 +278,7 @@ def analyse_fixed(
     r, low, high = np.exp(mean), np.exp(mean - half), np.exp(mean + half)
     floor = 1 - margin
     verdict = np.full(d.shape[0], INCONCLUSIVE, dtype=np.int64)
-    verdict[(high < 1) & (r < floor)] = SLOWDOWN
+    verdict[(mean + usual < 0) & (r < floor)] = SLOWDOWN  # at 90 % whatever the look: it certifies nothing
     certifies = low >= floor  # abstats tests this first, so it overrides a slowdown
     verdict[certifies] = np.where(high[certifies] < 1, SMALLER, NO_SLOWDOWN)
     if change_test and d.shape[1] >= 4:
@@ -399,12 +401,14 @@ def summarise(
         half = np.minimum(pilot_blocks, blocks) + span // 2
         ended = (sums[rows, blocks] - sums[rows, half]) / np.maximum(blocks - half, 1)
         false_cert = float((certified & (ended <= math.log(1 - margin) + 1e-12)).mean())
-    covered = (runs["low90"][ran] <= truth[ran]) & (truth[ran] <= runs["high90"][ran])
+    covered = (runs["low"][ran] <= truth[ran]) & (truth[ran] <= runs["high"][ran])
+    covered90 = (runs["low90"][ran] <= truth[ran]) & (truth[ran] <= runs["high90"][ran])
     return {
         "p_false": false_cert,
         "p_withheld": float((verdict == CHANGED).mean()),
         # conditional on not being refused: a refused run states no interval
         "coverage": float(covered.mean()) if ran.any() else math.nan,
+        "coverage90": float(covered90.mean()) if ran.any() else math.nan,
         "completed": int(ran.sum()),
         "p_certify": float(certified.mean()),
         "p_slowdown": float((verdict == SLOWDOWN).mean()),
@@ -546,12 +550,12 @@ def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
 
 def report(cells: Sequence[dict[str, Any]], margin: float, window: float = WINDOW_S) -> list[str]:
     lines = [
-        f"{'R':>5} {'SD':>5} {'noise':>9} {'coverage':>8} {'P(cert)':>8} {'P(false)':>8} {'P(withh)':>8}"
+        f"{'R':>5} {'SD':>5} {'noise':>9} {'coverage':>8} {'cov 90%':>8} {'P(cert)':>8} {'P(false)':>8} {'P(withh)':>8}"
         f" {'P(slow)':>8} {'P(refus)':>8} {'P(ext)':>8} {'mean blk':>8} {'max blk':>7}",
     ]
     for c in cells:
         lines.append(
-            f"{c['r']:>5.2f} {c['sd']:>5.2f} {c['noise']:>9} {_fmt(c['coverage'])} {_fmt(c['p_certify'])}"
+            f"{c['r']:>5.2f} {c['sd']:>5.2f} {c['noise']:>9} {_fmt(c['coverage'])} {_fmt(c['coverage90'])} {_fmt(c['p_certify'])}"
             f" {_fmt(c['p_false'])} {_fmt(c['p_withheld'])} {_fmt(c['p_slowdown'])} {_fmt(c['p_refused'])}"
             f" {_fmt(c['p_extended'])} {c['mean_blocks']:>8.2f} {c['max_blocks']:>7d}",
         )
@@ -596,10 +600,19 @@ def report(cells: Sequence[dict[str, Any]], margin: float, window: float = WINDO
         )
     independent = [c["coverage"] for c in covered if c["noise"] in INDEPENDENT]
     if independent:
+        lowest = min(independent)
+        lines.append(
+            f"independent-block coverage ({', '.join(INDEPENDENT)}) of the interval the verdict used: lowest"
+            f" {lowest:.4f}, {'at or above' if lowest >= COVERAGE_GOAL[0] else 'BELOW'} {COVERAGE_GOAL[0]:.2f}",
+        )
+    # Calibration: the 90 % interval at each run's end.  Which look a run ends at depends on its
+    # data, so this reads a little under 90 % where the first look stops the luckier runs.
+    independent = [c["coverage90"] for c in covered if c["noise"] in INDEPENDENT]
+    if independent:
         lo, hi = min(independent), max(independent)
         inside = COVERAGE_GOAL[0] <= lo and hi <= COVERAGE_GOAL[1]
         lines.append(
-            f"independent-block coverage ({', '.join(INDEPENDENT)}) {lo:.4f}–{hi:.4f}:"
+            f"independent-block coverage of the 90 % interval at the run's end {lo:.4f}–{hi:.4f}:"
             f" {'within' if inside else 'NOT within'} {COVERAGE_GOAL[0]:.2f}–{COVERAGE_GOAL[1]:.2f}",
         )
     return lines
@@ -656,7 +669,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" seed {args.seed}",
     )
     print(
-        "coverage: of the 90 % interval for the true R, over runs not refused; blocks: refused runs used the pilot;"
+        "coverage: of the interval the verdict used (99 % at a first look, 91 % at the last, 90 % at the only one), cov 90%:"
+        " of the 90 % interval at the run's end, for the true R, over runs not refused; blocks: refused runs used the pilot;"
         " the pilot sizes the run and is not in R or its interval"
     )
     print("\n".join(report(cells, args.margin, args.window)))

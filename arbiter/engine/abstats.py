@@ -260,6 +260,12 @@ def fieller(on: Sequence[float], off: Sequence[float], t: float) -> tuple[float,
     return ((-qb - root) / (2 * qa), (-qb + root) / (2 * qa))
 
 
+def _usual_high(robust: Interval, mean: float, sd: float, n: int, phi: float, confidence: float) -> float:
+    """The upper bound a slowdown is shown by: the :data:`CONFIDENCE` interval's at every look,
+    since a slowdown certifies nothing and so spends none of the error the looks split."""
+    return math.exp(robust.high if confidence == CONFIDENCE else interval(mean, sd, n, phi).high)
+
+
 def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: float = CONFIDENCE) -> Analysis:
     """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated),
     from the interval at ``confidence`` (the look's: :data:`FIRST_LOOK_CONFIDENCE` …).
@@ -292,8 +298,9 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
     if low >= floor:
         verdict: Verdict = "slowdown smaller than the margin" if high < 1 else "no slowdown shown"
         why = f"the lower bound {low:.4f} is at or above 1 − margin = {floor:.4f}"
-    elif high < 1 and r < floor:
-        verdict, why = "slowdown", f"the whole interval is below 1 and R = {r:.4f} is below {floor:.4f}"
+    elif (usual_high := _usual_high(robust, mean, sd, n, phi, confidence)) < 1 and r < floor:
+        verdict = "slowdown"
+        why = f"the whole {CONFIDENCE * 100:g} % interval is below 1 (up to {usual_high:.4f}) and R = {r:.4f} is below {floor:.4f}"
     else:
         verdict = "inconclusive"
         gap = mean - math.log(floor)

@@ -138,9 +138,21 @@ def test_small_simulation_meets_its_goals() -> None:
     edge = abv.simulate(0.98, 0.02, "gaussian", 2000, rng)
     drift = abv.simulate(0.98, 0.02, "ar1-0.5", 2000, rng)
     for cell in (null, edge, drift):
-        assert 0.86 <= cell["coverage"] <= 0.95
+        # the 90 % interval at the run's end is calibrated; the verdict's own is wider at a first look
+        assert 0.86 <= cell["coverage90"] <= 0.95 and cell["coverage"] >= cell["coverage90"]
     assert edge["p_certify"] <= 0.07 and drift["p_certify"] <= 0.07
     assert null["p_certify"] > 0.7
+
+
+def test_under_drift_two_looks_certify_a_harmless_job_within_the_hours() -> None:
+    """AR(1) drift with phi = 0.5, SD 0.02: the planned length alone certifies about 4 runs in
+    10; going on to the hours' end from an inconclusive first look brings it past 0.75 here
+    (0.82 over 40,000 runs) while a slowed program's stays near 5 %."""
+    rng = np.random.default_rng(49)
+    null = abv.simulate(1.00, 0.02, "ar1-0.5", 2000, rng)
+    edge = abv.simulate(0.98, 0.02, "ar1-0.5", 2000, rng)
+    assert null["p_certify"] > 0.75 and null["p_extended"] > 0.5 and null["max_blocks"] == abv.most_blocks()
+    assert edge["p_certify"] <= 0.065
 
 
 def test_vectorised_change_statistic_matches_abstats() -> None:
@@ -163,7 +175,7 @@ def test_where_the_effect_moves_false_certification_is_judged_on_the_second_half
         round(math.log(0.98) - 0.02, 6),
     }
     cell = abv.simulate(0.99, 0.02, "shift", 2000, rng)
-    assert 0.85 <= cell["coverage"] <= 0.97
+    assert 0.85 <= cell["coverage90"] <= 0.97
     assert cell["p_false"] <= 0.07 and cell["p_withheld"] < cell["p_certify"]
     steady = abv.simulate(1.0, 0.02, "gaussian", 2000, rng)
     assert math.isnan(steady["p_false"]) and steady["p_withheld"] < 0.02

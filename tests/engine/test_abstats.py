@@ -9,8 +9,11 @@ import pytest
 
 from arbiter.engine.abstats import (
     CHANGE_CRITICAL,
+    CONFIDENCE,
     DRIFT_FLAT,
     DRIFT_SHARE,
+    FIRST_LOOK_CONFIDENCE,
+    LAST_LOOK_CONFIDENCE,
     PHI_HIGH,
     PHI_LOW,
     ROBUST_ALLOWANCE,
@@ -21,7 +24,9 @@ from arbiter.engine.abstats import (
     chi2_quantile,
     drift_phi,
     interval,
+    look_confidence,
     planned_hours,
+    runs_on,
     t_quantile,
     variance_factor,
 )
@@ -238,3 +243,23 @@ def test_steady_blocks_are_not_withheld() -> None:
         ratios = [math.exp(rng.gauss(0.0, 0.01)) for _ in range(16)]
         withheld += analyse(blocks(ratios), margin=0.05, pilot=4).verdict == "the effect changed"
     assert withheld <= 6  # the test's own rate is well under 1 % (bench/ab_validity.py)
+
+
+def test_the_looks_split_the_error_of_a_certificate_only() -> None:
+    """At a first look the interval is 99 %: a margin that the usual 90 % would show is not
+    shown yet, and the run goes on; a slowdown certifies nothing and is still shown at 90 %."""
+    ons = [88.78, 88.96, 97.34, 83.95, 93.52, 84.11, 99.5, 95.12, 100.8, 91.85]
+    slowed = [Block(on, 100.0) for on in ons]
+    first = analyse(slowed, 0.05, pilot=4, confidence=FIRST_LOOK_CONFIDENCE)
+    assert first.confidence == 0.99 and first.high >= 1  # the look's own interval reaches 1
+    assert first.verdict == "slowdown" and "90 % interval is below 1" in first.why and not runs_on(first, 0.05)
+    rnd = random.Random(10)
+    fine = [Block(100 * math.exp(rnd.gauss(0.0, 0.03)), 100.0) for _ in range(14)]
+    usual, early = analyse(fine, 0.05, pilot=4), analyse(fine, 0.05, pilot=4, confidence=FIRST_LOOK_CONFIDENCE)
+    assert usual.certifies and early.verdict == "inconclusive" and early.low < usual.low and runs_on(early, 0.05)
+    assert CONFIDENCE < LAST_LOOK_CONFIDENCE < FIRST_LOOK_CONFIDENCE  # the last look keeps most of the error
+    assert (look_confidence(0, 12, 48), look_confidence(12, 48, 48), look_confidence(0, 48, 48)) == (
+        FIRST_LOOK_CONFIDENCE,
+        LAST_LOOK_CONFIDENCE,
+        CONFIDENCE,
+    )
