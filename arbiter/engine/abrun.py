@@ -25,6 +25,9 @@ The run's values are :mod:`arbiter.engine.abstate`'s, a window's life
 :mod:`arbiter.engine.abwindow`'s, its record and report :mod:`arbiter.engine.abrecord`'s
 (all offered here too); planning and statistics are :mod:`arbiter.engine.abplan` and
 :mod:`arbiter.engine.abstats`.
+
+One module past 400 lines: a run's steps (windows, exclusions, the pilot, the looks, the end)
+read as one state machine, and each is short.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Each block gives the protected program's progress rate with the work ON and OFF; d_i =
 ln(ON_i / OFF_i).  The first blocks (the pilot) size the run and are then left out of R: using
 them twice would let a lucky pilot both shorten the run and narrow its interval.  R =
-exp(mean d) over the rest, with a drift-robust interval at 90 %: a machine drifts (clocks and
+exp(mean d) over the rest, with a drift-robust interval (90 %, or the look's when a run is
+judged twice: :func:`look_confidence`): a machine drifts (clocks and
 temperature settle, other load comes and goes), successive d are then correlated and a paired
 t-interval is too narrow, so the interval assumes the lag-1 autocorrelation the blocks show
 (bias-corrected, plus an allowance for its error) and widens by the variance of a mean of AR(1)
@@ -14,6 +15,9 @@ SD, the lag-1 autocorrelation of d and an order-effect check.  bench/ab_validity
 error rates under independent, heavy-tailed, drifting and trending blocks.
 
 Quantiles come from the exact distributions, integrated here: no statistics library needed.
+
+One module past 400 lines: the quantiles, the interval, the verdict and the sizing are one
+calculation, which bench/ab_validity.py mirrors and judges as a whole.
 """
 
 from __future__ import annotations
