@@ -370,7 +370,7 @@ def look_confidence(looked: int, target: int, most: int) -> float:
 
 def runs_on(a: Analysis, margin: float) -> bool:
     """A first look that decided nothing but whose R is above 1 − margin: the run goes on to its
-    last look (one at or below it would not certify there either, whatever the blocks)."""
+    last look (one at or below it already looks slowed, and its hours are not spent on it)."""
     return a.verdict == "inconclusive" and a.r > 1 - margin
 
 
