@@ -3,7 +3,7 @@ harness does it: pilot, sizing, refusal, the remaining blocks, the verdict.
 
     uv run python bench/ab_validity.py [--runs 10000] [--workers 2] [--seed 20250] [--margin 0.02]
 
-(about 20 s at the default 10,000 runs per cell on 2 busy cores; ``--runs 2000`` to iterate)
+(about 40 s at the default 10,000 runs per cell on 2 busy cores; ``--runs 2000`` to iterate)
 
 1. A pilot of 4 blocks, each giving d_i = ln(ON_i / OFF_i).
 2. n = what ``abstats.blocks_needed`` says for the pilot; the run totals max(--blocks, 4 + n)
