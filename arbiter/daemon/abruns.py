@@ -278,7 +278,7 @@ def certificate(daemon: Parts, run: abrun.RunState) -> None:
                 codes.CERT_ISSUED,
                 spec.rule_id,
                 f"certificate {cert_id}: {spec.work} work at duty {duty:g} "
-                f"beside {spec.rule_id!r}, R {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}), margin {spec.margin:g}",
+                f"beside {spec.rule_id!r}, R {a.r:.4f} ({a.confidence * 100:g} % {a.low:.4f}–{a.high:.4f}), margin {spec.margin:g}",
                 {"certificate": cert_id, "run": spec.run_id, "duty": duty, "work": spec.work, "r": a.r},
             )
             daemon.ticker.certificates_changed()

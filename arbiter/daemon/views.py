@@ -11,6 +11,7 @@ from arbiter import __version__
 from arbiter.daemon.observe import clock_jump_message
 from arbiter.daemon.sharehistory import share_view
 from arbiter.engine import codes
+from arbiter.engine.abrecord import effect_changed_note
 from arbiter.engine.types import JobVerdict
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ def _rule_item(daemon: Parts, rid: str) -> dict[str, Any]:
         "sources": sources,
         "faults": list(live.faults) if live else [],
         "holds": [r.to_dict() for r in verdict.holds] if verdict else [],
-        "notes": [r.to_dict() for r in verdict.notes] if verdict else [],
+        "notes": ([r.to_dict() for r in verdict.notes] if verdict else [])
+        + effect_changed_note(daemon.decider.engine_state.ab, rid),
         "vram_bytes": obs.vram_bytes if obs else None,
         "reclaimable": bool(live and live.rule.release),
         "releasing": _releasing(daemon, rid),

@@ -10,8 +10,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from arbiter.engine import codes
 from arbiter.engine.abplan import exclusions_mostly_on
 from arbiter.engine.abstate import BlockDone, Excluded, RunSpec, RunState, analysis
+from arbiter.engine.abstats import CHANGE_CRITICAL
 
 
 def certified_duty(rs: RunState) -> float | None:
@@ -41,6 +43,7 @@ def from_record(rec: Mapping[str, Any]) -> RunState:
         started_wall=rec["started_wall"],
         status=rec["status"],
         target=rec["target"],
+        looked=int(rec.get("looked") or 0),
         attempt=rec["attempt"],
         blocks=tuple(BlockDone(**b) for b in rec.get("blocks") or ()),
         excluded=tuple(Excluded(**e) for e in rec.get("excluded") or ()),
@@ -73,6 +76,11 @@ def summary(rs: RunState) -> Summary:
             notes.append(
                 f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)"
             )
+        if a.verdict == "the effect changed" and a.change is not None:
+            notes.append(
+                f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run (its change statistic {a.change:.2f}"
+                f" is above {CHANGE_CRITICAL:g}): R is the mean of an effect that moved, so no certificate"
+            )
         if a.lag1 is not None and abs(a.lag1) > 0.5:
             notes.append(
                 f"successive blocks are correlated (lag-1 autocorrelation {a.lag1:+.2f}): the program drifts,"
@@ -83,3 +91,19 @@ def summary(rs: RunState) -> Summary:
     if mostly_on:
         notes.append("most left-out blocks fell in ON windows: that is harm, not chance")
     return Summary(found, mostly_on, arms.count("on"), arms.count("off"), tuple(notes))
+
+
+def effect_changed_note(rs: RunState | None, rule_id: str) -> list[dict[str, str]]:
+    """What ``explain`` says of a rule whose last paired run withheld its certificate because
+    the effect changed during the run (empty otherwise): the run's R is the mean of an effect
+    that moved, so it vouches for nothing."""
+    if rs is None or rs.spec.rule_id != rule_id or rs.verdict != "the effect changed":
+        return []
+    return [
+        {
+            "code": codes.AB_EFFECT_CHANGED,
+            "message": f"its last paired run {rs.spec.run_id} certified nothing: the effect changed during the run",
+            "remedy": f"`arbiter ab show {rs.spec.run_id}` shows the blocks; run it again once {rule_id!r} is in a"
+            " steady state (after its warm-up, its cache filled)",
+        }
+    ]

@@ -13,6 +13,8 @@ and issues the certificate a passing run earns.
   leaves its whole block out; the block is repeated under the next block number.
 - A collapse of progress in an ON window (under half the last OFF rate) ends the run as a
   slowdown, at once, not at the window's end.
+- A run that reaches its target inconclusive with R above 1 − margin runs on to the blocks its
+  hours leave and is judged again there (two looks, the error split between them).
 - After the pilot (the first ``pilot`` blocks) the run is sized with the upper 80 %
   confidence limit of the SD; one that cannot reach the margin within ``max_hours`` is
   refused.  The pilot is then left out of R and its interval (:mod:`arbiter.engine.abstats`).  A run that outlives ``max_hours`` or leaves out too many blocks is aborted.
@@ -23,10 +25,14 @@ The run's values are :mod:`arbiter.engine.abstate`'s, a window's life
 :mod:`arbiter.engine.abwindow`'s, its record and report :mod:`arbiter.engine.abrecord`'s
 (all offered here too); planning and statistics are :mod:`arbiter.engine.abplan` and
 :mod:`arbiter.engine.abstats`.
+
+One module past 400 lines: a run's steps (windows, exclusions, the pilot, the looks, the end)
+read as one state machine, and each is short.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -47,7 +53,7 @@ from arbiter.engine.abstate import (
     pilot_of,
     start,
 )
-from arbiter.engine.abstats import Block, blocks_needed, blocks_within
+from arbiter.engine.abstats import FIRST_LOOK_CONFIDENCE, Block, blocks_needed, blocks_within, runs_on
 from arbiter.engine.abwindow import RunObs, Window, measured, watch
 from arbiter.engine.values import JobObs, TimelineEvent
 
@@ -195,6 +201,25 @@ def _finish(rs: RunState, sees: RunObs, events: list[TimelineEvent]) -> RunState
         a = analysis(rs)
         if a is None:  # unreachable: the run ends at least two blocks past the pilot
             raise AssertionError(f"run {spec.run_id} ended with {n} blocks, too few to analyse")
+        # the blocks the hours leave at the pace the run has kept (its exclusions and the steps'
+        # lateness included), so that running on cannot outlive --max-hours and be aborted
+        elapsed = sees.wall - rs.started_wall
+        pace = max(elapsed / n, 2 * spec.window_s)  # per block counted
+        more = max(0, math.floor((spec.max_hours * 3600 - elapsed) / pace))
+        if not rs.looked and more > 0 and a.confidence == FIRST_LOOK_CONFIDENCE and runs_on(a, spec.margin):
+            target = n + more
+            events.append(
+                _event(
+                    codes.AB_RUN_EXTENDED,
+                    rs,
+                    f"run {spec.run_id}: inconclusive at its first look (R {a.r:.4f}, {a.confidence * 100:g} % interval"
+                    f" {a.low:.4f}–{a.high:.4f}); it runs on to {target} blocks and is judged again there",
+                    blocks=target,
+                    looked=n,
+                    hours=round(spec.planned_hours(target - n), 3),
+                )
+            )
+            return replace(rs, target=target, looked=n)
         return _end(rs, "done", a.verdict, f"{a.why}; {a.method_why}", sees.wall, a.certifies)
     return rs
 
@@ -363,6 +388,8 @@ def advance(rs: RunState | None, sees: RunObs) -> Advance:
             excluded=len(rs.excluded),
         )
     )
+    if rs.verdict == "the effect changed":
+        events.append(_event(codes.AB_EFFECT_CHANGED, rs, f"run {spec.run_id}: the effect changed during the run"))
     nxt = _next_in_sweep(rs, sees.wall)
     if rs.spec.sweep_id is not None and nxt is None:
         passed = (*rs.passed, *((spec.duty,) if rs.certifies and spec.duty is not None else ()))

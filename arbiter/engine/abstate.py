@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from arbiter.engine.abplan import Arm, WindowReading
-from arbiter.engine.abstats import Analysis, Block, analyse, planned_hours
+from arbiter.engine.abstats import Analysis, Block, analyse, blocks_within, look_confidence, planned_hours
 from arbiter.engine.abwindow import Window
 
 RunStatus = Literal["running", "done", "aborted", "refused"]
@@ -73,7 +73,8 @@ class RunState:
     spec: RunSpec
     started_wall: float
     status: RunStatus = "running"
-    target: int = 0  # blocks planned (raised after the pilot)
+    target: int = 0  # blocks planned (raised after the pilot, and at a first look that runs on)
+    looked: int = 0  # the blocks at the first look when the run went on past it (0: it has not)
     attempt: int = 0  # the block number now
     window: Window | None = None
     first: tuple[Arm, WindowReading] | None = None  # the block's first window, done
@@ -93,7 +94,16 @@ class RunState:
 
     def durable(self) -> tuple[Any, ...]:
         """What a restart keeps: it changes only when a block ends or the run does."""
-        return (self.status, self.target, self.attempt, self.blocks, self.excluded, self.verdict, self.spec)
+        return (
+            self.status,
+            self.target,
+            self.looked,
+            self.attempt,
+            self.blocks,
+            self.excluded,
+            self.verdict,
+            self.spec,
+        )
 
 
 def start(spec: RunSpec, wall: float, passed: tuple[float, ...] = ()) -> RunState:
@@ -110,4 +120,6 @@ def analysis(rs: RunState) -> Analysis | None:
     pilot = pilot_of(rs.spec)
     if len(rs.blocks) < pilot + 2:
         return None
-    return analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], rs.spec.margin, pilot)
+    most = blocks_within(rs.spec.max_hours, rs.spec.window_s)
+    confidence = look_confidence(rs.looked, rs.target, most)
+    return analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], rs.spec.margin, pilot, confidence)

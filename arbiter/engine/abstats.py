@@ -3,7 +3,8 @@
 Each block gives the protected program's progress rate with the work ON and OFF; d_i =
 ln(ON_i / OFF_i).  The first blocks (the pilot) size the run and are then left out of R: using
 them twice would let a lucky pilot both shorten the run and narrow its interval.  R =
-exp(mean d) over the rest, with a drift-robust interval at 90 %: a machine drifts (clocks and
+exp(mean d) over the rest, with a drift-robust interval (90 %, or the look's when a run is
+judged twice: :func:`look_confidence`): a machine drifts (clocks and
 temperature settle, other load comes and goes), successive d are then correlated and a paired
 t-interval is too narrow, so the interval assumes the lag-1 autocorrelation the blocks show
 (bias-corrected, plus an allowance for its error) and widens by the variance of a mean of AR(1)
@@ -14,6 +15,9 @@ SD, the lag-1 autocorrelation of d and an order-effect check.  bench/ab_validity
 error rates under independent, heavy-tailed, drifting and trending blocks.
 
 Quantiles come from the exact distributions, integrated here: no statistics library needed.
+
+One module past 400 lines: the quantiles, the interval, the verdict and the sizing are one
+calculation, which bench/ab_validity.py mirrors and judges as a whole.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ CONFIDENCE = 0.90
 #: an inconclusive run that would need more blocks than this "will not be decided"
 REALISTIC_BLOCKS = 200
 
-Verdict = Literal["no slowdown shown", "slowdown smaller than the margin", "slowdown", "inconclusive"]
+Verdict = Literal[
+    "no slowdown shown", "slowdown smaller than the margin", "slowdown", "inconclusive", "the effect changed"
+]
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,17 @@ PHI_LOW, PHI_HIGH = -0.5, 0.9
 #: the sizing plans this many times the blocks a paired t-interval would need (as far as the run's
 #: hours allow): the drift-robust interval is wider on independent blocks too
 ROBUST_ALLOWANCE = 2.0
+#: the change statistic's critical value: the 95 % point of the largest excursion of a Brownian
+#: bridge (Kolmogorov's distribution), which the statistic approaches on a stationary run
+CHANGE_CRITICAL = 1.358
+#: Two looks.  A run is judged where its sizing planned it to end; one that is inconclusive there
+#: with R above 1 − margin runs on to the blocks its hours leave and is judged again.  Each look
+#: spends part of the error (the lower bound is one-sided at (1 − confidence) / 2): almost none at
+#: the first, so that a second look costs little, most at the last (an O'Brien–Fleming-like split).
+#: A run planned to its hours' end has one look at :data:`CONFIDENCE`.  bench/ab_validity.py
+#: calibrates the pair: no cell certifies more than 5 % of runs at R = 1 − margin.
+FIRST_LOOK_CONFIDENCE = 0.99
+LAST_LOOK_CONFIDENCE = 0.91
 
 Method = Literal["paired t", "drift-robust"]
 
@@ -137,8 +154,8 @@ def variance_factor(phi: float, m: int) -> float:
     return 1 + 2 * sum((1 - k / m) * phi**k for k in range(1, m))
 
 
-def interval(mean: float, sd: float, m: int, phi: float = 0.0) -> Interval:
-    """The interval at :data:`CONFIDENCE` for the mean of ``m`` differences with sample SD ``sd``.
+def interval(mean: float, sd: float, m: int, phi: float = 0.0, confidence: float = CONFIDENCE) -> Interval:
+    """The interval at ``confidence`` for the mean of ``m`` differences with sample SD ``sd``.
 
     Under AR(1) drift the variance of the mean is σ²/m times :func:`variance_factor`, and the
     sample variance underestimates σ² by (m − vif)/(m − 1); the t quantile takes the blocks'
@@ -148,7 +165,7 @@ def interval(mean: float, sd: float, m: int, phi: float = 0.0) -> Interval:
     vif = variance_factor(phi, m)
     var = sd * sd / m * vif * (m - 1) / max(m - vif, 1.0)
     df = min(m - 1, max(1, math.floor(m / vif) - 1))
-    return Interval(mean, t_quantile(1 - (1 - CONFIDENCE) / 2, df) * math.sqrt(var), df, vif)
+    return Interval(mean, t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(var), df, vif)
 
 
 def lag1(d: Sequence[float]) -> float | None:
@@ -173,6 +190,26 @@ def drift_phi(d: Sequence[float]) -> float:
     return min(PHI_HIGH, max(PHI_LOW, phi))
 
 
+def change_statistic(d: Sequence[float]) -> float | None:
+    """How far the block differences wander from their mean: the largest |partial sum of
+    d_i − mean d| over √(N · s² · the variance factor of the drift :func:`drift_phi` assumes).
+
+    On a stationary run, drifting or not, it approaches the largest excursion of a Brownian
+    bridge; an effect that shifts, trends or wanders during the run makes the partial sums run
+    away from 0 (a CUSUM test of a change in level).  None: fewer than 4 blocks or no spread."""
+    n = len(d)
+    if n < 4:
+        return None
+    m, sd = _mean(d), _sd(d)
+    if sd == 0:
+        return None
+    total, worst = 0.0, 0.0
+    for x in d[:-1]:
+        total += x - m
+        worst = max(worst, abs(total))
+    return worst / (sd * math.sqrt(n * variance_factor(drift_phi(d), n)))
+
+
 @dataclass(frozen=True)
 class Analysis:
     n: int  # blocks analysed (the pilot's are not)
@@ -195,6 +232,8 @@ class Analysis:
     widening: float = 1.0  # its half-width over the paired t-interval's
     t_low: float = 0.0  # the paired t-interval at 90 % on the same blocks (assumes them independent)
     t_high: float = 0.0
+    change: float | None = None  # :func:`change_statistic` over every block
+    confidence: float = CONFIDENCE  # of the interval the verdict uses (the look's)
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -225,8 +264,15 @@ def fieller(on: Sequence[float], off: Sequence[float], t: float) -> tuple[float,
     return ((-qb - root) / (2 * qa), (-qb + root) / (2 * qa))
 
 
-def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
-    """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated).
+def _usual_high(robust: Interval, mean: float, sd: float, n: int, phi: float, confidence: float) -> float:
+    """The upper bound a slowdown is shown by: the :data:`CONFIDENCE` interval's at every look,
+    since a slowdown certifies nothing and so spends none of the error the looks split."""
+    return math.exp(robust.high if confidence == CONFIDENCE else interval(mean, sd, n, phi).high)
+
+
+def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: float = CONFIDENCE) -> Analysis:
+    """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated),
+    from the interval at ``confidence`` (the look's: :data:`FIRST_LOOK_CONFIDENCE` …).
 
     The first ``pilot`` blocks sized the run: they count in the autocorrelation estimate but not
     in R or its interval, so the choice of the run's length cannot bias them."""
@@ -240,9 +286,9 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
     d = d_all[pilot:]
     n = len(d)
     mean, sd = _mean(d), _sd(d)
-    paired = interval(mean, sd, n)
+    paired = interval(mean, sd, n, confidence=confidence)
     phi = drift_phi(d_all)
-    robust = interval(mean, sd, n, phi)
+    robust = interval(mean, sd, n, phi, confidence)
     widening = robust.half / paired.half if paired.half > 0 else 1.0
     r_lag = lag1(d_all)
     method_why = (
@@ -256,8 +302,9 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
     if low >= floor:
         verdict: Verdict = "slowdown smaller than the margin" if high < 1 else "no slowdown shown"
         why = f"the lower bound {low:.4f} is at or above 1 − margin = {floor:.4f}"
-    elif high < 1 and r < floor:
-        verdict, why = "slowdown", f"the whole interval is below 1 and R = {r:.4f} is below {floor:.4f}"
+    elif (usual_high := _usual_high(robust, mean, sd, n, phi, confidence)) < 1 and r < floor:
+        verdict = "slowdown"
+        why = f"the whole {CONFIDENCE * 100:g} % interval is below 1 (up to {usual_high:.4f}) and R = {r:.4f} is below {floor:.4f}"
     else:
         verdict = "inconclusive"
         gap = mean - math.log(floor)
@@ -271,6 +318,14 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
                 why = f"about {more} more block(s) would decide it"
             else:
                 why = f"it would take about {needed} blocks: no realistic run will decide it"
+    change = change_statistic(d_all)
+    if verdict in ("no slowdown shown", "slowdown smaller than the margin") and (change or 0.0) > CHANGE_CRITICAL:
+        # R is the mean of an effect that moved: where it ends may be far from that mean
+        verdict = "the effect changed"
+        why = (
+            f"{why}, but the effect changed during the run (its change statistic {change:.2f} is above"
+            f" {CHANGE_CRITICAL:g}): no certificate"
+        )
     first = [x for x, b in zip(d, used, strict=True) if b.on_first]
     second = [x for x, b in zip(d, used, strict=True) if not b.on_first]
     effect, flag = None, False
@@ -278,7 +333,7 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
         effect = _mean(first) - _mean(second)
         se = math.sqrt(_sd(first) ** 2 / len(first) + _sd(second) ** 2 / len(second))
         flag = se > 0 and abs(effect) > 2 * se
-    t = t_quantile(1 - (1 - CONFIDENCE) / 2, n - 1)
+    t = t_quantile(1 - (1 - confidence) / 2, n - 1)
     return Analysis(
         n=n,
         r=r,
@@ -300,7 +355,23 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0) -> Analysis:
         widening=widening,
         t_low=math.exp(paired.low),
         t_high=math.exp(paired.high),
+        change=change,
+        confidence=confidence,
     )
+
+
+def look_confidence(looked: int, target: int, most: int) -> float:
+    """The confidence of a run's interval: ``looked`` the blocks at its first look (0: none yet),
+    ``target`` the blocks it plans, ``most`` the most its hours allow."""
+    if looked:
+        return LAST_LOOK_CONFIDENCE
+    return FIRST_LOOK_CONFIDENCE if target < most else CONFIDENCE
+
+
+def runs_on(a: Analysis, margin: float) -> bool:
+    """A first look that decided nothing but whose R is above 1 − margin: the run goes on to its
+    last look (one at or below it already looks slowed, and its hours are not spent on it)."""
+    return a.verdict == "inconclusive" and a.r > 1 - margin
 
 
 def _settled(sd_upper: float, gap: float, allowance: float) -> int:

@@ -61,7 +61,9 @@ AB_BLOCK_DONE = "AB_BLOCK_DONE"
 AB_BLOCK_EXCLUDED = "AB_BLOCK_EXCLUDED"
 AB_RUN_STARTED = "AB_RUN_STARTED"
 AB_RUN_SIZED = "AB_RUN_SIZED"
+AB_RUN_EXTENDED = "AB_RUN_EXTENDED"
 AB_RUN_DONE = "AB_RUN_DONE"
+AB_EFFECT_CHANGED = "AB_EFFECT_CHANGED"
 AB_SWEEP_DONE = "AB_SWEEP_DONE"
 AB_WINDOW_OFF = "AB_WINDOW_OFF"
 AB_RUN_MEASURING = "AB_RUN_MEASURING"
@@ -364,7 +366,21 @@ CATALOGUE: tuple[Code, ...] = (
     Code(AB_BLOCK_EXCLUDED, "event", "A paired run left a block out, and why."),
     Code(AB_RUN_STARTED, "event", "A paired run started (or resumed after a restart)."),
     Code(AB_RUN_SIZED, "event", "A paired run's pilot raised the blocks it needs."),
+    Code(
+        AB_RUN_EXTENDED,
+        "event",
+        "A paired run was inconclusive where it was planned to end, with R above 1 − margin: it runs on to the "
+        "blocks its hours leave and is judged again there.",
+    ),
     Code(AB_RUN_DONE, "event", "A paired run ended: its verdict, or why it was refused or aborted."),
+    Code(
+        AB_EFFECT_CHANGED,
+        "event",
+        "A paired run's interval would certify, but the effect changed during the run (it shifted, trended or "
+        "wandered): the certificate is withheld, since R is the mean of an effect that moved.",
+        "Run it again once the program is in a steady state (after its warm-up, with its cache filled), or with "
+        "a shorter `--max-hours`; `arbiter ab show RUN` shows the blocks.",
+    ),
     Code(AB_SWEEP_DONE, "event", "A sweep of paired runs ended."),
     Code(CERT_ISSUED, "event", "A certificate was issued."),
     Code(

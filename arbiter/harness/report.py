@@ -79,7 +79,7 @@ def text(rep: dict[str, Any]) -> str:
     if a:
         fieller = a.get("fieller")
         lines.append(
-            f"R = {a['r']:.4f}, 90 % interval {a['low']:.4f}–{a['high']:.4f} (1 − margin = {1 - rep['margin']:.4f})"
+            f"R = {a['r']:.4f}, {a.get('confidence', 0.9) * 100:g} % interval {a['low']:.4f}–{a['high']:.4f} (1 − margin = {1 - rep['margin']:.4f})"
             + (f"; Fieller {fieller[0]:.4f}–{fieller[1]:.4f}" if fieller else "; Fieller unbounded")
         )
         if a.get("method_why"):
@@ -146,7 +146,7 @@ def plot_png(rep: dict[str, Any]) -> bytes:
             fmt="o",
             color="#1f4e79",
             capsize=6,
-            label="R, 90 % interval",
+            label=f"R, {a.get('confidence', 0.9) * 100:g} % interval",
         )
         low = min(a["low"], floor)
         high = max(a["high"], 1.0)

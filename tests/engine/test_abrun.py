@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from arbiter.engine import codes
+from arbiter.engine.abrecord import effect_changed_note
 from arbiter.engine.abrun import (
     Advance,
     RunObs,
@@ -22,6 +23,8 @@ from arbiter.engine.abrun import (
     summary,
     to_record,
 )
+from arbiter.engine.abstate import analysis
+from arbiter.engine.abstats import CONFIDENCE, FIRST_LOOK_CONFIDENCE, LAST_LOOK_CONFIDENCE
 from arbiter.engine.decide import decide
 from arbiter.engine.types import (
     CertView,
@@ -506,3 +509,69 @@ def test_the_pilot_is_left_out_of_r_and_a_run_recorded_with_a_shorter_target_sti
     )
     ended, _, _, _ = drive(from_record(to_record(old)), Program(10, 10), 400, t0=200.0)
     assert ended.status == "done" and len(ended.blocks) == 6 and summary(ended).analysis is not None
+
+
+def test_a_run_whose_effect_changed_ends_without_a_certificate_and_says_why() -> None:
+    """The program's ON rate moves from block to block: the run's interval would certify, but
+    the effect changed during it, so no certificate, with the reason on the timeline."""
+    moved = [0.999, 1.007, 0.998, 0.995, 1.001, 0.998, 0.999, 0.994, 1.013, 0.987, 0.998, 0.994, 0.999, 0.993]
+    rs = start(spec(blocks=len(moved), margin=0.05), 1000.0)
+    program = Program(off_rate=1000.0, on_rate=1000.0 * moved[0])
+    events: list[TimelineEvent] = []
+    t = 0.0
+    while rs.running and t < 2000:
+        # set within the washout of each block's first window (it lasts 4 steps), as drive samples
+        # the work's duty every 4 steps
+        program.on_rate = 1000.0 * moved[min(len(rs.blocks), len(moved) - 1)]
+        rs, seen, _, t = drive(rs, program, 4 * STEP, t0=t)
+        events.extend(seen)
+    assert rs.status == "done" and len(rs.blocks) == len(moved)
+    assert rs.verdict == "the effect changed" and not rs.certifies
+    assert "the effect changed during the run" in rs.why
+    changed = [e for e in events if e.code == codes.AB_EFFECT_CHANGED]
+    assert len(changed) == 1 and changed[0].data["run"] == "r1"
+    a = summary(rs).analysis
+    assert a is not None and a["low"] >= 0.95  # the interval alone would have certified
+    assert any(n.startswith(f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run") for n in summary(rs).notes)
+    # explain names it beside the rule, with the way to see the blocks; another rule's run says nothing of it
+    (note,) = effect_changed_note(rs, "p")
+    assert note["code"] == codes.AB_EFFECT_CHANGED and "the effect changed during the run" in note["message"]
+    assert "arbiter ab show r1" in note["remedy"]
+    assert effect_changed_note(rs, "other") == [] and effect_changed_note(None, "p") == []
+
+
+def test_a_run_inconclusive_at_its_planned_end_runs_on_to_its_hours_and_is_judged_again() -> None:
+    """Two looks: where the sizing planned the run to end it is inconclusive with R above
+    1 − margin, so it runs on to the blocks its hours leave (at the pace it has kept, so it
+    cannot outlive them) and is judged there with the last look's interval."""
+    ratios = [1.05, 1.054, 1.012, 0.987, 0.977, 1.011, 0.979, 0.968, 1.016, 1.014, 1.026, 0.983, 1.01, 1.008]
+    ratios += [0.966, 1.026, 1.02, 1.085]
+    rs = start(spec(blocks=8, max_hours=0.1), 1000.0)
+    program = Program(off_rate=1000.0, on_rate=1000.0 * ratios[0])
+    events: list[TimelineEvent] = []
+    t = 0.0
+    while rs.running and t < 2000:
+        program.on_rate = 1000.0 * ratios[min(len(rs.blocks), len(ratios) - 1)]
+        rs, seen, _, t = drive(rs, program, 4 * STEP, t0=t)
+        events.extend(seen)
+    (sized,) = [e for e in events if e.code == codes.AB_RUN_SIZED]
+    (extended,) = [e for e in events if e.code == codes.AB_RUN_EXTENDED]
+    first = sized.data["blocks"]
+    assert extended.data["looked"] == first == rs.looked and "inconclusive at its first look" in extended.message
+    assert rs.status == "done" and len(rs.blocks) == rs.target == extended.data["blocks"] > first
+    assert t <= 0.1 * 3600  # it ran on only as far as its hours allow
+    a = analysis(rs)
+    assert a is not None and a.confidence == LAST_LOOK_CONFIDENCE and rs.certifies
+    # what a restart keeps includes the first look, so the run is judged at the same look
+    assert from_record(to_record(rs)).looked == first
+    # the same blocks up to the planned end, judged by the first look's interval, decided nothing
+    at_first = analysis(replace(rs, blocks=rs.blocks[:first], target=first, looked=0))
+    assert at_first is not None and at_first.verdict == "inconclusive" and at_first.confidence == FIRST_LOOK_CONFIDENCE
+
+
+def test_a_run_planned_to_its_hours_end_has_one_look_at_the_usual_confidence() -> None:
+    # 0.11 h is 19 blocks of two 10 s windows, with room for the steps' lateness
+    rs, events, _, _ = drive(start(spec(blocks=19, max_hours=0.11), 1000.0), Program(10, 10), 450)
+    assert rs.status == "done" and rs.target == 19 and not any(e.code == codes.AB_RUN_EXTENDED for e in events)
+    a = analysis(rs)
+    assert a is not None and a.confidence == CONFIDENCE

@@ -8,17 +8,25 @@ import random
 import pytest
 
 from arbiter.engine.abstats import (
+    CHANGE_CRITICAL,
+    CONFIDENCE,
     DRIFT_FLAT,
     DRIFT_SHARE,
+    FIRST_LOOK_CONFIDENCE,
+    LAST_LOOK_CONFIDENCE,
     PHI_HIGH,
     PHI_LOW,
     ROBUST_ALLOWANCE,
     Block,
     analyse,
     blocks_needed,
+    change_statistic,
     chi2_quantile,
+    drift_phi,
     interval,
+    look_confidence,
     planned_hours,
+    runs_on,
     t_quantile,
     variance_factor,
 )
@@ -199,3 +207,59 @@ def test_bad_input_is_refused_clearly() -> None:
         analyse(blocks([1.0]), margin=0.02)
     with pytest.raises(ValueError, match="above 0"):
         analyse([Block(0.0, 1.0), Block(1.0, 1.0)], margin=0.02)
+
+
+#: an effect that moves during a run: R near 1.00 for the first blocks, then lower; the interval
+#: over the whole run alone would certify at a margin of 5 %
+MOVED = [0.999, 1.007, 0.998, 0.995, 1.001, 0.998, 0.999, 0.994, 1.013, 0.987, 0.998, 0.994, 0.999, 0.993]
+
+
+def test_the_change_statistic_is_the_largest_partial_sum_over_its_long_run_sd() -> None:
+    d = [math.log(r) for r in MOVED]
+    n, mean = len(d), sum(d) / len(d)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    partial = [abs(sum(x - mean for x in d[: k + 1])) for k in range(n - 1)]
+    expected = max(partial) / (sd * math.sqrt(n * variance_factor(drift_phi(d), n)))
+    assert change_statistic(d) == pytest.approx(expected)
+    assert change_statistic(d[:3]) is None and change_statistic([0.01] * 6) is None
+
+
+def test_a_certificate_is_withheld_when_the_effect_changed_during_the_run() -> None:
+    a = analyse(blocks(MOVED), margin=0.05, pilot=4)
+    assert a.low >= 0.95  # the interval alone would certify
+    assert a.change is not None and a.change > CHANGE_CRITICAL
+    assert a.verdict == "the effect changed" and not a.certifies
+    assert "the effect changed during the run" in a.why and "no certificate" in a.why
+    # the same blocks in an order that does not wander: certified
+    steady = analyse(blocks(MOVED[:4] + MOVED[4::2] + MOVED[5::2]), margin=0.05, pilot=4)
+    shuffled = [MOVED[i] for i in (0, 1, 2, 3, 8, 9, 4, 7, 6, 13, 10, 5, 12, 11)]
+    assert steady.certifies or analyse(blocks(shuffled), margin=0.05, pilot=4).certifies
+
+
+def test_steady_blocks_are_not_withheld() -> None:
+    rng = random.Random(11)
+    withheld = 0
+    for _ in range(200):
+        ratios = [math.exp(rng.gauss(0.0, 0.01)) for _ in range(16)]
+        withheld += analyse(blocks(ratios), margin=0.05, pilot=4).verdict == "the effect changed"
+    assert withheld <= 6  # the test's own rate is well under 1 % (bench/ab_validity.py)
+
+
+def test_the_looks_split_the_error_of_a_certificate_only() -> None:
+    """At a first look the interval is 99 %: a margin that the usual 90 % would show is not
+    shown yet, and the run goes on; a slowdown certifies nothing and is still shown at 90 %."""
+    ons = [88.78, 88.96, 97.34, 83.95, 93.52, 84.11, 99.5, 95.12, 100.8, 91.85]
+    slowed = [Block(on, 100.0) for on in ons]
+    first = analyse(slowed, 0.05, pilot=4, confidence=FIRST_LOOK_CONFIDENCE)
+    assert first.confidence == 0.99 and first.high >= 1  # the look's own interval reaches 1
+    assert first.verdict == "slowdown" and "90 % interval is below 1" in first.why and not runs_on(first, 0.05)
+    rnd = random.Random(10)
+    fine = [Block(100 * math.exp(rnd.gauss(0.0, 0.03)), 100.0) for _ in range(14)]
+    usual, early = analyse(fine, 0.05, pilot=4), analyse(fine, 0.05, pilot=4, confidence=FIRST_LOOK_CONFIDENCE)
+    assert usual.certifies and early.verdict == "inconclusive" and early.low < usual.low and runs_on(early, 0.05)
+    assert CONFIDENCE < LAST_LOOK_CONFIDENCE < FIRST_LOOK_CONFIDENCE  # the last look keeps most of the error
+    assert (look_confidence(0, 12, 48), look_confidence(12, 48, 48), look_confidence(0, 48, 48)) == (
+        FIRST_LOOK_CONFIDENCE,
+        LAST_LOOK_CONFIDENCE,
+        CONFIDENCE,
+    )
