@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from arbiter.config.safety import folders_problem
@@ -55,12 +56,18 @@ def _existing(path: Path) -> tuple[str | None, str]:
 
 def ensure_token(path: Path) -> str:
     """The token to accept, made (mode 0600) when there is none that can be kept."""
+    return ensure_secret(path, lambda: secrets.token_urlsafe(TOKEN_BYTES), "the HTTP token")
+
+
+def ensure_secret(path: Path, make: Callable[[], str], what: str) -> str:
+    """The secret in ``path`` (printable ASCII, at least :data:`MIN_TOKEN_CHARS`), made by
+    ``make`` and written (mode 0600) when there is none that can be kept."""
     token, why = _existing(path)
     if token is not None:
         return token
     if why:
-        log.warning("replacing %s with a new token: %s", path, why)
-    token = secrets.token_urlsafe(TOKEN_BYTES)
+        log.warning("replacing %s with a new one (%s): %s", path, what, why)
+    token = make()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.unlink()
@@ -78,7 +85,7 @@ def ensure_token(path: Path) -> str:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UnsafeStateDir(
-            f"cannot write the HTTP token to {path}: {exc.strerror or exc}; "
+            f"cannot write {what} to {path}: {exc.strerror or exc}; "
             f"remove what is there ({why or 'it is in the way'}) and start again"
         ) from None
     return token
