@@ -325,7 +325,8 @@ class FleetCerts:
             self._refuse(item, f"confirmation run {run.spec.run_id} showed a slowdown: {run.why}")
             return
         blocks = [Block(b.on, b.off, b.on_first) for b in run.blocks]
-        verdict = abconfirm.judge(c.r_low, c.r_high, blocks, c.margin)
+        original = [Block(on, off, first) for on, off, first in item.payload.blocks]
+        verdict = abconfirm.judge(original, c.r_low, c.r_high, blocks, c.margin)
         if run.verdict == "slowdown" or not verdict.adopts:
             self._refuse(
                 item,

@@ -9,8 +9,12 @@ combined in two ways, and ``bench/ab_validity.py`` simulates the whole procedure
   same rule a run's pilot does (:func:`arbiter.engine.abstats.blocks_needed`), at least
   :data:`MIN_BLOCKS`.  Its length is fixed before any of its own blocks are seen, so the
   choice of length cannot bias its verdict.
-- **Verdict.**  The confirmation's own blocks are analysed as a run's are (the drift-robust
-  90 % interval).  It adopts only where that interval's lower bound is at or above
+- **Drift.**  The lag-1 autocorrelation the drift-robust interval assumes is estimated over
+  the original's blocks and the confirmation's together (the original's stand where a run's
+  pilot does: in that estimate, not in R): a short confirmation alone estimates it so poorly
+  that the allowance for its error would make its interval several times too wide to decide.
+- **Verdict.**  R and its interval are the confirmation's own blocks' (the original's are
+  left out of them), the drift-robust 90 % interval.  It adopts only where the lower bound is at or above
   1 − margin, so a twin whose program is slowed by exactly the margin adopts with the same
   chance of at most 5 % that a run of its own would certify it with, whatever the original
   showed.  It *disagrees* where its interval lies wholly below the original's (the twin's
@@ -33,7 +37,7 @@ from arbiter.engine.abstats import REALISTIC_BLOCKS, Analysis, Block, analyse, b
 
 #: the fewest blocks a confirmation runs: the drift-robust interval needs a few to estimate
 #: the blocks' autocorrelation at all
-MIN_BLOCKS = 6
+MIN_BLOCKS = 8
 
 Outcome = Literal["adopt", "disagrees", "not confirmed"]
 
@@ -60,9 +64,12 @@ class Judgement:
         return self.outcome == "adopt"
 
 
-def judge(original_low: float, original_high: float, blocks: Sequence[Block], margin: float) -> Judgement:
-    """The confirmation's verdict on its own ``blocks`` against the original interval."""
-    a = analyse(blocks, margin)
+def judge(
+    original: Sequence[Block], original_low: float, original_high: float, blocks: Sequence[Block], margin: float
+) -> Judgement:
+    """The confirmation's verdict on its own ``blocks`` against the original run's interval,
+    the autocorrelation estimated over the ``original`` blocks and these together."""
+    a = analyse([*original, *blocks], margin, pilot=len(original))
     floor = 1 - margin
     if a.high < original_low or a.verdict == "slowdown":
         return Judgement(
