@@ -240,11 +240,21 @@ class FleetCerts:
     def _confirm_next(self, candidates: list[files.Published]) -> None:
         current = self.decider.engine_state.ab
         running = current is not None and current.running
+        # what this node holds valid already: a twin's certificate at no higher duty adds nothing
+        held: dict[tuple[str, str], float] = {}
+        for cert in self.ticker.certificate_states:
+            if cert["status"] == "valid":
+                key = (cert["rule"], cert["work"])
+                held[key] = max(held.get(key, 0.0), float(cert["duty"]))
         for item in candidates:
             name, p, c = item.path.name, item.payload, item.payload.certificate
             origin = {"node": p.node, "rule": c.rule, "work": c.work, "duty": c.duty}
             if running and current is not None and current.spec.confirms == name:
                 self._state(name, status="confirming", run=current.spec.run_id, **origin)
+                continue
+            if held.get((c.rule, c.work), -1.0) >= c.duty:
+                why = f"a valid certificate here already covers duty {held[(c.rule, c.work)]:g}"
+                self._state(name, status="not needed", why=why, **origin)
                 continue
             original = [Block(on, off, first) for on, off, first in p.blocks]
             n = abconfirm.blocks_for(original, c.margin)

@@ -1,5 +1,6 @@
-"""The state directory and the HTTP token in it: the daemon's account alone writes the
-one and reads the other.
+"""The state directory and the secrets in it (the HTTP token, the key that signs the
+certificates this node publishes): the daemon's account alone writes the one and reads the
+others.
 
 Whoever reads the token may reload the daemon over HTTP (and, on a listener other hosts
 can reach, read anything), so a file that others could have read, or that is not plainly
