@@ -151,7 +151,7 @@ class FleetCerts:
         self.tenants.submit(scan)
 
     def rescan(self) -> None:
-        """Read the folder at the next tick (a confirmation ended, a certificate was issued)."""
+        """Read the folder at the next tick (a confirmation ended: the next may start)."""
         with self._lock:
             self._scanned_at = -float("inf")
 
@@ -169,6 +169,9 @@ class FleetCerts:
         except OSError as exc:
             self._state("", status="unreadable", why=f"{folder} cannot be read: {exc.strerror or exc}")
             return
+        names = {item.path.name for item in found}
+        with self._lock:  # a file taken out of the folder is no longer shown
+            self._states = {name: state for name, state in self._states.items() if name in names}
         candidates: list[files.Published] = []
         for item in found:
             name = item.path.name

@@ -1,7 +1,8 @@
 """Certificates shared with twins, end to end on real daemons sharing one folder: one node
 earns a certificate with a paired run and publishes it; a twin confirms it with a short run of
 its own, adopts it and runs certified work under it; a node whose protected program differs
-refuses it and says so.
+refuses it and says so, as does a node whose confirmation shows its program slowed more; a
+file cut short, or copied under another node's name, is refused with its reason.
 
 The three daemons run on this one machine, so their CPU, GPUs, OS and arbiter match, as twins'
 do; the third node's program is a copy of the interpreter with one byte added (another
@@ -41,7 +42,7 @@ NAME = "gpu-a.frames.gpu.cert.json"
 def test_a_twin_confirms_and_adopts_a_certificate_and_another_program_refuses_it(tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
-    keys = {name: make_key(tmp_path / name) for name in ("gpu-a", "gpu-b", "gpu-c")}
+    keys = {name: make_key(tmp_path / name) for name in ("gpu-a", "gpu-b", "gpu-c", "gpu-d")}
     nodes = {}
     for name in keys:
         node = HarnessNode(
@@ -51,7 +52,7 @@ def test_a_twin_confirms_and_adopts_a_certificate_and_another_program_refuses_it
         )
         node.add_rule("frames", stand_in_rule(node.root / "progress.jsonl"))
         nodes[name] = node
-    earner, twin, other = nodes.values()
+    earner, twin, other, slower = nodes.values()
     try:
         for node in nodes.values():
             node.start()
@@ -98,6 +99,26 @@ def test_a_twin_confirms_and_adopts_a_certificate_and_another_program_refuses_it
         # ... and the certified work runs under it, as under one earned here
         assert running_certified(twin)["ceiling"] == 0.1
         print(f"\nfirst certificate to the twin running certified work: {time.time() - first_cert_at:.1f}s")
+        stop_programs(twin)
+
+        # a twin whose work slows its program far more than the original's did refuses it
+        start_stand_in(slower, slower.root / "progress.jsonl")
+        start_job(slower, gain=30.0)  # 30 % at duty 0.1, against 1 % where it was earned
+        refusal = newest_event(slower, "FLEET_CERT_REFUSED", timeout=300)
+        assert "is refused" in refusal["message"] and refusal["data"]["node"] == "gpu-a", refusal
+        assert "slow" in refusal["message"], refusal  # slowed more here, or a slowdown shown
+        assert fleet_files(slower)[NAME]["status"] == "refused"
+        assert not slower.call("certificates")["certificates"]
+        slower.reasons("llmbatch", "GPU_NOT_CERTIFIED")  # its work waits, as before
+
+        # a file cut short, or a copy of one under another node's name, is refused with its reason
+        (shared / "gpu-d.frames.gpu.cert.json").write_bytes((shared / NAME).read_bytes())
+        (shared / "gpu-c.frames.gpu.cert.json").write_bytes((shared / NAME).read_bytes()[:100])
+        files = twin.wait_for(lambda: len(found := fleet_files(twin)) == 3 and found)
+        assert files["gpu-d.frames.gpu.cert.json"]["code"] == "FLEET_CERT_REPLAYED", files
+        assert files["gpu-c.frames.gpu.cert.json"]["code"] == "FLEET_CERT_CORRUPT", files
+        assert newest_event(twin, "FLEET_CERT_CORRUPT")["data"]["file"] == "gpu-c.frames.gpu.cert.json"
+        assert files[NAME]["status"] == "adopted"
     finally:
         for node in nodes.values():
             node.close()

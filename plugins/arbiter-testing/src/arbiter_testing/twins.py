@@ -18,8 +18,9 @@ from arbiter_testing.node import PYTHON, HarnessNode
 
 ROOT = Path(__file__).resolve().parents[4]
 SLOWING_JOB = ROOT / "tests" / "e2e" / "slowing_job.py"
-#: a paired run's windows short enough for a test, long enough to hold whole frames and duty samples
-RUN = ["--yes", "--window", "1.5", "--washout", "0.5", "--blocks", "8", "--max-hours", "0.05", "--margin", "0.1"]
+#: a paired run's windows short enough for a test, long enough to hold whole frames and duty samples;
+#: 16 blocks, so that a loaded box's stalls do not leave the drift estimate too uncertain to decide
+RUN = ["--yes", "--window", "1.5", "--washout", "0.5", "--blocks", "16", "--max-hours", "0.05", "--margin", "0.1"]
 #: the same windows for a twin's confirmation, and a folder read twice a second
 FLEET = {"scan_every_s": 0.5, "window_s": 1.5, "washout_s": 0.5, "max_hours": 0.05}
 #: the node config a certified twin runs under in these tests
@@ -81,13 +82,13 @@ def start_stand_in(node: HarnessNode, events: Path, python: str = PYTHON) -> Non
     node.wait_for(lambda: node.status()["rules"][0]["sources"][0]["rate"])
 
 
-def start_job(node: HarnessNode) -> None:
-    """The cooperative job ``llmbatch`` that slows the node's stand-in."""
+def start_job(node: HarnessNode, gain: float = 1.0) -> None:
+    """The cooperative job ``llmbatch`` that slows the node's stand-in by ``gain · duty²``."""
     manifest = node.root / "llmbatch.yaml"
     manifest.write_text(
         "name: llmbatch\ncapabilities: [cooperative_throttle, cooperative_pause, cancellable]\ngpu: {use: shared}\n"
     )
-    node.job_run([PYTHON, str(SLOWING_JOB), str(node.root / "slow"), "1.0"], "--manifest", str(manifest))
+    node.job_run([PYTHON, str(SLOWING_JOB), str(node.root / "slow"), str(gain)], "--manifest", str(manifest))
     node.wait_for(lambda: node.job("llmbatch"))
 
 
