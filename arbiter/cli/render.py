@@ -346,7 +346,7 @@ def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
             f"{c['duty']:.2f}",
             f"{c['r']:.3f} [{c['r_low']:.3f}, {c['r_high']:.3f}]",
             f"{c['margin']:.2f}",
-            origin_of(c),
+            Text(origin_of(c)),
             Text(c["status"], style=style[c["status"]]),
             c["why"],
         )
@@ -362,15 +362,17 @@ def print_fleet_certificates(console: Console, answer: dict[str, Any]) -> None:
     if not fleet:
         return
     console.print(
-        f"publishes to {fleet['folder']} as {fleet['node']}; its public key (list it under "
-        f"fleet_certificates.trusted_keys on the twins): {fleet['public_key']}"
+        Text(
+            f"publishes to {fleet['folder']} as {fleet['node']}; its public key (list it under "
+            f"fleet_certificates.trusted_keys on the twins): {fleet['public_key']}"
+        )
     )
     table = Table(title="Twins' certificates")
     for col in ("file", "node", "rule", "status", "why"):
         table.add_column(col, overflow="fold")
-    for f in fleet["files"]:
+    for f in fleet["files"]:  # what the files say is anyone's who can write the folder: never markup
         why = f.get("why") or (f"run {f['run']}" if f.get("run") else "")
-        table.add_row(f["file"], f.get("node", ""), f.get("rule", ""), f["status"], why)
+        table.add_row(*(Text(str(x)) for x in (f["file"], f.get("node", ""), f.get("rule", ""), f["status"], why)))
     if not fleet["files"]:
         table.add_row("(none read yet)", "", "", "", "")
     console.print(table)
