@@ -43,9 +43,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.alone, pytest.mark.
 
 NODES = ["n1", "n2", "n3", "n4", "n5"]
 NAME = "n1.frames.gpu.cert.json"
-#: a confirmation's few blocks cannot average out a loaded box's stalls the way a sized run's
-#: many do: longer windows here (five daemons and a Slurm cluster share the box's cores)
-WINDOWS = {"window_s": 3.0, "washout_s": 1.0}
 
 
 @pytest.fixture
@@ -72,7 +69,7 @@ def test_one_node_earns_three_twins_confirm_and_advertise_and_another_program_re
         node = cluster.start_arbiter(
             name,
             **{**CERTIFIED, "tick_s": 0.5},
-            fleet_certificates={"folder": str(shared), "node_name": name, "trusted_keys": keys, **FLEET, **WINDOWS},
+            fleet_certificates={"folder": str(shared), "node_name": name, "trusted_keys": keys, **FLEET},
         )
         node.add_rule("frames", stand_in_rule(node.root / "progress.jsonl"))
         nodes[name] = node
