@@ -25,6 +25,7 @@ from arbiter_testing.twins import (
     FLEET,
     RUN,
     fleet_files,
+    held_certificates,
     make_key,
     newest_event,
     running_certified,
@@ -90,7 +91,7 @@ def test_a_twin_confirms_and_adopts_a_certificate_and_another_program_refuses_it
         assert "confirms on this node the certificate gpu-a earned" in said["message"], said
         adopted = newest_event(twin, "FLEET_CERT_ADOPTED", timeout=300)
         assert adopted["data"]["node"] == "gpu-a", twin.call("timeline", limit=100)
-        certs = twin.call("certificates")["certificates"]
+        certs = held_certificates(twin)
         assert [(c["duty"], c["status"], c["origin"]) for c in certs] == [(0.1, "valid", "gpu-a")], certs
         assert certs[0]["confirm_blocks"] == confirming["data"]["blocks"]
         shown = twin.cli("certificates")

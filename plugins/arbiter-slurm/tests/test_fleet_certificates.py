@@ -29,6 +29,7 @@ from arbiter_testing.twins import (
     FLEET,
     RUN,
     fleet_files,
+    held_certificates,
     make_key,
     newest_event,
     running_certified,
@@ -94,7 +95,7 @@ def test_one_node_earns_three_twins_confirm_and_advertise_and_another_program_re
         assert started["data"]["node"] == "n1", started
         adopted = newest_event(twin, "FLEET_CERT_ADOPTED", timeout=300)
         confirm_s[name] = adopted["t"] - started["t"]
-        certs = twin.call("certificates")["certificates"]
+        certs = held_certificates(twin)
         assert [(c["duty"], c["status"], c["origin"]) for c in certs] == [(0.1, "valid", "n1")], certs
         running_certified(twin)
         # an adopted certificate is advertised to Slurm as one earned there is

@@ -116,3 +116,9 @@ def running_certified(node: HarnessNode, timeout: float = 60) -> dict[str, Any]:
     return node.wait_for(  # type: ignore[no-any-return]
         lambda: (d := node.call("duty")["duty"])["jobs"] and d["jobs"][0]["asked"] > 0 and d, timeout=timeout
     )
+
+
+def held_certificates(node: HarnessNode) -> list[dict[str, Any]]:
+    """The node's certificates once it holds one: the tick reads them again after a change, so
+    one adopted may be on the timeline a moment before it is in the list."""
+    return node.wait_for(lambda: node.call("certificates")["certificates"])  # type: ignore[no-any-return]
