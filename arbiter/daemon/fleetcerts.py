@@ -340,11 +340,11 @@ class FleetCerts:
         blocks = [Block(b.on, b.off, b.on_first) for b in run.blocks]
         original = [Block(on, off, first) for on, off, first in item.payload.blocks]
         verdict = abconfirm.judge(original, c.r_low, c.r_high, blocks, c.margin)
-        if run.verdict == "slowdown" or not verdict.adopts:
-            self._refuse(
-                item,
-                f"confirmation run {run.spec.run_id}: {run.why if run.verdict == 'slowdown' else verdict.why}",
-            )
+        if not verdict.adopts:
+            self._refuse(item, f"confirmation run {run.spec.run_id}: {verdict.why}")
+            return
+        if run.verdict == "slowdown":  # progress collapsed in a window its blocks leave out
+            self._refuse(item, f"confirmation run {run.spec.run_id} showed a slowdown: {run.why}")
             return
         a = verdict.analysis
         cert = Certificate(

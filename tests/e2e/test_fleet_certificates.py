@@ -35,7 +35,7 @@ from arbiter_testing.twins import (
     stop_programs,
 )
 
-pytestmark = pytest.mark.alone
+pytestmark = [pytest.mark.alone, pytest.mark.timeout(900)]
 
 NAME = "gpu-a.frames.gpu.cert.json"
 
