@@ -94,8 +94,8 @@ def test_a_twin_confirms_and_adopts_a_certificate_and_another_program_refuses_it
         certs = held_certificates(twin)
         assert [(c["duty"], c["status"], c["origin"]) for c in certs] == [(0.1, "valid", "gpu-a")], certs
         assert certs[0]["confirm_blocks"] == confirming["data"]["blocks"]
-        shown = twin.cli("certificates")
-        assert "adopted from gpu-a after a confirmation of" in shown.stdout.replace("\n", " "), shown.stdout
+        shown = twin.cli("certificates", COLUMNS="250")  # each cell on one line
+        assert "adopted from gpu-a after a confirmation of" in shown.stdout, shown.stdout
         assert fleet_files(twin)[NAME]["status"] == "adopted"
         # ... and the certified work runs under it, as under one earned here
         assert running_certified(twin)["ceiling"] == 0.1
