@@ -175,3 +175,30 @@ def test_explain_says_how_long_protection_has_paused_a_job_and_when_that_stops_i
     job["protection_pause"] = {"for_s": 42.5, "evict_after_s": None, "evict_in_s": None}
     print_explain(console=con, e={"subject": "slurm-17", "notices": [], "items": [job]})
     assert "it waits however long protection needs (evict_after_s: null)" in out.getvalue()
+
+
+def test_twins_certificates_show_their_origin_and_the_folder_as_written() -> None:
+    """What a file in the shared folder says (a node's name) is anyone's who can write there."""
+    from arbiter.cli.render import print_fleet_certificates
+
+    out, con = terminal()
+    cert = {"rule": "trainer", "work": "gpu", "duty": 0.35, "r": 0.99, "r_low": 0.98, "r_high": 1.0, "margin": 0.02}
+    answer = {
+        "certificates": [
+            {**cert, "origin": "", "status": "valid", "why": "valid for 13.0 more days"},
+            {**cert, "origin": HOSTILE[2], "confirm_blocks": 8, "status": "valid", "why": ""},
+        ],
+        "fleet": {
+            "folder": "/shared/certs",
+            "node": "gpu07",
+            "public_key": "q9G0=",
+            "files": [
+                {"file": "x.cert.json", "node": HOSTILE[0], "rule": "trainer", "status": "refused", "why": HOSTILE[3]}
+            ],
+        },
+    }
+    print_fleet_certificates(con, answer)
+    shown = plain(out)
+    assert "earned here" in shown and f"adopted from {HOSTILE[2]} after a confirmation of 8 blocks" in shown
+    assert "publishes to /shared/certs as gpu07" in shown and "q9G0=" in shown
+    assert HOSTILE[0] in shown and HOSTILE[3] in shown and HYPERLINK not in out.getvalue()

@@ -247,6 +247,7 @@ NOT_PLUGINS = {
     "arbiter_testing/slurm.py": "the tests' Slurm cluster: it starts a daemon per node with the harness",
     "arbiter_testing/certified.py": "the tests' certified rule: it stores a certificate as a paired run does",
     "arbiter_testing/probes.py": "the probe tests' stand-in host: it builds the probes plugin's probes",
+    "arbiter_testing/twins.py": "the fleet-certificate tests' twins: it makes each node's signing key as the daemon does",
     "arbiter_slurm/hooks.py": "the program slurmd runs as Prolog and Epilog: a client of the daemon's socket, as the CLI",
 }
 #: one plugin distribution built on another's kind, each with why

@@ -347,8 +347,10 @@ def duty(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
 
 @app.command()
 def certificates(config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
-    """Every certificate: valid, expired or stale, and why."""
-    show(ask(config, Op.CERTIFICATES, "certificates"), as_json, "print_certificates")
+    """Every certificate: valid, expired or stale, and why; where each came from, and the twins'
+    certificates in the shared folder."""
+    answer = ask(config, Op.CERTIFICATES, None)
+    show(answer["certificates"] if as_json else answer, as_json, "print_fleet_certificates")
 
 
 @app.command()

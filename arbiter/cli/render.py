@@ -327,9 +327,16 @@ def print_duty(console: Console, d: dict[str, Any]) -> None:
     console.print(table)
 
 
+def origin_of(c: dict[str, Any]) -> str:
+    """Where a certificate came from, as `certificates` shows it."""
+    if c.get("origin"):
+        return f"adopted from {c['origin']} after a confirmation of {c.get('confirm_blocks', 0)} blocks"
+    return "earned here"
+
+
 def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
     table = Table(title="Certificates")
-    for col in ("rule", "work", "duty", "R [interval]", "margin", "status", "why"):
+    for col in ("rule", "work", "duty", "R [interval]", "margin", "origin", "status", "why"):
         table.add_column(col, overflow="fold")
     style = {"valid": "green", "expired": "yellow", "stale": "red"}
     for c in certs:
@@ -339,11 +346,35 @@ def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
             f"{c['duty']:.2f}",
             f"{c['r']:.3f} [{c['r_low']:.3f}, {c['r_high']:.3f}]",
             f"{c['margin']:.2f}",
+            Text(origin_of(c)),
             Text(c["status"], style=style[c["status"]]),
             c["why"],
         )
     if not certs:
-        table.add_row("(none)", "", "", "", "", "", "run `arbiter ab sweep --rule RULE` to earn one")
+        table.add_row("(none)", "", "", "", "", "", "", "run `arbiter ab sweep --rule RULE` to earn one")
+    console.print(table)
+
+
+def print_fleet_certificates(console: Console, answer: dict[str, Any]) -> None:
+    """This node's certificates, then the twins' in the shared folder and what each came to."""
+    print_certificates(console, answer["certificates"])
+    fleet = answer.get("fleet")
+    if not fleet:
+        return
+    console.print(
+        Text(
+            f"publishes to {fleet['folder']} as {fleet['node']}; its public key (list it under "
+            f"fleet_certificates.trusted_keys on the twins): {fleet['public_key']}"
+        )
+    )
+    table = Table(title="Twins' certificates")
+    for col in ("file", "node", "rule", "status", "why"):
+        table.add_column(col, overflow="fold")
+    for f in fleet["files"]:  # what the files say is anyone's who can write the folder: never markup
+        why = f.get("why") or (f"run {f['run']}" if f.get("run") else "")
+        table.add_row(*(Text(str(x)) for x in (f["file"], f.get("node", ""), f.get("rule", ""), f["status"], why)))
+    if not fleet["files"]:
+        table.add_row("(none read yet)", "", "", "", "")
     console.print(table)
 
 

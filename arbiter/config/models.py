@@ -142,6 +142,52 @@ class QuotaConfig(Strict):
     )
 
 
+class FleetCertificatesConfig(Strict):
+    """Certificates shared with twin nodes through a folder every node mounts."""
+
+    folder: str = Field(
+        description="the shared folder (NFS, Lustre...) where each node publishes the certificates it earns"
+    )
+    node_name: str = Field(
+        "", description="the name this node publishes under and other nodes list its key by; empty: the host name"
+    )
+    trusted_keys: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "node name → its public signing key (base64, as `arbiter certificates` prints it there): a certificate "
+            "is adopted only when one of these signed it"
+        ),
+    )
+    scan_every_s: float = Field(30.0, gt=0, description="how often the folder is read")
+    window_s: float = Field(300.0, gt=0, description="a confirmation run's windows (seconds)")
+    washout_s: float = Field(60.0, ge=0, description="the discarded start of each confirmation window (seconds)")
+    max_hours: float = Field(8.0, gt=0, description="a confirmation run that takes longer is aborted")
+
+    @field_validator("trusted_keys")
+    @classmethod
+    def _keys(cls, value: dict[str, str]) -> dict[str, str]:
+        import base64
+        import binascii
+
+        for node, key in value.items():
+            try:
+                raw = base64.b64decode(key.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError(f"the key listed for {node!r} is not base64") from None
+            if len(raw) != 32:
+                raise ValueError(
+                    f"the key listed for {node!r} is {len(raw)} bytes, not the 32 of an Ed25519 public key "
+                    "(copy it from `arbiter certificates` on that node)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _window(self) -> FleetCertificatesConfig:
+        if self.window_s <= self.washout_s:
+            raise ValueError(f"window_s ({self.window_s:g}) must be longer than washout_s ({self.washout_s:g})")
+        return self
+
+
 class NodeConfig(Strict):
     """``arbiter.yaml``: how this node shares its GPU.
 
@@ -235,6 +281,13 @@ class NodeConfig(Strict):
         ),
     )
     plugin_timeout_s: float = Field(5.0, gt=0, description="every call into a plugin fails after this many seconds")
+    fleet_certificates: FleetCertificatesConfig | None = Field(
+        None,
+        description=(
+            "publish the certificates earned here to a shared folder, and adopt twins' after a confirmation run; "
+            "null: neither"
+        ),
+    )
     reflex_process: bool = Field(
         True,
         description="act on the phase changes of immediate rules in a process of their own, beside the daemon (the "

@@ -284,6 +284,7 @@ def certificate(daemon: Parts, run: abrun.RunState) -> None:
             daemon.ticker.certificates_changed()
 
         daemon.recorder.write(write)
+        daemon.fleet.publish(cert, run)
 
     daemon.tenants.submit(issue)
 

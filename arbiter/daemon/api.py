@@ -111,6 +111,7 @@ class NodeApi(JobOperations):
             "certificates": list(self.parts.ticker.certificate_states),
             "node": self.parts.ticker.node_fingerprint(),
             "programs": dict(view.rule_exes) if view else {},
+            "fleet": self.parts.fleet.view(),
         }
 
     @operation(Op.DOCTOR, Who.ANYONE)

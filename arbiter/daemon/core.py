@@ -37,11 +37,12 @@ from typing import Any
 from arbiter import __version__
 from arbiter.api.transport import SocketServer
 from arbiter.config.models import NodeConfig
-from arbiter.daemon.abruns import certificate, resumed_from, supersede
+from arbiter.daemon.abruns import RunRefused, certificate, resumed_from, start, supersede
 from arbiter.daemon.adopt import Reconciler
 from arbiter.daemon.api import NodeApi
 from arbiter.daemon.decider import Decider
 from arbiter.daemon.endpoints import Endpoints
+from arbiter.daemon.fleetcerts import FleetCerts
 from arbiter.daemon.handoff import TenantActions
 from arbiter.daemon.helpers import Helpers
 from arbiter.daemon.inbox import ReleaseOver
@@ -58,7 +59,7 @@ from arbiter.daemon.sources import SourceBook
 from arbiter.daemon.ticker import Ticker
 from arbiter.daemon.views import status_line
 from arbiter.engine import codes, governor
-from arbiter.engine.abrun import RunState
+from arbiter.engine.abrun import RunSpec, RunState
 from arbiter.engine.compliance import trust_from_record
 from arbiter.engine.types import EngineState, HeldJob, Policy
 from arbiter.plugin import ProcessRef
@@ -214,6 +215,17 @@ class Daemon:
             self._reconcile,
         )
         undo.callback(self.ticker.observer.close)
+        self.fleet = FleetCerts(
+            config.fleet_certificates,
+            self.state_dir,
+            self._start_run,
+            self.store,
+            self.recorder,
+            self.tenants,
+            self.published,
+            self.decider,
+            self.ticker,
+        )
         linked, self.intake.reflex_off = reflex_process(
             config, host, translators, journal_path, self.intake, self.actuator, self.targets
         )
@@ -242,6 +254,7 @@ class Daemon:
             ticker=self.ticker,
             tenants=self.tenants,
             helpers=self.helpers,
+            fleet=self.fleet,
         )
         self.api = NodeApi(self.parts)
 
@@ -414,9 +427,11 @@ class Daemon:
         self.recorder.write(lambda db: Store.put_job(db, snapshot, kept))
 
     def _reconcile(self) -> None:
-        """Take over the jobs an outside scheduler started here, where a look is due."""
+        """Take over the jobs an outside scheduler started here, where a look is due, and read
+        the twins' published certificates, where a read is due."""
         if self.reconciler.due(time.monotonic()):
             self.reconciler.run(self.parts)
+        self.fleet.tick()
 
     def _releasing(self) -> None:
         """A tenant was asked to release VRAM: the tick looks more often until it is seen to fall."""
@@ -427,9 +442,20 @@ class Daemon:
         observers (a fleet scheduler's features) at once rather than on its next turn."""
         self.ticker.wake.set()
 
+    def _start_run(self, spec: RunSpec) -> str:
+        """Start a paired run of the daemon's own (a confirmation): "" or why it cannot start now."""
+        try:
+            start(self.parts, spec, self.uid)
+        except RunRefused as exc:
+            return str(exc)
+        return ""
+
     def _run_ended(self, run: RunState) -> None:
-        """Issue the certificate a passing run earned, or supersede the one a failing run had."""
-        if run.certifies:
+        """Issue the certificate a passing run earned, or supersede the one a failing run had; a
+        confirmation of a twin's certificate adopts or refuses that one instead."""
+        if run.spec.confirms:
+            self.fleet.concluded(run)
+        elif run.certifies:
             certificate(self.parts, run)
         elif run.verdict == "slowdown" and run.spec.duty is not None:
             supersede(self.parts, run)

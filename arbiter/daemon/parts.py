@@ -18,6 +18,7 @@ from arbiter.daemon.inbox import JobsChanged
 if TYPE_CHECKING:
     from arbiter.config.models import NodeConfig
     from arbiter.daemon.decider import Decider
+    from arbiter.daemon.fleetcerts import FleetCerts
     from arbiter.daemon.handoff import TenantActions
     from arbiter.daemon.helpers import Helpers
     from arbiter.daemon.intake import Intake
@@ -55,6 +56,8 @@ class Parts:
     ticker: Ticker
     tenants: TenantActions
     helpers: Helpers
+    #: certificates shared with twin nodes through a folder
+    fleet: FleetCerts
 
     @property
     def snapshot(self) -> Snapshot:

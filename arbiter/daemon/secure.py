@@ -1,5 +1,6 @@
-"""The state directory and the HTTP token in it: the daemon's account alone writes the
-one and reads the other.
+"""The state directory and the secrets in it (the HTTP token, the key that signs the
+certificates this node publishes): the daemon's account alone writes the one and reads the
+others.
 
 Whoever reads the token may reload the daemon over HTTP (and, on a listener other hosts
 can reach, read anything), so a file that others could have read, or that is not plainly
@@ -14,6 +15,7 @@ import logging
 import os
 import secrets
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from arbiter.config.safety import folders_problem
@@ -55,12 +57,18 @@ def _existing(path: Path) -> tuple[str | None, str]:
 
 def ensure_token(path: Path) -> str:
     """The token to accept, made (mode 0600) when there is none that can be kept."""
+    return ensure_secret(path, lambda: secrets.token_urlsafe(TOKEN_BYTES), "the HTTP token")
+
+
+def ensure_secret(path: Path, make: Callable[[], str], what: str) -> str:
+    """The secret in ``path`` (printable ASCII, at least :data:`MIN_TOKEN_CHARS`), made by
+    ``make`` and written (mode 0600) when there is none that can be kept."""
     token, why = _existing(path)
     if token is not None:
         return token
     if why:
-        log.warning("replacing %s with a new token: %s", path, why)
-    token = secrets.token_urlsafe(TOKEN_BYTES)
+        log.warning("replacing %s with a new one (%s): %s", path, what, why)
+    token = make()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.unlink()
@@ -78,7 +86,7 @@ def ensure_token(path: Path) -> str:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise UnsafeStateDir(
-            f"cannot write the HTTP token to {path}: {exc.strerror or exc}; "
+            f"cannot write {what} to {path}: {exc.strerror or exc}; "
             f"remove what is there ({why or 'it is in the way'}) and start again"
         ) from None
     return token

@@ -47,7 +47,7 @@ CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A
 class Ticker:
     """:param status_line: one line on the node, for the service manager's watchdog pings.
     :param reconcile: called first on every tick: jobs an outside scheduler started are
-        taken over (where one is due)."""
+        taken over (where one is due), and twins' published certificates read (where due)."""
 
     def __init__(
         self,

@@ -29,20 +29,39 @@ def run_says(run: RunState, job: JobObs) -> RunSays | None:
     if covers(spec.work, job):
         if w is None or w.arm == "on":
             return RunSays(spec.rule_id, "on", duty=spec.duty)
+        held = "evicted" if spec.off == "evicted" else "held"
+        if spec.confirms:
+            # the work waits for want of a certificate here, and this run is how it gets one
+            message = (
+                f"an OFF window of run {spec.run_id}, which confirms on this node the certificate {spec.origin} "
+                f"earned for {spec.rule_id!r} (block {w.attempt + 1} of {run.target}): the work is {held} to "
+                "measure the program without it"
+            )
+            remedy = (
+                "it runs again in the next ON window; once the confirmation passes, the twin's certificate is "
+                "adopted here and the work runs under it (`arbiter ab status`; `arbiter certificates`)"
+            )
+        else:
+            message = (
+                f"an OFF window of paired run {spec.run_id} on {spec.rule_id!r}: the work is {held} "
+                "to measure the program without it"
+            )
+            remedy = (
+                f"it runs again in the next ON window (`arbiter ab status`; `arbiter ab abort {spec.run_id}` "
+                "ends the run)"
+            )
+        data = {"run": spec.run_id, "rule": spec.rule_id, "block": w.attempt}
         reason = Reason(
-            codes.AB_WINDOW_OFF,
-            f"an OFF window of paired run {spec.run_id} on {spec.rule_id!r}: the work is "
-            + ("evicted" if spec.off == "evicted" else "held")
-            + " to measure the program without it",
-            f"it runs again in the next ON window (`arbiter ab status`; `arbiter ab abort {spec.run_id}` ends the run)",
-            {"run": spec.run_id, "rule": spec.rule_id, "block": w.attempt},
+            codes.AB_WINDOW_OFF, message, remedy, {**data, "confirms": spec.origin} if spec.confirms else data
         )
         return RunSays(spec.rule_id, "off", reason, evict_since=w.opened_at if spec.off == "evicted" else None)
     if not job.uses_gpu:
         return None
     reason = Reason(
         codes.AB_RUN_MEASURING,
-        f"paired run {spec.run_id} measures what {spec.work!r} work costs {spec.rule_id!r}: other GPU work waits",
+        f"paired run {spec.run_id} measures what {spec.work!r} work costs {spec.rule_id!r}"
+        + (f", confirming on this node the certificate {spec.origin} earned" if spec.confirms else "")
+        + ": other GPU work waits",
         f"it runs when the run ends (`arbiter ab status`; `arbiter ab abort {spec.run_id}`)",
         {"run": spec.run_id, "rule": spec.rule_id},
     )

@@ -35,6 +35,10 @@ class RunSpec:
     pilot: int = 4
     sweep_id: str | None = None
     levels: tuple[float, ...] = ()  # a sweep's levels still to run after this one
+    #: a confirmation of a twin's certificate: the published file's name (its verdict adopts
+    #: or refuses that certificate; it earns none of its own)
+    confirms: str = ""
+    origin: str = ""  # ... and the node that earned it
 
     def planned_hours(self, blocks: int | None = None) -> float:
         return planned_hours(blocks or self.blocks, self.window_s)

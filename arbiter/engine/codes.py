@@ -70,6 +70,15 @@ AB_RUN_MEASURING = "AB_RUN_MEASURING"
 CERT_ISSUED = "CERT_ISSUED"
 CERT_SUPERSEDED = "CERT_SUPERSEDED"
 CERT_NOT_ISSUED = "CERT_NOT_ISSUED"
+FLEET_CERT_PUBLISHED = "FLEET_CERT_PUBLISHED"
+FLEET_CERT_NOT_PUBLISHED = "FLEET_CERT_NOT_PUBLISHED"
+FLEET_CERT_CONFIRMING = "FLEET_CERT_CONFIRMING"
+FLEET_CERT_ADOPTED = "FLEET_CERT_ADOPTED"
+FLEET_CERT_REFUSED = "FLEET_CERT_REFUSED"
+FLEET_CERT_MISMATCH = "FLEET_CERT_MISMATCH"
+FLEET_CERT_CORRUPT = "FLEET_CERT_CORRUPT"
+FLEET_CERT_UNTRUSTED = "FLEET_CERT_UNTRUSTED"
+FLEET_CERT_REPLAYED = "FLEET_CERT_REPLAYED"
 CONFIG_RELOADED = "CONFIG_RELOADED"
 CONFIG_REJECTED = "CONFIG_REJECTED"
 PLUGIN_FAILED = "PLUGIN_FAILED"
@@ -342,6 +351,37 @@ CATALOGUE: tuple[Code, ...] = (
         "A paired run passed, but what its certificate would be bound to cannot be read.",
         "Make the protected program's executable readable by the daemon, and run again.",
     ),
+    Code(
+        FLEET_CERT_NOT_PUBLISHED,
+        "problem",
+        "A certificate earned here could not be written to the fleet's shared folder.",
+        "Make fleet_certificates.folder writable by the daemon's account; the next certificate earned is published.",
+    ),
+    Code(
+        FLEET_CERT_REFUSED,
+        "problem",
+        "A twin's certificate was not adopted: the confirmation run here disagreed with it, or did not confirm it.",
+        "The program is slowed differently on this node: earn its own with `arbiter ab sweep --rule RULE`.",
+    ),
+    Code(
+        FLEET_CERT_CORRUPT,
+        "problem",
+        "A file in the fleet's certificate folder does not parse, is cut short, or fails its signature.",
+        "Have the node that earned it publish it again (or remove the file); nothing from it is adopted.",
+    ),
+    Code(
+        FLEET_CERT_UNTRUSTED,
+        "problem",
+        "A file in the fleet's certificate folder names a node whose key is not listed.",
+        "List that node's public key under fleet_certificates.trusted_keys if you trust it "
+        "(`arbiter certificates` there prints it).",
+    ),
+    Code(
+        FLEET_CERT_REPLAYED,
+        "problem",
+        "A file in the fleet's certificate folder is a copy of another node's, or an older copy put back.",
+        "Remove the copy; only the file each node published under its own name, newest, is read.",
+    ),
     # --- timeline entries ---
     Code(PROTECTION_PHASE_OFF, "event", "A protection phase ended."),
     Code(PROTECTION_GPU_ON, "event", "A protected program started using the GPU."),
@@ -387,6 +427,14 @@ CATALOGUE: tuple[Code, ...] = (
         CERT_SUPERSEDED,
         "event",
         "A later run showed a slowdown at that duty or below: the certificate no longer holds.",
+    ),
+    Code(FLEET_CERT_PUBLISHED, "event", "A certificate earned here was published to the fleet's shared folder."),
+    Code(FLEET_CERT_CONFIRMING, "event", "A confirmation run of a twin's certificate started here."),
+    Code(FLEET_CERT_ADOPTED, "event", "A twin's certificate was confirmed here and adopted."),
+    Code(
+        FLEET_CERT_MISMATCH,
+        "event",
+        "A twin's certificate was not taken up: its fingerprint (rule, CPU, GPUs, OS, arbiter, program) differs here.",
     ),
     Code(CONFIG_RELOADED, "event", "A rule file was loaded."),
     Code(DAEMON_STARTED, "event", "The daemon started."),

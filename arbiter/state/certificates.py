@@ -42,6 +42,8 @@ class Certificate:
     exe_sha256: str = ""
     id: int | None = None
     superseded: str = ""  # why a later run retired it ("" while it stands)
+    origin: str = ""  # the node that earned it, where it was adopted from a twin ("" earned here)
+    confirm_blocks: int = 0  # the blocks of the confirmation run that adopted it
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "fingerprint": dict(self.fingerprint)}

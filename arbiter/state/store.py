@@ -67,6 +67,16 @@ CREATE TABLE IF NOT EXISTS certificates (
 CREATE TABLE IF NOT EXISTS cert_superseded (
     cert_id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, why TEXT NOT NULL, at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS cert_origin (
+    cert_id INTEGER PRIMARY KEY, node TEXT NOT NULL, confirm_run TEXT NOT NULL, blocks INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fleet_seen (
+    signer TEXT NOT NULL, rule TEXT NOT NULL, work TEXT NOT NULL, issued_at REAL NOT NULL,
+    PRIMARY KEY (signer, rule, work)
+);
+CREATE TABLE IF NOT EXISTS fleet_refused (
+    digest TEXT PRIMARY KEY, name TEXT NOT NULL, code TEXT NOT NULL, why TEXT NOT NULL, at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS profiles (
     rule TEXT PRIMARY KEY, kind TEXT NOT NULL, options TEXT NOT NULL, saved TEXT NOT NULL, applied REAL NOT NULL
 );
@@ -364,8 +374,9 @@ class Store:
 
     def certificates(self) -> list[Certificate]:
         rows = self._query(
-            "SELECT c.*, s.why AS superseded FROM certificates c"
-            " LEFT JOIN cert_superseded s ON s.cert_id = c.id ORDER BY c.issued_at"
+            "SELECT c.*, s.why AS superseded, o.node AS origin, o.blocks AS confirm_blocks FROM certificates c"
+            " LEFT JOIN cert_superseded s ON s.cert_id = c.id LEFT JOIN cert_origin o ON o.cert_id = c.id"
+            " ORDER BY c.issued_at"
         )
         return [
             Certificate(
@@ -384,6 +395,8 @@ class Store:
                 exe_sha256=r["exe_sha256"],
                 id=r["id"],
                 superseded=r["superseded"] or "",
+                origin=r["origin"] or "",
+                confirm_blocks=r["confirm_blocks"] or 0,
             )
             for r in rows
         ]
@@ -458,7 +471,38 @@ class Store:
                 cert.exe_sha256,
             ),
         )
-        return int(cur.lastrowid or 0)
+        cert_id = int(cur.lastrowid or 0)
+        if cert.origin:
+            db.execute(
+                "INSERT INTO cert_origin VALUES (?, ?, ?, ?)", (cert_id, cert.origin, cert.run_id, cert.confirm_blocks)
+            )
+        return cert_id
+
+    # --- certificates published by twins (see arbiter.daemon.fleetcerts) ----------------------
+
+    @staticmethod
+    def saw_published(db: sqlite3.Connection, signer: str, rule: str, work: str, issued_at: float) -> None:
+        """The newest certificate read from ``signer`` for the rule and work: an older copy is a replay."""
+        db.execute(
+            "INSERT INTO fleet_seen VALUES (?, ?, ?, ?) ON CONFLICT (signer, rule, work)"
+            " DO UPDATE SET issued_at = max(issued_at, excluded.issued_at)",
+            (signer, rule, work, issued_at),
+        )
+
+    def published_seen(self) -> dict[tuple[str, str, str], float]:
+        rows = self._query("SELECT signer, rule, work, issued_at FROM fleet_seen")
+        return {(r["signer"], r["rule"], r["work"]): float(r["issued_at"]) for r in rows}
+
+    @staticmethod
+    def refuse_published(db: sqlite3.Connection, digest: str, name: str, code: str, why: str) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO fleet_refused VALUES (?, ?, ?, ?, ?)", (digest, name, code, why, time.time())
+        )
+
+    def published_refused(self) -> dict[str, tuple[str, str]]:
+        """Published certificates a confirmation refused, by the digest of their file: (code, why)."""
+        rows = self._query("SELECT digest, code, why FROM fleet_refused")
+        return {r["digest"]: (r["code"], r["why"]) for r in rows}
 
 
 class PausedJournal:

@@ -10,6 +10,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from arbiter.engine import abconfirm
 from arbiter.engine.abstats import (
     CONFIDENCE,
     FIRST_LOOK_CONFIDENCE,
@@ -179,3 +180,27 @@ def test_where_the_effect_moves_false_certification_is_judged_on_the_second_half
     assert cell["p_false"] <= 0.07 and cell["p_withheld"] < cell["p_certify"]
     steady = abv.simulate(1.0, 0.02, "gaussian", 2000, rng)
     assert math.isnan(steady["p_false"]) and steady["p_withheld"] < 0.02
+
+
+def test_the_vectorised_confirmation_matches_abconfirm() -> None:
+    """A twin's confirmation as the bench simulates it: sized and analysed as abconfirm does."""
+    rng = np.random.default_rng(11)
+    for original_n, confirm_n in [(12, 8), (20, 11)]:
+        d, on_first = varied_d(rng, 8, original_n)
+        off = rng.uniform(50, 150, original_n)
+        sizes = abv.confirm_sizes(d, MARGIN)
+        c, c_first = varied_d(rng, 8, confirm_n)
+        got = abv.analyse_fixed(np.concatenate([d, c], axis=1), MARGIN, pilot=original_n)
+        for i in range(8):
+            original = as_blocks(d[i], on_first[i], off)
+            assert sizes[i] == (abconfirm.blocks_for(original, MARGIN) or 0)
+            want = abconfirm.judge(original, 0.0, 2.0, as_blocks(c[i], c_first[i], off[:confirm_n]), MARGIN)
+            assert math.isclose(want.analysis.low, got["low"][i], rel_tol=1e-9)
+            assert math.isclose(want.analysis.high, got["high"][i], rel_tol=1e-9)
+
+
+def test_a_twin_unlike_its_original_is_rarely_certified() -> None:
+    """The worst case for a twin: its original truly unslowed, itself slowed by the margin."""
+    cell = abv.confirmation_cell(1.0, 1 - MARGIN, 0.02, "gaussian", 2000, np.random.default_rng(5), MARGIN)
+    assert cell["worst_twin"] <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 2000), cell
+    assert cell["confirm_blocks"] < cell["run_blocks"], cell
