@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from arbiter.engine.abplan import Arm, WindowReading
-from arbiter.engine.abstats import Analysis, Block, analyse, blocks_within, look_confidence, planned_hours
+from arbiter.engine.abstats import CONFIDENCE, Analysis, Block, analyse, blocks_within, look_confidence, planned_hours
 from arbiter.engine.abwindow import Window
 
 RunStatus = Literal["running", "done", "aborted", "refused"]
@@ -125,5 +125,7 @@ def analysis(rs: RunState) -> Analysis | None:
     if len(rs.blocks) < pilot + 2:
         return None
     most = blocks_within(rs.spec.max_hours, rs.spec.window_s)
-    confidence = look_confidence(rs.looked, rs.target, most)
+    # a confirmation's length is fixed before it starts and its verdict is judged once, at the
+    # usual confidence: a second look would spend error its own judgement already spends
+    confidence = CONFIDENCE if rs.spec.confirms else look_confidence(rs.looked, rs.target, most)
     return analyse([Block(b.on, b.off, b.on_first) for b in rs.blocks], rs.spec.margin, pilot, confidence)

@@ -569,6 +569,24 @@ def test_a_run_inconclusive_at_its_planned_end_runs_on_to_its_hours_and_is_judge
     assert at_first is not None and at_first.verdict == "inconclusive" and at_first.confidence == FIRST_LOOK_CONFIDENCE
 
 
+def test_a_confirmation_inconclusive_at_its_end_is_not_run_on() -> None:
+    """A twin's confirmation has one look: the same blocks that make an ordinary run go on end
+    it where it was planned, judged at the usual confidence."""
+    ratios = [1.05, 1.054, 1.012, 0.987, 0.977, 1.011, 0.979, 0.968, 1.016, 1.014, 1.026, 0.983, 1.01, 1.008]
+    rs = start(replace(spec(blocks=8, max_hours=0.1), confirms="n1.cert.json", origin="n1"), 1000.0)
+    program = Program(off_rate=1000.0, on_rate=1000.0 * ratios[0])
+    events: list[TimelineEvent] = []
+    t = 0.0
+    while rs.running and t < 2000:
+        program.on_rate = 1000.0 * ratios[min(len(rs.blocks), len(ratios) - 1)]
+        rs, seen, _, t = drive(rs, program, 4 * STEP, t0=t)
+        events.extend(seen)
+    assert rs.status == "done" and not any(e.code == codes.AB_RUN_EXTENDED for e in events)
+    assert len(rs.blocks) == rs.target and rs.looked == 0
+    a = analysis(rs)
+    assert a is not None and a.confidence == CONFIDENCE
+
+
 def test_a_run_planned_to_its_hours_end_has_one_look_at_the_usual_confidence() -> None:
     # 0.11 h is 19 blocks of two 10 s windows, with room for the steps' lateness
     rs, events, _, _ = drive(start(spec(blocks=19, max_hours=0.11), 1000.0), Program(10, 10), 450)
