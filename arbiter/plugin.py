@@ -198,6 +198,9 @@ class GpuReading:
     unreadable: frozenset[int] = frozenset()
     #: the GPUs read, by name (certificates are bound to them)
     devices: tuple[str, ...] = ()
+    #: the GPU driver and its version as the reader's library reports it ("" where it reports
+    #: none): certificates are bound to it too, since a new driver can change what sharing costs
+    driver: str = ""
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,8 @@ def test_executables_are_hashed_once_per_version(tmp_path: Path) -> None:
 
 def test_fingerprint_shape() -> None:
     fp = fingerprint({"cpu_model": "Apple M2", "os": "darwin 23"}, ["Apple M2 GPU"])
-    assert fp == {"cpu": "Apple M2", "gpus": ["Apple M2 GPU"], "os": "darwin 23", "arbiter": __version__}
+    assert fp == {"cpu": "Apple M2", "gpus": ["Apple M2 GPU"], "driver": "", "os": "darwin 23", "arbiter": __version__}
+    assert fingerprint({}, [], "nvidia 550.54.15")["driver"] == "nvidia 550.54.15"
 
 
 def test_a_slowdown_at_a_duty_retires_the_certificates_at_that_duty_or_above(tmp_path: Path) -> None:
@@ -92,3 +93,14 @@ def test_a_slowdown_at_a_duty_retires_the_certificates_at_that_duty_or_above(tmp
         assert states[("gpu", 0.8)][0] == "stale"
     finally:
         store.close()
+
+
+def test_a_new_gpu_driver_makes_a_certificate_stale_and_one_from_before_drivers_holds_where_none_is_known() -> None:
+    with_driver = {**NODE, "driver": "nvidia 550.54.15"}
+    earned = cert(fingerprint=with_driver)
+    assert status(earned, 2000.0, with_driver, EXE)[0] == "valid"
+    state, why = status(earned, 2000.0, {**NODE, "driver": "nvidia 560.28.03"}, EXE)
+    assert state == "stale" and "driver was 'nvidia 550.54.15', now 'nvidia 560.28.03'" in why
+    older = cert(fingerprint=NODE)  # recorded before drivers were
+    assert status(older, 2000.0, {**NODE, "driver": ""}, EXE)[0] == "valid"
+    assert status(older, 2000.0, with_driver, EXE)[0] == "stale"

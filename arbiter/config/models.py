@@ -374,10 +374,6 @@ class Eviction(Strict):
             near = difflib.get_close_matches(bare, known, n=1)
             hint = f"; did you mean {near[0]}?" if near else f" (signals: {', '.join(known)})"
             raise ValueError(f"{name!r} is not a signal name{hint}")
-        number = int(bare) if bare.isdigit() else signal.Signals[f"SIG{bare}"].value
-        if number in (signal.SIGKILL, signal.SIGSTOP):
-            # a job cannot catch it to save anything: it would end or freeze the job, not checkpoint it
-            raise ValueError(f"{name!r} cannot be caught, so no job can save its work on it; use USR1 or USR2")
         return value
 
 

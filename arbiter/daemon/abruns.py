@@ -228,7 +228,7 @@ def certificate(daemon: Parts, run: abrun.RunState) -> None:
     view = daemon.snapshot.view
     spec = run.spec
     exe = view.rule_exes.get(spec.rule_id) if view else None
-    node = fingerprint(view.machine if view else {}, list(view.gpus) if view else [])
+    node = fingerprint(view.machine if view else {}, list(view.gpus) if view else [], view.driver if view else "")
     a = abrun.analysis(run)
     if a is None:  # a run passes only with its blocks analysed
         raise AssertionError(f"run {spec.run_id} passed without an analysis")

@@ -26,7 +26,7 @@ from arbiter.daemon.secure import ensure_secret
 from arbiter.engine import abconfirm, abrun, codes
 from arbiter.engine.abstats import Block
 from arbiter.state import fleetcerts as files
-from arbiter.state.certificates import Certificate, fingerprint
+from arbiter.state.certificates import FINGERPRINT_PARTS, Certificate, fingerprint, part
 from arbiter.state.store import Store
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ log = logging.getLogger("arbiter.daemon")
 
 KEY_FILE = "signing.key"
 #: the parts of a fingerprint a published certificate must match here, beside its rule and program
-MATCHED = ("cpu", "gpus", "os", "arbiter")
+MATCHED = FINGERPRINT_PARTS
 
 
 class FleetCerts:
@@ -211,13 +211,13 @@ class FleetCerts:
         view = self.published.snapshot.view
         if view is None:
             return None
-        current = fingerprint(view.machine, list(view.gpus))
+        current = fingerprint(view.machine, list(view.gpus), view.driver)
         if c.rule not in view.rules:
             return f"no rule {c.rule!r} is in force here"
         parts_differ = [
-            f"{k} {c.fingerprint.get(k)!r} there, {current.get(k)!r} here"
+            f"{k} {part(c.fingerprint, k)!r} there, {part(current, k)!r} here"
             for k in MATCHED
-            if c.fingerprint.get(k) != current.get(k)
+            if part(c.fingerprint, k) != part(current, k)
         ]
         exe = view.rule_exes.get(c.rule)
         if exe is None:

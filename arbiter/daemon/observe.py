@@ -47,6 +47,7 @@ class TickView:
     power: str | None = None  # the host's power source (the ``power`` host signal)
     machine: Mapping[str, Any] = field(default_factory=dict)  # the ``machine`` host signal, as a dict
     gpus: tuple[str, ...] = ()  # the GPUs the reader read, by name
+    driver: str = ""  # the GPU driver the reader reports, with its version ("" where none)
     reader_faults: tuple[str, ...] = ()  # readers that raised, hung or returned garbage (not "cannot read")
     clock_jump_s: float | None = None  # how far the wall clock jumped since the last tick, if it did
     job_reports: Mapping[str, JobReport] = field(default_factory=dict)  # what each job says in its events file
@@ -329,6 +330,7 @@ class Observer:
             power=self._power(),
             machine=self._machine(),
             gpus=reading.devices if reading else (),
+            driver=reading.driver if reading else "",
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
             reader_faults=tuple(self.reader_faults),
             clock_jump_s=self._clock(),

@@ -221,7 +221,7 @@ class Ticker:
             except Exception as exc:  # the state database failing must not stop the tick
                 log.warning("cannot read certificates: %s", exc)
                 return ()
-        current = fingerprint(view.machine, list(view.gpus))
+        current = fingerprint(view.machine, list(view.gpus), view.driver)
         now_wall = time.time()
         views, states = [], []
         for cert in self._cert_rows:
@@ -280,7 +280,7 @@ class Ticker:
     def node_fingerprint(self) -> dict[str, Any]:
         """What a certificate earned here now is bound to."""
         view = self.published.snapshot.view
-        return fingerprint(view.machine if view else {}, list(view.gpus) if view else [])
+        return fingerprint(view.machine if view else {}, list(view.gpus) if view else [], view.driver if view else "")
 
     def _publish_node_state(self) -> None:
         """Tell node state observers when it changed, or a minute passed."""

@@ -434,7 +434,7 @@ CATALOGUE: tuple[Code, ...] = (
     Code(
         FLEET_CERT_MISMATCH,
         "event",
-        "A twin's certificate was not taken up: its fingerprint (rule, CPU, GPUs, OS, arbiter, program) differs here.",
+        "A twin's certificate was not taken up: its fingerprint (rule, CPU, GPUs, GPU driver, OS, arbiter, program) differs here.",
     ),
     Code(CONFIG_RELOADED, "event", "A rule file was loaded."),
     Code(DAEMON_STARTED, "event", "The daemon started."),

@@ -49,13 +49,24 @@ class Certificate:
         return {**asdict(self), "fingerprint": dict(self.fingerprint)}
 
 
-def fingerprint(machine: Mapping[str, Any] | None, gpus: list[str]) -> dict[str, Any]:
-    """What a certificate is earned on: CPU model, GPU names, OS and major version, arbiter."""
+#: the parts of a fingerprint that must be the same for a certificate to hold
+FINGERPRINT_PARTS = ("cpu", "gpus", "driver", "os", "arbiter")
+
+
+def part(fp: Mapping[str, Any], name: str) -> Any:
+    """One part of a fingerprint; a fingerprint recorded before drivers were has an unknown one ("")."""
+    return fp.get(name, "" if name == "driver" else None)
+
+
+def fingerprint(machine: Mapping[str, Any] | None, gpus: list[str], driver: str = "") -> dict[str, Any]:
+    """What a certificate is earned on: CPU model, GPU names, GPU driver and its version (where
+    the reader reports it), OS and major version, arbiter."""
     machine = machine or {}
     release = platform.release().split(".")[0]
     return {
         "cpu": str(machine.get("cpu_model") or platform.processor() or platform.machine()),
         "gpus": sorted(gpus),
+        "driver": driver,
         "os": str(machine.get("os") or f"{sys.platform} {release}"),
         "arbiter": __version__,
     }
@@ -79,9 +90,9 @@ def status(
             "expired",
             f"issued {age / 86400:.1f} days ago; certificates hold 14 days (run `arbiter ab sweep --rule {cert.rule}`)",
         )
-    changed = [k for k in ("cpu", "gpus", "os", "arbiter") if cert.fingerprint.get(k) != current.get(k)]
+    changed = [k for k in FINGERPRINT_PARTS if part(cert.fingerprint, k) != part(current, k)]
     if changed:
-        what = ", ".join(f"{k} was {cert.fingerprint.get(k)!r}, now {current.get(k)!r}" for k in changed)
+        what = ", ".join(f"{k} was {part(cert.fingerprint, k)!r}, now {part(current, k)!r}" for k in changed)
         return "stale", f"the node changed: {what}"
     if exe is not None:
         path, digest = exe

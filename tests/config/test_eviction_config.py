@@ -1,6 +1,6 @@
 """A rule's ``eviction:`` settings (how the jobs its protection evicts save their work) are
 judged where the rule is: a signal that is not one is refused at its line, with the nearest
-signal's name, and a time out of range says its bounds; a signal no job can catch (KILL, STOP) is refused."""
+signal's name, and a time out of range says its bounds."""
 
 from __future__ import annotations
 
@@ -41,9 +41,3 @@ def test_a_checkpoint_time_out_of_range_and_a_misspelt_key_are_refused(tmp_path:
     assert "less than or equal to 600" in said, said
     (said,) = problems(tmp_path, "eviction: {checkpoint_sig: USR1}\n")
     assert "checkpoint_sig" in said and "checkpoint_signal" in said, said
-
-
-def test_a_signal_no_job_can_catch_is_refused(tmp_path: Path) -> None:
-    for bad in ("KILL", "B:SIGSTOP", "9", "19"):
-        (said,) = problems(tmp_path, f"eviction: {{checkpoint_signal: '{bad}'}}\n")
-        assert "cannot be caught" in said and "USR1" in said, (bad, said)

@@ -220,3 +220,23 @@ def test_a_first_sample_never_reaches_before_the_last_read() -> None:
     assert added[7]["sm"] == 0.5 * 1_000_000_000 + 1.0 * 250_000_000
     added, newest = integrate([sample(7, 900_000, sm=50)], since_us=1_000_000)  # not newer: nothing
     assert added == {} and newest == 1_000_000
+
+
+def test_the_driver_version_is_in_the_reading_where_nvml_says_it() -> None:
+    """pynvml's nvmlSystemGetDriverVersion returns a str (bytes in its old releases); a library
+    without it, or one that fails, leaves the driver unknown ("")."""
+
+    class WithDriver(FakePynvml):
+        def __init__(self, gpus: Sequence[FakeGpu], version: Any) -> None:
+            super().__init__(gpus)
+            self.version = version
+
+        def nvmlSystemGetDriverVersion(self) -> Any:
+            if isinstance(self.version, int):
+                raise FakeNVMLError(self.version)
+            return self.version
+
+    assert reader(WithDriver([FakeGpu()], "550.54.15")).read([]).driver == "nvidia 550.54.15"
+    assert reader(WithDriver([FakeGpu()], b"535.183.01")).read([]).driver == "nvidia 535.183.01"
+    assert reader(WithDriver([FakeGpu()], 3)).read([]).driver == ""
+    assert reader(FakePynvml([FakeGpu()])).read([]).driver == ""

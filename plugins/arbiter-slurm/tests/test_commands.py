@@ -177,6 +177,9 @@ def test_a_checkpoint_signal_is_read_as_sbatch_takes_it() -> None:
     assert commands.parse_signal("SIGUSR2") == commands.CheckpointSignal("USR2", False)
     assert commands.parse_signal("10@5") == commands.CheckpointSignal("10", False)
     assert commands.parse_signal("X:USR1") is None
+    # a signal no job can catch ends or freezes it: never a checkpoint signal, whoever names it
+    for uncatchable in ("KILL", "B:SIGSTOP", "9", "19@30"):
+        assert commands.parse_signal(uncatchable) is None, uncatchable
     assert commands.CheckpointSignal("USR1", True).scancel("2_3") == ["scancel", "--signal=USR1", "--batch", "2_3"]
     script = "#!/bin/sh\n# train\n#SBATCH --requeue\n#SBATCH --signal=B:USR1@60\npython train.py\n"
     assert commands.script_signal(script) == commands.CheckpointSignal("USR1", True)

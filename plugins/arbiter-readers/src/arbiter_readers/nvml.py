@@ -133,6 +133,7 @@ class NvmlReader(Reader):
         self._wall_us = wall_us
         self._lock = threading.Lock()  # the daemon may read from more than one worker thread
         self._nvml: Any = None  # the module, once nvmlInit succeeded
+        self._driver = ""  # the kernel driver's version, as NVML reports it
         self._devices: list[_Device] = []
         self._failed_at: int | None = None
         self._failed_why = ""
@@ -179,6 +180,7 @@ class NvmlReader(Reader):
             ]
             for device in self._devices:
                 device.name = _device_name(nvml, device.handle)
+            self._driver = _driver(nvml)
         except nvml.NVMLError as exc:
             try:
                 nvml.nvmlShutdown()
@@ -281,6 +283,7 @@ class NvmlReader(Reader):
             why="; ".join(problems) if problems else ("" if self._devices else "NVML lists no GPU"),
             unreadable=unreadable,
             devices=tuple(d.name for d in self._devices if d.name),
+            driver=self._driver,
         )
 
     @staticmethod
@@ -290,6 +293,16 @@ class NvmlReader(Reader):
         except (nvml.NVMLError, AttributeError):
             return False  # not a MIG-capable GPU (or a pynvml without MIG)
         return int(current) == 1
+
+
+def _driver(nvml: Any) -> str:
+    """``"nvidia 550.54.15"``; "" where NVML does not say (an old library, a fake without it)."""
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+    except Exception:  # a missing function or an NVML error: the fingerprint goes without it
+        return ""
+    text = version.decode() if isinstance(version, bytes) else str(version)
+    return f"nvidia {text}" if text else ""
 
 
 def _device_name(nvml: Any, handle: Any) -> str:

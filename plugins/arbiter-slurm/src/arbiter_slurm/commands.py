@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -300,13 +301,18 @@ class CheckpointSignal:
 
 
 def parse_signal(text: str) -> CheckpointSignal | None:
-    """``[B:|R:]<name or number>[@<seconds>]`` as sbatch's --signal takes it; None when it is not."""
+    """``[B:|R:]<name or number>[@<seconds>]`` as sbatch's --signal takes it; None when it is not
+    one, or names a signal no job can catch (KILL, STOP): given as a checkpoint signal it would
+    end or freeze the job rather than let it save its work."""
     spec = text.strip().split("@", 1)[0]
     flags, _, name = spec.rpartition(":")
     if flags not in ("", "B", "R", "BR", "RB"):
         return None
     name = name.upper().removeprefix("SIG")
     if not re.fullmatch(r"[A-Z0-9]+", name):
+        return None
+    number = int(name) if name.isdigit() else getattr(signal.Signals, f"SIG{name}", None)
+    if number in (signal.SIGKILL, signal.SIGSTOP):
         return None
     return CheckpointSignal(name, "B" in flags)
 
