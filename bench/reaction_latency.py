@@ -9,6 +9,13 @@ it is stopped (or continued), then prints p50/p99 beside the figure ``status`` s
 source (write seen → decided and signalled), and the same for a rule that is not immediate
 (the tick).  The immediate rule is measured twice: with the reflex process acting on the
 change, and with it off (``reflex_process: false``), the decision thread acting.
+
+Then the fast path against its floor, in ``--rounds`` interleaved rounds: in each, ``--changes``
+phase lines to the daemon's immediate rule (the reflex process acting) and as many to a bare
+watcher (bench/bare_watcher.py: inotify on another file, then SIGSTOP/SIGCONT to a process
+like the job), which goes first alternating round by round, so what the box does meanwhile
+falls on both.  Printed per round and as the median over rounds: each side's p50 and p99, and
+their ratio (goal: at most 1.5 for both).
 """
 
 from __future__ import annotations
@@ -53,16 +60,66 @@ def _measure(
         node.close()
 
 
+LOOP = "import time\nwhile True: time.sleep(0.001)"
+
+
+def against_bare(rounds: int, changes: int, tick_s: float) -> list[tuple[list[float], list[float]]]:
+    """Per round, (the daemon's fast path, the bare watcher): ms from a phase line to the
+    process seen stopped or running again, the two sides interleaved."""
+    with tempfile.TemporaryDirectory(prefix="arbiter-reaction-") as folder:
+        root = Path(folder)
+        events, bare_events = root / "events.jsonl", root / "bare.jsonl"
+        events.touch()
+        bare_events.touch()
+        node = HarnessNode(root / "node", tick_s=tick_s)
+        target = subprocess.Popen([PYTHON, "-c", LOOP])
+        watcher = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("bare_watcher.py")), str(bare_events), str(target.pid)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert watcher.stdout is not None and watcher.stdout.readline().strip() == "ready"
+            node.add_rule("p", phase_rule("p", "sleep 999", events, scope="all", immediate=True))
+            node.start()
+            node.spawn(["sleep", "999"])
+            node.job_run([PYTHON, "-c", LOOP], "--name", "plain", stderr=subprocess.DEVNULL)
+            pid = node.job_pid("plain")
+            node.wait_for(lambda: node.status()["rules"][0]["running"])
+            rng = random.Random(1)
+            out = []
+            for n in range(rounds):
+                sides = [(events, pid), (bare_events, target.pid)]
+                if n % 2:
+                    sides.reverse()
+                got = {path: phase_reactions(path, p, changes, rng) for path, p in sides}
+                out.append((got[events], got[bare_events]))
+            return out
+        finally:
+            node.close()
+            for proc in (watcher, target):
+                proc.kill()
+                proc.wait()
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--changes", type=int, default=40)
     parser.add_argument("--tick", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds against the bare watcher")
     args = parser.parse_args()
     load = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the other core is busy
     try:
         watch, daemon = measure(True, args.changes, args.tick)
         inside, inside_daemon = measure(True, args.changes, args.tick, reflex_process=False)
         tick, _ = measure(False, max(6, args.changes // 5), args.tick)
+        rounds = against_bare(args.rounds, args.changes, args.tick) if args.rounds > 0 else []
     finally:
         load.kill()
         load.wait()
@@ -80,6 +137,19 @@ def main() -> None:
         f" p99 {inside_daemon['p99_ms']} ms"
     )
     print(f"rule without immediate (tick {args.tick:g}s): p50 {pct(tick, 0.5):.0f} ms, p99 {pct(tick, 0.99):.0f} ms")
+    if not rounds:
+        return
+    print(f"fast path against a bare inotify + SIGSTOP watcher, {len(rounds)} interleaved rounds of {args.changes}:")
+    ratios: dict[float, list[float]] = {0.5: [], 0.99: []}
+    for n, (fast, bare) in enumerate(rounds, 1):
+        line = []
+        for p in (0.5, 0.99):
+            ratios[p].append(pct(fast, p) / pct(bare, p))
+            line.append(f"p{p * 100:g} {pct(fast, p):.2f} / {pct(bare, p):.2f} ms (x{ratios[p][-1]:.2f})")
+        print(f"  round {n}: " + ", ".join(line))
+    for p in (0.5, 0.99):
+        verdict = "ok" if median(ratios[p]) <= 1.5 else "above the goal"
+        print(f"  median over rounds, p{p * 100:g}: x{median(ratios[p]):.2f} ({verdict}; goal at most x1.5)")
 
 
 if __name__ == "__main__":
