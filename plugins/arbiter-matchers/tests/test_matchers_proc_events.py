@@ -6,17 +6,19 @@ deaf, so that a new program is in the very next table either way."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from arbiter.plugin import ProcessInfo
-from arbiter_matchers import _procevents, table
+from arbiter_matchers import _procevents, _procscan, table
 from arbiter_matchers._procevents import (
     PROC_EVENT_COMM,
     PROC_EVENT_EXEC,
@@ -41,20 +43,30 @@ def event(what: int, a: int, b: int, c: int = 0, d: int = 0) -> bytes:
 def test_what_the_events_announce() -> None:
     born: set[int] = set()
     touched: set[int] = set()
-    # a process born and gone between two reads is none to read; a thread is no process
+    # a process born and gone between two reads is read (and found gone); a thread is no process
     _take(event(PROC_EVENT_FORK, 1, 1, 500, 500), born, touched)
     _take(event(PROC_EVENT_EXEC, 500, 500), born, touched)
     assert born == {500} and touched == set()
     _take(event(PROC_EVENT_EXIT, 500, 500), born, touched)
     _take(event(PROC_EVENT_FORK, 7, 7, 501, 7), born, touched)
     _take(event(PROC_EVENT_EXIT, 501, 7), born, touched)
-    assert born == set() and touched == set()
+    assert born == set() and touched == {500}
+    touched.clear()
     # one that was there and exits, execs or takes another name is to be read again
     _take(event(PROC_EVENT_EXIT, 42, 42), born, touched)
     _take(event(PROC_EVENT_EXEC, 43, 43), born, touched)
     _take(event(PROC_EVENT_COMM, 44, 44), born, touched)
     _take(event(PROC_EVENT_COMM, 45, 44), born, touched)  # a thread's name is no process's
     assert touched == {42, 43, 44}
+
+
+def test_a_pid_reused_and_gone_between_two_reads_keeps_the_old_exit() -> None:
+    born: set[int] = set()
+    touched: set[int] = set()
+    _take(event(PROC_EVENT_EXIT, 600, 600), born, touched)  # a process the table holds exits
+    _take(event(PROC_EVENT_FORK, 1, 1, 600, 600), born, touched)  # its pid is reused
+    _take(event(PROC_EVENT_EXIT, 600, 600), born, touched)  # and the new one exits too
+    assert born == set() and touched == {600}
 
 
 @pytest.fixture
@@ -176,3 +188,77 @@ def test_it_cannot_open_without_the_right_to_listen(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(_procevents, "unusable", lambda: "it needs CAP_NET_ADMIN")
     with pytest.raises(OSError, match="CAP_NET_ADMIN"):
         ProcEvents()
+
+
+def test_an_exec_that_keeps_the_name_and_size_is_in_the_table_its_event_brings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    # perl re-executing perl: the same name, and all but surely the same address-space size,
+    # so only its command line tells the new program from the old; the scans' occasional
+    # recheck of command lines is kept out of the way (it runs in this process, not a child)
+    monkeypatch.setattr(_procscan, "CMDLINE_RECHECK_SCANS", 1 << 40)
+    memo = TableMemo(events=True)
+    request.addfinalizer(memo.close)
+    if not memo.events_in_use:
+        pytest.skip(f"no process events here: {memo.events_why}")
+    go = tmp_path / "go"
+    perl = shutil.which("perl")
+    if perl is None:
+        pytest.skip("no perl here")
+    script = 'sleep 1 until -e $ARGV[0]; exec {$ARGV[1]} "perl", "-e", "sleep 600", "PROTECTED-MARKER"'
+    child = subprocess.Popen([perl, "-e", script, str(go), perl])
+    try:
+        wait_until(lambda: child.pid in pids(memo.table()), 10, "the first program in the table")
+        assert memo._events is not None
+        told: list[set[int] | None] = []
+        real = memo._events.changes
+
+        def changes() -> set[int] | None:
+            named = real()
+            told.append(named)
+            return named
+
+        monkeypatch.setattr(memo._events, "changes", changes)
+        go.touch()
+        cmdline = f"/proc/{child.pid}/cmdline"
+        wait_until(lambda: b"PROTECTED-MARKER" in Path(cmdline).read_bytes(), 10, "the exec")
+
+        # the read whose events name it (the exec's: it was born before), or all were lost
+        def table_told() -> list[ProcessInfo] | None:
+            told.clear()
+            rows = memo.table()
+            return rows if any(named is None or child.pid in named for named in told) else None
+
+        rows = wait_until(table_told, 10, "the exec's event")
+        row = next(p for p in rows if p.pid == child.pid)
+        assert "PROTECTED-MARKER" in row.cmdline
+        assert memo.events_in_use
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_process_born_and_gone_while_the_full_scan_reads_is_no_miss(
+    memo: TableMemo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memo.table()
+    real = memo._scan_table
+    passing: list[int] = []
+
+    def scan_seeing_one_pass() -> list[ProcessInfo]:
+        child = subprocess.Popen(["sleep", "600"])
+        try:
+            rows = real()
+            assert child.pid in pids(rows)
+        finally:
+            child.kill()
+            child.wait()
+        passing.append(child.pid)
+        return rows
+
+    monkeypatch.setattr(memo, "_scan_table", scan_seeing_one_pass)
+    monkeypatch.setattr(memo, "_scanned_at", memo._scanned_at - table.FULL_SCAN_S)
+    memo.table()  # the full scan, checking what the events told against what it found
+    monkeypatch.undo()
+    assert passing and memo.events_in_use, memo.events_why
+    assert passing[0] not in pids(memo.table())

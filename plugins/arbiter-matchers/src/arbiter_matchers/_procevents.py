@@ -87,10 +87,11 @@ class ProcEvents:
         self.broken = ""  # why it no longer serves ("" while it does)
 
     def changes(self) -> set[int] | None:
-        """The processes to read again since the last call: those born that still live, and
-        those that existed and exited, exec'd or changed owner or name (a process born and
-        gone between two calls is none of them); None when events were lost or the socket
-        failed (:attr:`broken` then says why): every process is to be read."""
+        """The processes to read again since the last call: those born, and those that
+        exited, exec'd or changed owner or name (a process born and gone between two calls is
+        among them: its pid may be an older process's, and reading it finds it gone); None
+        when events were lost or the socket failed (:attr:`broken` then says why): every
+        process is to be read."""
         sock = self._sock
         if sock is None:
             return None
@@ -128,7 +129,7 @@ class ProcEvents:
 
 def _take(data: bytes, born: set[int], touched: set[int]) -> None:
     """Take one datagram's events: a process forked into ``born``, one that was there before
-    and exited or changed into ``touched``; one born and gone is in neither."""
+    and changed into ``touched``, and one that exited into ``touched`` alone."""
     at = 0
     while at + _HEADERS + _EVENT.size + _PIDS.size <= len(data):
         length = _NLMSGHDR.unpack_from(data, at)[0]
@@ -139,11 +140,11 @@ def _take(data: bytes, born: set[int], touched: set[int]) -> None:
                 born.add(c)
         elif what == PROC_EVENT_EXIT:
             if a == b:
-                if a in born:
-                    born.discard(a)
-                    touched.discard(a)
-                else:
-                    touched.add(a)
+                # Kept in ``touched`` even when born since: its pid may name an older process
+                # that exited before this one was forked (reading a pid that is gone costs one
+                # failed open), and a scan that saw it in between is thereby told of it.
+                born.discard(a)
+                touched.add(a)
         elif what & _CHANGES and a == b and a not in born:
             touched.add(a)
         if length < _NLMSGHDR.size:

@@ -102,10 +102,11 @@ class ProcScan:
         return sorted(int(entry) for entry in fresh), changed
 
     def read(self, pids: list[int]) -> tuple[list[int], list[Record]]:
-        """Only these processes: (those of them that exist, ascending; the records of those
-        new or changed since they were last read).  What the kernel's process events name is
-        read so; every other process is as the last read left it.  Raises OSError when
-        ``/proc`` is unusable."""
+        """Only these processes, read afresh: (those of them that exist, ascending; their
+        records).  What the kernel's process events name is read so, whole: an exec that
+        keeps the program's name and address-space size looks unchanged to a scan until its
+        command line is next rechecked.  Every other process is as the last read left it.
+        Raises OSError when ``/proc`` is unusable."""
         seen = self._seen
         self._scans += 1
         boot_time = _boot_time()
@@ -115,8 +116,8 @@ class ProcScan:
         changed: list[Record] = []
         for pid in sorted(set(pids)):
             entry = str(pid)
-            before = seen.pop(entry, None)
-            now = self._read(entry, before, boot_time, ticks, usernames)
+            seen.pop(entry, None)
+            now = self._read(entry, None, boot_time, ticks, usernames)
             if now is None:
                 for fds in (self._stat_fds, self._cmdline_fds):
                     if entry in fds:
@@ -124,8 +125,7 @@ class ProcScan:
                 continue
             seen[entry] = now
             found.append(pid)
-            if before is None or now.record is not before.record:
-                changed.append(now.record)
+            changed.append(now.record)
         return found, changed
 
     def __call__(self, request: list[int] | None = None) -> tuple[list[int], list[Record]]:

@@ -162,8 +162,8 @@ class TableMemo:
         self._quiet = self._stripped(self._quiet or {})
         if late is None:
             self._quiet = None  # lost while it read: read all again next time
-        elif late:
-            self._read_some(late)
+        elif told := late | (early or set()):
+            self._read_some(told)  # the scan trusts what looks unchanged: these it reads afresh
         return table if self._quiet is None else list(self._quiet.values())
 
     def _read_some(self, pids: set[int]) -> None:
