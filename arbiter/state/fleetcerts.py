@@ -261,7 +261,7 @@ class _NotAFile(Exception):
 def _read_regular(path: Path) -> bytes:
     """The file's bytes, never following a link and never waiting: anyone who may write the
     folder may leave a link to a root-only file, a FIFO or a device under a certificate's name."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
