@@ -348,7 +348,7 @@ def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
             f"{c['duty']:.2f}",
             f"{c['r']:.3f} [{c['r_low']:.3f}, {c['r_high']:.3f}]",
             f"{c['margin']:.2f}",
-            Text(origin_of(c)),
+            Text(escape_controls(origin_of(c))),  # a twin names itself in what it signed
             Text(c["status"], style=style[c["status"]]),
             c["why"],
         )
