@@ -202,3 +202,17 @@ def test_twins_certificates_show_their_origin_and_the_folder_as_written() -> Non
     assert "earned here" in shown and f"adopted from {HOSTILE[2]} after a confirmation of 8 blocks" in shown
     assert "publishes to /shared/certs as gpu07" in shown and "q9G0=" in shown
     assert HOSTILE[0] in shown and HOSTILE[3] in shown and HYPERLINK not in out.getvalue()
+
+
+def test_twins_file_names_print_their_control_characters_escaped() -> None:
+    """A file name (or any text) from the shared folder with terminal escapes in it neither
+    clears the reader's screen, colours a forged status nor plants a link."""
+    from arbiter.cli.render import print_fleet_certificates
+
+    out, con = terminal()
+    name = "x\x1b[2J\x1b[31mFAKE-ADOPTED\x1b]8;;http://evil/\x1b\\\x9b0m.cert.json"
+    fleet = {"folder": "/s", "node": "B", "public_key": "k", "files": [{"file": name, "status": "refused", "why": "w"}]}
+    print_fleet_certificates(con, {"certificates": [], "fleet": fleet})
+    raw = out.getvalue()
+    assert "\x1b[2J" not in raw and "\x1b[31m" not in raw and HYPERLINK not in raw and "\x9b" not in raw
+    assert "x\\x1b[2J\\x1b[31mFAKE-ADOPTED\\x1b]8;;http://evil/\\x1b\\\\x9b0m.cert.json" in plain(out)

@@ -5,8 +5,11 @@ unlisted, copied under another node's name or put back older."""
 from __future__ import annotations
 
 import json
+import os
 import stat
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -17,6 +20,7 @@ from arbiter.config.models import NodeConfig
 from arbiter.daemon.secure import ensure_secret
 from arbiter.state import fleetcerts as files
 from arbiter.state.certificates import Certificate
+from arbiter_testing import wait_until
 
 NODE = {"cpu": "AMD EPYC", "gpus": ["NVIDIA H200"], "os": "linux 6", "arbiter": __version__}
 BLOCKS = [(100.0, 101.0, True), (99.0, 100.0, False), (100.5, 100.0, True), (98.0, 99.5, False)]
@@ -138,3 +142,64 @@ def test_a_listed_key_that_is_not_one_is_a_config_error(key: Ed25519PrivateKey) 
 def test_the_file_holds_the_exact_text_signed(tmp_path: Path, key: Ed25519PrivateKey) -> None:
     outer = json.loads(publish(tmp_path, key).read_text())
     assert set(outer) == {"payload", "signature"} and json.loads(outer["payload"])["node"] == "gpu-01"
+
+
+def test_a_file_nesting_too_deeply_is_corrupt_and_the_others_are_still_read(
+    tmp_path: Path, key: Ed25519PrivateKey
+) -> None:
+    (tmp_path / "a.trainer.gpu.cert.json").write_text("[" * 200_000)
+    good = publish(tmp_path, key)
+    deep, read = files.scan(tmp_path, trust(key), {}, "gpu-07")
+    assert isinstance(deep, files.Refused) and deep.code == "FLEET_CERT_CORRUPT" and "nests" in deep.why
+    assert isinstance(read, files.Published) and read.path == good
+
+
+def test_a_fifo_a_link_or_an_oversized_file_is_refused_without_waiting(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    """Opening a FIFO for reading waits for a writer: the scan must not, nor follow a link out
+    of the folder, nor read a file no certificate could be."""
+    os.mkfifo(tmp_path / "a.trainer.gpu.cert.json")
+    secret = tmp_path / "secret"
+    secret.write_text(json.dumps({"payload": "{}", "signature": ""}))
+    (tmp_path / "b.trainer.gpu.cert.json").symlink_to(secret)
+    with open(tmp_path / "c.trainer.gpu.cert.json", "wb") as fh:
+        fh.truncate(files.MAX_BYTES + 1)
+    (tmp_path / "d.trainer.gpu.cert.json").mkdir()
+    publish(tmp_path, key)
+    done: list[list[files.Published | files.Refused]] = []
+    threading.Thread(target=lambda: done.append(files.scan(tmp_path, trust(key), {}, "gpu-07")), daemon=True).start()
+    wait_until(lambda: done, timeout_s=10, what="the scan to return")
+    *refused, good = done[0]
+    assert [x.code for x in refused if isinstance(x, files.Refused)] == ["FLEET_CERT_CORRUPT"] * 4
+    fifo, link, big, folder = (x.why for x in refused if isinstance(x, files.Refused))
+    assert "regular" in fifo and "symbolic link" in link and "over" in big and "regular" in folder
+    assert isinstance(good, files.Published)
+
+
+def test_a_refusal_is_kept_for_what_was_signed_however_the_file_is_laid_out(
+    tmp_path: Path, key: Ed25519PrivateKey
+) -> None:
+    """Anyone who may write the folder may lay the outer JSON out again without the key: the
+    same signed certificate keeps its digest, so a refusal of it stays remembered."""
+    path = publish(tmp_path, key)
+    before = files.read(path, trust(key), {})
+    path.write_text(json.dumps(json.loads(path.read_text())) + "  \n")
+    after = files.read(path, trust(key), {})
+    assert isinstance(before, files.Published) and isinstance(after, files.Published)
+    assert after.digest == before.digest
+
+
+def test_a_missing_folder_is_an_error_not_an_empty_one(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        files.scan(tmp_path / "not-mounted", {}, {}, "gpu-07")
+
+
+def test_a_signing_key_that_is_not_one_stops_the_start_saying_which_file(tmp_path: Path) -> None:
+    from arbiter.config.models import FleetCertificatesConfig
+    from arbiter.daemon.fleetcerts import KEY_FILE, FleetCerts
+    from arbiter.daemon.secure import UnsafeStateDir
+
+    ensure_secret(tmp_path / KEY_FILE, lambda: "zz" * 32, "the signing key")
+    config = FleetCertificatesConfig(folder=str(tmp_path), trusted_keys={})
+    none: Any = None
+    with pytest.raises(UnsafeStateDir, match=f"{tmp_path / KEY_FILE} is not a signing key: it is not hex; remove it"):
+        FleetCerts(config, tmp_path, none, none, none, none, none, none, none)

@@ -15,6 +15,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from arbiter.api.text import escape_controls
+
 #: the width output to a file or a pipe is laid out for: no line is wrapped short of it (tables
 #: are as wide as what they hold, so nothing pads a line to it)
 UNWRAPPED = 1000
@@ -346,7 +348,7 @@ def print_certificates(console: Console, certs: list[dict[str, Any]]) -> None:
             f"{c['duty']:.2f}",
             f"{c['r']:.3f} [{c['r_low']:.3f}, {c['r_high']:.3f}]",
             f"{c['margin']:.2f}",
-            Text(origin_of(c)),
+            Text(escape_controls(origin_of(c))),  # a twin names itself in what it signed
             Text(c["status"], style=style[c["status"]]),
             c["why"],
         )
@@ -370,9 +372,10 @@ def print_fleet_certificates(console: Console, answer: dict[str, Any]) -> None:
     table = Table(title="Twins' certificates")
     for col in ("file", "node", "rule", "status", "why"):
         table.add_column(col, overflow="fold")
-    for f in fleet["files"]:  # what the files say is anyone's who can write the folder: never markup
+    for f in fleet["files"]:  # what the files say is anyone's who can write the folder: never markup nor escapes
         why = f.get("why") or (f"run {f['run']}" if f.get("run") else "")
-        table.add_row(*(Text(str(x)) for x in (f["file"], f.get("node", ""), f.get("rule", ""), f["status"], why)))
+        cells = (f["file"], f.get("node", ""), f.get("rule", ""), f["status"], why)
+        table.add_row(*(Text(escape_controls(str(x))) for x in cells))
     if not fleet["files"]:
         table.add_row("(none read yet)", "", "", "", "")
     console.print(table)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -21,8 +22,11 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from arbiter.api.text import escape_controls
 from arbiter.config.models import FleetCertificatesConfig
-from arbiter.daemon.secure import ensure_secret
+from arbiter.daemon.secure import UnsafeStateDir, ensure_secret
 from arbiter.engine import abconfirm, abrun, codes
 from arbiter.engine.abstats import Block
 from arbiter.state import fleetcerts as files
@@ -41,6 +45,33 @@ log = logging.getLogger("arbiter.daemon")
 KEY_FILE = "signing.key"
 #: the parts of a fingerprint a published certificate must match here, beside its rule and program
 MATCHED = FINGERPRINT_PARTS
+
+
+def _shown(value: Any) -> Any:
+    """Text from the shared folder (anyone who may write it chose it) with its control
+    characters escaped; other values as they are."""
+    return escape_controls(value) if isinstance(value, str) else value
+
+
+def _writable_by_others(folder: Path) -> str:
+    """Who beside the daemons' accounts may write the folder ("" where no one)."""
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return ""
+    return "every account" if mode & stat.S_IWOTH else ""
+
+
+def _signing_key(path: Path) -> Ed25519PrivateKey:
+    """The key this node signs with, made on first use; one that is not a key stops the start."""
+    text = ensure_secret(path, files.new_key_text, "the signing key")
+    try:
+        return files.load_key(text)
+    except ValueError as exc:
+        raise UnsafeStateDir(
+            f"{path} is not a signing key: {exc}; remove it to make a new one at the next start "
+            "(then list the new public key, shown by `arbiter certificates`, on the twins)"
+        ) from None
 
 
 class FleetCerts:
@@ -65,11 +96,7 @@ class FleetCerts:
         self.store, self.recorder, self.tenants = store, recorder, tenants
         self.published, self.decider, self.ticker = published, decider, ticker
         self.name = (config.node_name if config and config.node_name else "") or socket.gethostname()
-        self.key = (
-            files.load_key(ensure_secret(state_dir / KEY_FILE, files.new_key_text, "the signing key"))
-            if config
-            else None
-        )
+        self.key = _signing_key(state_dir / KEY_FILE) if config else None
         self._lock = threading.Lock()
         self._states: dict[str, dict[str, Any]] = {}  # file name → what it came to (for `certificates`)
         self._pending: dict[str, files.Published] = {}  # file name → the version a confirmation runs for
@@ -90,8 +117,13 @@ class FleetCerts:
         return {"folder": self.config.folder, "node": self.name, "public_key": self.public_key, "files": found}
 
     def _state(self, name: str, **state: Any) -> None:
+        shown = {"file": name, **state}
         with self._lock:
-            self._states[name] = {"file": name, **state}
+            self._states[name] = {k: _shown(v) for k, v in shown.items()}
+
+    def _event(self, code: str, subject: str, message: str, data: dict[str, Any]) -> None:
+        """On the timeline: names and fields that came from the folder, escaped."""
+        self.recorder.event(code, _shown(subject), _shown(message), {k: _shown(v) for k, v in data.items()})
 
     def _tell(self, digest: str, code: str, message: str, data: dict[str, Any]) -> None:
         """Each file version's outcome goes on the timeline once, not every scan."""
@@ -99,7 +131,7 @@ class FleetCerts:
             if (digest, code) in self._told:
                 return
             self._told.add((digest, code))
-        self.recorder.event(code, "node", message, data)
+        self._event(code, "node", message, data)
 
     # --- publishing ------------------------------------------------------------------------
 
@@ -112,7 +144,7 @@ class FleetCerts:
         try:
             path = files.publish(Path(self.config.folder).expanduser(), self.key, payload)
         except OSError as exc:
-            self.recorder.event(
+            self._event(
                 codes.FLEET_CERT_NOT_PUBLISHED,
                 cert.rule,
                 f"the certificate run {cert.run_id} earned could not be published to {self.config.folder}: "
@@ -120,7 +152,7 @@ class FleetCerts:
                 {"run": cert.run_id, "folder": self.config.folder, "remedy": "make the folder writable by the daemon"},
             )
             return
-        self.recorder.event(
+        self._event(
             codes.FLEET_CERT_PUBLISHED,
             cert.rule,
             f"the certificate run {cert.run_id} earned ({cert.work} work at duty {cert.duty:g}) is published as {path}",
@@ -172,6 +204,14 @@ class FleetCerts:
         names = {item.path.name for item in found}
         with self._lock:  # a file taken out of the folder is no longer shown
             self._states = {name: state for name, state in self._states.items() if name in names}
+        open_to = _writable_by_others(folder)
+        if open_to:
+            self._state(
+                "",
+                status="warning",
+                why=f"{folder} is writable by {open_to}: any of them may leave files the daemon reads; "
+                f"`chmod o-w {folder}` (only the daemons' accounts should write it)",
+            )
         candidates: list[files.Published] = []
         for item in found:
             name = item.path.name
@@ -293,7 +333,7 @@ class FleetCerts:
                 continue
             running = True
             self._state(name, status="confirming", run=run_id, blocks=n, **origin)
-            self.recorder.event(
+            self._event(
                 codes.FLEET_CERT_CONFIRMING,
                 c.rule,
                 f"confirming {p.node}'s certificate for {c.rule!r} ({c.work} work at duty {c.duty:g}) "
@@ -367,7 +407,7 @@ class FleetCerts:
 
         def write(db: Any) -> None:
             cert_id = Store.insert_certificate(db, cert)
-            self.recorder.event(
+            self._event(
                 codes.FLEET_CERT_ADOPTED,
                 c.rule,
                 f"certificate {cert_id}: {item.payload.node}'s certificate for {c.rule!r} ({c.work} work at duty "

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import json
 import os
 import re
 import secrets
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,14 @@ def new_key_text() -> str:
 
 
 def load_key(text: str) -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(text.strip()))
+    """A kept signing key; ValueError saying what is wrong with it."""
+    try:
+        seed = bytes.fromhex(text.strip())
+    except ValueError:
+        raise ValueError("it is not hex") from None
+    if len(seed) != 32:
+        raise ValueError(f"it is {len(seed)} bytes, not the 32 of an Ed25519 private key")
+    return Ed25519PrivateKey.from_private_bytes(seed)
 
 
 def public_text(key: Ed25519PrivateKey) -> str:
@@ -106,7 +115,7 @@ class Published:
     """A published certificate that reads, verifies and is no replay."""
 
     path: Path
-    digest: str  # of the file: a refusal is remembered for this version alone
+    digest: str  # of the signed payload: a refusal is remembered for this version alone, however it is laid out
     payload: Payload
 
     @property
@@ -178,24 +187,27 @@ def read(
     """One published file, checked: its shape, its signer among ``trusted`` (node → key), its
     signature, its name, and its age against the newest ``seen`` from that node."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_BYTES + 1)
+        raw = _read_regular(path)
     except OSError as exc:
-        return Refused(path, "", "FLEET_CERT_CORRUPT", f"it cannot be read: {exc.strerror or exc}")
-    digest = hashlib.sha256(raw).hexdigest()
+        why = "it is a symbolic link: only a published file is read" if exc.errno == errno.ELOOP else None
+        return Refused(path, "", "FLEET_CERT_CORRUPT", why or f"it cannot be read: {exc.strerror or exc}")
+    except _NotAFile as exc:
+        return Refused(path, "", "FLEET_CERT_CORRUPT", str(exc))
+    digest = hashlib.sha256(raw).hexdigest()  # until the signed text is found: a file that has none
 
     def refused(code: RefusalCode, why: str) -> Refused:
         return Refused(path, digest, code, why)
 
-    if len(raw) > MAX_BYTES:
-        return refused("FLEET_CERT_CORRUPT", f"it is over {MAX_BYTES} bytes: no certificate is this large")
     try:
         outer = json.loads(raw.decode("utf-8"))
         text, signature = outer["payload"], base64.b64decode(outer["signature"], validate=True)
         if not isinstance(text, str):
             raise TypeError("payload is not text")
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         unverified = json.loads(text)
         node = unverified["node"]
+    except RecursionError:
+        return refused("FLEET_CERT_CORRUPT", "it nests too deeply to be a signed certificate")
     except (UnicodeDecodeError, ValueError, TypeError, KeyError, binascii.Error) as exc:
         return refused("FLEET_CERT_CORRUPT", f"it does not parse as a signed certificate (cut short?): {exc}")
     if not isinstance(node, str) or node not in trusted:
@@ -237,9 +249,36 @@ def scan(
     folder: Path, trusted: Mapping[str, Ed25519PublicKey], seen: Mapping[tuple[str, str, str], float], own: str
 ) -> list[Published | Refused]:
     """Every published file in ``folder`` but this node's own, checked, in name order."""
-    out: list[Published | Refused] = []
-    for path in sorted(folder.glob(f"*{SUFFIX}")):
-        if path.name.startswith((".", f"{_part(own)}.")):
-            continue
-        out.append(read(path, trusted, seen))
-    return out
+    with os.scandir(folder) as entries:  # a missing or unreadable folder raises, as it must be reported
+        names = sorted(e.name for e in entries if e.name.endswith(SUFFIX))
+    return [read(folder / n, trusted, seen) for n in names if not n.startswith((".", f"{_part(own)}."))]
+
+
+class _NotAFile(Exception):
+    """What stands under a certificate's name is no regular file of a sane size."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """The file's bytes, never following a link and never waiting: anyone who may write the
+    folder may leave a link to a root-only file, a FIFO or a device under a certificate's name."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotAFile("it is not a regular file (a FIFO, device or folder): only a published file is read")
+        if st.st_size > MAX_BYTES:
+            raise _NotAFile(f"it is over {MAX_BYTES} bytes: no certificate is this large")
+        chunks: list[bytes] = []
+        left = MAX_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > MAX_BYTES:  # it grew after the fstat
+        raise _NotAFile(f"it is over {MAX_BYTES} bytes: no certificate is this large")
+    return raw

@@ -500,7 +500,7 @@ class Store:
         )
 
     def published_refused(self) -> dict[str, tuple[str, str]]:
-        """Published certificates a confirmation refused, by the digest of their file: (code, why)."""
+        """Published certificates a confirmation refused, by the digest of their signed payload: (code, why)."""
         rows = self._query("SELECT digest, code, why FROM fleet_refused")
         return {r["digest"]: (r["code"], r["why"]) for r in rows}
 
