@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from arbiter.config.loader import check_paths
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 
 
@@ -15,3 +17,16 @@ def host() -> Iterator[PluginHost]:
     host = build_plugin_manager()
     yield host
     host.close()
+
+
+@pytest.fixture
+def rule_problems(host: PluginHost, tmp_path: Path) -> Callable[[str], list[str]]:
+    """What ``arbiter check`` says of a rule file of the given text (``t.yaml`` in a folder of its
+    own), one message a problem."""
+
+    def check(text: str) -> list[str]:
+        (tmp_path / "t.yaml").write_text(text)
+        found = check_paths([tmp_path], host.options_model, host.kind_names).problems.get(str(tmp_path / "t.yaml"), [])
+        return [str(p) for p in found]
+
+    return check
