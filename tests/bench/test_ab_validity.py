@@ -32,7 +32,9 @@ def _load() -> ModuleType:
     return load_script(ROOT / "bench" / "ab_validity.py", "ab_validity")
 
 
-abv = _load()
+abv = _load()  # which puts bench/ on the path its parts are imported from
+sim = load_script(ROOT / "bench" / "ab_sim.py", "ab_sim")
+conf = load_script(ROOT / "bench" / "ab_confirmation.py", "ab_confirmation")
 MARGIN = 0.02
 
 
@@ -57,14 +59,14 @@ def test_vectorised_analysis_matches_abstats() -> None:
     seen: set[str] = set()
     for blocks, rows, pilot in [(2, 6, 0), (3, 8, 0), (4, 8, 0), (6, 8, 4), (7, 8, 0), (12, 10, 4), (20, 10, 4)]:
         d, on_first = varied_d(rng, rows, blocks)
-        got = abv.analyse_fixed(d, MARGIN, pilot)
+        got = sim.analyse_fixed(d, MARGIN, pilot)
         for i in range(rows):
             want = analyse(as_blocks(d[i], on_first[i], rng.uniform(50, 150, blocks)), MARGIN, pilot)
-            assert abv.VERDICTS[got["verdict"][i]] == want.verdict
+            assert sim.VERDICTS[got["verdict"][i]] == want.verdict
             for key in ("r", "low", "high"):
                 assert got[key][i] == pytest.approx(getattr(want, key), abs=1e-9)
             seen.add(want.verdict)
-        paired = abv.analyse_fixed(d, MARGIN, pilot, robust=False)  # the procedure without drift allowance
+        paired = sim.analyse_fixed(d, MARGIN, pilot, robust=False)  # the procedure without drift allowance
         for i in range(rows):
             want = analyse(as_blocks(d[i], on_first[i], np.full(blocks, 100.0)), MARGIN, pilot)
             assert paired["low"][i] == pytest.approx(want.t_low, abs=1e-9)
@@ -75,7 +77,7 @@ def test_vectorised_sizing_matches_blocks_needed() -> None:
     rng = np.random.default_rng(11)
     pilot, on_first = varied_d(rng, 60, 4)
     for most in (None, 44, 8):
-        got = abv.size_runs(pilot, MARGIN, most)
+        got = sim.size_runs(pilot, MARGIN, most)
         want = [blocks_needed(as_blocks(pilot[i], on_first[i], np.full(4, 100.0)), MARGIN, most) for i in range(60)]
         assert [int(g) or None for g in got] == want
         assert None in want and any(w is not None and w > 8 for w in want)
@@ -83,17 +85,17 @@ def test_vectorised_sizing_matches_blocks_needed() -> None:
 
 def test_whole_procedure_matches_a_run_by_hand() -> None:
     rng = np.random.default_rng(3)
-    d, on_first = varied_d(rng, 24, abv.most_blocks())
+    d, on_first = varied_d(rng, 24, sim.most_blocks())
     d[:, :4] *= rng.choice([0.3, 1.0], size=(24, 1))  # quieter pilots too, so more runs go ahead
-    runs = abv.run_procedure(d, MARGIN)
-    most = blocks_within(abv.MAX_HOURS, abv.WINDOW_S)
+    runs = sim.run_procedure(d, MARGIN)
+    most = blocks_within(sim.MAX_HOURS, sim.WINDOW_S)
     ran = extended = 0
     for i in range(24):
         n = blocks_needed(as_blocks(d[i, :4], on_first[i, :4], np.full(4, 100.0)), MARGIN, most - 4)
-        total = max(abv.PLANNED_BLOCKS, 4 + (n or 0))
+        total = max(sim.PLANNED_BLOCKS, 4 + (n or 0))
         assert int(runs["n"][i]) == (n or 0)
-        if n is None or planned_hours(total, abv.WINDOW_S) > abv.MAX_HOURS:
-            assert runs["verdict"][i] == abv.REFUSED and runs["blocks"][i] == 4
+        if n is None or planned_hours(total, sim.WINDOW_S) > sim.MAX_HOURS:
+            assert runs["verdict"][i] == sim.REFUSED and runs["blocks"][i] == 4
             continue
         ran += 1
         # two looks: the first where the run was sized to end, the last at the most its hours allow
@@ -115,7 +117,7 @@ def test_whole_procedure_matches_a_run_by_hand() -> None:
         assert runs["blocks"][i] == total and bool(runs["extended"][i]) == (
             total == most and want.confidence != CONFIDENCE
         )
-        assert abv.VERDICTS[runs["verdict"][i]] == want.verdict
+        assert sim.VERDICTS[runs["verdict"][i]] == want.verdict
         assert runs["low"][i] == pytest.approx(want.low, abs=1e-9)
     assert 0 < ran < 24 and 0 < extended < ran
 
@@ -124,13 +126,13 @@ def test_a_trend_is_centred_on_the_analysed_blocks() -> None:
     """The trend model's truth is R at the middle of the analysed blocks: with no noise at all,
     every run's R is the true one."""
     rng = np.random.default_rng(9)
-    d, _, slope, _ = abv.generate_d("trend", 0.99, 0.02, 50, abv.most_blocks(), rng)
+    d, _, slope, _ = sim.generate_d("trend", 0.99, 0.02, 50, sim.most_blocks(), rng)
     assert slope > 0
     d[:, :4] = math.log(0.99) + rng.normal(0, 0.002, (50, 4))  # quiet pilots: the runs go ahead
     ramp = math.log(0.99) + slope * np.arange(d.shape[1])
     d[:, 4:] = ramp[None, 4:]
-    runs = abv.run_procedure(d, MARGIN, slope=slope)
-    assert np.allclose(runs["r"][runs["verdict"] != abv.REFUSED], 0.99)
+    runs = sim.run_procedure(d, MARGIN, slope=slope)
+    assert np.allclose(runs["r"][runs["verdict"] != sim.REFUSED], 0.99)
 
 
 def test_small_simulation_meets_its_goals() -> None:
@@ -152,15 +154,15 @@ def test_under_drift_two_looks_certify_a_harmless_job_within_the_hours() -> None
     rng = np.random.default_rng(49)
     null = abv.simulate(1.00, 0.02, "ar1-0.5", 2000, rng)
     edge = abv.simulate(0.98, 0.02, "ar1-0.5", 2000, rng)
-    assert null["p_certify"] > 0.75 and null["p_extended"] > 0.5 and null["max_blocks"] == abv.most_blocks()
+    assert null["p_certify"] > 0.75 and null["p_extended"] > 0.5 and null["max_blocks"] == sim.most_blocks()
     assert edge["p_certify"] <= 0.065
 
 
 def test_vectorised_change_statistic_matches_abstats() -> None:
     rng = np.random.default_rng(12)
     for model in ("gaussian", "walk-0.5", "shift", "sine"):
-        d, _, _, _ = abv.generate_d(model, 0.99, 0.02, 20, 16, rng)
-        got = abv.change_statistic(d)
+        d, _, _, _ = sim.generate_d(model, 0.99, 0.02, 20, 16, rng)
+        got = sim.change_statistic(d)
         for i in range(d.shape[0]):
             want = change_statistic([float(x) for x in d[i]])
             assert want is not None and got[i] == pytest.approx(want, rel=1e-9)
@@ -170,7 +172,7 @@ def test_where_the_effect_moves_false_certification_is_judged_on_the_second_half
     """A noiseless shift from R·e^0.02 to R·e^−0.02: the path is the effect, and a run's truth
     is its mean over the analysed blocks."""
     rng = np.random.default_rng(4)
-    d, _, _, path = abv.generate_d("shift", 0.98, 0.01, 200, abv.most_blocks(), rng)
+    d, _, _, path = sim.generate_d("shift", 0.98, 0.01, 200, sim.most_blocks(), rng)
     assert np.allclose(d.std(axis=0).mean(), 0.01, rtol=0.5) and set(np.round(np.unique(path), 6)) == {
         round(math.log(0.98) + 0.02, 6),
         round(math.log(0.98) - 0.02, 6),
@@ -188,9 +190,9 @@ def test_the_vectorised_confirmation_matches_abconfirm() -> None:
     for original_n, confirm_n in [(12, 8), (20, 11)]:
         d, on_first = varied_d(rng, 8, original_n)
         off = rng.uniform(50, 150, original_n)
-        sizes = abv.confirm_sizes(d, MARGIN)
+        sizes = conf.confirm_sizes(d, MARGIN)
         c, c_first = varied_d(rng, 8, confirm_n)
-        got = abv.analyse_fixed(np.concatenate([d, c], axis=1), MARGIN, pilot=original_n)
+        got = sim.analyse_fixed(np.concatenate([d, c], axis=1), MARGIN, pilot=original_n)
         for i in range(8):
             original = as_blocks(d[i], on_first[i], off)
             assert sizes[i] == (abconfirm.blocks_for(original, MARGIN) or 0)
@@ -201,6 +203,6 @@ def test_the_vectorised_confirmation_matches_abconfirm() -> None:
 
 def test_a_twin_unlike_its_original_is_rarely_certified() -> None:
     """The worst case for a twin: its original truly unslowed, itself slowed by the margin."""
-    cell = abv.confirmation_cell(1.0, 1 - MARGIN, 0.02, "gaussian", 2000, np.random.default_rng(5), MARGIN)
+    cell = conf.confirmation_cell(1.0, 1 - MARGIN, 0.02, "gaussian", 2000, np.random.default_rng(5), MARGIN)
     assert cell["worst_twin"] <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 2000), cell
     assert cell["confirm_blocks"] < cell["run_blocks"], cell
