@@ -42,7 +42,7 @@ class Twin:
         store: Any = NS(published_seen=dict, published_refused=lambda: self.refused, certificates=list)
         recorder: Any = NS(event=lambda *a: self.events.append(a), write=lambda fn: None)
         tenants: Any = NS(submit=lambda fn: threading.Thread(target=fn, daemon=True).start())
-        view = NS(machine=MACHINE, gpus=GPUS, rules={"r": 1}, rule_exes={"r": "/bin/prog"})
+        view = NS(machine=MACHINE, gpus=GPUS, driver="", rules={"r": 1}, rule_exes={"r": "/bin/prog"})
         published: Any = NS(snapshot=NS(view=view))
         decider: Any = NS(engine_state=NS(ab=None))
         ticker: Any = NS(hasher=NS(digest=lambda exe: "ab" * 32), certificate_states=[])

@@ -457,7 +457,10 @@ def _passes_model_checks(what: str, doc: Any) -> bool:
     if what == "node":
         host, sep, port = doc.get("http", {}).get("listen", "127.0.0.1:7807").rpartition(":")
         paths = [doc.get("state_dir", "/x"), *doc.get("tenants_dirs", [])]
-        return bool(sep and host and port.isdigit() and int(port) <= 65535) and not any(
+        fleet = doc.get("fleet_certificates") or {}
+        # a confirmation's window outlasts its washout, and each trusted key decodes to an Ed25519 key
+        fleet_ok = fleet.get("window_s", 300.0) > fleet.get("washout_s", 60.0) and not fleet.get("trusted_keys")
+        return bool(sep and host and port.isdigit() and int(port) <= 65535 and fleet_ok) and not any(
             p.startswith("~") and not p.startswith("~/") and p != "~" for p in paths
         )
     return True
