@@ -309,7 +309,7 @@ def node_reference(root: Path) -> str:
 
 
 def manifest_reference(root: Path) -> str:
-    from arbiter.config.models import Manifest
+    from arbiter.config.jobdocs import Manifest
 
     return ModelDoc().with_nested(Manifest, "The manifest")
 

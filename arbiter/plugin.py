@@ -6,8 +6,9 @@ A plugin is a module (or object) with functions marked ``@hookimpl`` (see
 ``cls`` subclasses one of the base classes below, with a pydantic ``Options``
 model (``extra="forbid"``) that validates the kind's block of a rule file.
 
-It runs past 400 lines because it is the whole public API in one module: a plugin imports
-``arbiter.plugin`` and nothing else, so every base class and value a plugin sees is here.
+It runs past 400 lines because it is the whole public API a plugin imports: ``arbiter.plugin``
+and nothing else, so every base class is here, and it re-exports the values plugins and the
+daemon hand each other (:mod:`arbiter.plugindata`).
 """
 
 from __future__ import annotations
@@ -16,12 +17,24 @@ import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import pluggy
 from pydantic import BaseModel, ConfigDict
 
 from arbiter.engine.types import Phase as Phase
+from arbiter.plugindata import (
+    EXITED,
+    ActionResult,
+    Checkpoint,
+    ControlUpdate,
+    GpuReading,
+    JobTarget,
+    ProcessGpu,
+    ProcessInfo,
+    ProcessRef,
+    SourceState,
+)
 from arbiter.runtime.children import run_child, start_child
 from arbiter.runtime.childwork import ChildWorker, ChildWorkFailed
 from arbiter.runtime.httpread import AnswerRefused, HttpAnswer, http_read, quote
@@ -42,6 +55,7 @@ __all__ = [
     "PROJECT",
     "ActionResult",
     "AnswerRefused",
+    "Checkpoint",
     "ChildWorkFailed",
     "ChildWorker",
     "ControlUpdate",
@@ -139,157 +153,6 @@ def send_refused(context: PluginContext, url: str, headers: Mapping[str, str | S
     """Why ``url`` must not get these headers or an action now (None: it may): see
     :attr:`PluginContext.may_send`."""
     return None if context.may_send is None else context.may_send(url, headers)
-
-
-# --- observations -------------------------------------------------------------------------
-
-
-#: ``ProcessInfo.state`` of a process that has exited and that its parent has not waited for yet
-EXITED = "Z"
-
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    """One process as a process table provider sees it."""
-
-    pid: int
-    ppid: int
-    name: str = ""
-    exe: str = ""
-    cmdline: tuple[str, ...] = ()
-    uid: int = -1
-    username: str = ""
-    start_time: float = 0.0  # identity check: a pid reused later has another start time
-    state: str = ""  # one-letter process state where the platform has one (EXITED: see there)
-    #: user + system CPU time so far, where the table reads it at no extra cost (None where
-    #: it does not); left out of comparisons, so a process that only ran is equal to itself
-    cpu_ns: int | None = field(default=None, compare=False)
-
-    @property
-    def ref(self) -> ProcessRef:
-        return ProcessRef(self.pid, self.start_time)
-
-
-@dataclass(frozen=True)
-class ProcessGpu:
-    """One process's cumulative GPU busy time (per engine) and VRAM."""
-
-    busy_ns: Mapping[str, int] = field(default_factory=dict)
-    vram_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    """What a reader saw at one moment.
-
-    ``at_ns`` is a monotonic timestamp of the reading; busy times are cumulative, so the
-    share of a process over an interval is the difference of two readings.
-    """
-
-    readable: bool
-    at_ns: int = 0
-    processes: Mapping[int, ProcessGpu] = field(default_factory=dict)
-    device: str = "gpu"  # "cpu" for stand-in readers
-    vram_total_bytes: int | None = None
-    vram_free_bytes: int | None = None
-    why: str = ""  # why it is not readable, or a note on what was read
-    #: pids asked for whose GPU time could not be read (denied): they count as using the GPU,
-    #: where a pid simply absent from ``processes`` uses none
-    unreadable: frozenset[int] = frozenset()
-    #: the GPUs read, by name (certificates are bound to them)
-    devices: tuple[str, ...] = ()
-    #: the GPU driver and its version as the reader's library reports it ("" where it reports
-    #: none): certificates are bound to it too, since a new driver can change what sharing costs
-    driver: str = ""
-
-
-@dataclass(frozen=True)
-class SourceState:
-    """A source's current reading.
-
-    ``count`` is cumulative (matching events since the source opened); a source that measures
-    a rate itself reports it in ``rate`` (events per second) instead.  ``phase`` is ``None``
-    for a source that reports no phase.  ``changed_at`` is the monotonic time the source saw
-    the write that caused the last change, so the daemon can report reaction latency.
-
-    A busy probe (a rule's ``busy:`` source) says whether its tenant is working in ``busy``:
-    ``None`` for a source that reports no busy state, and always ``None`` while it is not
-    readable (unknown, which counts as busy).  ``models`` are the names of the models the
-    tenant has loaded, where the probe reads them (for a release per model); while it is not
-    readable, the names it read last.
-    """
-
-    readable: bool = True
-    count: int = 0
-    rate: float | None = None
-    phase: Phase | None = None
-    why: str = ""
-    changed_at: float = 0.0
-    needs_helper: bool = False
-    busy: bool | None = None
-    models: tuple[str, ...] = ()
-
-
-# --- actions -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ProcessRef:
-    """A process identity: a signal goes to ``pid`` only while its start time is this one."""
-
-    pid: int
-    start_time: float
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    """How a job stopped for protection (evicted) saves its work first, as the protecting
-    rule's ``eviction:`` says: the signal it is given (a batch scheduler's ``--signal``
-    syntax, ``B:USR1``) and the longest it may take; None leaves either to the translator's
-    own settings."""
-
-    signal: str | None = None
-    seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class JobTarget:
-    """The job a translator acts on: its processes (root first) and its control document;
-    for the terminate of an eviction, the evicting rule's checkpoint settings."""
-
-    job_id: str
-    name: str
-    processes: tuple[ProcessRef, ...]
-    control_path: str | None = None
-    cooperative: bool = False
-    checkpoint: Checkpoint | None = None
-
-
-@dataclass(frozen=True)
-class ActionResult:
-    """What a translator did for a request it sends to a program (a release, a reacquire).
-
-    ``requested`` names each request it sent (e.g. ``"model mistral:latest"``); ``errors``
-    says, for a user, each one that failed; ``note`` says why nothing was sent, where nothing
-    was.  A translator returns failures here rather than raising them.
-    """
-
-    requested: tuple[str, ...] = ()
-    errors: tuple[str, ...] = ()
-    note: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-@dataclass(frozen=True)
-class ControlUpdate:
-    """A new control document for a job (the wire protocol of ``arbiter schema control``)."""
-
-    state: Literal["run", "paused", "stop"]
-    gpu_duty: float
-    reason: str = ""
 
 
 def open_file_share(divisor: int, unlimited: int) -> int:

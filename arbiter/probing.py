@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter import __version__
-from arbiter.config.models import Manifest
+from arbiter.config.jobdocs import Manifest
 from arbiter.runtime.children import python_module, start_child
 
 PROBE_TIMEOUT_S = 20.0

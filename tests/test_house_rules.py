@@ -204,7 +204,7 @@ def test_the_cycle_check_would_catch_one() -> None:
 #: those below it (a module at the root counts as a package of its own)
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"engine", "sdk"}),
-    frozenset({"runtime", "plugin", "hookspecs", "api"}),
+    frozenset({"runtime", "plugin", "plugindata", "hookspecs", "api"}),
     frozenset({"config", "state"}),
     frozenset({"pluginmanager", "probing"}),
     frozenset({"reflex", "harness", "http"}),

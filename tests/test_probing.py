@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.config.models import Manifest
+from arbiter.config.jobdocs import Manifest
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter.probing import PROBE_NICE, gpu_apis, placement, run_probe
 

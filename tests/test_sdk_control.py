@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import arbiter.sdk.control as control_module
-from arbiter.config.models import ControlDocument, JobEvent
+from arbiter.config.jobdocs import ControlDocument, JobEvent
 from arbiter.sdk.control import NUDGE_SIGNAL, Control, Stopped, write_control_document
 
 

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 
 from arbiter.config.errors import ConfigError, Problem
+from arbiter.config.jobdocs import Manifest
 from arbiter.config.locate import find_config, relative_to_config
-from arbiter.config.models import Manifest, NodeConfig
+from arbiter.config.models import NodeConfig
 from arbiter.config.rulefile import (
     RULE_BLOCKS,
     MergedRule,

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from arbiter.config.models import ControlDocument, JobEvent, Manifest, NodeConfig, Rule
+from arbiter.config.jobdocs import ControlDocument, JobEvent, Manifest
+from arbiter.config.models import NodeConfig, Rule
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "node": NodeConfig,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from arbiter.config.models import Manifest
+from arbiter.config.jobdocs import Manifest
 from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from arbiter.config.models import JobEvent, MetricEvent, PhaseEvent, ProgressEvent, StopAckEvent
+from arbiter.config.jobdocs import JobEvent, MetricEvent, PhaseEvent, ProgressEvent, StopAckEvent
 
 #: bytes read of one job's file per tick at most; the rest waits for the next tick
 READ_PER_JOB = 256 * 1024

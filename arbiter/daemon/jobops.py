@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from arbiter.api.ops import Caller, Op, Who
-from arbiter.config.models import Manifest
+from arbiter.config.jobdocs import Manifest
 from arbiter.daemon.operation import Refused, may_act_on_job, operation
 from arbiter.daemon.quotas import job_quota_problem
 from arbiter.engine import codes

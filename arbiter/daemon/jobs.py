@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from arbiter.config.models import Manifest
+from arbiter.config.jobdocs import Manifest
 from arbiter.daemon.safefs import create_file, make_dir, open_dir
 from arbiter.engine.types import JobObs
 from arbiter.plugin import ProcessRef

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from arbiter import docs
-from arbiter.config import models
+from arbiter.config import jobdocs, models
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def _models_below(model: type[BaseModel], seen: set[type[BaseModel]]) -> None:
 
 def test_every_documented_field_has_a_description() -> None:
     seen: set[type[BaseModel]] = set()
-    for top in (models.Rule, models.NodeConfig, models.Manifest):
+    for top in (models.Rule, models.NodeConfig, jobdocs.Manifest):
         _models_below(top, seen)
     missing = [f"{m.__name__}.{n}" for m in seen for n, info in m.model_fields.items() if not info.description]
     assert not missing, (

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from arbiter.config.models import Manifest
+from arbiter.config.jobdocs import Manifest
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.state.certificates import Certificate, status
 from arbiter_testing.node import PYTHON

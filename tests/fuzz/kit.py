@@ -876,8 +876,8 @@ class Harness:
         from arbiter.cli.client import CliError
         from arbiter.cli.jobrun import build_manifest
         from arbiter.config.errors import ConfigError
+        from arbiter.config.jobdocs import Manifest
         from arbiter.config.loader import parse_manifest, read_text
-        from arbiter.config.models import Manifest
 
         path = self.root / "job.yaml"
         path.write_bytes(case.data)
@@ -930,7 +930,7 @@ class Harness:
         return Verdict("accepted")
 
     def _feed_event(self, case: Case) -> Verdict:
-        from arbiter.config.models import JobEvent
+        from arbiter.config.jobdocs import JobEvent
 
         try:
             JobEvent.model_validate_json(case.data)

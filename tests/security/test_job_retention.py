@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter.config.models import Manifest
+from arbiter.config.jobdocs import Manifest
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.state.store import ENDED_JOBS_KEPT_S, Store
 
