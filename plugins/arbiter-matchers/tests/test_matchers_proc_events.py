@@ -168,7 +168,29 @@ def test_with_its_event_source_deaf_a_new_program_is_in_the_next_table(memo: Tab
     memo._events._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _procevents.NETLINK_CONNECTOR)
     child = subprocess.Popen(["sleep", "600"])
     try:
-        assert child.pid in pids(memo.table())  # the machine's process count moved
+        assert child.pid in pids(memo.table())  # a pid was handed out with no fork heard
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_with_its_event_source_deaf_a_birth_beside_a_death_is_in_the_next_table(memo: TableMemo) -> None:
+    """One process gone and one born leave the machine's process count as it was: the newest
+    pid the kernel handed out still tells that something was born, and the deaf source is
+    given up."""
+    old = subprocess.Popen(["sleep", "602"])
+    try:
+        wait_until(lambda: old.pid in pids(memo.table()), 10, "the old program in the table")
+        assert memo._events is not None and memo._events._sock is not None
+        memo._events._sock.close()
+        memo._events._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _procevents.NETLINK_CONNECTOR)
+    finally:
+        old.kill()
+        old.wait()
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        assert child.pid in pids(memo.table())
+        assert not memo.events_in_use and "no event announced" in memo.events_why
     finally:
         child.kill()
         child.wait()

@@ -84,6 +84,7 @@ class ProcEvents:
             raise
         self._sock: socket.socket | None = sock
         self._born: set[int] = set()  # processes forked since the last call, alive then
+        self.heard = False  # whether the last call received anything at all
         self.broken = ""  # why it no longer serves ("" while it does)
 
     def changes(self) -> set[int] | None:
@@ -97,6 +98,7 @@ class ProcEvents:
             return None
         born, touched = self._born, set[int]()
         lost = False
+        self.heard = False
         while True:
             try:
                 data = sock.recv(65536, socket.MSG_DONTWAIT)
@@ -111,6 +113,7 @@ class ProcEvents:
             if not data:
                 self.fail("its socket was closed")
                 return None
+            self.heard = True
             _take(data, born, touched)
         touched |= born
         born.clear()

@@ -40,6 +40,7 @@ _STATE_CODES = {
 }
 
 _PROC = "/proc"
+_LOADAVG = "/proc/loadavg"
 
 
 def state_code(status: str) -> str:
@@ -104,6 +105,7 @@ class TableMemo:
         self._scanned_at = -FULL_SCAN_S  # monotonic time of the last scan
         self._quiet: dict[int, ProcessInfo] | None = None  # the table without CPU times, by pid
         self._count = -1  # the machine's process count when it was last read
+        self._newest = -1  # the newest pid the kernel had handed out then
 
     @property
     def events_in_use(self) -> bool:
@@ -127,13 +129,17 @@ class TableMemo:
                 return self._scan_table()
             if self._quiet is None or time.monotonic() - self._scanned_at >= FULL_SCAN_S:
                 return self._full(events, verify=self._quiet is not None)
-            count = _process_count()
+            count, newest = _process_count(), _newest_pid()  # read before the events they must match
             touched = events.changes()
             if touched is None:
                 return self._full(events, verify=False)  # events lost, or the source failed
+            if not events.heard and newest != self._newest:
+                # A pid handed out with no fork heard: the source has gone deaf (a birth and a
+                # death between two calls leave the count alone, so the count cannot tell).
+                return self._full(events, verify=True)
             if not touched and count != self._count:
-                return self._full(events, verify=False)  # a birth or death no event told (a zombie reaped)
-            self._count = count
+                return self._full(events, verify=False)  # a death no event told (a zombie reaped)
+            self._count, self._newest = count, newest
             if touched:
                 self._read_some(touched)
             return list(self._quiet.values())
@@ -142,7 +148,7 @@ class TableMemo:
         """Every process read; with ``verify``, one the events should have kept up to date
         that differs in who is there stops trusting them."""
         before = self._infos
-        self._count = _process_count()
+        self._count, self._newest = _process_count(), _newest_pid()
         early = events.changes()  # what the scan reads needs no event; told, it is no miss
         table = self._scan_table()
         late = events.changes()
@@ -249,6 +255,16 @@ def _process_count() -> int:
     try:
         return os.stat(_PROC).st_nlink
     except OSError:
+        return -1
+
+
+def _newest_pid() -> int:
+    """The pid the kernel handed out last, to a process or a thread (the last field of
+    ``loadavg``); -1 where that cannot be read."""
+    try:
+        with open(_LOADAVG, "rb") as f:
+            return int(f.read().rsplit(None, 1)[-1])
+    except (OSError, ValueError, IndexError):
         return -1
 
 
