@@ -206,6 +206,16 @@ def open_fds() -> int:
     return count
 
 
+def started(pid: str) -> str | None:
+    """When the process with this pid started (None when there is none): two readings
+    that agree name the same process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
 def test_stat_and_cmdline_files_are_kept_open_between_scans_and_closed_when_their_process_goes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -213,6 +223,7 @@ def test_stat_and_cmdline_files_are_kept_open_between_scans_and_closed_when_thei
     memo.table()
     kept = dict(memo._scan._stat_fds)
     assert str(os.getpid()) in kept and memo._scan._cmdline_fds.keys() == kept.keys()  # every process listed
+    born = {pid: started(pid) for pid in kept}
     opened: list[str] = []
     real_open = os.open
 
@@ -224,7 +235,13 @@ def test_stat_and_cmdline_files_are_kept_open_between_scans_and_closed_when_thei
         with monkeypatch.context() as patch:
             patch.setattr(os, "open", counting_open)
             memo.table()
+
+    # a process that ended meanwhile (its pid perhaps another's now) is rightly opened afresh
+    def same(pid: str) -> bool:
+        return born[pid] is not None and started(pid) == born[pid]
+
     reopened = [p for p in opened if p.split("/")[2] in kept and p.split("/")[3] in ("stat", "cmdline")]
+    reopened = [p for p in reopened if same(p.split("/")[2])]
     assert not reopened, f"kept files were opened again: {reopened[:3]}"
 
     child = subprocess.Popen(["sleep", "60"])
