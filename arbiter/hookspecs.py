@@ -101,6 +101,8 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
         it need not re-read what cannot have changed.  It may be called from several threads.
         When the caller stops, it calls ``close()`` on each value in it that has one (a child
         process or open files that an implementation keeps there end then).
+        An implementation may keep one line under ``"about"`` saying how it reads the table
+        now (``arbiter doctor`` shows it): what a scan costs depends on it.
 
     firstresult: the first plugin that returns a list wins.  Called on the tick only,
     never on the fast path.

@@ -75,6 +75,8 @@ def daemon_items(daemon: Parts) -> list[Item]:
             else f"jobs that need {api} run elsewhere; install its driver where this host has such a GPU"
         )
         items.append(Item(f"GPU API {api}", True, ("usable: " if api in provided else "not usable: ") + evidence, fix))
+    if about := daemon.ticker.observer.table_about:
+        items.append(Item("process table", True, about))
     items += fast_path_items(daemon)
     for live in daemon.rulebook.ordered():
         rid = live.rule.id

@@ -171,6 +171,12 @@ class Observer:
         self.clock_jump = (time.monotonic(), offset - before)
         return offset - before
 
+    @property
+    def table_about(self) -> str:
+        """How the process table plugin reads the table now ("" where it does not say)."""
+        about = self._table_scratch.get("about")
+        return about if isinstance(about, str) else ""
+
     def process_table(self) -> list[ProcessInfo]:
         """The host's processes, read after this call began."""
         return self._read_table()[0]

@@ -84,3 +84,11 @@ def test_a_protected_program_that_starts_is_in_the_next_ticks_view(daemon: Daemo
         proc.kill()
         proc.wait()
     assert not running_after_one_tick(daemon)
+
+
+def test_doctor_is_told_how_the_table_is_read(daemon: Daemon) -> None:
+    assert "the kernel's process events name what to read again" in daemon.ticker.observer.table_about
+    events(daemon)._sock.close()
+    daemon.ticker.once()
+    about = daemon.ticker.observer.table_about
+    assert about.startswith("a full scan on every read") and "process events failed" in about

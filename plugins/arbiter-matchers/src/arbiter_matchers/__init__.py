@@ -33,4 +33,6 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo]:
     memo = scratch.get(SCRATCH_KEY)
     if not isinstance(memo, TableMemo):
         memo = scratch[SCRATCH_KEY] = TableMemo(in_child=True, events=True)
-    return process_table(memo)
+    table = process_table(memo)
+    scratch["about"] = memo.about()
+    return table

@@ -112,6 +112,17 @@ class TableMemo:
         """Whether the kernel's process events spare scans now."""
         return self._events is not None and not self._events.broken
 
+    def about(self) -> str:
+        """How the table is read now, in one line."""
+        if self._child is not None and self._from_child:
+            where = "in a child process"
+        else:
+            failed = self.child_failure
+            where = f"in the daemon (its child was given up: {failed})" if failed else "in the daemon"
+        if self.events_in_use:
+            return f"the kernel's process events name what to read again, {where}; a full scan every {FULL_SCAN_S:g}s"
+        return f"a full scan on every read, {where}: {self.events_why}"
+
     @property
     def child_pid(self) -> int | None:
         """The scanner child's pid, while there is one."""
