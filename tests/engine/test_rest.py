@@ -42,9 +42,9 @@ def observe(now: float, share: float = 0.0, running: bool = True, phase: str = "
     return Observation(now=now, rules={"game": rule}, wall=1e9 + now, memory_available=0.5, **kw)
 
 
-def settle(obs_at: Any, state: EngineState = EngineState(), start: float = 0.0) -> tuple[EngineState, Decision]:
+def settle(obs_at: Any, start: float = 0.0) -> tuple[EngineState, Decision]:
     """Decide on the same input a few times, as ticks would."""
-    decision = decide(obs_at(start), state, POLICY, start)
+    decision = decide(obs_at(start), EngineState(), POLICY, start)
     for k in range(1, 4):
         state, decision = decision.state, decide(obs_at(start + k), decision.state, POLICY, start + k)
     return state, decision
