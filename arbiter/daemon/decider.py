@@ -234,6 +234,7 @@ class Decider:
 
     def _take_tick(self, tick: Tick) -> None:
         self.book.sync(tick.wanted, dict(tick.view.rule_uids))
+        self.intake.take_held()
         quiet = time.monotonic() - 2 * self.config.tick_s
         linked = self.intake.linked
         for key, state in tick.readings.items():
