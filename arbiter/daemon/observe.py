@@ -72,9 +72,11 @@ IMPLAUSIBLE_NS = 10**18
 IMPLAUSIBLE_BYTES = 1 << 60
 
 
-def reading_problem(reading: object) -> str:
+def reading_problem(reading: object, checked: Mapping[int, ProcessGpu] | None = None) -> str:
     """What is wrong with what a reader returned, or "": garbage (NaN, negative, another
-    type) must never read as an idle GPU, so a reading with any of it counts as no reading."""
+    type) must never read as an idle GPU, so a reading with any of it counts as no reading.
+    ``checked``: the processes of the last reading that passed; one handed back as the very
+    same record (a reader keeps an idle process's) is not checked again."""
     if not isinstance(reading, GpuReading):
         return f"it returned {type(reading).__name__}, not a GpuReading"
     if not reading.readable:
@@ -83,7 +85,10 @@ def reading_problem(reading: object) -> str:
         return f"at_ns is {reading.at_ns!r}, not an integer of nanoseconds"
     if not isinstance(reading.processes, Mapping):
         return f"processes is {type(reading.processes).__name__}, not a mapping of pid to ProcessGpu"
+    known = checked or {}
     for pid, pg in reading.processes.items():
+        if known.get(pid) is pg:
+            continue
         if not isinstance(pg, ProcessGpu) or not isinstance(pg.busy_ns, Mapping):
             return f"process {pid!r}: {pg!r} is not a ProcessGpu"
         for engine, ns in pg.busy_ns.items():
@@ -218,7 +223,7 @@ class Observer:
                     results[name] = (False, f"failed: {exc.why}")
                     self.reader_faults.append(f"readers/{name}: {exc.why}")
                     continue
-                problem = reading_problem(reading)
+                problem = reading_problem(reading, self._prev.processes if self._prev is not None else None)
                 if problem:
                     whys.append(f"{name}: returned garbage: {problem}")
                     results[name] = (False, f"returned garbage: {problem}")
