@@ -129,32 +129,26 @@ def run_steps(
     after one that hung, on this thread."""
     turn = threading.Lock()
     run = _Progress()
-    mark = [0.0]  # the pool thread's CPU clock when last counted
-
-    def count() -> None:  # under turn
-        now = time.thread_time()
-        run.cpu += now - mark[0]
-        mark[0] = now
 
     def work() -> None:
-        mark[0] = time.thread_time()
+        mark = time.thread_time()  # the pool thread's CPU clock when last counted
         value: Any = None
         failed: PluginFailed | None = None
         while True:
             with turn:
                 if run.abandoned:
                     return
-                count()
                 try:
                     step = steps.throw(failed) if failed is not None else steps.send(value)
                 except StopIteration as stop:
                     run.done, run.value = True, stop.value
-                    count()
                     return
                 except BaseException as exc:  # the shell's own code failed: the caller raises it
                     run.done, run.error = True, exc
-                    count()
                     return
+                finally:
+                    now = time.thread_time()
+                    run.cpu, mark = run.cpu + now - mark, now
                 value, failed = None, None
                 try:
                     refuse(step.label)
@@ -169,8 +163,9 @@ def run_steps(
                 failed = PluginFailed(step.label, f"{type(exc).__name__}: {exc}")
                 failed.__cause__ = exc
             with turn:
+                now = time.thread_time()
                 run.step = None
-                run.cpu += children[0]
+                run.cpu, mark = run.cpu + now - mark + children[0], now
 
     future = submit(work)
     while True:
