@@ -30,7 +30,8 @@ from arbiter.plugin import (
     Source,
     Translator,
 )
-from arbiter.runtime.childwork import CHILD_CPU
+from arbiter.pluginsteps import PluginFailed as PluginFailed
+from arbiter.pluginsteps import Steps, counting_children, each, run_steps
 
 T = TypeVar("T")
 
@@ -47,15 +48,6 @@ _SECTION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 class PluginLoadError(Exception):
     """A plugin could not be loaded or registered something invalid."""
-
-
-class PluginFailed(Exception):
-    """A plugin call raised or ran past its timeout."""
-
-    def __init__(self, label: str, why: str) -> None:
-        self.label = label
-        self.why = why
-        super().__init__(f"{label}: {why}")
 
 
 K = TypeVar("K", Matcher, Source, Reader, Probe, Translator, HostSignal)
@@ -83,15 +75,6 @@ class SectionInfo:
     model: type[KindOptions]
     plugin: str
     distribution: str  # "name version", or "" for a module named in the config
-
-
-def _counting_children(spent: list[float], fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``, adding to ``spent[0]`` the CPU seconds its child workers report."""
-    token = CHILD_CPU.set(spent)
-    try:
-        return fn(*args)
-    finally:
-        CHILD_CPU.reset(token)
 
 
 @dataclass
@@ -215,7 +198,7 @@ class PluginHost:
             started = time.thread_time()
             children = [0.0]
             try:
-                return _counting_children(children, fn, *args)
+                return counting_children(children, fn, *args)
             finally:
                 cell[0] = time.thread_time() - started + children[0]
 
@@ -237,78 +220,36 @@ class PluginHost:
     def call_each(self, calls: Sequence[tuple[str, Callable[..., Any], tuple[Any, ...]]]) -> list[Any]:
         """Each ``(label, fn, args)`` as :meth:`call` calls it, with the default timeout, one
         after another on one pool thread: what each returned, or the :class:`PluginFailed`
-        it met.  Quick calls made together (every source's reading on a tick) hand over to
-        a pool thread once, not once each: two threads woken instead of dozens.  A call that
-        hangs is left behind as :meth:`call` leaves it, and those after it go through
-        :meth:`call`."""
-        results: list[Any] = [None] * len(calls)
-        todo: list[int] = []
+        it met (see :meth:`run_steps`)."""
+        return self.run_steps(each(calls))
+
+    def run_steps(self, steps: Steps[T]) -> T:
+        """Run a generator of plugin calls (:class:`arbiter.pluginsteps.Step`) on one pool
+        thread, each call under its timeout, and return what it returns: one hand-over for
+        them all, not one each (:mod:`arbiter.pluginsteps` says why and how).  A call that
+        hangs is left behind as :meth:`call` leaves it, and the steps after it go through
+        :meth:`call` on this thread."""
+
+        def refuse(label: str) -> None:
+            with self._pool_lock:
+                self._refuse_while_hung(label)
+
+        def hung(label: str, future: concurrent.futures.Future[None], limit: float) -> None:
+            with self._pool_lock:
+                future.limit_s = limit  # type: ignore[attr-defined]
+                self._hung[label] = future
+
+        value, cpu = run_steps(
+            self._executor().submit, steps, timeout_s=self.timeout_s, refuse=refuse, hung=hung, call=self.call
+        )
+        self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cpu
+        return value
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:
-            for i, (label, _fn, _args) in enumerate(calls):
-                try:
-                    self._refuse_while_hung(label)
-                    todo.append(i)
-                except PluginFailed as exc:
-                    results[i] = exc
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
-            pool = self._pool
-        if not todo:
-            return results
-        turn = threading.Lock()  # the pool thread's progress, and the caller's giving up on it
-        progress: list[Any] = [
-            0,
-            time.monotonic(),
-            0.0,
-            False,
-        ]  # [which of todo runs, since when, CPU spent, abandoned]
-
-        def run_all() -> None:
-            for n, i in enumerate(todo):
-                with turn:
-                    if progress[3]:
-                        return
-                    progress[0], progress[1] = n, time.monotonic()
-                label, fn, args = calls[i]
-                started, children = time.thread_time(), [0.0]
-                try:
-                    results[i] = _counting_children(children, fn, *args)
-                except Exception as exc:  # any plugin exception is isolated here
-                    failed = PluginFailed(label, f"{type(exc).__name__}: {exc}")
-                    failed.__cause__ = exc
-                    results[i] = failed
-                finally:
-                    progress[2] += time.thread_time() - started + children[0]
-            progress[0] = len(todo)
-
-        future = pool.submit(run_all)
-        limit = self.timeout_s
-        rest: list[int] = []
-        while True:
-            try:
-                future.result(timeout=max(0.0, float(progress[1]) + limit - time.monotonic()))
-                break
-            except concurrent.futures.TimeoutError:
-                with turn:
-                    n, since = int(progress[0]), float(progress[1])
-                    if time.monotonic() - since < limit:
-                        continue  # the call running now is still within its own limit
-                    progress[3] = True
-                label = calls[todo[n]][0]
-                with self._pool_lock:
-                    future.limit_s = limit  # type: ignore[attr-defined]
-                    self._hung[label] = future
-                results[todo[n]] = PluginFailed(label, f"no answer within {limit:g}s")
-                rest = todo[n + 1 :]
-                break
-        self._spent.cpu = getattr(self._spent, "cpu", 0.0) + float(progress[2])
-        for i in rest:
-            label, fn, args = calls[i]
-            try:
-                results[i] = self.call(label, fn, *args)
-            except PluginFailed as exc:
-                results[i] = exc
-        return results
+            return self._pool
 
     def call_here(self, label: str, fn: Callable[..., T], *args: Any) -> T:
         """:meth:`call` on the calling thread, without a timeout, for plugin code that bounds
@@ -318,7 +259,7 @@ class PluginHost:
             self._refuse_while_hung(label)
         children = [0.0]
         try:
-            return _counting_children(children, fn, *args)
+            return counting_children(children, fn, *args)
         except Exception as exc:  # any plugin exception is isolated here
             raise PluginFailed(label, f"{type(exc).__name__}: {exc}") from exc
         finally:

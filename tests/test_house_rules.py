@@ -206,7 +206,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"engine", "sdk"}),
     frozenset({"runtime", "plugin", "plugindata", "hookspecs", "api"}),
     frozenset({"config", "state"}),
-    frozenset({"pluginmanager", "probing"}),
+    frozenset({"pluginmanager", "pluginsteps", "probing"}),
     frozenset({"reflex", "harness", "http"}),
     frozenset({"daemon"}),
     frozenset({"docs", "demo"}),

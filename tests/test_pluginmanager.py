@@ -6,12 +6,15 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
 
 import pytest
 
 from arbiter.plugin import KindOptions, Matcher, ProcessInfo, hookimpl
 from arbiter.pluginmanager import PluginFailed, PluginLoadError, build_plugin_manager
+from arbiter.pluginsteps import Step
+from arbiter_testing import wait_until
 
 
 class Every(Matcher):
@@ -184,4 +187,55 @@ def test_calls_made_together_run_on_one_pool_thread_each_isolated_and_timed() ->
     assert time.monotonic() - started < 2.0
     answers = host.call_each([("slow", lambda: 1, ())])  # refused while the hung one runs, as call() does
     assert isinstance(answers[0], PluginFailed) and "still running" in answers[0].why
+    host.close()
+
+
+def test_a_run_of_steps_hands_over_once_and_goes_on_without_a_step_that_hangs() -> None:
+    """A tick's plugin calls, each depending on the one before, run on one pool thread with
+    the code between them; a call that hangs fails alone, at its own timeout, and the run goes
+    on from there on the caller's thread, the hung thread never touching it again."""
+    host = build_plugin_manager(entry_points=False, timeout_s=0.3)
+    release = threading.Event()
+    shell: list[int] = []  # the threads that ran the code between the calls
+    made: list[str] = []
+
+    def plugin(label: str) -> str:
+        made.append(label)
+        return label.upper()
+
+    def hang() -> str:
+        release.wait(10)
+        return "late"
+
+    def run(hung_at: str) -> Generator[Step, Any, list[str]]:
+        out = []
+        for label in ("table", "matchers", "readers"):
+            shell.append(threading.get_ident())
+            try:
+                out.append(
+                    (yield Step(label, hang if label == hung_at else plugin, (label,) if label != hung_at else ()))
+                )
+            except PluginFailed as exc:
+                out.append(exc.why)
+        shell.append(threading.get_ident())
+        return out
+
+    assert host.run_steps(run("")) == ["TABLE", "MATCHERS", "READERS"]
+    assert len(set(shell)) == 1 and shell[0] != threading.get_ident()
+    shell.clear()
+    made.clear()
+    started = time.monotonic()
+    assert host.run_steps(run("matchers")) == ["TABLE", "no answer within 0.3s", "READERS"]
+    assert time.monotonic() - started < 2.0
+    assert shell[-1] == threading.get_ident() != shell[0]  # the rest ran here
+    release.set()
+
+    def hung_one_returned() -> bool:  # its label is refused until its thread is done
+        try:
+            return host.call("matchers", lambda: True)
+        except PluginFailed:
+            return False
+
+    wait_until(hung_one_returned, timeout_s=10, what="the hung call returned")
+    assert made == ["table", "readers"]  # the hung thread did not run the generator on
     host.close()

@@ -17,6 +17,7 @@ from arbiter.daemon.ownership import settle_trees
 from arbiter.daemon.rules import LiveRule
 from arbiter.plugin import Matcher, ProcessInfo
 from arbiter.pluginmanager import PluginFailed
+from arbiter.pluginsteps import Step, Steps, drive
 
 
 def _nothing() -> None:
@@ -145,7 +146,9 @@ def matcher_label(live: LiveRule) -> str:
 
 class Claimer:
     """Runs every rule's matcher in one plugin call a tick (a hundred hand-offs to a pool
-    thread cost more than the matching), and names the one that hangs.  While a matcher a
+    thread cost more than the matching), and names the one that hangs.  :meth:`claiming`
+    yields its plugin calls as steps (the tick runs them with its others, see
+    :mod:`arbiter.pluginsteps`); :meth:`claim` makes each through ``call``.  While a matcher a
     batch hung in still runs, the rules are matched one call each, as a hung call cannot be
     stopped: the hung one's rule fails at once, the others go on."""
 
@@ -160,8 +163,11 @@ class Claimer:
         self.moved: dict[int, tuple[str, str]] = {}
 
     def claim(self, rules: Iterable[LiveRule], candidates: list[ProcessInfo]) -> Claims:
+        return drive(self.claiming(rules, candidates), self.call)
+
+    def claiming(self, rules: Iterable[LiveRule], candidates: list[ProcessInfo]) -> Steps[Claims]:
         rules = list(rules)
-        pids, faults = self._claim(rules, candidates)
+        pids, faults = yield from self._claim(rules, candidates)
         if not any(live.matcher is not None and live.matcher.judges_each_process is not True for live in rules):
             self.moved = {}
             return pids, faults
@@ -173,7 +179,7 @@ class Claimer:
         settled, self.moved = settle_trees(order, candidates, pids, select)
         return settled, faults
 
-    def _claim(self, rules: list[LiveRule], candidates: list[ProcessInfo]) -> Claims:
+    def _claim(self, rules: list[LiveRule], candidates: list[ProcessInfo]) -> Steps[Claims]:
         last, self._last = self._last, {p.pid: p for p in candidates}
         self._ticks += 1
         if self._ticks % FULL_OFFER_TICKS == 0:
@@ -187,13 +193,13 @@ class Claimer:
         self._chosen = claiming.chosen
         if self._hung:
             try:
-                self.call("matchers", _nothing)  # fails at once while the hung batch still runs
+                yield Step("matchers", _nothing)  # fails at once while the hung batch still runs
                 self._hung = ""
             except PluginFailed:
                 pass
         start = 0
         if not self._hung:
-            start = self._batch(rules, claiming)
+            start = yield from self._batch(rules, claiming)
             if start >= len(rules):
                 return claiming.pids, claiming.faults
         for live in rules[start:]:
@@ -205,13 +211,13 @@ class Claimer:
             if offer is None:
                 continue
             try:
-                picked = self.call(label, live.matcher.select, offer)  # type: ignore[union-attr]
+                picked = yield Step(label, live.matcher.select, (offer,))  # type: ignore[union-attr]
             except PluginFailed as exc:
                 picked = exc
             claiming.take(live, picked)
         return claiming.pids, claiming.faults
 
-    def _batch(self, rules: list[LiveRule], claiming: _Claiming) -> int:
+    def _batch(self, rules: list[LiveRule], claiming: _Claiming) -> Steps[int]:
         """Every rule in one call; returns how many were done (all, or up to the one that hung)."""
         lock = threading.Lock()
         at = [0, 0]  # [the rule being matched, 1 once the call was given up]
@@ -237,7 +243,7 @@ class Claimer:
                 at[0] = len(rules)
 
         try:
-            self.call("matchers", run)
+            yield Step("matchers", run)
             return len(rules)
         except PluginFailed as exc:
             why = exc.why

@@ -51,7 +51,8 @@ from arbiter.engine.decide import decide
 from arbiter.engine.evict import evicted_by
 from arbiter.engine.handoff import request_over
 from arbiter.engine.reacquire import newly_due
-from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, SourceObs, evolve
+from arbiter.engine.rest import at_rest, same_input
+from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, Policy, SourceObs, evolve
 from arbiter.reflex.act import Actuator, next_seq
 from arbiter.state.store import Store
 
@@ -136,7 +137,10 @@ class Decider:
         self.shares = ShareHistory(config.tick_s)  # this thread's alone; snapshots carry its points
         self.failures = Ongoing()  # actions that fail on this thread
         self._failed_controls: dict[str, Action] = {}
-        self.costs = {"decisions": 0, "decide_cpu_s": 0.0, "redecisions": 0}
+        self.costs = {"decisions": 0, "decide_cpu_s": 0.0, "redecisions": 0, "kept": 0}
+        #: the last decision's observation, state and policy, while it is at rest (see
+        #: :mod:`arbiter.engine.rest`): a tick that brings the same input keeps it
+        self._rest: tuple[Observation, EngineState, Policy] | None = None
 
     def tell(self, message: Message) -> None:
         self.inbox.put(message)
@@ -176,7 +180,24 @@ class Decider:
         reports = (SourceReport, HelperReport, HelperGone, LinkLines)
         if all(isinstance(m, reports) for m in batch) and not urgent:
             return False  # a rule that is not immediate waits for the tick
+        if not urgent and all(isinstance(m, (Tick, *reports)) for m in batch) and self._kept():
+            return False
         self._decide_and_act()
+        return True
+
+    def _kept(self) -> bool:
+        """Whether the last decision stands on this tick: it was at rest, nothing changed
+        the state or the policy since, and the observation now is the same but for the
+        time.  It is published again on the new view, as decided now."""
+        rest, view = self._rest, self.view
+        if rest is None or view is None or rest[1] is not self.engine_state or rest[2] is not self.policy:
+            return False
+        obs = self.observation(view, time.monotonic())
+        if not same_input(obs, rest[0]):
+            return False
+        snap = self.published.snapshot
+        self.published.snapshot = replace(snap, obs=obs, view=view, decided_at=time.time(), shares=self.shares.points())
+        self.costs["kept"] += 1
         return True
 
     def _take_one(self, message: Message) -> bool:
@@ -213,6 +234,7 @@ class Decider:
 
     def _take_tick(self, tick: Tick) -> None:
         self.book.sync(tick.wanted, dict(tick.view.rule_uids))
+        self.intake.take_held()
         quiet = time.monotonic() - 2 * self.config.tick_s
         linked = self.intake.linked
         for key, state in tick.readings.items():
@@ -270,6 +292,7 @@ class Decider:
     def _decide_and_act(self) -> None:
         view = self.view
         assert view is not None
+        self._rest = None
         for _ in range(REDECIDE_AT_MOST):
             seen, now = self.intake.changes, time.monotonic()
             obs = self.observation(view, now)
@@ -280,6 +303,9 @@ class Decider:
                 acted = self._act(view, obs, decision, now) if self.intake.changes == seen else None
             if acted is not None:
                 self._after_act(acted)
+                self._rest = (
+                    (obs, decision.state, self.policy) if at_rest(acted.before, decision, self.policy) else None
+                )
                 return
             # the reflex process acted on a newer phase meanwhile: this decision could undo it
             self.costs["redecisions"] += 1
@@ -291,6 +317,7 @@ class Decider:
             decision = decide(obs, self.engine_state, self.policy, now)
             acted = self._act(view, obs, decision, now)
         self._after_act(acted)
+        self._rest = (obs, decision.state, self.policy) if at_rest(acted.before, decision, self.policy) else None
 
     def _act(self, view: TickView, obs: Observation, decision: Decision, now: float) -> _Acted:
         """Carry a decision out and publish it, holding the reflex process's signalling lock;

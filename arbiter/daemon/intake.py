@@ -7,6 +7,10 @@ source changed.  The one fast path is the reflex process (:mod:`arbiter.daemon.l
 pauses or resumes on a phase change itself, from what the last decision armed it with, and
 its readings stand for the sources it watches.  Where it does not run, or cannot watch a
 source, the decision that follows the report acts.
+
+A report that moves only a count (a progress source's ten thousand lines a second) changes
+nothing a decision acts on before the tick: it is held, the latest of each source's, and the
+decision thread takes it with the next tick, instead of waking for every one.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ class Intake:
         # a decision's act and the shutdown's resume take turns: once stopping, nothing is acted on
         self._turn = threading.Lock()
         self._stopping = False
+        #: what a decision acts on in the last report each source handed over (its count aside)
+        self._handed: dict[SlotKey, tuple[object, ...]] = {}
+        self._held: dict[SlotKey, SourceState] = {}  # the latest report of each, held until the tick
 
     # --- reports in, on any thread --------------------------------------------------------------
 
@@ -72,6 +79,15 @@ class Intake:
         if rp is not None and rp.immediate and not getattr(self._fast_asked, "done", False):
             self._fast_asked.done = True
             self.ask_fast_thread(f"source {rule_id}/{slot_name(index)}")
+        if not isinstance(state, SourceState):  # garbage is news: the book says why at once
+            self.tell(SourceReport(key, state))
+            return
+        acted_on = (state.readable, state.phase, state.busy, state.why, state.needs_helper)
+        if self._handed.get(key) == acted_on:
+            self._held[key] = state  # one thread reports each source: the latest stays
+            return
+        self._handed[key] = acted_on
+        self._held.pop(key, None)
         self.tell(SourceReport(key, state))
 
     def on_helper(self, helper: HelperKey, key: SlotKey, state: SourceState) -> None:
@@ -92,6 +108,13 @@ class Intake:
         log.info("fast-path thread %s: %s", role, did)
 
     # --- on the decision thread ---------------------------------------------------------------
+
+    def take_held(self) -> None:
+        """Take the reports held since the last tick (only their counts moved)."""
+        for key in list(self._held):
+            state = self._held.pop(key, None)
+            if state is not None:
+                self.book.own(key, state, "watch")
 
     def take(self, report: Report) -> set[str]:
         """Into the source book; the rules whose sources changed.  Raises nothing: one bad

@@ -20,6 +20,7 @@ from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
 from arbiter.plugin import EXITED, GpuReading, HostSignal, ProcessGpu, ProcessInfo, ProcessRef, Reader
 from arbiter.pluginmanager import PluginFailed, PluginHost
+from arbiter.pluginsteps import Step, Steps, one
 from arbiter.state.store import JobRecord
 
 
@@ -71,9 +72,11 @@ IMPLAUSIBLE_NS = 10**18
 IMPLAUSIBLE_BYTES = 1 << 60
 
 
-def reading_problem(reading: object) -> str:
+def reading_problem(reading: object, checked: Mapping[int, ProcessGpu] | None = None) -> str:
     """What is wrong with what a reader returned, or "": garbage (NaN, negative, another
-    type) must never read as an idle GPU, so a reading with any of it counts as no reading."""
+    type) must never read as an idle GPU, so a reading with any of it counts as no reading.
+    ``checked``: the processes of the last reading that passed; one handed back as the very
+    same record (a reader keeps an idle process's) is not checked again."""
     if not isinstance(reading, GpuReading):
         return f"it returned {type(reading).__name__}, not a GpuReading"
     if not reading.readable:
@@ -82,7 +85,10 @@ def reading_problem(reading: object) -> str:
         return f"at_ns is {reading.at_ns!r}, not an integer of nanoseconds"
     if not isinstance(reading.processes, Mapping):
         return f"processes is {type(reading.processes).__name__}, not a mapping of pid to ProcessGpu"
+    known = checked or {}
     for pid, pg in reading.processes.items():
+        if known.get(pid) is pg:
+            continue
         if not isinstance(pg, ProcessGpu) or not isinstance(pg.busy_ns, Mapping):
             return f"process {pid!r}: {pg!r} is not a ProcessGpu"
         for engine, ns in pg.busy_ns.items():
@@ -179,9 +185,9 @@ class Observer:
 
     def process_table(self) -> list[ProcessInfo]:
         """The host's processes, read after this call began."""
-        return self._read_table()[0]
+        return self.host.run_steps(self._read_table())[0]
 
-    def _read_table(self) -> tuple[list[ProcessInfo], int]:
+    def _read_table(self) -> Steps[tuple[list[ProcessInfo], int]]:
         """The host's processes, read after this call began, and the monotonic ns halfway
         through their read.  One read at a time: callers that waited for another's read take
         the next one together (fifty jobs registering at once once read it fifty times over
@@ -192,7 +198,7 @@ class Observer:
             if last is not None and last[0] >= asked:
                 return list(last[1]), last[2]
             started, started_ns = time.monotonic(), time.monotonic_ns()
-            table = self.host.call(
+            table = yield from one(
                 "process table", lambda: self.host.hook.arbiter_process_table(scratch=self._table_scratch)
             )
             if table is None:
@@ -203,7 +209,7 @@ class Observer:
 
     def _read_gpu(
         self, pids: set[int], processes: Mapping[int, ProcessInfo], at_ns: int
-    ) -> tuple[str, GpuReading | None, str]:
+    ) -> Steps[tuple[str, GpuReading | None, str]]:
         """(name, reading, note) of the first reader that reads, taken from ``processes``
         (this tick's table, read at ``at_ns``) where that reader can; ("", None, why) when
         none reads."""
@@ -217,13 +223,13 @@ class Observer:
                     results[name] = (False, f"not loaded: {why}")
                     continue
                 try:
-                    reading = self.host.call(f"readers/{name}", _read_one, reader, pids, processes, at_ns)
+                    reading = yield Step(f"readers/{name}", _read_one, (reader, pids, processes, at_ns))
                 except PluginFailed as exc:
                     whys.append(f"{name}: {exc.why}")
                     results[name] = (False, f"failed: {exc.why}")
                     self.reader_faults.append(f"readers/{name}: {exc.why}")
                     continue
-                problem = reading_problem(reading)
+                problem = reading_problem(reading, self._prev.processes if self._prev is not None else None)
                 if problem:
                     whys.append(f"{name}: returned garbage: {problem}")
                     results[name] = (False, f"returned garbage: {problem}")
@@ -246,11 +252,16 @@ class Observer:
             }
 
     def observe(self, rulebook: RuleBook, jobs: Sequence[JobRecord], own_pids: Iterable[int]) -> TickView:
+        """What the tick sees now, its plugin calls handed to the pool together."""
+        return self.host.run_steps(self.observing(rulebook, jobs, own_pids))
+
+    def observing(self, rulebook: RuleBook, jobs: Sequence[JobRecord], own_pids: Iterable[int]) -> Steps[TickView]:
+        """:meth:`observe` as steps, for a caller that runs more of its own with them."""
         started = time.monotonic()
         faults: list[str] = []
         table_at_ns = 0
         try:
-            table, table_at_ns = self._read_table()
+            table, table_at_ns = yield from self._read_table()
         except PluginFailed as exc:
             table = []
             faults.append(str(exc))
@@ -269,11 +280,13 @@ class Observer:
             job_processes[job.id] = refs
             fleet.update(r.pid for r in refs)
 
-        rule_pids, rule_faults = self.claimer.claim(rulebook.ordered(), [p for p in table if p.pid not in fleet])
-        self._feed_process_sources(rulebook, table, rule_faults)
+        rule_pids, rule_faults = yield from self.claimer.claiming(
+            rulebook.ordered(), [p for p in table if p.pid not in fleet]
+        )
+        yield from self._feed_process_sources(rulebook, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
         in_table = {pid: by_pid[pid] for pid in wanted if pid in by_pid}
-        reader_name, reading, reader_why = self._read_gpu(wanted, in_table, table_at_ns)
+        reader_name, reading, reader_why = yield from self._read_gpu(wanted, in_table, table_at_ns)
         before: BusyCounters | None = None
         if reading is not None and self._prev is not None and self._prev_reader == reader_name:
             before = {pid: pg.busy_ns for pid, pg in self._prev.processes.items()}
@@ -332,9 +345,9 @@ class Observer:
             job_vram=job_vram,
             job_busy_at=busy_at,
             rule_exes={rid: by_pid[min(pids)].exe for rid, pids in rule_pids.items() if pids and min(pids) in by_pid},
-            memory_available=self._memory(),
-            power=self._power(),
-            machine=self._machine(),
+            memory_available=(yield from self._memory()),
+            power=(yield from self._power()),
+            machine=(yield from self._machine()),
             gpus=reading.devices if reading else (),
             driver=reading.driver if reading else "",
             rule_uids={rid: frozenset(by_pid[p].uid for p in pids if p in by_pid) for rid, pids in rule_pids.items()},
@@ -375,6 +388,9 @@ class Observer:
 
     def host_signal(self, kind: str) -> Any:
         """The reading of a host signal plugin, or None where none is installed or it fails."""
+        return self.host.run_steps(self._signal(kind))
+
+    def _signal(self, kind: str) -> Steps[Any]:
         if kind not in self._signals:
             info = self.host.kind("host", kind)
             model = self.host.options_model("host", kind)
@@ -383,7 +399,7 @@ class Observer:
                 self._signals[kind] = (
                     None
                     if info is None or model is None
-                    else self.host.call(f"host/{kind}", info.cls, model(), context)
+                    else (yield Step(f"host/{kind}", info.cls, (model(), context)))
                 )
             except PluginFailed:
                 self._signals[kind] = None
@@ -391,29 +407,29 @@ class Observer:
         if signal is None:
             return None
         try:
-            return self.host.call(f"host/{kind}", signal.read)
+            return (yield Step(f"host/{kind}", signal.read))
         except PluginFailed:
             return None
 
-    def _memory(self) -> float | None:
-        reading = self.host_signal("memory")
+    def _memory(self) -> Steps[float | None]:
+        reading = yield from self._signal("memory")
         share = getattr(reading, "available_share", None)
         return float(share) if isinstance(share, (int, float)) else None
 
-    def _power(self) -> str | None:
-        source = getattr(self.host_signal("power"), "source", None)
+    def _power(self) -> Steps[str | None]:
+        source = getattr((yield from self._signal("power")), "source", None)
         return source if isinstance(source, str) else None
 
-    def _machine(self) -> dict[str, Any]:
+    def _machine(self) -> Steps[dict[str, Any]]:
         if self._machine_reading is None:  # the node does not change while the daemon runs
-            reading = self.host_signal("machine")
+            reading = yield from self._signal("machine")
             is_record = is_dataclass(reading) and not isinstance(reading, type)
             self._machine_reading = asdict(reading) if is_record else {}
         return self._machine_reading
 
     def _feed_process_sources(
         self, rulebook: RuleBook, table: Sequence[ProcessInfo], faults: dict[str, list[str]]
-    ) -> None:
+    ) -> Steps[None]:
         """Sources that watch processes (``on_exec``) see every process their block selects;
         a failure is a fault of the rule (treated as harm)."""
         for live in rulebook.ordered():
@@ -423,8 +439,8 @@ class Observer:
                     continue
                 label = f"sources/{live.rule.id}/{'progress' if index < 0 else f'during.{index}'}"
                 try:
-                    chosen = self.host.call(f"{label} match", matcher.select, table)
-                    self.host.call(label, source.processes, frozenset(chosen))
+                    chosen = yield Step(f"{label} match", matcher.select, (table,))
+                    yield Step(label, source.processes, (frozenset(chosen),))
                 except PluginFailed as exc:
                     faults.setdefault(live.rule.id, []).append(str(exc))
 

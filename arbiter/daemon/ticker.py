@@ -31,6 +31,7 @@ from arbiter.engine.reacquire import next_look
 from arbiter.engine.types import CertView
 from arbiter.plugin import Source, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost
+from arbiter.pluginsteps import Steps, each
 from arbiter.probing import Prober
 from arbiter.state.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.state.certificates import status as certificate_status
@@ -144,10 +145,10 @@ class Ticker:
             self.rules.load()
             self.decider.tell(PolicyChanged(self.rules.policy()))
         self.reconcile()
-        view = self.observer.observe(self.rules, self.jobs.active(), own_pids=[os.getpid()])
+        view, (wanted, readings) = self.host.run_steps(self._observing())
         self._note_faults(view)
         self._reap(view)
-        self.decider.tell(Tick(view, *self._read_sources(view), self._certificates(view)))
+        self.decider.tell(Tick(view, wanted, readings, self._certificates(view)))
         self._publish_node_state()
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += self.cpu() - cpu
@@ -168,9 +169,18 @@ class Ticker:
             elif record.root_pid is not None and launcher_gone and not view.job_processes.get(record.id):
                 self.end_job(record, None, "its processes are gone")
 
-    def _read_sources(self, view: TickView) -> tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]:
+    def _observing(
+        self,
+    ) -> Steps[tuple[TickView, tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]]]:
+        """The process table, matching, the GPU readers, the host signals and every source,
+        as one run of steps: a tick hands its plugin calls to the pool once, not a dozen
+        times (each hand-over woke two threads, most of what a quiet node cost)."""
+        view = yield from self.observer.observing(self.rules, self.jobs.active(), own_pids=[os.getpid()])
+        return view, (yield from self._read_sources(view))
+
+    def _read_sources(self, view: TickView) -> Steps[tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]]:
         """Every source of every rule (its kind and rule serial, and its state now), each call
-        under a timeout, all of them handed to one pool thread together.  A busy probe that
+        under a timeout.  A busy probe that
         judges by VRAM is told what its tenant holds first."""
         wanted: dict[SlotKey, tuple[str, int]] = {}
         readings: dict[SlotKey, SourceState] = {}
@@ -198,7 +208,7 @@ class Ticker:
                     held = ro.vram_bytes if ro is not None and ro.running else 0
                     calls.append((f"sources/{block.kind} vram", source.tenant_vram, (held,)))
                 calls.append((f"sources/{block.kind}", source.state, ()))
-        results = self.host.call_each(calls)
+        results = yield from each(calls)
         for gone in self._told_running.keys() - wanted.keys():
             del self._told_running[gone]
         for n, (key, first) in enumerate(asked):

@@ -205,7 +205,9 @@ def test_without_the_reflex_process_the_decision_thread_acts_on_a_phase_at_once(
         monkeypatch.setattr(daemon.actuator, "pause_trees", pause_trees)
         phase(events, "on")
         stopped_within(pid, timeout=30)
-        assert pausing == ["decide"], pausing
+        # the admission's change wakes the tick, whose decision may follow at once and pause
+        # the tree again (it catches children born since): each on the decision thread
+        assert pausing and set(pausing) == {"decide"}, pausing
         phase(events, "off")
         continued(pid, timeout=30)
 

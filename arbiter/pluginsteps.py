@@ -1,0 +1,191 @@
+"""Runs of plugin calls handed to one pool thread together, each call still under its timeout.
+
+A tick calls a dozen plugins one after another, each call depending on what the one before
+returned (the process table, then the matchers over it, then the readers over what they
+chose...).  Handing each call to a pool thread and waiting for its answer woke two threads a
+call; on a quiet node those wake-ups were most of what the daemon cost.  So the tick is
+written as a generator of :class:`Step`: it yields each plugin call and is sent what the call
+returned (or has the call's :class:`PluginFailed` thrown in, where it raised or hung), and
+:func:`run_steps` runs the whole generator on one pool thread, the shell's code between the
+calls included.
+
+The caller waits, and times the step that runs: a step past its limit is left behind on its
+pool thread (a hung call cannot be stopped), its label is marked hung, and the caller goes on
+with the rest of the generator itself, one :meth:`~arbiter.pluginmanager.PluginHost.call` a
+step, as it would have without a run (:func:`drive`).  The pool thread, once the hung call
+returns, sees that it was given up and leaves the generator alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from arbiter.runtime.childwork import CHILD_CPU
+
+T = TypeVar("T")
+
+
+class PluginFailed(Exception):
+    """A plugin call raised or ran past its timeout."""
+
+    def __init__(self, label: str, why: str) -> None:
+        self.label = label
+        self.why = why
+        super().__init__(f"{label}: {why}")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One plugin call of a run: ``fn(*args)`` under ``timeout`` (None: the host's)."""
+
+    label: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    timeout: float | None = None
+
+
+#: a run of steps returning T: yields each :class:`Step`, is sent what it returned
+Steps = Generator[Step, Any, T]
+#: ``PluginHost.call``: (label, fn, *args) under a timeout, raising PluginFailed
+Call = Callable[..., Any]
+
+
+def counting_children(spent: list[float], fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, adding to ``spent[0]`` the CPU seconds its child workers report."""
+    token = CHILD_CPU.set(spent)
+    try:
+        return fn(*args)
+    finally:
+        CHILD_CPU.reset(token)
+
+
+def one(label: str, fn: Callable[..., T], *args: Any) -> Steps[T]:
+    """A single call as a run of one step (``x = yield from one(...)``): raises PluginFailed."""
+    result: T = yield Step(label, fn, args)
+    return result
+
+
+def each(calls: Sequence[tuple[str, Callable[..., Any], tuple[Any, ...]]]) -> Steps[list[Any]]:
+    """Every ``(label, fn, args)``: what each returned, or the PluginFailed it met."""
+    out: list[Any] = []
+    for label, fn, args in calls:
+        try:
+            out.append((yield Step(label, fn, args)))
+        except PluginFailed as exc:
+            out.append(exc)
+    return out
+
+
+def drive(steps: Steps[T], call: Call, failed: PluginFailed | None = None) -> T:
+    """Run ``steps`` on the calling thread, each step through ``call``; ``failed``: thrown
+    into the generator first (the step a run gave up on)."""
+    result: Any = None
+    while True:
+        try:
+            step = steps.throw(failed) if failed is not None else steps.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        result, failed = None, None
+        try:
+            if step.timeout is None:
+                result = call(step.label, step.fn, *step.args)
+            else:
+                result = call(step.label, step.fn, *step.args, timeout=step.timeout)
+        except PluginFailed as exc:
+            failed = exc
+
+
+@dataclass
+class _Progress:
+    """A run's progress on its pool thread; read and written under its lock."""
+
+    step: Step | None = None  # the call running now (None: the shell's code between calls)
+    since: float = 0.0
+    abandoned: bool = False
+    cpu: float = 0.0  # CPU seconds the pool thread and its child workers spent on the run
+    done: bool = False
+    value: Any = None
+    error: BaseException | None = None
+
+
+def run_steps(
+    submit: Callable[[Callable[[], None]], Future[None]],
+    steps: Steps[T],
+    *,
+    timeout_s: float,
+    refuse: Callable[[str], None],
+    hung: Callable[[str, Future[None], float], None],
+    call: Call,
+) -> tuple[T, float]:
+    """Run ``steps`` on one pool thread (``submit``); (what it returned, the CPU seconds it
+    spent there).  ``refuse(label)`` raises PluginFailed while that label's earlier call
+    still hangs; ``hung(label, future, limit)`` marks a step given up; ``call`` runs the steps
+    after one that hung, on this thread."""
+    turn = threading.Lock()
+    run = _Progress()
+
+    def work() -> None:
+        mark = time.thread_time()  # the pool thread's CPU clock when last counted
+        value: Any = None
+        failed: PluginFailed | None = None
+        while True:
+            with turn:
+                if run.abandoned:
+                    return
+                try:
+                    step = steps.throw(failed) if failed is not None else steps.send(value)
+                except StopIteration as stop:
+                    run.done, run.value = True, stop.value
+                    return
+                except BaseException as exc:  # the shell's own code failed: the caller raises it
+                    run.done, run.error = True, exc
+                    return
+                finally:
+                    now = time.thread_time()
+                    run.cpu, mark = run.cpu + now - mark, now
+                value, failed = None, None
+                try:
+                    refuse(step.label)
+                except PluginFailed as exc:
+                    failed = exc
+                    continue
+                run.step, run.since = step, time.monotonic()
+            children = [0.0]
+            try:
+                value = counting_children(children, step.fn, *step.args)
+            except Exception as exc:  # any plugin exception is isolated here
+                failed = PluginFailed(step.label, f"{type(exc).__name__}: {exc}")
+                failed.__cause__ = exc
+            with turn:
+                now = time.thread_time()
+                run.step = None
+                run.cpu, mark = run.cpu + now - mark + children[0], now
+
+    future = submit(work)
+    while True:
+        with turn:
+            step, since = run.step, run.since
+        limit = timeout_s if step is None or step.timeout is None else step.timeout
+        wait = limit if step is None else since + limit - time.monotonic()
+        try:
+            future.result(timeout=max(0.0, wait))
+            break
+        except FutureTimeout:
+            with turn:
+                if run.step is None or run.step is not step or time.monotonic() - run.since < limit:
+                    continue  # another step runs now, or this one is still within its limit
+                run.abandoned = True
+                cpu = run.cpu
+            assert step is not None
+            hung(step.label, future, limit)
+            value = drive(steps, call, PluginFailed(step.label, f"no answer within {limit:g}s"))
+            return value, cpu
+    if run.error is not None:
+        raise run.error
+    return run.value, run.cpu
