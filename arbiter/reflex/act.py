@@ -267,7 +267,8 @@ class Actuator:
         # after every signal is sent: the records cost nothing on the way to the pauses
         for entry in kept:
             self.paused[entry.key] = entry
-        self.journal.append_many("resume", gone)
+        if gone:
+            self.journal.append_many("resume", gone)
         if kept:
             self.persist("pause", kept)
         if dropped:
@@ -290,16 +291,24 @@ class Actuator:
         failed = self.pause_trees([first])
         first_at = time.monotonic()
         rest = list(them)
-        pausing = self.translators.get("pause")
-        # only a translator that bounds its own time may wait on this thread
-        if rest and not failed and pausing is not None and pausing[1].bounded:
-            name, translator = pausing
-            left = max(FIRST_STOP_S - (time.monotonic() - first_at), 0.0)
-            with contextlib.suppress(PluginFailed):  # a settle that fails only ends the wait
-                self.host.call_here(f"translators/{name}", translator.settle, first.processes, left)
+        if rest and not failed:
+            self.settle(first, first_at)
         if rest:
             self.pause_trees(rest)
         return first_at
+
+    def settle(self, target: JobTarget, since: float) -> None:
+        """Wait until the processes of ``target`` (paused at ``since``) have stopped, at most
+        until :data:`FIRST_STOP_S` after ``since``: a stopped process must run once to stop,
+        and work begun meanwhile takes the core it needs.  Only a translator that bounds its
+        own time may wait on this thread; with any other it returns at once."""
+        pausing = self.translators.get("pause")
+        if pausing is None or not pausing[1].bounded:
+            return
+        name, translator = pausing
+        left = max(FIRST_STOP_S - (time.monotonic() - since), 0.0)
+        with contextlib.suppress(PluginFailed):  # a settle that fails only ends the wait
+            self.host.call_here(f"translators/{name}", translator.settle, target.processes, left)
 
     def resume_in_turn(self, entries: Sequence[PausedEntry]) -> float | None:
         """A phase's resumes: the first entry's job alone, then the others (their signals

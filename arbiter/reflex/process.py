@@ -117,6 +117,7 @@ class ReflexHost:
         )
         self.sources: dict[Slot, Source] = {}
         self.specs: dict[Slot, SourceSpec] = {}
+        self.keys: dict[Slot, str] = {}  # each watched source's key in an arm, made once
         self.last_phase: dict[Slot, str] = {}
         self.arm: ArmTable = {}
         self.armed = 0
@@ -140,7 +141,9 @@ class ReflexHost:
             arm = message.slots
             self.actuator.prepare([t for moves in arm.values() for m in moves.values() for t in m.pause])
             with self.armed_cv:
-                self.arm, self.armed = arm, message.number
+                # the arm before its number: ``act`` reads them without the condition
+                self.arm = arm
+                self.armed = message.number
                 self.armed_cv.notify_all()
 
     def _sync_loop(self) -> None:
@@ -152,6 +155,7 @@ class ReflexHost:
         for slot in [s for s in self.sources if by_slot.get(s) != self.specs.get(s)]:
             source = self.sources.pop(slot)
             self.specs.pop(slot, None)
+            self.keys.pop(slot, None)
             self.last_phase.pop(slot, None)
             try:
                 source.close()
@@ -172,6 +176,7 @@ class ReflexHost:
             source: Source = info.cls(model, PluginContext(**self.context, rule_id=rid))
             self.sources[slot] = source
             self.specs[slot] = spec
+            self.keys[slot] = arm_key(*slot)
             source.start(lambda state: self.reading(slot, state))
             self.reading(slot, source.state(), first=True)
         except Exception as exc:
@@ -212,13 +217,19 @@ class ReflexHost:
                 fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
     def act(self, slot: Slot, phase: str) -> dict[str, Any]:
-        """What the arm says for this phase, done; under the lock."""
+        """What the arm says for this phase, done; under the lock.
+
+        From the reading to the first signal only what the signal needs is done: the arm
+        is a table made when it came, looked up by the source's key made when it started.
+        What is told afterwards waits for the first job paused to stop."""
         locked_at = time.monotonic()
         wanted = read_count(self.lock_fd, ARMS_AT)
-        with self.armed_cv:
-            if not self.armed_cv.wait_for(lambda: self.armed >= wanted, timeout=CATCH_UP_S):
-                return {"armed": False, "why": "the daemon's last arm did not arrive"}
-            moves = self.arm.get(arm_key(*slot))
+        # ``take`` sets the arm before its number: a number seen here is never ahead of the arm
+        if self.armed < wanted:
+            with self.armed_cv:
+                if not self.armed_cv.wait_for(lambda: self.armed >= wanted, timeout=CATCH_UP_S):
+                    return {"armed": False, "why": "the daemon's last arm did not arrive"}
+        moves = self.arm.get(self.keys.get(slot) or arm_key(*slot))
         if moves is None:
             return {"armed": False}
         pause, resume = moves[phase].pause, moves[phase].resume
@@ -228,10 +239,14 @@ class ReflexHost:
         # the job taking the most GPU time is paused first, alone (see Actuator.pause_in_turn),
         # and the first job to resume is resumed alone too: the others' signals wake fifty
         # processes at once
-        first_at = self.actuator.pause_in_turn(list(pause))
-        resumed_at = self.actuator.resume_in_turn(list(resume))
+        first_at = self.actuator.pause_in_turn(pause)
+        resumed_at = self.actuator.resume_in_turn(resume)
         first_at = first_at or resumed_at
         acted_at = time.monotonic()
+        if pause:
+            # the line this act ends with wakes the daemon, whose decision on it takes a core;
+            # on a busy host the job paused first then waited for one to stop
+            self.actuator.settle(pause[0], first_at or acted_at)
         return {
             "armed": True,
             **self.did(),

@@ -243,7 +243,8 @@ class FollowedFile(Source):
         if self._notes.kqueue is not None:
             return self._wait_kqueue(self._notes.kqueue)
         ino = self._notes.inotify
-        if self._ensure_watches():
+        # looked at first: a phase line's wake-up comes back here on its way to the next
+        if self._notes.stale and self._ensure_watches():
             return True  # a directory watched only now may already hold the file
         watching = ino is not None and bool(self._notes.watches)
         interval = SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S

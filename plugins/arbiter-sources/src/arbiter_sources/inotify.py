@@ -7,7 +7,7 @@ import errno
 import os
 import struct
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -46,8 +46,13 @@ _READ_BYTES = 65536
 _LARGEST_EVENT = _HEADER.size + 256  # a name of NAME_MAX (255) bytes and its NUL
 
 
-@dataclass(frozen=True)
-class Event:
+#: how names are decoded, as os.fsdecode does (without its two Python calls an event)
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
+class Event(NamedTuple):
+    """One event (a tuple: a phase line's wake-up makes one or two, on the fast path)."""
+
     wd: int
     mask: int
     cookie: int
@@ -110,9 +115,12 @@ class Inotify:
             while offset + _HEADER.size <= len(data):
                 wd, mask, cookie, length = _HEADER.unpack_from(data, offset)
                 offset += _HEADER.size
-                raw = data[offset : offset + length].split(b"\0", 1)[0]
+                # a watch on a file itself names nothing: no bytes to decode
+                name = (
+                    data[offset : offset + length].split(b"\0", 1)[0].decode(_FS_ENCODING, _FS_ERRORS) if length else ""
+                )
                 offset += length
-                events.append(Event(wd, mask, cookie, os.fsdecode(raw)))
+                events.append(Event(wd, mask, cookie, name))
             if len(data) <= _READ_BYTES - _LARGEST_EVENT:
                 # all that was queued fitted: no second read to be told so (each read lets
                 # the interpreter lock go, and waits for it under load); later events wake
