@@ -76,10 +76,15 @@ def summary(rs: RunState) -> Summary:
             notes.append(
                 f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)"
             )
-        if a.verdict == "the effect changed" and a.change is not None:
+        if a.verdict == "the effect changed":
+            moved = (
+                f"its change statistic {a.change:.2f} is above {CHANGE_CRITICAL:g}"
+                if (a.change is not None and a.change > CHANGE_CRITICAL) or a.ends is None
+                else f"R over its first {a.end_blocks} blocks {a.ends[0][0]:.4f}, over its last {a.ends[1][0]:.4f}"
+            )
             notes.append(
-                f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run (its change statistic {a.change:.2f}"
-                f" is above {CHANGE_CRITICAL:g}): R is the mean of an effect that moved, so no certificate"
+                f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run ({moved}): R is the mean of an effect"
+                " that moved, so no certificate"
             )
         if a.lag1 is not None and abs(a.lag1) > 0.5:
             notes.append(

@@ -540,6 +540,42 @@ def test_a_run_whose_effect_changed_ends_without_a_certificate_and_says_why() ->
     assert effect_changed_note(rs, "other") == [] and effect_changed_note(None, "p") == []
 
 
+def _run_through(effects: list[float], rs: RunState) -> tuple[RunState, list[TimelineEvent]]:
+    """Drive a run whose program's ON rate follows ``effects`` block by block."""
+    program = Program(off_rate=1000.0, on_rate=1000.0 * effects[0])
+    events: list[TimelineEvent] = []
+    t = 0.0
+    while rs.running and t < 2000:
+        program.on_rate = 1000.0 * effects[min(len(rs.blocks), len(effects) - 1)]
+        rs, seen, _, t = drive(rs, program, 4 * STEP, t0=t)
+        events.extend(seen)
+    return rs, events
+
+
+def test_a_run_whose_effect_wandered_from_the_margin_earns_no_certificate() -> None:
+    """The effect starts at 1 − margin and wanders up, then down, in steps smaller than the
+    block noise: each run's mean clears the margin and no change test sees it, but the run's
+    first or last blocks are not shown within it.  One look (the run is sized to its hours)."""
+    wandered = [0.946, 0.955, 0.962, 0.977, 0.977, 0.971, 0.948, 0.974, 0.945, 0.967, 0.955, 0.988, 0.981, 0.972]
+    wandered += [0.97, 0.996]
+    sank = [0.94, 0.957, 0.951, 0.953, 0.959, 0.972, 0.95, 0.957, 0.973, 0.957, 0.963, 0.964, 0.941, 0.959, 0.93, 0.955]
+    hours = 16.9 * 2 * 10 / 3600  # 16 blocks and a little time for the slack of a real run
+    rs, _ = _run_through(wandered, start(spec(blocks=16, margin=0.05, max_hours=hours), 1000.0))
+    assert rs.status == "done" and len(rs.blocks) == 16 and not rs.certifies and rs.verdict == "inconclusive"
+    assert "over the run's first 4 blocks the lower bound" in rs.why
+    a = summary(rs).analysis
+    assert a is not None and a["low"] >= 0.95 and a["ends"][0][1] < 0.95  # the mean alone would have certified
+    rs, events = _run_through(sank, start(spec(blocks=16, margin=0.05, max_hours=hours), 1000.0))
+    assert rs.status == "done" and rs.verdict == "the effect changed" and not rs.certifies
+    assert [e.data["run"] for e in events if e.code == codes.AB_EFFECT_CHANGED] == ["r1"]
+    assert any(
+        n.startswith(f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run (R over its first 4")
+        for n in summary(rs).notes
+    )
+    (note,) = effect_changed_note(rs, "p")
+    assert note["code"] == codes.AB_EFFECT_CHANGED
+
+
 def test_a_run_inconclusive_at_its_planned_end_runs_on_to_its_hours_and_is_judged_again() -> None:
     """Two looks: where the sizing planned the run to end it is inconclusive with R above
     1 − margin, so it runs on to the blocks its hours leave (at the pace it has kept, so it
