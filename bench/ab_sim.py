@@ -257,10 +257,12 @@ def analyse_fixed(
     if change_test and d.shape[1] >= 4:
         verdict[certifies & (change_statistic(d) > abstats.CHANGE_CRITICAL)] = CHANGED
     if ends_test and d.shape[1] >= 4:
-        # abstats._judge_ends: an end not shown within the margin; changed where its R is at or below it
+        # abstats._judge_ends: an end not shown within the margin; changed where its whole 90 %
+        # interval is below it (both ends' half-widths are the same, so the lowest mean's is)
         low_end, mean_end = end_lows(d, confidence)
+        low90 = low_end if confidence == abstats.CONFIDENCE else end_lows(d)[0]
         short = np.isin(verdict, (NO_SLOWDOWN, SMALLER)) & (low_end < math.log(floor))
-        verdict[short] = np.where(mean_end[short] <= math.log(floor), CHANGED, INCONCLUSIVE)
+        verdict[short] = np.where(2 * mean_end[short] - low90[short] < math.log(floor), CHANGED, INCONCLUSIVE)
     # the interval at the usual 90 % too, whose coverage the report judges whatever the look
     return {
         "r": r,

@@ -11,7 +11,8 @@ harness does it: pilot, sizing, refusal, the remaining blocks, the verdict.
    the pilot (it never certifies; its 4 pilot blocks are what it used).
 3. The remaining blocks are run and analysed as ``abstats.analyse`` does: the pilot only in the
    autocorrelation estimate, the rest in R and its drift-robust interval, and the verdict; a
-   certificate is withheld when the change statistic over every block says the effect moved.
+   certificate is withheld when the change statistic over every block says the effect moved, or
+   when the effect over the first or last quarter of every block does not clear 1 − margin.
 4. Two looks, as ``abrun`` does: a run that ends before its hours' last block is judged at
    ``abstats.FIRST_LOOK_CONFIDENCE``; inconclusive there with R above 1 − margin, it runs on to
    the most blocks --max-hours allows and is judged again at ``LAST_LOOK_CONFIDENCE``.  A run
@@ -27,9 +28,12 @@ whether the block ran ON or OFF first, by a fair coin).  Then models in which th
 moves, starting at the cell's R, with gaussian block noise of the given SD: ``walk-S`` (a random
 walk, each block's step gaussian with SD S × the block SD, S in 0.1, 0.25, 0.5), ``shift`` (R ·
 e^0.02 until a block drawn from 8…24, R · e^−0.02 after) and ``sine`` (R · e^(0.02 sin(2π block /
-48 + a random phase))).  There a run's true R is the mean effect over its analysed blocks, and a
-certificate is false when the effect over the second half of them, the latest it vouches for,
-was at or below 1 − margin on average.
+48 + a random phase))).  There a run's true R is the mean effect over its analysed blocks, and
+P(f,2nd) counts a certificate false when the effect over the second half of them was at or below
+1 − margin on average.  Last, at R = 1 − margin only, the random walk over each other steady
+model but the trend (``walk-S/BASE``): the effect began at the margin, so P(f,any) counts every
+certificate false (a certificate vouches for the effect throughout the run); it is P(certify) in
+every walk cell at 1 − margin.
 
 Per cell: coverage for the true R, over the runs that were not refused, of the interval the
 verdict used (99 % at a first look, 91 % at the last, 90 % at a run's only look; goal ≥ 0.85, and
@@ -37,10 +41,12 @@ verdict used (99 % at a first look, 91 % at the last, 90 % at a run's only look;
 independent blocks, the calibration of a single look; where a run stops depends on its data, so
 it may read a little under), P(certify), P(slowdown), P(refused), P(ext) (the run went on past its
 first look) and the blocks used.  Then the false certification rate at R = 1 − margin (goal ≤
-0.05 in every cell; where the effect moves, in every cell), how often the change test withholds
-where nothing moves, P(certify) at R = 1 (goal ≥ 0.80 at SD 0.02, gaussian, and under AR(1) drift
-with phi = 0.5, within the run's hours), and the price of robustness: the analysed blocks the drift-robust interval needs for a power of 0.80 at R = 1, SD 0.02, against
-the paired t-interval on independent blocks, and under AR(1) drift with phi = 0.5.
+0.05 in every cell; where the effect moves, P(f,2nd) in every cell and P(f,any) in every walk
+cell), how often a certificate is withheld as "the effect changed" where nothing moves,
+P(certify) at R = 1 (goal ≥ 0.80 at SD 0.02, gaussian, and under AR(1) drift with phi = 0.5,
+within the run's hours), and the prices: the analysed blocks for a power of 0.80 at R = 1, SD
+0.02, one look, with the paired t-interval, the drift-robust one, with the change test and with
+the ends judged too, on independent blocks and under AR(1) drift with phi = 0.5.
 
 Everything is vectorised over replicates; the only Python loops run over blocks (to build the
 AR(1) series) and over the few distinct block counts a cell's runs end with.
@@ -278,7 +284,9 @@ def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
             f" {'ok' if worst['p_false'] <= FALSE_CERT_GOAL else 'ABOVE GOAL'}; from {floor:.2f}: {start}",
         )
     lines.extend(_walk_lines(cells, floor))
-    lines.append("withheld as 'the effect changed' where it does not move, at R = 1.00 (the change test's own rate):")
+    lines.append(
+        "withheld as 'the effect changed' where it does not move, at R = 1.00 (the change test's and the ends' own rate):"
+    )
     for noise in STATIONARY:
         group = [c for c in cells if c["noise"] == noise and math.isclose(c["r"], 1.0)]
         if group:

@@ -9,7 +9,9 @@ temperature settle, other load comes and goes), successive d are then correlated
 t-interval is too narrow, so the interval assumes the lag-1 autocorrelation the blocks show
 (bias-corrected, plus an allowance for its error) and widens by the variance of a mean of AR(1)
 values; at an autocorrelation of 0 it is the paired t-interval.  Also Fieller's interval for the
-ratio of the mean rates as a cross-check, a verdict against the margin, how many more blocks
+ratio of the mean rates as a cross-check, a verdict against the margin (a certificate also needs
+the effect over the run's first and last quarter to clear it, and no change of the effect during
+the run), how many more blocks
 would decide an inconclusive run, the pilot's sizing from the upper 80 % confidence limit of the
 SD, the lag-1 autocorrelation of d and an order-effect check.  bench/ab_validity.py measures the
 error rates under independent, heavy-tailed, drifting and trending blocks.
@@ -265,6 +267,7 @@ class Analysis:
     #: R and its lower bound over the first and over the last :data:`END_SHARE` of every block
     ends: tuple[tuple[float, float], ...] | None = None
     end_blocks: int = 0  # the blocks each end spans
+    ends_short: bool = False  # the interval would certify, but an end is not shown within the margin
     confidence: float = CONFIDENCE  # of the interval the verdict uses (the look's)
 
 
@@ -359,8 +362,11 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
             f" {CHANGE_CRITICAL:g}): no certificate"
         )
     ends = end_intervals(d_all, phi, confidence)
+    ends_short = False
     if verdict in ("no slowdown shown", "slowdown smaller than the margin") and ends is not None:
-        verdict, why, more = _judge_ends(ends, math.log(floor), n_all, verdict, why)
+        usual = (end_intervals(d_all, phi) if confidence != CONFIDENCE else None) or ends
+        verdict, why, more = _judge_ends(ends, usual, math.log(floor), n_all, verdict, why)
+        ends_short = verdict == "inconclusive"
     first = [x for x, b in zip(d, used, strict=True) if b.on_first]
     second = [x for x, b in zip(d, used, strict=True) if not b.on_first]
     effect, flag = None, False
@@ -394,38 +400,49 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
         confidence=confidence,
         ends=None if ends is None else tuple((math.exp(e.mean), math.exp(e.low)) for e in ends),
         end_blocks=0 if ends is None else max(2, math.ceil(n_all * END_SHARE)),
+        ends_short=ends_short,
     )
 
 
 def _judge_ends(
-    ends: tuple[Interval, Interval], floor: float, n_all: int, verdict: Verdict, why: str
+    ends: tuple[Interval, Interval],
+    usual: tuple[Interval, Interval],
+    floor: float,
+    n_all: int,
+    verdict: Verdict,
+    why: str,
 ) -> tuple[Verdict, str, int | None]:
-    """A verdict that would certify, judged again on the effect at the run's ends (``floor`` is
-    ln(1 − margin)): kept where both ends' lower bounds clear it; "the effect changed" where an
-    end's own R is at or below it (the mean hides an end outside the margin); inconclusive
-    otherwise, with about how many more blocks would show the ends (their half-widths shrink as
-    1/√blocks too)."""
+    """A verdict that would certify, judged again on the effect at the run's ends (``ends`` at the
+    look's confidence, ``usual`` at :data:`CONFIDENCE`; ``floor`` is ln(1 − margin)): kept where
+    both ends' lower bounds clear it; "the effect changed" where an end's whole 90 % interval is
+    below it (shown outside the margin, as a slowdown is shown, while the mean is shown inside);
+    inconclusive otherwise, with about how many more blocks would show the ends (their
+    half-widths shrink as 1/√blocks too)."""
     if all(e.low >= floor for e in ends):
         return verdict, why, None
     k = max(2, math.ceil(n_all * END_SHARE))
     names = (f"first {k}", f"last {k}")
-    worst = min(range(2), key=lambda i: ends[i].low)
-    end, name = ends[worst], names[worst]
-    lowest = min(range(2), key=lambda i: ends[i].mean)
-    if ends[lowest].mean <= floor:
+    shown = [i for i in range(2) if usual[i].high < floor]
+    if shown:
+        i = shown[0]
         return (
             "the effect changed",
-            f"{why}, but over the run's {names[lowest]} blocks R = {math.exp(ends[lowest].mean):.4f} is at or below"
-            f" 1 − margin = {math.exp(floor):.4f}: the effect changed during the run, no certificate",
+            f"{why}, but over the run's {names[i]} blocks R = {math.exp(usual[i].mean):.4f}, its whole"
+            f" {CONFIDENCE * 100:g} % interval below 1 − margin = {math.exp(floor):.4f} (up to"
+            f" {math.exp(usual[i].high):.4f}): the effect changed during the run, no certificate",
             None,
         )
-    needed = math.ceil(n_all * (end.half / (end.mean - floor)) ** 2)
-    more = max(1, needed - n_all) if needed <= REALISTIC_BLOCKS else None
+    worst = min(range(2), key=lambda i: ends[i].low)
+    end = ends[worst]
+    more = None
+    if end.mean > floor and (needed := math.ceil(n_all * (end.half / (end.mean - floor)) ** 2)) <= REALISTIC_BLOCKS:
+        more = max(1, needed - n_all)
     tail = f"about {more} more block(s) would decide it" if more else "no realistic run will decide it"
     return (
         "inconclusive",
-        f"{why}, but over the run's {name} blocks the lower bound {math.exp(end.low):.4f} is below it (a certificate"
-        f" vouches for the effect at the run's start and end too): {tail}",
+        f"{why}, but over the run's {names[worst]} blocks R = {math.exp(end.mean):.4f}, its lower bound"
+        f" {math.exp(end.low):.4f} below 1 − margin (a certificate vouches for the effect at the run's start and end"
+        f" too): {tail}",
         more,
     )
 

@@ -19,6 +19,8 @@ from arbiter.engine.abstats import (
     PHI_LOW,
     ROBUST_ALLOWANCE,
     Block,
+    Interval,
+    _judge_ends,
     analyse,
     blocks_needed,
     change_statistic,
@@ -282,18 +284,38 @@ def test_a_certificate_vouches_for_the_effect_at_the_runs_start_and_end() -> Non
     sees nothing, but the first blocks' lower bound does not: inconclusive, with how many more."""
     a = analyse(blocks(WANDERED), margin=0.05, pilot=4)
     assert a.low >= 0.95 and a.change is not None and a.change <= CHANGE_CRITICAL  # the mean alone would certify
-    assert a.verdict == "inconclusive" and not a.certifies and a.more_blocks is not None
+    assert a.verdict == "inconclusive" and not a.certifies and a.ends_short and a.more_blocks is not None
     assert a.ends is not None and a.end_blocks == 4 and a.ends[0][1] < 0.95 < a.ends[0][0]
-    assert "over the run's first 4 blocks the lower bound" in a.why and "start and end" in a.why
+    assert "over the run's first 4 blocks R = 0.9599, its lower bound 0.9438 below" in a.why
+    assert f"about {a.more_blocks} more block(s)" in a.why and "start and end" in a.why
     assert runs_on(a, 0.05)  # at a first look the run goes on
+    # an end whose own R is at or below the margin: no realistic run shows it within
+    sank = analyse(blocks(SANK), margin=0.05, pilot=4)
+    assert sank.low >= 0.95 and sank.verdict == "inconclusive" and sank.ends_short and sank.more_blocks is None
+    assert "over the run's last 4 blocks R = 0.9462" in sank.why and "no realistic run" in sank.why
 
 
-def test_an_end_at_or_below_the_margin_is_an_effect_that_changed() -> None:
-    a = analyse(blocks(SANK), margin=0.05, pilot=4)
-    assert a.low >= 0.95 and a.change is not None and a.change <= CHANGE_CRITICAL
-    assert a.ends is not None and a.ends[1][0] <= 0.95
-    assert a.verdict == "the effect changed" and not a.certifies
-    assert "over the run's last 4 blocks R = 0.9462 is at or below" in a.why and "no certificate" in a.why
+def test_an_end_shown_below_the_margin_is_an_effect_that_changed() -> None:
+    """Where an end's whole 90 % interval is below the margin while the mean's is above, the effect
+    is shown to have changed (an effect that moved so far the change test nearly always sees it
+    first); at a first look the 90 % interval is the one that shows it."""
+    floor = math.log(0.95)
+    fine = Interval(-0.01, 0.02, 10, 1.0)
+    below = Interval(-0.08, 0.02, 10, 1.0)  # up to −0.06, under ln 0.95
+    unsure = Interval(-0.06, 0.03, 10, 1.0)  # up to −0.03
+    verdict, why, more = _judge_ends((fine, below), (fine, below), floor, 16, "no slowdown shown", "w")
+    assert verdict == "the effect changed" and more is None
+    assert why.startswith("w, but over the run's last 4 blocks R = 0.9231, its whole 90 % interval below")
+    verdict, _, _ = _judge_ends((fine, unsure), (fine, unsure), floor, 16, "no slowdown shown", "w")
+    assert verdict == "inconclusive"
+    wide = Interval(-0.08, 0.04, 10, 1.0)  # the look's wider interval reaches above the margin
+    verdict, _, _ = _judge_ends((fine, wide), (fine, below), floor, 16, "no slowdown shown", "w")
+    assert verdict == "the effect changed"
+    assert _judge_ends((fine, fine), (fine, fine), floor, 16, "no slowdown shown", "w") == (
+        "no slowdown shown",
+        "w",
+        None,
+    )
 
 
 def test_steady_blocks_are_not_withheld() -> None:
