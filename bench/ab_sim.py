@@ -206,17 +206,22 @@ def change_statistic(d: np.ndarray) -> np.ndarray:
     return np.where(sd > 0, partial / np.where(sd > 0, scale, 1.0), 0.0)
 
 
-def end_lows(d: np.ndarray, confidence: float = abstats.CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+def end_lows(
+    d: np.ndarray, confidence: float = abstats.CONFIDENCE, share: float = abstats.END_SHARE, last: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """``abstats.end_intervals`` for each row of d (every block, the pilot's included): the
-    lowest of the two ends' lower bounds and the lowest of their means, on the log scale."""
+    lowest of the two ends' lower bounds and the lowest of their means, on the log scale.
+    ``share`` and ``last`` (False: the first end alone) for the alternatives the bench prices."""
     n = d.shape[1]
-    k = max(2, math.ceil(n * abstats.END_SHARE))
+    k = max(2, math.ceil(n * share))
     _, sd = _row_mean_sd(d)
     phi = drift_phi(d)
     whole, part = variance_factor(phi, n), variance_factor(phi, k)
     df = np.minimum(n - 1, np.maximum(1, np.floor(n / whole) - 1)).astype(np.int64)
     half = t_quantiles(df, confidence) * np.sqrt(sd * sd / k * part * (n - 1) / np.maximum(n - whole, 1.0))
-    means = np.minimum(d[:, :k].sum(axis=1) / k, d[:, n - k :].sum(axis=1) / k)
+    means = d[:, :k].sum(axis=1) / k
+    if last:
+        means = np.minimum(means, d[:, n - k :].sum(axis=1) / k)
     return means - half, means
 
 
@@ -229,6 +234,8 @@ def analyse_fixed(
     change_test: bool = True,
     ends_test: bool = True,
     confidence: float = abstats.CONFIDENCE,
+    end_share: float = abstats.END_SHARE,
+    last_end: bool = True,
 ) -> dict[str, np.ndarray]:
     """``abstats.analyse`` for each row of d (all rows the same number of blocks, the first
     ``pilot`` of them left out of R): R, the 90 % interval and the verdict code.  ``robust``
@@ -259,8 +266,8 @@ def analyse_fixed(
     if ends_test and d.shape[1] >= 4:
         # abstats._judge_ends: an end not shown within the margin; changed where its whole 90 %
         # interval is below it (both ends' half-widths are the same, so the lowest mean's is)
-        low_end, mean_end = end_lows(d, confidence)
-        low90 = low_end if confidence == abstats.CONFIDENCE else end_lows(d)[0]
+        low_end, mean_end = end_lows(d, confidence, end_share, last_end)
+        low90 = low_end if confidence == abstats.CONFIDENCE else end_lows(d, share=end_share, last=last_end)[0]
         short = np.isin(verdict, (NO_SLOWDOWN, SMALLER)) & (low_end < math.log(floor))
         verdict[short] = np.where(2 * mean_end[short] - low90[short] < math.log(floor), CHANGED, INCONCLUSIVE)
     # the interval at the usual 90 % too, whose coverage the report judges whatever the look
@@ -302,12 +309,15 @@ def run_procedure(
     washout_s: float = WASHOUT_S,
     max_hours: float = MAX_HOURS,
     slope: float = 0.0,
+    end_share: float = abstats.END_SHARE,
+    last_end: bool = True,
 ) -> dict[str, np.ndarray]:
     """The harness's run on each row of d (the blocks in the order they would be measured; only
     the first ones a run needs are used): n from the pilot (0: None), the blocks used, the
     verdict code (REFUSED: stopped after the pilot) and R with its interval (NaN when refused).
     ``slope``: d carries a trend of that much per block, which is centred on each run's analysed
-    blocks (the pilot's SD, and so the sizing, does not depend on where it is centred)."""
+    blocks (the pilot's SD, and so the sizing, does not depend on where it is centred).
+    ``end_share``, ``last_end``: the ends judged otherwise, for the alternatives the bench prices."""
     reps, available = d.shape
     most = abstats.blocks_within(max_hours, window_s) - pilot_blocks
     n = size_runs(d[:, :pilot_blocks], margin, max(0, most))
@@ -324,7 +334,14 @@ def run_procedure(
 
     def judge(rows: np.ndarray, blocks: int, confidence: float) -> dict[str, np.ndarray]:
         centre = pilot_blocks + (blocks - pilot_blocks - 1) / 2
-        result = analyse_fixed(d[rows, :blocks] - slope * centre, margin, pilot_blocks, confidence=confidence)
+        result = analyse_fixed(
+            d[rows, :blocks] - slope * centre,
+            margin,
+            pilot_blocks,
+            confidence=confidence,
+            end_share=end_share,
+            last_end=last_end,
+        )
         verdict[rows] = result["verdict"]
         r[rows], low[rows], high[rows] = result["r"], result["low"], result["high"]
         low90[rows], high90[rows] = result["low90"], result["high90"]

@@ -3,7 +3,8 @@ harness does it: pilot, sizing, refusal, the remaining blocks, the verdict.
 
     uv run python bench/ab_validity.py [--runs 10000] [--workers 2] [--seed 20250] [--margin 0.02]
 
-(about 40 s at the default 10,000 runs per cell on 2 busy cores; ``--runs 2000`` to iterate)
+(about 40 s at the default 10,000 runs per cell on 2 busy cores; ``--runs 2000`` to iterate;
+``--alternatives 4000`` prices other ways of judging the run's ends, a few minutes more)
 
 1. A pilot of 4 blocks, each giving d_i = ln(ON_i / OFF_i).
 2. n = what ``abstats.blocks_needed`` says for the pilot; the run totals max(--blocks, 4 + n)
@@ -266,6 +267,51 @@ def price(replicates: int, rng: np.random.Generator) -> list[str]:
     ]
 
 
+#: the ends judged otherwise, priced beside the procedure's (a share of every block at each end, and
+#: whether the last end is judged too)
+ALTERNATIVES = ((0.5, True), (1 / 3, True), (0.25, True), (0.25, False), (0.15, False))
+
+
+def _certify(
+    noise: str,
+    r: float,
+    sd: float,
+    replicates: int,
+    blocks: int,
+    margin: float,
+    share: float,
+    last: bool,
+    rng: np.random.Generator,
+) -> float:
+    """P(certify) of whole runs with the ends judged over ``share`` (``last``: both ends)."""
+    d, _, slope, _ = generate_d(noise, r, sd, replicates, blocks, rng)
+    runs = run_procedure(d, margin, slope=slope, end_share=share, last_end=last)
+    return float(np.isin(runs["verdict"], (NO_SLOWDOWN, SMALLER)).mean())
+
+
+def alternatives(replicates: int, seed: int, margin: float = MARGIN) -> list[str]:
+    """Each way of judging the ends: the worst false certification of the walk from 1 − margin
+    (every step, steady model and SD), of steady runs at 1 − margin, and P(certify) at R = 1,
+    SD 0.02, gaussian and AR(1) 0.5; the same random blocks for each."""
+    blocks = most_blocks()
+    floor = round(1 - margin, 10)
+    lines = [
+        f"the ends judged otherwise ({replicates} runs per cell; the procedure's: a quarter, both ends):",
+        f"  {'share':>5} {'ends':>10} | {'walk worst':>10} {'steady worst':>12} | {'P(cert) gaussian':>16} {'AR(1) 0.5':>9}",
+    ]
+    for share, last in ALTERNATIVES:
+        rng = np.random.default_rng(seed)
+        cell = (replicates, blocks, margin, share, last, rng)
+        walk = max(_certify(noise, floor, sd, *cell) for noise in WALKS for sd in SDS)
+        steady = max(_certify(noise, floor, sd, *cell) for noise in STATIONARY for sd in SDS)
+        power = [_certify(noise, 1.0, 0.02, *cell) for noise in ("gaussian", "ar1-0.5")]
+        lines.append(
+            f"  {share:>5.2f} {'both' if last else 'first only':>10} | {walk:>10.4f} {steady:>12.4f} |"
+            f" {power[0]:>16.4f} {power[1]:>9.4f}"
+        )
+    return lines
+
+
 def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
     """False certification where the effect moves, and what withholding costs where it does not."""
     lines = [
@@ -425,6 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--price-replicates", type=int, default=20_000, help="runs per point of the price-of-robustness search"
     )
     parser.add_argument(
+        "--alternatives", type=int, default=0, help="runs per cell pricing other ways to judge the ends; 0: none"
+    )
+    parser.add_argument(
         "--confirm-replicates", type=int, default=4_000, help="fleets per cell of the twins' confirmation; 0: none"
     )
     args = parser.parse_args(argv)
@@ -457,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(report(cells, args.margin, args.window)))
     if args.price_replicates > 0:
         print("\n".join(price(args.price_replicates, np.random.default_rng(streams[-1]))))
+    if args.alternatives > 0:
+        print("\n".join(alternatives(args.alternatives, args.seed, args.margin)))
     if args.confirm_replicates > 0:
         print("\n".join(confirmation_report(args.confirm_replicates, args.margin, args.seed)))
     se = math.sqrt(0.9 * 0.1 / args.replicates)
