@@ -18,6 +18,11 @@ STATIONARY = ("gaussian", "t3", "ar1-0.3", "ar1-0.5", "ar1-0.7", "trend", "order
 #: a slow sinusoid; each starts at the cell's R
 MOVING = ("walk-0.1", "walk-0.25", "walk-0.5", "shift", "sine")
 NOISES = STATIONARY + MOVING
+#: the random walk over each steady noise model but the trend (itself an effect that moves), for
+#: the walk's own cells: ``walk-S/BASE`` (``walk-S`` is the walk over gaussian noise)
+WALK_STEPS = ("0.1", "0.25", "0.5")
+WALK_BASES = tuple(base for base in STATIONARY if base != "trend")
+WALKS = tuple(f"walk-{step}" + ("" if base == "gaussian" else f"/{base}") for step in WALK_STEPS for base in WALK_BASES)
 INDEPENDENT = ("gaussian", "t3", "order")
 MARGIN = 0.02
 PILOT_BLOCKS = 4
@@ -80,18 +85,23 @@ def generate_d(
     """d (replicates × blocks) around ln r with SD ``sd`` under ``noise``, each block's order (True:
     ON first), the trend's slope per block (0 but for ``trend``: :func:`run_procedure` centres
     it on each run's analysed blocks) and the true ln R of each block (the effect; it moves under
-    :data:`MOVING`).  The order is drawn for every model, as the harness always randomises it."""
+    :data:`MOVING` and :data:`WALKS`).  The order is drawn for every model, as the harness always
+    randomises it."""
     shape = (replicates, blocks)
+    if noise.startswith("walk-"):
+        step, _, base = noise.removeprefix("walk-").partition("/")
+        # the base's own draws first: over gaussian noise they are the ones a walk always drew
+        eps, on_first, _, _ = generate_d(base or "gaussian", 1.0, sd, replicates, blocks, rng, planned_blocks)
+        steps = float(step) * sd * rng.standard_normal(shape)
+        steps[:, 0] = 0.0
+        path = math.log(r) + np.cumsum(steps, axis=1)
+        return path + eps, on_first, 0.0, path
     on_first = rng.random(shape) < 0.5
     slope = 0.0
     path = np.full(shape, math.log(r))
     if noise in MOVING:
         eps = sd * rng.standard_normal(shape)
-        if noise.startswith("walk-"):
-            steps = float(noise.removeprefix("walk-")) * sd * rng.standard_normal(shape)
-            steps[:, 0] = 0.0
-            path += np.cumsum(steps, axis=1)
-        elif noise == "shift":
+        if noise == "shift":
             at = rng.integers(SHIFT_BLOCKS[0], SHIFT_BLOCKS[1] + 1, size=replicates)[:, None]
             path += np.where(np.arange(blocks)[None, :] < at, SHIFT, -SHIFT)
         else:
@@ -196,6 +206,25 @@ def change_statistic(d: np.ndarray) -> np.ndarray:
     return np.where(sd > 0, partial / np.where(sd > 0, scale, 1.0), 0.0)
 
 
+def end_lows(
+    d: np.ndarray, confidence: float = abstats.CONFIDENCE, share: float = abstats.END_SHARE, last: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """``abstats.end_intervals`` for each row of d (every block, the pilot's included): the
+    lowest of the two ends' lower bounds and the lowest of their means, on the log scale.
+    ``share`` and ``last`` (False: the first end alone) for the alternatives the bench prices."""
+    n = d.shape[1]
+    k = max(2, math.ceil(n * share))
+    _, sd = _row_mean_sd(d)
+    phi = drift_phi(d)
+    whole, part = variance_factor(phi, n), variance_factor(phi, k)
+    df = np.minimum(n - 1, np.maximum(1, np.floor(n / whole) - 1)).astype(np.int64)
+    half = t_quantiles(df, confidence) * np.sqrt(sd * sd / k * part * (n - 1) / np.maximum(n - whole, 1.0))
+    means = d[:, :k].sum(axis=1) / k
+    if last:
+        means = np.minimum(means, d[:, n - k :].sum(axis=1) / k)
+    return means - half, means
+
+
 def analyse_fixed(
     d: np.ndarray,
     margin: float,
@@ -203,12 +232,16 @@ def analyse_fixed(
     *,
     robust: bool = True,
     change_test: bool = True,
+    ends_test: bool = True,
     confidence: float = abstats.CONFIDENCE,
+    end_share: float = abstats.END_SHARE,
+    last_end: bool = True,
 ) -> dict[str, np.ndarray]:
     """``abstats.analyse`` for each row of d (all rows the same number of blocks, the first
     ``pilot`` of them left out of R): R, the 90 % interval and the verdict code.  ``robust``
     False: the paired t-interval instead, the procedure without its drift allowance;
-    ``change_test`` False: without withholding a certificate when the effect changed."""
+    ``change_test`` False: without withholding a certificate when the effect changed;
+    ``ends_test`` False: without judging the effect at the run's ends."""
     m = d.shape[1] - pilot
     if m < 2:
         raise ValueError("an interval needs at least 2 blocks after the pilot")
@@ -230,6 +263,13 @@ def analyse_fixed(
     verdict[certifies] = np.where(high[certifies] < 1, SMALLER, NO_SLOWDOWN)
     if change_test and d.shape[1] >= 4:
         verdict[certifies & (change_statistic(d) > abstats.CHANGE_CRITICAL)] = CHANGED
+    if ends_test and d.shape[1] >= 4:
+        # abstats._judge_ends: an end not shown within the margin; changed where its whole 90 %
+        # interval is below it (both ends' half-widths are the same, so the lowest mean's is)
+        low_end, mean_end = end_lows(d, confidence, end_share, last_end)
+        low90 = low_end if confidence == abstats.CONFIDENCE else end_lows(d, share=end_share, last=last_end)[0]
+        short = np.isin(verdict, (NO_SLOWDOWN, SMALLER)) & (low_end < math.log(floor))
+        verdict[short] = np.where(2 * mean_end[short] - low90[short] < math.log(floor), CHANGED, INCONCLUSIVE)
     # the interval at the usual 90 % too, whose coverage the report judges whatever the look
     return {
         "r": r,
@@ -269,12 +309,15 @@ def run_procedure(
     washout_s: float = WASHOUT_S,
     max_hours: float = MAX_HOURS,
     slope: float = 0.0,
+    end_share: float = abstats.END_SHARE,
+    last_end: bool = True,
 ) -> dict[str, np.ndarray]:
     """The harness's run on each row of d (the blocks in the order they would be measured; only
     the first ones a run needs are used): n from the pilot (0: None), the blocks used, the
     verdict code (REFUSED: stopped after the pilot) and R with its interval (NaN when refused).
     ``slope``: d carries a trend of that much per block, which is centred on each run's analysed
-    blocks (the pilot's SD, and so the sizing, does not depend on where it is centred)."""
+    blocks (the pilot's SD, and so the sizing, does not depend on where it is centred).
+    ``end_share``, ``last_end``: the ends judged otherwise, for the alternatives the bench prices."""
     reps, available = d.shape
     most = abstats.blocks_within(max_hours, window_s) - pilot_blocks
     n = size_runs(d[:, :pilot_blocks], margin, max(0, most))
@@ -291,7 +334,14 @@ def run_procedure(
 
     def judge(rows: np.ndarray, blocks: int, confidence: float) -> dict[str, np.ndarray]:
         centre = pilot_blocks + (blocks - pilot_blocks - 1) / 2
-        result = analyse_fixed(d[rows, :blocks] - slope * centre, margin, pilot_blocks, confidence=confidence)
+        result = analyse_fixed(
+            d[rows, :blocks] - slope * centre,
+            margin,
+            pilot_blocks,
+            confidence=confidence,
+            end_share=end_share,
+            last_end=last_end,
+        )
         verdict[rows] = result["verdict"]
         r[rows], low[rows], high[rows] = result["r"], result["low"], result["high"]
         low90[rows], high90[rows] = result["low90"], result["high90"]

@@ -3,7 +3,8 @@ harness does it: pilot, sizing, refusal, the remaining blocks, the verdict.
 
     uv run python bench/ab_validity.py [--runs 10000] [--workers 2] [--seed 20250] [--margin 0.02]
 
-(about 40 s at the default 10,000 runs per cell on 2 busy cores; ``--runs 2000`` to iterate)
+(about 40 s at the default 10,000 runs per cell on 2 busy cores; ``--runs 2000`` to iterate;
+``--alternatives 4000`` prices other ways of judging the run's ends, a few minutes more)
 
 1. A pilot of 4 blocks, each giving d_i = ln(ON_i / OFF_i).
 2. n = what ``abstats.blocks_needed`` says for the pilot; the run totals max(--blocks, 4 + n)
@@ -11,7 +12,8 @@ harness does it: pilot, sizing, refusal, the remaining blocks, the verdict.
    the pilot (it never certifies; its 4 pilot blocks are what it used).
 3. The remaining blocks are run and analysed as ``abstats.analyse`` does: the pilot only in the
    autocorrelation estimate, the rest in R and its drift-robust interval, and the verdict; a
-   certificate is withheld when the change statistic over every block says the effect moved.
+   certificate is withheld when the change statistic over every block says the effect moved, or
+   when the effect over the first or last quarter of every block does not clear 1 − margin.
 4. Two looks, as ``abrun`` does: a run that ends before its hours' last block is judged at
    ``abstats.FIRST_LOOK_CONFIDENCE``; inconclusive there with R above 1 − margin, it runs on to
    the most blocks --max-hours allows and is judged again at ``LAST_LOOK_CONFIDENCE``.  A run
@@ -27,9 +29,12 @@ whether the block ran ON or OFF first, by a fair coin).  Then models in which th
 moves, starting at the cell's R, with gaussian block noise of the given SD: ``walk-S`` (a random
 walk, each block's step gaussian with SD S × the block SD, S in 0.1, 0.25, 0.5), ``shift`` (R ·
 e^0.02 until a block drawn from 8…24, R · e^−0.02 after) and ``sine`` (R · e^(0.02 sin(2π block /
-48 + a random phase))).  There a run's true R is the mean effect over its analysed blocks, and a
-certificate is false when the effect over the second half of them, the latest it vouches for,
-was at or below 1 − margin on average.
+48 + a random phase))).  There a run's true R is the mean effect over its analysed blocks, and
+P(f,2nd) counts a certificate false when the effect over the second half of them was at or below
+1 − margin on average.  Last, at R = 1 − margin only, the random walk over each other steady
+model but the trend (``walk-S/BASE``): the effect began at the margin, so P(f,any) counts every
+certificate false (a certificate vouches for the effect throughout the run); it is P(certify) in
+every walk cell at 1 − margin.
 
 Per cell: coverage for the true R, over the runs that were not refused, of the interval the
 verdict used (99 % at a first look, 91 % at the last, 90 % at a run's only look; goal ≥ 0.85, and
@@ -37,10 +42,12 @@ verdict used (99 % at a first look, 91 % at the last, 90 % at a run's only look;
 independent blocks, the calibration of a single look; where a run stops depends on its data, so
 it may read a little under), P(certify), P(slowdown), P(refused), P(ext) (the run went on past its
 first look) and the blocks used.  Then the false certification rate at R = 1 − margin (goal ≤
-0.05 in every cell; where the effect moves, in every cell), how often the change test withholds
-where nothing moves, P(certify) at R = 1 (goal ≥ 0.80 at SD 0.02, gaussian, and under AR(1) drift
-with phi = 0.5, within the run's hours), and the price of robustness: the analysed blocks the drift-robust interval needs for a power of 0.80 at R = 1, SD 0.02, against
-the paired t-interval on independent blocks, and under AR(1) drift with phi = 0.5.
+0.05 in every cell; where the effect moves, P(f,2nd) in every cell and P(f,any) in every walk
+cell), how often a certificate is withheld as "the effect changed" where nothing moves,
+P(certify) at R = 1 (goal ≥ 0.80 at SD 0.02, gaussian, and under AR(1) drift with phi = 0.5,
+within the run's hours), and the prices: the analysed blocks for a power of 0.80 at R = 1, SD
+0.02, one look, with the paired t-interval, the drift-robust one, with the change test and with
+the ends judged too, on independent blocks and under AR(1) drift with phi = 0.5.
 
 Everything is vectorised over replicates; the only Python loops run over blocks (to build the
 AR(1) series) and over the few distinct block counts a cell's runs end with.
@@ -85,6 +92,9 @@ from ab_sim import (  # the procedure's parts the bench's tests read from here t
     SLOWDOWN,
     SMALLER,
     STATIONARY,
+    WALK_BASES,
+    WALK_STEPS,
+    WALKS,
     WASHOUT_S,
     WINDOW_S,
     analyse_fixed,
@@ -168,13 +178,18 @@ def simulate(
         max_hours=max_hours,
         slope=slope,
     )
-    moving = path if noise in MOVING else None
+    moving = path if noise in MOVING or noise in WALKS else None
+    cell = summarise(runs, r, moving, margin, pilot_blocks)
+    # a walk from 1 − margin: the effect was at the margin where the run began, so any certificate
+    # is false (it vouches for the effect throughout the run)
+    start = noise.startswith("walk-") and math.isclose(r, 1 - margin)
     return {
         "r": r,
         "sd": sd,
         "noise": noise,
         "replicates": replicates,
-        **summarise(runs, r, moving, margin, pilot_blocks),
+        "p_false_start": cell["p_certify"] if start else math.nan,
+        **cell,
     }
 
 
@@ -186,11 +201,12 @@ def power_at(
     rng: np.random.Generator,
     sd: float = 0.02,
     change_test: bool = True,
+    ends_test: bool = True,
 ) -> float:
     """P(certify) at R = 1 with ``m`` analysed blocks after a pilot of 4 (which only the robust
-    interval's autocorrelation estimate reads)."""
+    interval's autocorrelation estimate and the first end read)."""
     d, _, _, _ = generate_d(noise, 1.0, sd, replicates, PILOT_BLOCKS + m, rng)
-    result = analyse_fixed(d, MARGIN, PILOT_BLOCKS, robust=robust, change_test=change_test)
+    result = analyse_fixed(d, MARGIN, PILOT_BLOCKS, robust=robust, change_test=change_test, ends_test=ends_test)
     return float(np.isin(result["verdict"], (NO_SLOWDOWN, SMALLER)).mean())
 
 
@@ -201,15 +217,16 @@ def blocks_for_power(
     rng: np.random.Generator,
     goal: float = POWER_GOAL,
     change_test: bool = True,
+    ends_test: bool = True,
 ) -> int | None:
     """The fewest analysed blocks whose P(certify) at R = 1, SD 0.02 reaches ``goal`` (bisection:
     the power grows with the blocks); None past the realistic cap."""
     lo, hi = 2, abstats.REALISTIC_BLOCKS
-    if power_at(hi, noise, robust, replicates, rng, change_test=change_test) < goal:
+    if power_at(hi, noise, robust, replicates, rng, change_test=change_test, ends_test=ends_test) < goal:
         return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if power_at(mid, noise, robust, replicates, rng, change_test=change_test) >= goal:
+        if power_at(mid, noise, robust, replicates, rng, change_test=change_test, ends_test=ends_test) >= goal:
             hi = mid
         else:
             lo = mid + 1
@@ -217,35 +234,90 @@ def blocks_for_power(
 
 
 def price(replicates: int, rng: np.random.Generator) -> list[str]:
-    """The analysed blocks each analysis needs for a power of 0.80 at R = 1, SD 0.02."""
-    t_indep = blocks_for_power("gaussian", False, replicates, rng)
-    robust_indep = blocks_for_power("gaussian", True, replicates, rng)
-    robust_ar = blocks_for_power("ar1-0.5", True, replicates, rng)
-    t_ar = blocks_for_power("ar1-0.5", False, replicates, rng)
-    bare_indep = blocks_for_power("gaussian", True, replicates, rng, change_test=False)
-    bare_ar = blocks_for_power("ar1-0.5", True, replicates, rng, change_test=False)
+    """The analysed blocks each analysis needs for a power of 0.80 at R = 1, SD 0.02: the
+    intervals alone, then with the change test, then with the ends judged too (the procedure)."""
+
+    def need(noise: str, robust: bool, change: bool = False, ends: bool = False) -> int | None:
+        return blocks_for_power(noise, robust, replicates, rng, change_test=change, ends_test=ends)
+
+    t_indep, robust_indep = need("gaussian", False), need("gaussian", True)
+    t_ar, robust_ar = need("ar1-0.5", False), need("ar1-0.5", True)
+    change_indep, change_ar = need("gaussian", True, True), need("ar1-0.5", True, True)
+    ends_indep, ends_ar = need("gaussian", True, True, True), need("ar1-0.5", True, True, True)
+    cap = most_blocks() - PILOT_BLOCKS
 
     def ratio(a: int | None, b: int | None) -> str:
         return "n/a" if a is None or b is None else f"{a / b:.2f}"
 
+    def blocks(m: int | None) -> str:
+        return f"more than {abstats.REALISTIC_BLOCKS}" if m is None else str(m)
+
     return [
-        f"price of robustness: analysed blocks for P(certify) ≥ {POWER_GOAL:.2f} at R = 1, SD 0.02"
-        f" ({replicates} runs per point):",
+        f"price of robustness: analysed blocks for P(certify) ≥ {POWER_GOAL:.2f} at R = 1, SD 0.02, one look at"
+        f" 90 % ({replicates} runs per point; a run's hours leave {cap} after the pilot):",
         f"  independent: paired t {t_indep}, drift-robust {robust_indep}: ratio {ratio(robust_indep, t_indep)}",
         f"  AR(1) 0.5:   paired t {t_ar} (its interval is too narrow there), drift-robust {robust_ar}:"
         f" ratio {ratio(robust_ar, t_indep)} against the paired t on independent blocks,"
         f" {ratio(robust_ar, robust_indep)} against the drift-robust on independent blocks",
-        f"  the change test's price (drift-robust, without it → with it): independent {bare_indep} → {robust_indep},"
-        f" AR(1) 0.5 {bare_ar} → {robust_ar}",
+        f"  the change test's price (drift-robust, without it → with it): independent {robust_indep} → {change_indep},"
+        f" AR(1) 0.5 {robust_ar} → {change_ar}",
+        f"  the ends' price (a certificate vouches for the effect at the run's start and end too; the change test's"
+        f" blocks → the procedure's): independent {change_indep} → {blocks(ends_indep)},"
+        f" AR(1) 0.5 {change_ar} → {blocks(ends_ar)}",
     ]
+
+
+#: the ends judged otherwise, priced beside the procedure's (a share of every block at each end, and
+#: whether the last end is judged too)
+ALTERNATIVES = ((0.5, True), (1 / 3, True), (0.25, True), (0.25, False), (0.15, False))
+
+
+def _certify(
+    noise: str,
+    r: float,
+    sd: float,
+    replicates: int,
+    blocks: int,
+    margin: float,
+    share: float,
+    last: bool,
+    rng: np.random.Generator,
+) -> float:
+    """P(certify) of whole runs with the ends judged over ``share`` (``last``: both ends)."""
+    d, _, slope, _ = generate_d(noise, r, sd, replicates, blocks, rng)
+    runs = run_procedure(d, margin, slope=slope, end_share=share, last_end=last)
+    return float(np.isin(runs["verdict"], (NO_SLOWDOWN, SMALLER)).mean())
+
+
+def alternatives(replicates: int, seed: int, margin: float = MARGIN) -> list[str]:
+    """Each way of judging the ends: the worst false certification of the walk from 1 − margin
+    (every step, steady model and SD), of steady runs at 1 − margin, and P(certify) at R = 1,
+    SD 0.02, gaussian and AR(1) 0.5; the same random blocks for each."""
+    blocks = most_blocks()
+    floor = round(1 - margin, 10)
+    lines = [
+        f"the ends judged otherwise ({replicates} runs per cell; the procedure's: a quarter, both ends):",
+        f"  {'share':>5} {'ends':>10} | {'walk worst':>10} {'steady worst':>12} | {'P(cert) gaussian':>16} {'AR(1) 0.5':>9}",
+    ]
+    for share, last in ALTERNATIVES:
+        rng = np.random.default_rng(seed)
+        cell = (replicates, blocks, margin, share, last, rng)
+        walk = max(_certify(noise, floor, sd, *cell) for noise in WALKS for sd in SDS)
+        steady = max(_certify(noise, floor, sd, *cell) for noise in STATIONARY for sd in SDS)
+        power = [_certify(noise, 1.0, 0.02, *cell) for noise in ("gaussian", "ar1-0.5")]
+        lines.append(
+            f"  {share:>5.2f} {'both' if last else 'first only':>10} | {walk:>10.4f} {steady:>12.4f} |"
+            f" {power[0]:>16.4f} {power[1]:>9.4f}"
+        )
+    return lines
 
 
 def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
     """False certification where the effect moves, and what withholding costs where it does not."""
     lines = [
-        f"the effect moves, from the cell's R: false certification, a certificate while the effect over the second"
-        f" half of the analysed blocks was at or below {floor:.2f} (goal ≤ {FALSE_CERT_GOAL:.2f} in every cell, every R);"
-        f" P(certify) from R = {floor:.2f}:",
+        f"the effect moves, from the cell's R: second-half false certification P(f,2nd), a certificate while the effect"
+        f" over the second half of the analysed blocks was at or below {floor:.2f} (goal ≤ {FALSE_CERT_GOAL:.2f} in every"
+        f" cell, every R); P(certify) from R = {floor:.2f}:",
     ]
     for noise in MOVING:
         group = [c for c in cells if c["noise"] == noise]
@@ -257,7 +329,10 @@ def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
             f"  {noise:>9}: worst cell {worst['p_false']:.4f} (R {worst['r']:.2f}, SD {worst['sd']:.2f})"
             f" {'ok' if worst['p_false'] <= FALSE_CERT_GOAL else 'ABOVE GOAL'}; from {floor:.2f}: {start}",
         )
-    lines.append("withheld as 'the effect changed' where it does not move, at R = 1.00 (the change test's own rate):")
+    lines.extend(_walk_lines(cells, floor))
+    lines.append(
+        "withheld as 'the effect changed' where it does not move, at R = 1.00 (the change test's and the ends' own rate):"
+    )
     for noise in STATIONARY:
         group = [c for c in cells if c["noise"] == noise and math.isclose(c["r"], 1.0)]
         if group:
@@ -265,15 +340,45 @@ def _moving_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
     return lines
 
 
+def _walk_lines(cells: Sequence[dict[str, Any]], floor: float) -> list[str]:
+    """The walk from 1 − margin over every steady noise model: any certificate is false, P(f,any)."""
+    lines = [
+        f"a random walk of the effect from R = {floor:.2f}, over each steady noise model: false certification"
+        f" P(f,any), any certificate (the effect began at the margin; goal ≤ {FALSE_CERT_GOAL:.2f} in every cell);"
+        f" per step (× the block SD), SD {' / '.join(f'{sd:.2f}' for sd in SDS)}:",
+    ]
+    walked = [c for c in cells if not math.isnan(c["p_false_start"])]
+    for step in WALK_STEPS:
+        group = [c for c in walked if c["noise"].removeprefix("walk-").partition("/")[0] == step]
+        if not group:
+            continue
+        worst = max(group, key=lambda c: c["p_false_start"])
+        verdict = "ok" if worst["p_false_start"] <= FALSE_CERT_GOAL else "ABOVE GOAL"
+        lines.append(
+            f"  step {step:>4}: worst cell {worst['p_false_start']:.4f} ({worst['noise']}, SD {worst['sd']:.2f}) {verdict}"
+        )
+        for base in WALK_BASES:
+            row = [
+                c
+                for c in group
+                if c["noise"].partition("/")[2] in (base, "") and (base == "gaussian") == ("/" not in c["noise"])
+            ]
+            if row:
+                lines.append(f"    {base:>9}: " + " / ".join(f"{c['p_false_start']:.4f}" for c in row))
+    return lines
+
+
 def report(cells: Sequence[dict[str, Any]], margin: float, window: float = WINDOW_S) -> list[str]:
     lines = [
-        f"{'R':>5} {'SD':>5} {'noise':>9} {'coverage':>8} {'cov 90%':>8} {'P(cert)':>8} {'P(false)':>8} {'P(withh)':>8}"
+        f"{'R':>5} {'SD':>5} {'noise':>9} {'coverage':>8} {'cov 90%':>8} {'P(cert)':>8} {'P(f,2nd)':>8} {'P(f,any)':>8} {'P(withh)':>8}"
         f" {'P(slow)':>8} {'P(refus)':>8} {'P(ext)':>8} {'mean blk':>8} {'max blk':>7}",
     ]
     for c in cells:
+        if "/" in c["noise"]:
+            continue  # the walk over other noise: its own table below
         lines.append(
             f"{c['r']:>5.2f} {c['sd']:>5.2f} {c['noise']:>9} {fmt(c['coverage'])} {fmt(c['coverage90'])} {fmt(c['p_certify'])}"
-            f" {fmt(c['p_false'])} {fmt(c['p_withheld'])} {fmt(c['p_slowdown'])} {fmt(c['p_refused'])}"
+            f" {fmt(c['p_false'])} {fmt(c['p_false_start'])} {fmt(c['p_withheld'])} {fmt(c['p_slowdown'])} {fmt(c['p_refused'])}"
             f" {fmt(c['p_extended'])} {c['mean_blocks']:>8.2f} {c['max_blocks']:>7d}",
         )
     floor = round(1 - margin, 10)
@@ -366,12 +471,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--price-replicates", type=int, default=20_000, help="runs per point of the price-of-robustness search"
     )
     parser.add_argument(
+        "--alternatives", type=int, default=0, help="runs per cell pricing other ways to judge the ends; 0: none"
+    )
+    parser.add_argument(
         "--confirm-replicates", type=int, default=4_000, help="fleets per cell of the twins' confirmation; 0: none"
     )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     # the moving cells after the steady ones, so each steady cell keeps its stream as the grid grows
     grid = [(r, sd, noise) for models in (STATIONARY, MOVING) for r in RATIOS for sd in SDS for noise in models]
+    # then the walk over the other steady models, from 1 − margin only (its measure is there)
+    grid += [(round(1 - args.margin, 10), sd, noise) for noise in WALKS if "/" in noise for sd in SDS]
     # one independent stream per cell, so a cell's figures do not depend on the grid around it
     streams = np.random.SeedSequence(args.seed).spawn(len(grid) + 1)
     jobs = [
@@ -396,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(report(cells, args.margin, args.window)))
     if args.price_replicates > 0:
         print("\n".join(price(args.price_replicates, np.random.default_rng(streams[-1]))))
+    if args.alternatives > 0:
+        print("\n".join(alternatives(args.alternatives, args.seed, args.margin)))
     if args.confirm_replicates > 0:
         print("\n".join(confirmation_report(args.confirm_replicates, args.margin, args.seed)))
     se = math.sqrt(0.9 * 0.1 / args.replicates)

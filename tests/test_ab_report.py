@@ -29,6 +29,9 @@ def test_the_report_names_the_interval_used_and_why() -> None:
     assert f"paired t-interval {a['t_low']:.4f}–{a['t_high']:.4f}" in shown
     assert "the first 4 blocks (the pilot) sized the run and are not in R" in shown
     assert "the program drifts, and the interval is" in shown  # the lag-1 note says what it cost
+    (first, last) = a["ends"]  # the run's ends, which a certificate vouches for too
+    assert f"the effect over the first 4 blocks: R = {first[0]:.4f} (lower bound {first[1]:.4f})" in shown
+    assert f"over the last 4: R = {last[0]:.4f} ({last[1]:.4f})" in shown
 
 
 def test_no_analysis_until_two_blocks_after_the_pilot() -> None:

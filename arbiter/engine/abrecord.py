@@ -76,10 +76,21 @@ def summary(rs: RunState) -> Summary:
             notes.append(
                 f"the order inside blocks seems to matter (ON first minus OFF first: {a.order_effect:+.4f} in ln R)"
             )
-        if a.verdict == "the effect changed" and a.change is not None:
+        if a.verdict == "the effect changed":
+            moved = (
+                f"its change statistic {a.change:.2f} is above {CHANGE_CRITICAL:g}"
+                if (a.change is not None and a.change > CHANGE_CRITICAL) or a.ends is None
+                else f"R over its first {a.end_blocks} blocks {a.ends[0][0]:.4f}, over its last {a.ends[1][0]:.4f}"
+            )
             notes.append(
-                f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run (its change statistic {a.change:.2f}"
-                f" is above {CHANGE_CRITICAL:g}): R is the mean of an effect that moved, so no certificate"
+                f"{codes.AB_EFFECT_CHANGED}: the effect changed during the run ({moved}): R is the mean of an effect"
+                " that moved, so no certificate"
+            )
+        if a.ends_short and a.ends is not None:
+            notes.append(
+                f"{codes.AB_ENDS_NOT_SHOWN}: the effect over the run's first or last {a.end_blocks} blocks is not shown"
+                f" within the margin (lower bounds {a.ends[0][1]:.4f} and {a.ends[1][1]:.4f}): a certificate vouches"
+                " for the effect throughout the run"
             )
         if a.lag1 is not None and abs(a.lag1) > 0.5:
             notes.append(
@@ -95,15 +106,30 @@ def summary(rs: RunState) -> Summary:
 
 def effect_changed_note(rs: RunState | None, rule_id: str) -> list[dict[str, str]]:
     """What ``explain`` says of a rule whose last paired run withheld its certificate because
-    the effect changed during the run (empty otherwise): the run's R is the mean of an effect
-    that moved, so it vouches for nothing."""
-    if rs is None or rs.spec.rule_id != rule_id or rs.verdict != "the effect changed":
+    the effect changed during the run, or its ends were not shown within the margin (empty
+    otherwise): the run's R is the mean of an effect that moved, or may have, so it vouches for
+    nothing."""
+    if rs is None or rs.spec.rule_id != rule_id or rs.verdict not in ("the effect changed", "inconclusive"):
+        return []
+    show = f"`arbiter ab show {rs.spec.run_id}` shows the blocks"
+    if rs.verdict == "the effect changed":
+        return [
+            {
+                "code": codes.AB_EFFECT_CHANGED,
+                "message": f"its last paired run {rs.spec.run_id} certified nothing: the effect changed during the run",
+                "remedy": f"{show}; run it again once {rule_id!r} is in a steady state (after its warm-up, its cache"
+                " filled)",
+            }
+        ]
+    a = analysis(rs)
+    if a is None or not a.ends_short:
         return []
     return [
         {
-            "code": codes.AB_EFFECT_CHANGED,
-            "message": f"its last paired run {rs.spec.run_id} certified nothing: the effect changed during the run",
-            "remedy": f"`arbiter ab show {rs.spec.run_id}` shows the blocks; run it again once {rule_id!r} is in a"
-            " steady state (after its warm-up, its cache filled)",
+            "code": codes.AB_ENDS_NOT_SHOWN,
+            "message": f"its last paired run {rs.spec.run_id} certified nothing: the effect over its first or last"
+            f" {a.end_blocks} blocks is not shown within the margin",
+            "remedy": f"{show} and both ends; run it again once {rule_id!r} is in a steady state, with longer"
+            " --window (drift averages out within it) or a longer --max-hours",
         }
     ]

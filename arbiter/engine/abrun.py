@@ -390,6 +390,15 @@ def advance(rs: RunState | None, sees: RunObs) -> Advance:
     )
     if rs.verdict == "the effect changed":
         events.append(_event(codes.AB_EFFECT_CHANGED, rs, f"run {spec.run_id}: the effect changed during the run"))
+    elif rs.verdict == "inconclusive" and (a := analysis(rs)) is not None and a.ends_short:
+        events.append(
+            _event(
+                codes.AB_ENDS_NOT_SHOWN,
+                rs,
+                f"run {spec.run_id}: the effect over the run's first or last {a.end_blocks} blocks is not shown within"
+                " the margin",
+            )
+        )
     nxt = _next_in_sweep(rs, sees.wall)
     if rs.spec.sweep_id is not None and nxt is None:
         passed = (*rs.passed, *((spec.duty,) if rs.certifies and spec.duty is not None else ()))

@@ -9,7 +9,9 @@ temperature settle, other load comes and goes), successive d are then correlated
 t-interval is too narrow, so the interval assumes the lag-1 autocorrelation the blocks show
 (bias-corrected, plus an allowance for its error) and widens by the variance of a mean of AR(1)
 values; at an autocorrelation of 0 it is the paired t-interval.  Also Fieller's interval for the
-ratio of the mean rates as a cross-check, a verdict against the margin, how many more blocks
+ratio of the mean rates as a cross-check, a verdict against the margin (a certificate also needs
+the effect over the run's first and last quarter to clear it, and no change of the effect during
+the run), how many more blocks
 would decide an inconclusive run, the pilot's sizing from the upper 80 % confidence limit of the
 SD, the lag-1 autocorrelation of d and an order-effect check.  bench/ab_validity.py measures the
 error rates under independent, heavy-tailed, drifting and trending blocks.
@@ -118,6 +120,13 @@ ROBUST_ALLOWANCE = 2.0
 #: the change statistic's critical value: the 95 % point of the largest excursion of a Brownian
 #: bridge (Kolmogorov's distribution), which the statistic approaches on a stationary run
 CHANGE_CRITICAL = 1.358
+#: A certificate vouches for the effect throughout the run, not only for its mean: the effect
+#: over the run's first and over its last blocks, this share of all of them (the pilot's in the
+#: first), must each clear 1 − margin at the look's confidence too.  An effect that wanders in
+#: steps smaller than the block noise is invisible to any change test, yet moves the run's mean
+#: away from where it started; a quarter is short enough that it cannot move far within one.
+#: bench/ab_validity.py measures it: a random walk from R = 1 − margin certifies at most 5 %.
+END_SHARE = 0.25
 #: Two looks.  A run is judged where its sizing planned it to end; one that is inconclusive there
 #: with R above 1 − margin runs on to the blocks its hours leave and is judged again.  Each look
 #: spends part of the error (the lower bound is one-sided at (1 − confidence) / 2): almost none at
@@ -210,6 +219,28 @@ def change_statistic(d: Sequence[float]) -> float | None:
     return worst / (sd * math.sqrt(n * variance_factor(drift_phi(d), n)))
 
 
+def end_intervals(d: Sequence[float], phi: float, confidence: float = CONFIDENCE) -> tuple[Interval, Interval] | None:
+    """Intervals for the mean effect over the first and over the last :data:`END_SHARE` of the
+    blocks ``d`` (every block, the pilot's included), assuming the autocorrelation ``phi``.
+
+    Each is the drift-robust interval of its share's mean, but with the SD and the degrees of
+    freedom of all the blocks (the SD is estimated from them all, and a share's own few would
+    make the t quantile needlessly large); an effect that moved during the run also widens that
+    SD.  None: fewer than 4 blocks or no spread."""
+    n = len(d)
+    if n < 4:
+        return None
+    sd = _sd(d)
+    if sd == 0:
+        return None
+    k = max(2, math.ceil(n * END_SHARE))
+    whole = variance_factor(phi, n)
+    part = variance_factor(phi, k)
+    df = min(n - 1, max(1, math.floor(n / whole) - 1))
+    half = t_quantile(1 - (1 - confidence) / 2, df) * math.sqrt(sd * sd / k * part * (n - 1) / max(n - whole, 1.0))
+    return Interval(_mean(d[:k]), half, df, part), Interval(_mean(d[n - k :]), half, df, part)
+
+
 @dataclass(frozen=True)
 class Analysis:
     n: int  # blocks analysed (the pilot's are not)
@@ -233,6 +264,10 @@ class Analysis:
     t_low: float = 0.0  # the paired t-interval at 90 % on the same blocks (assumes them independent)
     t_high: float = 0.0
     change: float | None = None  # :func:`change_statistic` over every block
+    #: R and its lower bound over the first and over the last :data:`END_SHARE` of every block
+    ends: tuple[tuple[float, float], ...] | None = None
+    end_blocks: int = 0  # the blocks each end spans
+    ends_short: bool = False  # the interval would certify, but an end is not shown within the margin
     confidence: float = CONFIDENCE  # of the interval the verdict uses (the look's)
 
 
@@ -326,6 +361,12 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
             f"{why}, but the effect changed during the run (its change statistic {change:.2f} is above"
             f" {CHANGE_CRITICAL:g}): no certificate"
         )
+    ends = end_intervals(d_all, phi, confidence)
+    ends_short = False
+    if verdict in ("no slowdown shown", "slowdown smaller than the margin") and ends is not None:
+        usual = (end_intervals(d_all, phi) if confidence != CONFIDENCE else None) or ends
+        verdict, why, more = _judge_ends(ends, usual, math.log(floor), n_all, verdict, why)
+        ends_short = verdict == "inconclusive"
     first = [x for x, b in zip(d, used, strict=True) if b.on_first]
     second = [x for x, b in zip(d, used, strict=True) if not b.on_first]
     effect, flag = None, False
@@ -357,6 +398,52 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
         t_high=math.exp(paired.high),
         change=change,
         confidence=confidence,
+        ends=None if ends is None else tuple((math.exp(e.mean), math.exp(e.low)) for e in ends),
+        end_blocks=0 if ends is None else max(2, math.ceil(n_all * END_SHARE)),
+        ends_short=ends_short,
+    )
+
+
+def _judge_ends(
+    ends: tuple[Interval, Interval],
+    usual: tuple[Interval, Interval],
+    floor: float,
+    n_all: int,
+    verdict: Verdict,
+    why: str,
+) -> tuple[Verdict, str, int | None]:
+    """A verdict that would certify, judged again on the effect at the run's ends (``ends`` at the
+    look's confidence, ``usual`` at :data:`CONFIDENCE`; ``floor`` is ln(1 − margin)): kept where
+    both ends' lower bounds clear it; "the effect changed" where an end's whole 90 % interval is
+    below it (shown outside the margin, as a slowdown is shown, while the mean is shown inside);
+    inconclusive otherwise, with about how many more blocks would show the ends (their
+    half-widths shrink as 1/√blocks too)."""
+    if all(e.low >= floor for e in ends):
+        return verdict, why, None
+    k = max(2, math.ceil(n_all * END_SHARE))
+    names = (f"first {k}", f"last {k}")
+    shown = [i for i in range(2) if usual[i].high < floor]
+    if shown:
+        i = shown[0]
+        return (
+            "the effect changed",
+            f"{why}, but over the run's {names[i]} blocks R = {math.exp(usual[i].mean):.4f}, its whole"
+            f" {CONFIDENCE * 100:g} % interval below 1 − margin = {math.exp(floor):.4f} (up to"
+            f" {math.exp(usual[i].high):.4f}): the effect changed during the run, no certificate",
+            None,
+        )
+    worst = min(range(2), key=lambda i: ends[i].low)
+    end = ends[worst]
+    more = None
+    if end.mean > floor and (needed := math.ceil(n_all * (end.half / (end.mean - floor)) ** 2)) <= REALISTIC_BLOCKS:
+        more = max(1, needed - n_all)
+    tail = f"about {more} more block(s) would decide it" if more else "no realistic run will decide it"
+    return (
+        "inconclusive",
+        f"{why}, but over the run's {names[worst]} blocks R = {math.exp(end.mean):.4f}, its lower bound"
+        f" {math.exp(end.low):.4f} below 1 − margin (a certificate vouches for the effect at the run's start and end"
+        f" too): {tail}",
+        more,
     )
 
 

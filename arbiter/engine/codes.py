@@ -64,6 +64,7 @@ AB_RUN_SIZED = "AB_RUN_SIZED"
 AB_RUN_EXTENDED = "AB_RUN_EXTENDED"
 AB_RUN_DONE = "AB_RUN_DONE"
 AB_EFFECT_CHANGED = "AB_EFFECT_CHANGED"
+AB_ENDS_NOT_SHOWN = "AB_ENDS_NOT_SHOWN"
 AB_SWEEP_DONE = "AB_SWEEP_DONE"
 AB_WINDOW_OFF = "AB_WINDOW_OFF"
 AB_RUN_MEASURING = "AB_RUN_MEASURING"
@@ -417,9 +418,19 @@ CATALOGUE: tuple[Code, ...] = (
         AB_EFFECT_CHANGED,
         "event",
         "A paired run's interval would certify, but the effect changed during the run (it shifted, trended or "
-        "wandered): the certificate is withheld, since R is the mean of an effect that moved.",
+        "wandered, or over the run's first or last quarter it was shown below 1 − margin): the certificate is "
+        "withheld, since R is the mean of an effect that moved.",
         "Run it again once the program is in a steady state (after its warm-up, with its cache filled), or with "
         "a shorter `--max-hours`; `arbiter ab show RUN` shows the blocks.",
+    ),
+    Code(
+        AB_ENDS_NOT_SHOWN,
+        "event",
+        "A paired run's interval would certify, but the effect over the run's first or last quarter of blocks is "
+        "not shown within the margin: a certificate vouches for the effect throughout the run, and an effect that "
+        "wanders slowly moves the run's mean away from where it began.  The run ends inconclusive.",
+        "Run it again once the program is in a steady state; where it drifts, with longer `--window`s (drift "
+        "averages out within them) or a longer `--max-hours`; `arbiter ab show RUN` shows both ends.",
     ),
     Code(AB_SWEEP_DONE, "event", "A sweep of paired runs ended."),
     Code(CERT_ISSUED, "event", "A certificate was issued."),

@@ -91,6 +91,13 @@ def text(rep: dict[str, Any]) -> str:
                     else ""
                 )
             )
+        ends = a.get("ends")
+        if ends:
+            lines.append(
+                f"the effect over the first {a['end_blocks']} blocks: R = {ends[0][0]:.4f} (lower bound {ends[0][1]:.4f}),"
+                f" over the last {a['end_blocks']}: R = {ends[1][0]:.4f} ({ends[1][1]:.4f}); a certificate needs both"
+                " lower bounds at or above 1 − margin too"
+            )
         extra = []
         if a.get("lag1") is not None:
             extra.append(f"lag-1 autocorrelation {a['lag1']:+.2f}")

@@ -540,6 +540,45 @@ def test_a_run_whose_effect_changed_ends_without_a_certificate_and_says_why() ->
     assert effect_changed_note(rs, "other") == [] and effect_changed_note(None, "p") == []
 
 
+def _run_through(effects: list[float], rs: RunState) -> tuple[RunState, list[TimelineEvent]]:
+    """Drive a run whose program's ON rate follows ``effects`` block by block."""
+    program = Program(off_rate=1000.0, on_rate=1000.0 * effects[0])
+    events: list[TimelineEvent] = []
+    t = 0.0
+    while rs.running and t < 2000:
+        program.on_rate = 1000.0 * effects[min(len(rs.blocks), len(effects) - 1)]
+        rs, seen, _, t = drive(rs, program, 4 * STEP, t0=t)
+        events.extend(seen)
+    return rs, events
+
+
+def test_a_run_whose_effect_wandered_from_the_margin_earns_no_certificate() -> None:
+    """The effect starts at 1 − margin and wanders up in steps smaller than the block noise: the
+    run's mean clears the margin and no change test sees it, but its first blocks are not shown
+    within it, so no certificate, with the reason on the timeline, in the report and in explain.
+    One look (the run is sized to its hours)."""
+    wandered = [0.946, 0.955, 0.962, 0.977, 0.977, 0.971, 0.948, 0.974, 0.945, 0.967, 0.955, 0.988, 0.981, 0.972]
+    wandered += [0.97, 0.996]
+    hours = 16.9 * 2 * 10 / 3600  # 16 blocks and a little time for the slack of a real run
+    rs, events = _run_through(wandered, start(spec(blocks=16, margin=0.05, max_hours=hours), 1000.0))
+    assert rs.status == "done" and len(rs.blocks) == 16 and not rs.certifies and rs.verdict == "inconclusive"
+    assert "over the run's first 4 blocks R = " in rs.why
+    a = summary(rs).analysis
+    assert a is not None and a["low"] >= 0.95 and a["ends"][0][1] < 0.95  # the mean alone would have certified
+    assert [e.data["run"] for e in events if e.code == codes.AB_ENDS_NOT_SHOWN] == ["r1"]
+    assert not [e for e in events if e.code == codes.AB_EFFECT_CHANGED]
+    assert any(
+        n.startswith(f"{codes.AB_ENDS_NOT_SHOWN}: the effect over the run's first or last 4") for n in summary(rs).notes
+    )
+    (note,) = effect_changed_note(rs, "p")
+    assert note["code"] == codes.AB_ENDS_NOT_SHOWN and "arbiter ab show r1" in note["remedy"]
+    assert effect_changed_note(rs, "other") == []
+    # an inconclusive run whose ends were not what held it back says nothing of them
+    plain, events = _run_through([0.9] * 16, start(spec(blocks=16, margin=0.05, max_hours=hours), 1000.0))
+    assert plain.verdict != "inconclusive" or not [e for e in events if e.code == codes.AB_ENDS_NOT_SHOWN]
+    assert effect_changed_note(plain, "p") == []
+
+
 def test_a_run_inconclusive_at_its_planned_end_runs_on_to_its_hours_and_is_judged_again() -> None:
     """Two looks: where the sizing planned the run to end it is inconclusive with R above
     1 − margin, so it runs on to the blocks its hours leave (at the pace it has kept, so it

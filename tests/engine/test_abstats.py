@@ -12,17 +12,21 @@ from arbiter.engine.abstats import (
     CONFIDENCE,
     DRIFT_FLAT,
     DRIFT_SHARE,
+    END_SHARE,
     FIRST_LOOK_CONFIDENCE,
     LAST_LOOK_CONFIDENCE,
     PHI_HIGH,
     PHI_LOW,
     ROBUST_ALLOWANCE,
     Block,
+    Interval,
+    _judge_ends,
     analyse,
     blocks_needed,
     change_statistic,
     chi2_quantile,
     drift_phi,
+    end_intervals,
     interval,
     look_confidence,
     planned_hours,
@@ -236,6 +240,84 @@ def test_a_certificate_is_withheld_when_the_effect_changed_during_the_run() -> N
     assert steady.certifies or analyse(blocks(shuffled), margin=0.05, pilot=4).certifies
 
 
+#: an effect that starts at 0.95 and wanders up (a random walk in steps smaller than the block
+#: noise): the run's mean clears a margin of 5 % and no change test sees it, but its start is
+#: not shown within the margin
+WANDERED = [
+    0.946,
+    0.955,
+    0.962,
+    0.977,
+    0.977,
+    0.971,
+    0.948,
+    0.974,
+    0.945,
+    0.967,
+    0.955,
+    0.988,
+    0.981,
+    0.972,
+    0.97,
+    0.996,
+]
+#: ... one that sinks back to 0.95 by its last blocks
+SANK = [0.94, 0.957, 0.951, 0.953, 0.959, 0.972, 0.95, 0.957, 0.973, 0.957, 0.963, 0.964, 0.941, 0.959, 0.93, 0.955]
+
+
+def test_the_ends_are_their_shares_means_with_the_whole_runs_sd_and_df() -> None:
+    d = [math.log(r) for r in WANDERED]
+    n, k, phi = len(d), math.ceil(len(d) * END_SHARE), 0.3
+    ends = end_intervals(d, phi, 0.9)
+    assert ends is not None and k == 4
+    sd = math.sqrt(sum((x - sum(d) / n) ** 2 for x in d) / (n - 1))
+    whole, part = variance_factor(phi, n), variance_factor(phi, k)
+    df = min(n - 1, max(1, math.floor(n / whole) - 1))
+    half = t_quantile(0.95, df) * math.sqrt(sd * sd / k * part * (n - 1) / (n - whole))
+    assert ends[0].mean == pytest.approx(sum(d[:k]) / k) and ends[1].mean == pytest.approx(sum(d[-k:]) / k)
+    assert ends[0].half == pytest.approx(half) and ends[1].half == pytest.approx(half) and ends[0].df == df
+    assert end_intervals(d[:3], phi) is None and end_intervals([0.01] * 6, phi) is None
+
+
+def test_a_certificate_vouches_for_the_effect_at_the_runs_start_and_end() -> None:
+    """The mean of an effect that wandered up from the margin clears it, and the change test
+    sees nothing, but the first blocks' lower bound does not: inconclusive, with how many more."""
+    a = analyse(blocks(WANDERED), margin=0.05, pilot=4)
+    assert a.low >= 0.95 and a.change is not None and a.change <= CHANGE_CRITICAL  # the mean alone would certify
+    assert a.verdict == "inconclusive" and not a.certifies and a.ends_short and a.more_blocks is not None
+    assert a.ends is not None and a.end_blocks == 4 and a.ends[0][1] < 0.95 < a.ends[0][0]
+    assert "over the run's first 4 blocks R = 0.9599, its lower bound 0.9438 below" in a.why
+    assert f"about {a.more_blocks} more block(s)" in a.why and "start and end" in a.why
+    assert runs_on(a, 0.05)  # at a first look the run goes on
+    # an end whose own R is at or below the margin: no realistic run shows it within
+    sank = analyse(blocks(SANK), margin=0.05, pilot=4)
+    assert sank.low >= 0.95 and sank.verdict == "inconclusive" and sank.ends_short and sank.more_blocks is None
+    assert "over the run's last 4 blocks R = 0.9462" in sank.why and "no realistic run" in sank.why
+
+
+def test_an_end_shown_below_the_margin_is_an_effect_that_changed() -> None:
+    """Where an end's whole 90 % interval is below the margin while the mean's is above, the effect
+    is shown to have changed (an effect that moved so far the change test nearly always sees it
+    first); at a first look the 90 % interval is the one that shows it."""
+    floor = math.log(0.95)
+    fine = Interval(-0.01, 0.02, 10, 1.0)
+    below = Interval(-0.08, 0.02, 10, 1.0)  # up to −0.06, under ln 0.95
+    unsure = Interval(-0.06, 0.03, 10, 1.0)  # up to −0.03
+    verdict, why, more = _judge_ends((fine, below), (fine, below), floor, 16, "no slowdown shown", "w")
+    assert verdict == "the effect changed" and more is None
+    assert why.startswith("w, but over the run's last 4 blocks R = 0.9231, its whole 90 % interval below")
+    verdict, _, _ = _judge_ends((fine, unsure), (fine, unsure), floor, 16, "no slowdown shown", "w")
+    assert verdict == "inconclusive"
+    wide = Interval(-0.08, 0.04, 10, 1.0)  # the look's wider interval reaches above the margin
+    verdict, _, _ = _judge_ends((fine, wide), (fine, below), floor, 16, "no slowdown shown", "w")
+    assert verdict == "the effect changed"
+    assert _judge_ends((fine, fine), (fine, fine), floor, 16, "no slowdown shown", "w") == (
+        "no slowdown shown",
+        "w",
+        None,
+    )
+
+
 def test_steady_blocks_are_not_withheld() -> None:
     rng = random.Random(11)
     withheld = 0
@@ -253,7 +335,7 @@ def test_the_looks_split_the_error_of_a_certificate_only() -> None:
     first = analyse(slowed, 0.05, pilot=4, confidence=FIRST_LOOK_CONFIDENCE)
     assert first.confidence == 0.99 and first.high >= 1  # the look's own interval reaches 1
     assert first.verdict == "slowdown" and "90 % interval is below 1" in first.why and not runs_on(first, 0.05)
-    rnd = random.Random(10)
+    rnd = random.Random(11)
     fine = [Block(100 * math.exp(rnd.gauss(0.0, 0.03)), 100.0) for _ in range(14)]
     usual, early = analyse(fine, 0.05, pilot=4), analyse(fine, 0.05, pilot=4, confidence=FIRST_LOOK_CONFIDENCE)
     assert usual.certifies and early.verdict == "inconclusive" and early.low < usual.low and runs_on(early, 0.05)
