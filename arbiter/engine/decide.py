@@ -394,7 +394,14 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             _vram_pause(job, handoff.job_pauses),
         )
         held_job = evict_step(
-            job, verdict, prev.held.get(job.job_id), policy.evict_after_s, now, spans, policy.evict_cost_s
+            job,
+            verdict,
+            prev.held.get(job.job_id),
+            policy.evict_after_s,
+            now,
+            spans,
+            policy.evict_cost_s,
+            obs.room_elsewhere,
         )
         if held_job is not None:
             held[job.job_id] = held_job

@@ -19,7 +19,10 @@ and the work it loses).  Each rule keeps how long its latest protections held fl
 wait chosen is the one that, over those protections, would have lost least (0: evict at once
 where protection usually outlasts an eviction's cost, the longest seen where it never does).
 Before any protection of the rule has ended, the wait is the cost itself: whatever protection
-then does, that loses at most twice what the best choice would have.
+then does, that loses at most twice what the best choice would have.  An eviction gains only
+where the job can run elsewhere: while a fleet scheduler says no other node admits fleet work,
+the job stays paused here (it would wait as long in the queue, and come back here later than a
+resume), and is evicted once one does.
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ def auto_wait(rule: str | None, spans: Sequence[float], cost_s: float) -> tuple[
     best = min({0.0, *spans}, key=lambda wait: (loss(wait), -wait))  # a tie waits: no requeue for nothing
     ordered = sorted(spans)
     seen = (
-        f"{who}'s last {len(spans)} protection(s) held fleet work {ordered[len(ordered) // 2]:.0f}s at the median "
+        f"the last {len(spans)} protection(s) by {who} held fleet work {ordered[len(ordered) // 2]:.0f}s at the median "
         f"({ordered[0]:.0f}s to {ordered[-1]:.0f}s); an eviction costs {cost_s:g}s (evict_cost_s)"
     )
     if best == 0.0:
@@ -105,12 +108,14 @@ def step(
     now: float,
     spans: Mapping[str, Sequence[float]] | None = None,
     cost_s: float = 5.0,
+    room_elsewhere: bool | None = None,
 ) -> HeldJob | None:
     """The job's protection pause after this decision (None: it is not paused by protection).
 
     ``verdict``: what the rest of the decision says of the job now; ``after_s``: the policy's
     ``evict_after_s`` (None: never evict, the pause is still timed; "auto": from ``spans``,
-    each rule's latest protections, and ``cost_s``, see :func:`auto_wait`)."""
+    each rule's latest protections, and ``cost_s``, see :func:`auto_wait`; never while
+    ``room_elsewhere`` is False)."""
     if prev is not None and prev.evicted_at is not None:
         return prev
     first = protection(verdict) if job.started else None
@@ -122,7 +127,9 @@ def step(
         rule = first.evidence.get("rule")
         rule = str(rule) if rule else None
         limit, basis = auto_wait(rule, (spans or {}).get(rule or "", ()), cost_s)
-    if limit is None or now - since < limit:
+        if room_elsewhere is False:
+            basis += ", but no other node admits fleet work now: it waits here until one does"
+    if limit is None or now - since < limit or (after_s == "auto" and room_elsewhere is False):
         return HeldJob(since, after_s=limit, basis=basis)
     return HeldJob(since, now, reason(first, now - since, limit, basis), limit, basis)
 

@@ -55,7 +55,9 @@ def test_auto_evicts_at_once_once_protection_here_has_outlasted_an_evictions_cos
         evict_cost_s=COST_S,
     )
     n1.add_rule("game", game_rule("game", GAME))
-    wait_until(lambda: "arbiter-admit" in slurm.features()["n1"], WAIT_S, "n1 admitting", poll_s=0.1)
+    slurm.start_arbiter("n2", translators={"pause": ["slurm"], "terminate": ["slurm"]}, tick_s=1.0)
+    both = ("n1", "n2")  # n2 admits: there is somewhere else to go
+    wait_until(lambda: all("arbiter-admit" in slurm.features()[n] for n in both), WAIT_S, "both admitting", poll_s=0.1)
     # placed again only where GPU work is admitted: back on n1 once its protection ends
     job = slurm.sbatch("sleep 3000\n", "--nodelist=n1", "--requeue", "--constraint=arbiter-admit")
     wait_until(lambda: adopted(n1, f"slurm-{job}"), WAIT_S, "the job adopted", poll_s=0.1)
@@ -88,5 +90,70 @@ def test_auto_evicts_at_once_once_protection_here_has_outlasted_an_evictions_cos
         g1.terminate()
         g1.wait()
     second = wait_until(lambda: evictions(n1, job)[1:] or None, WAIT_S, "the second eviction")[0]
-    assert "evicted at once" in second["message"] and "protection(s) held fleet work" in second["message"], second
+    # paused a moment (the fast path's stop), requeued at the first decision (the timeline cuts the why short)
+    assert "past evict_after_s (auto: 0s, because the last 1 protec" in second["message"], second
     slurm.run("scancel", str(job), check=False)
+
+
+def test_auto_keeps_a_job_suspended_while_no_other_node_admits_and_moves_it_once_one_does(
+    slurm: SlurmCluster,
+) -> None:
+    translators = {"pause": ["slurm"], "terminate": ["slurm"]}
+    n1 = slurm.start_arbiter("n1", translators=translators, tick_s=1.0, evict_after_s="auto", evict_cost_s=COST_S)
+    n1.add_rule("game", game_rule("game", GAME))
+    n2 = slurm.start_arbiter("n2", translators=translators, tick_s=1.0)
+    other = own_sleep(975001)
+    n2.add_rule("game", game_rule("game", other))
+    both = ("n1", "n2")
+    wait_until(lambda: all("arbiter-admit" in slurm.features()[n] for n in both), WAIT_S, "both admitting", poll_s=0.1)
+    # a first protection on n1 outlasts an eviction's cost (it lasts past one)
+    first = slurm.sbatch("sleep 3000\n", "--nodelist=n1", "--requeue", "--constraint=arbiter-admit")
+    wait_until(lambda: adopted(n1, f"slurm-{first}"), WAIT_S, "the first job adopted", poll_s=0.1)
+    g1 = n1.spawn(GAME.split())
+    try:
+        wait_until(lambda: restarts(slurm, first) >= 1, WAIT_S, "the first job evicted", poll_s=0.1)
+    finally:
+        g1.terminate()
+        g1.wait()
+        slurm.run("scancel", str(first), check=False)
+    g2 = n2.spawn(other.split())  # n2 protects: nowhere else to go
+    job = None
+    try:
+        wait_until(lambda: "arbiter-admit" not in slurm.features()["n2"], WAIT_S, "n2 protecting", poll_s=0.1)
+        wait_until(lambda: "arbiter-admit" in slurm.features()["n1"], WAIT_S, "n1 admitting again", poll_s=0.1)
+        job = slurm.sbatch("sleep 3000\n", "--requeue", "--constraint=arbiter-admit")
+        wait_until(lambda: adopted(n1, f"slurm-{job}"), WAIT_S, "the job adopted on n1", poll_s=0.1)
+        g1 = n1.spawn(GAME.split())
+        try:
+            wait_until(lambda: stopped(slurm, job, "n1"), WAIT_S, "the job stopped on n1", poll_s=0.05)
+
+            def basis() -> str | None:
+                (item,) = n1.call("explain", subject=f"slurm-{job}")["explain"]["items"]
+                said = str((item.get("protection_pause") or {}).get("evict_basis") or "")
+                return said if "no other node admits fleet work now" in said else None
+
+            said = wait_until(basis, WAIT_S, "explain saying the job waits for room elsewhere", poll_s=0.2)
+            assert "evicted at once" in said, said
+            assert restarts(slurm, job) == 0 and slurm.jobs()[job]["job_state"] == "SUSPENDED"
+            g2.terminate()
+            g2.wait()  # n2 admits: the job goes there at once
+            wait_until(
+                lambda: slurm.jobs()[job]["job_state"] == "RUNNING" and restarts(slurm, job) == 1,
+                WAIT_S,
+                "the job running again",
+                poll_s=0.1,
+            )
+            where = slurm.jobs()[job]["nodes"]
+            assert where == "n2", (
+                slurm.features(),
+                [(e["code"], e["subject"], e["message"][:150]) for e in n1.call("timeline", limit=60)["events"]],
+            )
+        finally:
+            g1.terminate()
+            g1.wait()
+    finally:
+        if g2.poll() is None:
+            g2.terminate()
+            g2.wait()
+        if job is not None:
+            slurm.run("scancel", str(job), check=False)
