@@ -127,7 +127,7 @@ def test_room_elsewhere_is_another_node_that_admits_and_takes_a_job() -> None:
         here = {"name": "n1", "features": "arbiter", "active_features": "arbiter,arbiter-admit", "state": "idle"}
         return nodes.parse_room(json.dumps({"nodes": [here, *others]}), "n1")
 
-    def node(active: str, state: Any = "idle", flags: Sequence[str] = ()) -> dict[str, Any]:
+    def node(active: Any, state: Any = "idle", flags: Sequence[str] = ()) -> dict[str, Any]:
         return {"name": "n2", "features": "arbiter", "active_features": active, "state": state, "state_flags": flags}
 
     assert not room()  # this node's own admission is no room elsewhere
