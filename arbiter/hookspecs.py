@@ -143,10 +143,7 @@ def arbiter_node_state(state: dict[str, Any], context: PluginContext) -> dict[st
     Return what the scheduler is told, for ``arbiter status``, the status page and the
     metrics to show: ``{"scheduler": its name, "node": this node's name there, "labels": [the
     labels or features it publishes], "error": why publishing failed ("" when it did not)}``;
-    or None.  It may add ``"room_elsewhere"``: whether the scheduler has another node that
-    admits fleet work now, where a job evicted from here could run (``evict_after_s: auto``
-    keeps a job paused here while no answer says True); left out where it cannot say.  While
-    protection holds a job here under ``evict_after_s: auto`` the hook is called every tick.
+    or None.
 
     :param state: ``{"gpu_apis": {"host": [...], "containers": [...]} (None until the probes
         have answered), "gpu_jobs_admitted": bool, "certified_duty": {rule: duty}, "gpu_jobs":

@@ -31,7 +31,6 @@ from arbiter.daemon.inbox import (
     Message,
     PolicyChanged,
     ReleaseOver,
-    RoomElsewhere,
     SourceReport,
     Stop,
     Tick,
@@ -134,7 +133,6 @@ class Decider:
         self.inbox = intake.inbox
         self.view: TickView | None = None
         self.certificates: tuple[CertView, ...] = ()
-        self.room_elsewhere: bool | None = None  # a fleet scheduler's word on its other nodes
         self.shares = ShareHistory(config.tick_s)  # this thread's alone; snapshots carry its points
         self.failures = Ongoing()  # actions that fail on this thread
         self._failed_controls: dict[str, Action] = {}
@@ -189,8 +187,6 @@ class Decider:
             self._take_tick(message)
         elif isinstance(message, PolicyChanged):
             self.policy = message.policy
-        elif isinstance(message, RoomElsewhere):
-            self.room_elsewhere = message.room
         elif isinstance(message, ReleaseOver):  # no VRAM is coming back from that request
             rel = message.release
             st = self.engine_state.vram.get(rel.rule_id)
@@ -269,7 +265,6 @@ class Decider:
             wall=time.time(),
             power=view.power,
             vram_free_bytes=view.vram.get("free"),
-            room_elsewhere=self.room_elsewhere,
         )
 
     def _decide_and_act(self) -> None:

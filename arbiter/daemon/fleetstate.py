@@ -47,12 +47,3 @@ def labels_told(answers: list[Any] | None) -> list[dict[str, Any]]:
             }
         )
     return sorted(out, key=lambda a: (a["scheduler"], a["node"]))
-
-
-def room_told(answers: list[Any] | None) -> bool | None:
-    """Whether a scheduler has another node that admits fleet work now, from the
-    ``arbiter_node_state`` answers: True where one says so, None where none says either way."""
-    said = [
-        a["room_elsewhere"] for a in answers or [] if isinstance(a, dict) and isinstance(a.get("room_elsewhere"), bool)
-    ]
-    return any(said) if said else None

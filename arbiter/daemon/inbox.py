@@ -73,14 +73,6 @@ class JobsChanged:
     """The job registry changed: decide now rather than at the next tick."""
 
 
-@dataclass(frozen=True)
-class RoomElsewhere:
-    """What a fleet scheduler says now of its other nodes: whether one admits fleet work (None:
-    none says).  Told when it changes: an eviction waiting for room goes on at once."""
-
-    room: bool | None
-
-
 # --- reports ------------------------------------------------------------------------------------
 
 
@@ -112,7 +104,7 @@ class LinkLines:
 
 
 Report = SourceReport | HelperReport | HelperGone | LinkLines
-Message = Stop | Tick | PolicyChanged | ReleaseOver | ChangeRun | JobEnded | JobsChanged | RoomElsewhere | Report
+Message = Stop | Tick | PolicyChanged | ReleaseOver | ChangeRun | JobEnded | JobsChanged | Report
 
 T = TypeVar("T")
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.decider import Decider, Ongoing
-from arbiter.daemon.fleetstate import HeldSince, held_by, labels_told, room_told
-from arbiter.daemon.inbox import JobEnded, PolicyChanged, RoomElsewhere, Tick
+from arbiter.daemon.fleetstate import HeldSince, held_by, labels_told
+from arbiter.daemon.inbox import JobEnded, PolicyChanged, Tick
 from arbiter.daemon.jobs import JobRegistry
 from arbiter.daemon.notify import Notifier
 from arbiter.daemon.observe import Observer, TickView, clock_jump_message
@@ -78,7 +78,6 @@ class Ticker:
         self.reconcile = reconcile
         self.held_since = HeldSince()  # since when new GPU work is held (node state)
         self.scheduler_labels: list[dict[str, Any]] = []  # what the node state observers told their schedulers
-        self.room_elsewhere: bool | None = None  # what they said of the schedulers' other nodes
         self.notifier = Notifier(None, None)  # the service manager's, if any, is given before start
         self.stop_event = threading.Event()
         self.wake = threading.Event()  # ends the tick's wait early (reload, stop, a release)
@@ -285,15 +284,11 @@ class Ticker:
 
     def _publish_node_state(self) -> None:
         """Tell node state observers when it changed, or a minute passed."""
-        decision = self.published.snapshot.decision
-        if decision is None:
+        if self.published.snapshot.decision is None:
             return  # nothing decided yet: admission is not known, so say nothing rather than "no"
         state = self.node_state()
         now = time.monotonic()
-        # a job that protection holds may be evicted (auto) as soon as another node has room:
-        # the schedulers are asked every tick meanwhile
-        watching = self.config.evict_after_s == "auto" and bool(decision.state.held)
-        if state == self._node_state and now - self._node_state_at < NODE_STATE_EVERY_S and not watching:
+        if state == self._node_state and now - self._node_state_at < NODE_STATE_EVERY_S:
             return
         self._node_state, self._node_state_at = state, now
         try:
@@ -305,10 +300,5 @@ class Ticker:
             )
         except PluginFailed as exc:
             log.warning("a node state observer failed: %s", exc)
-            answers = None  # nothing known of the other nodes: the wait alone decides an eviction
         else:
             self.scheduler_labels = labels_told(answers)
-        room = room_told(answers)
-        if room != self.room_elsewhere:
-            self.room_elsewhere = room
-            self.decider.tell(RoomElsewhere(room))

@@ -401,7 +401,6 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             now,
             spans,
             policy.evict_cost_s,
-            obs.room_elsewhere,
         )
         if held_job is not None:
             held[job.job_id] = held_job

@@ -19,10 +19,9 @@ and the work it loses).  Each rule keeps how long its latest protections held fl
 wait chosen is the one that, over those protections, would have lost least (0: evict at once
 where protection usually outlasts an eviction's cost, the longest seen where it never does).
 Before any protection of the rule has ended, the wait is the cost itself: whatever protection
-then does, that loses at most twice what the best choice would have.  An eviction gains only
-where the job can run elsewhere: while a fleet scheduler says no other node admits fleet work,
-the job stays paused here (it would wait as long in the queue, and come back here later than a
-resume), and is evicted once one does.
+then does, that loses at most twice what the best choice would have.  Where no other node has
+room yet, the evicted job waits in its scheduler's queue and is placed as soon as one frees,
+this one included: sooner than a job still paused here could be evicted then.
 """
 
 from __future__ import annotations
@@ -108,14 +107,12 @@ def step(
     now: float,
     spans: Mapping[str, Sequence[float]] | None = None,
     cost_s: float = 5.0,
-    room_elsewhere: bool | None = None,
 ) -> HeldJob | None:
     """The job's protection pause after this decision (None: it is not paused by protection).
 
     ``verdict``: what the rest of the decision says of the job now; ``after_s``: the policy's
     ``evict_after_s`` (None: never evict, the pause is still timed; "auto": from ``spans``,
-    each rule's latest protections, and ``cost_s``, see :func:`auto_wait`; never while
-    ``room_elsewhere`` is False)."""
+    each rule's latest protections, and ``cost_s``, see :func:`auto_wait`)."""
     if prev is not None and prev.evicted_at is not None:
         return prev
     first = protection(verdict) if job.started else None
@@ -127,9 +124,7 @@ def step(
         rule = first.evidence.get("rule")
         rule = str(rule) if rule else None
         limit, basis = auto_wait(rule, (spans or {}).get(rule or "", ()), cost_s)
-        if room_elsewhere is False:
-            basis += ", but no other node admits fleet work now: it waits here until one does"
-    if limit is None or now - since < limit or (after_s == "auto" and room_elsewhere is False):
+    if limit is None or now - since < limit:
         return HeldJob(since, after_s=limit, basis=basis)
     return HeldJob(since, now, reason(first, now - since, limit, basis), limit, basis)
 

@@ -90,9 +90,6 @@ class Observation:
     power: str | None = None  # the host's power source ("ac", "battery"; None: unknown)
     vram_free_bytes: int | None = None  # the device's free VRAM (None: unknown)
     node_faults: tuple[str, ...] = ()  # what kept this observation from seeing the node (no process table...)
-    #: whether a fleet scheduler has another node that admits fleet work now, where a job evicted
-    #: from here could run (None: no scheduler says)
-    room_elsewhere: bool | None = None
 
 
 # --- policy ----------------------------------------------------------------------------------

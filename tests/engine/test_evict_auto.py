@@ -9,9 +9,8 @@ from dataclasses import replace
 import pytest
 
 from arbiter.engine import codes
-from arbiter.engine.decide import decide
 from arbiter.engine.evict import SPANS_KEPT, auto_wait, record
-from arbiter.engine.types import Decision, EngineState, Observation, Policy, RuleState
+from arbiter.engine.types import Decision, EngineState, RuleState
 
 from .test_evict import POLICY, job, run, trainer
 
@@ -101,42 +100,3 @@ def test_a_fixed_evict_after_s_is_unchanged_and_says_no_basis() -> None:
     d = run(trainer(), [job()], d.state, now=200.0, policy=POLICY)
     held = d.state.held["j1"]
     assert held.after_s == 60.0 and held.basis == ""
-
-
-def test_while_no_other_node_admits_the_job_waits_here_and_is_evicted_once_one_does() -> None:
-    d = run(trainer(0.0), [], now=0.0, policy=AUTO)
-    d = protected(d.state, 10.0, 50.0)  # protection here outlasts an eviction: at once, where it can go
-
-    def at(now: float, room: bool | None, state: EngineState, jid: str = "j1") -> Decision:
-        obs = Observation(now=now, rules={"trainer": trainer()}, jobs={jid: job(jid)}, room_elsewhere=room)
-        return decide(obs, state, AUTO, now)
-
-    d = run(trainer(0.0), [job()], d.state, now=99.0, policy=AUTO)
-    d = at(100.0, False, d.state)
-    held = d.state.held["j1"]
-    assert d.jobs["j1"].state == "paused" and held.after_s == 0.0
-    assert "no other node admits fleet work now" in held.basis, held.basis
-    d = at(130.0, False, d.state)
-    assert d.jobs["j1"].state == "paused"  # an eviction now would leave it pending, and back here later
-    d = at(131.0, True, d.state)
-    assert d.jobs["j1"].state == "stopping" and d.jobs["j1"].reasons[0].code == codes.JOB_EVICTED
-    # unknown (no scheduler says): as before, the wait alone decides
-    d = run(trainer(0.0), [job("j2")], d.state, now=200.0, policy=AUTO)
-    assert at(201.0, None, d.state, "j2").jobs["j2"].state == "stopping"
-
-
-def test_a_fixed_evict_after_s_does_not_look_for_room_elsewhere() -> None:
-    d = held_from_room(POLICY, room=False)
-    assert d.jobs["j1"].state == "stopping"
-
-
-def held_from_room(policy: Policy, room: bool | None) -> Decision:
-    d = run(trainer(0.0), [job()], now=0.0, policy=policy)
-    d = decide(
-        Observation(now=1.0, rules={"trainer": trainer()}, jobs={"j1": job()}, room_elsewhere=room),
-        d.state,
-        policy,
-        1.0,
-    )
-    obs = Observation(now=61.0, rules={"trainer": trainer()}, jobs={"j1": job()}, room_elsewhere=room)
-    return decide(obs, d.state, policy, 61.0)

@@ -120,22 +120,3 @@ def test_a_wrong_slurm_section_is_refused_at_its_line(tmp_path: Path) -> None:
 def test_a_node_slurmctld_does_not_know() -> None:
     with pytest.raises(commands.SlurmError, match="does not know node 'n9'"):
         nodes.parse_node('{"nodes": []}', "n9")
-
-
-def test_room_elsewhere_is_another_node_that_admits_and_takes_a_job() -> None:
-    def room(*others: dict[str, Any]) -> bool:
-        here = {"name": "n1", "features": "arbiter", "active_features": "arbiter,arbiter-admit", "state": "idle"}
-        return nodes.parse_room(json.dumps({"nodes": [here, *others]}), "n1")
-
-    def node(active: Any, state: Any = "idle", flags: Sequence[str] = ()) -> dict[str, Any]:
-        return {"name": "n2", "features": "arbiter", "active_features": active, "state": state, "state_flags": flags}
-
-    assert not room()  # this node's own admission is no room elsewhere
-    assert room(node("arbiter,arbiter-admit"))
-    assert room(node("arbiter,arbiter-admit", "mixed"))
-    assert room(node(["arbiter", "arbiter-admit"], ["MIXED"]))  # later releases' lists
-    assert not room(node("arbiter"))  # protecting there
-    assert not room(node("arbiter,arbiter-admit", "allocated"))  # no free CPU
-    assert not room(node("arbiter,arbiter-admit", "idle", ["DRAIN"]))
-    assert not room(node("arbiter,arbiter-admit", ["IDLE", "DRAIN"]))
-    assert not room(node("arbiter,arbiter-admit", "down"))

@@ -94,19 +94,13 @@ def arbiter_scheduler_job_owner(job_id: str, context: PluginContext) -> dict[str
 
 @hookimpl
 def arbiter_node_state(state: dict[str, Any], context: PluginContext) -> dict[str, Any] | None:
-    """Sync the node, and say which features it has from arbiter (status and metrics show them)
-    and whether another node admits GPU work now."""
+    """Sync the node, and say which features it has from arbiter (status and metrics show them)."""
     opts = commands.options(context)
     if not commands.configured(opts):
         return None
     node = commands.node_name(opts)
     error = _sync_node(node, state, opts)
-    answer: dict[str, Any] = {"scheduler": "slurm", "node": node, "labels": nodes.features(state), "error": error}
-    try:  # where a job evicted from here could go (evict_after_s: auto waits for one)
-        answer["room_elsewhere"] = nodes.room_elsewhere(node)
-    except commands.SlurmError as exc:
-        log.info("cannot tell whether another Slurm node admits GPU work: %s", exc)
-    return answer
+    return {"scheduler": "slurm", "node": node, "labels": nodes.features(state), "error": error}
 
 
 def _sync_node(node: str, state: dict[str, Any], opts: commands.NodeOptions) -> str:

@@ -105,32 +105,6 @@ def read_node(node: str) -> NodeView:
     return parse_node(commands.run(["sinfo", "--json", "--nodes", node]), node)
 
 
-#: a node in one of these states takes no new job
-NO_ROOM = frozenset({"ALLOCATED", "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING"})
-
-
-def parse_room(text: str, node: str) -> bool:
-    """``sinfo --json`` output: whether a node other than ``node`` admits GPU work now
-    (``arbiter-admit``) and has room for a job (not fully allocated, drained or down)."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise commands.SlurmError(f"sinfo --json printed something that is not JSON: {exc}") from None
-    for n in data.get("nodes") or []:
-        if n.get("name") == node or ADMIT not in _names(n.get("active_features")):
-            continue
-        state = n.get("state")
-        states = {str(s).upper() for s in ([state] if isinstance(state, str) else state or [])}
-        if not states & NO_ROOM and not {str(f).upper() for f in n.get("state_flags") or []} & NO_ROOM:
-            return True
-    return False
-
-
-def room_elsewhere(node: str) -> bool:
-    """Whether a job evicted from ``node`` could run on another node now (see :func:`parse_room`)."""
-    return parse_room(commands.run(["sinfo", "--json"]), node)
-
-
 def plan(view: NodeView, state: dict[str, Any], now_wall: float, drain_after: float | None) -> list[list[str]]:
     """The ``scontrol update`` arguments that bring the node to ``state`` (none when it is)."""
     updates = []
