@@ -17,7 +17,7 @@ node is stopped through arbiter (``arbiter job stop``): the time until squeue sh
 again with its restart count one higher.  Prints p50/p99.
 
 Last, fleet throughput against an oracle (``--throughput-s``, twice: eviction off, then
-``evict_after_s`` at ``--evict-after-s``, the daemons started again for each, the same
+``evict_after_s`` at ``--evict-after-s``, ``auto`` unless given, the daemons started again for each, the same
 schedule both times, ``slurm.checkpoint_s`` and ``slurm.requeue_grace_s`` from
 ``--checkpoint-s`` and ``--requeue-grace-s``).  ``--queue`` batch jobs are in the fleet at once
 (``sbatch --requeue --constraint=arbiter-admit``; one that ends is followed by a new one),
@@ -31,7 +31,8 @@ stops on each node at random (seeded: off for an exponential time of mean ``--fr
 for one of mean ``--busy-s``).  The oracle knows when each node is free: at every moment it
 runs as many of the jobs as the free nodes have slots for, moving them at no cost.  Printed:
 the work the fleet kept and the jobs it finished, against the oracle's, the work kept against
-the work run, and the looks at the protected nodes.
+the work run, and the looks at the protected nodes; and the work reachable at all, the oracle's
+less this run's requeue-to-running p50 for each job it moves off a node that starts protecting.
 """
 
 from __future__ import annotations
