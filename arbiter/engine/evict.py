@@ -106,7 +106,7 @@ def step(
     after_s: float | Literal["auto"] | None,
     now: float,
     spans: Mapping[str, Sequence[float]] | None = None,
-    cost_s: float = 5.0,
+    cost_s: float = 3.0,
 ) -> HeldJob | None:
     """The job's protection pause after this decision (None: it is not paused by protection).
 
