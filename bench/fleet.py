@@ -17,7 +17,7 @@ node is stopped through arbiter (``arbiter job stop``): the time until squeue sh
 again with its restart count one higher.  Prints p50/p99.
 
 Last, fleet throughput against an oracle (``--throughput-s``, twice: eviction off, then
-``evict_after_s`` at ``--evict-after-s``, the daemons started again for each, the same
+``evict_after_s`` at ``--evict-after-s``, ``auto`` unless given, the daemons started again for each, the same
 schedule both times, ``slurm.checkpoint_s`` and ``slurm.requeue_grace_s`` from
 ``--checkpoint-s`` and ``--requeue-grace-s``).  ``--queue`` batch jobs are in the fleet at once
 (``sbatch --requeue --constraint=arbiter-admit``; one that ends is followed by a new one),
@@ -31,7 +31,8 @@ stops on each node at random (seeded: off for an exponential time of mean ``--fr
 for one of mean ``--busy-s``).  The oracle knows when each node is free: at every moment it
 runs as many of the jobs as the free nodes have slots for, moving them at no cost.  Printed:
 the work the fleet kept and the jobs it finished, against the oracle's, the work kept against
-the work run, and the looks at the protected nodes.
+the work run, and the looks at the protected nodes; and the work reachable at all, the oracle's
+less this run's requeue-to-running p50 for each job it moves off a node that starts protecting.
 """
 
 from __future__ import annotations
@@ -55,7 +56,16 @@ from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_throughput import ENDED, Pass, busy_schedule, free_share, oracle, restart_fleet, throughput
+from fleet_throughput import (
+    ENDED,
+    Pass,
+    busy_schedule,
+    free_share,
+    oracle,
+    reachable,
+    restart_fleet,
+    throughput,
+)
 
 WAIT_S = 60.0
 POLL_S = 0.002
@@ -114,6 +124,19 @@ def set_phase(path: Path, on: bool) -> float:
     return time.perf_counter()
 
 
+def evict_after(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither seconds nor auto") from None
+
+
+def seconds_or_auto(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:g} s"
+
+
 def protect_rule(node: str, events: Path, marker: str) -> dict[str, Any]:
     return phase_rule(f"stand-in-{node}", marker, events, scope="all")
 
@@ -135,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, choices=(1, 2, 4), default=2, help="throughput jobs a node runs at once")
     ap.add_argument("--free-s", type=float, default=6.0, help="mean time a node's protected program is off")
     ap.add_argument("--busy-s", type=float, default=14.0, help="mean time it runs")
-    ap.add_argument("--evict-after-s", type=float, default=3.0, help="evict_after_s in the second pass")
+    ap.add_argument(
+        "--evict-after-s",
+        type=evict_after,
+        default="auto",
+        help="evict_after_s in the second pass: seconds, or auto (the default, as fleet-slurm.md recommends)",
+    )
     ap.add_argument(
         "--checkpoint-s",
         type=float,
@@ -293,9 +321,19 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             f"{100 * (1 - free_share(schedule, args.throughput_s)):.0f}% of node time: "
             f"the oracle does {best:.0f} s of work, {oracle_jobs} jobs"
         )
+        if requeue:
+            # Slurm's own floor: each job moved off a node that starts protecting loses at least
+            # its requeue to running again, placed at once (this run's quickest half)
+            move_s = pct(requeue, 0.5) / 1000
+            most, moves = reachable(schedule, args.throughput_s, args.slots, args.queue, move_s)
+            print(
+                f"  reachable at all with Slurm's requeue to running again ({move_s:.1f} s, the p50 above) for "
+                f"each of the {moves} jobs the oracle moves off a node that starts protecting: {most:.0f} s of "
+                f"work ({100 * most / best:.0f}% of the oracle's)"
+            )
         grace = args.checkpoint_s + args.requeue_grace_s
         for tag, p in passes.items():
-            evict = "off" if tag == "off" else f"{args.evict_after_s:g} s"
+            evict = "off" if tag == "off" else seconds_or_auto(args.evict_after_s)
             print(
                 f"  evict_after_s {evict}: {p.kept:.0f} s of work ({100 * p.kept / best:.0f}% of the oracle's), "
                 f"{p.finished} jobs ({100 * p.finished / max(oracle_jobs, 1):.0f}%), {p.requeued} requeued; "

@@ -103,6 +103,41 @@ def oracle(schedule: dict[str, list[tuple[float, float]]], seconds: float, slots
     return work
 
 
+def reachable(
+    schedule: dict[str, list[tuple[float, float]]], seconds: float, slots: int, queue: int, move_s: float
+) -> tuple[float, int]:
+    """The work reachable at all where moving a job costs ``move_s`` (Slurm's requeue to running
+    again, at its quickest), and how many moves that takes: the oracle's placement, each job on a
+    node whose protected program starts moved to a free slot where one is left, losing
+    ``move_s`` of work, or less where its own node frees sooner (it may as well wait there) or
+    the pass ends first.  Placing a job on a node that frees is taken as free of cost, so this
+    is an upper bound of what any fleet on this Slurm does with this schedule."""
+    points = sorted({0.0, seconds} | {t for spans in schedule.values() for span in spans for t in span})
+    placed = dict.fromkeys(schedule, 0)
+    lost, moves = 0.0, 0
+    for a, b in itertools.pairwise(points):
+        mid = (a + b) / 2
+        busy = {n: end for n, spans in schedule.items() for start, end in spans if start <= mid < end}
+        displaced = sorted(min(end - a, seconds - a) for n, end in busy.items() for _ in range(placed[n]))
+        for n in busy:
+            placed[n] = 0
+        kept = sum(placed.values())
+        waiting = queue - kept - len(displaced)
+        left = queue - kept
+        for n in placed:
+            if n not in busy:
+                take = min(slots - placed[n], left)
+                placed[n] += take
+                left -= take
+        # a free slot goes to a job that waited first (free of cost here), then to the displaced
+        # ones that cost least to move: each loses its move, or its wait on its own node where
+        # that is shorter (the free slot stays empty meanwhile)
+        moved = max(0, queue - left - kept - waiting)
+        lost += sum(min(move_s, rest) for rest in displaced[:moved])
+        moves += moved
+    return oracle(schedule, seconds, slots, queue) - lost, moves
+
+
 def free_share(schedule: dict[str, list[tuple[float, float]]], seconds: float) -> float:
     """The share of node time no protected program runs."""
     busy = sum(end - start for spans in schedule.values() for start, end in spans)

@@ -175,6 +175,12 @@ def test_explain_says_how_long_protection_has_paused_a_job_and_when_that_stops_i
     job["protection_pause"] = {"for_s": 42.5, "evict_after_s": None, "evict_in_s": None}
     print_explain(console=con, e={"subject": "slurm-17", "notices": [], "items": [job]})
     assert "it waits however long protection needs (evict_after_s: null)" in out.getvalue()
+    out, con = piped()
+    why = "the last 3 protection(s) by 'render' held fleet work 40s at the median (12s to 90s); ..."
+    job["protection_pause"] = {"for_s": 0.5, "evict_after_s": 0.0, "evict_in_s": 0.0, "evict_basis": why}
+    print_explain(console=con, e={"subject": "slurm-17", "notices": [], "items": [job]})
+    assert "stopped in 0s if still paused (evict_after_s: 0)" in out.getvalue()
+    assert f"evict_after_s is auto: {why}" in " ".join(out.getvalue().split()), out.getvalue()
 
 
 def test_twins_certificates_show_their_origin_and_the_folder_as_written() -> None:

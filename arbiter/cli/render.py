@@ -213,6 +213,8 @@ def print_explain(console: Console, e: dict[str, Any]) -> None:
             else:
                 then = f"stopped in {held['evict_in_s']:g}s if still paused (evict_after_s: {held['evict_after_s']:g})"
             console.print(f"  paused by protection for {held['for_s']:g}s; {then}")
+            if held.get("evict_basis"):
+                console.print(f"  evict_after_s is auto: {held['evict_basis']}")
         if j["reasons"] or j.get("problems"):
             console.print(_reasons(j["reasons"] + j.get("problems", [])))
         elif j["state"] == "run":

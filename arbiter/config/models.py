@@ -272,16 +272,39 @@ class NodeConfig(Strict):
         ),
     )
     stop_grace_s: float = Field(10.0, ge=0, description="seconds between asking a job to stop and terminating it")
-    evict_after_s: float | None = Field(
+    evict_after_s: float | Literal["auto"] | None = Field(
         None,
-        ge=0,
         description=(
             "seconds a running job may stay paused by protection before it is stopped, so that it runs elsewhere: "
             "a terminate translator that hands work back to its scheduler has it requeued (a batch job that may "
-            "be requeued), other work ends; null: a paused job waits however long protection needs"
+            "be requeued), other work ends; auto: the wait that, over the protecting rule's latest protections "
+            "here, loses least against evict_cost_s (0 where protection usually outlasts an eviction); null: a "
+            "paused job waits however long protection needs"
+        ),
+    )
+    evict_cost_s: float = Field(
+        3.0,
+        ge=0,
+        description=(
+            "what an eviction costs a job, in seconds of its work (until it works again on another node, and the "
+            "work it loses): evict_after_s: auto weighs it against how long protection lasts"
         ),
     )
     plugin_timeout_s: float = Field(5.0, gt=0, description="every call into a plugin fails after this many seconds")
+
+    @field_validator("evict_after_s", mode="before")
+    @classmethod
+    def _evict_after(cls, value: Any) -> Any:
+        # one clear error for what is neither seconds nor auto, not one per alternative
+        if isinstance(value, str):
+            if value != "auto":
+                near = difflib.get_close_matches(value, ["auto"], n=1)
+                hint = "did you mean 'auto'? " if near else ""
+                raise ValueError(f"{value!r} is not a number of seconds; {hint}write seconds, auto or null")
+        elif isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise ValueError(f"{value:g} is negative: write seconds (0 or more), auto or null")
+        return value
+
     fleet_certificates: FleetCertificatesConfig | None = Field(
         None,
         description=(

@@ -326,6 +326,7 @@ class RuleBook:
             release_after_s=c.gpu_release_after_s,
             stop_grace_s=c.stop_grace_s,
             evict_after_s=c.evict_after_s,
+            evict_cost_s=c.evict_cost_s,
             compliance=CompliancePolicy(**c.compliance.model_dump()),
             governor=GovernorPolicy(**c.governor.model_dump(), min_available=c.memory_guard.min_available),
             pause_frees_vram=self.pause_frees_vram,

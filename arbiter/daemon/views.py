@@ -71,11 +71,15 @@ def _protection_pause(daemon: Parts, job_id: str) -> dict[str, Any] | None:
     held = daemon.decider.engine_state.held.get(job_id)
     if held is None or held.evicted_at is not None:
         return None
-    now, after = time.monotonic(), daemon.decider.policy.evict_after_s
+    now, policy = time.monotonic(), daemon.decider.policy.evict_after_s
+    # a pause restored from the state database has its limit from the next decision on
+    after = held.after_s if held.after_s is not None or policy is None or policy == "auto" else policy
     return {
         "for_s": round(now - held.since, 1),
         "evict_after_s": after,
         "evict_in_s": None if after is None else round(max(0.0, held.since + after - now), 1),
+        # where evict_after_s is auto: why that wait, from the rule's latest protections
+        "evict_basis": held.basis,
     }
 
 

@@ -24,6 +24,7 @@ from arbiter.engine.compliance import Verdict as Compliance
 from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
 from arbiter.engine.compliance import trust_key, untrusted_reason
+from arbiter.engine.evict import PROTECTION, record
 from arbiter.engine.evict import step as evict_step
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
@@ -293,6 +294,8 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         rule_states[rid] = rs
         rule_hold_list = rule_holds(policy, rp, ro, rs, tuple(phases), phase_reasons, governed, obs.reader_ok)
         holds.extend(rule_hold_list)
+        # how long each protection holds fleet work, for evict_after_s: auto
+        rule_states[rid] = record(rs, any(h.reason.code in PROTECTION and not h.soon for h in rule_hold_list), now)
         rule_verdicts[rid] = RuleVerdict(
             rid,
             ro.running,
@@ -334,6 +337,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
     compliance: dict[str, JobCompliance] = {}
     trust: dict[str, NameTrust] = dict(prev.trust)
     held: dict[str, HeldJob] = {}
+    spans = {rid: rs.held_spans for rid, rs in rule_states.items()}
     exclusive_running: str | None = None
     gpu_jobs_running: list[str] = []
     for job in ordered:
@@ -389,7 +393,15 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
             says,
             _vram_pause(job, handoff.job_pauses),
         )
-        held_job = evict_step(job, verdict, prev.held.get(job.job_id), policy.evict_after_s, now)
+        held_job = evict_step(
+            job,
+            verdict,
+            prev.held.get(job.job_id),
+            policy.evict_after_s,
+            now,
+            spans,
+            policy.evict_cost_s,
+        )
         if held_job is not None:
             held[job.job_id] = held_job
             if held_job.evicted_at is not None and held_job.reason is not None:

@@ -225,8 +225,12 @@ class Policy:
     #: memory): a running job's VRAM is then releasable to a tenant short of it, by pausing it
     pause_frees_vram: bool = False
     #: a running job that protection keeps paused this long is stopped, so that work a
-    #: scheduler requeues runs on another node (None: held work waits however long it takes)
-    evict_after_s: float | None = None
+    #: scheduler requeues runs on another node (None: held work waits however long it takes;
+    #: "auto": as long as the protecting rule's history says loses least, see engine.evict)
+    evict_after_s: float | Literal["auto"] | None = None
+    #: what an eviction costs a job, in seconds of its work: until it works again elsewhere,
+    #: and what it loses ("auto" weighs it against how long protection lasts)
+    evict_cost_s: float = 3.0
 
 
 # --- state and decision ----------------------------------------------------------------------
@@ -242,6 +246,10 @@ class RuleState:
     last_busy_at: float | None = None
     using_since: float | None = None
     phases: tuple[Phase, ...] = ()
+    #: since when its protection holds fleet work (None: it holds none now)
+    holding_since: float | None = None
+    #: how long its latest protections held fleet work, oldest first (``evict_after_s: auto``)
+    held_spans: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -327,6 +335,8 @@ class HeldJob:
     since: float
     evicted_at: float | None = None
     reason: Reason | None = None  # why it was evicted (kept: its stop goes on after the hold ends)
+    after_s: float | None = None  # how long it may stay paused, as last decided (None: no limit)
+    basis: str = ""  # why that long, where evict_after_s is "auto"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from arbiter.engine.types import RuleObs, RuleState
+from arbiter.engine.types import RuleObs, RuleState, evolve
 
 BusyCounters = Mapping[int, Mapping[str, int]]  # pid → engine → cumulative busy ns
 
@@ -46,7 +46,7 @@ def gpu_usage(prev: RuleState, obs: RuleObs, threshold: float, release_after_s: 
     busy = bool(obs.faults) or (obs.running and (obs.gpu_share is None or obs.gpu_share > threshold))
     if busy:
         since = prev.using_since if prev.using_gpu else now
-        return RuleState(using_gpu=True, last_busy_at=now, using_since=since, phases=prev.phases)
+        return evolve(prev, using_gpu=True, last_busy_at=now, using_since=since)
     if prev.using_gpu and prev.last_busy_at is not None and now - prev.last_busy_at < release_after_s:
         return prev
-    return RuleState(using_gpu=False, last_busy_at=prev.last_busy_at, using_since=None, phases=prev.phases)
+    return evolve(prev, using_gpu=False, using_since=None)

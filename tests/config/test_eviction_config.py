@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from arbiter.config.errors import ConfigError
+from arbiter.config.loader import parse_node_config
+
 BASE = "id: t\nmatch: {name: [x]}\npause_fleet: {scope: gpu}\n"
 
 
@@ -33,3 +36,17 @@ def test_a_checkpoint_time_out_of_range_and_a_misspelt_key_are_refused(rule_prob
     assert "less than or equal to 600" in said, said
     (said,) = rule_problems(BASE + "eviction: {checkpoint_sig: USR1}\n")
     assert "checkpoint_sig" in said and "checkpoint_signal" in said, said
+
+
+def test_evict_after_s_takes_seconds_auto_or_null_and_says_one_clear_error() -> None:
+    for good, value in (("auto", "auto"), ("0", 0.0), ("900", 900.0), ("null", None)):
+        assert parse_node_config(f"evict_after_s: {good}\n", "arbiter.yaml").evict_after_s == value
+    assert parse_node_config("evict_cost_s: 3\n", "arbiter.yaml").evict_cost_s == 3.0
+    for bad, said in (("autp", "'autp' is not a number of seconds; did you mean 'auto'?"), ("-2", "-2 is negative")):
+        try:
+            parse_node_config(f"evict_after_s: {bad}\n", "arbiter.yaml")
+        except ConfigError as exc:
+            (problem,) = exc.problems
+            assert "arbiter.yaml:1" in str(problem) and said in str(problem), problem
+        else:
+            raise AssertionError(f"{bad} accepted")
