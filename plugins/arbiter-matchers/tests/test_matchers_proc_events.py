@@ -97,6 +97,30 @@ def test_a_new_program_and_its_end_are_in_the_next_table(memo: TableMemo) -> Non
     assert memo.events_in_use
 
 
+def test_a_failed_read_of_what_the_events_name_reads_everything_at_once(
+    memo: TableMemo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memo.table()
+    owner, name = (memo._child, "call") if memo._child is not None and memo._from_child else (memo._scan, "read")
+    real = getattr(owner, name)
+    failures = []
+
+    def fails_once(*args: object) -> object:
+        if not failures:
+            failures.append(args)
+            raise OSError("a read cut short")
+        return real(*args)
+
+    monkeypatch.setattr(owner, name, fails_once)
+    child = subprocess.Popen(["sleep", "600"])
+    try:
+        assert child.pid in pids(memo.table())
+        assert failures and memo.events_in_use
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_while_nothing_changes_nothing_is_read_and_what_an_event_names_is_read_alone(
     memo: TableMemo, monkeypatch: pytest.MonkeyPatch
 ) -> None:

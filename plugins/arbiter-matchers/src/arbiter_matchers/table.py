@@ -153,7 +153,10 @@ class TableMemo:
             self._count, self._newest = count, newest
             if touched:
                 self._read_some(touched)
-            return list(self._quiet.values())
+            quiet = self._quiet
+            if quiet is None:  # reading those it named failed: read them all now
+                return self._full(events, verify=False)
+            return list(quiet.values())
 
     def _full(self, events: ProcEvents, *, verify: bool) -> list[ProcessInfo]:
         """Every process read; with ``verify``, one the events should have kept up to date
