@@ -10,7 +10,8 @@ source, the decision that follows the report acts.
 
 A report that moves only a count (a progress source's ten thousand lines a second) changes
 nothing a decision acts on before the tick: it is held, the latest of each source's, and the
-decision thread takes it with the next tick, instead of waking for every one.
+decision thread takes it with the next tick, instead of waking for every one (except while a
+paired run measures: each of its decisions reads the count).
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ class Intake:
             self.tell(SourceReport(key, state))
             return
         acted_on = (state.readable, state.phase, state.busy, state.why, state.needs_helper)
-        if self._handed.get(key) == acted_on:
+        decision = self.published.snapshot.decision
+        measuring = decision is not None and decision.state.ab is not None and decision.state.ab.running
+        # a paired run reads its program's count on every decision: it is handed over at once
+        if self._handed.get(key) == acted_on and not measuring:
             self._held[key] = state  # one thread reports each source: the latest stays
             return
         self._handed[key] = acted_on
