@@ -321,6 +321,7 @@ def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tm
     with running(tmp_path, 60, 14, reflex_process=True) as (node, daemon, events, pid):
         assert daemon.intake.linked is not None and daemon.intake.linked.link.pid is not None
         os.kill(daemon.intake.linked.link.pid, signal.SIGSTOP)  # it reads nothing more, and tells nothing
+        stopped_within(daemon.intake.linked.link.pid)  # the signal lands a moment after kill() returns
         phase(events, "on")
         node.wait_for(lambda: ("p", 0) in daemon.intake.linked.set_aside, timeout=5)
         assert not stopped(pid)
