@@ -4,10 +4,11 @@ the latest is held and taken with the tick; a change a decision acts on is hande
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 from arbiter.daemon.inbox import SourceReport
 from arbiter.daemon.intake import Intake
-from arbiter.daemon.snapshot import Published
+from arbiter.daemon.snapshot import Published, Snapshot
 from arbiter.daemon.sources import PROGRESS, SourceBook
 from arbiter.engine.types import Policy
 from arbiter.plugin import SourceState
@@ -56,3 +57,12 @@ def test_a_report_that_changes_what_a_decision_acts_on_is_handed_over_at_once() 
         taken.take(SourceReport(KEY, state))
     taken.take_held()  # the count-only report in between was superseded: nothing older comes after
     assert taken.book.state(KEY).count == 3  # type: ignore[union-attr]
+
+
+def test_while_a_paired_run_measures_every_count_is_handed_over_at_once() -> None:
+    taken = intake()
+    running = SimpleNamespace(state=SimpleNamespace(ab=SimpleNamespace(running=True)))
+    taken.published.snapshot = Snapshot(decision=running)  # type: ignore[arg-type]  # what the intake reads of it
+    for count in range(1, 4):
+        taken.on_source("trainer", PROGRESS, SourceState(readable=True, count=count, changed_at=float(count)))
+    assert [s.count for s in reports(taken)] == [1, 2, 3]  # each of its decisions reads the count

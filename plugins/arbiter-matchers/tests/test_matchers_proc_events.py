@@ -103,7 +103,7 @@ def test_a_failed_read_of_what_the_events_name_reads_everything_at_once(
     memo.table()
     owner, name = (memo._child, "call") if memo._child is not None and memo._from_child else (memo._scan, "read")
     real = getattr(owner, name)
-    failures = []
+    failures: list[tuple[object, ...]] = []
 
     def fails_once(*args: object) -> object:
         if not failures:
