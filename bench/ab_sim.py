@@ -9,7 +9,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from arbiter.engine import abstats
+from arbiter.engine import abstats, quantiles
 
 RATIOS = (1.00, 0.99, 0.98, 0.97)
 SDS = (0.01, 0.02, 0.05)
@@ -64,7 +64,7 @@ def t_quantile(df: int, confidence: float = abstats.CONFIDENCE) -> float:
     """abstats's own two-sided t quantile, so the numbers match it exactly; cached because its
     quadrature costs milliseconds and a cell asks for the same few df thousands of times."""
     if (confidence, df) not in _T_CACHE:
-        _T_CACHE[confidence, df] = abstats.t_quantile(1 - (1 - confidence) / 2, df)
+        _T_CACHE[confidence, df] = quantiles.t_quantile(1 - (1 - confidence) / 2, df)
     return _T_CACHE[confidence, df]
 
 
@@ -161,7 +161,7 @@ def size_runs(pilot_d: np.ndarray, margin: float, most: int | None = None) -> np
     if n < 2:
         raise ValueError("a pilot needs at least 2 blocks")
     _, sd = _row_mean_sd(pilot_d)
-    sd_upper = sd * math.sqrt((n - 1) / abstats.chi2_quantile(0.20, n - 1))
+    sd_upper = sd * math.sqrt((n - 1) / quantiles.chi2_quantile(0.20, n - 1))
     gap = -math.log(1 - margin)
     cap = abstats.REALISTIC_BLOCKS
     # The answer is at least (z·sd_upper/gap)²: far above the cap it is None whatever t does, so

@@ -24,16 +24,15 @@ from arbiter.engine.abstats import (
     analyse,
     blocks_needed,
     change_statistic,
-    chi2_quantile,
     drift_phi,
     end_intervals,
     interval,
     look_confidence,
     planned_hours,
     runs_on,
-    t_quantile,
     variance_factor,
 )
+from arbiter.engine.quantiles import chi2_quantile, t_quantile
 
 
 @pytest.mark.parametrize(
