@@ -107,6 +107,7 @@ class _Progress:
 
     step: Step | None = None  # the call running now (None: the shell's code between calls)
     since: float = 0.0
+    started: bool = False  # whether a pool thread took the run up
     abandoned: bool = False
     cpu: float = 0.0  # CPU seconds the pool thread and its child workers spent on the run
     done: bool = False
@@ -138,6 +139,7 @@ def run_steps(
             with turn:
                 if run.abandoned:
                     return
+                run.started = True
                 try:
                     step = steps.throw(failed) if failed is not None else steps.send(value)
                 except StopIteration as stop:
@@ -178,6 +180,12 @@ def run_steps(
             break
         except FutureTimeout:
             with turn:
+                if not run.started:
+                    # every pool thread is taken (by calls that hang): the run is taken back
+                    # and its calls made from here, each failing on its own timeout
+                    run.abandoned = True
+                    future.cancel()
+                    return drive(steps, call), run.cpu
                 if run.step is None or run.step is not step or time.monotonic() - run.since < limit:
                     continue  # another step runs now, or this one is still within its limit
                 run.abandoned = True

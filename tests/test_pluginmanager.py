@@ -7,13 +7,14 @@ import threading
 import time
 import types
 from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from arbiter.plugin import KindOptions, Matcher, ProcessInfo, hookimpl
 from arbiter.pluginmanager import PluginFailed, PluginLoadError, build_plugin_manager
-from arbiter.pluginsteps import Step
+from arbiter.pluginsteps import Step, one, run_steps
 from arbiter_testing import wait_until
 
 
@@ -239,3 +240,31 @@ def test_a_run_of_steps_hands_over_once_and_goes_on_without_a_step_that_hangs() 
     wait_until(hung_one_returned, timeout_s=10, what="the hung call returned")
     assert made == ["table", "readers"]  # the hung thread did not run the generator on
     host.close()
+
+
+def test_a_run_no_pool_thread_takes_up_is_made_from_the_caller_at_its_timeout() -> None:
+    """Every pool thread taken by calls that hang: the tick does not wait for one forever."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    pool.submit(release.wait, 10)  # the one thread, taken
+    made: list[int] = []
+
+    def call(label: str, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+        made.append(threading.get_ident())
+        return fn(*args)
+
+    try:
+        started = time.monotonic()
+        value, _ = run_steps(
+            pool.submit,
+            one("table", str.upper, "t"),
+            timeout_s=0.3,
+            refuse=lambda _: None,
+            hung=lambda *_: None,
+            call=call,
+        )
+        assert value == "T" and made == [threading.get_ident()]
+        assert time.monotonic() - started < 5.0
+    finally:
+        release.set()
+        pool.shutdown()
