@@ -218,11 +218,12 @@ class SourceBook:
     def own(self, key: SlotKey, state: SourceState, seen_by: SeenBy) -> bool:
         """The daemon's own reading; True when what counts changed (readability or phase).
 
-        A tick's reading never replaces a newer one a watch already handed over."""
+        Neither a tick's reading nor an older watch report (one handed over before a report
+        held for the tick, and taken after it) replaces a newer one a watch handed over."""
         state = checked(state)
 
         def apply(slot: Slot) -> None:
-            if seen_by == "tick" and slot.own.seen_by == "watch" and state.changed_at < slot.own.state.changed_at:
+            if slot.own.seen_by == "watch" and state.changed_at < slot.own.state.changed_at:
                 return
             if seen_by == "tick" and replace(state, changed_at=0.0) == replace(slot.own.state, changed_at=0.0):
                 return  # nothing new: keep who saw it first

@@ -36,8 +36,9 @@ def test_reports_that_move_only_a_count_wake_the_decision_thread_once_and_the_ti
     taken = intake()
     for count in range(1, 1001):
         taken.on_source("trainer", PROGRESS, SourceState(readable=True, count=count, changed_at=time.monotonic()))
-    assert [s.count for s in reports(taken)] == [1]  # the first: what a decision acts on was new
-    taken.book.own(KEY, SourceState(readable=True, count=1, changed_at=time.monotonic()), "watch")
+    first = reports(taken)
+    assert [s.count for s in first] == [1]  # the first: what a decision acts on was new
+    taken.book.own(KEY, first[0], "watch")
     taken.take_held()  # as the decision thread does with each tick
     assert taken.book.state(KEY) is not None and taken.book.state(KEY).count == 1000  # type: ignore[union-attr]
     assert taken.book.observed(KEY, time.monotonic()).seen_by == "watch"
@@ -66,3 +67,15 @@ def test_while_a_paired_run_measures_every_count_is_handed_over_at_once() -> Non
     for count in range(1, 4):
         taken.on_source("trainer", PROGRESS, SourceState(readable=True, count=count, changed_at=float(count)))
     assert [s.count for s in reports(taken)] == [1, 2, 3]  # each of its decisions reads the count
+
+
+def test_a_report_handed_over_before_a_held_one_and_taken_after_it_does_not_move_the_count_back() -> None:
+    taken = intake()
+    taken.on_source("trainer", PROGRESS, SourceState(readable=True, count=100, changed_at=1.0))
+    taken.on_source("trainer", PROGRESS, SourceState(readable=True, count=105, why="slow", changed_at=2.0))
+    taken.on_source("trainer", PROGRESS, SourceState(readable=True, count=110, why="slow", changed_at=3.0))
+    handed = reports(taken)  # 100 and 105 queued; 110 held
+    taken.take(SourceReport(KEY, handed[0]))
+    taken.take_held()  # the tick came before the queued report was taken
+    taken.take(SourceReport(KEY, handed[1]))
+    assert taken.book.state(KEY).count == 110  # type: ignore[union-attr]
