@@ -17,7 +17,8 @@ node is stopped through arbiter (``arbiter job stop``): the time until squeue sh
 again with its restart count one higher.  Prints p50/p99.
 
 Last, fleet throughput against an oracle (``--throughput-s``, twice: eviction off, then
-``evict_after_s`` at ``--evict-after-s``, ``auto`` unless given, the daemons started again for each, the same
+``evict_after_s`` at ``--evict-after-s``, ``auto`` unless given, with ``evict_cost_s`` at ``--evict-cost-s``
+(3 s: this cluster's requeue to running again), the daemons started again for each, the same
 schedule both times, ``slurm.checkpoint_s`` and ``slurm.requeue_grace_s`` from
 ``--checkpoint-s`` and ``--requeue-grace-s``).  ``--queue`` batch jobs are in the fleet at once
 (``sbatch --requeue --constraint=arbiter-admit``; one that ends is followed by a new one),
@@ -165,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         help="evict_after_s in the second pass: seconds, or auto (the default, as fleet-slurm.md recommends)",
     )
     ap.add_argument(
+        "--evict-cost-s",
+        type=float,
+        default=3.0,
+        help="evict_cost_s for auto: what a requeue costs a job on this loopback cluster (measured below)",
+    )
+    ap.add_argument(
         "--checkpoint-s",
         type=float,
         default=1.0,
@@ -285,7 +292,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
             grace = args.checkpoint_s + args.requeue_grace_s
             for tag, evict in (("off", None), ("on", args.evict_after_s)):
                 slurm = {"checkpoint_s": args.checkpoint_s, "requeue_grace_s": args.requeue_grace_s}
-                restart_fleet(cluster, names, slurm, evict_after_s=evict)
+                restart_fleet(cluster, names, slurm, evict_after_s=evict, evict_cost_s=args.evict_cost_s)
                 passes[tag] = throughput(cluster, names, args, schedule, tag, grace_s=grace)
                 print(f"throughput pass, evict_after_s {evict}: {passes[tag]}", flush=True)
     finally:

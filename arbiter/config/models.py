@@ -283,11 +283,12 @@ class NodeConfig(Strict):
         ),
     )
     evict_cost_s: float = Field(
-        3.0,
+        60.0,
         ge=0,
         description=(
             "what an eviction costs a job, in seconds of its work (until it works again on another node, and the "
-            "work it loses): evict_after_s: auto weighs it against how long protection lasts"
+            "work it loses): evict_after_s: auto weighs it against how long protection lasts; the default is "
+            "Slurm's default scheduling interval, measure yours"
         ),
     )
     plugin_timeout_s: float = Field(5.0, gt=0, description="every call into a plugin fails after this many seconds")

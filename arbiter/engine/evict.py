@@ -105,8 +105,8 @@ def step(
     prev: HeldJob | None,
     after_s: float | Literal["auto"] | None,
     now: float,
-    spans: Mapping[str, Sequence[float]] | None = None,
-    cost_s: float = 3.0,
+    spans: Mapping[str, Sequence[float]] | None,
+    cost_s: float,
 ) -> HeldJob | None:
     """The job's protection pause after this decision (None: it is not paused by protection).
 
@@ -121,7 +121,8 @@ def step(
     since = prev.since if prev is not None else now
     limit, basis = after_s, ""
     if limit == "auto":
-        rule = first.evidence.get("rule")
+        # a tenant taking the job's VRAM is a rule too, named as the tenant
+        rule = first.evidence.get("rule") or first.evidence.get("tenant")
         rule = str(rule) if rule else None
         limit, basis = auto_wait(rule, (spans or {}).get(rule or "", ()), cost_s)
     if limit is None or now - since < limit:

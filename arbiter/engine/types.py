@@ -230,7 +230,7 @@ class Policy:
     evict_after_s: float | Literal["auto"] | None = None
     #: what an eviction costs a job, in seconds of its work: until it works again elsewhere,
     #: and what it loses ("auto" weighs it against how long protection lasts)
-    evict_cost_s: float = 3.0
+    evict_cost_s: float = 60.0
 
 
 # --- state and decision ----------------------------------------------------------------------

@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from arbiter.engine import codes
-from arbiter.engine.evict import SPANS_KEPT, auto_wait, record
-from arbiter.engine.types import Decision, EngineState, RuleState
+from arbiter.engine.evict import SPANS_KEPT, auto_wait, record, step
+from arbiter.engine.types import Decision, EngineState, JobVerdict, Reason, RuleState
 
 from .test_evict import POLICY, job, run, trainer
 
@@ -100,3 +100,14 @@ def test_a_fixed_evict_after_s_is_unchanged_and_says_no_basis() -> None:
     d = run(trainer(), [job()], d.state, now=200.0, policy=POLICY)
     held = d.state.held["j1"]
     assert held.after_s == 60.0 and held.basis == ""
+
+
+def test_a_pause_for_a_tenants_vram_weighs_that_tenants_protections() -> None:
+    vram = Reason(codes.JOB_PAUSED_FOR_VRAM, "paused for 'llm'", "", {"tenant": "llm"})
+    verdict = JobVerdict("j1", "paused", reasons=(vram,))
+    started = job()
+    held = step(started, verdict, None, "auto", 100.0, {"llm": (600.0,) * 3}, 5.0)
+    assert held is not None and held.evicted_at is not None  # llm's protections outlast an eviction
+    assert "by 'llm'" in held.basis
+    held = step(started, verdict, None, "auto", 100.0, {}, 5.0)
+    assert held is not None and held.after_s == 5.0 and "no protection by 'llm'" in held.basis
