@@ -5,6 +5,7 @@ a real protected stand-in and a real process that counts its steps in a file."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,18 +22,22 @@ pytestmark = [pytest.mark.slow]
 WAIT_S = 60.0
 
 #: hands itself over as ``batch-7``, as a scheduler's task hook hands over its task, then
-#: counts its steps in a file: a step counted is work done
+#: counts its steps in a file (a step counted is work done) and keeps the verdict it was
+#: answered with
 COUNTER = """\
-import os, sys, time
+import json, os, sys, time
 from arbiter.api.transport import request
 sock, counter = sys.argv[1], sys.argv[2]
-request(sock, "job.adopt", id="batch-7", pid=os.getpid(), timeout=30.0)
+answer = request(sock, "job.adopt", id="batch-7", pid=os.getpid(), timeout=30.0)
 n = 0
 while True:
     n += 1
     with open(counter + ".tmp", "w") as fh:
         fh.write(str(n))
     os.replace(counter + ".tmp", counter)
+    if n == 1:
+        with open(counter + ".answer", "w") as fh:
+            json.dump(answer, fh)
     time.sleep(0.01)
 """
 
@@ -44,6 +49,14 @@ def _paused(node: HarnessNode, subject: str) -> dict[str, Any] | None:
     except RequestRefused:
         return None
     return item if item["state"] == "paused" else None
+
+
+def _answer(path: Path) -> dict[str, Any] | None:
+    try:
+        answer: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # not written yet, or half-way
+    return answer
 
 
 def _state(pid: int) -> str:
@@ -76,6 +89,10 @@ def test_a_process_handed_over_while_the_node_protects_does_no_work_until_releas
         protected.wait()
         # released, it runs: the file was missing for the hold, not because it never could
         wait_until(lambda: counter.exists(), WAIT_S, "the handed-over process working once released")
+        # it was answered only once it was held, and the answer says why
+        answer = wait_until(lambda: _answer(tmp_path / "steps.answer"), WAIT_S, "the answer it kept")
+        verdict = answer["verdict"]
+        assert verdict["state"] == "paused" and verdict["reasons"][0]["code"] == "PROTECTED_GPU_BUSY", answer
     finally:
         if worker is not None:
             worker.kill()
