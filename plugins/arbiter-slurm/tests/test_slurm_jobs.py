@@ -247,5 +247,5 @@ def test_a_job_that_starts_while_its_node_protects_does_no_work_there(slurm: Slu
         protected.wait()
     wait_until(steps.exists, WAIT_S, "the job working once the node is free", poll_s=0.1)
     # its output says why it waited
-    said = wait_until(lambda: "held on this node" in (out := slurm.output(job)) and out, WAIT_S, "the job's output")
-    assert "PROTECTED_GPU_BUSY" in said, said
+    wait_until(lambda: "held on this node" in slurm.output(job), WAIT_S, "the job's output saying it was held")
+    assert "PROTECTED_GPU_BUSY" in slurm.output(job), slurm.output(job)
