@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
 
 MAX_WAIT_S = 5.0
+#: the longest ``job.adopt`` waits for the decision on the job it took on (the hook that asks
+#: waits at most 5 s): a task handed over before it starts is held before its first
+#: instruction when its node protects, and where no decision comes this soon it is answered
+#: all the same, the decision acting when it comes
+ADOPT_DECIDED_S = 3.0
 PROBE_WAIT_S = 45.0  # the first run of every probe, on a slow host
 
 
@@ -145,7 +150,28 @@ class JobOperations:
             record, new = adopt.adopt(self.parts, id, proc, parsed, f"handed over by process {caller.pid}")
         except adopt.AdoptRefused as exc:
             raise Refused(str(exc), exc.code) from None
-        return {"job": self._job_answer(record), "new": new}
+        # Answered once a decision has acted on the job: a scheduler's hook runs before its
+        # task and the task waits for it, so a task paused now is stopped before it execs its
+        # program.  Answered at once, the task would start, and fork, before the pause reaches
+        # it; the pause stops only the processes known then, its children only a tick later.
+        verdict = self._decided(record.id, ADOPT_DECIDED_S) if new else self._verdict(record.id)
+        return {"job": self._job_answer(record), "new": new, "verdict": verdict}
+
+    def _decided(self, job_id: str, timeout: float) -> dict[str, Any]:
+        """The job's verdict once a decision that saw it has acted, or after ``timeout``.  A
+        decision observed after this call began read the registry with the job in it (an
+        earlier one may hold a verdict on a job ended under the same id)."""
+        jobs = self.parts.jobs
+        since = time.monotonic()
+        deadline = since + timeout
+        with jobs.changed:
+            while True:
+                snap = self.parts.snapshot
+                remaining = deadline - time.monotonic()
+                decided = snap.decision is not None and job_id in snap.decision.jobs
+                if (decided and snap.obs is not None and snap.obs.now >= since) or remaining <= 0:
+                    return self._verdict(job_id)
+                jobs.changed.wait(remaining)
 
     def _verdict(self, job_id: str) -> dict[str, Any]:
         decision = self.parts.snapshot.decision

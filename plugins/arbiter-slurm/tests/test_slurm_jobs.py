@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from arbiter.api.transport import RequestRefused
 from arbiter_slurm import hooks
 from arbiter_testing import run_as
 from arbiter_testing.slurm import SlurmCluster
@@ -213,3 +214,38 @@ def test_a_task_prolog_run_by_hand_with_another_users_job_id_takes_over_nothing(
     assert after is not None and after["owner_uid"] == 0, after
     assert _job(n1, f"slurm-{elsewhere}") is None
     assert not n1.call("timeline", code="JOB_EXITED", subject=key)["events"]
+
+
+def _paused(node: Any, key: str) -> dict[str, Any] | None:
+    """The job's explain item once it is paused (None before it is known, or while it runs)."""
+    try:
+        (item,) = node.call("explain", subject=key)["explain"]["items"]
+    except RequestRefused:
+        return None
+    return item if item["state"] == "paused" else None
+
+
+def test_a_job_that_starts_while_its_node_protects_does_no_work_there(slurm: SlurmCluster) -> None:
+    # placed as a node ends one protection and starts the next, a job starts on a node that
+    # protects: its task is stopped while it waits for its TaskProlog, before the job's
+    # script runs at all (each step it takes is a line in a file)
+    n1 = slurm.start_arbiter("n1", translators=SLURM_TRANSLATOR)
+    marker = f"arbiter.demo.protected --events {slurm.root / 'p.jsonl'}"
+    n1.add_rule("prot", {"id": "prot", "match": {"cmdline": [marker]}, "protect": {"metric": "gpu_share"}})
+    steps = slurm.root / "steps"
+    protected = n1.spawn([sys.executable, "-m", "arbiter.demo.protected", "--events", str(slurm.root / "p.jsonl")])
+    try:
+        n1.job_run([sys.executable, "-c", "import time; time.sleep(300)"], "--name", "guard")
+        n1.reasons("guard", "PROTECTED_GPU_BUSY")  # the node protects
+        job = slurm.sbatch(f"while :; do echo step >> {steps}; sleep 0.05; done\n", "--nodelist=n1")
+        item = wait_until(partial(_paused, n1, f"slurm-{job}"), WAIT_S, "the job held", poll_s=0.05)
+        assert item["reasons"][0]["code"] == "PROTECTED_GPU_BUSY", item
+        wait_until(lambda: slurm.jobs()[job]["job_state"] == "SUSPENDED", WAIT_S, "the job S in squeue", poll_s=0.1)
+        assert not steps.exists(), f"the job took {len(steps.read_text().split())} step(s) on a protected node"
+    finally:
+        protected.terminate()
+        protected.wait()
+    wait_until(steps.exists, WAIT_S, "the job working once the node is free", poll_s=0.1)
+    # its output says why it waited
+    wait_until(lambda: "held on this node" in slurm.output(job), WAIT_S, "the job's output saying it was held")
+    assert "PROTECTED_GPU_BUSY" in slurm.output(job), slurm.output(job)

@@ -10,7 +10,8 @@ Prolog and Epilog, the job's error file for the TaskProlog).
 
 - **TaskProlog** (as the job's user, its parent is the task about to start): hands the task
   to the local daemon as job ``slurm-<job id>`` (``slurm-<job>.<step>.<task>`` for tasks of
-  other steps) and exports ``ARBITER_CONTROL``, ``ARBITER_EVENTS`` and ``ARBITER_JOB_ID`` to
+  other steps), which answers once its decision on the task is carried out (a task held is
+  stopped before it runs), and exports ``ARBITER_CONTROL``, ``ARBITER_EVENTS`` and ``ARBITER_JOB_ID`` to
   it.  Its manifest: ``$ARBITER_MANIFEST`` (a file, or the JSON itself), else the job's
   comment (``--comment 'arbiter:{...}'``), else plain shared GPU work.
 - **Epilog** (as root, after the job's processes have ended on the node): ends the job's
@@ -209,7 +210,11 @@ def taskprolog(env: dict[str, str], parent_pid: int) -> list[str]:
             raise
         _say("taskprolog", f"{exc}; the job runs as plain shared GPU work")
         answer = call(env, "job.adopt", id=key, pid=parent_pid, manifest=None)
-    job = answer["job"]
+    job, verdict = answer["job"], answer.get("verdict") or {}
+    if verdict.get("state") == "paused" and verdict.get("reasons"):
+        # the task is stopped already (the daemon answers once it is): its output says why
+        why = verdict["reasons"][0]
+        _say("taskprolog", f"held on this node: {why['message']} ({why['code']}); `arbiter explain {job['id']}`")
     return [
         f"export ARBITER_JOB_ID={job['id']}",
         f"export ARBITER_CONTROL={job['control_path']}",
