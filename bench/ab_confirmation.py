@@ -67,7 +67,7 @@ def confirmation_cell(
             # each series' trend centred where its own mean estimates R, as run_procedure does
             before = d[rows, :blocks] - slope * (PILOT_BLOCKS + (blocks - PILOT_BLOCKS - 1) / 2)
             own = twin_d[rows, :n] - twin_slope * (n - 1) / 2
-            result = analyse_fixed(np.concatenate([before, own], axis=1), margin, pilot=blocks)
+            result = analyse_fixed(np.concatenate([before, own], axis=1), margin, pilot=blocks, ends_test=False)
             agrees = (result["high"] >= original["low"][rows]) & (result["verdict"] != SLOWDOWN)
             adopted[twin, rows] = (result["low"] >= 1 - margin) & agrees
     floor = 1 - margin

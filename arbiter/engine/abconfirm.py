@@ -69,7 +69,7 @@ def judge(
 ) -> Judgement:
     """The confirmation's verdict on its own ``blocks`` against the original run's interval,
     the autocorrelation estimated over the ``original`` blocks and these together."""
-    a = analyse([*original, *blocks], margin, pilot=len(original))
+    a = analyse([*original, *blocks], margin, pilot=len(original), ends=False)
     floor = 1 - margin
     if a.high < original_low or a.verdict == "slowdown":
         return Judgement(

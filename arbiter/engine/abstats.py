@@ -247,12 +247,17 @@ def _usual_high(robust: Interval, mean: float, sd: float, n: int, phi: float, co
     return math.exp(robust.high if confidence == CONFIDENCE else interval(mean, sd, n, phi).high)
 
 
-def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: float = CONFIDENCE) -> Analysis:
+def analyse(
+    blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: float = CONFIDENCE, *, ends: bool = True
+) -> Analysis:
     """The verdict of a run's blocks against ``margin`` (e.g. 0.02: a 2 % slowdown is tolerated),
     from the interval at ``confidence`` (the look's: :data:`FIRST_LOOK_CONFIDENCE` …).
 
     The first ``pilot`` blocks sized the run: they count in the autocorrelation estimate but not
-    in R or its interval, so the choice of the run's length cannot bias them."""
+    in R or its interval, so the choice of the run's length cannot bias them.  ``ends``: whether
+    the run's first and last quarter must clear the margin too, and the change test reads the
+    pilot (a twin's confirmation, whose pilot is another node's blocks, leaves its ends to the
+    run that earned the certificate and looks for a change in its own blocks alone)."""
     n_all = len(blocks)
     if pilot < 0 or n_all - pilot < 2:
         raise ValueError(f"an interval needs at least 2 blocks after the pilot of {pilot}; there are {n_all}")
@@ -295,7 +300,7 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
                 why = f"about {more} more block(s) would decide it"
             else:
                 why = f"it would take about {needed} blocks: no realistic run will decide it"
-    change = change_statistic(d_all)
+    change = change_statistic(d_all if ends else d)
     if verdict in ("no slowdown shown", "slowdown smaller than the margin") and (change or 0.0) > CHANGE_CRITICAL:
         # R is the mean of an effect that moved: where it ends may be far from that mean
         verdict = "the effect changed"
@@ -303,11 +308,11 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
             f"{why}, but the effect changed during the run (its change statistic {change:.2f} is above"
             f" {CHANGE_CRITICAL:g}): no certificate"
         )
-    ends = end_intervals(d_all, phi, confidence)
+    ends_at = end_intervals(d_all, phi, confidence) if ends else None
     ends_short = False
-    if verdict in ("no slowdown shown", "slowdown smaller than the margin") and ends is not None:
-        usual = (end_intervals(d_all, phi) if confidence != CONFIDENCE else None) or ends
-        verdict, why, more = _judge_ends(ends, usual, math.log(floor), n_all, verdict, why)
+    if verdict in ("no slowdown shown", "slowdown smaller than the margin") and ends_at is not None:
+        usual = (end_intervals(d_all, phi) if confidence != CONFIDENCE else None) or ends_at
+        verdict, why, more = _judge_ends(ends_at, usual, math.log(floor), n_all, verdict, why)
         ends_short = verdict == "inconclusive"
     first = [x for x, b in zip(d, used, strict=True) if b.on_first]
     second = [x for x, b in zip(d, used, strict=True) if not b.on_first]
@@ -340,8 +345,8 @@ def analyse(blocks: Sequence[Block], margin: float, pilot: int = 0, confidence: 
         t_high=math.exp(paired.high),
         change=change,
         confidence=confidence,
-        ends=None if ends is None else tuple((math.exp(e.mean), math.exp(e.low)) for e in ends),
-        end_blocks=0 if ends is None else max(2, math.ceil(n_all * END_SHARE)),
+        ends=None if ends_at is None else tuple((math.exp(e.mean), math.exp(e.low)) for e in ends_at),
+        end_blocks=0 if ends_at is None else max(2, math.ceil(n_all * END_SHARE)),
         ends_short=ends_short,
     )
 

@@ -51,3 +51,14 @@ def test_a_confirmation_slowed_beyond_the_original_disagrees() -> None:
 def test_an_inconclusive_confirmation_does_not_confirm() -> None:
     j = abconfirm.judge(blocks(1.0, 0.02, 16), 0.95, 1.01, blocks(0.975, 0.02, 8, seed=2), 0.02)
     assert j.outcome == "not confirmed" and "below 1 − margin" in j.why, j
+
+
+def test_a_twin_is_judged_on_its_own_blocks_not_on_where_the_original_began() -> None:
+    """The original's first blocks, near the margin, say nothing of this node: pooled with the
+    confirmation's, they made its first quarter, and its change test, refuse a true twin."""
+    original = [Block(90.5 + (i % 2), 100.0) for i in range(6)] + [
+        Block(99.0 + (i % 2) * 0.4, 100.0) for i in range(10)
+    ]
+    here = [Block(98.9 + (i % 2) * 0.3, 100.0) for i in range(8)]
+    verdict = abconfirm.judge(original, 0.95, 1.0, here, 0.10)
+    assert verdict.adopts, verdict.why
