@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from arbiter.state.store import JobRecord, PausedEntry, PausedJournal, Store
+from arbiter.state.journal import PausedEntry, PausedJournal
+from arbiter.state.store import JobRecord, Store
 
 
 def test_journal_replay_keeps_what_is_still_paused(tmp_path: Path) -> None:

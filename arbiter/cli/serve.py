@@ -22,7 +22,8 @@ from arbiter.pluginmanager import PluginLoadError, build_plugin_manager
 from arbiter.reflex.act import Actuator, make_translators
 from arbiter.reflex.limits import cap_malloc_arenas, raise_open_file_limit
 from arbiter.runtime.children import UMASK
-from arbiter.state.store import PausedJournal, Store
+from arbiter.state.journal import PausedJournal
+from arbiter.state.store import Store
 
 #: how long stopping may take, at most, before the process ends anyway
 STOP_MOST_S = 15.0

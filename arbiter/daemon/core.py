@@ -66,7 +66,8 @@ from arbiter.plugin import ProcessRef
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.probing import Prober
 from arbiter.reflex.act import Actuator, make_translators
-from arbiter.state.store import JobRecord, PausedJournal, Store
+from arbiter.state.journal import PausedJournal
+from arbiter.state.store import JobRecord, Store
 
 log = logging.getLogger("arbiter.daemon")
 

@@ -33,7 +33,8 @@ from arbiter.pluginmanager import PluginHost
 from arbiter.reflex.act import Actuator
 from arbiter.reflex.link import Gone, ReflexLink
 from arbiter.reflex.wire import ArmTable, Moves, Reading, Setup, SourceSpec, arm_key
-from arbiter.state.store import JobRecord, PausedJournal
+from arbiter.state.journal import PausedJournal
+from arbiter.state.store import JobRecord
 
 log = logging.getLogger("arbiter.daemon")
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from arbiter.pluginmanager import PluginHost
     from arbiter.probing import Prober
     from arbiter.reflex.act import Actuator
-    from arbiter.state.store import PausedJournal, Store
+    from arbiter.state.journal import PausedJournal
+    from arbiter.state.store import Store
 
 
 @dataclass

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from arbiter.engine import codes
-from arbiter.state.store import PausedEntry, Store
+from arbiter.state.journal import PausedEntry
+from arbiter.state.store import Store
 
 log = logging.getLogger("arbiter.recorder")
 #: every timeline entry is one log line too: a foreground daemon says what it decides

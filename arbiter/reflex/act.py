@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from arbiter.plugin import ControlUpdate, JobTarget, ProcessRef, Translator
 from arbiter.pluginmanager import PluginFailed, PluginHost
-from arbiter.state.store import PausedEntry, PausedJournal
+from arbiter.state.journal import PausedEntry, PausedJournal
 
 if TYPE_CHECKING:  # not imported at run time: the reflex process uses this module, and is kept small
     from arbiter.config.models import NodeConfig

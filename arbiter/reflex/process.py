@@ -64,7 +64,7 @@ from arbiter.reflex.wire import (
     encode,
     to_process,
 )
-from arbiter.state.store import PausedEntry, PausedJournal
+from arbiter.state.journal import PausedEntry, PausedJournal
 
 #: where each side writes the count of messages it sent, in the lock file
 ARMS_AT, LINES_AT = 0, 8

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from arbiter.plugin import JobTarget, ProcessRef, SourceState
-from arbiter.state.store import PausedEntry
+from arbiter.state.journal import PausedEntry
 
 Slot = tuple[str, int, int]  # rule id, source index, rule serial
 

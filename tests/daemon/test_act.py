@@ -16,7 +16,7 @@ import pytest
 from arbiter.plugin import JobTarget, PluginContext, PluginError, ProcessRef, Translator
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter.reflex.act import Actuator
-from arbiter.state.store import PausedEntry, PausedJournal
+from arbiter.state.journal import PausedEntry, PausedJournal
 from arbiter_translators.signals import SignalOptions, SignalTranslator
 
 

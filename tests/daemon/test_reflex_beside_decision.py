@@ -296,7 +296,7 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
     import os
     import signal
 
-    from arbiter.state.store import PausedEntry, PausedJournal
+    from arbiter.state.journal import PausedEntry, PausedJournal
 
     with running(tmp_path, 0.2, 13, reflex_process=True) as (node, daemon, _events, pid):
         job_id = node.known_job("j")["id"]

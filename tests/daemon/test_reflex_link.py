@@ -17,7 +17,7 @@ import pytest
 
 from arbiter.reflex.link import Gone, ReflexLink
 from arbiter.reflex.wire import Arm, Setup, SourceSpec, arm_key, encode, to_process
-from arbiter.state.store import PausedJournal
+from arbiter.state.journal import PausedJournal
 from arbiter_testing.waiting import wait_until
 
 SPEC = ("r", 0, 1, "jsonl", {"event": "status", "field": "phase", "on": ["busy"]})

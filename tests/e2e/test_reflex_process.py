@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from arbiter.state.store import PausedJournal
+from arbiter.state.journal import PausedJournal
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.rules import phase_rule
 from arbiter_testing.waiting import wait_until

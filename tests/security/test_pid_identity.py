@@ -16,7 +16,7 @@ import pytest
 
 from arbiter.plugin import JobTarget, PluginContext, ProcessRef, Translator
 from arbiter.sdk.supervisor import signal_group
-from arbiter.state.store import PausedEntry, PausedJournal
+from arbiter.state.journal import PausedEntry, PausedJournal
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 from arbiter_translators import CgroupFreezeTranslator, SignalTranslator

@@ -15,7 +15,7 @@ import pytest
 
 from arbiter.api.transport import RequestRefused, request
 from arbiter.daemon.jobs import EVENTS_FILE
-from arbiter.state.store import PausedEntry, PausedJournal
+from arbiter.state.journal import PausedEntry, PausedJournal
 from arbiter_testing import run_as
 from arbiter_testing.node import PYTHON, HarnessNode
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import psutil
 
-from arbiter.state.store import PausedEntry, PausedJournal, Store
+from arbiter.state.journal import PausedEntry, PausedJournal
+from arbiter.state.store import Store
 from arbiter_testing.node import HarnessNode
 from arbiter_testing.waiting import wait_until
 
