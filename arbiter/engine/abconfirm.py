@@ -79,11 +79,10 @@ def judge(
             a,
         )
     if not a.certifies:
+        # the lower bound, or else what else withheld it (the effect changed during the run)
+        short = f"the lower bound is below 1 − margin = {floor:.4f}" if a.low < floor else a.why
         return Judgement(
-            "not confirmed",
-            f"here R is {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}) over {a.n} blocks: the lower bound is "
-            f"below 1 − margin = {floor:.4f}",
-            a,
+            "not confirmed", f"here R is {a.r:.4f} (90 % {a.low:.4f}–{a.high:.4f}) over {a.n} blocks: {short}", a
         )
     return Judgement(
         "adopt",
