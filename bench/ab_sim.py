@@ -213,7 +213,7 @@ def end_lows(
     lowest of the two ends' lower bounds and the lowest of their means, on the log scale.
     ``share`` and ``last`` (False: the first end alone) for the alternatives the bench prices."""
     n = d.shape[1]
-    k = max(2, math.ceil(n * share))
+    k = max(2, math.ceil(min(n, abstats.END_GROWS_TO) * share))
     _, sd = _row_mean_sd(d)
     phi = drift_phi(d)
     whole, part = variance_factor(phi, n), variance_factor(phi, k)

@@ -129,7 +129,8 @@ def effect_changed_note(rs: RunState | None, rule_id: str) -> list[dict[str, str
             "code": codes.AB_ENDS_NOT_SHOWN,
             "message": f"its last paired run {rs.spec.run_id} certified nothing: the effect over its first or last"
             f" {a.end_blocks} blocks is not shown within the margin",
-            "remedy": f"{show} and both ends; run it again once {rule_id!r} is in a steady state, with longer"
-            " --window (drift averages out within it) or a longer --max-hours",
+            "remedy": f"{show} and both ends; run it again once {rule_id!r} is in a steady state (where its effect"
+            " drifts from block to block, neither a longer --window nor a --max-hours past 48 blocks shows the ends;"
+            " a larger --margin does)",
         }
     ]

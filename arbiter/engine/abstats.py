@@ -69,6 +69,11 @@ CHANGE_CRITICAL = 1.358
 #: away from where it started; a quarter is short enough that it cannot move far within one.
 #: bench/ab_validity.py measures it: a random walk from R = 1 − margin certifies at most 5 %.
 END_SHARE = 0.25
+#: The ends stop growing past this many blocks (a quarter of 48: 12 blocks each).  A longer run's
+#: quarter spans more blocks, over which a wandering effect moves further: with the ends a quarter
+#: of 72…144 blocks (--max-hours 12…24 at 300 s windows) the walk from 1 − margin certified 6 % of
+#: runs (bench/ab_window.py --hours-only), with them held at 12 blocks at most 2.3 %.
+END_GROWS_TO = 48
 #: Two looks.  A run is judged where its sizing planned it to end; one that is inconclusive there
 #: with R above 1 − margin runs on to the blocks its hours leave and is judged again.  Each look
 #: spends part of the error (the lower bound is one-sided at (1 − confidence) / 2): almost none at
@@ -161,8 +166,14 @@ def change_statistic(d: Sequence[float]) -> float | None:
     return worst / (sd * math.sqrt(n * variance_factor(drift_phi(d), n)))
 
 
+def end_blocks(n: int) -> int:
+    """The blocks each end of a run of ``n`` spans: :data:`END_SHARE` of them, of at most
+    :data:`END_GROWS_TO`, at least 2."""
+    return max(2, math.ceil(min(n, END_GROWS_TO) * END_SHARE))
+
+
 def end_intervals(d: Sequence[float], phi: float, confidence: float = CONFIDENCE) -> tuple[Interval, Interval] | None:
-    """Intervals for the mean effect over the first and over the last :data:`END_SHARE` of the
+    """Intervals for the mean effect over the first and over the last :func:`end_blocks` of the
     blocks ``d`` (every block, the pilot's included), assuming the autocorrelation ``phi``.
 
     Each is the drift-robust interval of its share's mean, but with the SD and the degrees of
@@ -175,7 +186,7 @@ def end_intervals(d: Sequence[float], phi: float, confidence: float = CONFIDENCE
     sd = _sd(d)
     if sd == 0:
         return None
-    k = max(2, math.ceil(n * END_SHARE))
+    k = end_blocks(n)
     whole = variance_factor(phi, n)
     part = variance_factor(phi, k)
     df = min(n - 1, max(1, math.floor(n / whole) - 1))
@@ -346,7 +357,7 @@ def analyse(
         change=change,
         confidence=confidence,
         ends=None if ends_at is None else tuple((math.exp(e.mean), math.exp(e.low)) for e in ends_at),
-        end_blocks=0 if ends_at is None else max(2, math.ceil(n_all * END_SHARE)),
+        end_blocks=0 if ends_at is None else end_blocks(n_all),
         ends_short=ends_short,
     )
 
@@ -364,10 +375,10 @@ def _judge_ends(
     both ends' lower bounds clear it; "the effect changed" where an end's whole 90 % interval is
     below it (shown outside the margin, as a slowdown is shown, while the mean is shown inside);
     inconclusive otherwise, with about how many more blocks would show the ends (their
-    half-widths shrink as 1/√blocks too)."""
+    half-widths shrink as 1/√blocks too, until the ends stop growing at :data:`END_GROWS_TO`)."""
     if all(e.low >= floor for e in ends):
         return verdict, why, None
-    k = max(2, math.ceil(n_all * END_SHARE))
+    k = end_blocks(n_all)
     names = (f"first {k}", f"last {k}")
     shown = [i for i in range(2) if usual[i].high < floor]
     if shown:
@@ -382,7 +393,9 @@ def _judge_ends(
     worst = min(range(2), key=lambda i: ends[i].low)
     end = ends[worst]
     more = None
-    if end.mean > floor and (needed := math.ceil(n_all * (end.half / (end.mean - floor)) ** 2)) <= REALISTIC_BLOCKS:
+    # an end's half-width shrinks as 1/√blocks while the ends grow with the run, and no further
+    needed = math.ceil(n_all * (end.half / (end.mean - floor)) ** 2) if end.mean > floor else None
+    if needed is not None and needed <= min(REALISTIC_BLOCKS, END_GROWS_TO):
         more = max(1, needed - n_all)
     tail = f"about {more} more block(s) would decide it" if more else "no realistic run will decide it"
     return (

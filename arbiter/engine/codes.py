@@ -426,11 +426,13 @@ CATALOGUE: tuple[Code, ...] = (
     Code(
         AB_ENDS_NOT_SHOWN,
         "event",
-        "A paired run's interval would certify, but the effect over the run's first or last quarter of blocks is "
-        "not shown within the margin: a certificate vouches for the effect throughout the run, and an effect that "
-        "wanders slowly moves the run's mean away from where it began.  The run ends inconclusive.",
-        "Run it again once the program is in a steady state; where it drifts, with longer `--window`s (drift "
-        "averages out within them) or a longer `--max-hours`; `arbiter ab show RUN` shows both ends.",
+        "A paired run's interval would certify, but the effect over the run's first or last quarter of blocks (12 "
+        "at most) is not shown within the margin: a certificate vouches for the effect throughout the run, and an "
+        "effect that wanders slowly moves the run's mean away from where it began.  The run ends inconclusive.",
+        "Run it again once the program is in a steady state.  Where its effect drifts from block to block, a longer "
+        "`--window` does not show the ends (each spans the same hours, over which the drift does not average out), "
+        "nor does a `--max-hours` past 48 blocks (the ends stop growing there); a larger `--margin` does.  "
+        "`arbiter ab show RUN` shows both ends.",
     ),
     Code(AB_SWEEP_DONE, "event", "A sweep of paired runs ended."),
     Code(CERT_ISSUED, "event", "A certificate was issued."),

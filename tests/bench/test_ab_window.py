@@ -83,3 +83,13 @@ def test_a_small_window_cell_runs_every_rule() -> None:
     assert set(got) == set(window.RULES)
     assert 0.1 < got["300 s"]["certify"] < 0.6  # the block cell's 0.34, on 300 runs
     assert sum(got["pilot"][f"k{k}"] for k in window.MULTIPLES) == pytest.approx(1.0)
+
+
+def test_a_longer_cap_keeps_the_walk_from_the_margin_under_its_goal() -> None:
+    """With --max-hours 16 (96 blocks) a quarter of the run is 24 blocks, over which the walk
+    moves further: the ends held at 12 blocks keep its false certification under 5 %."""
+    rng = np.random.default_rng(16)
+    blocks = sim.most_blocks(max_hours=16.0)
+    d, _, _, _ = sim.generate_d("walk-0.25", 0.98, 0.02, 3000, blocks, rng)
+    runs = sim.run_procedure(d, 0.02, max_hours=16.0)
+    assert float(np.isin(runs["verdict"], (sim.NO_SLOWDOWN, sim.SMALLER)).mean()) < 0.04

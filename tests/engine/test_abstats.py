@@ -25,6 +25,7 @@ from arbiter.engine.abstats import (
     blocks_needed,
     change_statistic,
     drift_phi,
+    end_blocks,
     end_intervals,
     interval,
     look_confidence,
@@ -344,3 +345,21 @@ def test_the_looks_split_the_error_of_a_certificate_only() -> None:
         LAST_LOOK_CONFIDENCE,
         CONFIDENCE,
     )
+
+
+def test_the_ends_stop_growing_past_48_blocks() -> None:
+    """A quarter of a longer run would let a wandering effect move further within each end: the
+    ends span a quarter of the blocks up to 48 of them, 12 blocks each past that."""
+    rng = random.Random(4)
+    d = [rng.gauss(0.0, 0.02) for _ in range(96)]
+    ends = end_intervals(d, 0.3)
+    assert ends is not None
+    assert ends[0].mean == pytest.approx(sum(d[:12]) / 12) and ends[1].mean == pytest.approx(sum(d[-12:]) / 12)
+    assert [end_blocks(n) for n in (4, 8, 40, 48, 49, 96, 200)] == [2, 2, 10, 12, 12, 12, 12]
+    a = analyse(blocks([math.exp(x) for x in d]), margin=0.05, pilot=4)
+    assert a.end_blocks == 12
+    # past 48 blocks more blocks no longer narrow an end: an end not shown says no number will
+    start = [0.951] * 12 + [1.0] * 48
+    wandered = analyse(blocks([r * math.exp(rng.gauss(0.0, 0.004)) for r in start]), margin=0.05, pilot=4)
+    assert wandered.low >= 0.95 and wandered.ends_short and wandered.more_blocks is None
+    assert "no realistic run will decide it" in wandered.why
