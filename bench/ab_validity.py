@@ -4,7 +4,9 @@ harness does it: pilot, sizing, refusal, the remaining blocks, the verdict.
     uv run python bench/ab_validity.py [--runs 10000] [--workers 2] [--seed 20250] [--margin 0.02]
 
 (about 40 s at the default 10,000 runs per cell on 2 busy cores; ``--runs 2000`` to iterate;
-``--alternatives 4000`` prices other ways of judging the run's ends, a few minutes more)
+``--alternatives 4000`` prices other ways of judging the run's ends, a few minutes more;
+``--windows 10000`` prices the window length on noise in continuous time, ``bench/ab_window.py``,
+and what a longer --max-hours buys, about ten minutes more)
 
 1. A pilot of 4 blocks, each giving d_i = ln(ON_i / OFF_i).
 2. n = what ``abstats.blocks_needed`` says for the pilot; the run totals max(--blocks, 4 + n)
@@ -103,6 +105,7 @@ from ab_sim import (  # the procedure's parts the bench's tests read from here t
     most_blocks,
     run_procedure,
 )
+from ab_window import hours_report, window_report
 
 from arbiter.engine import abstats
 
@@ -355,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--alternatives", type=int, default=0, help="runs per cell pricing other ways to judge the ends; 0: none"
     )
     parser.add_argument(
+        "--windows",
+        type=int,
+        default=0,
+        help="runs per cell pricing the window length on noise in continuous time, and a longer cap; 0: none",
+    )
+    parser.add_argument(
         "--confirm-replicates", type=int, default=4_000, help="fleets per cell of the twins' confirmation; 0: none"
     )
     args = parser.parse_args(argv)
@@ -389,6 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n".join(price(args.price_replicates, np.random.default_rng(streams[-1]))))
     if args.alternatives > 0:
         print("\n".join(alternatives(args.alternatives, args.seed, args.margin)))
+    if args.windows > 0:
+        print("\n".join([*window_report(args.windows, args.seed), *hours_report(args.windows, args.seed)]))
     if args.confirm_replicates > 0:
         print("\n".join(confirmation_report(args.confirm_replicates, args.margin, args.seed)))
     se = math.sqrt(0.9 * 0.1 / args.replicates)
