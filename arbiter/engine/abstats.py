@@ -72,7 +72,7 @@ END_SHARE = 0.25
 #: The ends stop growing past this many blocks (a quarter of 48: 12 blocks each).  A longer run's
 #: quarter spans more blocks, over which a wandering effect moves further: with the ends a quarter
 #: of 72…144 blocks (--max-hours 12…24 at 300 s windows) the walk from 1 − margin certified 6 % of
-#: runs (bench/ab_window.py --hours-only), with them held at 12 blocks at most 2.3 %.
+#: runs (bench/ab_window.py --hours-only), with them held at 12 blocks at most 2.9 %.
 END_GROWS_TO = 48
 #: Two looks.  A run is judged where its sizing planned it to end; one that is inconclusive there
 #: with R above 1 − margin runs on to the blocks its hours leave and is judged again.  Each look
