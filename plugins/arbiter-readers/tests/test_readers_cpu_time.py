@@ -243,3 +243,53 @@ def test_a_reading_is_taken_from_the_process_tables_cpu_times_where_it_holds_the
         assert reader(tmp_path, stand_in_gpu=False).read_table(table, at_ns=1) is None
     finally:
         r.close()
+
+
+#: sleeps until a line comes on its stdin, then spends a fifth of a second of CPU time, says
+#: so, and sleeps again
+WAKES = """\
+import sys, time
+for _ in sys.stdin:
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_idle_process_is_read_from_its_schedstat_and_its_cpu_time_when_it_ran() -> None:
+    from arbiter_readers._cpustat import BusyTimes
+
+    proc = subprocess.Popen([sys.executable, "-c", WAKES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    times = BusyTimes(16)
+    stat_reads = []
+    read = times.files.read
+
+    def counting(pid: int) -> bytes | None:
+        stat_reads.append(pid)
+        return read(pid)
+
+    times.files.read = counting  # type: ignore[method-assign]
+    try:
+        wait_until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_SLEEPING, 10, "the process asleep")
+        first = times(([proc.pid], False))[1][proc.pid]
+        assert isinstance(first, int)
+        for _ in range(3):  # resting: its schedstat does not move, its stat file is not read again
+            assert times(([proc.pid], False))[1][proc.pid] == first
+        assert len(stat_reads) == 1
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "done\n"
+        wait_until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_SLEEPING, 10, "the process asleep")
+        after = times(([proc.pid], False))[1][proc.pid]
+        assert isinstance(after, int)
+        t = psutil.Process(proc.pid).cpu_times()
+        assert after >= first + 150_000_000  # it ran: read again, not taken from before
+        assert abs(after / 1e9 - (t.user + t.system)) < 0.02
+        assert len(stat_reads) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+        times.close()
