@@ -293,3 +293,47 @@ def test_an_idle_process_is_read_from_its_schedstat_and_its_cpu_time_when_it_ran
         proc.kill()
         proc.wait()
         times.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_asked_against_the_answer_held_the_child_says_only_what_changed(busy: int, idle: int) -> None:
+    from arbiter_readers._cpustat import BusyTimes
+
+    times = BusyTimes(16)
+    try:
+        asleep(idle)
+        _, whole, number, base, gone = times(([busy, idle], False, -1))
+        assert base == -1 and set(whole) == {busy, idle} and gone == []
+        wait_until(lambda: times(([busy, idle], False))[1][busy] != whole[busy], 10, "the busy process to run")
+        _, changed, later, base, gone = times(([busy], False, number))  # told against the answer above
+        assert base == number and later == number + 1 and set(changed) == {busy} and gone == [idle]
+        _, again, _, base, _ = times(([busy, idle], False, 12345))  # not the answer held: whole
+        assert base == -1 and set(again) == {busy, idle}
+    finally:
+        times.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
+def test_readings_made_of_what_changed_are_the_readings_in_whole(
+    tmp_path: Path, busy: int, idle: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_time, "READ_HERE_MOST", 0)  # as a reading of many processes is
+    r = reader(tmp_path)
+    short = subprocess.Popen(["sleep", "60"])
+    try:
+        asleep(idle)
+        for pids in ([busy, idle, short.pid], [busy, idle, short.pid], [busy, idle], [busy, idle]):
+            if len(pids) == 2:
+                short.kill()
+                short.wait()
+            reading = r.read(pids)
+            _, here = r._busy((pids, False))
+            assert set(reading.processes) == set(here)
+            assert reading.processes[idle].busy_ns == {"cpu": here[idle]}
+            now = here[busy]
+            assert isinstance(now, int) and abs(reading.processes[busy].busy_ns["cpu"] - now) < 50_000_000
+        assert r._child is not None and not r._child.failure and r._last_told
+    finally:
+        short.kill()
+        short.wait()
+        r.close()

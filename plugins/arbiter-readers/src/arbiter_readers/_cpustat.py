@@ -12,12 +12,18 @@ import os
 import time
 import weakref
 from collections.abc import Collection
+from typing import overload
 
 #: a request: (the pids, whether each thread is its own engine); the answer is (when the reads
 #: began, by CLOCK_MONOTONIC in nanoseconds, and a map of each readable pid to its busy
 #: nanoseconds, or with threads to {"thread:<tid>": nanoseconds})
 Request = tuple[list[int], bool]
 Answer = tuple[int, dict[int, int] | dict[int, dict[str, int]]]
+#: a request that names the answer the caller holds (its number, -1 for none); the answer
+#: then gives its own number, the one it is told against (-1: it is whole) and, told
+#: against one, only the pids whose busy times changed, and those it no longer has
+ToldRequest = tuple[list[int], bool, int]
+ToldAnswer = tuple[int, dict[int, int] | dict[int, dict[str, int]], int, int, list[int]]
 
 
 def _busy_ns_of(data: bytes | None, ns_per_tick: float) -> int | None:
@@ -144,13 +150,35 @@ class BusyTimes:
         self.files = _StatFiles(keep - keep // 2)
         self.sched = _StatFiles(keep // 2, "schedstat", kept_only=True)
         self.resting: dict[int, tuple[bytes, int]] = {}  # pid → (its schedstat before the stat read, busy ns)
+        self._told: tuple[int, dict[int, int] | dict[int, dict[str, int]]] | None = None  # (number, answer)
         weakref.finalize(self, self.files.close)
         weakref.finalize(self, self.sched.close)
 
-    def __call__(self, request: Request) -> Answer:
+    @overload
+    def __call__(self, request: Request) -> Answer: ...
+
+    @overload
+    def __call__(self, request: ToldRequest) -> ToldAnswer: ...
+
+    def __call__(self, request: Request | ToldRequest) -> Answer | ToldAnswer:
+        """A whole answer; or, asked with the number of the answer the caller holds, what
+        changed since (the daemon's side of a thousand idle processes need not take in,
+        check and build a thousand unchanged times every tick)."""
+        at_ns, busy = self._read(request[0], request[1])
+        if len(request) < 3:
+            return at_ns, busy
+        held = request[2]
+        told, number = self._told, (self._told[0] + 1 if self._told is not None else 0)
+        self._told = (number, busy)
+        if told is None or told[0] != held:
+            return at_ns, busy, number, -1, []
+        before: dict[int, object] = told[1]  # type: ignore[assignment]
+        changed = {pid: b for pid, b in busy.items() if before.get(pid) != b}
+        return at_ns, changed, number, held, [pid for pid in before if pid not in busy]  # type: ignore[return-value]
+
+    def _read(self, pids: list[int], threads: bool) -> Answer:
         # the time of the read itself, not of the request: a child answering late on a busy
         # host must not stretch one sample and shrink the next
-        pids, threads = request
         ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
         at_ns = time.monotonic_ns()
         if threads:
@@ -183,3 +211,4 @@ class BusyTimes:
         self.files.close()
         self.sched.close()
         self.resting.clear()
+        self._told = None
