@@ -243,3 +243,97 @@ def test_a_reading_is_taken_from_the_process_tables_cpu_times_where_it_holds_the
         assert reader(tmp_path, stand_in_gpu=False).read_table(table, at_ns=1) is None
     finally:
         r.close()
+
+
+#: sleeps until a line comes on its stdin, then spends a fifth of a second of CPU time, says
+#: so, and sleeps again
+WAKES = """\
+import sys, time
+for _ in sys.stdin:
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_idle_process_is_read_from_its_schedstat_and_its_cpu_time_when_it_ran() -> None:
+    from arbiter_readers._cpustat import BusyTimes
+
+    proc = subprocess.Popen([sys.executable, "-c", WAKES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    times = BusyTimes(16)
+    stat_reads = []
+    read = times.files.read
+
+    def counting(pid: int) -> bytes | None:
+        stat_reads.append(pid)
+        return read(pid)
+
+    times.files.read = counting  # type: ignore[method-assign]
+    try:
+        wait_until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_SLEEPING, 10, "the process asleep")
+        first = times(([proc.pid], False))[1][proc.pid]
+        assert isinstance(first, int)
+        for _ in range(3):  # resting: its schedstat does not move, its stat file is not read again
+            assert times(([proc.pid], False))[1][proc.pid] == first
+        assert len(stat_reads) == 1
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "done\n"
+        wait_until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_SLEEPING, 10, "the process asleep")
+        after = times(([proc.pid], False))[1][proc.pid]
+        assert isinstance(after, int)
+        t = psutil.Process(proc.pid).cpu_times()
+        assert after >= first + 150_000_000  # it ran: read again, not taken from before
+        assert abs(after / 1e9 - (t.user + t.system)) < 0.02
+        assert len(stat_reads) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+        times.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_asked_against_the_answer_held_the_child_says_only_what_changed(busy: int, idle: int) -> None:
+    from arbiter_readers._cpustat import BusyTimes
+
+    times = BusyTimes(16)
+    try:
+        asleep(idle)
+        _, whole, number, base, gone = times(([busy, idle], False, -1))
+        assert base == -1 and set(whole) == {busy, idle} and gone == []
+        wait_until(lambda: times(([busy, idle], False))[1][busy] != whole[busy], 10, "the busy process to run")
+        _, changed, later, base, gone = times(([busy], False, number))  # told against the answer above
+        assert base == number and later == number + 1 and set(changed) == {busy} and gone == [idle]
+        _, again, _, base, _ = times(([busy, idle], False, 12345))  # not the answer held: whole
+        assert base == -1 and set(again) == {busy, idle}
+    finally:
+        times.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child reads /proc")
+def test_readings_made_of_what_changed_are_the_readings_in_whole(
+    tmp_path: Path, busy: int, idle: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cpu_time, "READ_HERE_MOST", 0)  # as a reading of many processes is
+    r = reader(tmp_path)
+    short = subprocess.Popen(["sleep", "60"])
+    try:
+        asleep(idle)
+        for pids in ([busy, idle, short.pid], [busy, idle, short.pid], [busy, idle], [busy, idle]):
+            if len(pids) == 2:
+                short.kill()
+                short.wait()
+            reading = r.read(pids)
+            _, here = r._busy((pids, False))
+            assert set(reading.processes) == set(here)
+            assert reading.processes[idle].busy_ns == {"cpu": here[idle]}
+            now = here[busy]
+            assert isinstance(now, int) and abs(reading.processes[busy].busy_ns["cpu"] - now) < 50_000_000
+        assert r._child is not None and not r._child.failure and r._last_told
+    finally:
+        short.kill()
+        short.wait()
+        r.close()

@@ -34,7 +34,7 @@ from arbiter.plugin import (
     open_file_share,
 )
 from arbiter_readers import _cpustat
-from arbiter_readers._cpustat import Answer, BusyTimes, Request
+from arbiter_readers._cpustat import BusyTimes, Request
 
 NOT_ALLOWED = "cpu_time is a stand-in for a GPU and counts only with stand_in_gpu: true in the node config"
 ENGINE = "cpu"
@@ -44,7 +44,14 @@ READ_HERE_MOST = 16
 
 
 def _well_formed(answer: object) -> bool:
-    if type(answer) is not tuple or len(answer) != 2 or type(answer[0]) is not int or type(answer[1]) is not dict:
+    """Whether the child's answer is one :class:`~arbiter_readers._cpustat.BusyTimes` gives to
+    a request naming the answer held: its time, busy times, its number, the number it is
+    told against, the pids gone."""
+    if type(answer) is not tuple or len(answer) != 5 or type(answer[0]) is not int or type(answer[1]) is not dict:
+        return False
+    if type(answer[2]) is not int or type(answer[3]) is not int or type(answer[4]) is not list:
+        return False
+    if not all(type(pid) is int for pid in answer[4]):
         return False
     for pid, busy in answer[1].items():
         if type(pid) is not int:
@@ -81,6 +88,10 @@ class CpuTimeReader(Reader):
         # the reads run in a child, out of the daemon's interpreter; here when it fails
         self._child = ChildWorker(_cpustat.__file__, "BusyTimes", keep) if _LINUX else None
         self._last: dict[int, ProcessGpu] = {}  # the last reading's, reused while unchanged
+        #: the child's last answer as a whole (its number, the busy times), and whether
+        #: ``_last`` was built from it
+        self._told: tuple[int, dict[int, Any]] | None = None
+        self._last_told = False
 
     def close(self) -> None:
         if self._child is not None:
@@ -96,11 +107,13 @@ class CpuTimeReader(Reader):
             with self._lock:
                 # a few processes' stat files cost less to read here than a hand-over to the
                 # child: it starts only once a reading is worth it
-                answer = None if len(request[0]) <= READ_HERE_MOST and not request[1] else self._from_child(request)
-                if answer is None:
-                    answer = self._busy(request)
-                read_at_ns, busy = answer
-                read = self._processes(busy)
+                told = None if len(request[0]) <= READ_HERE_MOST and not request[1] else self._from_child(request)
+                if told is not None:
+                    read_at_ns, read = told
+                else:
+                    read_at_ns, busy = self._busy(request)
+                    read = self._processes(busy)
+                    self._last_told = False
             return GpuReading(readable=True, at_ns=read_at_ns, device="cpu", processes=read)
         processes: dict[int, ProcessGpu] = {}
         for pid in pids:
@@ -137,19 +150,51 @@ class CpuTimeReader(Reader):
             if info.state != EXITED:  # no longer a process to account
                 busy[pid] = info.cpu_ns
         with self._lock:
+            self._last_told = False
             return GpuReading(readable=True, at_ns=at_ns, device="cpu", processes=self._processes(busy))
 
-    def _from_child(self, request: Request) -> Answer | None:
+    def _from_child(self, request: Request) -> tuple[int, dict[int, ProcessGpu]] | None:
+        """The child's reading (when it began, each process's record), asked as what changed
+        since the answer held; None where the child cannot give it."""
         if self._child is None:
             return None
+        held = self._told
         try:
-            answer = self._child.call(request)
+            answer = self._child.call((*request, -1 if held is None else held[0]))
         except ChildWorkFailed:
+            self._told = None  # a child started later knows nothing of what was held
             return None  # the worker keeps why, and starts another child later
         if not _well_formed(answer):
             self._child.give_up(f"it answered something other than busy times: {str(answer)[:80]}")
+            self._told = None
             return None
-        return answer  # type: ignore[no-any-return]
+        at_ns, busy, number, base, gone = answer
+        if base == -1:
+            self._told = (number, busy)
+            processes = self._processes(busy)
+        elif held is not None and base == held[0]:
+            whole = dict(held[1])
+            whole.update(busy)
+            for pid in gone:
+                whole.pop(pid, None)
+            self._told = (number, whole)
+            processes = self._changed(busy, gone) if self._last_told else self._processes(whole)
+        else:
+            self._child.give_up(f"it answered against answer {base}, not the one held ({held and held[0]})")
+            self._told = None
+            return None
+        self._last_told = True
+        return at_ns, processes
+
+    def _changed(self, busy: dict[int, Any], gone: list[int]) -> dict[int, ProcessGpu]:
+        """The last reading's records, with those of the processes that changed made anew."""
+        processes = dict(self._last)
+        for pid in gone:
+            processes.pop(pid, None)
+        for pid, times in busy.items():
+            processes[pid] = ProcessGpu(busy_ns=times if type(times) is dict else {ENGINE: times})
+        self._last = processes
+        return processes
 
     def _processes(self, answer: dict[int, Any]) -> dict[int, ProcessGpu]:
         last, processes = self._last, {}

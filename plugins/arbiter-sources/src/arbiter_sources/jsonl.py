@@ -17,6 +17,9 @@ from arbiter.plugin import Phase, PluginContext
 from arbiter_sources.follow import FollowedFile, LineMeaning
 from arbiter_sources.follow_path import FollowOptions
 
+#: what ``bytes.strip()`` strips (ASCII white space), for a line stripped as text
+_BLANK = " \t\n\r\x0b\x0c"
+
 
 class _Decoder(json.JSONDecoder):
     """The standard decoder, with the scanner its ``__init__`` sets declared (the stubs
@@ -193,6 +196,42 @@ class JsonlSource(FollowedFile):
         if value in self._soon:
             return True, "soon"
         return True, "off"
+
+    def count_lines(self, lines: list[bytes]) -> tuple[int, int] | None:
+        """A progress source's lines matched in one loop, each as :meth:`match_line` matches
+        it: their text decoded at once, each line scanned, its event looked up, and no call
+        per line beyond the scanner's (a program logging ten thousand lines a second spent
+        most of this thread's time in the calls around each parse).  A batch with a line that
+        json.loads would read in another encoding (a NUL, a byte-order mark, bytes that are
+        not UTF-8) is matched line by line."""
+        o = self.options
+        if o.event is None or o.field is not None or self._phase_events:
+            return None
+        try:
+            text = b"\n".join(lines).decode()
+        except UnicodeDecodeError:
+            return None
+        if "\0" in text or "\ufeff" in text:
+            return None
+        scan, event, key, parts = self._scan, o.event, o.event_key, self._key_parts
+        dotted = len(parts) > 1
+        units = malformed = 0
+        for line in text.split("\n"):
+            line = line.strip(_BLANK)
+            if not line:
+                continue
+            try:
+                value, end = scan(line, 0)
+            except (StopIteration, ValueError, RecursionError):
+                malformed += 1
+                continue
+            if end != len(line) or type(value) is not dict:
+                malformed += 1
+                continue
+            name = _lookup(value, key, parts) if dotted else value.get(key)
+            if name == event or (name is not None and type(name) is not str and _text(name) == event):
+                units += 1
+        return units, malformed
 
     def _needles(self) -> tuple[bytes, ...]:
         # Event names as they appear in a raw line, to skip most history lines unparsed.
