@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, ProcessRef
-from arbiter_slurm import commands, nodes
+from arbiter_slurm import commands, nodes, settings
 from arbiter_translators.signals import PLAIN_PAUSE, SignalTranslator
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def nothing_to_do(exc: commands.SlurmError) -> bool:
 
 
 def checkpoint_of(
-    target: JobTarget, opts: commands.NodeOptions, key: str
+    target: JobTarget, opts: settings.NodeOptions, key: str
 ) -> tuple[commands.CheckpointSignal | None, float]:
     """The signal a job about to be requeued is given to save its work, and the longest it
     may take: the evicting rule's ``eviction:`` where it says, else the node's ``slurm:``
@@ -180,14 +180,14 @@ class SlurmTranslator(SignalTranslator):
         self._watching: threading.Thread | None = None  # started with the first pause
 
     @property
-    def opts(self) -> commands.NodeOptions:
-        return commands.options(self.context)
+    def opts(self) -> settings.NodeOptions:
+        return settings.options(self.context)
 
     def available(self) -> tuple[bool, str]:
         ok, why = super().available()
         if not ok:
             return ok, why
-        if not commands.configured(self.opts):
+        if not settings.configured(self.opts):
             return False, "Slurm is not installed or configured here (no squeue/scontrol, or no slurm.conf)"
         return True, ""
 
@@ -359,7 +359,7 @@ class SlurmTranslator(SignalTranslator):
 
     def _held_elsewhere(self, job: commands.SlurmJob) -> list[str]:
         """The other nodes of the job that run arbiter and do not admit GPU work now."""
-        here = commands.node_name(self.opts)
+        here = settings.node_name(self.opts)
         held = []
         for name in commands.expand_hostlist(job.nodes):
             if name == here:
@@ -377,7 +377,7 @@ class SlurmTranslator(SignalTranslator):
         assert work.target is not None
         job = self._job(work.job)
         state = job.state if job is not None else "gone"
-        others = [n for n in commands.expand_hostlist(job.nodes) if n != commands.node_name(self.opts)] if job else []
+        others = [n for n in commands.expand_hostlist(job.nodes) if n != settings.node_name(self.opts)] if job else []
         who = (
             f"Slurm continued the job (state {state}: `scontrol resume` from "
             f"{'another of its nodes, ' + ', '.join(others) + ', or ' if others else ''}an operator)"
