@@ -16,4 +16,7 @@ The node config's ``slurm:`` section (:class:`arbiter_slurm.settings.NodeOptions
 node this is (``node``, else the short host name) and when to drain it (``drain_after_s``).
 Which cluster: ``$SLURM_CONF``, Slurm's own variable, else ``/etc/slurm/slurm.conf``; with
 neither a node named nor a slurm.conf (or without Slurm's commands), the plugin stays silent.
+
+The package itself imports nothing: the plugin's entry point is :mod:`arbiter_slurm.plugin`, so
+that ``arbiter-slurm``, which slurmd runs before every task and after every job, starts light.
 """
