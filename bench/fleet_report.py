@@ -41,8 +41,13 @@ def report(
     looks: dict[str, int] = {}
     idle: dict[str, dict[str, float]] = {}
     floors: list[float] = []
+    # pooled over the schedules (a schedule where the oracle does little weighs little): the work
+    # kept, and the work reachable, against the oracle's, each summed
+    best_sum = floor_sum = 0.0
+    kept_sum: dict[str, float] = {}
     for seed, schedule, passes in runs:
         best = oracle(schedule, args.throughput_s, args.slots, args.queue)
+        best_sum += best
         oracle_jobs = int(best // args.work_s)
         print(
             f"throughput over {args.throughput_s:g} s (schedule seed {seed}), {len(names)} nodes x {args.slots} slots, "
@@ -55,6 +60,7 @@ def report(
             # its requeue to running again, placed at once (this run's quickest half)
             most, moves = reachable(schedule, args.throughput_s, args.slots, args.queue, move_s)
             floors.append(most / best)
+            floor_sum += most
             print(
                 f"  reachable at all with Slurm's requeue to running again ({move_s:.1f} s, the p50 above) for "
                 f"each of the {moves} jobs the oracle moves off a node that starts protecting: {most:.0f} s of "
@@ -62,6 +68,7 @@ def report(
             )
         for tag, p in passes.items():
             shares.setdefault(tag, []).append(p.kept / best)
+            kept_sum[tag] = kept_sum.get(tag, 0.0) + p.kept
             kept_share.setdefault(tag, []).append(p.kept / max(p.ran, 1e-9))
             outside[tag] = outside.get(tag, 0) + len(p.outside)
             in_grace[tag] = in_grace.get(tag, 0) + p.in_grace
@@ -91,10 +98,15 @@ def report(
     seeds = [seed for seed, _, _ in runs]
     print(f"over {len(runs)} schedule(s) (seeds {seeds[0]} to {seeds[-1]}), {args.throughput_s:g} s each:")
     if floors:
-        print(f"  reachable at all: {spread(floors)} of the oracle's")
+        print(
+            f"  reachable at all: {100 * floor_sum / max(best_sum, 1e-9):.0f}% of the oracle's work pooled; "
+            f"per schedule {spread(floors)}"
+        )
     for tag, values in shares.items():
         print(
-            f"  evict_after_s {evict_name(args, tag)}: {spread(values)} of the oracle's work; work kept of work run "
+            f"  evict_after_s {evict_name(args, tag)}: {100 * kept_sum[tag] / max(best_sum, 1e-9):.0f}% of the "
+            f"oracle's work pooled ({kept_sum[tag]:.0f} s of {best_sum:.0f} s); per schedule {spread(values)}; "
+            "work kept of work run "
             f"{spread(kept_share[tag])}; a fleet process on a protected node {outside[tag]} times outside any grace, "
             f"{in_grace[tag]} within it, of {looks[tag]} looks"
         )
