@@ -34,6 +34,16 @@ runs as many of the jobs as the free nodes have slots for, moving them at no cos
 the work the fleet kept and the jobs it finished, against the oracle's, the work kept against
 the work run, and the looks at the protected nodes; and the work reachable at all, the oracle's
 less this run's requeue-to-running p50 for each job it moves off a node that starts protecting.
+
+One 60 s pass says little: from one run to the next, on one schedule, the share of the oracle
+moves by 15 points or more (Slurm's scheduling passes, the box's load).  ``--seeds K`` runs the
+passes on K schedules (seeds ``--seed`` to ``--seed + K - 1``, each drawn afresh from its seed
+with the same mix), and prints each one's figures and then, per pass, the mean share of the
+oracle with its spread (lowest to highest, and the standard deviation), the reachable share,
+and the looks at the protected nodes over all of them.  ``--passes on`` runs the eviction pass
+alone (the one a change to eviction moves), ``--requeue-rounds`` times the requeues more than
+once, for their p99.  The defaults (one schedule, both passes, one requeue round) stay quick
+for a test.
 """
 
 from __future__ import annotations
@@ -57,16 +67,8 @@ from arbiter_testing.slurm import SlurmCluster, unavailable
 from arbiter_testing.waiting import wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_throughput import (
-    ENDED,
-    Pass,
-    busy_schedule,
-    free_share,
-    oracle,
-    reachable,
-    restart_fleet,
-    throughput,
-)
+from fleet_report import report
+from fleet_throughput import ENDED, Pass, busy_schedule, restart_fleet, throughput
 
 WAIT_S = 60.0
 POLL_S = 0.002
@@ -107,9 +109,13 @@ def node_pids(cluster: SlurmCluster, node: str, jobs: list[int]) -> list[int] | 
     return [p for j in jobs for p in job_pids(cluster, j, node)] or None
 
 
-def running_again(cluster: SlurmCluster, job: int) -> bool:
+def restarts(cluster: SlurmCluster, job: int) -> int:
+    return int(cluster.jobs().get(job, {}).get("restart_cnt") or 0)
+
+
+def running_again(cluster: SlurmCluster, job: int, before: int = 0) -> bool:
     j = cluster.jobs().get(job)
-    return bool(j and j["job_state"] == "RUNNING" and j["restart_cnt"] >= 1)
+    return bool(j and j["job_state"] == "RUNNING" and j["restart_cnt"] > before)
 
 
 def running(pids: list[int], since: float = 0.0) -> bool:
@@ -134,8 +140,11 @@ def evict_after(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"{text!r} is neither seconds nor auto") from None
 
 
-def seconds_or_auto(value: float | str) -> str:
-    return value if isinstance(value, str) else f"{value:g} s"
+def passes_arg(text: str) -> tuple[str, ...]:
+    tags = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not tags or any(t not in ("off", "on") for t in tags):
+        raise argparse.ArgumentTypeError(f"{text!r}: name the passes as off, on or off,on")
+    return tags
 
 
 def protect_rule(node: str, events: Path, marker: str) -> dict[str, Any]:
@@ -148,6 +157,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=4, help="batch jobs per node")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="throughput schedules to run the passes on (seeds --seed to --seed + K - 1); the mean and spread are printed",
+    )
+    ap.add_argument(
+        "--passes",
+        type=passes_arg,
+        default=("off", "on"),
+        help="which throughput passes to run on each schedule: off,on (the default), on or off",
+    )
+    ap.add_argument(
+        "--requeue-rounds",
+        type=int,
+        default=1,
+        help="how many times one job per node, then three at once, are stopped and timed to running again",
+    )
     ap.add_argument(
         "--requeue",
         action=argparse.BooleanOptionalAction,
@@ -217,8 +244,7 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
     requeue3: list[float] = []
     ran_while_protected = 0
     samples_protected = 0
-    passes: dict[str, Pass] = {}
-    schedule: dict[str, list[tuple[float, float]]] = {}
+    runs: list[tuple[int, dict[str, list[tuple[float, float]]], dict[str, Pass]]] = []  # (seed, schedule, passes)
     try:
         cluster.start()
         events: dict[str, Path] = {}
@@ -265,20 +291,24 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
                 time.sleep(0.01)
             back_slurm.append((time.perf_counter() - started) * 1000)
             print(f"round {r + 1}: {name} stopped in {local[-1]:.1f} ms, S in {in_slurm[-1]:.0f} ms", flush=True)
-        for name in names if args.requeue else ():
-            job = jobs[name][0]
-            started = time.perf_counter()
-            cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
-            wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
-            requeue.append((time.perf_counter() - started) * 1000)
-        for name in names if args.requeue and args.jobs >= 4 else ():
-            three = jobs[name][1:4]  # three jobs of one node stopped at once
-            started = time.perf_counter()
-            for job in three:
+        for _ in range(args.requeue_rounds if args.requeue else 0):
+            for name in names:
+                job = jobs[name][0]
+                again = partial(running_again, cluster, job, restarts(cluster, job))
+                started = time.perf_counter()
                 cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
-            for job in three:
-                wait_until(partial(running_again, cluster, job), WAIT_S, f"job {job} running again", poll_s=0.05)
-                requeue3.append((time.perf_counter() - started) * 1000)
+                wait_until(again, WAIT_S, f"job {job} running again", poll_s=0.05)
+                requeue.append((time.perf_counter() - started) * 1000)
+            for name in names if args.jobs >= 4 else ():
+                three = jobs[name][1:4]  # three jobs of one node stopped at once
+                before = {job: restarts(cluster, job) for job in three}
+                started = time.perf_counter()
+                for job in three:
+                    cluster.arbiter[name].call("job.stop", id=f"slurm-{job}")
+                for job in three:
+                    again = partial(running_again, cluster, job, before[job])
+                    wait_until(again, WAIT_S, f"job {job} running again", poll_s=0.05)
+                    requeue3.append((time.perf_counter() - started) * 1000)
         if args.throughput_s > 0:
             every = [j for js in jobs.values() for j in js]
             cluster.run("scancel", *map(str, every), check=False)  # their CPUs are the passes' slots
@@ -288,13 +318,18 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
                 "the phase rounds' jobs ended",
                 poll_s=0.2,
             )
-            schedule = busy_schedule(rng, names, args.throughput_s, args.free_s, args.busy_s)
             grace = args.checkpoint_s + args.requeue_grace_s
-            for tag, evict in (("off", None), ("on", args.evict_after_s)):
-                slurm = {"checkpoint_s": args.checkpoint_s, "requeue_grace_s": args.requeue_grace_s}
-                restart_fleet(cluster, names, slurm, evict_after_s=evict, evict_cost_s=args.evict_cost_s)
-                passes[tag] = throughput(cluster, names, args, schedule, tag, grace_s=grace)
-                print(f"throughput pass, evict_after_s {evict}: {passes[tag]}", flush=True)
+            for seed in range(args.seed, args.seed + args.seeds):
+                # each schedule from its own seed: the same whatever the phase rounds drew
+                schedule = busy_schedule(random.Random(seed), names, args.throughput_s, args.free_s, args.busy_s)
+                passes: dict[str, Pass] = {}
+                for tag in args.passes:
+                    evict = args.evict_after_s if tag == "on" else None
+                    slurm = {"checkpoint_s": args.checkpoint_s, "requeue_grace_s": args.requeue_grace_s}
+                    restart_fleet(cluster, names, slurm, evict_after_s=evict, evict_cost_s=args.evict_cost_s)
+                    passes[tag] = throughput(cluster, names, args, schedule, f"{tag}-{seed}", grace_s=grace)
+                    print(f"throughput pass, seed {seed}, evict_after_s {evict}: {passes[tag]}", flush=True)
+                runs.append((seed, schedule, passes))
     finally:
         for proc in stand_ins:
             proc.kill()
@@ -319,48 +354,8 @@ def run(args: argparse.Namespace, names: list[str]) -> int:
         f"samples (every 10 ms) with the phase on and a job process of its node not stopped: "
         f"{ran_while_protected} of {samples_protected}"
     )
-    if passes:
-        best = oracle(schedule, args.throughput_s, args.slots, args.queue)
-        oracle_jobs = int(best // args.work_s)
-        print(
-            f"throughput over {args.throughput_s:g} s, {len(names)} nodes x {args.slots} slots, {args.queue} jobs of "
-            f"{args.work_s:g} s in the fleet at once, protected programs running "
-            f"{100 * (1 - free_share(schedule, args.throughput_s)):.0f}% of node time: "
-            f"the oracle does {best:.0f} s of work, {oracle_jobs} jobs"
-        )
-        if requeue:
-            # Slurm's own floor: each job moved off a node that starts protecting loses at least
-            # its requeue to running again, placed at once (this run's quickest half)
-            move_s = pct(requeue, 0.5) / 1000
-            most, moves = reachable(schedule, args.throughput_s, args.slots, args.queue, move_s)
-            print(
-                f"  reachable at all with Slurm's requeue to running again ({move_s:.1f} s, the p50 above) for "
-                f"each of the {moves} jobs the oracle moves off a node that starts protecting: {most:.0f} s of "
-                f"work ({100 * most / best:.0f}% of the oracle's)"
-            )
-        grace = args.checkpoint_s + args.requeue_grace_s
-        for tag, p in passes.items():
-            evict = "off" if tag == "off" else seconds_or_auto(args.evict_after_s)
-            print(
-                f"  evict_after_s {evict}: {p.kept:.0f} s of work ({100 * p.kept / best:.0f}% of the oracle's), "
-                f"{p.finished} jobs ({100 * p.finished / max(oracle_jobs, 1):.0f}%), {p.requeued} requeued; "
-                f"work kept {p.kept:.0f} s of {p.ran:.0f} s run ({100 * p.kept / max(p.ran, 1e-9):.0f}%)"
-            )
-            ran = max(p.evicted_ran_s, default=0.0)
-            print(
-                f"    protected nodes looked at {p.samples} times (every 0.1 s): a fleet process running there "
-                f"{len(p.outside)} times outside any grace, {p.in_grace} within an evicted job's grace "
-                f"({grace:g} s: checkpoint_s {args.checkpoint_s:g} + requeue_grace_s {args.requeue_grace_s:g}; "
-                f"longest seen {ran:.1f} s after its eviction), {p.reacting} before the node saw its protected program"
-            )
-            if p.idle:
-                print(
-                    f"    slot-seconds the oracle worked and the fleet did not ({best - p.kept:.0f} s short in all), "
-                    "where the fleet's jobs were: "
-                    + ", ".join(f"{why} {s:.0f} s" for why, s in sorted(p.idle.items(), key=lambda i: -i[1]))
-                )
-            for what in p.outside[:10]:
-                print(f"      outside: {what}")
+    if runs:
+        report(args, names, runs, pct(requeue, 0.5) / 1000 if requeue else None)
     return 0
 
 

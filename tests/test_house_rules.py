@@ -7,6 +7,7 @@ import inspect
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from arbiter import hookspecs
@@ -281,5 +282,8 @@ def test_plugins_import_only_the_plugin_api_from_arbiter() -> None:
 def test_what_is_not_a_plugin_is_not_loaded_as_one() -> None:
     for module in NOT_PLUGINS:
         package, name = module.split("/")
-        entry = next((ROOT / "plugins").glob(f"*/src/{package}/__init__.py")).read_text()
-        assert Path(name).stem not in entry, f"the plugin entry point imports {module}"
+        init = next((ROOT / "plugins").glob(f"*/src/{package}/__init__.py"))
+        project = tomllib.loads((init.parents[2] / "pyproject.toml").read_text())
+        entries = project.get("project", {}).get("entry-points", {}).get("arbiter", {}).values()
+        for entry in [init, *(init.parent / f"{e.split('.', 1)[1]}.py" for e in entries if "." in e)]:
+            assert Path(name).stem not in entry.read_text(), f"the plugin entry point {entry.name} imports {module}"

@@ -62,3 +62,13 @@ def test_timeline_paused_and_jobs_survive_reopening(tmp_path: Path) -> None:
     assert store.last_good_rule_files() == {"/t/a.yaml": "id: a\n"}
     store.clear_paused()
     assert store.paused() == []
+
+
+def test_protections_survive_reopening_and_a_row_that_is_not_spans_is_left_out(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.db")
+    with store.transaction() as db:
+        Store.put_protections(db, {"game": (4.0, 26.0), "render": (), "ok": [3]})
+        db.execute("INSERT INTO protections VALUES (?, ?)", ("torn", "[1.0, "))
+    store.close()
+    store = Store(tmp_path / "s.db")
+    assert store.protections() == {"game": (4.0, 26.0), "ok": (3.0,)}  # none kept for a rule with none

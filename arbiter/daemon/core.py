@@ -61,7 +61,7 @@ from arbiter.daemon.views import status_line
 from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunSpec, RunState
 from arbiter.engine.compliance import trust_from_record
-from arbiter.engine.types import EngineState, HeldJob, Policy
+from arbiter.engine.types import EngineState, HeldJob, Policy, RuleState
 from arbiter.plugin import ProcessRef
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
 from arbiter.probing import Prober
@@ -183,6 +183,9 @@ class Daemon:
         # from then, the time the daemon was away included (it stayed paused); a wall clock
         # set back meanwhile makes the pause start now
         held = {job: HeldJob(now - max(0.0, now_wall - since)) for job, since in self.store.held().items()}
+        # evict_after_s: auto chooses from each rule's latest protections: those seen before a
+        # restart count, not the cost alone again as on a node that has seen none
+        rules = {rid: RuleState(held_spans=spans) for rid, spans in self.store.protections().items()}
         run, self._run_problem = resumed_from(self.store.running_run())
         self._resumed_run = run if run is not None and run.running else None
         self.decider = Decider(
@@ -195,7 +198,7 @@ class Daemon:
             self.recorder,
             self.published,
             self.targets,
-            EngineState(trust=trust, governors=governors, ab=run, held=held),
+            EngineState(rules=rules, trust=trust, governors=governors, ab=run, held=held),
             self._run_ended,
             self._releasing,
             lambda: time.thread_time() + host.worker_cpu(),

@@ -404,6 +404,9 @@ class Decider:
         if decision.state.held != before.held:  # the eviction clock outlives a restart
             held = {job: time.time() - (now - h.since) for job, h in decision.state.held.items()}
             self.recorder.write(lambda db: Store.put_held(db, held))
+        spans = {rid: rs.held_spans for rid, rs in decision.state.rules.items()}
+        if spans != {rid: rs.held_spans for rid, rs in before.rules.items()}:  # so do auto's protections
+            self.recorder.write(lambda db: Store.put_protections(db, spans))
         self._keep_runs(before.ab, decision)
         if decision.admits_gpu != self._admits:
             # fleet schedulers place work by what the node admits: told now, not a tick later

@@ -17,7 +17,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -58,6 +58,9 @@ CREATE TABLE IF NOT EXISTS governors (
 );
 CREATE TABLE IF NOT EXISTS held (
     job TEXT PRIMARY KEY, since REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS protections (
+    rule TEXT PRIMARY KEY, spans TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS certificates (
     id INTEGER PRIMARY KEY AUTOINCREMENT, rule TEXT NOT NULL, work TEXT NOT NULL, duty REAL NOT NULL,
@@ -335,6 +338,28 @@ class Store:
 
     def held(self) -> dict[str, float]:
         return {r["job"]: float(r["since"]) for r in self._query("SELECT job, since FROM held")}
+
+    # --- how long each rule's latest protections held fleet work (evict_after_s: auto) --------
+
+    @staticmethod
+    def put_protections(db: sqlite3.Connection, spans: Mapping[str, Sequence[float]]) -> None:
+        db.execute("DELETE FROM protections")
+        db.executemany(
+            "INSERT INTO protections VALUES (?, ?)", [(r, json.dumps(list(s))) for r, s in spans.items() if s]
+        )
+
+    def protections(self) -> dict[str, tuple[float, ...]]:
+        """Each rule's spans, oldest first; a row that is not a list of numbers is left out."""
+        out = {}
+        for r in self._query("SELECT rule, spans FROM protections"):
+            try:
+                spans = json.loads(r["spans"])
+                out[r["rule"]] = tuple(float(x) for x in spans if isinstance(x, int | float) and x >= 0)
+            except (ValueError, TypeError):
+                logging.getLogger("arbiter.state.store").warning(
+                    "state: the protections of rule %r are not readable; they start again", r["rule"]
+                )
+        return out
 
     # --- certificates -----------------------------------------------------------------------
 

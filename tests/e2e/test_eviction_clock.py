@@ -1,6 +1,7 @@
 """The eviction clock outlives the daemon: a job that protection paused goes on counting from
 when it was paused after a daemon killed with -9 starts again (it stayed paused meanwhile);
-after a clean stop, which resumes it, the count starts again."""
+after a clean stop, which resumes it, the count starts again.  So do the protections that
+``evict_after_s: auto`` chooses its wait from."""
 
 from __future__ import annotations
 
@@ -81,3 +82,40 @@ def test_a_clean_stop_resumes_the_job_and_the_count_starts_again(node: HarnessNo
     node.start()
     after = wait_until(lambda: paused_for(node, "plain"), WAIT_S, "the job paused again", poll_s=0.1)
     assert after <= time.monotonic() - restarted + 1.0, after  # from the restart, not from the first pause
+
+
+def evict_basis(node: HarnessNode, name: str) -> str | None:
+    """Why ``evict_after_s: auto`` chose the job's wait, as ``arbiter explain`` says (None while
+    protection does not pause it)."""
+    (item,) = node.call("explain", subject=name)["explain"]["items"]
+    pause = item.get("protection_pause")
+    return str(pause["evict_basis"]) if item["state"] == "paused" and pause and pause["evict_basis"] else None
+
+
+def test_auto_weighs_the_protections_seen_before_a_restart(tmp_path: Path, procs: type[Procs]) -> None:
+    """``evict_after_s: auto`` chooses from the rule's latest protections: one that ended before
+    the daemon stopped still counts after it starts again (before, a restarted node chose as
+    one that had seen none: the cost alone)."""
+    node = HarnessNode(tmp_path, tick_s=0.5, evict_after_s="auto", evict_cost_s=EVICT_S)
+    node.add_rule("game", {"id": "game", "match": {"cmdline": [MARKER]}, "pause_fleet": {"scope": "all"}})
+    try:
+        node.start()
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+        pid = node.job_pid("plain")
+        game = node.spawn(MARKER.split())
+        procs.wait(pid, {"stopped"}, timeout=WAIT_S)
+        first = wait_until(lambda: evict_basis(node, "plain"), WAIT_S, "the first pause's basis", poll_s=0.1)
+        assert "no protection by 'game' has ended here yet" in first, first
+        game.kill()
+        game.wait()
+        procs.wait(pid, {"running", "sleeping", "disk-sleep"}, timeout=WAIT_S)  # the protection has ended
+        node.stop()
+        node.start()
+        node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "again")
+        again_pid = node.job_pid("again")
+        node.spawn(MARKER.split())
+        procs.wait(again_pid, {"stopped"}, timeout=WAIT_S)
+        basis = wait_until(lambda: evict_basis(node, "again"), WAIT_S, "the second pause's basis", poll_s=0.1)
+        assert "the last 1 protection(s) by 'game'" in basis, basis
+    finally:
+        node.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from arbiter.plugin import PluginContext
 from arbiter.pluginmanager import build_plugin_manager
-from arbiter_slurm import commands, hooks
+from arbiter_slurm import commands, hooks, settings
 
 # what Slurm 22.05 prints (trimmed to the fields read), and the shape later releases give
 SQUEUE_2205 = {
@@ -107,10 +108,10 @@ def test_a_command_that_fails_or_hangs_says_which_and_why(tmp_path: Path) -> Non
 
 def test_silent_on_a_node_without_slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert not commands.configured(commands.NodeOptions(node="n1"))
-    from arbiter_slurm import arbiter_scheduler_jobs
+    assert not settings.configured(settings.NodeOptions(node="n1"))
+    from arbiter_slurm.plugin import arbiter_scheduler_jobs
 
-    context = PluginContext(tmp_path, sections={"slurm": commands.NodeOptions(node="n1")})
+    context = PluginContext(tmp_path, sections={"slurm": settings.NodeOptions(node="n1")})
     assert arbiter_scheduler_jobs(node_state=None, context=context) is None
 
 
@@ -199,10 +200,10 @@ def test_arbiter_slurm_help_prints_help(capsys: pytest.CaptureFixture[str]) -> N
 def test_only_slurm_ids_are_claimed_and_none_is_vouched_for_off_slurm(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from arbiter_slurm import arbiter_scheduler_job_owner
+    from arbiter_slurm.plugin import arbiter_scheduler_job_owner
 
     monkeypatch.setenv("PATH", str(tmp_path))
-    context = PluginContext(tmp_path, sections={"slurm": commands.NodeOptions(node="n1")})
+    context = PluginContext(tmp_path, sections={"slurm": settings.NodeOptions(node="n1")})
     assert arbiter_scheduler_job_owner(job_id="batch-5", context=context) is None
     said = arbiter_scheduler_job_owner(job_id="slurm-5", context=context)
     assert said is not None and said["uid"] is None and "not under Slurm" in said["why"], said
@@ -254,3 +255,26 @@ def test_an_array_tasks_owner_is_found_by_its_task_id(monkeypatch: pytest.Monkey
     job = commands.job_here("slurm-2_0", "n1")
     assert job is not None and job.uid == 1234 and asked[0][:4] == ["squeue", "--json", "--jobs", "2_0"]
     assert commands.job_here("slurm-2_1", "n1") is None
+
+
+def test_the_hooks_start_light() -> None:
+    """slurmd waits for the Epilog before a requeued job may be placed again and a task for its
+    TaskProlog: the hook program loads the daemon's client, not the plugin API (pydantic, the
+    engine) nor the translator, which cost it most of a second on a busy node."""
+    code = "import arbiter_slurm.hooks, sys, json; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    loaded = set(json.loads(out.stdout))
+    heavy = {"pydantic", "arbiter.plugin", "arbiter.engine", "arbiter_slurm.translator", "arbiter_slurm.plugin"}
+    assert not heavy & loaded, f"the hooks load {sorted(heavy & loaded)}"
+
+
+def test_a_requeued_job_is_placed_from_the_second_after_its_requeue() -> None:
+    """slurmctld dates the revoke of a requeued job's credentials as it answers the requeue: its
+    new start is accepted from the next whole second (and half a second's slack for the
+    clocks), whenever its Epilog ends; not a second after it was seen pending."""
+    from arbiter_slurm.translator import credential_wait
+
+    assert credential_wait(100.2, 100.3) == pytest.approx(1.2)
+    assert credential_wait(100.9, 101.0) == pytest.approx(0.5)
+    assert credential_wait(100.2, 101.5) == 0.0  # its Epilog outlasted it: placed at once
+    assert credential_wait(100.2, 104.0) == 0.0

@@ -13,7 +13,7 @@ import pytest
 from arbiter.cli.nodecheck import node_problems
 from arbiter.config.loader import load_node_config
 from arbiter.pluginmanager import build_plugin_manager
-from arbiter_slurm import commands, nodes
+from arbiter_slurm import commands, nodes, settings
 
 ADMITTED = {
     "gpu_apis": {"host": ["cuda", "vulkan"], "containers": []},
@@ -95,12 +95,12 @@ def sections(tmp_path: Path, body: str) -> tuple[dict[str, Any], list[str]]:
 
 def test_the_node_and_drain_time_come_from_the_slurm_section(tmp_path: Path) -> None:
     given, _ = sections(tmp_path, "slurm:\n  node: n7\n  drain_after_s: 45\n")
-    assert given["slurm"] == commands.NodeOptions(node="n7", drain_after_s=45.0)
-    assert commands.node_name(given["slurm"]) == "n7"
+    assert given["slurm"] == settings.NodeOptions(node="n7", drain_after_s=45.0)
+    assert settings.node_name(given["slurm"]) == "n7"
     given, _ = sections(tmp_path, "slurm: {drain_after_s: null}\n")
     assert given["slurm"].drain_after_s is None  # never drained
     given, _ = sections(tmp_path, "")
-    assert given["slurm"] == commands.NodeOptions()  # the defaults: the host's name, 300 s
+    assert given["slurm"] == settings.NodeOptions()  # the defaults: the host's name, 300 s
     assert given["slurm"].drain_after_s == 300.0
 
 

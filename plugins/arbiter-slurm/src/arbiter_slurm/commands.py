@@ -1,35 +1,34 @@
 """Slurm through its own commands (``squeue --json``, ``scontrol listpids``): no Python binding
 matches every Slurm release, the commands' output does.  Every call has a timeout and a
-failure says which command, how it failed and what Slurm printed."""
+failure says which command, how it failed and what Slurm printed.
+
+The hooks import this module: it imports nothing of arbiter's at its top (the node config's
+section is :mod:`arbiter_slurm.settings`)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from pydantic import Field
-
-from arbiter.plugin import KindOptions, PluginContext, run_child
 
 #: a command that has not answered within this long has failed (the daemon's plugin timeout is 5 s)
 TIMEOUT_S = 3.0
 #: the node config's section this plugin reads
 SECTION = "slurm"
-#: where slurm.conf is when $SLURM_CONF does not say
-DEFAULT_CONF = "/etc/slurm/slurm.conf"
 #: a job's manifest in its comment: ``--comment 'arbiter:{"name": "render", ...}'``
 COMMENT_PREFIX = "arbiter:"
 #: what every arbiter job id of a Slurm task starts with
 ID_PREFIX = "slurm-"
 #: Slurm job states in which a job has processes on its nodes
 LIVE_STATES = ("RUNNING", "SUSPENDED", "COMPLETING")
+
+#: how a Slurm command is started: ``subprocess.run``'s signature
+Runner = Callable[..., "subprocess.CompletedProcess[Any]"]
 
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 
@@ -72,68 +71,16 @@ class TaskPid:
     local_id: int | None
 
 
-class NodeOptions(KindOptions):
-    """The node config's ``slurm:`` section: this node in Slurm's terms."""
+def run(args: list[str], timeout: float = TIMEOUT_S, runner: Runner | None = None) -> str:
+    """Run a Slurm command; its standard output, or a SlurmError saying why not.  The daemon's
+    commands start as every child of arbiter's (``run_child``); a hook, which is no part of
+    the daemon and must start light, gives its own ``runner``."""
+    if runner is None:
+        from arbiter.plugin import run_child  # loaded in the daemon already; a hook passes its own
 
-    node: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        description="this node's name in slurm.conf (NodeName); default: the short host name, as slurmd's",
-    )
-    drain_after_s: float | None = Field(
-        300.0,
-        ge=0,
-        allow_inf_nan=False,
-        description="drain the node once protection has held new GPU work this long; null: never drain it",
-    )
-    checkpoint_signal: str | None = Field(
-        None,
-        pattern=r"^([BR]:)?(SIG)?[A-Z0-9]+$",
-        description="the signal a job is given to save its work before it is requeued, as sbatch's --signal "
-        "takes it (B:USR1: the batch shell only); null: the job's own #SBATCH --signal, else none. The "
-        "evicting rule's eviction.checkpoint_signal comes first",
-    )
-    checkpoint_s: float = Field(
-        10.0,
-        ge=0,
-        le=600,
-        allow_inf_nan=False,
-        description="the longest a job given its checkpoint signal runs on before it is requeued (the evicting "
-        "rule's eviction.checkpoint_s comes first)",
-    )
-    requeue_grace_s: float = Field(
-        5.0,
-        ge=0,
-        le=600,
-        allow_inf_nan=False,
-        description="how long a requeued job's processes here may take to end on Slurm's SIGTERM before "
-        "they are killed",
-    )
-
-
-def options(context: PluginContext) -> NodeOptions:
-    """The node config's ``slurm:`` section, as the daemon validated it (defaults without one)."""
-    given = context.sections.get(SECTION)
-    return given if isinstance(given, NodeOptions) else NodeOptions()
-
-
-def configured(opts: NodeOptions) -> bool:
-    """Whether this node is under Slurm: its commands are installed, and the node config names
-    its Slurm node or the host has a slurm.conf."""
-    if shutil.which("squeue") is None or shutil.which("scontrol") is None:
-        return False
-    return bool(opts.node) or os.path.exists(os.environ.get("SLURM_CONF") or DEFAULT_CONF)
-
-
-def node_name(opts: NodeOptions) -> str:
-    """This node's Slurm name: ``slurm.node``, else the short host name (slurmd's default)."""
-    return opts.node or socket.gethostname().split(".")[0]
-
-
-def run(args: list[str], timeout: float = TIMEOUT_S) -> str:
-    """Run a Slurm command; its standard output, or a SlurmError saying why not."""
+        runner = run_child
     try:
-        done = run_child(args, capture_output=True, text=True, timeout=timeout, check=False)
+        done = runner(args, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:
         raise SlurmError(f"{args[0]} is not installed (PATH={os.environ.get('PATH', '')})") from None
     except subprocess.TimeoutExpired:

@@ -19,6 +19,12 @@ Prolog and Epilog, the job's error file for the TaskProlog).
 - **Prolog** (as root, before the job starts): checks that the daemon answers and says so in
   the slurmd log when it does not (the job then runs without arbiter knowing it).
 
+Each hook starts light: slurmd waits for the Epilog before a requeued job may be placed
+again, and a task waits for its TaskProlog, so what it imports is on the path of every job's
+start and every requeue.  It imports the daemon's client and :mod:`arbiter_slurm.commands`,
+not the plugin API (pydantic, the engine), which would cost it a few tenths of a second on an
+idle node and a second on a busy one; the plugin's hooks are :mod:`arbiter_slurm.plugin`.
+
 Which daemon: where several slurmd run on one host, each node's config is the one whose
 ``slurm: {node: ...}`` names the node (else ``<node>.yaml``), in ``$ARBITER_SLURM_CONFIGS``
 or in the folder ``arbiter/`` beside slurm.conf; otherwise the node config arbiter finds
@@ -41,6 +47,7 @@ import yaml
 from arbiter.api.transport import DaemonUnavailable, RequestRefused, request
 from arbiter.cli.client import CliError, daemon_info, state_dir_for
 from arbiter.config.safety import command_file_problem
+from arbiter.runtime.children import run_child
 from arbiter_slurm import commands
 
 CONFIGS_ENV = "ARBITER_SLURM_CONFIGS"
@@ -178,7 +185,7 @@ def manifest_for(env: dict[str, str], job_id: str) -> dict[str, Any] | None:
             raise HookError(f"the job manifest in {where} must be a mapping")
         return value
     try:
-        jobs = commands.parse_squeue(commands.run(["squeue", "--json", "--jobs", job_id]))
+        jobs = commands.parse_squeue(commands.run(["squeue", "--json", "--jobs", job_id], runner=run_child))
     except commands.SlurmError as exc:
         raise HookError(f"cannot read job {job_id}'s comment: {exc}") from None
     for job in jobs:
