@@ -26,6 +26,7 @@ from arbiter.config.jobdocs import Manifest
 from arbiter.engine import codes
 from arbiter.plugin import ProcessInfo
 from arbiter.pluginmanager import PluginFailed
+from arbiter.pluginsteps import Step, Steps
 
 if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
@@ -160,12 +161,13 @@ class Reconciler:
     def due(self, now: float) -> bool:
         return now - self._last >= self.every_s
 
-    def run(self, daemon: Parts, table: list[ProcessInfo] | None = None) -> list[str]:
-        """Adopt the scheduler jobs not known yet; the ids adopted."""
+    def run(self, daemon: Parts) -> Steps[list[str]]:
+        """Adopt the scheduler jobs not known yet; the ids adopted.  Steps of the tick's run:
+        the look at the schedulers wakes no pool thread of its own."""
         self._last = time.monotonic()
+        state = daemon.ticker.node_state() if daemon.snapshot.decision is not None else None
         try:
-            state = daemon.ticker.node_state() if daemon.snapshot.decision is not None else None
-            answers = daemon.host.call(
+            answers = yield Step(
                 "scheduler jobs",
                 lambda: daemon.host.hook.arbiter_scheduler_jobs(
                     node_state=state, context=daemon.host.context(daemon.config)
@@ -178,8 +180,7 @@ class Reconciler:
         if not reported:
             self.last_seen = {}
             return []
-        if table is None:
-            table = daemon.ticker.observer.process_table()
+        table = yield from daemon.ticker.observer.reading_table()
         by_pid = {p.pid: p for p in table}
         adopted = []
         for job in reported:

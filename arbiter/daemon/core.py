@@ -64,6 +64,7 @@ from arbiter.engine.compliance import trust_from_record
 from arbiter.engine.types import EngineState, HeldJob, Policy, RuleState
 from arbiter.plugin import ProcessRef
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
+from arbiter.pluginsteps import Steps
 from arbiter.probing import Prober
 from arbiter.reflex.act import Actuator, make_translators
 from arbiter.state.journal import PausedJournal
@@ -430,11 +431,11 @@ class Daemon:
         kept = self.config.quotas.ended_jobs_kept
         self.recorder.write(lambda db: Store.put_job(db, snapshot, kept))
 
-    def _reconcile(self) -> None:
+    def _reconcile(self) -> Steps[None]:
         """Take over the jobs an outside scheduler started here, where a look is due, and read
-        the twins' published certificates, where a read is due."""
+        the twins' published certificates, where a read is due (steps of the tick's run)."""
         if self.reconciler.due(time.monotonic()):
-            self.reconciler.run(self.parts)
+            yield from self.reconciler.run(self.parts)
         self.fleet.tick()
 
     def _releasing(self) -> None:

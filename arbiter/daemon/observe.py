@@ -187,6 +187,11 @@ class Observer:
         """The host's processes, read after this call began."""
         return self.host.run_steps(self._read_table())[0]
 
+    def reading_table(self) -> Steps[list[ProcessInfo]]:
+        """:meth:`process_table` as steps, for a caller within a run."""
+        table, _ = yield from self._read_table()
+        return table
+
     def _read_table(self) -> Steps[tuple[list[ProcessInfo], int]]:
         """The host's processes, read after this call began, and the monotonic ns halfway
         through their read.  One read at a time: callers that waited for another's read take

@@ -47,8 +47,9 @@ CERTIFICATES_EVERY_S = 5.0  # how often the tick reads certificates again (the A
 
 class Ticker:
     """:param status_line: one line on the node, for the service manager's watchdog pings.
-    :param reconcile: called first on every tick: jobs an outside scheduler started are
-        taken over (where one is due), and twins' published certificates read (where due)."""
+    :param reconcile: steps run first on every tick, within its run: jobs an outside
+        scheduler started are taken over (where one is due), and twins' published
+        certificates read (where due)."""
 
     def __init__(
         self,
@@ -63,7 +64,7 @@ class Ticker:
         published: Published,
         decider: Decider,
         status_line: Callable[[], str],
-        reconcile: Callable[[], None],
+        reconcile: Callable[[], Steps[None]],
     ) -> None:
         self.config = config
         self.host = host
@@ -144,7 +145,6 @@ class Ticker:
                 self.prober.refresh()  # in the background: drivers may have come or gone
             self.rules.load()
             self.decider.tell(PolicyChanged(self.rules.policy()))
-        self.reconcile()
         view, (wanted, readings) = self.host.run_steps(self._observing())
         self._note_faults(view)
         self._reap(view)
@@ -173,8 +173,10 @@ class Ticker:
         self,
     ) -> Steps[tuple[TickView, tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]]]:
         """The process table, matching, the GPU readers, the host signals and every source,
-        as one run of steps: a tick hands its plugin calls to the pool once, not a dozen
-        times (each hand-over woke two threads, most of what a quiet node cost)."""
+        as one run of steps, after the look at the schedulers where one is due: a tick hands
+        its plugin calls to the pool once, not a dozen times (each hand-over woke two threads,
+        most of what a quiet node cost)."""
+        yield from self.reconcile()
         view = yield from self.observer.observing(self.rules, self.jobs.active(), own_pids=[os.getpid()])
         return view, (yield from self._read_sources(view))
 

@@ -16,18 +16,32 @@ from arbiter.http.protocol import MAX_CONCURRENCY, HeadTimeoutProtocol
 if TYPE_CHECKING:
     from arbiter.http.provider import Provider
 
-#: how often the HTTP server's housekeeping loop wakes (uvicorn's own wakes every 0.1 s)
-HOUSEKEEPING_S = 1.0
-
 
 class _QuietServer(uvicorn.Server):
-    """uvicorn's server, whose housekeeping loop (the Date header, a stop asked for) wakes
-    once a second instead of ten times: the Date header's resolution is a second anyway, and
-    a stop waits a second at most."""
+    """uvicorn's server, whose housekeeping loop (the Date header, a stop asked for) sleeps
+    until a stop is asked for, instead of waking ten times a second: an idle daemon's HTTP
+    thread does not wake at all.  The Date header is made as each request arrives
+    (:class:`~arbiter.http.protocol.HeadTimeoutProtocol`)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _stop: asyncio.Event | None = None
 
     async def main_loop(self) -> None:
+        self._stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         while not await self.on_tick(0):  # tick 0: the Date header is made afresh each time
-            await asyncio.sleep(HOUSEKEEPING_S)
+            await self._stop.wait()
+            self._stop.clear()
+
+    def stop(self) -> None:
+        """Ask the server to stop, from any thread, waking its loop."""
+        self.should_exit = True
+        loop, event = self._loop, self._stop
+        if loop is not None and event is not None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:
+                pass  # its loop has closed: it has stopped already
 
 
 class HttpServer:
@@ -60,5 +74,5 @@ class HttpServer:
         return f"http://{host}:{port}"
 
     def stop(self) -> None:
-        self._server.should_exit = True
+        self._server.stop()
         self._thread.join(timeout=5)

@@ -12,6 +12,7 @@ from typing import Any
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
 from arbiter.daemon.inbox import drained
+from arbiter.plugin import hookimpl
 from arbiter.pluginmanager import build_plugin_manager
 from arbiter_testing.scripts import load_script
 
@@ -48,5 +49,46 @@ def test_a_tick_reads_every_source_in_one_hand_over(tmp_path: Path) -> None:
         assert sources >= 9
         # the table, the matchers, the GPU reader, two host signals, and the sources together
         assert len(submitted) <= 7, f"{len(submitted)} hand-overs for a tick with {sources} sources"
+    finally:
+        daemon.shutdown()
+
+
+def test_a_tick_with_a_look_at_the_schedulers_due_hands_over_once(tmp_path: Path) -> None:
+    calls = _calls()
+    phases = tmp_path / "phases.jsonl"
+    phases.write_text(json.dumps({"event": "status", "phase": "off"}) + "\n")
+    config, _ = load_node_config(calls.node_config(tmp_path, phases, reflex_process=False))
+    fixed = calls.FixedTable(calls.fixed_table(4242))
+    asked: list[Any] = []
+
+    class Scheduler:
+        @hookimpl
+        def arbiter_scheduler_jobs(self, node_state: Any, context: Any) -> list[dict[str, Any]]:
+            asked.append(node_state)
+            return []  # nothing runs here for it
+
+    host = build_plugin_manager(
+        config.plugins, config.disable_plugins, extra=[("fixed", fixed), ("scheduler", Scheduler())]
+    )
+    daemon = Daemon(config, tmp_path / "arbiter.yaml", host=host)
+    try:
+        for _ in range(2):  # the rule book loaded, a decision taken and the node's state told
+            daemon.ticker.once()
+            daemon.decider.take(drained(daemon.decider.inbox) or [])
+        pool = host._pool
+        assert pool is not None
+        submitted: list[Any] = []
+        submit = pool.submit
+
+        def counted(fn: Any, *args: Any, **kw: Any) -> Any:
+            submitted.append(fn)
+            return submit(fn, *args, **kw)
+
+        pool.submit = counted  # type: ignore[method-assign, assignment]
+        daemon.reconciler._last = -daemon.reconciler.every_s  # a look at the schedulers is due
+        before = len(asked)
+        daemon.ticker.once()
+        assert len(asked) == before + 1  # the schedulers were asked on this tick
+        assert len(submitted) == 1, f"{len(submitted)} hand-overs for one idle tick"
     finally:
         daemon.shutdown()

@@ -101,7 +101,8 @@ def test_a_failed_read_of_what_the_events_name_reads_everything_at_once(
     memo: TableMemo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     memo.table()
-    owner, name = (memo._child, "call") if memo._child is not None and memo._from_child else (memo._scan, "read")
+    owner = memo._reader if memo._child is not None and memo._from_child else memo._scan
+    name = "read"
     real = getattr(owner, name)
     failures: list[tuple[object, ...]] = []
 
@@ -308,3 +309,52 @@ def test_a_process_born_and_gone_while_the_full_scan_reads_is_no_miss(
     monkeypatch.undo()
     assert passing and memo.events_in_use, memo.events_why
     assert passing[0] not in pids(memo.table())
+
+
+def test_what_the_events_name_is_read_here_and_the_childs_next_scan_reads_it_afresh(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # perl re-executing perl (the same name and size: only the command line tells), with the
+    # scans in a child: the exec's event is read in this process, without a round trip, and
+    # the child's next scan, which read the old program, reads it afresh rather than bring
+    # the old command line back once the process's state changes (stopped here)
+    memo = TableMemo(in_child=True, events=True)
+    request.addfinalizer(memo.close)
+    if not memo.events_in_use:
+        pytest.skip(f"no process events here: {memo.events_why}")
+    perl = shutil.which("perl")
+    if perl is None:
+        pytest.skip("no perl here")
+    go = tmp_path / "go"
+    script = 'sleep 1 until -e $ARGV[0]; exec {$ARGV[1]} "perl", "-e", "sleep 600", "PROTECTED-MARKER"'
+    child = subprocess.Popen([perl, "-e", script, str(go), perl])
+    try:
+        wait_until(lambda: child.pid in pids(memo.table()), 10, "the first program in the table")
+        assert memo._child is not None and memo._from_child, memo.child_failure
+        asked: list[object] = []
+        real_call = memo._child.call
+
+        def call(request: object) -> object:
+            asked.append(request)
+            return real_call(request)
+
+        memo._child.call = call  # type: ignore[method-assign]
+        go.touch()
+        wait_until(lambda: b"PROTECTED-MARKER" in Path(f"/proc/{child.pid}/cmdline").read_bytes(), 10, "the exec")
+
+        def row() -> ProcessInfo:
+            return next(p for p in memo.table() if p.pid == child.pid)
+
+        wait_until(lambda: "PROTECTED-MARKER" in row().cmdline, 10, "the exec read")
+        assert all(not isinstance(r, list) for r in asked), asked  # the child was asked for scans only
+        os.kill(child.pid, signal.SIGSTOP)  # no event tells it: the next scan finds it changed
+        for _ in range(_procscan.CMDLINE_RECHECK_SCANS):
+            memo._scanned_at -= table.FULL_SCAN_S  # a full scan now
+            now = row()
+            assert "PROTECTED-MARKER" in now.cmdline, now
+        assert any(isinstance(r, dict) and child.pid in r["forget"] for r in asked), asked
+        wait_until(lambda: row().state == "T", 10, "it read stopped")
+        assert memo.events_in_use
+    finally:
+        child.kill()
+        child.wait()

@@ -128,8 +128,19 @@ class ProcScan:
             changed.append(now.record)
         return found, changed
 
-    def __call__(self, request: list[int] | None = None) -> tuple[list[int], list[Record]]:
-        """A child worker's request: one scan, or a read of the pids it names."""
+    def forget(self, pids: list[int]) -> None:
+        """Read these processes afresh on the next scan: another reader has read them since
+        (an exec that keeps the program's name and address-space size would look unchanged,
+        and bring back the old command line)."""
+        for pid in pids:
+            self._seen.pop(str(pid), None)
+
+    def __call__(self, request: list[int] | dict[str, list[int]] | None = None) -> tuple[list[int], list[Record]]:
+        """A child worker's request: one scan (``None``; ``{"forget": pids}``: one reading
+        those afresh, see :meth:`forget`), or a read of the pids it names (a list)."""
+        if isinstance(request, dict):
+            self.forget(request.get("forget", []))
+            return self.scan()
         return self.scan() if request is None else self.read(request)
 
     def close(self) -> None:

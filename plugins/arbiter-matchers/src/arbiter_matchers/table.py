@@ -8,7 +8,10 @@ this table passes the translators' start-time check, which asks psutil.
 
 The daemon's table is read by a child worker (:class:`TableMemo` with ``in_child``): the
 scan is about 20 ms of Python a tick, and in the daemon's interpreter its fast path would
-wait for it.  The child sends what changed; the daemon builds only that.
+wait for it.  The child sends what changed; the daemon builds only that.  The few processes
+the kernel's process events name between two scans are read in the daemon itself: a round
+trip to the child for them cost more (two wake-ups a read, the answer checked and copied)
+than reading their files.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ class TableMemo:
     for up to :data:`FULL_SCAN_S`.  Its CPU times are not read then, so it gives none
     (``cpu_ns`` is None, and a reader reads them itself for the processes it is asked about).
     Where the events cannot be had, fail, or miss a process, the table is read on every call
-    (``events_why`` says why)."""
+    (``events_why`` says why).  What the events name is read in this process, not asked of
+    the child, whose next scan reads those processes afresh (``forget``)."""
 
     def __init__(self, *, in_child: bool = False, events: bool = False) -> None:
         self._lock = threading.Lock()
@@ -94,6 +98,8 @@ class TableMemo:
             else None
         )
         self._from_child = False  # whether the last table came from the child's scan
+        self._reader = ProcScan(0)  # reads what the events name while the child scans
+        self._read_here: set[int] = set()  # pids read so since the child's last scan
         self._infos: dict[int, ProcessInfo] = {}
         self._events: ProcEvents | None = None
         self.events_why = "" if events else "not asked for"
@@ -193,7 +199,8 @@ class TableMemo:
         asked = sorted(pids)
         try:
             if self._child is not None and self._from_child:
-                found, changed = _scan_answer(self._child.call(asked))
+                self._read_here.update(asked)  # the child's next scan must not trust its older read
+                found, changed = self._reader.read(asked)
             else:
                 found, changed = self._scan.read(asked)
         except (ChildWorkFailed, _NotAScan, OSError):
@@ -228,8 +235,10 @@ class TableMemo:
 
     def _scan_table(self) -> list[ProcessInfo]:
         if self._child is not None:
+            forget, self._read_here = sorted(self._read_here), set()
+            self._reader.close()  # what it read is the child's to read from now on
             try:
-                table = self._apply(*_scan_answer(self._child.call(None)))
+                table = self._apply(*_scan_answer(self._child.call({"forget": forget} if forget else None)))
                 self._from_child = True
                 return table
             except ChildWorkFailed:
@@ -251,6 +260,7 @@ class TableMemo:
             if self._child is not None:
                 self._child.close()
             self._scan.close()
+            self._reader.close()
 
     def _apply(self, pids: list[int], changed: list[Record]) -> list[ProcessInfo]:
         made = {record[0]: ProcessInfo(*record) for record in changed}

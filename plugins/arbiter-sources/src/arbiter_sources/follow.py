@@ -49,8 +49,12 @@ LineMeaning = tuple[bool, Phase | None] | None
 
 #: check interval without file notifications
 POLL_INTERVAL_S = 0.25
-#: with notifications, a check this often anyway, in case an event was missed
-SAFETY_INTERVAL_S = 1.0
+#: with notifications, a check this often anyway, in case an event was missed (a folder
+#: above the watched one renamed or replaced, a file written from another host over a network
+#: file system): local writes, renames and deletions are all heard, so the thread of a file
+#: nothing writes, in the daemon and in the reflex process, otherwise sleeps; an idle node's
+#: watchers woke once a second each for nothing
+SAFETY_INTERVAL_S = 10.0
 #: how long a file renamed away is still followed while nothing replaces it (its writer
 #: may write a last line before it reopens the path)
 ROTATION_GRACE_S = 10.0
@@ -253,7 +257,9 @@ class FollowedFile(Source):
         if self._notes.stale and self._ensure_watches():
             return True  # a directory watched only now may already hold the file
         watching = ino is not None and bool(self._notes.watches)
-        interval = SAFETY_INTERVAL_S if watching else POLL_INTERVAL_S
+        # a file renamed away is looked at often until something replaces it or its grace ends:
+        # no notification says that the grace is over
+        interval = SAFETY_INTERVAL_S if watching and self._gone_since is None else POLL_INTERVAL_S
         left = self._last_full + interval - time.monotonic()
         ready = {fd for fd, _ in poller.poll(max(0.0, left) * 1000)} if left > 0 else set()
         if ino is not None and ino.fileno() in ready:
