@@ -226,7 +226,7 @@ def desktop_node(root: Path, jobs: int) -> tuple[Any, Path, list[subprocess.Pope
         os.chmod(node.tenants / rule.name, 0o644)  # rules that send requests are taken only from safe files
     node.add_rule("protected", phase_rule("protected", PROTECTED_MARKER, phases, scope="all", priority=90))
     node.start()
-    extra = [node.spawn(["sh", "-c", "sleep 86400; :", PROTECTED_MARKER])]
+    extra = [node.spawn([sys.executable, "-c", "import time; time.sleep(86400)", PROTECTED_MARKER])]
     for k in range(jobs):
         node.job_run(["sleep", str(86400 + k)], "--name", f"cost-job-{k}", stderr=subprocess.DEVNULL)
     node.wait_for(lambda: sum(1 for j in node.status()["jobs"] if j["pids"]) >= jobs, timeout=60)

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             os.chmod(node.tenants / rule.name, 0o644)
         node.add_rule("protected", phase_rule("protected", cost.PROTECTED_MARKER, phases, scope="all", priority=90))
         config, _ = load_node_config(node.config_path)
-        protected = subprocess.Popen(["sh", "-c", "sleep 86400; :", cost.PROTECTED_MARKER])
+        protected = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(86400)", cost.PROTECTED_MARKER])
         daemon = Daemon(config, node.config_path)
         daemon.start()
         time.sleep(cost.SETTLE_S)
