@@ -167,8 +167,9 @@ class FollowedFile(Source):
             if elsewhere == self._elsewhere:
                 return
             self._elsewhere = elsewhere
-            if not elsewhere and self._wake_w is not None:
-                os.write(self._wake_w, b"w")  # read now: what came meanwhile was nobody's news
+            if self._wake_w is not None:
+                # its wait changes now (and once that ends, what came meanwhile is read now)
+                os.write(self._wake_w, b"w")
 
     def state(self) -> SourceState:
         if self._thread is None and not self._closed:
