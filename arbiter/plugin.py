@@ -295,6 +295,15 @@ class Source(_Kind):
         its program runs, so a polling probe need not poll while it does not (a quiet node
         then wakes for nothing); once it runs again the probe reads at once.  Must not block."""
 
+    def watched_elsewhere(self, elsewhere: bool) -> None:
+        """Whether another process watches what this source watches and tells the daemon each
+        change (the reflex process, for an immediate rule's phase): called with True once that
+        process's readings stand for this source's, False once they no longer do (it is gone,
+        or cannot watch it).  Meanwhile a source that wakes on each change need not: it may
+        read only on its own safety interval (``state()`` is then that old), so that a change
+        wakes one reader, not two, at the moment its pauses are made.  On False it reads at
+        once and wakes on each change again.  Must not block."""
+
 
 class Translator(_Kind):
     """Applies decisions to programs.  ``actions`` names what it can do:

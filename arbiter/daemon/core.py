@@ -440,12 +440,12 @@ class Daemon:
 
     def _releasing(self) -> None:
         """A tenant was asked to release VRAM: the tick looks more often until it is seen to fall."""
-        self.ticker.wake.set()
+        self.ticker.tick_soon()
 
     def _admission_changed(self) -> None:
         """The node now admits GPU work, or no longer does: the tick tells the node state
         observers (a fleet scheduler's features) at once rather than on its next turn."""
-        self.ticker.wake.set()
+        self.ticker.admission_changed()
 
     def _start_run(self, spec: RunSpec) -> str:
         """Start a paired run of the daemon's own (a confirmation): "" or why it cannot start now."""

@@ -5,9 +5,12 @@ watches the phase sources of immediate rules and pauses or resumes on a change i
 what the daemon armed it with after the last decision.  Its readings then stand for those
 sources: the daemon's own watchers' reports of them are set aside, to be taken if it goes.
 Its lines are taken and its table armed on the decision thread; a source thread sets its own
-report aside (:meth:`Linked.stands_for`), each such write one dict store.  A phase change it
-reads but was not armed for, or any after it is gone, is acted on by the decision its line
-(or its going) brings about.
+report aside (:meth:`Linked.stands_for`), each such write one dict store.  While the process
+watches a source, the daemon's own watcher of it is told so (``Source.watched_elsewhere``): it
+then reads on its safety interval only, instead of waking and reading each phase line beside
+the process at the moment the process pauses jobs, and reads at once when told the process no
+longer does.  A phase change it reads but was not armed for, or any after it is gone, is
+acted on by the decision its line (or its going) brings about.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from arbiter.engine import codes
 from arbiter.engine.reflex import reflex
 from arbiter.engine.types import Decision, Observation, Policy
 from arbiter.plugin import SourceState, Translator
-from arbiter.pluginmanager import PluginHost
+from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.reflex.act import Actuator
 from arbiter.reflex.link import Gone, ReflexLink
 from arbiter.reflex.wire import ArmTable, Moves, Reading, Setup, SourceSpec, arm_key
@@ -62,6 +65,7 @@ class Linked:
         self.acted_ms = acted_ms
         self.record = record
         self.fast_threads = fast_threads
+        self.rules: RuleBook | None = None  # as the last sync saw them: the process watches none before
         self.changes = 0  # what it did, or the journal said, since start: a decision begun before is made again
         # the sources it watches (slot → rule serial): its lines are their readings; the
         # daemon's own watchers' last reports of them are set aside, to be taken if it goes
@@ -106,8 +110,10 @@ class Linked:
         """Its reading of a source, and what it did on it (taken into the record first,
         whoever the line is from now)."""
         if isinstance(line, Gone):
-            covered, self.covered = list(self.covered), {}
+            covered, self.covered = list(self.covered.items()), {}
             aside, self.set_aside = self.set_aside, {}
+            for key, serial in covered:
+                self._elsewhere(key, serial, False)  # its reports count again: it reads now
             self.reconcile()
             self.record(
                 codes.PLUGIN_FAILED,
@@ -115,7 +121,7 @@ class Linked:
                 f"the reflex process was given up ({line.why}): phase "
                 "changes are acted on inside the daemon until another starts",
             )
-            for key in covered:
+            for key, _ in covered:
                 # a phase the process read, acted on and never told is the daemon's own
                 # watcher's last report, set aside; it and the pauses taken in from the
                 # journal are judged now, not at the next tick
@@ -135,11 +141,14 @@ class Linked:
             return  # of a rule since reloaded, or of a process given up: the reading no longer counts
         state = line.state
         if state is None:
-            self.covered.pop(key, None)
+            if self.covered.pop(key, None) is not None:
+                self._elsewhere(key, serial, False)
             self.set_aside.pop(key, None)  # its watcher's reports are taken again from now
             log.info("the reflex process cannot watch %s/%s (%s): the daemon does", rid, slot_name(index), line.why)
             return
-        self.covered[key] = serial
+        if self.covered.get(key) != serial:
+            self.covered[key] = serial
+            self._elsewhere(key, serial, True)
         self.seen[key] = time.monotonic()
         if line.thread is not None:
             self.fast_threads[f"source {rid}/{slot_name(index)}"] = f"{line.thread} (in the reflex process)"
@@ -157,6 +166,23 @@ class Linked:
             changed.add(rid)
             if line.armed and line.acted_at is not None:
                 self.acted_ms.extend(self.book.decided(line.acted_at))
+
+    def _elsewhere(self, key: SlotKey, serial: int, elsewhere: bool) -> None:
+        """Tell the daemon's own watcher of ``key`` (of the rule's loading ``serial``) whether
+        the process's readings stand for its own."""
+        live = self.rules.live.get(key[0]) if self.rules is not None else None
+        if live is None or live.serial != serial or not 0 <= key[1] < len(live.phases):
+            return  # reloaded since: its sources are new, and watch on their own
+        source = live.phases[key[1]]
+        if source is None:
+            return
+        label = f"sources/{live.rule.during[key[1]].source.kind} elsewhere"
+        try:
+            self.actuator.host.call(label, source.watched_elsewhere, elsewhere, timeout=1)
+        except PluginFailed as exc:  # it goes on waking for each change: only the cost is lost
+            log.info(
+                "the watcher of %s/%s was not told the reflex process reads it: %s", key[0], slot_name(key[1]), exc
+            )
 
     def reconcile(self) -> None:
         """After the process is gone: what the journal holds paused that the record lacks (it
@@ -182,6 +208,7 @@ class Linked:
 
     def sync(self, rules: RuleBook, policy: Policy) -> None:
         """Tell the process the phase sources of the immediate rules."""
+        self.rules = rules
         specs: list[SourceSpec] = []
         for rid, rp in policy.rules.items():
             live = rules.live.get(rid)

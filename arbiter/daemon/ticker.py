@@ -82,7 +82,9 @@ class Ticker:
         self.scheduler_labels: list[dict[str, Any]] = []  # what the node state observers told their schedulers
         self.notifier = Notifier(None, None)  # the service manager's, if any, is given before start
         self.stop_event = threading.Event()
-        self.wake = threading.Event()  # ends the tick's wait early (reload, stop, a release)
+        self.wake = threading.Event()  # ends the tick's wait early (reload, stop, a release, admission)
+        self.tick_wanted = threading.Event()  # a tick now, not at its turn (reload, a release, a certificate)
+        self.admission_told = threading.Event()  # the node state observers are told now, without a tick
         self.reload_wanted = threading.Event()
         self.costs = {"ticks": 0, "tick_cpu_s": 0.0}
         self.hasher = ExeHasher()
@@ -96,21 +98,34 @@ class Ticker:
         self._node_state_at = 0.0
 
     def run(self) -> None:
+        due: float | None = None  # when the next tick is
         while True:
-            # while a release awaits its VRAM falling, look every RELEASE_POLL_S: the tenant
-            # waiting for that memory should not wait for a whole tick to be told
             now = time.monotonic()
-            releasing = any(
-                st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
-                for st in self.decider.engine_state.vram.values()
-            )
-            wait = min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s
-            # a tenant to wake once its quiet period ends is looked at then, not a tick later
-            waking = next_look(self.decider.engine_state.vram.values(), now, RELEASE_POLL_S, RELEASE_POLL_FOR_S)
-            self.wake.wait(wait if waking is None else min(wait, waking))
+            if due is None:
+                # while a release awaits its VRAM falling, look every RELEASE_POLL_S: the tenant
+                # waiting for that memory should not wait for a whole tick to be told
+                releasing = any(
+                    st.requested_at is not None and now - st.requested_at < RELEASE_POLL_FOR_S
+                    for st in self.decider.engine_state.vram.values()
+                )
+                wait = min(self.config.tick_s, RELEASE_POLL_S) if releasing else self.config.tick_s
+                # a tenant to wake once its quiet period ends is looked at then, not a tick later
+                waking = next_look(self.decider.engine_state.vram.values(), now, RELEASE_POLL_S, RELEASE_POLL_FOR_S)
+                due = now + (wait if waking is None else min(wait, waking))
+            self.wake.wait(max(0.0, due - now))
             self.wake.clear()
             if self.stop_event.is_set():
                 return
+            if self.admission_told.is_set():
+                self.admission_told.clear()
+                try:
+                    self._publish_node_state()
+                except Exception:  # the tick goes on; its own telling tries again
+                    log.exception("telling the node state failed")
+            if not self.tick_wanted.is_set() and not self.reload_wanted.is_set() and time.monotonic() < due:
+                continue  # only the node state was asked for: the tick keeps its turn
+            self.tick_wanted.clear()
+            due = None
             try:
                 self.once()
             except Exception as exc:  # the loop goes on whatever one tick met
@@ -131,6 +146,19 @@ class Ticker:
     def certificates_changed(self) -> None:
         """A certificate was issued: read them again on the next tick, not 5 s later."""
         self._certs_read_at = -CERTIFICATES_EVERY_S
+        self.tick_soon()
+
+    def tick_soon(self) -> None:
+        """A tick now rather than at its turn."""
+        self.tick_wanted.set()
+        self.wake.set()
+
+    def admission_changed(self) -> None:
+        """The decision changed what the node admits: fleet schedulers place work by it, so the
+        node state observers are told now, on this thread, without a whole tick (a phase
+        change flips admission, and the process table, readers and sources read again at that
+        moment took cores from the protected program and the jobs being stopped)."""
+        self.admission_told.set()
         self.wake.set()
 
     def cpu(self) -> float:

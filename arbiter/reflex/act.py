@@ -199,10 +199,14 @@ class Actuator:
         entries = [PausedEntry(target.job_id, "tree", r.pid, r.start_time, name) for r in target.processes]
         return target, entries, PausedJournal.rows(entries)
 
-    def pause_trees(self, targets: Sequence[JobTarget]) -> dict[str, PluginFailed]:
+    def pause_trees(
+        self, targets: Sequence[JobTarget], first_paused: Callable[[], None] | None = None
+    ) -> dict[str, PluginFailed]:
         """Pause the processes of each target not paused yet (new children too), all in one
         translator call: a phase that pauses fifty jobs must not wait for fifty hand-offs to
-        a plugin thread.  Returns, per job whose pause failed, why."""
+        a plugin thread.  Returns, per job whose pause failed, why.  ``first_paused`` is
+        called once the translator has paused the first target without failing, before any
+        record is made."""
         todo: list[JobTarget] = []
         paused = self.trees_paused() if self.paused else {}
         for target in targets:
@@ -240,6 +244,12 @@ class Actuator:
             results = self._call(translator, label, pause_all)
         except PluginFailed as exc:  # it hung, or failed outside any one job's pause
             results = [exc] * len(work)
+        if (
+            first_paused is not None
+            and work[0][0].job_id == targets[0].job_id
+            and not isinstance(results[0], BaseException)
+        ):
+            first_paused()
         failed: dict[str, PluginFailed] = {}
         kept: list[PausedEntry] = []  # on record now (paused, or perhaps paused by a failed call)
         gone: list[PausedEntry] = []  # not paused after all (their process had ended)
@@ -275,23 +285,32 @@ class Actuator:
             self.persist("resume", dropped)
         return failed
 
-    def pause_in_turn(self, targets: Iterable[JobTarget]) -> float | None:
+    def pause_in_turn(self, targets: Iterable[JobTarget], alone_too: bool = False) -> float | None:
         """A phase's pauses: the first target (the job taking the most GPU time) alone, then,
         once it has stopped or :data:`FIRST_STOP_S` has passed, the others in one batch.
         Each signal wakes its target, which must run once to stop: fifty of them woken at
         once kept the first waiting for a core.  ``targets`` may be lazy: the others are
         made while the first stops.  A first pause that failed, even in part, is not waited
-        for.  Returns when the first was signalled (``time.monotonic()``), None for no
-        targets.  Failures stay on record for the decision that follows to try again and
-        report."""
+        for.  ``alone_too``: the first is waited for even where it is alone, right after its
+        signal, before its record is made (the reflex process: what it does next, down to
+        the line that wakes the daemon, would take the core the job needs to stop).  Returns
+        when the first was signalled (``time.monotonic()``), None for no targets.  Failures
+        stay on record for the decision that follows to try again and report."""
         them = iter(targets)
         first = next(them, None)
         if first is None:
             return None
-        failed = self.pause_trees([first])
-        first_at = time.monotonic()
+        signalled: list[float] = []
+
+        def first_paused() -> None:
+            signalled.append(time.monotonic())
+            if alone_too:
+                self.settle(first, signalled[0])
+
+        failed = self.pause_trees([first], first_paused)
+        first_at = signalled[0] if signalled else time.monotonic()
         rest = list(them)
-        if rest and not failed:
+        if rest and not failed and not alone_too:
             self.settle(first, first_at)
         if rest:
             self.pause_trees(rest)

@@ -238,15 +238,13 @@ class ReflexHost:
         self.actuator.unconfirmed.clear()
         # the job taking the most GPU time is paused first, alone (see Actuator.pause_in_turn),
         # and the first job to resume is resumed alone too: the others' signals wake fifty
-        # processes at once
-        first_at = self.actuator.pause_in_turn(pause)
+        # processes at once.  The job paused first is waited for right after its signal: the
+        # records made next, and the line this act ends with, which wakes the daemon, whose
+        # decision on it takes a core; on a busy host the job then waited for one to stop
+        first_at = self.actuator.pause_in_turn(pause, alone_too=True)
         resumed_at = self.actuator.resume_in_turn(resume)
         first_at = first_at or resumed_at
         acted_at = time.monotonic()
-        if pause:
-            # the line this act ends with wakes the daemon, whose decision on it takes a core;
-            # on a busy host the job paused first then waited for one to stop
-            self.actuator.settle(pause[0], first_at or acted_at)
         return {
             "armed": True,
             **self.did(),

@@ -244,6 +244,33 @@ def test_no_wait_for_one_job_alone_a_first_pause_that_failed_or_a_translator_tha
     assert translator.settled == [] and all(wait_stopped(p) for p in sleepers[3:5])
 
 
+def test_in_the_reflex_process_a_job_alone_is_waited_for_right_after_its_signal_before_its_record(
+    tmp_path: Path, sleepers: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever runs between its signal and the wait takes the core the job may need to stop:
+    the record of its pause is made once it has stopped (the journal row, as always, before
+    the signal)."""
+    import arbiter.reflex.act as act_module
+
+    monkeypatch.setattr(act_module, "FIRST_STOP_S", 5.0)  # a bound, not a wait: it returns once stopped
+    procs = {"job-0": sleepers[0], "job-1": sleepers[1]}
+    translator = Ordered(PluginContext(state_dir=tmp_path), procs)
+    act, journal, persisted = actuator(tmp_path, translator)
+    then: list[list[str]] = []
+    settle = translator.settle
+
+    def settled(refs: Sequence[ProcessRef], timeout_s: float) -> bool:
+        then.append(list(persisted))
+        return settle(refs, timeout_s)
+
+    translator.settle = settled  # type: ignore[method-assign]
+    first_at = act.pause_in_turn([target("job-0", sleepers[0])], alone_too=True)
+    assert first_at is not None and then == [[]] and translator.settled == [((sleepers[0].pid,), True)]
+    assert persisted == ["pause job-0"] and ("job-0", "tree", sleepers[0].pid) in PausedJournal.replay(journal.path)
+    act.pause_in_turn([target("job-1", sleepers[1])])  # the decision thread's: a job alone is not waited for
+    assert len(translator.settled) == 1 and wait_stopped(sleepers[1])
+
+
 def test_a_settle_that_fails_still_lets_the_others_be_paused(
     tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
 ) -> None:

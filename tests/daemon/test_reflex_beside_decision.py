@@ -310,14 +310,20 @@ def test_a_reflex_process_killed_between_its_journal_row_and_its_line_leaves_not
         node.wait_for(lambda: not daemon.actuator.paused, timeout=5)
 
 
-def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tmp_path: Path) -> None:
+def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The daemon's own watcher's report of a source the process watches is set aside, not
     lost: when the process is given up, that phase is acted on at once.  Ticks are a minute
     apart, so no tick's own reading (taken after two quiet ticks, as from a process that
-    stalled) can act on the phase first, however slow the machine is."""
+    stalled) can act on the phase first, however slow the machine is.  While the process
+    reads the source, the daemon's watcher reads it on its safety check only: a second here."""
     import os
     import signal
 
+    from arbiter_sources import follow
+
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 1.0)
     with running(tmp_path, 60, 14, reflex_process=True) as (node, daemon, events, pid):
         assert daemon.intake.linked is not None and daemon.intake.linked.link.pid is not None
         os.kill(daemon.intake.linked.link.pid, signal.SIGSTOP)  # it reads nothing more, and tells nothing
@@ -328,3 +334,34 @@ def test_a_phase_the_reflex_process_read_and_never_told_is_taken_when_it_goes(tm
         os.kill(daemon.intake.linked.link.pid, signal.SIGKILL)
         stopped_within(pid)
         node.wait_for(lambda: node.known_job("j")["state"] == "paused", timeout=3)
+
+
+def test_the_daemons_own_watcher_rests_while_the_reflex_process_reads_and_reads_at_once_when_it_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A phase line wakes one reader: while the process watches the source, the daemon's own
+    watcher of it reads only on its safety check (an hour apart here), so none of its reports
+    is set aside; once the process is gone, that watcher reads at once and the decision acts
+    on the phase the process never told."""
+    import os
+    import signal
+
+    from arbiter_sources import follow
+
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 3600.0)
+    with running(tmp_path, 60, 15, reflex_process=True) as (node, daemon, events, pid):
+        linked = daemon.intake.linked
+        assert linked is not None and linked.link.pid is not None
+        phase(events, "on")
+        stopped_within(pid)
+        node.wait_for(lambda: node.known_job("j")["state"] == "paused", timeout=5)  # its line taken
+        phase(events, "off")
+        continued(pid)
+        node.wait_for(lambda: node.known_job("j")["state"] != "paused", timeout=5)
+        assert ("p", 0) not in linked.set_aside
+        os.kill(linked.link.pid, signal.SIGSTOP)  # it reads nothing more, and tells nothing
+        stopped_within(linked.link.pid)
+        phase(events, "on")
+        os.kill(linked.link.pid, signal.SIGKILL)
+        stopped_within(pid)
+        node.wait_for(lambda: node.known_job("j")["state"] == "paused", timeout=5)

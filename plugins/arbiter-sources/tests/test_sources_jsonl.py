@@ -591,6 +591,46 @@ def test_a_directory_created_later_is_watched(tmp_path: Path, make: Make, monkey
     rec.wait_for(lambda s: s.count == 2)
 
 
+def test_a_file_watched_elsewhere_wakes_no_reader_here_and_is_read_at_once_when_that_ends(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another process tells the daemon each change of the file, a write wakes nobody
+    here (no safety check comes meanwhile: an hour apart); told that has ended, the source
+    reads at once what came meanwhile."""
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 3600.0)
+    path, other = tmp_path / "events.jsonl", tmp_path / "other.jsonl"
+    path.touch()
+    other.touch()
+    source = make(path=str(path), event="status", field="phase", on=["on"])
+    beside = make(path=str(other), event="status", field="phase", on=["on"])
+    source.watched_elsewhere(True)  # before it starts: its thread waits resting from the first
+    rec, seen = started(source), started(beside)
+    append(path, line("status", phase="on"))
+    for phase in ("on", "off"):  # a source beside it, woken after it, has read twice meanwhile
+        append(other, line("status", phase=phase))
+        seen.wait_for(phase_is(phase))
+    assert rec.latest() is None and source.state().phase == "off"
+    source.watched_elsewhere(False)
+    rec.wait_for(phase_is("on"))
+    append(path, line("status", phase="off"))  # and each write wakes it again
+    rec.wait_for(phase_is("off"))
+
+
+def test_a_file_watched_elsewhere_is_still_read_on_the_safety_check(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other process may stall: what the daemon's tick reads stays at most a safety
+    interval old."""
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 0.05)
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["on"])
+    rec = started(source)
+    source.watched_elsewhere(True)
+    append(path, line("status", phase="on"))
+    rec.wait_for(phase_is("on"))
+
+
 def test_a_deleted_file_is_unreadable(tmp_path: Path, make: Make) -> None:
     path = tmp_path / "events.jsonl"
     append(path, line("step_done"))

@@ -116,6 +116,8 @@ class FollowedFile(Source):
         self._wake_w: int | None = None
         self._notes = Notifications()
         self._closed = False
+        # another process watches this file and tells the daemon each change: no wake per write
+        self._elsewhere = False
         self._target_name = ""  # the followed file's own name where the path is a symlink
         self._last_full = 0.0  # monotonic time of the last full check
         self._gone_since: float | None = None  # the path lost its file while we kept it open
@@ -166,6 +168,19 @@ class FollowedFile(Source):
             )
             self._thread.start()
 
+    def watched_elsewhere(self, elsewhere: bool) -> None:
+        """While another process reads each write of this file for the daemon, this thread
+        reads it on the safety check only: a phase line then wakes one reader at the moment
+        its pauses are made, not two competing for the cores.  Once that ends, it reads at once
+        and wakes for each write again."""
+        with self._lock:
+            if elsewhere == self._elsewhere:
+                return
+            self._elsewhere = elsewhere
+            if self._wake_w is not None:
+                # its wait changes now (and once that ends, what came meanwhile is read now)
+                os.write(self._wake_w, b"w")
+
     def state(self) -> SourceState:
         if self._thread is None and not self._closed:
             # Not watched: read now, so a caller on a tick still gets news.
@@ -210,7 +225,7 @@ class FollowedFile(Source):
         pace_ms = 0 if self.options.gives_phase() else COUNT_PACE_S * 1000
         while not self._stopping:
             try:
-                rescan = self._wait(poller)
+                rescan = self._wait(poller, resting)
             except (OSError, ValueError) as exc:
                 if self._stopping:
                     return  # descriptors closed under us by close()
@@ -247,9 +262,10 @@ class FollowedFile(Source):
             if pace_ms and self._notes.active:
                 resting.poll(pace_ms)  # what is written meanwhile waits, and is read in one go
 
-    def _wait(self, poller: select.poll) -> bool | None:
+    def _wait(self, poller: select.poll, resting: select.poll) -> bool | None:
         """Wait for news: True to look at the path again, False to read the open file
-        only, None when nothing concerns this source."""
+        only, None when nothing concerns this source.  ``resting`` hears the wake-up alone:
+        what it waits on while the file is watched elsewhere."""
         if self._notes.kqueue is not None:
             return self._wait_kqueue(self._notes.kqueue)
         ino = self._notes.inotify
@@ -261,11 +277,18 @@ class FollowedFile(Source):
         # no notification says that the grace is over
         interval = SAFETY_INTERVAL_S if watching and self._gone_since is None else POLL_INTERVAL_S
         left = self._last_full + interval - time.monotonic()
-        ready = {fd for fd, _ in poller.poll(max(0.0, left) * 1000)} if left > 0 else set()
-        if ino is not None and ino.fileno() in ready:
+        elsewhere = self._elsewhere
+        waiting = resting if elsewhere else poller
+        ready = {fd for fd, _ in waiting.poll(max(0.0, left) * 1000)} if left > 0 else set()
+        if self._wake_r in ready:
+            os.read(self._wake_r, 64)  # closing, or no longer watched elsewhere: a full check now
+        elif ino is not None and ino.fileno() in ready:
             relevant, rescan = self._sort_events(ino.read_events())
             if relevant or time.monotonic() - self._last_full < interval:
                 return rescan if relevant else None
+        if elsewhere and ino is not None:
+            # what queued meanwhile, each renaming followed, so that the queue stays short
+            self._sort_events(ino.read_events())
         # the interval passed, even while other files kept the directory busy (or close()
         # woke us): a full check
         self._last_full = time.monotonic()

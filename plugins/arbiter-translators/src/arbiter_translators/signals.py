@@ -58,9 +58,12 @@ class SignalTranslator(Translator):
 
     def settle(self, refs: Sequence[ProcessRef], timeout_s: float) -> bool:
         # A stopped process must run once to stop: the kernel stops it on its way back to
-        # user space.  Sleeping between reads leaves it this thread's core.
+        # user space.  Sleeping between reads leaves it this thread's core, from the first:
+        # just signalled, it has not run yet, and this core may be the one it runs on.
         deadline = time.monotonic() + timeout_s
         waiting, untold = list(refs), False
+        if timeout_s > 0:
+            time.sleep(SETTLE_POLL_S)
         while True:
             seen = [(r, self._signaller.stopped(r)) for r in waiting]
             untold = untold or any(stopped is None for _, stopped in seen)  # not waited for
