@@ -609,11 +609,28 @@ def test_a_file_watched_elsewhere_wakes_no_reader_here_and_is_read_at_once_when_
     for phase in ("on", "off"):  # a source beside it, woken after it, has read twice meanwhile
         append(other, line("status", phase=phase))
         seen.wait_for(phase_is(phase))
-    assert rec.latest() is None and source.state().phase == "off"
+    assert rec.latest() is None
     source.watched_elsewhere(False)
     rec.wait_for(phase_is("on"))
     append(path, line("status", phase="off"))  # and each write wakes it again
     rec.wait_for(phase_is("off"))
+
+
+def test_a_file_watched_elsewhere_is_read_when_the_tick_asks(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other process may stall: the daemon's tick, asking the state, reads what came since
+    (the safety checks are an hour apart), so what the tick reads is never older than a tick."""
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 3600.0)
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["on"])
+    source.watched_elsewhere(True)
+    started(source)
+    append(path, line("status", phase="on"))
+    assert source.state().phase == "on"
+    append(path, line("status", phase="off"))
+    assert source.state().phase == "off"
 
 
 def test_a_file_watched_elsewhere_is_still_read_on_the_safety_check(

@@ -182,11 +182,12 @@ class FollowedFile(Source):
                 os.write(self._wake_w, b"w")
 
     def state(self) -> SourceState:
-        if self._thread is None and not self._closed:
-            # Not watched: read now, so a caller on a tick still gets news.
+        if (self._thread is None or self._elsewhere) and not self._closed:
+            # Not watched, or resting while another process reads it (which may stall): read
+            # now, so a caller on a tick still gets news, at no wake-up of its own.
             with self._lock:
-                if self._thread is None and not self._closed:
-                    self._poll(rescan=True)
+                if (self._thread is None or self._elsewhere) and not self._closed:
+                    self._poll(rescan=self._thread is None)
         return self._state
 
     def close(self) -> None:
