@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from arbiter.state.journal import PausedEntry, PausedJournal
@@ -69,6 +70,10 @@ def test_protections_survive_reopening_and_a_row_that_is_not_spans_is_left_out(t
     with store.transaction() as db:
         Store.put_protections(db, {"game": (4.0, 26.0), "render": (), "ok": [3]})
         db.execute("INSERT INTO protections VALUES (?, ?)", ("torn", "[1.0, "))
+        db.execute("INSERT INTO protections VALUES (?, ?)", (None, "[1.0]"))
+        db.execute("INSERT INTO protections VALUES (?, ?)", ("odd", '{"a": 1}'))
+        db.execute("INSERT INTO protections VALUES (?, ?)", ("long", json.dumps([1e999, -1, *range(30)])))
     store.close()
     store = Store(tmp_path / "s.db")
-    assert store.protections() == {"game": (4.0, 26.0), "ok": (3.0,)}  # none kept for a rule with none
+    # none kept for a rule with none; of a long row only the latest spans, each a finite duration
+    assert store.protections(20) == {"game": (4.0, 26.0), "ok": (3.0,), "long": tuple(float(x) for x in range(10, 30))}

@@ -61,6 +61,7 @@ from arbiter.daemon.views import status_line
 from arbiter.engine import codes, governor
 from arbiter.engine.abrun import RunSpec, RunState
 from arbiter.engine.compliance import trust_from_record
+from arbiter.engine.evict import SPANS_KEPT
 from arbiter.engine.types import EngineState, HeldJob, Policy, RuleState
 from arbiter.plugin import ProcessRef
 from arbiter.pluginmanager import PluginHost, build_plugin_manager
@@ -186,7 +187,7 @@ class Daemon:
         held = {job: HeldJob(now - max(0.0, now_wall - since)) for job, since in self.store.held().items()}
         # evict_after_s: auto chooses from each rule's latest protections: those seen before a
         # restart count, not the cost alone again as on a node that has seen none
-        rules = {rid: RuleState(held_spans=spans) for rid, spans in self.store.protections().items()}
+        rules = {rid: RuleState(held_spans=spans) for rid, spans in self.store.protections(SPANS_KEPT).items()}
         run, self._run_problem = resumed_from(self.store.running_run())
         self._resumed_run = run if run is not None and run.running else None
         self.decider = Decider(

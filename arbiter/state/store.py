@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sqlite3
 import stat
@@ -348,13 +349,17 @@ class Store:
             "INSERT INTO protections VALUES (?, ?)", [(r, json.dumps(list(s))) for r, s in spans.items() if s]
         )
 
-    def protections(self) -> dict[str, tuple[float, ...]]:
-        """Each rule's spans, oldest first; a row that is not a list of numbers is left out."""
+    def protections(self, kept: int) -> dict[str, tuple[float, ...]]:
+        """Each rule's latest ``kept`` spans, oldest first; a row that is not a rule's list of
+        numbers is left out, and so is a span that is not a finite duration."""
         out = {}
         for r in self._query("SELECT rule, spans FROM protections"):
             try:
                 spans = json.loads(r["spans"])
-                out[r["rule"]] = tuple(float(x) for x in spans if isinstance(x, int | float) and x >= 0)
+                if not isinstance(r["rule"], str) or not isinstance(spans, list):
+                    raise TypeError("not a rule's list of spans")
+                durations = [float(x) for x in spans if isinstance(x, int | float) and 0 <= x < math.inf]
+                out[r["rule"]] = tuple(durations[-kept:])
             except (ValueError, TypeError):
                 logging.getLogger("arbiter.state.store").warning(
                     "state: the protections of rule %r are not readable; they start again", r["rule"]

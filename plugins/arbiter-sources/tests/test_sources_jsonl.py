@@ -626,11 +626,15 @@ def test_a_file_watched_elsewhere_is_read_when_the_tick_asks(
     path.touch()
     source = make(path=str(path), event="status", field="phase", on=["on"])
     source.watched_elsewhere(True)
-    started(source)
+    rec = started(source)
     append(path, line("status", phase="on"))
     assert source.state().phase == "on"
+    # and reported as the watcher reports it: the report the daemon sets aside is the newest
+    assert rec.wait_for(phase_is("on"), timeout=0.1)
+    path.rename(tmp_path / "events.jsonl.1")  # rotated: the new file at the path is followed
     append(path, line("status", phase="off"))
     assert source.state().phase == "off"
+    assert rec.wait_for(phase_is("off"), timeout=0.1)
 
 
 def test_a_file_watched_elsewhere_is_still_read_on_the_safety_check(
@@ -1004,3 +1008,18 @@ def test_a_terabyte_of_holes_at_the_first_open_is_not_read_back(tmp_path: Path, 
     append(path, line("status", phase="render"))
     rec.wait_for(phase_is("on"), timeout=30)
     assert source.malformed == 1
+
+
+def test_told_it_is_watched_elsewhere_while_it_reads_it_answers_at_once(tmp_path: Path, make: Make) -> None:
+    """The daemon gives the call up after a second: one waiting for a long read to end would
+    leave the file resting with nobody reading it."""
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["on"])
+    started(source)
+    with source._lock:  # a read in progress
+        told = threading.Thread(target=source.watched_elsewhere, args=(True,))
+        told.start()
+        told.join(timeout=5)
+        assert not told.is_alive()
+    source.watched_elsewhere(False)

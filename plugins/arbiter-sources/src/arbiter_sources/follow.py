@@ -109,6 +109,7 @@ class FollowedFile(Source):
         self._positions: dict[tuple[int, int], tuple[int, bytes]] = {}  # ident -> (pos, tail)
 
         self._lock = threading.Lock()
+        self._wake_lock = threading.Lock()  # the wake-up pipe's writers and its closing
         self._on_change: Callable[[SourceState], None] | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -173,7 +174,9 @@ class FollowedFile(Source):
         reads it on the safety check only: a phase line then wakes one reader at the moment
         its pauses are made, not two competing for the cores.  Once that ends, it reads at once
         and wakes for each write again."""
-        with self._lock:
+        # not under the read lock: a long read must not make the daemon give this call up
+        # and leave the file resting with nobody else reading it
+        with self._wake_lock:
             if elsewhere == self._elsewhere:
                 return
             self._elsewhere = elsewhere
@@ -184,10 +187,16 @@ class FollowedFile(Source):
     def state(self) -> SourceState:
         if (self._thread is None or self._elsewhere) and not self._closed:
             # Not watched, or resting while another process reads it (which may stall): read
-            # now, so a caller on a tick still gets news, at no wake-up of its own.
+            # now, the path resolved again (a log rotated meanwhile is followed), so a caller
+            # on a tick still gets news, at no wake-up of its own
+            changed = None
             with self._lock:
                 if (self._thread is None or self._elsewhere) and not self._closed:
-                    self._poll(rescan=self._thread is None)
+                    changed = self._poll(rescan=True)
+            callback = self._on_change
+            if changed is not None and callback is not None and self._thread is not None:
+                # reported as the watcher reports: what the daemon set aside stays the newest
+                callback(changed)
         return self._state
 
     def close(self) -> None:
@@ -198,7 +207,7 @@ class FollowedFile(Source):
                 os.write(self._wake_w, b"x")
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
-        with self._lock:
+        with self._lock, self._wake_lock:
             self._notes.close()
             for fd in (self._wake_r, self._wake_w):
                 if fd is not None:
