@@ -300,9 +300,10 @@ class Source(_Kind):
         change (the reflex process, for an immediate rule's phase): called with True once that
         process's readings stand for this source's, False once they no longer do (it is gone,
         or cannot watch it).  Meanwhile a source that wakes on each change need not: it may
-        read only on its own safety interval (``state()`` is then that old), so that a change
-        wakes one reader, not two, at the moment its pauses are made.  On False it reads at
-        once and wakes on each change again.  Must not block."""
+        read only on its own safety interval and when ``state()`` is asked (the tick asks, and
+        takes that reading where the other process has gone quiet: it may have stalled), so
+        that a change wakes one reader, not two, at the moment its pauses are made.  On False
+        it reads at once and wakes on each change again.  Must not block."""
 
 
 class Translator(_Kind):
