@@ -23,6 +23,21 @@ def _calls() -> ModuleType:
     return load_script(ROOT / "bench" / "costcalls.py", "costcalls")
 
 
+def _counting_hand_overs(host: Any) -> list[Any]:
+    """What is handed to the host's pool from now on."""
+    pool = host._pool
+    assert pool is not None
+    submitted: list[Any] = []
+    submit = pool.submit
+
+    def counted(fn: Any, *args: Any, **kw: Any) -> Any:
+        submitted.append(fn)
+        return submit(fn, *args, **kw)
+
+    pool.submit = counted
+    return submitted
+
+
 def test_a_tick_reads_every_source_in_one_hand_over(tmp_path: Path) -> None:
     calls = _calls()
     phases = tmp_path / "phases.jsonl"
@@ -34,16 +49,7 @@ def test_a_tick_reads_every_source_in_one_hand_over(tmp_path: Path) -> None:
     try:
         daemon.ticker.once()  # the rule book loaded, the sources started
         daemon.decider.take(drained(daemon.decider.inbox) or [])
-        pool = host._pool
-        assert pool is not None
-        submitted: list[Any] = []
-        submit = pool.submit
-
-        def counted(fn: Any, *args: Any, **kw: Any) -> Any:
-            submitted.append(fn)
-            return submit(fn, *args, **kw)
-
-        pool.submit = counted  # type: ignore[method-assign, assignment]
+        submitted = _counting_hand_overs(host)
         daemon.ticker.once()
         sources = sum(len(live.sources()) for live in daemon.ticker.rules.live.values())
         assert sources >= 9
@@ -75,16 +81,7 @@ def test_a_tick_with_a_look_at_the_schedulers_due_hands_over_once(tmp_path: Path
         for _ in range(2):  # the rule book loaded, a decision taken and the node's state told
             daemon.ticker.once()
             daemon.decider.take(drained(daemon.decider.inbox) or [])
-        pool = host._pool
-        assert pool is not None
-        submitted: list[Any] = []
-        submit = pool.submit
-
-        def counted(fn: Any, *args: Any, **kw: Any) -> Any:
-            submitted.append(fn)
-            return submit(fn, *args, **kw)
-
-        pool.submit = counted  # type: ignore[method-assign, assignment]
+        submitted = _counting_hand_overs(host)
         daemon.reconciler._last = -daemon.reconciler.every_s  # a look at the schedulers is due
         before = len(asked)
         daemon.ticker.once()
