@@ -13,6 +13,7 @@ on the server when the render starts (or none).
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import urllib.error
@@ -117,7 +118,9 @@ def test_sglang_is_drained_paused_then_released_for_a_render_and_lives_on(tmp_pa
         worker = threading.Thread(target=answer, args=(server["url"], SGLANG_REQUEST, answers))
         if busy:
             worker.start()
-            node.wait_for(lambda: "num_running_reqs{" in http_text(f"{server['url']}/metrics"), timeout=10)
+            # running, not only its gauge shown: the gauge is there, at 0, before the request
+            running = re.compile(r"num_running_reqs\{[^}]*\} [1-9]")
+            node.wait_for(lambda: running.search(http_text(f"{server['url']}/metrics")), timeout=10)
         http_json(f"{diffusion['url']}/prompt", {"prompt": {"1": {"class_type": "KSampler"}}})
         node.wait_for(lambda: node.events("VRAM_RELEASED", subject="sglang"), timeout=30)
         if busy:
