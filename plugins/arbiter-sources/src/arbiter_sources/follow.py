@@ -163,6 +163,7 @@ class FollowedFile(Source):
             # Watch before the first read, so no write falls between the two unseen.
             self._ensure_watches()
             self._poll(rescan=True)
+            self._last_full = time.monotonic()  # that was a full check: the next is an interval away
             self._ensure_watches()
             self._thread = threading.Thread(
                 target=self._run, name=f"arbiter-{self.kind}:{self._where.pattern}", daemon=True
