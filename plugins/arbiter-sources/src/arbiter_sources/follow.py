@@ -9,8 +9,9 @@ every 10 ms (:data:`COUNT_PACE_S`); one that gives a phase reads at every write.
 Subclasses say what a line means.
 
 Which file the path names is :mod:`arbiter_sources.follow_path`'s, what wakes the thread
-:mod:`arbiter_sources.follow_watch`'s, and splitting bytes into lines
-:mod:`arbiter_sources.follow_lines`'s.  What stays here runs past 400 lines because it is one
+:mod:`arbiter_sources.follow_watch`'s, splitting bytes into lines
+:mod:`arbiter_sources.follow_lines`'s, and what the lines mean
+:mod:`arbiter_sources.follow_meaning`'s.  What stays here runs past 400 lines because it is one
 state machine under one lock: the open file, its position and the bytes before it, the
 positions of files followed before, and the grace a renamed file keeps, which the watcher
 thread and ``state()`` both drive; split, each half would reach into the other's fields.
@@ -33,19 +34,17 @@ from arbiter_sources.follow_lines import (
     TAIL_BYTES,
     LineSplitter,
     end_of_last_line,
-    lines_backward,
     read_tail,
 )
 from arbiter_sources.follow_lines import MAX_LINE_BYTES as MAX_LINE_BYTES  # what a caller imports from here
+from arbiter_sources.follow_meaning import LineMeaning as LineMeaning  # what a subclass imports from here
+from arbiter_sources.follow_meaning import LineTally
 from arbiter_sources.follow_path import FollowedPath, FollowOptions, Problem
 from arbiter_sources.follow_watch import Notifications
 from arbiter_sources.kqueue import Kqueue
 from arbiter_sources.safeopen import NotRegularFile, open_regular
 
 log = logging.getLogger(__name__)
-
-#: what a line says: None when it is malformed, else (does it match, the phase it sets)
-LineMeaning = tuple[bool, Phase | None] | None
 
 #: check interval without file notifications
 POLL_INTERVAL_S = 0.25
@@ -75,7 +74,7 @@ MAX_PASS_BYTES = 64 << 20
 _REMEMBERED_FILES = 16
 
 
-class FollowedFile(Source):
+class FollowedFile(LineTally, Source):
     """Follows one file (or the newest file a glob matches) and counts the lines that match."""
 
     kind = "file"
@@ -89,7 +88,6 @@ class FollowedFile(Source):
         self._where = FollowedPath.of(options.path)
         self._history_needles: tuple[bytes, ...] = ()
 
-        #: lines that did not parse (or were too long), skipped
         self.malformed = 0
         self._count = 0
         self._phase: Phase | None = "off" if options.gives_phase() else None
@@ -122,21 +120,6 @@ class FollowedFile(Source):
         self._target_name = ""  # the followed file's own name where the path is a symlink
         self._last_full = 0.0  # monotonic time of the last full check
         self._gone_since: float | None = None  # the path lost its file while we kept it open
-
-    def match_line(self, line: bytes) -> LineMeaning:
-        """What one complete, stripped, non-empty line means."""
-        raise NotImplementedError
-
-    def units(self) -> int:
-        """How much progress the line ``match_line`` just matched is worth (one, unless the
-        line carries its own count)."""
-        return 1
-
-    def count_lines(self, lines: list[bytes]) -> tuple[int, int] | None:
-        """For a source that gives no phase, where the lines' order does not matter: (the
-        progress these complete lines add, how many of them are malformed), worked out in
-        one go, exactly as matching each in turn would; None to have each matched in turn."""
-        return None
 
     # --- the Source API ------------------------------------------------------------------
 
@@ -475,40 +458,6 @@ class FollowedFile(Source):
             path = os.path.join(self._where.dir, self._name)
             self._close_file()
             self._set_unreadable(Problem(f"cannot read {path}: {exc.strerror or exc}"))
-
-    def _feed(self, chunk: bytes) -> None:
-        lines, dropped = self._lines.split(chunk)
-        self.malformed += dropped
-        if self._phase is None and (counted := self.count_lines(lines)) is not None:
-            units, malformed = counted
-            self._count += units
-            self.malformed += malformed
-            return
-        for line in lines:
-            self._apply(line)
-
-    def _apply(self, line: bytes) -> None:
-        line = line.strip()
-        if not line:
-            return
-        meaning = self.match_line(line)
-        if meaning is None:
-            self.malformed += 1
-            return
-        matched, phase = meaning
-        if matched:
-            self._count += self.units()
-            if phase is not None:
-                self._phase = phase
-
-    def _last_phase(self, fd: int, end: int) -> Phase | None:
-        for line in lines_backward(fd, end):
-            if self._history_needles and not any(n in line for n in self._history_needles):
-                continue
-            meaning = self.match_line(line.strip())
-            if meaning is not None and meaning[0] and meaning[1] is not None:
-                return meaning[1]
-        return None
 
     # --- state ---------------------------------------------------------------------------
 
