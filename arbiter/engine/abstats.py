@@ -70,9 +70,9 @@ CHANGE_CRITICAL = 1.358
 #: bench/ab_validity.py measures it: a random walk from R = 1 − margin certifies at most 5 %.
 END_SHARE = 0.25
 #: The ends stop growing past this many blocks (a quarter of 48: 12 blocks each).  A longer run's
-#: quarter spans more blocks, over which a wandering effect moves further: with the ends a quarter
-#: of 72…144 blocks (--max-hours 12…24 at 300 s windows) the walk from 1 − margin certified 6 % of
-#: runs (bench/ab_window.py --hours-only), with them held at 12 blocks at most 2.9 %.
+#: quarter would span more blocks, over which a wandering effect moves further from where the
+#: run began than the end's interval allows for; bench/ab_window.py --hours-only measures the
+#: walk from 1 − margin at longer --max-hours.
 END_GROWS_TO = 48
 #: Two looks.  A run is judged where its sizing planned it to end; one that is inconclusive there
 #: with R above 1 − margin runs on to the blocks its hours leave and is judged again.  Each look

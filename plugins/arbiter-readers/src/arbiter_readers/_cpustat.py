@@ -142,9 +142,8 @@ class BusyTimes:
     A process that had one thread and was not running when its ``stat`` was last read, and
     whose ``schedstat`` (its run time, its time waiting for a CPU, how often it was put on
     one) has not moved since just before that read, has not run since: its CPU time is the
-    one read then.  The kernel writes ``schedstat`` in a fifth of the time it takes over
-    ``stat``, and most processes under rules are idle: with a thousand of them, those reads
-    were most of a tick's."""
+    one read then.  The kernel writes ``schedstat`` in much less time than ``stat``, and most
+    processes under rules are idle, so a tick reads the cheap file for most of them."""
 
     def __init__(self, keep: int) -> None:
         self.files = _StatFiles(keep - keep // 2)
