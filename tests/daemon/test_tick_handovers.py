@@ -23,6 +23,15 @@ def _calls() -> ModuleType:
     return load_script(ROOT / "bench" / "costcalls.py", "costcalls")
 
 
+def _node(tmp_path: Path) -> tuple[Any, Any]:
+    """The cost bench's node config (the shipped rules, a phase source) and its fixed table."""
+    calls = _calls()
+    phases = tmp_path / "phases.jsonl"
+    phases.write_text(json.dumps({"event": "status", "phase": "off"}) + "\n")
+    config, _ = load_node_config(calls.node_config(tmp_path, phases, reflex_process=False))
+    return config, calls.FixedTable(calls.fixed_table(4242))
+
+
 def _counting_hand_overs(host: Any) -> list[Any]:
     """What is handed to the host's pool from now on."""
     pool = host._pool
@@ -39,11 +48,7 @@ def _counting_hand_overs(host: Any) -> list[Any]:
 
 
 def test_a_tick_reads_every_source_in_one_hand_over(tmp_path: Path) -> None:
-    calls = _calls()
-    phases = tmp_path / "phases.jsonl"
-    phases.write_text(json.dumps({"event": "status", "phase": "off"}) + "\n")
-    config, _ = load_node_config(calls.node_config(tmp_path, phases, reflex_process=False))
-    fixed = calls.FixedTable(calls.fixed_table(4242))
+    config, fixed = _node(tmp_path)
     host = build_plugin_manager(config.plugins, config.disable_plugins, extra=[("fixed", fixed)])
     daemon = Daemon(config, tmp_path / "arbiter.yaml", host=host)
     try:
@@ -60,11 +65,7 @@ def test_a_tick_reads_every_source_in_one_hand_over(tmp_path: Path) -> None:
 
 
 def test_a_tick_with_a_look_at_the_schedulers_due_hands_over_once(tmp_path: Path) -> None:
-    calls = _calls()
-    phases = tmp_path / "phases.jsonl"
-    phases.write_text(json.dumps({"event": "status", "phase": "off"}) + "\n")
-    config, _ = load_node_config(calls.node_config(tmp_path, phases, reflex_process=False))
-    fixed = calls.FixedTable(calls.fixed_table(4242))
+    config, fixed = _node(tmp_path)
     asked: list[Any] = []
 
     class Scheduler:
