@@ -287,7 +287,10 @@ class Source(_Kind):
 
     def refresh(self) -> None:
         """Read again now rather than at the next poll: the daemon calls it when the tenant's
-        ``events:`` source wakes it.  Must not block: a polling source wakes its own thread."""
+        ``events:`` source wakes it, and before a release that a busy tenant cannot take.  Must
+        not block: a polling source wakes its own thread.  A read under way when it is called
+        does not stand for the one asked: such a source reads once more after it, and says in
+        each state's ``read_at`` when the read it reports began."""
 
     def tenant_running(self, running: bool) -> None:
         """Whether its rule's program runs now: called on the tick for a rule's ``busy:`` probe,

@@ -85,7 +85,10 @@ class SourceState:
     ``None`` for a source that reports no busy state, and always ``None`` while it is not
     readable (unknown, which counts as busy).  ``models`` are the names of the models the
     tenant has loaded, where the probe reads them (for a release per model); while it is not
-    readable, the names it read last.
+    readable, the names it read last.  ``read_at`` is the monotonic time the reading it reports
+    was begun (0 where the source does not say): a probe that polls sets it, so that the
+    daemon, before a release a busy tenant cannot take, can wait for a reading begun after it
+    asked for one (``refresh``), not take one that was under way while the tenant got work.
     """
 
     readable: bool = True
@@ -97,6 +100,7 @@ class SourceState:
     needs_helper: bool = False
     busy: bool | None = None
     models: tuple[str, ...] = ()
+    read_at: float = 0.0
 
 
 # --- actions -------------------------------------------------------------------------------

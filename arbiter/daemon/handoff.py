@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from arbiter.config.loader import validate_kind_options
 from arbiter.config.models import KindBlock
+from arbiter.daemon.sources import checked
 from arbiter.engine import codes
 from arbiter.engine.handoff import gb
 from arbiter.engine.reacquire import REACQUIRE
@@ -37,8 +38,10 @@ log = logging.getLogger("arbiter.handoff")
 WORKERS = 4
 GRACE_S = 5.0  # beyond a release's own timeout_s, for the plugin call itself
 FRESH_MODELS_S = 1.0  # how long a release with nothing to send waits for its probe to read again
-#: how long a fresh reading of a busy probe is given to say busy before a release its rule
-#: says a busy server cannot take (release_when_busy: wait or skip)
+#: before a release its rule says a busy server cannot take (release_when_busy: wait or skip),
+#: how long a busy probe that dates its readings is given to read again, and how long one that
+#: does not is watched for a busy state
+FRESH_READ_S = 2.0
 FRESH_BUSY_S = 0.5
 
 
@@ -87,8 +90,9 @@ class TenantActions:
             self.record(
                 codes.VRAM_RELEASE_DRAINING,
                 rel.rule_id,
-                f"the release of {rel.rule_id!r} ({rel.why}) was not sent: a reading of its probe taken just now says "
-                "it is busy, and a busy release would break it; it is released once it reads idle",
+                f"the release of {rel.rule_id!r} ({rel.why}) was not sent: a reading of its probe begun just now says "
+                "it is busy (or did not come in time), and a busy release would break it; it is released once it "
+                "reads idle",
                 {"tenant": rel.rule_id, "why": rel.why, "held_bytes": rel.held_bytes},
             )
             self.release_over(rel, False)
@@ -200,27 +204,31 @@ class TenantActions:
             )
 
     def _busy_now(self, live: Any) -> bool:
-        """Whether a reading of the busy probe taken now says busy (or cannot be read).  A
-        probe that hands over a new state for each reading is done as soon as one comes; one
-        that does not is given FRESH_BUSY_S to say busy."""
+        """Whether a reading of the busy probe begun now says busy (or cannot be read).  A
+        probe that says when its readings began (``read_at``) is asked to read again and given
+        FRESH_READ_S for a reading begun after the ask: a read that was under way while the
+        tenant got work would say idle, and one that does not come in time counts as unknown,
+        so busy.  One that does not say is given FRESH_BUSY_S to say busy."""
         probe = live.busy
         if probe is None or live.rule.busy is None:
             return False
         label = f"sources/{live.rule.busy.kind}"
-        deadline = time.monotonic() + FRESH_BUSY_S
+        asked = time.monotonic()
         try:
-            before = self.host.call(label, probe.state, timeout=1)
+            dated = checked(self.host.call(label, probe.state, timeout=1)).read_at > 0
             live.wake_busy(self.host)
-            while time.monotonic() < deadline:
-                now = self.host.call(label, probe.state, timeout=1)
+            deadline = asked + (FRESH_READ_S if dated else FRESH_BUSY_S)
+            while True:
+                now = checked(self.host.call(label, probe.state, timeout=1))
                 if now.busy is not False:
                     return True
-                if now is not before:
+                if dated and now.read_at >= asked:
                     return False
+                if time.monotonic() >= deadline:
+                    return dated  # a dated probe that did not read again in time: unknown
                 time.sleep(0.005)
         except PluginFailed:
             return True
-        return False
 
     def _fresh_models(self, live: Any, stale: tuple[str, ...]) -> tuple[str, ...]:
         """Wake the tenant's busy probe and wait (briefly) for model names it did not have."""

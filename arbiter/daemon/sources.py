@@ -73,6 +73,8 @@ def state_problem(state: object) -> str:
         return f"busy is {state.busy!r}, not true, false or none"
     if not isinstance(state.changed_at, (int, float)) or not math.isfinite(state.changed_at):
         return f"changed_at is {state.changed_at!r}, not a monotonic time"
+    if not isinstance(state.read_at, (int, float)) or not math.isfinite(state.read_at):
+        return f"read_at is {state.read_at!r}, not a monotonic time"
     return ""
 
 

@@ -219,6 +219,7 @@ class HttpProbe(Source):
         self._lock = threading.Lock()  # the tick (tenant_vram) and the probe thread both judge
         self._held: int | None = None
         self._answer: Answer | None = None
+        self._answer_at = 0.0  # when the read that gave it began
         self._models: tuple[str, ...] = ()
         self._state = SourceState(readable=False, why=f"{options.url} not read yet")
         self._stop = threading.Event()
@@ -257,6 +258,7 @@ class HttpProbe(Source):
                         models=self._models,
                         why=f"{self.options.url} is not read while its program does not run",
                         changed_at=self._clock(),
+                        read_at=self._clock(),
                     )
                 )
         self._wake.set()  # a program that runs again is read at once; one that stopped, no more
@@ -282,7 +284,13 @@ class HttpProbe(Source):
             headers = {"Accept": self.accept, **secret_values(self.options.headers)}
         except ValueError as exc:  # unknown: counted as busy, and said
             self._set(
-                SourceState(readable=False, busy=None, why=f"{self.options.url}: {exc}", changed_at=self._clock())
+                SourceState(
+                    readable=False,
+                    busy=None,
+                    why=f"{self.options.url}: {exc}",
+                    changed_at=self._clock(),
+                    read_at=self._clock(),
+                )
             )
             return
         # trust_env off: a tenant on this host is never reached through a proxy from the environment
@@ -297,6 +305,7 @@ class HttpProbe(Source):
 
     def probe_once(self, client: httpx.Client) -> SourceState:
         """One read of the URL, judged and handed over; returns the new state."""
+        began = self._clock()
         answer, why = self._fetch(client)
         with self._lock:
             self.probes += 1
@@ -304,9 +313,11 @@ class HttpProbe(Source):
                 return self._state  # its program stopped while this read was under way
             if answer is None:
                 self._answer = None
-                state = SourceState(readable=False, busy=None, models=self._models, why=why, changed_at=self._clock())
+                state = SourceState(
+                    readable=False, busy=None, models=self._models, why=why, changed_at=self._clock(), read_at=began
+                )
             else:
-                self._answer = answer
+                self._answer, self._answer_at = answer, began
                 self._models = answer.models
                 state = self._judged(answer)
             changed = self._set(state)
@@ -347,7 +358,9 @@ class HttpProbe(Source):
 
     def _judged(self, answer: Answer) -> SourceState:
         busy, why = self._judge.judge(answer, self._held, self._clock())
-        return SourceState(readable=True, busy=busy, models=answer.models, why=why, changed_at=self._clock())
+        return SourceState(
+            readable=True, busy=busy, models=answer.models, why=why, changed_at=self._clock(), read_at=self._answer_at
+        )
 
     def _set(self, state: SourceState) -> bool:
         """Keep ``state``; True when what the daemon decides on changed (readable, busy, models)."""
@@ -356,7 +369,12 @@ class HttpProbe(Source):
         if not changed:
             # only the note changed: keep when the decisive change was seen
             state = SourceState(
-                readable=state.readable, busy=state.busy, models=state.models, why=state.why, changed_at=prev.changed_at
+                readable=state.readable,
+                busy=state.busy,
+                models=state.models,
+                why=state.why,
+                changed_at=prev.changed_at,
+                read_at=state.read_at,
             )
         self._state = state
         return changed
