@@ -25,6 +25,7 @@ from arbiter.engine.compliance import check as check_compliance
 from arbiter.engine.compliance import prune as prune_trust
 from arbiter.engine.compliance import trust_key, untrusted_reason
 from arbiter.engine.evict import PROTECTION, record
+from arbiter.engine.evict import ran_again as evict_ran_again
 from arbiter.engine.evict import step as evict_step
 from arbiter.engine.governor import ceiling, stand_down
 from arbiter.engine.governor import step as governor_step
@@ -362,7 +363,9 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
                         {"users": users},
                     )
                 )
-        prev_v = prev.jobs.get(job.job_id)
+        prev_v, prev_held = prev.jobs.get(job.job_id), prev.held.get(job.job_id)
+        if prev_held is not None and evict_ran_again(job, prev_held):
+            prev_v = prev_held = None  # placed back here after its eviction: a job seen anew
         running_at_duty = prev_v is not None and prev_v.state == "run" and job.uses_gpu and prev_v.duty < 1.0
         checked = check_compliance(
             job,
@@ -396,7 +399,7 @@ def decide(obs: Observation, prev: EngineState, policy: Policy, now: float) -> D
         held_job = evict_step(
             job,
             verdict,
-            prev.held.get(job.job_id),
+            prev_held,
             policy.evict_after_s,
             now,
             spans,
