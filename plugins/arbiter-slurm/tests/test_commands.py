@@ -266,3 +266,15 @@ def test_the_hooks_start_light() -> None:
     loaded = set(json.loads(out.stdout))
     heavy = {"pydantic", "arbiter.plugin", "arbiter.engine", "arbiter_slurm.translator", "arbiter_slurm.plugin"}
     assert not heavy & loaded, f"the hooks load {sorted(heavy & loaded)}"
+
+
+def test_a_requeued_job_is_placed_from_the_second_after_its_requeue() -> None:
+    """slurmctld dates the revoke of a requeued job's credentials as it answers the requeue: its
+    new start is accepted from the next whole second (and half a second's slack for the
+    clocks), whenever its Epilog ends; not a second after it was seen pending."""
+    from arbiter_slurm.translator import credential_wait
+
+    assert credential_wait(100.2, 100.3) == pytest.approx(1.2)
+    assert credential_wait(100.9, 101.0) == pytest.approx(0.5)
+    assert credential_wait(100.2, 101.5) == 0.0  # its Epilog outlasted it: placed at once
+    assert credential_wait(100.2, 104.0) == 0.0

@@ -57,13 +57,17 @@ Op = Literal["suspend", "resume", "requeue", "kill", "restopped"]
 #: how long a requeued job may take to finish completing before it is placed again at once
 REQUEUE_SETTLE_S = 30.0
 #: slurmd refuses a job's new start whose credential is dated no later than the second its
-#: last run was revoked in (the requeue): the job would end at once, "Job credential revoked".
-#: A requeued job is let start this long past the first whole second after it went pending
-#: (slack for slurmctld's and slurmd's clocks)
+#: last run was revoked in: the job would end at once, "Job credential revoked".  Both times are
+#: slurmctld's: the revoke is dated as slurmctld builds the kill request of the requeue
+#: (``create_kill_job_msg`` sets ``msg->time``, job_mgr.c, 22.05), and slurmd revokes every
+#: credential dated at or before it (``slurm_cred_revoke``/``slurm_cred_revoked``, slurm_cred.c).
+#: So a requeued job may start from the first whole second after its requeue was answered, and
+#: this long past it (slack for this node's clock against slurmctld's); its Epilog usually
+#: takes longer, and it is placed the moment it is pending
 CREDENTIAL_CLEAR_S = 0.5
-#: how often a requeued job is asked whether it is pending (squeue --json lists every job: not
-#: too often, several lanes may ask at once)
-SETTLE_POLL_S = 0.25
+#: how often a requeued job is asked whether it is pending (its Epilog done): one ``squeue
+#: --jobs`` of one job each time
+SETTLE_POLL_S = 0.1
 #: how often the watcher looks at the processes of paused Slurm jobs
 WATCH_S = 0.01
 #: ... while it holds none (a job paused a moment ago is not continued by Slurm that soon)
@@ -152,6 +156,12 @@ def checkpoint_of(
     most_s = rule.seconds if rule is not None and rule.seconds is not None else opts.checkpoint_s
     given = commands.parse_signal(named) if named else None
     return given or commands.job_signal(key), most_s
+
+
+def credential_wait(requeued_by: float, now: float) -> float:
+    """How long a job requeued by ``requeued_by`` (wall time: its requeue answered, or seen done)
+    must wait before slurmd accepts its new start (see ``CREDENTIAL_CLEAR_S``); 0 once past."""
+    return max(0.0, math.floor(requeued_by) + 1 + CREDENTIAL_CLEAR_S - now)
 
 
 def _running(pid: int) -> bool:
@@ -417,8 +427,9 @@ class SlurmTranslator(SignalTranslator):
                         raise
                     log.info("Slurm job %s: not requeued, it is pending or has ended (%s)", key, exc)
                     return
+        requeued_by = time.time()  # slurmctld has dated its revoke by now
         self._end_here(target, opts.requeue_grace_s)
-        self._place_at_once(key)
+        self._place_at_once(key, requeued_by)
 
     def _requeued_since(self, key: str, restarts: int) -> bool:
         """Whether the job has been requeued since it had ``restarts`` (it requeued itself once
@@ -474,20 +485,20 @@ class SlurmTranslator(SignalTranslator):
                 return
             time.sleep(0.05)
 
-    def _place_at_once(self, key: str) -> None:
+    def _place_at_once(self, key: str, requeued_by: float) -> None:
         """A requeued job waits a while before it may start again (the BeginTime Slurm gives a
-        requeued job); once it has finished completing here, that wait is ended as soon as
-        slurmd accepts its new credential: in the next whole second after its requeue, and a
-        little (an update of a job that may start has it placed at once, not at slurmctld's
-        next scheduling pass; one made while it completes is undone)."""
+        requeued job); once it has finished completing (its Epilog done on every node: Slurm
+        sets that BeginTime only then, ``batch_requeue_fini`` in job_mgr.c, so an update made
+        before is undone), that wait is ended, as soon as slurmd accepts its new credential
+        (:func:`credential_wait`: usually at once, its Epilog took longer).  An update of a job
+        that may start has it placed at once, not at slurmctld's next scheduling pass."""
         deadline = time.monotonic() + REQUEUE_SETTLE_S
         while (job := self._job(key)) is None or job.state != "PENDING":
             if time.monotonic() >= deadline:
                 log.info("Slurm job %s requeued; still not pending after %gs: left to Slurm", key, REQUEUE_SETTLE_S)
                 return
             time.sleep(SETTLE_POLL_S)
-        now = time.time()
-        time.sleep(math.floor(now) + 1 + CREDENTIAL_CLEAR_S - now)
+        time.sleep(credential_wait(requeued_by, time.time()))
         try:
             if (job := self._job(key)) is not None and job.state == "PENDING":
                 commands.run(["scontrol", "update", f"JobId={key}", "StartTime=now"])
