@@ -85,12 +85,7 @@ def adopt(daemon: Parts, job_id: str, proc: ProcessInfo, manifest: Manifest, why
     check_id(job_id)
     existing = daemon.jobs.get(job_id)
     if existing is not None and existing.state != "ended":
-        if (
-            existing.root_pid == proc.pid
-            and existing.root_start is not None
-            and abs(existing.root_start - proc.start_time) <= 0.01
-            and existing.owner_uid == proc.uid
-        ):
+        if existing.rooted_at(proc.pid, proc.start_time) and existing.owner_uid == proc.uid:
             return existing, False
         daemon.ticker.end_job(existing, None, f"{job_id} is now process {proc.pid} of uid {proc.uid} ({why})")
     record = daemon.jobs.adopt(job_id, proc.uid, manifest, proc.pid, proc.start_time)

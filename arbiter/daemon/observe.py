@@ -278,7 +278,7 @@ class Observer:
         for job in jobs:
             root = roots.get(job.id)
             info = by_pid.get(root) if root is not None else None
-            if root is None or info is None or abs(info.start_time - (job.root_start or 0.0)) > 0.01:
+            if root is None or info is None or not job.rooted_at(info.pid, info.start_time):
                 job_processes[job.id] = ()
                 continue
             refs = tuple(by_pid[p].ref for p in trees[root] if p in by_pid)

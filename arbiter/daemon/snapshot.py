@@ -54,6 +54,10 @@ class Targets:
         target = made.get(key)
         if target is None:
             refs = view.job_processes.get(record.id) or () if view is not None else ()
+            if refs and not record.rooted_at(refs[0].pid, refs[0].start_time):
+                # the view's tree is a run of the job's before this record's (a job placed back
+                # here by its scheduler, adopted again since the view was read): not this run
+                refs = ()
             if not refs and record.root_pid is not None and record.root_start is not None:
                 refs = (ProcessRef(record.root_pid, record.root_start),)
             manifest = self.jobs.manifest(record)

@@ -113,6 +113,10 @@ class JobRecord:
     stop_requested: float | None = None
     user_hold: bool = False
 
+    def rooted_at(self, pid: int, start_time: float) -> bool:
+        """Whether its root is this process (a pid's start time tells a reused pid apart)."""
+        return pid == self.root_pid and self.root_start is not None and abs(start_time - self.root_start) <= 0.01
+
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
         row["manifest"] = json.dumps(self.manifest)

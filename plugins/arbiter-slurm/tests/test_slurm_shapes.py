@@ -7,6 +7,7 @@ is requeued (the job's own, or the evicting rule's)."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -337,3 +338,35 @@ def test_a_job_that_requeues_itself_once_saved_runs_again_at_once(slurm: SlurmCl
     assert slurm.jobs()[job]["restart_cnt"] == 1, "requeued twice: by itself and again by the node"
     final = wait_until(lambda: seen_if(slurm.output(job), lambda o: "result=" in o), WAIT_S, "its result", poll_s=0.2)
     assert f"result={STEPS}" in final, final
+
+
+def test_a_job_placed_back_on_the_node_that_evicted_it_runs_there(slurm: SlurmCluster) -> None:
+    # the eviction's grace (stop_grace_s) is long, and the requeued job is placed back on n1
+    # (the only node it may run on) within it, once protection has ended: the grace was for the
+    # run it stopped, and its end must not kill the new one.  Ticks far apart: the new run is
+    # adopted and decided on between two looks at the process table, the last one its old run's
+    n1 = slurm.start_arbiter(
+        "n1", translators=SLURM_TRANSLATOR, tick_s=4.0, evict_after_s=1.0, stop_grace_s=8.0, gpu_release_after_s=0.5
+    )
+    n1.add_rule("game", game_rule("game", own_sleep(GAME)))
+    job = int(slurm.sbatch("sleep 20\n", "--nodelist=n1", "--requeue"))
+    wait_until(partial(adopted, n1, f"slurm-{job}"), WAIT_S, "the job adopted", poll_s=0.1)
+    g1 = game(n1, 0)
+    try:
+        wait_until(lambda: n1.events("JOB_STOPPED", f"slurm-{job}"), WAIT_S, "the job evicted", poll_s=0.1)
+        evicted = time.monotonic()
+    finally:
+        end(g1)
+    wait_until(
+        lambda: slurm.jobs()[job]["restart_cnt"] == 1 and slurm.jobs()[job]["job_state"] == "RUNNING",
+        WAIT_S,
+        "its new run on n1",
+        poll_s=0.1,
+    )
+    # past the eviction's grace (and two seconds), the new run still runs, and then ends well
+    wait_until(lambda: time.monotonic() > evicted + 10.0, 30, "the grace over", poll_s=0.2)
+    assert slurm.jobs()[job]["job_state"] == "RUNNING" and running(slurm, job, "n1"), slurm.jobs()[job]
+    final = wait_until(
+        lambda: seen_if(slurm.jobs()[job], lambda j: j["job_state"] not in LIVE), WAIT_S, "the job ended", poll_s=0.2
+    )
+    assert final["job_state"] == "COMPLETED" and final["restart_cnt"] == 1, final

@@ -224,7 +224,9 @@ class SlurmTranslator(SignalTranslator):
     def pause(self, target: JobTarget) -> list[ProcessRef]:
         paused = super().pause(target)
         job = slurm_job(target.job_id)
-        if job is not None:
+        # suspended in Slurm only with processes paused here: a resume undoes the suspend only
+        # through them (a target that names none of the job's processes pauses nothing)
+        if job is not None and paused:
             with self._lock:
                 self._paused.update(dict.fromkeys(paused, (job, target.job_id)))
                 self._paused_at.update(dict.fromkeys(paused, time.monotonic()))
