@@ -39,9 +39,9 @@ WORKERS = 4
 GRACE_S = 5.0  # beyond a release's own timeout_s, for the plugin call itself
 FRESH_MODELS_S = 1.0  # how long a release with nothing to send waits for its probe to read again
 #: before a release its rule says a busy server cannot take (release_when_busy: wait or skip),
-#: how long a busy probe that dates its readings is given to read again, and how long one that
-#: does not is watched for a busy state
-FRESH_READ_S = 2.0
+#: how long a busy probe that dates its readings, and has no timeout_s of its own, is given to
+#: read again, and how long one that does not date them is watched for a busy state
+FRESH_READ_S = 5.0
 FRESH_BUSY_S = 0.5
 
 
@@ -205,10 +205,12 @@ class TenantActions:
 
     def _busy_now(self, live: Any) -> bool:
         """Whether a reading of the busy probe begun now says busy (or cannot be read).  A
-        probe that says when its readings began (``read_at``) is asked to read again and given
-        FRESH_READ_S for a reading begun after the ask: a read that was under way while the
-        tenant got work would say idle, and one that does not come in time counts as unknown,
-        so busy.  One that does not say is given FRESH_BUSY_S to say busy."""
+        probe that says when its readings began (``read_at``) is asked to read again and waited
+        for until a reading begun after the ask comes: a read that was under way while the
+        tenant got work would say idle.  That takes at most two reads (the one under way, then
+        the one asked for), so twice the probe's own ``timeout_s`` where its options have one,
+        else FRESH_READ_S; one that does not come by then counts as unknown, so busy.  A probe
+        that does not date its readings is given FRESH_BUSY_S to say busy."""
         probe = live.busy
         if probe is None or live.rule.busy is None:
             return False
@@ -217,7 +219,10 @@ class TenantActions:
         try:
             dated = checked(self.host.call(label, probe.state, timeout=1)).read_at > 0
             live.wake_busy(self.host)
-            deadline = asked + (FRESH_READ_S if dated else FRESH_BUSY_S)
+            timeout_s = getattr(probe.options, "timeout_s", None)
+            # and half a second for the probe's thread to get a core
+            read_s = 2 * timeout_s + 0.5 if isinstance(timeout_s, (int, float)) else FRESH_READ_S
+            deadline = asked + (read_s if dated else FRESH_BUSY_S)
             while True:
                 now = checked(self.host.call(label, probe.state, timeout=1))
                 if now.busy is not False:

@@ -271,6 +271,7 @@ class JobRegistry:
                 max_duty=gpu.max_duty,
                 started=r.root_pid is not None,
                 pids=pids,
+                run=r.root_start,
                 submitted_at=self._monotonic(r.id, "submitted", r.submitted, now_wall, now_mono) or 0.0,
                 user_hold=r.user_hold,
                 stop_requested_at=self._monotonic(r.id, "stop_requested", r.stop_requested, now_wall, now_mono),

@@ -75,6 +75,8 @@ def state_problem(state: object) -> str:
         return f"changed_at is {state.changed_at!r}, not a monotonic time"
     if not isinstance(state.read_at, (int, float)) or not math.isfinite(state.read_at):
         return f"read_at is {state.read_at!r}, not a monotonic time"
+    if state.read_at > time.monotonic() + 1.0:  # a wall time would pass any reading as fresh
+        return f"read_at is {state.read_at!r}, in the future: not a time.monotonic() reading"
     return ""
 
 

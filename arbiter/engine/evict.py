@@ -12,7 +12,7 @@ holding the budget at 0, another tenant taking its VRAM) and never while its own
 an owner's pause is theirs to end.  It starts again from zero once the job runs again.  Once a
 job is evicted its stop goes on, even if the protected program ends meanwhile: a stop half
 done (a batch job requeued) cannot be taken back.  It goes on for the run it stopped only: a
-job placed back on this node, none of its processes one the eviction stopped, is a new run.
+job placed back on this node, its root process a new one, is a new run.
 
 ``evict_after_s: auto`` chooses the wait from what this node has seen.  Waiting loses the
 time protection still lasts; evicting loses ``evict_cost_s`` (the job placed again elsewhere,
@@ -128,14 +128,14 @@ def step(
         limit, basis = auto_wait(rule, (spans or {}).get(rule or "", ()), cost_s)
     if limit is None or now - since < limit:
         return HeldJob(since, after_s=limit, basis=basis)
-    return HeldJob(since, now, reason(first, now - since, limit, basis), limit, basis, job.pids)
+    return HeldJob(since, now, reason(first, now - since, limit, basis), limit, basis, job.run)
 
 
 def ran_again(job: JobObs, held: HeldJob) -> bool:
     """Whether an evicted job runs here again as a new run (a scheduler placed it back on this
-    node): none of the processes its eviction stopped is among the job's now.  That run is a
-    job seen for the first time: the eviction's stop, and its grace, were for the run before."""
-    return held.evicted_at is not None and bool(job.pids and held.pids) and not set(job.pids) & set(held.pids)
+    node): its root process is not the one its eviction stopped.  That run is a job seen for
+    the first time: the eviction's stop, and its grace, were for the run before."""
+    return held.evicted_at is not None and None not in (job.run, held.run) and job.run != held.run
 
 
 def reason(first: Reason, held_s: float, after_s: float, basis: str = "") -> Reason:

@@ -337,7 +337,7 @@ class HeldJob:
     reason: Reason | None = None  # why it was evicted (kept: its stop goes on after the hold ends)
     after_s: float | None = None  # how long it may stay paused, as last decided (None: no limit)
     basis: str = ""  # why that long, where evict_after_s is "auto"
-    pids: tuple[int, ...] = ()  # the run its eviction stops: the job's processes then
+    run: float | None = None  # the run its eviction stops (the job's ``run`` then)
 
 
 @dataclass(frozen=True)

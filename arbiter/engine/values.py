@@ -21,6 +21,8 @@ class JobObs:
     max_duty: float = 1.0
     started: bool = False  # its command runs (pending jobs have not started)
     pids: tuple[int, ...] = ()
+    #: its root process's start time (None before it starts): one run of a job id from the next
+    run: float | None = None
     submitted_at: float = 0.0
     user_hold: bool = False
     stop_requested_at: float | None = None

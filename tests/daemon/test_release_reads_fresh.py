@@ -17,7 +17,7 @@ import pytest
 
 from arbiter.config.models import NodeConfig
 from arbiter.daemon.handoff import TenantActions
-from arbiter.plugin import PluginContext
+from arbiter.plugin import PluginContext, SourceState
 from arbiter.pluginmanager import PluginHost
 from arbiter_sources.http_value import PrometheusSource
 from arbiter_testing.waiting import wait_until
@@ -102,3 +102,46 @@ def test_a_read_under_way_when_the_server_got_work_does_not_let_the_release_go(s
     finally:
         probe.close()
         host.close()
+
+
+class Probe:
+    """A busy probe that reads idle, each state as given."""
+
+    def __init__(self, read_at: Any) -> None:
+        self.read_at = read_at
+        self.options = SimpleNamespace(timeout_s=0.2)
+
+    def state(self) -> SourceState:
+        return SourceState(busy=False, read_at=self.read_at() if callable(self.read_at) else self.read_at)
+
+
+def busy_now(probe: Any) -> bool:
+    host = PluginHost(pm=pluggy.PluginManager("arbiter"))
+    live = SimpleNamespace(busy=probe, rule=SimpleNamespace(busy=SimpleNamespace(kind="fake")))
+    live.wake_busy = lambda _host: None
+    actions = TenantActions(
+        NodeConfig(),
+        host,
+        store=None,  # type: ignore[arg-type]
+        rulebook=None,  # type: ignore[arg-type]
+        recorder=SimpleNamespace(event=None),  # type: ignore[arg-type]
+        release_over=lambda rel, failed: None,
+    )
+    try:
+        return actions._busy_now(live)
+    finally:
+        host.close()
+
+
+def test_a_reading_dated_in_wall_time_is_garbage_not_fresh() -> None:
+    assert busy_now(Probe(time.time))  # unknown, so busy: never a release on it
+
+
+def test_a_dated_probe_that_does_not_read_again_in_twice_its_timeout_counts_as_busy() -> None:
+    began = time.monotonic()
+    assert busy_now(Probe(began - 10))
+    assert 0.9 <= time.monotonic() - began < 5  # 2 x 0.2 s and half a second
+
+
+def test_a_dated_probe_that_reads_again_idle_lets_the_release_go() -> None:
+    assert not busy_now(Probe(time.monotonic))

@@ -32,7 +32,9 @@ POLICY = Policy(
 
 
 def job(jid: str = "j1", **kw: Any) -> JobObs:
-    return JobObs(jid, name="batch", owner_uid=1000, started=kw.pop("started", True), pids=kw.pop("pids", (100,)), **kw)
+    return JobObs(
+        jid, name="batch", owner_uid=1000, started=kw.pop("started", True), pids=(100,), run=kw.pop("run", 5.0), **kw
+    )
 
 
 def trainer(share: float = 0.5, running: bool = True, **kw: Any) -> RuleObs:
@@ -104,22 +106,22 @@ def test_once_evicted_the_stop_goes_on_after_protection_ends_and_escalates() -> 
 def test_the_stop_and_its_grace_are_for_the_run_evicted_not_one_placed_back_here() -> None:
     d = held_from(0.0, [job()])
     d = run(trainer(), [job()], d.state, now=60.0)
-    assert d.jobs["j1"].stop_step == "terminated" and d.state.held["j1"].pids == (100,)
-    # a process the run started meanwhile is still that run: its stop goes on
-    d = run(trainer(), [job(pids=(100, 101))], d.state, now=62.0)
+    assert d.jobs["j1"].stop_step == "terminated" and d.state.held["j1"].run == 5.0
+    # the same run still: its stop goes on
+    d = run(trainer(), [job()], d.state, now=62.0)
     assert d.jobs["j1"].state == "stopping"
-    # requeued, and placed back on this node within the grace once protection has ended: the
-    # new run is a job seen anew (it waits out release_after_s), never killed for the eviction
+    # requeued, and placed back on this node within the grace once protection has ended (its
+    # root another process, perhaps with a pid of the run before): the new run is a job seen anew (it waits out release_after_s), never killed for the eviction
     for now in (63.0, 66.0):
-        d = run(trainer(0.0, running=False), [job(pids=(300,))], d.state, now=now)
+        d = run(trainer(0.0, running=False), [job(run=63.0)], d.state, now=now)
         assert d.jobs["j1"].state == "paused" and d.state.held["j1"].evicted_at is None
         assert not {"terminate", "kill"} & {a.op for a in d.actions}
-    d = run(trainer(0.0, running=False), [job(pids=(300,))], d.state, now=75.0)
+    d = run(trainer(0.0, running=False), [job(run=63.0)], d.state, now=75.0)
     assert d.jobs["j1"].state == "run" and [a.op for a in d.actions] == ["resume"]
     # placed back while protection still holds: paused, its own eviction clock from now
     d = held_from(0.0, [job()])
     d = run(trainer(), [job()], d.state, now=60.0)
-    d = run(trainer(), [job(pids=(300,))], d.state, now=63.0)
+    d = run(trainer(), [job(run=63.0)], d.state, now=63.0)
     assert d.jobs["j1"].state == "paused" and d.state.held["j1"].since == 63.0
     assert [a.op for a in d.actions] == ["control", "pause"]  # as any job first seen running
 
