@@ -11,7 +11,10 @@ nodes is resumed in Slurm only once every one of them that runs arbiter admits G
 A node that still protects keeps the job stopped here whatever happens elsewhere: while it
 holds a Slurm job paused, a watcher looks at the paused processes every few milliseconds, and
 one found running again (Slurm continued the job: another of its nodes, an operator) is
-stopped at once, the job suspended in Slurm again, and the timeline says so.
+stopped at once, the job suspended in Slurm again, and the timeline says so.  The daemon and
+its reflex process each have an instance, and either may resume what the other paused: the
+pause marks they share (:mod:`arbiter_slurm.marks`) say which processes are held, and for
+which Slurm job.
 
 Stop is a requeue for a job that may be requeued (``sbatch --requeue``): the job is given its
 checkpoint signal (the evicting rule's ``eviction.checkpoint_signal``, else
@@ -49,6 +52,7 @@ from typing import Any, Literal
 
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, ProcessRef
 from arbiter_slurm import commands, nodes, settings
+from arbiter_slurm.marks import PauseMarks
 from arbiter_translators.signals import PLAIN_PAUSE, SignalTranslator
 
 log = logging.getLogger(__name__)
@@ -188,6 +192,8 @@ class SlurmTranslator(SignalTranslator):
         self._lanes: dict[str, _Lane] = {}
         self._closed = threading.Event()
         self._watching: threading.Thread | None = None  # started with the first pause
+        self._marks = PauseMarks(context.state_dir)  # shared with the node's other instances
+        self._marks.sweep()
 
     @property
     def opts(self) -> settings.NodeOptions:
@@ -227,6 +233,7 @@ class SlurmTranslator(SignalTranslator):
         # suspended in Slurm only with processes paused here: a resume undoes the suspend only
         # through them (a target that names none of the job's processes pauses nothing)
         if job is not None and paused:
+            self._marks.put(paused, job)
             with self._lock:
                 self._paused.update(dict.fromkeys(paused, (job, target.job_id)))
                 self._paused_at.update(dict.fromkeys(paused, time.monotonic()))
@@ -241,9 +248,11 @@ class SlurmTranslator(SignalTranslator):
         with self._lock:
             for ref in refs:
                 self._paused_at.pop(ref, None)
-                job = self._paused.pop(ref, (None, ""))[0] or job_of_process(ref.pid)
+                job = self._paused.pop(ref, (None, ""))[0] or self._marks.job(ref) or job_of_process(ref.pid)
                 if job is not None:
                     jobs.setdefault(job, []).append(ref)
+        # before they run again: the instance that paused them sees them running unmarked
+        self._marks.drop(refs)
         super().resume(refs)
         for job, mine in jobs.items():
             # Slurm stops a suspended job's processes again until it is told: continued
@@ -259,6 +268,7 @@ class SlurmTranslator(SignalTranslator):
             for ref in target.processes:
                 self._paused.pop(ref, None)
                 self._paused_at.pop(ref, None)
+        self._marks.drop(target.processes)
         self._put(_Work("requeue", job, target=target))
 
     def kill(self, target: JobTarget) -> None:
@@ -280,13 +290,18 @@ class SlurmTranslator(SignalTranslator):
             woken: dict[str, list[int]] = {}
             for ref, (job, key) in paused:
                 if _running(ref.pid):
+                    if not self._marks.held(ref):  # another instance resumed it: its resume stands
+                        with self._lock:
+                            self._paused.pop(ref, None)
+                            self._paused_at.pop(ref, None)
+                        continue
                     try:
                         stopped = self._send_all([ref], signal.SIGSTOP, "pause", None, key)
                     except Exception as exc:  # the next look tries again
                         log.warning("Slurm job %s: cannot stop pid %d again: %s", job, ref.pid, exc)
                         continue
                     with self._lock:
-                        still = self._paused.get(ref) is not None
+                        still = self._paused.get(ref) is not None and self._marks.held(ref)
                         # one paused a moment ago may not have stopped yet: stopped again, not said
                         settled = time.monotonic() - self._paused_at.get(ref, 0.0) >= SETTLED_S
                     if stopped and still and settled:
