@@ -25,12 +25,14 @@ DONE = "done in "
 
 def start_demo(out: Path) -> subprocess.Popen[bytes]:
     """``arbiter demo`` as a person runs it, its output into ``out`` as it is printed."""
+    # into a file, with no COLUMNS (a test runner may set one), it prints a line unwrapped
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     with open(out, "wb") as fh:  # the demo keeps its own copy
         return subprocess.Popen(
             [sys.executable, "-m", "arbiter", "demo"],
             stdout=fh,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**env, "PYTHONUNBUFFERED": "1"},
         )
 
 
