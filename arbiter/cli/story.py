@@ -2,7 +2,10 @@
 
 Everything is real: a daemon process, a protected stand-in found by its command line, jobs
 started through ``arbiter job run``, a phase written to a JSONL file.  A CPU core stands in
-for the GPU (``stand_in_gpu: true`` and the ``cpu_time`` reader).
+for the GPU (``stand_in_gpu: true`` and the ``cpu_time`` reader).  Everything a run uses is
+its own: a temporary folder (state, socket, runtime pointer, events file), a free HTTP port,
+and a rule that selects the stand-in this run started, so that runs side by side, and the
+tests' stand-ins, leave each other alone.
 """
 
 from __future__ import annotations
@@ -31,12 +34,19 @@ from arbiter.demo.node import PYTHON, LocalNode
 RULE_ID = "standin-trainer"
 
 
+def standin_marker(events: Path) -> str:
+    """What the rule looks for in the stand-in's command line: the module and this run's own
+    events file, which lies in the run's private folder.  The module alone would also select
+    the stand-ins of another demo, a test or a daemon beside this one, anywhere on the host."""
+    return f"arbiter.demo.protected --events {events}"
+
+
 def standin_rule(events: Path) -> dict[str, Any]:
     return {
         "id": RULE_ID,
         "kind": "trainer",
         "priority": 50,
-        "match": {"cmdline": ["arbiter.demo.protected"]},
+        "match": {"cmdline": [standin_marker(events)]},
         "immediate": True,
         "protect": {
             "metric": "progress_rate",
@@ -57,7 +67,7 @@ def standin_rule(events: Path) -> dict[str, Any]:
                 "tags": ["uplink"],
             }
         ],
-        "notes": "the demo's protected stand-in: a CPU core stands in for the GPU",
+        "notes": "the demo's protected stand-in, the one this run started: a CPU core stands in for the GPU",
     }
 
 
@@ -177,7 +187,7 @@ def start_protected(node: LocalNode, root: Path, events: Path) -> Any:
         [
             PYTHON,
             "-m",
-            "arbiter.demo.protected",
+            "arbiter.demo.protected",  # with the events path next: what standin_marker says
             "--events",
             str(events),
             "--idle-flag",
