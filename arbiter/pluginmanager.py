@@ -31,7 +31,7 @@ from arbiter.plugin import (
     Translator,
 )
 from arbiter.pluginsteps import PluginFailed as PluginFailed
-from arbiter.pluginsteps import Steps, counting_children, each, run_steps
+from arbiter.pluginsteps import Pool, Steps, counting_children, each, run_steps
 
 T = TypeVar("T")
 
@@ -87,7 +87,7 @@ class PluginHost:
     sections: dict[str, SectionInfo] = field(default_factory=dict)
     timeout_s: float = 5.0
     blocked: set[str] = field(default_factory=set)
-    _pool: concurrent.futures.ThreadPoolExecutor | None = None
+    _pool: Pool | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
     _hung: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
     #: per calling thread: CPU seconds its calls spent on pool threads (see :meth:`worker_cpu`)
@@ -189,9 +189,7 @@ class PluginHost:
         """
         with self._pool_lock:
             self._refuse_while_hung(label)
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
-            pool = self._pool
+        pool = self._executor()
         cell = [0.0]
 
         def timed() -> T:
@@ -245,10 +243,10 @@ class PluginHost:
         self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cpu
         return value
 
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _executor(self) -> Pool:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
+                self._pool = Pool(32, "plugin")
             return self._pool
 
     def call_here(self, label: str, fn: Callable[..., T], *args: Any) -> T:
@@ -302,7 +300,7 @@ class PluginHost:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.close()
 
 
 def _distribution(host: PluginHost, plugin: object) -> str:

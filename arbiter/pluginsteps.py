@@ -9,6 +9,10 @@ returned (or has the call's :class:`PluginFailed` thrown in, where it raised or 
 :func:`run_steps` runs the whole generator on one pool thread, the shell's code between the
 calls included.
 
+The calls go to a :class:`Pool` whose idle threads each wait on a lock of their own, so a
+hand-over wakes the one thread it gives work to (the standard pool's threads share one queue,
+and each hand-over woke a second idle thread too, to find nothing there).
+
 The caller waits, and times the step that runs: a step past its limit is left behind on its
 pool thread (a hung call cannot be stopped), its label is marked hung, and the caller goes on
 with the rest of the generator itself, one :meth:`~arbiter.pluginmanager.PluginHost.call` a
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -54,6 +59,91 @@ class Step:
 Steps = Generator[Step, Any, T]
 #: ``PluginHost.call``: (label, fn, *args) under a timeout, raising PluginFailed
 Call = Callable[..., Any]
+
+
+class _Worker:
+    """One pool thread; ``go`` is released when it has work, or is to end (``job`` None)."""
+
+    def __init__(self) -> None:
+        self.go = threading.Lock()
+        self.go.acquire()
+        self.job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None = None
+
+
+class Pool:
+    """Threads for plugin calls: :meth:`submit` gives a call to the thread that went idle
+    last (its caches warm), waking it alone, or starts one while fewer than ``workers`` run;
+    past that a call waits for the first thread free.  The threads are daemon threads: one
+    left behind by a call that hangs never holds the process's exit."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._workers = workers
+        self._name = name
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._waiting: deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._started = 0
+        self._closed = False
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the plugin pool is closed")
+            if self._idle:
+                worker: _Worker | None = self._idle.pop()
+            elif self._started < self._workers:
+                worker = _Worker()
+                self._started += 1
+                threading.Thread(
+                    target=self._serve, args=(worker,), name=f"{self._name}_{self._started - 1}", daemon=True
+                ).start()
+            else:
+                worker = None
+                self._waiting.append((future, fn, args))
+        if worker is not None:
+            worker.job = (future, fn, args)
+            worker.go.release()
+        return future
+
+    def _serve(self, worker: _Worker) -> None:
+        while True:
+            worker.go.acquire()
+            job = worker.job
+            while job is not None:
+                worker.job = None
+                _run(job)  # in a call of its own: nothing of the job outlives it here
+                job = None
+                with self._lock:
+                    if self._waiting:
+                        job = self._waiting.popleft()
+                    elif self._closed:
+                        return
+                    else:
+                        self._idle.append(worker)
+            if self._closed:
+                return
+
+    def close(self) -> None:
+        """Cancel the calls still waiting and let the idle threads end; a call running ends
+        on its own."""
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting), deque()
+            idle, self._idle = self._idle, []
+        for future, _, _ in waiting:
+            future.cancel()
+        for worker in idle:
+            worker.go.release()
+
+
+def _run(job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]) -> None:
+    future, fn, args = job
+    if future.set_running_or_notify_cancel():
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # the caller meets it through the future
+            future.set_exception(exc)
 
 
 def counting_children(spent: list[float], fn: Callable[..., T], *args: Any) -> T:

@@ -176,10 +176,13 @@ class Ticker:
         view, (wanted, readings) = self.host.run_steps(self._observing())
         self._note_faults(view)
         self._reap(view)
-        self.decider.tell(Tick(view, wanted, readings, self._certificates(view)))
+        tick = Tick(view, wanted, readings, self._certificates(view))
         self._publish_node_state()
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += self.cpu() - cpu
+        # last, as this thread goes to sleep: the decision thread it wakes finds the
+        # interpreter free instead of waiting on this thread for it (two more wake-ups a tick)
+        self.decider.tell(tick)
 
     def end_job(self, record: JobRecord, exit_code: int | None, why: str) -> None:
         self.jobs.update(record.id, state="ended", ended=time.time(), exit_code=exit_code)
