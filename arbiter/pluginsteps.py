@@ -29,6 +29,7 @@ from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from arbiter.runtime.childwork import CHILD_CPU
@@ -109,18 +110,19 @@ class Pool:
     def _serve(self, worker: _Worker) -> None:
         while True:
             worker.go.acquire()
-            job = worker.job
+            job, worker.job = worker.job, None
             while job is not None:
-                worker.job = None
-                _run(job)  # in a call of its own: nothing of the job outlives it here
+                tell = _made(job)
                 job = None
                 with self._lock:
                     if self._waiting:
                         job = self._waiting.popleft()
-                    elif self._closed:
-                        return
-                    else:
+                    elif not self._closed:
                         self._idle.append(worker)
+                # the caller is told last, as this thread goes idle: woken, it finds the
+                # interpreter free instead of waiting for this thread to let it go
+                tell()
+                del tell  # nothing of the call outlives it here
             if self._closed:
                 return
 
@@ -137,13 +139,16 @@ class Pool:
             worker.go.release()
 
 
-def _run(job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]) -> None:
+def _made(job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]) -> Callable[[], None]:
+    """Make the call of ``job`` (unless it was cancelled); what tells its future the outcome."""
     future, fn, args = job
-    if future.set_running_or_notify_cancel():
-        try:
-            future.set_result(fn(*args))
-        except BaseException as exc:  # the caller meets it through the future
-            future.set_exception(exc)
+    if not future.set_running_or_notify_cancel():
+        return lambda: None
+    try:
+        value = fn(*args)
+    except BaseException as exc:  # the caller meets it through the future
+        return partial(future.set_exception, exc)
+    return partial(future.set_result, value)
 
 
 def counting_children(spent: list[float], fn: Callable[..., T], *args: Any) -> T:
@@ -259,12 +264,12 @@ def run_steps(
                 run.step = None
                 run.cpu, mark = run.cpu + now - mark + children[0], now
 
+    # the first wait straight after the hand-over, without a look under the lock the pool
+    # thread takes now: no step has begun, and the thread woken finds the interpreter free
+    step: Step | None = None
+    limit = wait = timeout_s
     future = submit(work)
     while True:
-        with turn:
-            step, since = run.step, run.since
-        limit = timeout_s if step is None or step.timeout is None else step.timeout
-        wait = limit if step is None else since + limit - time.monotonic()
         try:
             future.result(timeout=max(0.0, wait))
             break
@@ -277,7 +282,11 @@ def run_steps(
                     future.cancel()
                     return drive(steps, call), run.cpu
                 if run.step is None or run.step is not step or time.monotonic() - run.since < limit:
-                    continue  # another step runs now, or this one is still within its limit
+                    # another step runs now, or this one is still within its limit
+                    step, since = run.step, run.since
+                    limit = timeout_s if step is None or step.timeout is None else step.timeout
+                    wait = limit if step is None else since + limit - time.monotonic()
+                    continue
                 run.abandoned = True
                 cpu = run.cpu
             assert step is not None
