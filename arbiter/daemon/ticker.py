@@ -94,6 +94,7 @@ class Ticker:
         self._expired_certs: set[int] = set()  # seen expired: they stay so, whatever the wall clock says
         self._faults = Ongoing()  # plugin faults seen on the tick
         self._told_running: dict[SlotKey, tuple[Source, bool]] = {}  # what each busy probe was last told
+        self._told_events: dict[str, tuple[Source, bool]] = {}  # what each rule's events source was last told
         self._node_state: dict[str, Any] | None = None
         self._node_state_at = 0.0
 
@@ -244,6 +245,7 @@ class Ticker:
         results = yield from each(calls)
         for gone in self._told_running.keys() - wanted.keys():
             del self._told_running[gone]
+        yield from self._tell_events(view)
         for n, (key, first) in enumerate(asked):
             end = asked[n + 1][1] if n + 1 < len(asked) else len(calls)
             failed = next((r for r in results[first:end] if isinstance(r, PluginFailed)), None)
@@ -252,6 +254,28 @@ class Ticker:
             else:
                 readings[key] = results[end - 1]
         return wanted, readings
+
+    def _tell_events(self, view: TickView) -> Steps[None]:
+        """Tell each rule's ``events:`` source whether its program runs, when that changed:
+        one that connects to the program need not try while nothing listens."""
+        calls: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+        told: list[tuple[str, Source, bool]] = []
+        for rid, live in dict(self.rules.live).items():
+            source = live.events
+            if source is None or live.rule.events is None:
+                continue
+            ro = view.rules.get(rid)
+            running = ro is not None and ro.running
+            last = self._told_events.get(rid)
+            if last is None or last[0] is not source or last[1] != running:
+                calls.append((f"sources/{live.rule.events.kind} running", source.tenant_running, (running,)))
+                told.append((rid, source, running))
+        results = yield from each(calls)
+        for (rid, source, running), result in zip(told, results, strict=True):
+            if not isinstance(result, PluginFailed):  # one that failed is told again on the next tick
+                self._told_events[rid] = (source, running)
+        for gone in self._told_events.keys() - self.rules.live.keys():
+            del self._told_events[gone]
 
     def _certificates(self, view: TickView) -> tuple[CertView, ...]:
         """Every certificate, checked against this node and the protected programs now
