@@ -32,6 +32,7 @@ from arbiter.plugin import (
 )
 from arbiter.pluginsteps import PluginFailed as PluginFailed
 from arbiter.pluginsteps import Pool, Steps, counting_children, each, run_steps
+from arbiter.runtime.bell import Bell
 
 T = TypeVar("T")
 
@@ -90,7 +91,8 @@ class PluginHost:
     _pool: Pool | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
     _hung: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
-    #: per calling thread: CPU seconds its calls spent on pool threads (see :meth:`worker_cpu`)
+    #: per calling thread: CPU seconds its calls spent on pool threads (see :meth:`worker_cpu`),
+    #: and the bell it waits on for a run of steps
     _spent: threading.local = field(default_factory=threading.local)
     #: the last node config given to :meth:`context` and its sections, validated
     _sections_of: tuple[NodeConfig, Mapping[str, KindOptions]] | None = None
@@ -237,8 +239,17 @@ class PluginHost:
                 future.limit_s = limit  # type: ignore[attr-defined]
                 self._hung[label] = future
 
+        bell = getattr(self._spent, "bell", None)
+        if bell is None:  # each calling thread waits on a bell of its own
+            bell = self._spent.bell = Bell()
         value, cpu = run_steps(
-            self._executor().submit, steps, timeout_s=self.timeout_s, refuse=refuse, hung=hung, call=self.call
+            self._executor().submit,
+            steps,
+            timeout_s=self.timeout_s,
+            refuse=refuse,
+            hung=hung,
+            call=self.call,
+            bell=bell,
         )
         self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cpu
         return value

@@ -27,11 +27,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from arbiter.runtime.bell import Bell
 from arbiter.runtime.childwork import CHILD_CPU
 
 T = TypeVar("T")
@@ -63,11 +63,10 @@ Call = Callable[..., Any]
 
 
 class _Worker:
-    """One pool thread; ``go`` is released when it has work, or is to end (``job`` None)."""
+    """One pool thread; ``go`` rings when it has work, or is to end (``job`` None)."""
 
     def __init__(self) -> None:
-        self.go = threading.Lock()
-        self.go.acquire()
+        self.go = Bell()
         self.job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None = None
 
 
@@ -104,12 +103,12 @@ class Pool:
                 self._waiting.append((future, fn, args))
         if worker is not None:
             worker.job = (future, fn, args)
-            worker.go.release()
+            worker.go.ring()
         return future
 
     def _serve(self, worker: _Worker) -> None:
         while True:
-            worker.go.acquire()
+            worker.go.wait()
             job, worker.job = worker.job, None
             while job is not None:
                 tell = _made(job)
@@ -136,7 +135,7 @@ class Pool:
         for future, _, _ in waiting:
             future.cancel()
         for worker in idle:
-            worker.go.release()
+            worker.go.ring()
 
 
 def _made(job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]) -> Callable[[], None]:
@@ -218,11 +217,14 @@ def run_steps(
     refuse: Callable[[str], None],
     hung: Callable[[str, Future[None], float], None],
     call: Call,
+    bell: Bell | None = None,
 ) -> tuple[T, float]:
     """Run ``steps`` on one pool thread (``submit``); (what it returned, the CPU seconds it
     spent there).  ``refuse(label)`` raises PluginFailed while that label's earlier call
     still hangs; ``hung(label, future, limit)`` marks a step given up; ``call`` runs the steps
-    after one that hung, on this thread."""
+    after one that hung, on this thread; ``bell``: the calling thread's own (see
+    :mod:`arbiter.runtime.bell`), one made for this run if None."""
+    bell = bell or Bell()
     turn = threading.Lock()
     run = _Progress()
 
@@ -264,31 +266,31 @@ def run_steps(
                 run.step = None
                 run.cpu, mark = run.cpu + now - mark + children[0], now
 
-    # the first wait straight after the hand-over, without a look under the lock the pool
-    # thread takes now: no step has begun, and the thread woken finds the interpreter free
+    # the pool thread rings as it goes idle, and the wait for it is the first thing after the
+    # hand-over (no look under the lock the pool thread takes now: no step has begun)
     step: Step | None = None
-    limit = wait = timeout_s
+    limit = timeout_s
+    deadline = time.monotonic() + limit
     future = submit(work)
-    while True:
-        try:
-            future.result(timeout=max(0.0, wait))
-            break
-        except FutureTimeout:
-            with turn:
-                if not run.started:
-                    # every pool thread is taken (by calls that hang): the run is taken back
-                    # and its calls made from here, each failing on its own timeout
-                    run.abandoned = True
-                    future.cancel()
-                    return drive(steps, call), run.cpu
-                if run.step is None or run.step is not step or time.monotonic() - run.since < limit:
-                    # another step runs now, or this one is still within its limit
-                    step, since = run.step, run.since
-                    limit = timeout_s if step is None or step.timeout is None else step.timeout
-                    wait = limit if step is None else since + limit - time.monotonic()
-                    continue
+    future.add_done_callback(lambda _: bell.ring())
+    while not future.done():
+        if bell.wait(max(0.0, deadline - time.monotonic())) or time.monotonic() < deadline:
+            continue  # done now, or a ring an earlier run left: look again
+        with turn:
+            if not run.started:
+                # every pool thread is taken (by calls that hang): the run is taken back
+                # and its calls made from here, each failing on its own timeout
                 run.abandoned = True
-                cpu = run.cpu
+                future.cancel()
+                return drive(steps, call), run.cpu
+            if run.step is None or run.step is not step or time.monotonic() - run.since < limit:
+                # another step runs now, or this one is still within its limit
+                step, since = run.step, run.since
+                limit = timeout_s if step is None or step.timeout is None else step.timeout
+                deadline = time.monotonic() + limit if step is None else since + limit
+                continue
+            run.abandoned = True
+            cpu = run.cpu
             assert step is not None
             hung(step.label, future, limit)
             value = drive(steps, call, PluginFailed(step.label, f"no answer within {limit:g}s"))
