@@ -9,9 +9,11 @@ returned (or has the call's :class:`PluginFailed` thrown in, where it raised or 
 :func:`run_steps` runs the whole generator on one pool thread, the shell's code between the
 calls included.
 
-The calls go to a :class:`Pool` whose idle threads each wait on a lock of their own, so a
-hand-over wakes the one thread it gives work to (the standard pool's threads share one queue,
-and each hand-over woke a second idle thread too, to find nothing there).
+The calls go to a :class:`Pool` whose idle threads each wait on a bell of their own
+(:mod:`arbiter.runtime.bell`), so a hand-over wakes the one thread it gives work to (the
+standard pool's threads share one queue, and each hand-over woke a second idle thread too, to
+find nothing there); the caller waits on its own bell, which the pool thread rings as it goes
+idle.
 
 The caller waits, and times the step that runs: a step past its limit is left behind on its
 pool thread (a hung call cannot be stopped), its label is marked hung, and the caller goes on
