@@ -1,4 +1,9 @@
-"""Finding plugins, collecting the kinds they register, and calling them safely."""
+"""Finding plugins, collecting the kinds they register, and calling them safely.
+
+It runs past 400 lines because the host's typed look-ups (an overload per family) and its
+safe calls (one under a timeout, a run of steps, the labels still hung) share one pool and
+its lock.
+"""
 
 from __future__ import annotations
 
