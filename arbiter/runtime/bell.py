@@ -33,7 +33,9 @@ class Bell:
         os.set_blocking(self._write, False)
         self._poll = select.poll()
         self._poll.register(self._read, select.POLLIN)
-        weakref.finalize(self, _close, self._read, self._write)
+        # closed once no thread can ring or wait on it; not at the interpreter's exit, when a
+        # daemon thread may still be waiting on it (the process's end closes it then)
+        weakref.finalize(self, _close, self._read, self._write).atexit = False
 
     def ring(self) -> None:
         try:
