@@ -293,10 +293,11 @@ class Source(_Kind):
         each state's ``read_at`` when the read it reports began."""
 
     def tenant_running(self, running: bool) -> None:
-        """Whether its rule's program runs now: called on the tick for a rule's ``busy:`` probe,
-        on the first tick and whenever that changes.  What a busy probe reads counts only while
-        its program runs, so a polling probe need not poll while it does not (a quiet node
-        then wakes for nothing); once it runs again the probe reads at once.  Must not block."""
+        """Whether its rule's program runs now: called on the tick for a rule's ``busy:`` probe
+        and its ``events:`` source, on the first tick and whenever that changes.  What a busy
+        probe reads counts only while its program runs, so a polling probe need not poll while
+        it does not, nor an events source try to connect to it (a quiet node then wakes for
+        nothing); once it runs again the source reads or connects at once.  Must not block."""
 
     def watched_elsewhere(self, elsewhere: bool) -> None:
         """Whether another process watches what this source watches and tells the daemon each

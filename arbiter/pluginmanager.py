@@ -1,4 +1,9 @@
-"""Finding plugins, collecting the kinds they register, and calling them safely."""
+"""Finding plugins, collecting the kinds they register, and calling them safely.
+
+It runs past 400 lines because the host's typed look-ups (an overload per family) and its
+safe calls (one under a timeout, a run of steps, the labels still hung) share one pool and
+its lock.
+"""
 
 from __future__ import annotations
 
@@ -31,7 +36,8 @@ from arbiter.plugin import (
     Translator,
 )
 from arbiter.pluginsteps import PluginFailed as PluginFailed
-from arbiter.pluginsteps import Steps, counting_children, each, run_steps
+from arbiter.pluginsteps import Pool, Steps, counting_children, each, run_steps
+from arbiter.runtime.bell import Bell
 
 T = TypeVar("T")
 
@@ -87,10 +93,11 @@ class PluginHost:
     sections: dict[str, SectionInfo] = field(default_factory=dict)
     timeout_s: float = 5.0
     blocked: set[str] = field(default_factory=set)
-    _pool: concurrent.futures.ThreadPoolExecutor | None = None
+    _pool: Pool | None = None
     _pool_lock: threading.Lock = field(default_factory=threading.Lock)
     _hung: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
-    #: per calling thread: CPU seconds its calls spent on pool threads (see :meth:`worker_cpu`)
+    #: per calling thread: CPU seconds its calls spent on pool threads (see :meth:`worker_cpu`),
+    #: and the bell it waits on for a run of steps
     _spent: threading.local = field(default_factory=threading.local)
     #: the last node config given to :meth:`context` and its sections, validated
     _sections_of: tuple[NodeConfig, Mapping[str, KindOptions]] | None = None
@@ -189,9 +196,7 @@ class PluginHost:
         """
         with self._pool_lock:
             self._refuse_while_hung(label)
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
-            pool = self._pool
+        pool = self._executor()
         cell = [0.0]
 
         def timed() -> T:
@@ -239,16 +244,25 @@ class PluginHost:
                 future.limit_s = limit  # type: ignore[attr-defined]
                 self._hung[label] = future
 
+        bell = getattr(self._spent, "bell", None)
+        if bell is None:  # each calling thread waits on a bell of its own
+            bell = self._spent.bell = Bell()
         value, cpu = run_steps(
-            self._executor().submit, steps, timeout_s=self.timeout_s, refuse=refuse, hung=hung, call=self.call
+            self._executor().submit,
+            steps,
+            timeout_s=self.timeout_s,
+            refuse=refuse,
+            hung=hung,
+            call=self.call,
+            bell=bell,
         )
         self._spent.cpu = getattr(self._spent, "cpu", 0.0) + cpu
         return value
 
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _executor(self) -> Pool:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="plugin")
+                self._pool = Pool(32, "plugin")
             return self._pool
 
     def call_here(self, label: str, fn: Callable[..., T], *args: Any) -> T:
@@ -302,7 +316,7 @@ class PluginHost:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.close()
 
 
 def _distribution(host: PluginHost, plugin: object) -> str:

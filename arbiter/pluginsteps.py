@@ -9,6 +9,12 @@ returned (or has the call's :class:`PluginFailed` thrown in, where it raised or 
 :func:`run_steps` runs the whole generator on one pool thread, the shell's code between the
 calls included.
 
+The calls go to a :class:`Pool` whose idle threads each wait on a bell of their own
+(:mod:`arbiter.runtime.bell`), so a hand-over wakes the one thread it gives work to (the
+standard pool's threads share one queue, and each hand-over woke a second idle thread too, to
+find nothing there); the caller waits on its own bell, which the pool thread rings as it goes
+idle.
+
 The caller waits, and times the step that runs: a step past its limit is left behind on its
 pool thread (a hung call cannot be stopped), its label is marked hung, and the caller goes on
 with the rest of the generator itself, one :meth:`~arbiter.pluginmanager.PluginHost.call` a
@@ -20,12 +26,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
+from arbiter.runtime.bell import Bell
 from arbiter.runtime.childwork import CHILD_CPU
 
 T = TypeVar("T")
@@ -54,6 +62,94 @@ class Step:
 Steps = Generator[Step, Any, T]
 #: ``PluginHost.call``: (label, fn, *args) under a timeout, raising PluginFailed
 Call = Callable[..., Any]
+
+
+class _Worker:
+    """One pool thread; ``go`` rings when it has work, or is to end (``job`` None)."""
+
+    def __init__(self) -> None:
+        self.go = Bell()
+        self.job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None = None
+
+
+class Pool:
+    """Threads for plugin calls: :meth:`submit` gives a call to the thread that went idle
+    last (its caches warm), waking it alone, or starts one while fewer than ``workers`` run;
+    past that a call waits for the first thread free.  The threads are daemon threads: one
+    left behind by a call that hangs never holds the process's exit."""
+
+    def __init__(self, workers: int, name: str) -> None:
+        self._workers = workers
+        self._name = name
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._waiting: deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._started = 0
+        self._closed = False
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the plugin pool is closed")
+            if self._idle:
+                worker: _Worker | None = self._idle.pop()
+            elif self._started < self._workers:
+                worker = _Worker()
+                self._started += 1
+                threading.Thread(
+                    target=self._serve, args=(worker,), name=f"{self._name}_{self._started - 1}", daemon=True
+                ).start()
+            else:
+                worker = None
+                self._waiting.append((future, fn, args))
+        if worker is not None:
+            worker.job = (future, fn, args)
+            worker.go.ring()
+        return future
+
+    def _serve(self, worker: _Worker) -> None:
+        while True:
+            worker.go.wait()
+            job, worker.job = worker.job, None
+            while job is not None:
+                tell = _made(job)
+                job = None
+                with self._lock:
+                    if self._waiting:
+                        job = self._waiting.popleft()
+                    elif not self._closed:
+                        self._idle.append(worker)
+                # the caller is told last, as this thread goes idle: woken, it finds the
+                # interpreter free instead of waiting for this thread to let it go
+                tell()
+                del tell  # nothing of the call outlives it here
+            if self._closed:
+                return
+
+    def close(self) -> None:
+        """Cancel the calls still waiting and let the idle threads end; a call running ends
+        on its own."""
+        with self._lock:
+            self._closed = True
+            waiting, self._waiting = list(self._waiting), deque()
+            idle, self._idle = self._idle, []
+        for future, _, _ in waiting:
+            future.cancel()
+        for worker in idle:
+            worker.go.ring()
+
+
+def _made(job: tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]) -> Callable[[], None]:
+    """Make the call of ``job`` (unless it was cancelled); what tells its future the outcome."""
+    future, fn, args = job
+    if not future.set_running_or_notify_cancel():
+        return lambda: None
+    try:
+        value = fn(*args)
+    except BaseException as exc:  # the caller meets it through the future
+        return partial(future.set_exception, exc)
+    return partial(future.set_result, value)
 
 
 def counting_children(spent: list[float], fn: Callable[..., T], *args: Any) -> T:
@@ -123,11 +219,14 @@ def run_steps(
     refuse: Callable[[str], None],
     hung: Callable[[str, Future[None], float], None],
     call: Call,
+    bell: Bell | None = None,
 ) -> tuple[T, float]:
     """Run ``steps`` on one pool thread (``submit``); (what it returned, the CPU seconds it
     spent there).  ``refuse(label)`` raises PluginFailed while that label's earlier call
     still hangs; ``hung(label, future, limit)`` marks a step given up; ``call`` runs the steps
-    after one that hung, on this thread."""
+    after one that hung, on this thread; ``bell``: the calling thread's own (see
+    :mod:`arbiter.runtime.bell`), one made for this run if None."""
+    bell = bell or Bell()
     turn = threading.Lock()
     run = _Progress()
 
@@ -169,27 +268,31 @@ def run_steps(
                 run.step = None
                 run.cpu, mark = run.cpu + now - mark + children[0], now
 
+    # the pool thread rings as it goes idle, and the wait for it is the first thing after the
+    # hand-over (no look under the lock the pool thread takes now: no step has begun)
+    step: Step | None = None
+    limit = timeout_s
+    deadline = time.monotonic() + limit
     future = submit(work)
-    while True:
+    future.add_done_callback(lambda _: bell.ring())
+    while not future.done():
+        if bell.wait(max(0.0, deadline - time.monotonic())) or time.monotonic() < deadline:
+            continue  # done now, or a ring an earlier run left: look again
         with turn:
-            step, since = run.step, run.since
-        limit = timeout_s if step is None or step.timeout is None else step.timeout
-        wait = limit if step is None else since + limit - time.monotonic()
-        try:
-            future.result(timeout=max(0.0, wait))
-            break
-        except FutureTimeout:
-            with turn:
-                if not run.started:
-                    # every pool thread is taken (by calls that hang): the run is taken back
-                    # and its calls made from here, each failing on its own timeout
-                    run.abandoned = True
-                    future.cancel()
-                    return drive(steps, call), run.cpu
-                if run.step is None or run.step is not step or time.monotonic() - run.since < limit:
-                    continue  # another step runs now, or this one is still within its limit
+            if not run.started:
+                # every pool thread is taken (by calls that hang): the run is taken back
+                # and its calls made from here, each failing on its own timeout
                 run.abandoned = True
-                cpu = run.cpu
+                future.cancel()
+                return drive(steps, call), run.cpu
+            if run.step is None or run.step is not step or time.monotonic() - run.since < limit:
+                # another step runs now, or this one is still within its limit
+                step, since = run.step, run.since
+                limit = timeout_s if step is None or step.timeout is None else step.timeout
+                deadline = time.monotonic() + limit if step is None else since + limit
+                continue
+            run.abandoned = True
+            cpu = run.cpu
             assert step is not None
             hung(step.label, future, limit)
             value = drive(steps, call, PluginFailed(step.label, f"no answer within {limit:g}s"))

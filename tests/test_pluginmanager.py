@@ -7,14 +7,13 @@ import threading
 import time
 import types
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from arbiter.plugin import KindOptions, Matcher, ProcessInfo, hookimpl
 from arbiter.pluginmanager import PluginFailed, PluginLoadError, build_plugin_manager
-from arbiter.pluginsteps import Step, one, run_steps
+from arbiter.pluginsteps import Pool, Step, one, run_steps
 from arbiter_testing import wait_until
 
 
@@ -244,7 +243,7 @@ def test_a_run_of_steps_hands_over_once_and_goes_on_without_a_step_that_hangs() 
 
 def test_a_run_no_pool_thread_takes_up_is_made_from_the_caller_at_its_timeout() -> None:
     """Every pool thread taken by calls that hang: the tick does not wait for one forever."""
-    pool = ThreadPoolExecutor(max_workers=1)
+    pool = Pool(1, "taken")
     release = threading.Event()
     pool.submit(release.wait, 10)  # the one thread, taken
     made: list[int] = []
@@ -267,4 +266,55 @@ def test_a_run_no_pool_thread_takes_up_is_made_from_the_caller_at_its_timeout() 
         assert time.monotonic() - started < 5.0
     finally:
         release.set()
-        pool.shutdown()
+        pool.close()
+
+
+def _switches(native_id: int) -> int:
+    """A thread's context switches so far (each time it went to sleep, or was put aside)."""
+    with open(f"/proc/self/task/{native_id}/status") as fh:
+        fields = dict(line.split(":", 1) for line in fh if ":" in line)
+    return int(fields["voluntary_ctxt_switches"]) + int(fields["nonvoluntary_ctxt_switches"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_a_hand_over_wakes_only_the_pool_thread_it_gives_work_to() -> None:
+    """Idle pool threads each wait on their own: a call wakes one (the one idle last), never
+    the others (a pool whose threads share one queue woke a second one on every call)."""
+    elsewhere = {t.native_id for t in threading.enumerate()}  # other tests' pools' threads, still ending
+    host = build_plugin_manager(entry_points=False)
+    together = threading.Barrier(3)  # three calls at once: three pool threads
+    callers = [threading.Thread(target=host.call, args=(f"c{i}", together.wait)) for i in range(3)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    threads = [
+        t.native_id
+        for t in threading.enumerate()
+        if t.name.startswith("plugin_") and t.native_id and t.native_id not in elsewhere
+    ]
+    assert len(threads) == 3
+    before = {tid: _switches(tid) for tid in threads}
+    used = {host.call("one", threading.get_native_id) for _ in range(20)}
+    assert len(used) == 1, "the thread idle last takes every call"
+    moved = {tid for tid, n in before.items() if _switches(tid) != n}
+    assert moved == used, f"threads woken: {moved}, used: {used}"
+    host.close()
+
+
+def test_a_pool_past_its_threads_queues_a_call_and_cancels_it_on_close() -> None:
+    pool = Pool(1, "one")
+    release = threading.Event()
+    taken = pool.submit(release.wait, 10)
+    queued = pool.submit(lambda: "later")
+    assert not queued.done()
+    release.set()
+    assert taken.result(5) is True and queued.result(5) == "later"
+    release.clear()
+    pool.submit(release.wait, 10)
+    cancelled = pool.submit(lambda: "never")
+    pool.close()
+    assert cancelled.cancelled()
+    release.set()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.submit(lambda: None)

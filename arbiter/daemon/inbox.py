@@ -8,15 +8,17 @@ they came; it ends with :class:`Stop`.
 from __future__ import annotations
 
 import queue
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from arbiter.daemon.observe import TickView
 from arbiter.daemon.sources import HelperKey, SlotKey
 from arbiter.engine.types import CertView, Policy, Release
 from arbiter.plugin import SourceState
+from arbiter.runtime.bell import Bell
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,38 @@ Message = Stop | Tick | PolicyChanged | ReleaseOver | ChangeRun | JobEnded | Job
 T = TypeVar("T")
 
 
-def drained(inbox: queue.Queue[T]) -> list[T] | None:
+class Inbox(Generic[T]):
+    """Put by any thread, taken by one; a put rings the taker's bell (see
+    :mod:`arbiter.runtime.bell`): a thread that hands the decision thread a tick, say, does
+    not leave it waiting for the interpreter the moment it wakes."""
+
+    def __init__(self) -> None:
+        self._items: deque[T] = deque()  # appends and pops are atomic
+        self._bell = Bell()
+
+    def put(self, item: T) -> None:
+        self._items.append(item)
+        self._bell.ring()
+
+    def get(self) -> T:
+        """The oldest item, waiting for one."""
+        while True:
+            try:
+                return self._items.popleft()
+            except IndexError:
+                self._bell.wait()
+
+    def get_nowait(self) -> T:
+        try:
+            return self._items.popleft()
+        except IndexError:
+            raise queue.Empty from None
+
+    def empty(self) -> bool:
+        return not self._items
+
+
+def drained(inbox: Inbox[T]) -> list[T] | None:
     """Everything waiting (at least one item), or None once a stop is among it."""
     batch = [inbox.get()]
     while True:

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 
-from arbiter.daemon.inbox import HelperGone, HelperReport, LinkLines, Message, Report, SourceReport
+from arbiter.daemon.inbox import HelperGone, HelperReport, Inbox, LinkLines, Message, Report, SourceReport
 from arbiter.daemon.linked import Linked
 from arbiter.daemon.snapshot import Published
 from arbiter.daemon.sources import HelperKey, SlotKey, SourceBook, percentiles, slot_name
@@ -48,7 +47,7 @@ class Intake:
         self.book = book
         self.published = published
         self.record = record
-        self.inbox: queue.Queue[Message] = queue.Queue()
+        self.inbox: Inbox[Message] = Inbox()
         self.acted_ms: list[float] = []  # latencies of changes the reflex process acted on, for the decision's events
         # each fast thread's role → what arbiter_fast_thread did for it (status shows it); a
         # source watcher that asked already is marked in its own thread-local

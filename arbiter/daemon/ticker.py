@@ -33,6 +33,7 @@ from arbiter.plugin import Source, SourceState
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.pluginsteps import Steps, each
 from arbiter.probing import Prober
+from arbiter.runtime.bell import Bell
 from arbiter.state.certificates import Certificate, ExeHasher, fingerprint
 from arbiter.state.certificates import status as certificate_status
 from arbiter.state.store import JobRecord, Store
@@ -82,7 +83,7 @@ class Ticker:
         self.scheduler_labels: list[dict[str, Any]] = []  # what the node state observers told their schedulers
         self.notifier = Notifier(None, None)  # the service manager's, if any, is given before start
         self.stop_event = threading.Event()
-        self.wake = threading.Event()  # ends the tick's wait early (reload, stop, a release, admission)
+        self.wake = Bell()  # ends the tick's wait early (reload, stop, a release, admission)
         self.tick_wanted = threading.Event()  # a tick now, not at its turn (reload, a release, a certificate)
         self.admission_told = threading.Event()  # the node state observers are told now, without a tick
         self.reload_wanted = threading.Event()
@@ -94,11 +95,13 @@ class Ticker:
         self._expired_certs: set[int] = set()  # seen expired: they stay so, whatever the wall clock says
         self._faults = Ongoing()  # plugin faults seen on the tick
         self._told_running: dict[SlotKey, tuple[Source, bool]] = {}  # what each busy probe was last told
+        self._told_events: dict[str, tuple[Source, bool]] = {}  # what each rule's events source was last told
         self._node_state: dict[str, Any] | None = None
         self._node_state_at = 0.0
 
     def run(self) -> None:
         due: float | None = None  # when the next tick is
+        made: Tick | None = None  # the tick made, told as this thread goes to sleep
         while True:
             now = time.monotonic()
             if due is None:
@@ -112,8 +115,12 @@ class Ticker:
                 # a tenant to wake once its quiet period ends is looked at then, not a tick later
                 waking = next_look(self.decider.engine_state.vram.values(), now, RELEASE_POLL_S, RELEASE_POLL_FOR_S)
                 due = now + (wait if waking is None else min(wait, waking))
+            if made is not None:
+                # told last, right before this thread sleeps: the decision thread it wakes
+                # finds the interpreter free instead of waiting on this thread for it
+                self.decider.tell(made)
+                made = None
             self.wake.wait(max(0.0, due - now))
-            self.wake.clear()
             if self.stop_event.is_set():
                 return
             if self.admission_told.is_set():
@@ -127,7 +134,7 @@ class Ticker:
             self.tick_wanted.clear()
             due = None
             try:
-                self.once()
+                made = self._tick()
             except Exception as exc:  # the loop goes on whatever one tick met
                 log.exception("tick failed")
                 self.recorder.event(codes.PLUGIN_FAILED, "node", f"a tick failed: {type(exc).__name__}: {exc}")
@@ -136,12 +143,12 @@ class Ticker:
 
     def stop(self) -> None:
         self.stop_event.set()
-        self.wake.set()
+        self.wake.ring()
 
     def reload(self) -> None:
         """Read the rule files again at once (on this thread, which owns the rule book)."""
         self.reload_wanted.set()
-        self.wake.set()
+        self.wake.ring()
 
     def certificates_changed(self) -> None:
         """A certificate was issued: read them again on the next tick, not 5 s later."""
@@ -151,7 +158,7 @@ class Ticker:
     def tick_soon(self) -> None:
         """A tick now rather than at its turn."""
         self.tick_wanted.set()
-        self.wake.set()
+        self.wake.ring()
 
     def admission_changed(self) -> None:
         """The decision changed what the node admits: fleet schedulers place work by it, so the
@@ -159,13 +166,18 @@ class Ticker:
         change flips admission, and the process table, readers and sources read again at that
         moment took cores from the protected program and the jobs being stopped)."""
         self.admission_told.set()
-        self.wake.set()
+        self.wake.ring()
 
     def cpu(self) -> float:
         """This thread's CPU seconds so far, with its plugin calls' on the pool threads."""
         return time.thread_time() + self.host.worker_cpu()
 
     def once(self) -> None:
+        """One tick, its result told to the decision thread."""
+        self.decider.tell(self._tick())
+
+    def _tick(self) -> Tick:
+        """One tick; what the decision thread is to be told (after what the tick told it)."""
         cpu = self.cpu()
         if self.reload_wanted.is_set() or self.rules.changed():
             self.reload_wanted.clear()
@@ -176,10 +188,11 @@ class Ticker:
         view, (wanted, readings) = self.host.run_steps(self._observing())
         self._note_faults(view)
         self._reap(view)
-        self.decider.tell(Tick(view, wanted, readings, self._certificates(view)))
+        tick = Tick(view, wanted, readings, self._certificates(view))
         self._publish_node_state()
         self.costs["ticks"] += 1
         self.costs["tick_cpu_s"] += self.cpu() - cpu
+        return tick
 
     def end_job(self, record: JobRecord, exit_code: int | None, why: str) -> None:
         self.jobs.update(record.id, state="ended", ended=time.time(), exit_code=exit_code)
@@ -241,6 +254,7 @@ class Ticker:
         results = yield from each(calls)
         for gone in self._told_running.keys() - wanted.keys():
             del self._told_running[gone]
+        yield from self._tell_events(view)
         for n, (key, first) in enumerate(asked):
             end = asked[n + 1][1] if n + 1 < len(asked) else len(calls)
             failed = next((r for r in results[first:end] if isinstance(r, PluginFailed)), None)
@@ -249,6 +263,28 @@ class Ticker:
             else:
                 readings[key] = results[end - 1]
         return wanted, readings
+
+    def _tell_events(self, view: TickView) -> Steps[None]:
+        """Tell each rule's ``events:`` source whether its program runs, when that changed:
+        one that connects to the program need not try while nothing listens."""
+        calls: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = []
+        told: list[tuple[str, Source, bool]] = []
+        for rid, live in dict(self.rules.live).items():
+            source = live.events
+            if source is None or live.rule.events is None:
+                continue
+            ro = view.rules.get(rid)
+            running = ro is not None and ro.running
+            last = self._told_events.get(rid)
+            if last is None or last[0] is not source or last[1] != running:
+                calls.append((f"sources/{live.rule.events.kind} running", source.tenant_running, (running,)))
+                told.append((rid, source, running))
+        results = yield from each(calls)
+        for (rid, source, running), result in zip(told, results, strict=True):
+            if not isinstance(result, PluginFailed):  # one that failed is told again on the next tick
+                self._told_events[rid] = (source, running)
+        for gone in self._told_events.keys() - self.rules.live.keys():
+            del self._told_events[gone]
 
     def _certificates(self, view: TickView) -> tuple[CertView, ...]:
         """Every certificate, checked against this node and the protected programs now

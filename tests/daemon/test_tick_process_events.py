@@ -17,7 +17,7 @@ import pytest
 
 from arbiter.config.loader import load_node_config
 from arbiter.daemon.core import Daemon
-from arbiter.daemon.inbox import Tick
+from arbiter.daemon.inbox import Inbox, Tick
 from arbiter_testing.scripts import load_script
 from arbiter_testing.waiting import wait_until
 
@@ -43,7 +43,7 @@ def daemon(tmp_path: Path) -> Iterator[Daemon]:
         daemon.shutdown()
 
 
-def waiting(inbox: queue.Queue[Any]) -> list[Any]:
+def waiting(inbox: Inbox[Any]) -> list[Any]:
     out = []
     while True:
         try:

@@ -168,3 +168,29 @@ def test_a_wake_up_refreshes_the_busy_probe_at_once(tmp_path: Path, board: VramB
             events.close()
             busy.close()
     board.remove(9999)
+
+
+def test_it_does_not_try_while_its_program_does_not_run_and_connects_once_it_does(
+    tmp_path: Path, board: VramBoard
+) -> None:
+    """Told its program does not run, it rests before any try (nothing listens: a quiet node
+    would wake every wait for nothing) and says why; told it runs, it connects at once, not
+    after its wait; told so while connected, it keeps the connection while it lasts."""
+    changes = Changes()
+    src = ws_source(tmp_path, f"ws://127.0.0.1:{free_port()}/ws", retry_s=600, max_retry_s=600)
+    port = int(src.options.url.rsplit(":", 1)[1].split("/")[0])
+    src.tenant_running(False)
+    src.start(changes)
+    try:
+        wait_until(lambda: changes.count() >= 1, 5, "it says why it does not connect")
+        assert "its program does not run" in changes.states[-1].why and not src.state().readable
+        assert src.waits == [] and src.connects == 0  # not one try
+        with FakeDiffusionServer(board, ws_port=port) as diffusion:
+            src.tenant_running(True)  # its program started: connects now, not in 600 s
+            wait_until(lambda: src.connects == 1 and diffusion.ws_clients() == 1, 5, "the connection at once")
+            src.tenant_running(False)
+            src.tenant_running(True)
+            assert src.connects == 1 and src.waits == []
+    finally:
+        src.close()
+    assert src._thread is not None and not src._thread.is_alive()

@@ -7,7 +7,9 @@ tenant's busy probe stays the one judge of its state; the messages are never par
 The connection is kept open on the source's own thread and, when it drops or cannot be made,
 tried again after ``retry_s`` (2 s), doubling up to ``max_retry_s`` (15 s); a connection that
 opens starts the wait over.  Connecting is a wake-up too: what changed while it was down was
-not seen.
+not seen.  While the daemon says its program does not run (``tenant_running``) it does not
+try: nothing listens, and a quiet node would wake every 15 s for nothing; told it runs, it
+connects at once.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class WebsocketSource(Source):
         self.options: WebsocketOptions = options
         self._state = SourceState(readable=False, why=f"not connected to {options.url} yet")
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends a wait: its program runs now, or a stop
+        self._running = True  # whether its program runs, as the daemon last said (until told: it may)
         self._thread: threading.Thread | None = None
         self._on_change: Callable[[SourceState], None] | None = None
         self._conn: Any = None
@@ -98,8 +102,14 @@ class WebsocketSource(Source):
     def state(self) -> SourceState:
         return self._state
 
+    def tenant_running(self, running: bool) -> None:
+        self._running = running
+        if running:
+            self._wake.set()  # connect now, not after the wait under way
+
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         with self._conn_lock:
             conn = self._conn
         if conn is not None:
@@ -121,6 +131,21 @@ class WebsocketSource(Source):
     def _loop(self) -> None:
         waits = backoff(self.options.retry_s, self.options.max_retry_s)
         while not self._stop.is_set():
+            if not self._running:
+                self._hand_over(
+                    SourceState(
+                        readable=False,
+                        count=self._state.count,
+                        why=f"not connected to {self.options.url}: its program does not run",
+                        changed_at=time.monotonic(),
+                    )
+                )
+                while not self._running and not self._stop.is_set():
+                    self._wake.wait()  # until told it runs (or to stop)
+                    self._wake.clear()
+                waits = backoff(self.options.retry_s, self.options.max_retry_s)  # a program started: start over
+                continue
+            self._wake.clear()  # a wake-up before this try is answered by it
             why = self._session()
             if self._session_opened:
                 waits = backoff(self.options.retry_s, self.options.max_retry_s)  # it worked: start over
@@ -136,7 +161,7 @@ class WebsocketSource(Source):
                     changed_at=time.monotonic(),
                 )
             )
-            self._stop.wait(wait)
+            self._wake.wait(wait)
 
     def _session(self) -> str:
         """One connection, kept until it drops; returns why it ended."""
