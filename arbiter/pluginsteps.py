@@ -257,6 +257,8 @@ def run_steps(
                     failed = exc
                     continue
                 run.step, run.since = step, time.monotonic()
+            if step.timeout is not None:
+                bell.ring()  # the caller looks at a limit of this step's own, not the host's
             children = [0.0]
             try:
                 value = counting_children(children, step.fn, *step.args)
@@ -276,10 +278,13 @@ def run_steps(
     future = submit(work)
     future.add_done_callback(lambda _: bell.ring())
     while not future.done():
-        if bell.wait(max(0.0, deadline - time.monotonic())) or time.monotonic() < deadline:
-            continue  # done now, or a ring an earlier run left: look again
+        rung = bell.wait(max(0.0, deadline - time.monotonic()))
+        if future.done() or (not rung and time.monotonic() < deadline):
+            continue
         with turn:
             if not run.started:
+                if time.monotonic() < deadline:
+                    continue  # a ring an earlier run left
                 # every pool thread is taken (by calls that hang): the run is taken back
                 # and its calls made from here, each failing on its own timeout
                 run.abandoned = True
@@ -299,4 +304,6 @@ def run_steps(
             return value, cpu
     if run.error is not None:
         raise run.error
+    if not run.done:
+        future.result()  # the step raised past Exception (KeyboardInterrupt...), or close cancelled the run
     return run.value, run.cpu

@@ -46,7 +46,7 @@ class Bell:
     def wait(self, timeout: float | None = None) -> bool:
         """Until rung, or ``timeout`` seconds (None: no end); whether it was rung.  Takes
         every ring so far."""
-        ms = -1 if timeout is None else max(0, math.ceil(timeout * 1000))
+        ms = -1 if timeout is None else min(max(0, math.ceil(timeout * 1000)), 2**31 - 1)
         if not self._poll.poll(ms):
             return False
         try:
