@@ -74,7 +74,6 @@ def test_a_read_under_way_when_the_server_got_work_does_not_let_the_release_go(s
     )
     probe = PrometheusSource(options, PluginContext(state_dir=tmp_path))
     probe.start(lambda state: None)
-    host = PluginHost(pm=pluggy.PluginManager("arbiter"))
     try:
         wait_until(lambda: probe.state().busy is False, what="the probe reads idle")
         # a scrape begins and reads the gauge at 0; then a request arrives and runs
@@ -87,21 +86,10 @@ def test_a_read_under_way_when_the_server_got_work_does_not_let_the_release_go(s
             probe.refresh()
             server.gate.set()  # the scrape under way answers, with what it read before
 
-        live = SimpleNamespace(busy=probe, rule=SimpleNamespace(busy=SimpleNamespace(kind="prometheus")))
-        live.wake_busy = wake_busy
-        actions = TenantActions(
-            NodeConfig(),
-            host,
-            store=None,  # type: ignore[arg-type]
-            rulebook=None,  # type: ignore[arg-type]
-            recorder=SimpleNamespace(event=None),  # type: ignore[arg-type]
-            release_over=lambda rel, failed: None,
-        )
-        assert actions._busy_now(live)
+        assert busy_now(probe, wake_busy)
         assert server.scrapes == 3  # at start, the one under way, and one begun after the ask
     finally:
         probe.close()
-        host.close()
 
 
 class Probe:
@@ -115,10 +103,11 @@ class Probe:
         return SourceState(busy=False, read_at=self.read_at() if callable(self.read_at) else self.read_at)
 
 
-def busy_now(probe: Any) -> bool:
+def busy_now(probe: Any, wake_busy: Any = lambda _host: None) -> bool:
+    """What the daemon's look at ``probe`` right before a release says: busy?"""
     host = PluginHost(pm=pluggy.PluginManager("arbiter"))
-    live = SimpleNamespace(busy=probe, rule=SimpleNamespace(busy=SimpleNamespace(kind="fake")))
-    live.wake_busy = lambda _host: None
+    live = SimpleNamespace(busy=probe, rule=SimpleNamespace(busy=SimpleNamespace(kind="probe")))
+    live.wake_busy = wake_busy
     actions = TenantActions(
         NodeConfig(),
         host,
