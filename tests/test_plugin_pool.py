@@ -20,6 +20,11 @@ from arbiter.runtime.bell import Bell
 from arbiter_testing import wait_until
 
 
+def _slept(seconds: float) -> str:
+    time.sleep(seconds)
+    return "ok"
+
+
 def _raise(exc: BaseException) -> None:
     raise exc
 
@@ -157,6 +162,6 @@ def test_a_short_step_timeout_is_kept() -> None:
 def test_a_long_plugin_timeout_the_config_accepts_still_runs_steps() -> None:
     host = build_plugin_manager(entry_points=False, timeout_s=3_000_000)  # plugin_timeout_s has no upper bound
     try:
-        assert host.run_steps(one("slow", lambda: time.sleep(0.2) or "ok")) == "ok"
+        assert host.run_steps(one("slow", _slept, 0.2)) == "ok"
     finally:
         host.close()
