@@ -219,7 +219,7 @@ class TenantActions:
         try:
             dated = checked(self.host.call(label, probe.state, timeout=1)).read_at > 0
             live.wake_busy(self.host)
-            timeout_s = getattr(probe.options, "timeout_s", None)
+            timeout_s = getattr(getattr(probe, "options", None), "timeout_s", None)
             # and half a second for the probe's thread to get a core
             read_s = 2 * timeout_s + 0.5 if isinstance(timeout_s, (int, float)) else FRESH_READ_S
             deadline = asked + (read_s if dated else FRESH_BUSY_S)
