@@ -272,7 +272,7 @@ def test_a_requeued_job_is_placed_from_the_second_after_its_requeue() -> None:
     """slurmctld dates the revoke of a requeued job's credentials as it answers the requeue: its
     new start is accepted from the next whole second (and half a second's slack for the
     clocks), whenever its Epilog ends; not a second after it was seen pending."""
-    from arbiter_slurm.translator import credential_wait
+    from arbiter_slurm.slurmjob import credential_wait
 
     assert credential_wait(100.2, 100.3) == pytest.approx(1.2)
     assert credential_wait(100.9, 101.0) == pytest.approx(0.5)

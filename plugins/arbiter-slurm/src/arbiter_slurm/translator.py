@@ -41,7 +41,6 @@ the others' state.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 import threading
@@ -53,6 +52,14 @@ from typing import Any, Literal
 from arbiter.plugin import JobTarget, KindOptions, PluginContext, ProcessRef
 from arbiter_slurm import commands, nodes, settings
 from arbiter_slurm.marks import PauseMarks
+from arbiter_slurm.slurmjob import (
+    checkpoint_of,
+    credential_wait,
+    job_of_process,
+    nothing_to_do,
+    running,
+    slurm_job,
+)
 from arbiter_translators.signals import PLAIN_PAUSE, SignalTranslator
 
 log = logging.getLogger(__name__)
@@ -60,15 +67,6 @@ log = logging.getLogger(__name__)
 Op = Literal["suspend", "resume", "requeue", "kill", "restopped"]
 #: how long a requeued job may take to finish completing before it is placed again at once
 REQUEUE_SETTLE_S = 30.0
-#: slurmd refuses a job's new start whose credential is dated no later than the second its
-#: last run was revoked in: the job would end at once, "Job credential revoked".  Both times are
-#: slurmctld's: the revoke is dated as slurmctld builds the kill request of the requeue
-#: (``create_kill_job_msg`` sets ``msg->time``, job_mgr.c, 22.05), and slurmd revokes every
-#: credential dated at or before it (``slurm_cred_revoke``/``slurm_cred_revoked``, slurm_cred.c).
-#: So a requeued job may start from the first whole second after its requeue was answered, and
-#: this long past it (slack for this node's clock against slurmctld's); its Epilog usually
-#: takes longer, and it is placed the moment it is pending
-CREDENTIAL_CLEAR_S = 0.5
 #: how often a requeued job is asked whether it is pending (its Epilog done): one ``squeue
 #: --jobs`` of one job each time
 SETTLE_POLL_S = 0.1
@@ -84,15 +82,6 @@ RESUMED_S = 2.0
 RESUMED_POLL_S = 0.01
 #: how often a job given its checkpoint signal is asked whether it still runs
 CHECKPOINT_POLL_S = 0.25
-#: what Slurm answers for a job with nothing to resume or requeue: it is pending or has ended
-NOTHING_TO_DO = (
-    "pending execution",
-    "not suspended",
-    "already completed",
-    "invalid job id",
-    "job has already finished",
-    "already suspended",
-)
 #: the timeline code of a paused job's process found running again, and stopped
 RESTOPPED = "SLURM_JOB_RESTOPPED"
 #: the timeline code of a job run again here and left suspended in Slurm for its other nodes
@@ -117,65 +106,6 @@ class _Lane:
 
     queue: list[_Work] = field(default_factory=list)
     busy: bool = False
-
-
-def slurm_job(job_id: str) -> str | None:
-    """The Slurm job id of an arbiter job id (``slurm-17``, ``slurm-17.0.1``, ``slurm-16_3``), else None."""
-    if not job_id.startswith("slurm-"):
-        return None
-    number = job_id.removeprefix("slurm-").split(".", 1)[0]
-    return number if commands.valid_job_id(number) else None
-
-
-def job_of_process(pid: int) -> str | None:
-    """The Slurm job a process runs in, from its environment (resumes after a daemon restart
-    name processes only)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            items = fh.read().split(b"\0")
-    except OSError:
-        return None
-    env = {}
-    for item in items:
-        name, _, value = item.partition(b"=")
-        if name.startswith(b"SLURM_"):
-            env[name.decode(errors="replace")] = value.decode(errors="replace")
-    job = commands.id_from_env(env)
-    return job if commands.valid_job_id(job) else None
-
-
-def nothing_to_do(exc: commands.SlurmError) -> bool:
-    """Whether Slurm refused because the job is pending or has ended."""
-    return any(said in str(exc).lower() for said in NOTHING_TO_DO)
-
-
-def checkpoint_of(
-    target: JobTarget, opts: settings.NodeOptions, key: str
-) -> tuple[commands.CheckpointSignal | None, float]:
-    """The signal a job about to be requeued is given to save its work, and the longest it
-    may take: the evicting rule's ``eviction:`` where it says, else the node's ``slurm:``
-    section; the signal, where neither names one, is the job's own ``#SBATCH --signal``."""
-    rule = target.checkpoint
-    named = (rule.signal if rule is not None else None) or opts.checkpoint_signal
-    most_s = rule.seconds if rule is not None and rule.seconds is not None else opts.checkpoint_s
-    given = commands.parse_signal(named) if named else None
-    return given or commands.job_signal(key), most_s
-
-
-def credential_wait(requeued_by: float, now: float) -> float:
-    """How long a job requeued by ``requeued_by`` (wall time: its requeue answered, or seen done)
-    must wait before slurmd accepts its new start (see ``CREDENTIAL_CLEAR_S``); 0 once past."""
-    return max(0.0, math.floor(requeued_by) + 1 + CREDENTIAL_CLEAR_S - now)
-
-
-def _running(pid: int) -> bool:
-    """Whether the process is there and not stopped (free to run)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("T", "t", "Z", "X")
 
 
 class SlurmTranslator(SignalTranslator):
@@ -289,7 +219,7 @@ class SlurmTranslator(SignalTranslator):
                 paused = list(self._paused.items())
             woken: dict[str, list[int]] = {}
             for ref, (job, key) in paused:
-                if _running(ref.pid):
+                if running(ref.pid):
                     if not self._marks.held(ref):  # another instance resumed it: its resume stands
                         with self._lock:
                             self._paused.pop(ref, None)
@@ -464,7 +394,7 @@ class SlurmTranslator(SignalTranslator):
         before, seen running says it has."""
         deadline = time.monotonic() + RESUMED_S
         while time.monotonic() < deadline:
-            if any(_running(r.pid) for r in target.processes) or not any(
+            if any(running(r.pid) for r in target.processes) or not any(
                 os.path.exists(f"/proc/{r.pid}") for r in target.processes
             ):
                 return
@@ -486,7 +416,7 @@ class SlurmTranslator(SignalTranslator):
         log.info("Slurm job %s: sent %s, up to %gs to save its work", key, sig, most_s)
         deadline = time.monotonic() + most_s
         while time.monotonic() < deadline:
-            if not any(_running(r.pid) for r in target.processes):
+            if not any(running(r.pid) for r in target.processes):
                 return
             job = self._job(key)
             if job is None or job.state != "RUNNING":
@@ -496,7 +426,7 @@ class SlurmTranslator(SignalTranslator):
     def _end_here(self, target: JobTarget, grace_s: float) -> None:
         """The job's processes here end on Slurm's SIGTERM within ``grace_s``, or are killed."""
         deadline = time.monotonic() + grace_s
-        while any(os.path.exists(f"/proc/{r.pid}") and _running(r.pid) for r in target.processes):
+        while any(os.path.exists(f"/proc/{r.pid}") and running(r.pid) for r in target.processes):
             if time.monotonic() >= deadline:
                 super().kill(target)
                 return
