@@ -8,6 +8,7 @@ registered is an error that names both plugins.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pluggy
@@ -106,6 +107,28 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
 
     firstresult: the first plugin that returns a list wins.  Called on the tick only,
     never on the fast path.
+    """
+
+
+@hookspec(firstresult=True)
+def arbiter_watch_exits(
+    groups: list[frozenset[int]], ended: Callable[[], None], scratch: dict[str, Any]
+) -> bool | None:
+    """Watch processes for their end, so that the daemon looks again the moment a protected
+    program has ended (and fleet work may run) rather than at its next tick.
+
+    :param groups: the pids of each rule whose program runs, as the last process table read
+        them; they replace what the last call asked for.  An implementation may leave some to
+        the tick (a group too large to watch, say): a missed end only waits for the tick.
+    :param ended: to call, from any thread, once every process of a group has ended; once per
+        group for as long as later calls keep asking for it.  It only asks for a tick and
+        returns at once.  Every call passes the same one.
+    :param scratch: the dict ``arbiter_process_table`` receives, for the implementation to keep
+        its watcher in under a key of its own (its ``close()`` is called when the daemon stops).
+
+    firstresult: return True where the processes are watched, None where they cannot be here
+    (the tick then notices each end).  Called on the tick, when the groups changed; it must
+    return at once.
     """
 
 

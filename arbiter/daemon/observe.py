@@ -6,9 +6,10 @@ claims, the readers and the jobs' shares each feed the next.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ from arbiter.plugin import EXITED, GpuReading, HostSignal, ProcessGpu, ProcessIn
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.pluginsteps import Step, Steps, one
 from arbiter.state.store import JobRecord
+
+log = logging.getLogger("arbiter.daemon")
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ class Observer:
         self._scan_lock = threading.Lock()
         self.job_events = JobEventLog()
         self._table_scratch: dict[str, Any] = {}  # the process table plugin's memory between scans
+        self._watched: frozenset[frozenset[int]] | None = None  # the groups last given to the exit watch
         self._last_scan: tuple[float, list[ProcessInfo], int] | None = (
             None  # (when its read began, the table, its at_ns)
         )
@@ -211,6 +215,25 @@ class Observer:
             at_ns = (started_ns + time.monotonic_ns()) // 2
             self._last_scan = (started, list(table), at_ns)
             return list(table), at_ns
+
+    def watching_exits(self, view: TickView, ended: Callable[[], None]) -> Steps[None]:
+        """Have the processes of each rule whose program runs watched for their end, where a
+        plugin can: ``ended`` is called once all of one rule's have ended, so that fleet work
+        held for it is let go then, not a tick later.  Asked again only when they changed."""
+        groups = frozenset(ro.pids for ro in view.rules.values() if ro.running and ro.pids)
+        if view.faults or groups == self._watched:
+            return  # a table that could not be read says nothing about who runs
+        self._watched = groups
+        try:
+            yield from one(
+                "exit watch",
+                lambda: self.host.hook.arbiter_watch_exits(
+                    groups=list(groups), ended=ended, scratch=self._table_scratch
+                ),
+            )
+        except PluginFailed as exc:  # the tick notices each end then; asked again on the next one
+            self._watched = None
+            log.warning("watching protected programs for their end failed: %s", exc)
 
     def _read_gpu(
         self, pids: set[int], processes: Mapping[int, ProcessInfo], at_ns: int

@@ -219,6 +219,8 @@ class Ticker:
         most of what a quiet node cost)."""
         yield from self.reconcile()
         view = yield from self.observer.observing(self.rules, self.jobs.active(), own_pids=[os.getpid()])
+        # a protected program's end lets held fleet work go: that is looked at when it happens
+        yield from self.observer.watching_exits(view, self.tick_soon)
         return view, (yield from self._read_sources(view))
 
     def _read_sources(self, view: TickView) -> Steps[tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]]:

@@ -1,4 +1,5 @@
-"""arbiter matcher kinds (``process``) and the host's process table.
+"""arbiter matcher kinds (``process``), the host's process table, and its processes watched
+for their end.
 
 Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
 """
@@ -9,13 +10,22 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.plugin import ProcessInfo, hookimpl
+from arbiter_matchers import _exits
 from arbiter_matchers.process import ProcessMatcher
 from arbiter_matchers.table import TableMemo, process_table
 
-__all__ = ["ProcessMatcher", "arbiter_process_table", "arbiter_register_matchers", "process_table"]
+__all__ = [
+    "ProcessMatcher",
+    "arbiter_process_table",
+    "arbiter_register_matchers",
+    "arbiter_watch_exits",
+    "process_table",
+]
 
 #: where the process table keeps its memo in the caller's scratch dict
 SCRATCH_KEY = "arbiter_matchers.table"
+#: where the watch of processes' ends lives in that dict
+EXITS_KEY = "arbiter_matchers.exits"
 
 
 @hookimpl
@@ -36,3 +46,16 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo]:
     table = process_table(memo)
     scratch["about"] = memo.about()
     return table
+
+
+@hookimpl
+def arbiter_watch_exits(
+    groups: list[frozenset[int]], ended: Callable[[], None], scratch: dict[str, Any]
+) -> bool | None:
+    if not _exits.usable():
+        return None
+    watch = scratch.get(EXITS_KEY)
+    if not isinstance(watch, _exits.ExitWatch):
+        watch = scratch[EXITS_KEY] = _exits.ExitWatch(ended)
+    watch.watch(groups)
+    return True

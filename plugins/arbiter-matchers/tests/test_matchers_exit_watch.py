@@ -1,0 +1,119 @@
+"""Processes watched for their end: a group is told of once all of its processes have ended
+(a zombie counts), once for as long as it is asked for, with no wake-up while nothing ends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from arbiter_matchers import EXITS_KEY, _exits, arbiter_watch_exits
+from arbiter_testing.waiting import wait_until
+
+pytestmark = pytest.mark.skipif(not _exits.usable(), reason="no pidfds here")
+
+
+class Told:
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.count += 1
+
+    def now(self) -> int:
+        with self.lock:
+            return self.count
+
+
+@pytest.fixture
+def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        proc.kill()
+        proc.wait()
+
+
+def sleeper(procs: list[subprocess.Popen[bytes]]) -> int:
+    procs.append(subprocess.Popen(["sleep", "600"]))
+    return procs[-1].pid
+
+
+def end(pid: int) -> None:
+    """Kill it and leave it a zombie: its end is what is watched, not its reaping."""
+    os.kill(pid, 9)
+
+
+def test_a_group_is_told_of_once_every_process_of_it_has_ended(spawn: list[subprocess.Popen[bytes]]) -> None:
+    told = Told()
+    watch = _exits.ExitWatch(told)
+    try:
+        a1, a2, b = sleeper(spawn), sleeper(spawn), sleeper(spawn)
+        watch.watch([frozenset({a1, a2}), frozenset({b})])
+        end(a1)
+        end(b)
+        wait_until(lambda: told.now() >= 1, 10, "the single group's end told")
+        assert told.now() == 1  # one of the pair runs on
+        end(a2)
+        wait_until(lambda: told.now() >= 2, 10, "the pair's end told")
+    finally:
+        watch.close()
+
+
+def test_told_once_while_asked_for_and_a_group_already_gone_at_once(spawn: list[subprocess.Popen[bytes]]) -> None:
+    told = Told()
+    watch = _exits.ExitWatch(told)
+    try:
+        gone = sleeper(spawn)
+        spawn[-1].kill()
+        spawn[-1].wait()  # reaped: no pidfd can be had for it
+        alive = sleeper(spawn)
+        watch.watch([frozenset({gone}), frozenset({alive})])
+        wait_until(lambda: told.now() >= 1, 10, "a group gone before it was watched told at once")
+        watch.watch([frozenset({gone}), frozenset({alive}), frozenset({sleeper(spawn)})])
+        end(alive)
+        wait_until(lambda: told.now() >= 2, 10, "the next end told")
+        assert told.now() == 2  # the group gone before is not told of again
+    finally:
+        watch.close()
+
+
+def test_groups_past_the_caps_are_left_to_the_tick(
+    spawn: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_exits, "MAX_GROUP", 1)
+    told = Told()
+    watch = _exits.ExitWatch(told)
+    try:
+        big = frozenset({sleeper(spawn), sleeper(spawn)})
+        small = sleeper(spawn)
+        watch.watch([big, frozenset({small})])
+        for pid in big:
+            end(pid)
+        end(small)
+        wait_until(lambda: told.now() >= 1, 10, "the small group's end told")
+        assert told.now() == 1
+    finally:
+        watch.close()
+
+
+def test_the_hook_keeps_one_watch_and_close_gives_its_descriptors_back(spawn: list[subprocess.Popen[bytes]]) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    told = Told()
+    scratch: dict[str, object] = {}
+    pids = [sleeper(spawn) for _ in range(3)]
+    assert arbiter_watch_exits(groups=[frozenset(pids)], ended=told, scratch=scratch) is True
+    watch = scratch[EXITS_KEY]
+    assert arbiter_watch_exits(groups=[frozenset(pids[:1])], ended=told, scratch=scratch) is True
+    assert scratch[EXITS_KEY] is watch
+    end(pids[0])
+    wait_until(lambda: told.now() == 1, 10, "the group asked for last told")
+    assert isinstance(watch, _exits.ExitWatch)
+    watch.close()
+    assert not any(t.name == "arbiter-exits" and t.is_alive() for t in threading.enumerate())
+    assert len(os.listdir("/proc/self/fd")) <= before
