@@ -13,8 +13,9 @@ null turns it off), the node is drained with ``Reason="arbiter: <rule> <code>"``
 admitted again it is resumed, but only if the drain is arbiter's own: an operator's drain is
 never lifted.
 
-A node that starts admitting GPU work has Slurm place at once the pending jobs it had given up
-on because no node carried the features they ask for (see :func:`retest_pending`).
+A node that starts admitting GPU work has Slurm try again, at its next scheduling pass, the
+pending jobs it had given up on because no node carried the features they ask for (see
+:func:`retest_pending`).
 """
 
 from __future__ import annotations
@@ -144,11 +145,17 @@ def sync(node: str, state: dict[str, Any], drain_after: float | None) -> list[li
 
 
 def retest_pending() -> list[str]:
-    """Have Slurm try again now to place the pending jobs that ask for arbiter's features and
-    that it gave up on because no node had them (``BadConstraints``: a job requeued while no
-    node admitted GPU work).  Slurm tries such a job again only on a periodic pass, 15 to 20 s
-    on; a job update has it placed at once.  Their start time is already past (Slurm says
-    ``BeginTime`` first), so ``StartTime=now`` changes nothing else.  The jobs retested."""
+    """Have Slurm try again at its next pass to place the pending jobs that ask for arbiter's
+    features and that it gave up on because no node had them (``BadConstraints``: a job requeued
+    while no node admitted GPU work). Slurm gives such a job priority 0, which every scheduling pass
+    skips, and gives it one again only on a periodic pass, every 30 s (``job_time_limit`` in Slurm
+    22.05's ``job_mgr.c``), or when the job is updated (``_update_job``). Their start time is
+    already past (Slurm says ``BeginTime`` first), so ``StartTime=now`` changes nothing else. The
+    node's features are set first: a pass between the two updates then skips the job, where the
+    other way round it would try the job before any node had the features and give up on it again.
+    No request a client sends has slurmctld run its scheduler at once (a job update only asks for a
+    pass, ``queue_job_scheduler``): the jobs start at slurmctld's next pass, within a second. The
+    jobs retested."""
     keys = [
         j.key
         for j in commands.parse_squeue(commands.run(["squeue", "--json", "--states", "PENDING"]))
