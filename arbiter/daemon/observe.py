@@ -167,6 +167,7 @@ class Observer:
         self.job_events = JobEventLog()
         self._table_scratch: dict[str, Any] = {}  # the process table plugin's memory between scans
         self._watched: frozenset[frozenset[int]] | None = None  # the groups last given to the exit watch
+        self._running_pids: dict[str, frozenset[int]] = {}  # each running rule's pids on the last tick
         self._last_scan: tuple[float, list[ProcessInfo], int] | None = (
             None  # (when its read began, the table, its at_ns)
         )
@@ -219,10 +220,22 @@ class Observer:
     def watching_exits(self, view: TickView, ended: Callable[[], None]) -> Steps[None]:
         """Have the processes of each rule whose program runs watched for their end, where a
         plugin can: ``ended`` is called once all of one rule's have ended, so that fleet work
-        held for it is let go then, not a tick later.  Asked again only when they changed."""
-        groups = frozenset(ro.pids for ro in view.rules.values() if ro.running and ro.pids)
-        if view.faults or groups == self._watched:
+        held for it is let go then, not a tick later.  Asked again only when they changed.
+
+        Only processes the last tick saw too are watched: a program of short-lived
+        processes, each ending before the next tick, would otherwise bring a tick forward at
+        every gap between two of them; this way such ends come at most once a tick."""
+        if view.faults:
             return  # a table that could not be read says nothing about who runs
+        seen, self._running_pids = (
+            self._running_pids,
+            {rid: ro.pids for rid, ro in view.rules.items() if ro.running and ro.pids},
+        )
+        groups = frozenset(
+            lasting for rid, pids in self._running_pids.items() if (lasting := pids & seen.get(rid, frozenset()))
+        )
+        if groups == self._watched:
+            return
         self._watched = groups
         try:
             yield from one(

@@ -1,5 +1,6 @@
 """A protected program's end lets the fleet work it held go at once, not at the next tick:
-its processes are watched for their end, and the last one's end brings the tick forward."""
+its processes are watched for their end, and the last one's end brings the tick forward; a
+program whose processes each end within a tick brings none forward."""
 
 from __future__ import annotations
 
@@ -18,11 +19,18 @@ from arbiter_testing.waiting import wait_until
 
 
 class Admissions:
-    """A node state observer: whether the node admitted GPU work, as last told."""
+    """A node state observer: whether the node admitted GPU work, as last told; and the
+    groups of processes the daemon last asked to have watched for their end."""
 
     def __init__(self) -> None:
         self.admitted: bool | None = None
+        self.watched: list[frozenset[int]] | None = None
         self.lock = threading.Lock()
+
+    @hookimpl(tryfirst=True)
+    def arbiter_watch_exits(self, groups: list[frozenset[int]]) -> None:
+        with self.lock:
+            self.watched = list(groups)  # None: the shipped watch is asked next
 
     @hookimpl
     def arbiter_node_state(self, state: dict[str, Any], context: PluginContext) -> None:
@@ -51,6 +59,12 @@ def test_fleet_work_is_admitted_the_moment_the_protected_program_ends(tmp_path: 
         wait_until(lambda: len(_children(shell.pid)) == 2, 10, "both processes of the protected program")
         daemon.start()
         wait_until(lambda: admissions.last() is False, 30, "the node told: it admits no GPU work")
+        program = frozenset(_children(shell.pid))
+        assert not any(g & program for g in admissions.watched or [])
+        # watched from the tick after the one that first saw it: a program whose processes
+        # each end within a tick brings no tick forward
+        daemon.ticker.tick_soon()
+        wait_until(lambda: any(program <= g for g in admissions.watched or []), 10, "the program watched")
         for pid in _children(shell.pid):
             os.kill(pid, 9)
         wait_until(lambda: admissions.last() is True, 10, "the node told: it admits GPU work again")
