@@ -112,17 +112,19 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
 
 @hookspec(firstresult=True)
 def arbiter_watch_exits(
-    groups: list[frozenset[int]], ended: Callable[[], None], scratch: dict[str, Any]
+    groups: list[frozenset[int]], ended: Callable[[frozenset[int]], None], scratch: dict[str, Any]
 ) -> bool | None:
     """Watch processes for their end, so that the daemon looks again the moment a protected
     program has ended (and fleet work may run) rather than at its next tick.
 
-    :param groups: the pids of each rule whose program runs, as the last process table read
-        them; they replace what the last call asked for.  An implementation may leave some to
-        the tick (a group too large to watch, say): a missed end only waits for the tick.
-    :param ended: to call, from any thread, once every process of a group has ended; once per
-        group for as long as later calls keep asking for it.  It only asks for a tick and
-        returns at once.  Every call passes the same one.
+    :param groups: sets of pids, each the processes of a rule whose program runs and has
+        kept the same processes over the last two ticks; they replace what the last call
+        asked for.  An implementation may leave some to the tick (a group too large to watch,
+        say): a missed end only waits for the tick.
+    :param ended: to call, from any thread, with the pids of a group once every process of it
+        has ended (every thread of it: a process that waits for its parent as a zombie has
+        ended); once per group for as long as later calls keep asking for it.  It only asks
+        for a tick and returns at once.  Every call passes the same one.
     :param scratch: the dict ``arbiter_process_table`` receives, for the implementation to keep
         its watcher in under a key of its own (its ``close()`` is called when the daemon stops).
 

@@ -8,7 +8,9 @@ loaded.  The bench appends phase lines at random intervals and polls the job's s
 it is stopped (or continued), then prints p50/p99 beside the figure ``status`` shows for the
 source (write seen → decided and signalled), and the same for a rule that is not immediate
 (the tick).  The immediate rule is measured twice: with the reflex process acting on the
-change, and with it off (``reflex_process: false``), the decision thread acting.
+change, and with it off (``reflex_process: false``), the decision thread acting.  Then
+``--exits`` times, a protected program (a rule with ``pause_fleet``) starts, runs a couple of
+ticks and is killed: the time until the job it held is seen running again.
 
 Then the fast path against its floor, in ``--rounds`` interleaved rounds: in each, ``--changes``
 phase lines to the daemon's immediate rule (the reflex process acting) and as many to a bare
@@ -21,16 +23,20 @@ their ratio (goal: at most 1.5 for both).
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.reaction import ms_until_seen, phase_reactions
 from arbiter_testing.reaction import percentile as pct
-from arbiter_testing.reaction import phase_reactions
 from arbiter_testing.rules import phase_rule
 
 
@@ -61,6 +67,32 @@ def _measure(
 
 
 LOOP = "import time\nwhile True: time.sleep(0.001)"
+
+
+def exit_reactions(changes: int, tick_s: float) -> list[float]:
+    """ms from a protected program's end until the job it held is seen running again, its
+    program started anew and ended ``changes`` times (each run a few seconds: long enough to
+    be seen on a tick and watched for its end)."""
+    with tempfile.TemporaryDirectory(prefix="arbiter-reaction-") as folder:
+        node = HarnessNode(Path(folder), tick_s=tick_s)
+        marker = f"sleep 1103.{os.getpid()}"
+        try:
+            node.add_rule("game", {"id": "game", "match": {"cmdline": [marker]}, "pause_fleet": {"scope": "all"}})
+            node.start()
+            node.job_run([PYTHON, "-c", LOOP], "--name", "plain", stderr=subprocess.DEVNULL)
+            proc = psutil.Process(node.job_pid("plain"))
+            out = []
+            for _ in range(changes):
+                program = node.spawn(marker.split())
+                node.wait_for(lambda: proc.status() == psutil.STATUS_STOPPED, every=0.01)
+                time.sleep(2 * tick_s)  # it runs on: seen on more than one tick
+                started = time.monotonic()
+                program.kill()
+                out.append(ms_until_seen(proc, False, started))
+                program.wait()
+            return out
+        finally:
+            node.close()
 
 
 def against_bare(rounds: int, changes: int, tick_s: float) -> list[tuple[list[float], list[float]]]:
@@ -113,12 +145,14 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=40)
     parser.add_argument("--tick", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds against the bare watcher")
+    parser.add_argument("--exits", type=int, default=10, help="times a protected program ends, the job it held timed")
     args = parser.parse_args()
     load = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # the other core is busy
     try:
         watch, daemon = measure(True, args.changes, args.tick)
         inside, inside_daemon = measure(True, args.changes, args.tick, reflex_process=False)
         tick, _ = measure(False, max(6, args.changes // 5), args.tick)
+        ended = exit_reactions(args.exits, args.tick) if args.exits > 0 else []
         rounds = against_bare(args.rounds, args.changes, args.tick) if args.rounds > 0 else []
     finally:
         load.kill()
@@ -137,6 +171,11 @@ def main() -> None:
         f" p99 {inside_daemon['p99_ms']} ms"
     )
     print(f"rule without immediate (tick {args.tick:g}s): p50 {pct(tick, 0.5):.0f} ms, p99 {pct(tick, 0.99):.0f} ms")
+    if ended:
+        print(
+            f"a protected program's end -> the job it held running again (tick {args.tick:g}s):"
+            f" p50 {pct(ended, 0.5):.1f} ms, p99 {pct(ended, 0.99):.1f} ms over {len(ended)} ends"
+        )
     if not rounds:
         return
     print(f"fast path against a bare inotify + SIGSTOP watcher, {len(rounds)} interleaved rounds of {args.changes}:")

@@ -6,7 +6,6 @@ claims, the readers and the jobs' shares each feed the next.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -15,6 +14,7 @@ from typing import Any
 
 from arbiter.config.models import KindBlock, NodeConfig
 from arbiter.daemon.claim import Claimer, descendants, plausible
+from arbiter.daemon.exits import ExitWatching
 from arbiter.daemon.jobevents import JobEventLog, JobReport
 from arbiter.daemon.rules import RuleBook
 from arbiter.engine.types import RuleObs
@@ -23,8 +23,6 @@ from arbiter.plugin import EXITED, GpuReading, HostSignal, ProcessGpu, ProcessIn
 from arbiter.pluginmanager import PluginFailed, PluginHost
 from arbiter.pluginsteps import Step, Steps, one
 from arbiter.state.store import JobRecord
-
-log = logging.getLogger("arbiter.daemon")
 
 
 @dataclass(frozen=True)
@@ -166,8 +164,7 @@ class Observer:
         self._scan_lock = threading.Lock()
         self.job_events = JobEventLog()
         self._table_scratch: dict[str, Any] = {}  # the process table plugin's memory between scans
-        self._watched: frozenset[frozenset[int]] | None = None  # the groups last given to the exit watch
-        self._running_pids: dict[str, frozenset[int]] = {}  # each running rule's pids on the last tick
+        self.exits = ExitWatching(host, self._table_scratch)
         self._last_scan: tuple[float, list[ProcessInfo], int] | None = (
             None  # (when its read began, the table, its at_ns)
         )
@@ -218,35 +215,9 @@ class Observer:
             return list(table), at_ns
 
     def watching_exits(self, view: TickView, ended: Callable[[], None]) -> Steps[None]:
-        """Have the processes of each rule whose program runs watched for their end, where a
-        plugin can: ``ended`` is called once all of one rule's have ended, so that fleet work
-        held for it is let go then, not a tick later.  Asked again only when they changed.
-
-        Only processes the last tick saw too are watched: a program of short-lived
-        processes, each ending before the next tick, would otherwise bring a tick forward at
-        every gap between two of them; this way such ends come at most once a tick."""
-        if view.faults:
-            return  # a table that could not be read says nothing about who runs
-        seen, self._running_pids = (
-            self._running_pids,
-            {rid: ro.pids for rid, ro in view.rules.items() if ro.running and ro.pids},
-        )
-        groups = frozenset(
-            lasting for rid, pids in self._running_pids.items() if (lasting := pids & seen.get(rid, frozenset()))
-        )
-        if groups == self._watched:
-            return
-        self._watched = groups
-        try:
-            yield from one(
-                "exit watch",
-                lambda: self.host.hook.arbiter_watch_exits(
-                    groups=list(groups), ended=ended, scratch=self._table_scratch
-                ),
-            )
-        except PluginFailed as exc:  # the tick notices each end then; asked again on the next one
-            self._watched = None
-            log.warning("watching protected programs for their end failed: %s", exc)
+        """See :meth:`arbiter.daemon.exits.ExitWatching.watching`."""
+        if not view.faults:  # a table that could not be read says nothing about who runs
+            yield from self.exits.watching(view.rules, ended)
 
     def _read_gpu(
         self, pids: set[int], processes: Mapping[int, ProcessInfo], at_ns: int
@@ -321,8 +292,9 @@ class Observer:
             job_processes[job.id] = refs
             fleet.update(r.pid for r in refs)
 
+        ended = self.exits.ended(table)
         rule_pids, rule_faults = yield from self.claimer.claiming(
-            rulebook.ordered(), [p for p in table if p.pid not in fleet]
+            rulebook.ordered(), [p for p in table if p.pid not in fleet and p.pid not in ended]
         )
         yield from self._feed_process_sources(rulebook, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))

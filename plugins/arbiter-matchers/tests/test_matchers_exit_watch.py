@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from arbiter_matchers import EXITS_KEY, _exits, arbiter_watch_exits
 from arbiter_testing.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(not _exits.usable(), reason="no pidfds here")
+pytestmark = pytest.mark.skipif(bool(_exits.unusable()), reason="no pidfds here")
 
 
 class Told:
@@ -21,9 +23,12 @@ class Told:
         self.count = 0
         self.lock = threading.Lock()
 
-    def __call__(self) -> None:
+        self.pids: set[int] = set()
+
+    def __call__(self, pids: frozenset[int]) -> None:
         with self.lock:
             self.count += 1
+            self.pids |= pids
 
     def now(self) -> int:
         with self.lock:
@@ -61,6 +66,7 @@ def test_a_group_is_told_of_once_every_process_of_it_has_ended(spawn: list[subpr
         assert told.now() == 1  # one of the pair runs on
         end(a2)
         wait_until(lambda: told.now() >= 2, 10, "the pair's end told")
+        assert told.pids == {a1, a2, b}
     finally:
         watch.close()
 
@@ -117,3 +123,43 @@ def test_the_hook_keeps_one_watch_and_close_gives_its_descriptors_back(spawn: li
     watch.close()
     assert not any(t.name == "arbiter-exits" and t.is_alive() for t in threading.enumerate())
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_without_pidfds_it_says_so_and_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(pid: int) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    scratch: dict[str, object] = {}
+    threads = threading.active_count()
+    assert arbiter_watch_exits(groups=[frozenset({os.getpid()})], ended=Told(), scratch=scratch) is None
+    assert "ENOSYS" in str(scratch[EXITS_KEY])
+    assert arbiter_watch_exits(groups=[], ended=Told(), scratch=scratch) is None
+    assert threading.active_count() == threads
+
+
+def test_a_watch_that_cannot_start_keeps_no_descriptor_and_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cannot(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", cannot)
+    before = len(os.listdir("/proc/self/fd"))
+    scratch: dict[str, object] = {}
+    for _ in range(3):
+        assert arbiter_watch_exits(groups=[], ended=Told(), scratch=scratch) is None
+    assert "could not start" in str(scratch[EXITS_KEY])
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_watch_closed_writes_nowhere_after(spawn: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    watch = _exits.ExitWatch(Told())
+    watch.close()
+    # files opened now may get the pipe's old descriptors: a later watch must not write there
+    reused = [os.open(tmp_path / f"f{n}", os.O_RDWR | os.O_CREAT) for n in range(4)]
+    try:
+        watch.watch([frozenset({sleeper(spawn)})])
+        watch.close()  # twice is harmless
+        assert all(os.pread(fd, 16, 0) == b"" for fd in reused)
+    finally:
+        for fd in reused:
+            os.close(fd)

@@ -50,12 +50,22 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo]:
 
 @hookimpl
 def arbiter_watch_exits(
-    groups: list[frozenset[int]], ended: Callable[[], None], scratch: dict[str, Any]
+    groups: list[frozenset[int]], ended: Callable[[frozenset[int]], None], scratch: dict[str, Any]
 ) -> bool | None:
-    if not _exits.usable():
-        return None
     watch = scratch.get(EXITS_KEY)
+    if isinstance(watch, str):
+        return None  # it could not be had here: the tick notices each end
     if not isinstance(watch, _exits.ExitWatch):
-        watch = scratch[EXITS_KEY] = _exits.ExitWatch(ended)
+        why = _exits.unusable()
+        if not why:
+            try:
+                watch = _exits.ExitWatch(ended)
+            except (OSError, RuntimeError) as exc:  # no descriptor or thread to be had
+                why = f"the watch could not start: {exc}"
+        if why:
+            scratch[EXITS_KEY] = why
+            return None
+        scratch[EXITS_KEY] = watch
+    assert isinstance(watch, _exits.ExitWatch)
     watch.watch(groups)
     return True

@@ -3,73 +3,91 @@ looks again the moment a protected program has ended instead of at its next tick
 
 One thread sleeps in ``poll`` on a pidfd per watched process and a pipe that says the set
 changed: a node whose protected programs run on, or where none runs, costs no wake-up at all.
-A pidfd turns readable when its process has ended (a zombie included).  A pid that is gone
-before its pidfd is opened counts as ended; one handed out again meanwhile is watched in its
-new owner's stead, which only delays the look to the tick that would have come anyway.
+A pidfd turns readable once every thread of its process has ended, while the process may
+still wait for its parent as a zombie.  A pid that is gone before its pidfd is opened counts
+as ended; one handed out again meanwhile is watched in its new owner's stead, which only
+delays the look to the tick that would have come anyway.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import select
 import threading
 from collections.abc import Callable, Iterable
 
+from arbiter.plugin import open_file_share
+
 log = logging.getLogger("arbiter.matchers.exits")
 
 #: a group of more processes than this is left to the tick (a build's or a shell's many
 #: short-lived children would each cost a pidfd, and their end says little)
 MAX_GROUP = 64
-#: pidfds held at most: the daemon's descriptors are limited too
+#: pidfds held at most, where the open-file limit allows (an eighth of it otherwise: the
+#: process table keeps a quarter, and the daemon's sockets and children need the rest)
 MAX_PIDFDS = 256
 
 
-def usable() -> bool:
-    """Whether processes can be watched for their end here."""
-    return hasattr(os, "pidfd_open") and hasattr(select, "poll")
+def unusable() -> str:
+    """Why processes cannot be watched for their end here ("" when they can)."""
+    if not hasattr(os, "pidfd_open") or not hasattr(select, "poll"):
+        return "this platform has no pidfds"
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError as exc:  # an old kernel (ENOSYS), a sandbox that forbids it (EPERM)
+        return f"pidfds cannot be had here: {errno.errorcode.get(exc.errno or 0, exc.strerror)}"
+    return ""
 
 
 class ExitWatch:
-    """Calls ``ended`` (on its own thread) once every process of one of the groups it was
-    last given has ended; once per group for as long as later calls keep asking for it."""
+    """Calls ``ended`` (on its own thread) with the pids of the groups it was last given
+    that have ended, each process of the group; once per group while it stays asked for."""
 
-    def __init__(self, ended: Callable[[], None]) -> None:
+    def __init__(self, ended: Callable[[frozenset[int]], None]) -> None:
         self._ended = ended
         self._lock = threading.Lock()
         self._asked: tuple[frozenset[int], ...] = ()  # what the last call asked for, capped
         self._closed = False
+        self._most = min(MAX_PIDFDS, open_file_share(8, MAX_PIDFDS))
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(target=self._run, name="arbiter-exits", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            raise
 
     def watch(self, groups: Iterable[frozenset[int]]) -> None:
         """Watch these groups instead of the last ones (the smallest first, within the caps)."""
         kept: list[frozenset[int]] = []
         total = 0
         for group in sorted((g for g in groups if 0 < len(g) <= MAX_GROUP), key=lambda g: (len(g), min(g))):
-            if total + len(group) > MAX_PIDFDS:
+            if total + len(group) > self._most:
                 break
             kept.append(group)
             total += len(group)
-        with self._lock:
+        with self._lock:  # the pipe is closed under it: no byte goes to a descriptor reused since
             if self._closed:
                 return
             self._asked = tuple(kept)
-        self._ring()
+            self._ring()
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        self._ring()
+            self._ring()
         self._thread.join(timeout=2)
-        if not self._thread.is_alive():  # else it may still poll the pipe: leave it open
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+        with self._lock:
+            if not self._thread.is_alive():  # else it may still poll the pipe: leave it open
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     def _ring(self) -> None:
         with contextlib.suppress(BlockingIOError):  # a byte already waiting says the same
@@ -99,7 +117,6 @@ class ExitWatch:
                 for pid in [p for p in fds if p not in wanted]:
                     fd = fds.pop(pid)
                     del pids_of[fd]
-                    ended.discard(pid)
                     with contextlib.suppress(KeyError):
                         poller.unregister(fd)
                     os.close(fd)
@@ -115,12 +132,14 @@ class ExitWatch:
                     fds[pid], pids_of[fd] = fd, pid
                     poller.register(fd, select.POLLIN)
                 ended &= wanted
-                fired &= set(asked)
+                # a group is forgotten once none of its processes is asked for: a group asked
+                # for again, whole, after others were, is not told of twice
+                fired = {g for g in fired if g & wanted}
                 done = [g for g in asked if g not in fired and g <= ended]
                 if done:
                     fired.update(done)
                     try:
-                        self._ended()
+                        self._ended(frozenset().union(*done))
                     except Exception:  # the watch goes on; the tick notices what it missed
                         log.exception("telling that a watched process ended failed")
         finally:
