@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from arbiter.api.ops import Caller, Op, Who
+from arbiter.api.verdict import verdict_mark
 from arbiter.config.jobdocs import Manifest
 from arbiter.daemon.operation import Refused, may_act_on_job, operation
 from arbiter.daemon.quotas import job_quota_problem
@@ -190,17 +191,24 @@ class JobOperations:
         }
 
     @operation(Op.JOB_WAIT, Who.JOB_OWNER)
-    def job_wait(self, job: JobRecord, timeout: float = 1.0) -> dict[str, Any]:
-        """The job's verdict once it is admitted, or after ``timeout`` (at most :data:`MAX_WAIT_S`)."""
+    def job_wait(self, job: JobRecord, timeout: float | None = None, unless: str | None = None) -> dict[str, Any]:
+        """The job's verdict once it is admitted, or after ``timeout`` (1 s unless given; at
+        most :data:`MAX_WAIT_S`).  Given ``unless`` (a :func:`verdict_mark`), once the
+        verdict's mark is another, or after ``timeout`` (:data:`MAX_WAIT_S` unless given):
+        a watcher of the job waits here for a change instead of asking every second, and
+        is woken only by a decision that changed a verdict."""
         jobs = self.parts.jobs
-        deadline = time.monotonic() + max(0.0, min(timeout, MAX_WAIT_S))
-        with jobs.changed:
+        default = 1.0 if unless is None else MAX_WAIT_S
+        deadline = time.monotonic() + max(0.0, min(default if timeout is None else timeout, MAX_WAIT_S))
+        woken_by = jobs.changed if unless is None else jobs.verdicts
+        with woken_by:
             while True:
                 answer = self._verdict(job.id)
                 remaining = deadline - time.monotonic()
-                if answer["admitted"] or remaining <= 0:
+                done = answer["admitted"] if unless is None else verdict_mark(answer) != unless
+                if done or remaining <= 0:
                     return answer
-                jobs.changed.wait(remaining)
+                woken_by.wait(remaining)
 
     @operation(Op.JOB_STARTED, Who.JOB_OWNER)
     def job_started(self, job: JobRecord, pid: int) -> dict[str, Any]:
