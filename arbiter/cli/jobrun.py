@@ -78,14 +78,14 @@ def change(before: str | None, answer: dict[str, Any], job_id: str) -> tuple[str
 #: how long the watcher waits before asking again after the daemon could not answer
 WATCH_S = 1.0
 #: the watcher's connection waits this long for an answer: the daemon answers a watcher
-#: within its longest wait (``MAX_WAIT_S``, 5 s)
-WATCH_CALL_S = 10.0
+#: within its longest wait (``WATCH_MOST_S``, 30 s)
+WATCH_CALL_S = 40.0
 
 
 def _watch(client: Client, job_id: str, ended: threading.Event, shown: str) -> None:
     """While the command runs: one line for each change of what arbiter does to it.  The
-    daemon answers when the verdict's mark is no longer the one shown (or after a few
-    seconds), so a job nothing happens to costs a request every few seconds, not one a
+    daemon answers when the verdict's mark is no longer the one shown (or after half a
+    minute), so a job nothing happens to costs a request every half minute, not one a
     second."""
     while not ended.is_set():
         try:

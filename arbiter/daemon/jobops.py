@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
 
 MAX_WAIT_S = 5.0
+#: the longest a watcher of a job (``job.wait`` with ``unless``) waits for its verdict to
+#: change: each answer is a connection and a thread, and a quiet job's watcher needs none
+WATCH_MOST_S = 30.0
 #: the longest ``job.adopt`` waits for the decision on the job it took on (the hook that asks
 #: waits at most 5 s): a task handed over before it starts is held before its first
 #: instruction when its node protects, and where no decision comes this soon it is answered
@@ -194,12 +197,13 @@ class JobOperations:
     def job_wait(self, job: JobRecord, timeout: float | None = None, unless: str | None = None) -> dict[str, Any]:
         """The job's verdict once it is admitted, or after ``timeout`` (1 s unless given; at
         most :data:`MAX_WAIT_S`).  Given ``unless`` (a :func:`verdict_mark`), once the
-        verdict's mark is another, or after ``timeout`` (:data:`MAX_WAIT_S` unless given):
-        a watcher of the job waits here for a change instead of asking every second, and
-        is woken only by a decision that changed a verdict."""
+        verdict's mark is another, or after ``timeout`` (at most, and unless given,
+        :data:`WATCH_MOST_S`): a watcher of the job waits here for a change instead of
+        asking every second, and is woken only by a decision that changed a verdict."""
         jobs = self.parts.jobs
-        default = 1.0 if unless is None else MAX_WAIT_S
-        deadline = time.monotonic() + max(0.0, min(default if timeout is None else timeout, MAX_WAIT_S))
+        most = MAX_WAIT_S if unless is None else WATCH_MOST_S
+        default = 1.0 if unless is None else WATCH_MOST_S
+        deadline = time.monotonic() + max(0.0, min(default if timeout is None else timeout, most))
         woken_by = jobs.changed if unless is None else jobs.verdicts
         with woken_by:
             while True:
