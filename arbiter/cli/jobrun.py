@@ -75,7 +75,8 @@ def change(before: str | None, answer: dict[str, Any], job_id: str) -> tuple[str
     return line, now
 
 
-#: how long the watcher waits before asking again after the daemon could not answer
+#: how long the watcher waits before asking again after the daemon could not answer, or
+#: answered with nothing new
 WATCH_S = 1.0
 #: the watcher's connection waits this long for an answer: the daemon answers a watcher
 #: within its longest wait (``WATCH_MOST_S``, 30 s)
@@ -99,6 +100,8 @@ def _watch(client: Client, job_id: str, ended: threading.Event, shown: str) -> N
         line, shown = change(shown, answer, job_id)
         if line:
             _say(line)
+        elif ended.wait(WATCH_S):  # answered unchanged at once: the daemon holds no more of the account's watchers
+            return
 
 
 def _call_retrying(client: Client, op: Op, **args: Any) -> dict[str, Any]:
