@@ -13,6 +13,7 @@ from typing import Any
 
 from arbiter.api.ops import Op
 from arbiter.api.transport import DaemonUnavailable, RequestRefused
+from arbiter.api.verdict import marked_state, verdict_mark
 from arbiter.cli.client import Client, CliError
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
 
@@ -51,23 +52,22 @@ def _say(message: str) -> None:
 EXIT_UNPLACEABLE = 69  # EX_UNAVAILABLE
 
 
-def change(before: tuple[Any, ...] | None, answer: dict[str, Any], job_id: str) -> tuple[str | None, tuple[Any, ...]]:
-    """What to print of a job's verdict: a line when its state, duty or the codes holding it
-    change, else none (messages that only restate a figure do not count), and what to compare
-    the next verdict with."""
-    codes = tuple(r["code"] for r in answer["reasons"])
-    duty = round(float(answer.get("duty") or 0.0), 2)
-    now = (answer["state"], duty if answer["state"] == "run" else None, codes)
+def change(before: str | None, answer: dict[str, Any], job_id: str) -> tuple[str | None, str]:
+    """What to print of a job's verdict: a line when its mark (:func:`verdict_mark`: its
+    state, duty or the codes holding it) changes, else none, and the mark to compare the
+    next verdict with."""
+    now = verdict_mark(answer)
     if now == before:
         return None, now
     why = "; ".join(f"{r['code']}: {r['message']}" for r in answer["reasons"])
     state = answer["state"]
+    duty = round(float(answer.get("duty") or 0.0), 2)
     if state == "held":
         line = f"waiting: {why or 'deciding'} (arbiter explain {job_id})"
     elif state == "paused":
         line = f"job {job_id} paused: {why or 'by its owner'} (arbiter explain {job_id})"
     elif state == "run":
-        was = before[0] if before else None
+        was = marked_state(before)
         line = f"job {job_id} {'resumed' if was == 'paused' else 'runs'}" + (f" at duty {duty:.2f}" if duty < 1 else "")
         line += f" ({why})" if why else ""
     else:
@@ -75,22 +75,33 @@ def change(before: tuple[Any, ...] | None, answer: dict[str, Any], job_id: str) 
     return line, now
 
 
-#: how often a running job's verdict is looked at for changes worth a line
+#: how long the watcher waits before asking again after the daemon could not answer, or
+#: answered with nothing new
 WATCH_S = 1.0
+#: the watcher's connection waits this long for an answer: the daemon answers a watcher
+#: within its longest wait (``WATCH_MOST_S``, 30 s)
+WATCH_CALL_S = 40.0
 
 
-def _watch(client: Client, job_id: str, ended: threading.Event, shown: tuple[Any, ...]) -> None:
-    """While the command runs: one line for each change of what arbiter does to it."""
-    while not ended.wait(WATCH_S):
+def _watch(client: Client, job_id: str, ended: threading.Event, shown: str) -> None:
+    """While the command runs: one line for each change of what arbiter does to it.  The
+    daemon answers when the verdict's mark is no longer the one shown (or after half a
+    minute), so a job nothing happens to costs a request every half minute, not one a
+    second."""
+    while not ended.is_set():
         try:
-            answer = client.call(Op.JOB_WAIT, id=job_id, timeout=5.0)  # the connection's; the daemon answers within 1 s
+            answer = client.call(Op.JOB_WAIT, timeout=WATCH_CALL_S, id=job_id, unless=shown)
         except (CliError, RequestRefused, DaemonUnavailable):
-            continue  # a daemon restarting: the next look tells
+            if ended.wait(WATCH_S):  # a daemon restarting: the next look tells
+                return
+            continue
         if answer["state"] == "ended" or ended.is_set():
             return
         line, shown = change(shown, answer, job_id)
         if line:
             _say(line)
+        elif ended.wait(WATCH_S):  # answered unchanged at once: the daemon holds no more of the account's watchers
+            return
 
 
 def _call_retrying(client: Client, op: Op, **args: Any) -> dict[str, Any]:
@@ -165,7 +176,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         raise CliError(f"the daemon refused the job: {exc}", 2) from None
     job_id = job["id"]
     _say(f"job {job_id} registered")
-    shown: tuple[Any, ...] | None = None
+    shown: str | None = None
     try:
         while True:
             answer = _call_retrying(client, Op.JOB_WAIT, id=job_id, timeout=2.0)
@@ -221,9 +232,9 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
                 _say(f"interrupted: stopping job {job_id} (continued first if it is paused)")
                 on_term(signal.SIGINT, None)
     ended.set()
-    watcher.join(timeout=3.0)
     try:
         client.call(Op.JOB_EXITED, id=job_id, exit_code=code)
     except (CliError, RequestRefused, DaemonUnavailable):
         pass  # the daemon notices on its own that the job ended
+    watcher.join(timeout=3.0)  # its wait in the daemon ends with the decision on the job's end
     return code if code >= 0 else 128 - code

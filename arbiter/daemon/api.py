@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from arbiter import __version__
 from arbiter.api.ops import Caller, Op, Who
-from arbiter.daemon.jobops import PROBE_WAIT_S, JobOperations
+from arbiter.daemon.jobops import PROBE_WAIT_S, JobOperations, Watchers
 from arbiter.daemon.operation import Refused, RunNotFound, arguments, declared, group_members, may_admin, operation
 from arbiter.daemon.views import UnknownSubject, duty_view, explain_view, status_view
 
@@ -42,6 +42,7 @@ class NodeApi(JobOperations):
         self.parts = parts
         self._table = declared(type(self))
         self._plots: dict[str, tuple[str, bytes]] = {}  # run id → (what it showed, its PNG)
+        self.watchers = Watchers()
 
     @property
     def token(self) -> str:

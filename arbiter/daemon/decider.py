@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from arbiter.config.models import NodeConfig
@@ -52,7 +52,17 @@ from arbiter.engine.evict import evicted_by
 from arbiter.engine.handoff import request_over
 from arbiter.engine.reacquire import newly_due
 from arbiter.engine.rest import at_rest, same_input
-from arbiter.engine.types import Action, CertView, Decision, EngineState, Observation, Policy, SourceObs, evolve
+from arbiter.engine.types import (
+    Action,
+    CertView,
+    Decision,
+    EngineState,
+    JobVerdict,
+    Observation,
+    Policy,
+    SourceObs,
+    evolve,
+)
 from arbiter.reflex.act import Actuator, next_seq
 from arbiter.state.store import Store
 
@@ -136,6 +146,7 @@ class Decider:
         self.certificates: tuple[CertView, ...] = ()
         self.shares = ShareHistory(config.tick_s)  # this thread's alone; snapshots carry its points
         self.failures = Ongoing()  # actions that fail on this thread
+        self._verdicts: Mapping[str, JobVerdict] = {}  # the verdicts as last told to the jobs' watchers
         self._failed_controls: dict[str, Action] = {}
         self.costs = {"decisions": 0, "decide_cpu_s": 0.0, "redecisions": 0, "kept": 0}
         #: the last decision's observation, state and policy, while it is at rest (see
@@ -414,6 +425,9 @@ class Decider:
             self.admission_changed()
         with self.jobs.changed:
             self.jobs.changed.notify_all()
+            if decision.jobs != self._verdicts:  # a job's watchers wait for a change, not a decision
+                self._verdicts = decision.jobs
+                self.jobs.verdicts.notify_all()
         for event in decision.events:
             data = dict(event.data)
             if acted.latency_ms and event.code.startswith("PROTECTION_PHASE"):

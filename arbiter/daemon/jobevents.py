@@ -116,7 +116,9 @@ class _Follow:
             self.report = replace(self.report, why=f"cannot read {self.path}: {exc.strerror or exc}")
             return 0
         if size == self.pos or budget <= 0:
-            self.report = replace(self.report, why="", behind_bytes=max(0, size - self.pos))
+            behind = max(0, size - self.pos)
+            if self.report.why or self.report.behind_bytes != behind:  # most ticks: nothing new, kept as it is
+                self.report = replace(self.report, why="", behind_bytes=behind)
             return 0
         try:
             # opened, then checked: what the name pointed to at the stat may be gone by now

@@ -4,12 +4,14 @@ table of operations (:class:`arbiter.daemon.api.NodeApi`), declared as the rest 
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from arbiter.api.ops import Caller, Op, Who
+from arbiter.api.verdict import verdict_mark
 from arbiter.config.jobdocs import Manifest
 from arbiter.daemon.operation import Refused, may_act_on_job, operation
 from arbiter.daemon.quotas import job_quota_problem
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
     from arbiter.daemon.parts import Parts
 
 MAX_WAIT_S = 5.0
+#: the longest a watcher of a job (``job.wait`` with ``unless``) waits for its verdict to
+#: change: each answer is a connection and a thread, and a quiet job's watcher needs none
+WATCH_MOST_S = 30.0
 #: the longest ``job.adopt`` waits for the decision on the job it took on (the hook that asks
 #: waits at most 5 s): a task handed over before it starts is held before its first
 #: instruction when its node protects, and where no decision comes this soon it is answered
@@ -31,11 +36,38 @@ ADOPT_DECIDED_S = 3.0
 PROBE_WAIT_S = 45.0  # the first run of every probe, on a slow host
 
 
+class Watchers:
+    """The watchers of jobs (``job.wait`` with ``unless``) each account has waiting in the
+    daemon.  Each holds one of the account's connections (``quotas.connections_per_uid``)
+    while it waits: past a quarter of those an account's watcher is answered at once, and
+    asks again a second later, so the account's own commands still find a connection."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[int, int] = {}
+
+    def enter(self, uid: int, most: int) -> bool:
+        """One more of ``uid``'s watchers waits, if fewer than ``most`` do."""
+        with self._lock:
+            held = self._waiting.get(uid, 0)
+            if held >= most:
+                return False
+            self._waiting[uid] = held + 1
+            return True
+
+    def leave(self, uid: int) -> None:
+        with self._lock:
+            held = self._waiting.pop(uid, 0) - 1
+            if held > 0:
+                self._waiting[uid] = held
+
+
 class JobOperations:
     """What the table does with jobs; it reads and changes them through the job registry
     (which has its own lock) and tells the decision thread."""
 
     parts: Parts
+    watchers: Watchers
 
     def _job_of(self, op: str, caller: Caller, args: dict[str, Any], by_name: bool) -> JobRecord:
         """The job ``args["id"]`` names; with ``by_name``, a running job's name names it too (as
@@ -190,17 +222,37 @@ class JobOperations:
         }
 
     @operation(Op.JOB_WAIT, Who.JOB_OWNER)
-    def job_wait(self, job: JobRecord, timeout: float = 1.0) -> dict[str, Any]:
-        """The job's verdict once it is admitted, or after ``timeout`` (at most :data:`MAX_WAIT_S`)."""
+    def job_wait(
+        self, caller: Caller, job: JobRecord, timeout: float | None = None, unless: str | None = None
+    ) -> dict[str, Any]:
+        """The job's verdict once it is admitted, or after ``timeout`` (1 s unless given; at
+        most :data:`MAX_WAIT_S`).  Given ``unless`` (a :func:`verdict_mark`), once the
+        verdict's mark is another, or after ``timeout`` (at most, and unless given,
+        :data:`WATCH_MOST_S`): a watcher of the job waits here for a change instead of
+        asking every second, and is woken only by a decision that changed a verdict."""
+        if unless is None or caller.uid in (0, self.parts.uid):
+            return self._wait(job, timeout, unless)
+        if not self.watchers.enter(caller.uid, max(1, self.parts.config.quotas.connections_per_uid // 4)):
+            return self._verdict(job.id)  # the account's connections are for its commands too
+        try:
+            return self._wait(job, timeout, unless)
+        finally:
+            self.watchers.leave(caller.uid)
+
+    def _wait(self, job: JobRecord, timeout: float | None, unless: str | None) -> dict[str, Any]:
         jobs = self.parts.jobs
-        deadline = time.monotonic() + max(0.0, min(timeout, MAX_WAIT_S))
-        with jobs.changed:
+        most = MAX_WAIT_S if unless is None else WATCH_MOST_S
+        default = 1.0 if unless is None else WATCH_MOST_S
+        deadline = time.monotonic() + max(0.0, min(default if timeout is None else timeout, most))
+        woken_by = jobs.changed if unless is None else jobs.verdicts
+        with woken_by:
             while True:
                 answer = self._verdict(job.id)
                 remaining = deadline - time.monotonic()
-                if answer["admitted"] or remaining <= 0:
+                done = answer["admitted"] if unless is None else verdict_mark(answer) != unless
+                if done or remaining <= 0:
                     return answer
-                jobs.changed.wait(remaining)
+                woken_by.wait(remaining)
 
     @operation(Op.JOB_STARTED, Who.JOB_OWNER)
     def job_started(self, job: JobRecord, pid: int) -> dict[str, Any]:

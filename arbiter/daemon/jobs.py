@@ -44,6 +44,7 @@ class JobRegistry:
         self._since_sweep = 0
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified after every decision
+        self.verdicts = threading.Condition(self.lock)  # notified after a decision that changed a job's verdict
         self.records: dict[str, JobRecord] = {}
         self._manifests: dict[str, Manifest] = {}  # parsed once: the fast path reads them
         # (job id, field) → that wall-clock time on the monotonic clock, converted once: a

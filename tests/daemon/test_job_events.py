@@ -169,6 +169,18 @@ def test_no_descriptor_is_held_between_reads_and_an_unchanged_file_is_not_opened
     assert log.read({"j": str(events)})["j"].phase == "q" and held(events) == 0
 
 
+def test_an_unchanged_file_keeps_its_report_as_it_was(events: Path) -> None:
+    # fifty jobs' files looked at every tick, each report made anew though nothing changed,
+    # was a share of what the tick cost
+    log = JobEventLog()
+    append(events, {"t": 1.0, "event": "phase", "phase": "a"})
+    first = log.read({"j": str(events)})["j"]
+    assert first.lines == 1
+    assert log.read({"j": str(events)})["j"] is first
+    append(events, {"t": 2.0, "event": "phase", "phase": "b"})
+    assert log.read({"j": str(events)})["j"].lines == 2
+
+
 def test_only_json_white_space_is_taken_off_a_line(events: Path) -> None:
     with open(events, "ab") as fh:
         fh.write(b'\t{"t": 1.0, "event": "phase", "phase": "a"} \r\n\x0c{"t": 2.0, "event": "phase", "phase": "b"}\n')

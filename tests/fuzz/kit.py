@@ -599,7 +599,7 @@ SOCKET_OPS: Mapping[str, list[str]] = MappingProxyType(
         "certificates": [],
         "timeline": ["limit", "subject", "code"],
         "job.register": ["manifest", "cmd", "launcher_pid"],
-        "job.wait": ["id", "timeout"],
+        "job.wait": ["id", "timeout", "unless"],
         "job.started": ["id", "pid"],
         "job.exited": ["id", "exit_code"],
         "job.stop": ["id"],

@@ -376,6 +376,40 @@ def test_progress_lines_are_counted_without_a_call_per_line(tmp_path: Path, make
     assert calls < 50
 
 
+def test_well_formed_progress_lines_are_parsed_in_one_go(tmp_path: Path, make: Make) -> None:
+    # a call of the parser a line (and of strip and the rest around it) was most of what a
+    # program logging ten thousand lines a second cost: well-formed lines take a few calls
+    source = make(path=str(tmp_path / "events.jsonl"), event="step_done")
+    lines = [json.dumps({"t": 1.7e9 + i / 7, "event": "step_done", "step": i}).encode() for i in range(1000)]
+    lines[500] = json.dumps({"event": "eval", "step": 500}).encode()
+    calls = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(count)
+    try:
+        counted = source.count_lines(lines)
+    finally:
+        sys.setprofile(None)
+    assert counted == (999, 0)
+    assert calls < 50
+
+
+def test_lines_that_glue_together_into_as_many_objects_are_read_each_alone(tmp_path: Path, make: Make) -> None:
+    # a line left open and closed by the next, made up for by a line of two objects: read
+    # as one array they make an object a line, but no line alone is one
+    source = make(path=str(tmp_path / "events.jsonl"), event="step_done")
+    for lines in (
+        [b'{"event": "step_done", "x": [{}', b"{}]}", b'{"event": "step_done"},{}'],
+        [b'{"event": "step_done", "x": [{}', b"{}]}", b'{"event": "step_done"} \t, {}'],
+        [b'{"event": "step_done"}', b"", b'{"event": "step_done"}'],
+        [b'  {"event": "step_done"}\r', b'{"event": "step_done"}'],
+    ):
+        assert source.count_lines(lines) == _meaning_one_by_one(source, lines), lines
+
+
 def _meaning_one_by_one(source: JsonlSource, lines: list[bytes]) -> tuple[int, int]:
     units = malformed = 0
     for raw in lines:

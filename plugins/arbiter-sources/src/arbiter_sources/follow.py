@@ -5,7 +5,7 @@ followed; partial lines wait for their newline (or, where the subclass says so, 
 return: a progress bar rewrites one line with ``\r``).  Changes are seen through inotify on
 Linux and kqueue on macOS and the BSDs (a line reaches ``on_change`` within a millisecond),
 and by checking every 250 ms elsewhere.  A source that only counts lines reads at most
-every 10 ms (:data:`COUNT_PACE_S`); one that gives a phase reads at every write.
+every 50 ms (:data:`COUNT_PACE_S`); one that gives a phase reads at every write.
 Subclasses say what a line means.
 
 Which file the path names is :mod:`arbiter_sources.follow_path`'s, what wakes the thread
@@ -61,10 +61,11 @@ ROTATION_GRACE_S = 10.0
 #: file notifications wake it: the count becomes a rate over seconds, and a program that
 #: writes two hundred times a second otherwise wakes this thread, and the daemon's decision
 #: thread with each report, as often, each time taking the interpreter from the fast path.
-#: A rate taken between two reads misses what came since the last: over a 5 s window, 0.1 %
-#: on average and 0.2 % at most; a program that writes a hundred times a second or less is
-#: read at every write
-COUNT_PACE_S = 0.01
+#: A rate taken between two reads misses what came since the last: over a 5 s window, 0.5 %
+#: on average and 1 % at most; a program that writes twenty times a second or less is read
+#: at every write.  Each read costs a wake-up of this thread whatever it takes in, so a
+#: program writing ten thousand lines a second is read in twenty batches, not a hundred
+COUNT_PACE_S = 0.05
 #: the most one read of the file takes in (a wake-up's pass): a file that has grown more
 #: than this since it was last read is no log a program writes (a sparse file of terabytes
 #: of holes reads as zeros without end), and counts as unreadable until it is truncated or

@@ -1,0 +1,18 @@
+"""The watchers of jobs an account may have waiting in the daemon: each holds one of its
+connections, so past a quarter of them the rest are answered at once."""
+
+from __future__ import annotations
+
+from arbiter.daemon.jobops import Watchers
+
+
+def test_an_account_has_at_most_its_share_of_watchers_waiting_and_others_their_own() -> None:
+    watchers = Watchers()
+    assert watchers.enter(1000, 2) and watchers.enter(1000, 2)
+    assert not watchers.enter(1000, 2)  # answered at once: its commands still find a connection
+    assert watchers.enter(1001, 2)  # another account's share is its own
+    watchers.leave(1000)
+    assert watchers.enter(1000, 2)
+    for _ in range(2):
+        watchers.leave(1000)
+    assert watchers.enter(1000, 2) and watchers.enter(1000, 2)
