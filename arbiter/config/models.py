@@ -126,7 +126,12 @@ class QuotaConfig(Strict):
     work for a protected program."""
 
     jobs_per_uid: int = Field(256, ge=1, description="jobs one account may have registered and not ended")
-    connections_per_uid: int = Field(64, ge=1, description="socket connections one account may hold open")
+    connections_per_uid: int = Field(
+        64,
+        ge=1,
+        description="socket connections one account may hold open; a quarter of them at most may be held by"
+        " `arbiter job run` watching its job (each waits up to 30 s for the job's verdict to change)",
+    )
     cmd_bytes: int = Field(
         65536, ge=256, le=1 << 20, description="the most bytes a job's command line (all its words) may have"
     )

@@ -232,7 +232,7 @@ class JobOperations:
         asking every second, and is woken only by a decision that changed a verdict."""
         if unless is None or caller.uid in (0, self.parts.uid):
             return self._wait(job, timeout, unless)
-        if not self.watchers.enter(caller.uid, max(1, self.parts.config.quotas.connections_per_uid // 4)):
+        if not self.watchers.enter(caller.uid, self.parts.config.quotas.connections_per_uid // 4):
             return self._verdict(job.id)  # the account's connections are for its commands too
         try:
             return self._wait(job, timeout, unless)
