@@ -45,6 +45,9 @@ def test_job_run_says_paused_and_resumed_once_each(tmp_path: Path) -> None:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         wait_until(lambda: any("admitted; starting" in s for s in said), 30, "the job to start")
+        # the daemon knows its process: a phase before that holds a job not started yet, a
+        # verdict its watcher rightly says ("waiting")
+        node.job_pid("plain")
         phase(events, "uploading")
         wait_until(lambda: any(" paused: PROTECTION_PHASE_ON" in s for s in said), 30, "job run to say paused")
         phase(events, "idle")
