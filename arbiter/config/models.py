@@ -277,7 +277,7 @@ class NodeConfig(Strict):
         ),
     )
     stop_grace_s: float = Field(10.0, ge=0, description="seconds between asking a job to stop and terminating it")
-    evict_after_s: float | Literal["auto"] | None = Field(
+    evict_after_s: Annotated[float, Field(ge=0)] | Literal["auto"] | None = Field(
         None,
         description=(
             "seconds a running job may stay paused by protection before it is stopped, so that it runs elsewhere: "
