@@ -73,6 +73,9 @@ REDECIDE_AT_MOST = 3  # then the reflex process waits for the decision: a flappi
 #: interpreter behind the tick and the source watchers at every step (the queue, each
 #: signal's pool call), and under load those waits are most of a decision's reaction
 FAST_SWITCH_S = 0.0005
+#: how long the decision thread, woken by a tick alone, sleeps before taking it: long enough
+#: for the tick thread, which told it right before its own wait, to reach that wait
+TICK_SETTLE_S = 0.0002
 
 
 class Ongoing:
@@ -163,6 +166,13 @@ class Decider:
         sys.setswitchinterval(FAST_SWITCH_S)
         self.intake.ask_fast_thread("decide")
         while (batch := drained(self.inbox)) is not None:
+            if all(isinstance(m, Tick) for m in batch):
+                # Woken with a short scheduler slice, this thread is put on the tick thread's
+                # core and runs at once, while the tick thread is still a few steps short of
+                # its wait: it then waits for the interpreter behind this thread, and the two
+                # hand it back and forth (six context switches a tick where two do).  A tick
+                # is not urgent: the tick thread goes to its wait first.
+                time.sleep(TICK_SETTLE_S)
             cpu = self.cpu()
             decided = True
             try:
