@@ -23,7 +23,12 @@ from arbiter_testing.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's process events are Linux's")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's process events are Linux's"),
+    # the rule matches its program by command line across the host: one variant's program
+    # would run in another's view, so one worker runs them in turn
+    pytest.mark.xdist_group("cost-calls-protected"),
+]
 
 
 @pytest.fixture

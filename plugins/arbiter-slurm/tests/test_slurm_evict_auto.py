@@ -39,7 +39,13 @@ def adopted(node: Any, key: str) -> bool:
 
 
 def evictions(node: Any, job: int) -> list[dict[str, Any]]:
-    return [e for e in node.events("JOB_STOPPED", f"slurm-{job}") if e["data"]["reasons"] == ["JOB_EVICTED"]]
+    """The job's evictions: each stop begun, not the kill that ends one whose processes
+    outlived its grace (on a busy node, Slurm's requeue can take that long)."""
+    return [
+        e
+        for e in node.events("JOB_STOPPED", f"slurm-{job}")
+        if e["data"]["reasons"] == ["JOB_EVICTED"] and e["data"].get("step") != "killed"
+    ]
 
 
 def restarts(slurm: SlurmCluster, job: int) -> int:
