@@ -294,7 +294,15 @@ def test_a_hand_over_wakes_only_the_pool_thread_it_gives_work_to() -> None:
         if t.name.startswith("plugin_") and t.native_id and t.native_id not in elsewhere
     ]
     assert len(threads) == 3
-    before = {tid: _switches(tid) for tid in threads}
+
+    def asleep() -> dict[int, int] | None:
+        """Each thread's switches once none moves over a look: each is in its wait (a thread
+        still on its way there when its count is read is woken by nothing)."""
+        first = {tid: _switches(tid) for tid in threads}
+        time.sleep(0.05)
+        return first if first == {tid: _switches(tid) for tid in threads} else None
+
+    before = wait_until(asleep, 10, "the pool's threads in their waits")
     used = {host.call("one", threading.get_native_id) for _ in range(20)}
     assert len(used) == 1, "the thread idle last takes every call"
     moved = {tid for tid, n in before.items() if _switches(tid) != n}
