@@ -170,8 +170,8 @@ class Decider:
                 # Woken with a short scheduler slice, this thread is put on the tick thread's
                 # core and runs at once, while the tick thread is still a few steps short of
                 # its wait: it then waits for the interpreter behind this thread, and the two
-                # hand it back and forth (six context switches a tick where two do).  A tick
-                # is not urgent: the tick thread goes to its wait first.
+                # hand it back and forth.  A tick is not urgent: the tick thread goes to its
+                # wait first.
                 time.sleep(TICK_SETTLE_S)
             cpu = self.cpu()
             decided = True

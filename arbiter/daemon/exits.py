@@ -63,5 +63,6 @@ class ExitWatching:
         """The processes of the table that the watch saw end and whose parents have not
         waited for them yet: a zombie still answers to its name, but runs no program."""
         with self._lock:
-            self._exited &= {p.pid for p in table if p.state == EXITED}
+            if self._exited:  # most ticks: none, and the table is not gone through
+                self._exited &= {p.pid for p in table if p.state == EXITED}
             return set(self._exited)
