@@ -3,11 +3,16 @@ while the main thread is inside the very Event the callback sets, never hangs a 
 
 from __future__ import annotations
 
+import ctypes
 import os
+import platform
 import signal
 import subprocess
 import sys
 import time
+
+# the tgkill system call's number on the machines the tests run on
+SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[platform.machine()]
 
 WAITER = """
 import signal, sys, threading
@@ -33,6 +38,42 @@ def test_a_process_stops_on_its_signal_however_many_others_land_while_it_waits()
         out, _ = child.communicate(timeout=30)
         assert child.returncode == 0 and out.startswith("stopped after"), out
         assert int(out.split()[2]) > 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+TAKEN_BY_ANOTHER_THREAD = """
+import signal, threading, time
+from arbiter.cli.signal_relay import relay_signals
+stop = threading.Event()
+tid = []
+def worker():
+    tid.append(threading.get_native_id())
+    while not stop.is_set():
+        time.sleep(0.01)
+threading.Thread(target=worker, daemon=True).start()
+relay_signals({signal.SIGTERM: stop.set})
+while not tid:
+    time.sleep(0.01)
+print(tid[0], flush=True)
+stop.wait()
+print("stopped", flush=True)
+"""
+
+
+def test_a_stop_taken_by_another_thread_still_stops_a_main_thread_waiting_without_timeout() -> None:
+    # tgkill gives the signal to one chosen thread, as the kernel may when it picks the
+    # thread for a signal sent to the process
+    libc = ctypes.CDLL(None, use_errno=True)
+    child = subprocess.Popen([sys.executable, "-c", TAKEN_BY_ANOTHER_THREAD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        worker = int(child.stdout.readline())
+        assert libc.syscall(SYS_TGKILL, child.pid, worker, signal.SIGTERM) == 0, ctypes.get_errno()
+        out, _ = child.communicate(timeout=30)
+        assert child.returncode == 0 and out.strip() == "stopped", out
     finally:
         if child.poll() is None:
             child.kill()
