@@ -3,16 +3,13 @@ while the main thread is inside the very Event the callback sets, never hangs a 
 
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 import signal
 import subprocess
 import sys
 import time
 
-# the tgkill system call's number on the machines the tests run on
-SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+from arbiter_testing.signals import signal_thread
 
 WAITER = """
 import signal, sys, threading
@@ -64,14 +61,11 @@ print("stopped", flush=True)
 
 
 def test_a_stop_taken_by_another_thread_still_stops_a_main_thread_waiting_without_timeout() -> None:
-    # tgkill gives the signal to one chosen thread, as the kernel may when it picks the
-    # thread for a signal sent to the process
-    libc = ctypes.CDLL(None, use_errno=True)
     child = subprocess.Popen([sys.executable, "-c", TAKEN_BY_ANOTHER_THREAD], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
         worker = int(child.stdout.readline())
-        assert libc.syscall(SYS_TGKILL, child.pid, worker, signal.SIGTERM) == 0, ctypes.get_errno()
+        signal_thread(child.pid, worker, signal.SIGTERM)
         out, _ = child.communicate(timeout=30)
         assert child.returncode == 0 and out.strip() == "stopped", out
     finally:

@@ -15,6 +15,7 @@ from arbiter.api.ops import Op
 from arbiter.api.transport import DaemonUnavailable, RequestRefused
 from arbiter.api.verdict import marked_state, verdict_mark
 from arbiter.cli.client import Client, CliError
+from arbiter.cli.signal_relay import relay_signals
 from arbiter.sdk.control import CONTROL_ENV, EVENTS_ENV, ignore_nudges
 
 COOPERATIVE = ("cooperative_throttle", "cooperative_pause")
@@ -202,14 +203,26 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         client.call(Op.JOB_EXITED, id=job_id, exit_code=127)
         raise CliError(f"cannot start {cmd[0]}: {exc.strerror or exc}", 127) from None
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int) -> None:
         # the daemon stops it properly (a paused command is continued first, then ended)
         try:
             client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
         except (CliError, RequestRefused, DaemonUnavailable):
             proc.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, on_term)
+    interrupted = threading.Event()
+
+    def on_interrupt() -> None:
+        # The terminal sent it to the command too, but a paused command cannot act on it
+        # for as long as the pause lasts: the job is stopped, once, as SIGTERM stops it.
+        if not interrupted.is_set():
+            interrupted.set()
+            _say(f"interrupted: stopping job {job_id} (continued first if it is paused)")
+            on_term(signal.SIGINT)
+
+    # on the relay's thread: this one waits for the command, in a wait the kernel does not
+    # break for a signal another thread of this process took
+    relay_signals({signal.SIGTERM: lambda: on_term(signal.SIGTERM), signal.SIGINT: on_interrupt})
     try:
         _call_retrying(client, Op.JOB_STARTED, id=job_id, pid=proc.pid)
     except CliError:
@@ -219,18 +232,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     ended = threading.Event()
     watcher = threading.Thread(target=_watch, args=(client, job_id, ended, admitted), name="job-watch", daemon=True)
     watcher.start()
-    interrupted = False
-    while True:
-        try:
-            code = proc.wait()
-            break
-        except KeyboardInterrupt:
-            # The terminal sent it to the command too, but a paused command cannot act on it
-            # for as long as the pause lasts: the job is stopped, once, as SIGTERM stops it.
-            if not interrupted:
-                interrupted = True
-                _say(f"interrupted: stopping job {job_id} (continued first if it is paused)")
-                on_term(signal.SIGINT, None)
+    code = proc.wait()
     ended.set()
     try:
         client.call(Op.JOB_EXITED, id=job_id, exit_code=code)

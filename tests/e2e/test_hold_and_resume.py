@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import psutil
 
 from arbiter_testing.node import PYTHON, HarnessNode
+from arbiter_testing.signals import signal_thread
 from arbiter_testing.waiting import wait_until
 
 from .conftest import Procs
@@ -207,6 +209,17 @@ def test_sigterm_resumes_everything_and_exits_cleanly(node: HarnessNode, tmp_pat
     assert procs.state(pid) in RUNNING
     control = json.loads((node.state_dir / "jobs" / coop_id / "control.json").read_text())
     assert control["state"] == "run"
+    assert not (node.state_dir / "daemon.json").exists()
+
+
+def test_a_stop_signal_taken_by_a_thread_other_than_the_main_one_stops_the_daemon(node: HarnessNode) -> None:
+    # The kernel may hand a signal sent to a process to any of its threads; tgkill gives it
+    # to another thread, while the main thread waits for the stop without a timeout.
+    node.start()
+    assert node.daemon is not None
+    daemon = psutil.Process(node.daemon.pid)
+    signal_thread(daemon.pid, next(t.id for t in daemon.threads() if t.id != daemon.pid), signal.SIGTERM)
+    assert node.daemon.wait(15) == 0
     assert not (node.state_dir / "daemon.json").exists()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.rules import own_sleep, phase_rule
+from arbiter_testing.signals import signal_thread
 
 from .conftest import Procs
 
@@ -39,5 +40,23 @@ def test_ctrl_c_on_a_paused_job_ends_it(tmp_path: Path, procs: type[Procs]) -> N
         assert runner.stderr is not None
         said = runner.stderr.read().decode()
         assert "interrupted: stopping job plain-" in said, said
+    finally:
+        node.close()
+
+
+def test_a_stop_signal_taken_by_another_thread_of_job_run_still_ends_the_job(
+    tmp_path: Path, procs: type[Procs]
+) -> None:
+    # The kernel may hand a signal sent to a process to any of its threads; tgkill gives it
+    # to one that is not the main one, which waits for the command all along.
+    node = HarnessNode(tmp_path)
+    try:
+        node.start()
+        runner = node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
+        pid = node.job_pid("plain", timeout=20)
+        others = node.wait_for(lambda: [t for t in os.listdir(f"/proc/{runner.pid}/task") if int(t) != runner.pid])
+        signal_thread(runner.pid, int(others[0]), signal.SIGTERM)
+        runner.wait(30)
+        assert procs.state(pid) in ("gone", "zombie")
     finally:
         node.close()

@@ -11,6 +11,7 @@ import signal
 import threading
 from typing import Any
 
+from arbiter.cli.signal_relay import relay_signals
 from arbiter_testing.fake_http import FakeApp
 from arbiter_testing.fake_reader import write_state
 from arbiter_testing.vram_board import GIB, VramBoard
@@ -34,8 +35,9 @@ def serve_until_stopped(fake: FakeApp, ready_file: str, **ready: Any) -> int:
     """Serve ``fake`` until SIGTERM or SIGINT; once it serves, ``ready_file`` holds its pid, its
     URL and ``ready``.  Returns the process's exit status."""
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # on a thread of its own: this one waits without a timeout, which a signal another of
+    # the fake's threads took would not break
+    relay_signals({signal.SIGTERM: stop.set, signal.SIGINT: stop.set})
     fake.start()
     try:
         write_state(ready_file, {"pid": os.getpid(), "url": fake.url, **ready})
