@@ -72,3 +72,36 @@ def test_a_stop_taken_by_another_thread_still_stops_a_main_thread_waiting_withou
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+AFTER_A_FAILED_CALLBACK = """
+import os, signal, threading
+from arbiter.cli.signal_relay import relay_signals
+stop = threading.Event()
+failed = threading.Event()
+def fail():
+    failed.set()
+    raise OSError("the terminal is gone")
+relay_signals({signal.SIGUSR1: fail, signal.SIGTERM: stop.set})
+os.kill(os.getpid(), signal.SIGUSR1)
+failed.wait()
+print("ready", flush=True)
+stop.wait()
+print("stopped", flush=True)
+"""
+
+
+def test_a_callback_that_fails_leaves_the_relay_carrying_later_signals() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", AFTER_A_FAILED_CALLBACK], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        os.kill(child.pid, signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+        assert child.returncode == 0 and out.strip() == "stopped", out + err
+        assert "handling signal" in err and "the terminal is gone" in err
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -195,19 +196,21 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         return 130
     _say(f"job {job_id} admitted; starting {' '.join(cmd)}")
 
-    env = {**os.environ, CONTROL_ENV: job["control_path"], EVENTS_ENV: job["events_path"], "ARBITER_JOB_ID": job_id}
-    ignore_nudges()  # inherited by the command until it installs its own handler
-    try:
-        proc = subprocess.Popen(cmd, env=env)
-    except OSError as exc:
-        client.call(Op.JOB_EXITED, id=job_id, exit_code=127)
-        raise CliError(f"cannot start {cmd[0]}: {exc.strerror or exc}", 127) from None
+    started = threading.Event()  # the daemon knows the command's process
+    running: list[subprocess.Popen[bytes]] = []  # the command, once started
+    asked: list[int] = []  # the stop signals that came
 
     def on_term(signum: int) -> None:
-        # the daemon stops it properly (a paused command is continued first, then ended)
-        try:
-            client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
-        except (CliError, RequestRefused, DaemonUnavailable):
+        # the daemon stops it properly (a paused command is continued first, then ended);
+        # before the daemon knows its process, or without the daemon, it is signalled here
+        asked.append(signum)
+        if started.is_set():
+            try:
+                client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
+                return
+            except (CliError, RequestRefused, DaemonUnavailable, OSError, ValueError):
+                pass
+        for proc in running:
             proc.send_signal(signum)
 
     interrupted = threading.Event()
@@ -217,18 +220,34 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
         # for as long as the pause lasts: the job is stopped, once, as SIGTERM stops it.
         if not interrupted.is_set():
             interrupted.set()
-            _say(f"interrupted: stopping job {job_id} (continued first if it is paused)")
+            with contextlib.suppress(OSError):  # the terminal may be gone
+                _say(f"interrupted: stopping job {job_id} (continued first if it is paused)")
             on_term(signal.SIGINT)
 
     # on the relay's thread: this one waits for the command, in a wait the kernel does not
     # break for a signal another thread of this process took
     relay_signals({signal.SIGTERM: lambda: on_term(signal.SIGTERM), signal.SIGINT: on_interrupt})
+    env = {**os.environ, CONTROL_ENV: job["control_path"], EVENTS_ENV: job["events_path"], "ARBITER_JOB_ID": job_id}
+    ignore_nudges()  # inherited by the command until it installs its own handler
+    if asked:  # stopped before its command started: it never starts
+        with contextlib.suppress(CliError, RequestRefused, DaemonUnavailable):
+            client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
+        return 128 + asked[0]
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except OSError as exc:
+        client.call(Op.JOB_EXITED, id=job_id, exit_code=127)
+        raise CliError(f"cannot start {cmd[0]}: {exc.strerror or exc}", 127) from None
+    running.append(proc)
+    if asked:  # a stop came while it started
+        proc.send_signal(asked[0])
     try:
         _call_retrying(client, Op.JOB_STARTED, id=job_id, pid=proc.pid)
     except CliError:
         proc.kill()  # never leave a command running that arbiter does not know
         proc.wait()
         raise
+    started.set()
     ended = threading.Event()
     watcher = threading.Thread(target=_watch, args=(client, job_id, ended, admitted), name="job-watch", daemon=True)
     watcher.start()

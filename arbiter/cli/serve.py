@@ -90,9 +90,9 @@ def serve(cfg: NodeConfig, config_path: Path | None) -> int:
     gc.freeze()
     notifier.ready(f"serving on {daemon.state_dir / SOCKET_FILE}: {status_line(daemon.parts)}")
     try:
-        # no timeout: a signal's handler only writes to the relay's pipe, and runs even while
-        # this thread waits (the wait is interrupted and taken up again), so this thread
-        # sleeps until a stop instead of waking every second
+        # no timeout: a signal reaches the relay whichever thread the kernel gives it to
+        # (see arbiter.cli.signal_relay), so this thread sleeps until a stop instead of
+        # waking every second
         while not daemon.wait():
             pass
     finally:

@@ -13,10 +13,13 @@ the callback, where taking locks is safe.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
+
+log = logging.getLogger(__name__)
 
 
 def relay_signals(callbacks: Mapping[int, Callable[[], None]]) -> None:
@@ -29,11 +32,16 @@ def relay_signals(callbacks: Mapping[int, Callable[[], None]]) -> None:
         while True:
             for signum in os.read(read_fd, 64):
                 callback = callbacks.get(signum)
-                if callback is not None:
+                if callback is None:
+                    continue
+                try:
                     callback()
+                except Exception:  # the relay must outlive a callback: it carries every later signal
+                    log.exception("handling signal %d failed", signum)
 
     # a full pipe drops the number: the relay is far behind already
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    if signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False) != -1:
+        raise RuntimeError("signals are relayed already in this process")
     for signum in callbacks:
         signal.signal(signum, _written_already)
     threading.Thread(target=relay, name="signals", daemon=True).start()

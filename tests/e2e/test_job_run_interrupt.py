@@ -56,7 +56,7 @@ def test_a_stop_signal_taken_by_another_thread_of_job_run_still_ends_the_job(
         pid = node.job_pid("plain", timeout=20)
         others = node.wait_for(lambda: [t for t in os.listdir(f"/proc/{runner.pid}/task") if int(t) != runner.pid])
         signal_thread(runner.pid, int(others[0]), signal.SIGTERM)
-        runner.wait(30)
+        assert runner.wait(30) == 128 + signal.SIGTERM  # the command ended on the daemon's SIGTERM
         assert procs.state(pid) in ("gone", "zombie")
     finally:
         node.close()

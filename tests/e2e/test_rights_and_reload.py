@@ -159,6 +159,25 @@ def test_only_a_child_of_the_launcher_can_become_the_job(tmp_path: Path) -> None
         node.close()
 
 
+def test_a_job_stopped_before_it_started_cannot_start(tmp_path: Path) -> None:
+    import subprocess
+
+    node = HarnessNode(tmp_path)
+    try:
+        node.start()
+        job = node.call("job.register", manifest={"name": "late"}, cmd=["true"])["job"]
+        assert node.call("job.stop", id=job["id"])["did"] == "stopped before it started"
+        child = subprocess.Popen(["sleep", "30"])
+        try:
+            with pytest.raises(RequestRefused, match="no running job"):
+                node.call("job.started", id=job["id"], pid=child.pid)
+        finally:
+            child.kill()
+            child.wait()
+    finally:
+        node.close()
+
+
 def test_a_job_whose_gpu_apis_the_host_lacks_is_refused_as_undetected(tmp_path: Path) -> None:
     import subprocess
 
