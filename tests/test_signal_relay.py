@@ -3,13 +3,29 @@ while the main thread is inside the very Event the callback sets, never hangs a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 from arbiter_testing.signals import signal_thread
+
+
+@contextlib.contextmanager
+def script(source: str) -> Iterator[subprocess.Popen[str]]:
+    """``source`` run by Python in a process of its own, its output read as text; killed if
+    it still runs at the end."""
+    child = subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+
 
 WAITER = """
 import signal, sys, threading
@@ -25,8 +41,7 @@ print("stopped after", len(seen), "nudges", flush=True)
 
 
 def test_a_process_stops_on_its_signal_however_many_others_land_while_it_waits() -> None:
-    child = subprocess.Popen([sys.executable, "-c", WAITER], stdout=subprocess.PIPE, text=True)
-    try:
+    with script(WAITER) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         for _ in range(2000):  # a count, not a time: a loaded machine sends them as fast as it can
             os.kill(child.pid, signal.SIGUSR2)
@@ -35,10 +50,6 @@ def test_a_process_stops_on_its_signal_however_many_others_land_while_it_waits()
         out, _ = child.communicate(timeout=30)
         assert child.returncode == 0 and out.startswith("stopped after"), out
         assert int(out.split()[2]) > 0
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 TAKEN_BY_ANOTHER_THREAD = """
@@ -61,17 +72,12 @@ print("stopped", flush=True)
 
 
 def test_a_stop_taken_by_another_thread_still_stops_a_main_thread_waiting_without_timeout() -> None:
-    child = subprocess.Popen([sys.executable, "-c", TAKEN_BY_ANOTHER_THREAD], stdout=subprocess.PIPE, text=True)
-    try:
+    with script(TAKEN_BY_ANOTHER_THREAD) as child:
         assert child.stdout is not None
         worker = int(child.stdout.readline())
         signal_thread(child.pid, worker, signal.SIGTERM)
         out, _ = child.communicate(timeout=30)
         assert child.returncode == 0 and out.strip() == "stopped", out
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
 
 
 AFTER_A_FAILED_CALLBACK = """
@@ -92,16 +98,9 @@ print("stopped", flush=True)
 
 
 def test_a_callback_that_fails_leaves_the_relay_carrying_later_signals() -> None:
-    child = subprocess.Popen(
-        [sys.executable, "-c", AFTER_A_FAILED_CALLBACK], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
+    with script(AFTER_A_FAILED_CALLBACK) as child:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         os.kill(child.pid, signal.SIGTERM)
         out, err = child.communicate(timeout=30)
         assert child.returncode == 0 and out.strip() == "stopped", out + err
         assert "handling signal" in err and "the terminal is gone" in err
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
