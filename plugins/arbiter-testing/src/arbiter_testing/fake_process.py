@@ -8,10 +8,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import threading
+import time
 from typing import Any
 
-from arbiter.cli.signal_relay import relay_signals
 from arbiter_testing.fake_http import FakeApp
 from arbiter_testing.fake_reader import write_state
 from arbiter_testing.vram_board import GIB, VramBoard
@@ -34,14 +33,17 @@ def board_of(args: argparse.Namespace) -> VramBoard:
 def serve_until_stopped(fake: FakeApp, ready_file: str, **ready: Any) -> int:
     """Serve ``fake`` until SIGTERM or SIGINT; once it serves, ``ready_file`` holds its pid, its
     URL and ``ready``.  Returns the process's exit status."""
-    stop = threading.Event()
-    # on a thread of its own: this one waits without a timeout, which a signal another of
-    # the fake's threads took would not break
-    relay_signals({signal.SIGTERM: stop.set, signal.SIGINT: stop.set})
+    stopped: list[int] = []
+    # The handler takes no lock: it runs on this thread, between two steps of whatever it
+    # does, which may hold that very lock.  This thread looks every 0.1 s, since a wait
+    # without a timeout is not broken by a signal another of the fake's threads took.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda taken, _frame: stopped.append(taken))
     fake.start()
     try:
         write_state(ready_file, {"pid": os.getpid(), "url": fake.url, **ready})
-        stop.wait()
+        while not stopped:
+            time.sleep(0.1)
     finally:
         fake.stop()
     return 0
