@@ -200,16 +200,19 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     running: list[subprocess.Popen[bytes]] = []  # the command, once started
     asked: list[int] = []  # the stop signals that came
 
+    def stopped_by_daemon() -> bool:
+        """Whether the daemon took the stop (it continues a paused command first, then ends it)."""
+        try:
+            client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
+            return True
+        except (CliError, RequestRefused, DaemonUnavailable, OSError, ValueError):
+            return False
+
     def on_term(signum: int) -> None:
-        # the daemon stops it properly (a paused command is continued first, then ended);
-        # before the daemon knows its process, or without the daemon, it is signalled here
+        # before the daemon knows the command's process, or without the daemon, it is signalled here
         asked.append(signum)
-        if started.is_set():
-            try:
-                client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
-                return
-            except (CliError, RequestRefused, DaemonUnavailable, OSError, ValueError):
-                pass
+        if started.is_set() and stopped_by_daemon():
+            return
         for proc in running:
             proc.send_signal(signum)
 
@@ -230,8 +233,7 @@ def run_job(client: Client, cmd: list[str], name: str | None, manifest_path: str
     env = {**os.environ, CONTROL_ENV: job["control_path"], EVENTS_ENV: job["events_path"], "ARBITER_JOB_ID": job_id}
     ignore_nudges()  # inherited by the command until it installs its own handler
     if asked:  # stopped before its command started: it never starts
-        with contextlib.suppress(CliError, RequestRefused, DaemonUnavailable):
-            client.call(Op.JOB_STOP, id=job_id, timeout=2.0)
+        stopped_by_daemon()
         return 128 + asked[0]
     try:
         proc = subprocess.Popen(cmd, env=env)

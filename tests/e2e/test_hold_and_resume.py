@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 
 from arbiter_testing.node import PYTHON, HarnessNode
-from arbiter_testing.signals import signal_thread
+from arbiter_testing.signals import other_threads, signal_thread
 from arbiter_testing.waiting import wait_until
 
 from .conftest import Procs
@@ -217,9 +217,8 @@ def test_a_stop_signal_taken_by_a_thread_other_than_the_main_one_stops_the_daemo
     # to another thread, while the main thread waits for the stop without a timeout.
     node.start()
     assert node.daemon is not None
-    daemon = psutil.Process(node.daemon.pid)
     # the oldest thread but the main one: one started with the daemon, which lives as long
-    signal_thread(daemon.pid, min(t.id for t in daemon.threads() if t.id != daemon.pid), signal.SIGTERM)
+    signal_thread(node.daemon.pid, other_threads(node.daemon.pid)[0], signal.SIGTERM)
     assert node.daemon.wait(15) == 0
     assert not (node.state_dir / "daemon.json").exists()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from arbiter_testing.node import PYTHON, HarnessNode
 from arbiter_testing.rules import own_sleep, phase_rule
-from arbiter_testing.signals import signal_thread
+from arbiter_testing.signals import other_threads, signal_thread
 
 from .conftest import Procs
 
@@ -54,8 +54,8 @@ def test_a_stop_signal_taken_by_another_thread_of_job_run_still_ends_the_job(
         node.start()
         runner = node.job_run([PYTHON, "-m", "arbiter.demo.job", "--plain"], "--name", "plain")
         pid = node.job_pid("plain", timeout=20)
-        others = node.wait_for(lambda: [t for t in os.listdir(f"/proc/{runner.pid}/task") if int(t) != runner.pid])
-        signal_thread(runner.pid, int(others[0]), signal.SIGTERM)
+        others = node.wait_for(lambda: other_threads(runner.pid))
+        signal_thread(runner.pid, others[0], signal.SIGTERM)
         assert runner.wait(30) == 128 + signal.SIGTERM  # the command ended on the daemon's SIGTERM
         assert procs.state(pid) in ("gone", "zombie")
     finally:

@@ -1,4 +1,4 @@
-"""A signal for one thread of another process, as the kernel may hand a signal sent to the
+"""A signal for one thread of another process, and its threads to choose from, as the kernel may hand a signal sent to the
 process to any of its threads."""
 
 from __future__ import annotations
@@ -20,3 +20,8 @@ def signal_thread(pid: int, tid: int, signum: int) -> None:
     if libc.syscall(SYS_TGKILL, pid, tid, signum) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"tgkill({pid}, {tid}, {signum}): {os.strerror(err)}")
+
+
+def other_threads(pid: int) -> list[int]:
+    """The threads of process ``pid`` but its main one, oldest first."""
+    return sorted(tid for tid in map(int, os.listdir(f"/proc/{pid}/task")) if tid != pid)
