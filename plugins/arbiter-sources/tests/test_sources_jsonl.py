@@ -983,6 +983,56 @@ def test_writes_to_other_files_in_the_folder_do_not_wake_the_watcher(
     rec.wait_for(phase_is("on"), timeout=5)
 
 
+def test_files_coming_and_going_beside_a_followed_file_do_not_wake_the_watcher(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a program replacing its status file four times a second beside thirteen quiet phase
+    # files woke each of their watchers on every create and rename
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 3600.0)
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    wakes: list[int] = []
+    sort_events = source._sort_events
+
+    def counted(events: list[inotify_module.Event]) -> tuple[bool, bool]:
+        wakes.append(len(events))
+        return sort_events(events)
+
+    source._sort_events = counted  # type: ignore[method-assign]
+    rec = started(source)
+    append(path, line("status", phase="idle"))  # what its start queued is read with this
+    rec.wait_for(lambda s: s.count == 1, timeout=5)
+    wakes.clear()
+    for k in range(30):
+        append(tmp_path / "status.tmp", f"{k}\n")
+        os.replace(tmp_path / "status.tmp", tmp_path / "status.json")
+        (tmp_path / f"other-{k}.log").touch()
+        (tmp_path / f"other-{k}.log").unlink()
+    assert not wakes, f"woken {len(wakes)} times by files created, renamed and deleted beside it"
+    append(path, line("status", phase="uploading"))
+    rec.wait_for(phase_is("on"), timeout=5)
+
+
+def test_a_file_replaced_again_and_again_is_followed_each_time(tmp_path: Path, make: Make) -> None:
+    # once the followed file leaves the path, its folder is watched again for the next one
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    rec = started(source)
+    for k, phase in enumerate(["uploading", "idle", "uploading", "idle"]):
+        os.chmod(path, 0o640)  # its attributes changed, still the file at the path
+        append(path, line("status", phase="idle" if phase == "uploading" else "uploading"))
+        replacement = tmp_path / f"events-{k}.tmp"
+        append(replacement, line("status", phase=phase))
+        os.replace(replacement, path)
+        rec.wait_for(lambda s, p=phase: s.readable and s.phase == ("on" if p == "uploading" else "off"), timeout=5)
+    path.unlink()
+    rec.wait_for(lambda s: not s.readable, timeout=5)
+    append(path, line("status", phase="uploading"))
+    rec.wait_for(lambda s: s.readable and s.phase == "on", timeout=5)
+
+
 def test_a_file_renamed_away_with_nothing_in_its_place_goes_unreadable(
     tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -297,7 +297,8 @@ class FollowedFile(LineTally, Source):
 
     def _ensure_watches(self) -> bool:
         ino = self._notes.inotify
-        return ino is not None and self._notes.ensure(ino, self._where, self._fd, self._name)
+        settled = self._gone_since is None
+        return ino is not None and self._notes.ensure(ino, self._where, self._fd, self._name, settled)
 
     def _sort_events(self, events: list[inotify.Event]) -> tuple[bool, bool]:
         """(does any event concern our file, must the path be resolved again)."""

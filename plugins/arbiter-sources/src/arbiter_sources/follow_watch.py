@@ -78,11 +78,19 @@ class Notifications:
                 wanted.append(os.path.dirname(os.path.realpath(os.path.join(where.dir, name))))
             self.stale = not kq.watch(wanted, fd)
 
-    def ensure(self, ino: inotify.Inotify, where: FollowedPath, fd: int | None, name: str) -> bool:
+    def ensure(self, ino: inotify.Inotify, where: FollowedPath, fd: int | None, name: str, settled: bool) -> bool:
         """Watch the directories that hold the file, and the file itself; True when one was
         added.  Writes to a named file are heard on the file, not its directory: a watch on
         the directory wakes for every write to every file there, and twenty sources in one
-        directory beside a log written two hundred times a second cost a core between them."""
+        directory beside a log written two hundred times a second cost a core between them.
+
+        ``settled``: the file open is the one at the path (not renamed away).  A plain path
+        that is no symlink then needs no watch on its directory: nothing new can appear at
+        the path before this file leaves it, renamed (the file's own watch hears the move),
+        deleted or renamed over (its link count falls: the file's watch hears that as a
+        change of attributes), and the directory is watched again from then on.  A file
+        nothing writes then sleeps while other files come and go beside it (a program that
+        replaces its status file four times a second woke every such source as often)."""
         if not self.stale:
             return False
         directory_events = inotify.DIRECTORY_EVENTS
@@ -90,8 +98,12 @@ class Notifications:
             directory_events &= ~(inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE)
         wanted = {where.dir}
         if fd is not None:
-            real = os.path.dirname(os.path.realpath(os.path.join(where.dir, name)))
-            wanted.add(real)  # a symlinked file is renamed or replaced in its target's directory
+            at = os.path.join(where.dir, name)
+            real = os.path.realpath(at)
+            if settled and not where.is_glob and real == at:
+                wanted = set()
+            else:
+                wanted.add(os.path.dirname(real))  # a symlinked file is renamed or replaced in its target's directory
             if not where.is_glob:
                 wanted.add(f"/proc/self/fd/{fd}")  # the descriptor: the path may already name the next file
         have = set(self.watches.values())
@@ -140,6 +152,10 @@ class Notifications:
                 continue
             if ev.wd == self.file_wd:
                 relevant = True  # written: the open file is read, the path need not be looked at
+                if ev.mask & inotify.IN_ATTRIB:
+                    # deleted or renamed over, perhaps: the path is looked at again, and its
+                    # directory watched again while the file is not the one there
+                    rescan = self.stale = True
                 continue
             # a symlinked file's writes are reported under its target's name
             ours = bool(name) and ev.name in (name, target_name)

@@ -38,8 +38,9 @@ DIRECTORY_EVENTS = (
     | IN_MOVE_SELF
 )
 
-#: what a watch on the followed file itself asks for: written, renamed or deleted
-FILE_EVENTS = IN_MODIFY | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF
+#: what a watch on the followed file itself asks for: written, renamed or deleted, or its
+#: attributes changed (its link count falls when it is deleted or renamed over while open)
+FILE_EVENTS = IN_MODIFY | IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF
 
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len: struct inotify_event without its name
 _READ_BYTES = 65536
