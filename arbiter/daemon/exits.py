@@ -81,7 +81,7 @@ class ExitWatching:
             yield from one(
                 "process watch",
                 lambda: self.host.hook.arbiter_watch_processes(
-                    groups=list(groups), ended=told, starts=starts, started=self._started, scratch=self.scratch
+                    groups=list(groups), ended=told, starts=starts, started=self.started, scratch=self.scratch
                 ),
             )
         except PluginFailed as exc:  # the tick notices each end and start then; asked again on the next one
@@ -116,7 +116,7 @@ class ExitWatching:
 
         return starts
 
-    def _started(self) -> None:
+    def started(self) -> None:
         """A program of a rule whose program did not run started: a tick now, unless a start
         brought one forward less than ``every_s`` ago (a burst of them, or a program that a
         rule selects but the tick does not take, such as a fleet job's, brings forward one)."""
