@@ -34,7 +34,7 @@ class ExitWatching:
         self._running: dict[str, frozenset[int]] = {}  # each running rule's pids on the last tick
         self._exited: set[int] = set()  # pids the watch saw end (its own thread adds to it)
         self._lock = threading.Lock()
-        self._idle: tuple[tuple[str, int], ...] | None = None  # (id, serial) of each rule whose start is watched
+        self._idle: list[tuple[str, int]] | None = None  # (id, serial) of each rule whose start is watched
         self._judges: dict[str, tuple[LiveRule, Matcher]] = {}  # each such rule's matcher for the watch alone
         self._starts: Callable[[ProcessInfo], bool] | None = None
         self._soon: Callable[[], None] = _nothing
@@ -63,7 +63,7 @@ class ExitWatching:
         seen, self._running = self._running, {rid: ro.pids for rid, ro in rules.items() if ro.running and ro.pids}
         groups = frozenset(pids for rid, pids in self._running.items() if seen.get(rid) == pids)
         idle = [lr for lr in live if lr.matcher is not None and not (lr.rule.id in rules and rules[lr.rule.id].running)]
-        idle_keys = tuple((lr.rule.id, lr.serial) for lr in idle)
+        idle_keys = [(lr.rule.id, lr.serial) for lr in idle]  # one call, where a generator is one a rule
         if groups == self._watched and idle_keys == self._idle:
             return
         self._watched = groups
