@@ -75,7 +75,7 @@ def game_node(tmp_path: Path, marker: str) -> HarnessNode:
 def game(marker: str) -> subprocess.Popen[bytes]:
     """The protected program, started by a shell of its own: the daemon runs in this process,
     and a program this process starts is the daemon's child, whose start is never judged."""
-    return subprocess.Popen(["sh", "-c", 'sh -c "exec sleep 600" "$0"; :', marker], start_new_session=True)
+    return subprocess.Popen(["sh", "-c", 'sh -c "sleep 600; :" "$0"; :', marker], start_new_session=True)
 
 
 @needs_connector

@@ -5,6 +5,7 @@ other."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -92,12 +93,15 @@ def test_a_program_started_is_told_of_only_when_selected(tmp_path: Path) -> None
         other = subprocess.Popen(["sleep", "30"])
         wait_until(lambda: other.pid in judged.pids(), 10, "the other program judged")
         assert told.now() == 0
-        selected = subprocess.Popen(["sh", "-c", "exec sleep 30", marker])  # $0: its shell names it
+        # $0: its shell names it, and stays (a program judged a while after its exec is read as
+        # it is then)
+        selected = subprocess.Popen(["sh", "-c", "sleep 30; :", marker], start_new_session=True)
         wait_until(lambda: told.now() == 1, 10, "the selected program told of")
         assert judged.asked[-1].pid == selected.pid
         assert judged.asked[-1].ppid == os.getpid()
+        other.kill()
+        os.killpg(selected.pid, signal.SIGKILL)
         for proc in (other, selected):
-            proc.kill()
             proc.wait()
     finally:
         watch.close()

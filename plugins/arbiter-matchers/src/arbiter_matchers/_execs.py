@@ -6,7 +6,8 @@ The socket carries a classic BPF filter (``SO_ATTACH_FILTER``) that drops every 
 ``PROC_EVENT_EXEC`` in the kernel: forks, exits and a thread's every change of name are far
 more frequent than execs, and would each wake the watch's thread.  That thread sleeps in
 ``poll`` with no timeout on the socket and a pipe that says it is to stop, so an idle desktop
-(a few programs started a minute) costs a few wake-ups a minute.  Each exec is read from
+(a few programs started a minute) costs a few wake-ups a minute; where programs start by the
+dozen a second, those of a quarter second are taken together.  Each exec is read from
 ``/proc`` as the process table reads it (it may be gone already: then nothing is told) and
 handed to the caller's ``starts``, which says whether it is worth a look.
 
@@ -40,6 +41,11 @@ _BPF_JEQ_K = 0x15
 _BPF_RET_K = 0x06
 _WHAT_AT = _procevents._HEADERS  # the event follows the netlink and connector headers
 _RECV_BYTES = 4096
+#: the execs of this long after a batch are taken together: where programs start by the dozen
+#: a second (a build, a scheduler's commands, a test suite) the thread wakes a few times a
+#: second, not once an exec, and most of the short-lived ones are gone and cost one failed
+#: open; a protected program is seen at most this much later than it started
+BATCH_MS = 250
 
 Starts = Callable[[ProcessInfo], bool]
 
@@ -149,6 +155,8 @@ class ExecWatch:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         poller.register(self._sock.fileno(), select.POLLIN)
+        pause = select.poll()  # between two batches: only a close ends it early
+        pause.register(self._wake_r, select.POLLIN)
         scan = ProcScan(0)  # keeps no descriptor: each process is read once
         while True:
             events = poller.poll()
@@ -178,6 +186,7 @@ class ExecWatch:
                     self._started()
                 except Exception:  # the watch goes on; the tick finds what it missed
                     log.exception("telling that a program started failed")
+            pause.poll(BATCH_MS)
 
     @staticmethod
     def _worth_a_look(starts: Starts, pids: list[int], scan: ProcScan) -> bool:
