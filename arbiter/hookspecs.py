@@ -111,11 +111,16 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo] | None:
 
 
 @hookspec(firstresult=True)
-def arbiter_watch_exits(
-    groups: list[frozenset[int]], ended: Callable[[frozenset[int]], None], scratch: dict[str, Any]
+def arbiter_watch_processes(
+    groups: list[frozenset[int]],
+    ended: Callable[[frozenset[int]], None],
+    starts: Callable[[ProcessInfo], bool] | None,
+    started: Callable[[], None],
+    scratch: dict[str, Any],
 ) -> bool | None:
-    """Watch processes for their end, so that the daemon looks again the moment a protected
-    program has ended (and fleet work may run) rather than at its next tick.
+    """Watch the rules' processes for their end and for a program's start, so that the daemon
+    looks again the moment a protected program has ended (and fleet work may run) or started
+    (and fleet work is to stop) rather than at its next tick.
 
     :param groups: sets of pids, each the processes of a rule whose program runs and has
         kept the same processes over the last two ticks; they replace what the last call
@@ -125,12 +130,20 @@ def arbiter_watch_exits(
         has ended (every thread of it: a process that waits for its parent as a zombie has
         ended); once per group for as long as later calls keep asking for it.  It only asks
         for a tick and returns at once.  Every call passes the same one.
+    :param starts: whether a program just started (a process as the process table gives it)
+        is one that a rule whose program does not run now would select; None when none is
+        worth a look.  It replaces the last call's, is cheap, and may be called from any one
+        thread at a time.  A program that ran too briefly to be read need not be told of.
+    :param started: to call, from any thread, once a program ``starts`` selects has started.
+        It only asks for a tick (at most one in ``tick_s`` is brought forward) and returns at
+        once.  Every call passes the same one.
     :param scratch: the dict ``arbiter_process_table`` receives, for the implementation to keep
-        its watcher in under a key of its own (its ``close()`` is called when the daemon stops).
+        its watchers in under keys of its own (their ``close()`` is called when the daemon
+        stops).
 
-    firstresult: return True where the processes are watched, None where they cannot be here
-    (the tick then notices each end).  Called on the tick, when the groups changed; it must
-    return at once.
+    firstresult: return True where either is watched, None where neither can be here (the
+    tick then notices each end and start).  Called on the tick, when the groups or ``starts``
+    changed; it must return at once.
     """
 
 

@@ -6,6 +6,7 @@ claims, the readers and the jobs' shares each feed the next.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -214,10 +215,15 @@ class Observer:
             self._last_scan = (started, list(table), at_ns)
             return list(table), at_ns
 
-    def watching_exits(self, view: TickView, ended: Callable[[], None]) -> Steps[None]:
-        """See :meth:`arbiter.daemon.exits.ExitWatching.watching`."""
+    def watching_processes(
+        self, view: TickView, rulebook: RuleBook, tick_s: float, soon: Callable[[], None]
+    ) -> Steps[None]:
+        """See :meth:`arbiter.daemon.exits.ExitWatching.watching` (a start brings forward at
+        most one tick in ``tick_s``)."""
         if not view.faults:  # a table that could not be read says nothing about who runs
-            yield from self.exits.watching(view.rules, ended)
+            yield from self.exits.watching(
+                view.rules, list(rulebook.live.values()), frozenset({os.getpid()}), tick_s, soon
+            )
 
     def _read_gpu(
         self, pids: set[int], processes: Mapping[int, ProcessInfo], at_ns: int

@@ -219,8 +219,9 @@ class Ticker:
         most of what a quiet node cost)."""
         yield from self.reconcile()
         view = yield from self.observer.observing(self.rules, self.jobs.active(), own_pids=[os.getpid()])
-        # a protected program's end lets held fleet work go: that is looked at when it happens
-        yield from self.observer.watching_exits(view, self.tick_soon)
+        # a protected program's end lets held fleet work go, and its start stops fleet work
+        # beside it: both are looked at when they happen
+        yield from self.observer.watching_processes(view, self.rules, self.config.tick_s, self.tick_soon)
         return view, (yield from self._read_sources(view))
 
     def _read_sources(self, view: TickView) -> Steps[tuple[dict[SlotKey, tuple[str, int]], dict[SlotKey, SourceState]]]:

@@ -38,7 +38,7 @@ class Seen:
             self.admitted = bool(state["gpu_jobs_admitted"])
 
     @hookimpl(tryfirst=True)
-    def arbiter_watch_exits(self, groups: list[frozenset[int]]) -> None:
+    def arbiter_watch_processes(self, groups: list[frozenset[int]]) -> None:
         with self.lock:
             self.watched = list(groups)  # None: the shipped watch is asked next
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from arbiter_matchers import EXITS_KEY, _exits, arbiter_watch_exits
+from arbiter_matchers import EXECS_KEY, EXITS_KEY, _execs, _exits, arbiter_watch_processes
 from arbiter_testing.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(bool(_exits.unusable()), reason="no pidfds here")
@@ -113,15 +113,25 @@ def test_the_hook_keeps_one_watch_and_close_gives_its_descriptors_back(spawn: li
     told = Told()
     scratch: dict[str, object] = {}
     pids = [sleeper(spawn) for _ in range(3)]
-    assert arbiter_watch_exits(groups=[frozenset(pids)], ended=told, scratch=scratch) is True
+    assert (
+        arbiter_watch_processes(groups=[frozenset(pids)], ended=told, starts=None, started=_nothing, scratch=scratch)
+        is True
+    )
     watch = scratch[EXITS_KEY]
-    assert arbiter_watch_exits(groups=[frozenset(pids[:1])], ended=told, scratch=scratch) is True
+    assert (
+        arbiter_watch_processes(
+            groups=[frozenset(pids[:1])], ended=told, starts=None, started=_nothing, scratch=scratch
+        )
+        is True
+    )
     assert scratch[EXITS_KEY] is watch
     end(pids[0])
     wait_until(lambda: told.now() == 1, 10, "the group asked for last told")
     assert isinstance(watch, _exits.ExitWatch)
-    watch.close()
-    assert not any(t.name == "arbiter-exits" and t.is_alive() for t in threading.enumerate())
+    for each in scratch.values():  # the watch of starts too, where it could be had
+        if hasattr(each, "close"):
+            each.close()
+    assert not any(t.name in ("arbiter-exits", "arbiter-execs") and t.is_alive() for t in threading.enumerate())
     assert len(os.listdir("/proc/self/fd")) <= before
 
 
@@ -130,11 +140,17 @@ def test_without_pidfds_it_says_so_and_starts_nothing(monkeypatch: pytest.Monkey
         raise OSError(errno.ENOSYS, "Function not implemented")
 
     monkeypatch.setattr(os, "pidfd_open", refused)
+    monkeypatch.setattr(_execs, "unusable", lambda: "no connector in this test")
     scratch: dict[str, object] = {}
     threads = threading.active_count()
-    assert arbiter_watch_exits(groups=[frozenset({os.getpid()})], ended=Told(), scratch=scratch) is None
+    assert (
+        arbiter_watch_processes(
+            groups=[frozenset({os.getpid()})], ended=Told(), starts=None, started=_nothing, scratch=scratch
+        )
+        is None
+    )
     assert "ENOSYS" in str(scratch[EXITS_KEY])
-    assert arbiter_watch_exits(groups=[], ended=Told(), scratch=scratch) is None
+    assert arbiter_watch_processes(groups=[], ended=Told(), starts=None, started=_nothing, scratch=scratch) is None
     assert threading.active_count() == threads
 
 
@@ -146,8 +162,9 @@ def test_a_watch_that_cannot_start_keeps_no_descriptor_and_is_not_tried_again(mo
     before = len(os.listdir("/proc/self/fd"))
     scratch: dict[str, object] = {}
     for _ in range(3):
-        assert arbiter_watch_exits(groups=[], ended=Told(), scratch=scratch) is None
+        assert arbiter_watch_processes(groups=[], ended=Told(), starts=None, started=_nothing, scratch=scratch) is None
     assert "could not start" in str(scratch[EXITS_KEY])
+    assert isinstance(scratch[EXECS_KEY], str)  # why the watch of starts is not there either
     assert len(os.listdir("/proc/self/fd")) == before
 
 
@@ -163,3 +180,7 @@ def test_a_watch_closed_writes_nowhere_after(spawn: list[subprocess.Popen[bytes]
     finally:
         for fd in reused:
             os.close(fd)
+
+
+def _nothing() -> None:
+    return None

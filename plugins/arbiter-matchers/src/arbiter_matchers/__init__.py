@@ -1,24 +1,27 @@
 """arbiter matcher kinds (``process``), the host's process table, and its processes watched
-for their end.
+for their end and programs for their start.
 
 Registered through the ``arbiter`` entry point group; imports only :mod:`arbiter.plugin`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from arbiter.plugin import ProcessInfo, hookimpl
-from arbiter_matchers import _exits
+from arbiter_matchers import _execs, _exits
 from arbiter_matchers.process import ProcessMatcher
 from arbiter_matchers.table import TableMemo, process_table
+
+log = logging.getLogger("arbiter.matchers")
 
 __all__ = [
     "ProcessMatcher",
     "arbiter_process_table",
     "arbiter_register_matchers",
-    "arbiter_watch_exits",
+    "arbiter_watch_processes",
     "process_table",
 ]
 
@@ -26,6 +29,8 @@ __all__ = [
 SCRATCH_KEY = "arbiter_matchers.table"
 #: where the watch of processes' ends lives in that dict
 EXITS_KEY = "arbiter_matchers.exits"
+#: where the watch of programs' starts lives in that dict
+EXECS_KEY = "arbiter_matchers.execs"
 
 
 @hookimpl
@@ -49,23 +54,60 @@ def arbiter_process_table(scratch: dict[str, Any]) -> list[ProcessInfo]:
 
 
 @hookimpl
-def arbiter_watch_exits(
-    groups: list[frozenset[int]], ended: Callable[[frozenset[int]], None], scratch: dict[str, Any]
+def arbiter_watch_processes(
+    groups: list[frozenset[int]],
+    ended: Callable[[frozenset[int]], None],
+    starts: Callable[[ProcessInfo], bool] | None,
+    started: Callable[[], None],
+    scratch: dict[str, Any],
 ) -> bool | None:
+    exits = _exit_watch(ended, scratch)
+    if exits is not None:
+        exits.watch(groups)
+    execs = _exec_watch(started, scratch)
+    if execs is not None:
+        execs.watch(starts)
+    return True if exits is not None or execs is not None else None
+
+
+def _exit_watch(ended: Callable[[frozenset[int]], None], scratch: dict[str, Any]) -> _exits.ExitWatch | None:
+    """The watch of ends kept in ``scratch``, started on the first call; None where it cannot
+    be had (``scratch`` keeps why, and it is not tried again: the tick notices each end)."""
     watch = scratch.get(EXITS_KEY)
+    if isinstance(watch, _exits.ExitWatch):
+        return watch
     if isinstance(watch, str):
-        return None  # it could not be had here: the tick notices each end
-    if not isinstance(watch, _exits.ExitWatch):
-        why = _exits.unusable()
-        if not why:
-            try:
-                watch = _exits.ExitWatch(ended)
-            except (OSError, RuntimeError) as exc:  # no descriptor or thread to be had
-                why = f"the watch could not start: {exc}"
-        if why:
-            scratch[EXITS_KEY] = why
-            return None
-        scratch[EXITS_KEY] = watch
-    assert isinstance(watch, _exits.ExitWatch)
-    watch.watch(groups)
-    return True
+        return None
+    why = _exits.unusable()
+    if not why:
+        try:
+            made = scratch[EXITS_KEY] = _exits.ExitWatch(ended)
+            return made
+        except (OSError, RuntimeError) as exc:  # no descriptor or thread to be had
+            why = f"the watch could not start: {exc}"
+    scratch[EXITS_KEY] = why
+    return None
+
+
+def _exec_watch(started: Callable[[], None], scratch: dict[str, Any]) -> _execs.ExecWatch | None:
+    """The watch of starts kept in ``scratch``, as :func:`_exit_watch` (the tick finds each
+    start where it cannot be had, or once it broke)."""
+    watch = scratch.get(EXECS_KEY)
+    if isinstance(watch, _execs.ExecWatch):
+        if not watch.broken:
+            return watch
+        watch.close()
+        scratch[EXECS_KEY] = f"it stopped: {watch.broken}"
+        return None
+    if isinstance(watch, str):
+        return None
+    why = _execs.unusable()
+    if not why:
+        try:
+            made = scratch[EXECS_KEY] = _execs.ExecWatch(started)
+            return made
+        except (OSError, RuntimeError) as exc:
+            why = f"the watch could not start: {exc}"
+    log.info("programs are not seen starting between ticks (the tick finds them): %s", why)
+    scratch[EXECS_KEY] = why
+    return None

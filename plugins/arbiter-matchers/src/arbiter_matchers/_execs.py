@@ -1,0 +1,210 @@
+"""Programs started, seen when they start: the kernel's process events on a socket of their
+own that lets through only the exec of a program, so that the daemon looks again the moment a
+protected program starts instead of at its next tick.
+
+The socket carries a classic BPF filter (``SO_ATTACH_FILTER``) that drops every event but
+``PROC_EVENT_EXEC`` in the kernel: forks, exits and a thread's every change of name are far
+more frequent than execs, and would each wake the watch's thread.  That thread sleeps in
+``poll`` with no timeout on the socket and a pipe that says it is to stop, so an idle desktop
+(a few programs started a minute) costs a few wake-ups a minute; where programs start by the
+dozen a second, those of a quarter second are taken together.  Each exec is read from
+``/proc`` as the process table reads it (it may be gone already: then nothing is told) and
+handed to the caller's ``starts``, which says whether it is worth a look.
+
+The connector's needs (``CAP_NET_ADMIN``, the machine's pid namespace) are
+:func:`arbiter_matchers._procevents.unusable`'s: where they are not met it is not opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import select
+import socket
+import struct
+import threading
+from collections.abc import Callable
+
+from arbiter.plugin import ProcessInfo
+from arbiter_matchers import _procevents
+from arbiter_matchers._procscan import ProcScan
+
+log = logging.getLogger("arbiter.matchers.execs")
+
+SO_ATTACH_FILTER = 26
+# classic BPF: load the event's ``what`` word, pass an exec whole, drop everything else
+_BPF_LD_W_ABS = 0x20
+_BPF_JEQ_K = 0x15
+_BPF_RET_K = 0x06
+_WHAT_AT = _procevents._HEADERS  # the event follows the netlink and connector headers
+_RECV_BYTES = 4096
+#: the execs of this long after a batch are taken together: where programs start by the dozen
+#: a second (a build, a scheduler's commands, a test suite) the thread wakes a few times a
+#: second, not once an exec, and most of the short-lived ones are gone and cost one failed
+#: open; a protected program is seen at most this much later than it started
+BATCH_MS = 250
+
+Starts = Callable[[ProcessInfo], bool]
+
+
+def unusable() -> str:
+    """Why programs cannot be seen starting here ("" when they can)."""
+    return _procevents.unusable()
+
+
+def exec_filter() -> bytes:
+    """The socket filter's instructions (``struct sock_filter``: code, jt, jf, k)."""
+    # BPF loads a word in network byte order; the kernel writes ``what`` in the host's
+    exec_word = int.from_bytes(struct.pack("=I", _procevents.PROC_EVENT_EXEC), "big")
+    insn = struct.Struct("=HBBI")
+    return b"".join(
+        (
+            insn.pack(_BPF_LD_W_ABS, 0, 0, _WHAT_AT),
+            insn.pack(_BPF_JEQ_K, 0, 1, exec_word),
+            insn.pack(_BPF_RET_K, 0, 0, 0xFFFFFFFF),
+            insn.pack(_BPF_RET_K, 0, 0, 0),
+        )
+    )
+
+
+def exec_socket() -> socket.socket:
+    """A connector socket subscribed to process events that receives execs alone.  Raises
+    OSError where it cannot be had."""
+    why = unusable()
+    if why:
+        raise OSError(errno.EPERM, why)
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, _procevents.NETLINK_CONNECTOR)
+    try:
+        program = ctypes.create_string_buffer(exec_filter())
+        count = len(program.raw) // 8
+        # struct sock_fprog: an unsigned short count, then (aligned) a pointer to the program
+        fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", count, ctypes.addressof(program))
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)  # before any event can queue
+        sock.bind((0, _procevents.CN_IDX_PROC))
+        op = struct.pack("=I", _procevents.PROC_CN_MCAST_LISTEN)
+        body = _procevents._CN_MSG.pack(_procevents.CN_IDX_PROC, _procevents.CN_VAL_PROC, 0, 0, len(op), 0) + op
+        header = _procevents._NLMSGHDR.pack(_procevents._NLMSGHDR.size + len(body), _procevents.NLMSG_DONE, 0, 0, 0)
+        sock.send(header + body)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def exec_pids(data: bytes) -> list[int]:
+    """The processes (thread group ids) whose exec one datagram tells of."""
+    pids: list[int] = []
+    at = 0
+    ev = _procevents._EVENT
+    while at + _procevents._HEADERS + ev.size + _procevents._PIDS.size <= len(data):
+        length = _procevents._NLMSGHDR.unpack_from(data, at)[0]
+        if ev.unpack_from(data, at + _procevents._HEADERS)[0] == _procevents.PROC_EVENT_EXEC:
+            pids.append(_procevents._PIDS.unpack_from(data, at + _procevents._HEADERS + ev.size)[1])
+        if length < _procevents._NLMSGHDR.size:
+            break
+        at += (length + 3) & ~3
+    return pids
+
+
+class ExecWatch:
+    """Calls ``started`` (on its own thread) when a program starts that the ``starts`` it was
+    last given selects; nothing while it was given None.  Raises OSError where the connector
+    cannot be had, RuntimeError where no thread can be started."""
+
+    def __init__(self, started: Callable[[], None]) -> None:
+        self._started = started
+        self._lock = threading.Lock()
+        self._starts: Starts | None = None
+        self._closed = False
+        self.broken = ""  # why it stopped watching ("" while it watches)
+        self._sock = exec_socket()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._run, name="arbiter-execs", daemon=True)
+        try:
+            self._thread.start()
+        except BaseException:
+            self._sock.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            raise
+
+    def watch(self, starts: Starts | None) -> None:
+        """Judge the programs started from now on by ``starts`` (None: none is worth a look)."""
+        with self._lock:
+            self._starts = starts
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_w, b".")
+        self._thread.join(timeout=2)
+        with self._lock:
+            if not self._thread.is_alive():  # else it may still poll them: leave them open
+                self._sock.close()
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        poller.register(self._sock.fileno(), select.POLLIN)
+        pause = select.poll()  # between two batches: only a close ends it early
+        pause.register(self._wake_r, select.POLLIN)
+        scan = ProcScan(0)  # keeps no descriptor: each process is read once
+        while True:
+            events = poller.poll()
+            with self._lock:
+                if self._closed:
+                    return
+                starts = self._starts
+            if not any(fd == self._sock.fileno() for fd, _ in events):
+                continue
+            pids: list[int] = []
+            try:
+                while True:
+                    try:
+                        pids += exec_pids(self._sock.recv(_RECV_BYTES, socket.MSG_DONTWAIT))
+                    except BlockingIOError:
+                        break
+                    except OSError as exc:
+                        if exc.errno != errno.ENOBUFS:
+                            raise
+                        pids.append(0)  # execs were dropped: one of them may be worth a look
+            except OSError as exc:
+                self.broken = f"reading its socket failed: {exc}"
+                log.warning("programs are no longer seen starting (the tick finds them): %s", self.broken)
+                return
+            if starts is not None and pids and self._worth_a_look(starts, pids, scan):
+                try:
+                    self._started()
+                except Exception:  # the watch goes on; the tick finds what it missed
+                    log.exception("telling that a program started failed")
+            pause.poll(BATCH_MS)
+
+    @staticmethod
+    def _worth_a_look(starts: Starts, pids: list[int], scan: ProcScan) -> bool:
+        if 0 in pids:
+            return True
+        for pid in dict.fromkeys(pids):
+            try:
+                _, records = scan.read([pid])
+            except OSError:
+                return True  # /proc failed: let the tick look
+            finally:
+                scan.forget([pid])
+            if not records:
+                continue  # gone already: it ran too briefly to protect
+            try:
+                if starts(ProcessInfo(*records[0])):
+                    return True
+            except Exception:  # a matcher's failure is the tick's to report
+                log.debug("judging a started program failed", exc_info=True)
+                return True
+        return False
