@@ -45,6 +45,7 @@ def report(
     # kept, and the work reachable, against the oracle's, each summed
     best_sum = floor_sum = 0.0
     kept_sum: dict[str, float] = {}
+    beside_sum: dict[str, float] = {}
     for seed, schedule, passes in runs:
         best = oracle(schedule, args.throughput_s, args.slots, args.queue)
         best_sum += best
@@ -69,6 +70,7 @@ def report(
         for tag, p in passes.items():
             shares.setdefault(tag, []).append(p.kept / best)
             kept_sum[tag] = kept_sum.get(tag, 0.0) + p.kept
+            beside_sum[tag] = beside_sum.get(tag, 0.0) + min(p.beside_s, p.kept)
             kept_share.setdefault(tag, []).append(p.kept / max(p.ran, 1e-9))
             outside[tag] = outside.get(tag, 0) + len(p.outside)
             in_grace[tag] = in_grace.get(tag, 0) + p.in_grace
@@ -85,7 +87,8 @@ def report(
                 f"    protected nodes looked at {p.samples} times (every 0.1 s): a fleet process running there "
                 f"{len(p.outside)} times outside any grace, {p.in_grace} within an evicted job's grace "
                 f"({grace:g} s: checkpoint_s {args.checkpoint_s:g} + requeue_grace_s {args.requeue_grace_s:g}; "
-                f"longest seen {ran:.1f} s after its eviction), {p.reacting} before the node saw its protected program"
+                f"longest seen {ran:.1f} s after its eviction), {p.reacting} before the node saw its protected program; "
+                f"fleet processes ran {p.beside_s:.1f} s beside a protected program in all"
             )
             if p.idle:
                 print(
@@ -109,6 +112,11 @@ def report(
             "work kept of work run "
             f"{spread(kept_share[tag])}; a fleet process on a protected node {outside[tag]} times outside any grace, "
             f"{in_grace[tag]} within it, of {looks[tag]} looks"
+        )
+        honest = kept_sum[tag] - beside_sum[tag]
+        print(
+            f"    without any work run beside a protected program (at most {beside_sum[tag]:.0f} s of it counted "
+            f"above, work the oracle never does): {100 * honest / max(best_sum, 1e-9):.0f}% of the oracle's work pooled"
         )
         if idle.get(tag):
             print(

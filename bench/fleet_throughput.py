@@ -24,6 +24,8 @@ WAIT_S = 60.0
 TOP_UP_S = 0.25
 #: how often a throughput pass looks at the job processes of the protected nodes
 SAMPLE_S = 0.1
+#: the most one look weighs: the first look after a protected program started follows a pause
+MAX_GAP_S = 0.5
 #: how long a node takes to see its protected program start (a tick, and the decision after it)
 REACT_S = 1.5
 #: how long after an eviction's first step (its job continued, to save its work and end) the
@@ -184,6 +186,9 @@ class Pass:
     outside: list[str] = field(default_factory=list)  # a fleet process running there, outside any grace
     in_grace: int = 0  # ... within an evicted job's grace
     reacting: int = 0  # ... before the node saw its protected program start (a tick)
+    #: seconds of fleet processes running beside a protected program (each look weighs the time
+    #: since the look before): work the oracle never does, though a checkpoint may keep it
+    beside_s: float = 0.0
     evicted_ran_s: list[float] = field(default_factory=list)  # per eviction: how long after it a process ran there
     idle: dict[str, float] = field(default_factory=dict)  # slot-seconds the oracle works and the fleet does not, by why
 
@@ -307,7 +312,8 @@ def throughput(
     )
     games: dict[str, subprocess.Popen[bytes]] = {}
     since: dict[str, float] = {}  # wall time each running protected program started
-    seen: list[tuple[float, str, str]] = []  # (time in the pass, node, Slurm job) of a process running while protected
+    # (time in the pass, node, Slurm job, seconds since the look before) of a process running while protected
+    seen: list[tuple[float, str, str, float]] = []
     trace: list[tuple[float, dict[int, tuple[str, str]]]] = []  # (time in the pass, each job's state and node)
     start_wall = time.time()
     samples = 0
@@ -327,12 +333,12 @@ def throughput(
                     game.wait()
                     since.pop(name, None)
             if since and now - sampled >= SAMPLE_S:
-                sampled = now
+                gap, sampled = min(now - sampled, MAX_GAP_S), now
                 samples += 1
                 wall = time.time()
                 for _pid, node, job, state in worker_processes(str(folder / "work.py")):
                     if node in since and state not in ("T", "t", "Z"):
-                        seen.append((wall - start_wall, node, job))
+                        seen.append((wall - start_wall, node, job, gap))
             if now - topped_up >= TOP_UP_S:  # a job that ended is followed by a new one
                 topped_up = now
                 squeue = cluster.jobs()
@@ -360,7 +366,8 @@ def throughput(
     result.idle = idle_slots(trace, schedule, args.throughput_s, args.slots, args.queue)
     stops = {name: stopped_at(cluster.arbiter[name], start_wall) for name in names}
     last_after: dict[tuple[str, str, float], float] = {}
-    for at, node, job in seen:
+    result.beside_s = sum(gap for *_, gap in seen)
+    for at, node, job, _ in seen:
         stop = max((t for t, subject in stops[node] if subject == job and t <= at + STOP_SAID_S), default=None)
         if stop is not None and at - stop <= grace_s + 1.0:
             result.in_grace += 1
