@@ -33,6 +33,7 @@ from arbiter.config.rules import (
 )
 from arbiter.config.ruleset import (
     RULE_SUFFIXES,
+    RuleFileLook,
     RuleSet,
     check_paths,
     read_rule_texts,
@@ -60,6 +61,7 @@ __all__ = [
     "OptionsLookup",
     "Resolution",
     "RuleFile",
+    "RuleFileLook",
     "RuleSet",
     "check_paths",
     "known_keys",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from arbiter.config.models import KindBlock, NodeConfig
 from arbiter.daemon.claim import Claimer, descendants, plausible
 from arbiter.daemon.exits import ExitWatching
 from arbiter.daemon.jobevents import JobEventLog, JobReport
-from arbiter.daemon.rules import RuleBook
+from arbiter.daemon.rules import LiveRule, RuleBook
 from arbiter.engine.types import RuleObs
 from arbiter.engine.usage import BusyCounters, busy_share
 from arbiter.plugin import EXITED, GpuReading, HostSignal, ProcessGpu, ProcessInfo, ProcessRef, Reader
@@ -105,13 +105,18 @@ def reading_problem(reading: object, checked: Mapping[int, ProcessGpu] | None = 
     return ""
 
 
-def held_vram(reading: GpuReading | None, pids: Iterable[int]) -> int | None:
-    """What these processes hold (None: the readers cannot say)."""
+def held_vram(reading: GpuReading | None, pids: Iterable[int], unknown: Collection[int] | None = None) -> int | None:
+    """What these processes hold (None: the readers cannot say).  ``unknown``: the pids the
+    reading lists without their VRAM, where the caller asks about many sets of processes."""
     if reading is None:
         return None
     pids = set(pids)
     if pids & reading.unreadable:
         return None
+    if unknown is not None:
+        if not pids.isdisjoint(unknown):
+            return None  # a process listed without its VRAM: unknown, never 0 (nor "unmanaged")
+        return sum(pg.vram_bytes or 0 for pid in pids if (pg := reading.processes.get(pid)) is not None)
     # by the pids, not the reading: it is called for every rule, most with no process
     mine = [pg.vram_bytes for pid in pids if (pg := reading.processes.get(pid)) is not None]
     if any(v is None for v in mine):
@@ -156,6 +161,7 @@ class Observer:
                 self.readers.append((block.kind, None, str(exc)))
         self._prev: GpuReading | None = None
         self._prev_reader = ""
+        self._prev_counters: BusyCounters = {}  # each process's counters in ``_prev``
         self._signals: dict[str, HostSignal | None] = {}
         self._sample_base: tuple[str, GpuReading] | None = None  # where the current job sample began
         self.reader_results: dict[str, tuple[bool, str]] = {}
@@ -299,26 +305,35 @@ class Observer:
             fleet.update(r.pid for r in refs)
 
         ended = self.exits.ended(table)
+        ordered = rulebook.ordered()
         rule_pids, rule_faults = yield from self.claimer.claiming(
-            rulebook.ordered(), [p for p in table if p.pid not in fleet and p.pid not in ended]
+            ordered, [p for p in table if p.pid not in fleet and p.pid not in ended]
         )
-        yield from self._feed_process_sources(rulebook, table, rule_faults)
+        yield from self._feed_process_sources(ordered, table, rule_faults)
         wanted = set().union(*rule_pids.values(), *({r.pid for r in refs} for refs in job_processes.values()))
         in_table = {pid: by_pid[pid] for pid in wanted if pid in by_pid}
         reader_name, reading, reader_why = yield from self._read_gpu(wanted, in_table, table_at_ns)
         before: BusyCounters | None = None
         if reading is not None and self._prev is not None and self._prev_reader == reader_name:
-            before = {pid: pg.busy_ns for pid, pg in self._prev.processes.items()}
+            before = self._prev_counters
         after: BusyCounters = {pid: pg.busy_ns for pid, pg in reading.processes.items()} if reading else {}
+        # the processes whose counters moved since the last reading (a reader hands back the
+        # very same counters for an idle one): a rule with none of them used no GPU time, and
+        # most of a hundred rules' thousand processes are idle on most ticks
+        moved = {pid for pid, now in after.items() if before.get(pid) is not now} if before is not None else set()
+        vram_unknown = (
+            {pid for pid, pg in reading.processes.items() if pg.vram_bytes is None} if reading is not None else set()
+        )
 
-        def share(pids: Iterable[int]) -> float | None:
-            pids = set(pids)
+        def share(pids: frozenset[int]) -> float | None:
             if reading is None or self._prev is None or pids & reading.unreadable:
                 return None  # a process whose GPU time cannot be read may be using it
+            if before is not None and reading.at_ns > self._prev.at_ns and pids.isdisjoint(moved):
+                return 0.0  # what busy_share says of counters none of which moved
             return busy_share(before, self._prev.at_ns, after, reading.at_ns, pids)
 
         rules: dict[str, RuleObs] = {}
-        for live in rulebook.ordered():
+        for live in ordered:
             rid = live.rule.id
             pids = rule_pids[rid]
             running = bool(pids)
@@ -332,18 +347,27 @@ class Observer:
                 else:
                     why = f"{reader_name} cannot read process(es) {sorted(pids & reading.unreadable)}"
             rules[rid] = RuleObs(
-                rid, running, pids, gpu_share, why, (), tuple(rule_faults[rid]), vram_bytes=held_vram(reading, pids)
+                rid,
+                running,
+                pids,
+                gpu_share,
+                why,
+                (),
+                tuple(rule_faults[rid]),
+                vram_bytes=held_vram(reading, pids, vram_unknown),
             )
         job_busy, busy_at = self._job_sample(reader_name, reading, job_processes)
         if reading is not None:
-            self._prev, self._prev_reader = reading, reader_name
+            self._prev, self._prev_reader, self._prev_counters = reading, reader_name, after
         else:
-            self._prev, self._prev_reader = None, ""
+            self._prev, self._prev_reader, self._prev_counters = None, "", {}
         vram: dict[str, int | None] = (
             {"total": reading.vram_total_bytes, "free": reading.vram_free_bytes} if reading else {}
         )
         job_vram = (
-            {jid: held_vram(reading, {r.pid for r in refs}) for jid, refs in job_processes.items()} if reading else {}
+            {jid: held_vram(reading, {r.pid for r in refs}, vram_unknown) for jid, refs in job_processes.items()}
+            if reading
+            else {}
         )
         if reading is not None:
             vram["jobs"] = sum(held or 0 for held in job_vram.values())
@@ -447,11 +471,11 @@ class Observer:
         return self._machine_reading
 
     def _feed_process_sources(
-        self, rulebook: RuleBook, table: Sequence[ProcessInfo], faults: dict[str, list[str]]
+        self, ordered: Sequence[LiveRule], table: Sequence[ProcessInfo], faults: dict[str, list[str]]
     ) -> Steps[None]:
         """Sources that watch processes (``on_exec``) see every process their block selects;
         a failure is a fault of the rule (treated as harm)."""
-        for live in rulebook.ordered():
+        for live in ordered:
             for index, matcher in list(live.source_matchers.items()):
                 source = live.progress if index < 0 else live.phases[index]
                 if source is None:

@@ -14,9 +14,9 @@ from typing import Any
 from arbiter.config.errors import Problem
 from arbiter.config.loader import (
     Resolution,
+    RuleFileLook,
     read_rule_texts,
     resolve_rules,
-    rule_file_stats,
     rule_files,
     validate_kind_options,
     with_shipped_bases,
@@ -97,9 +97,10 @@ class LiveRule:
                     pass
 
 
-def _signature(paths: list[Path]) -> tuple[tuple[str, int, int], ...]:
-    """Every rule file with its mtime and size (read on every tick)."""
-    return tuple((name, st.st_mtime_ns, st.st_size) if st else (name, -1, -1) for name, st in rule_file_stats(paths))
+def _signature(paths: list[Path], look: RuleFileLook | None = None) -> tuple[tuple[str, int, int], ...]:
+    """Every rule file with its mtime and size (read on every tick, through ``look``)."""
+    found = (look or RuleFileLook())(paths)
+    return tuple((name, st.st_mtime_ns, st.st_size) if st else (name, -1, -1) for name, st in found)
 
 
 class RuleBook:
@@ -129,13 +130,14 @@ class RuleBook:
         self.problems: dict[str, list[Problem]] = {}
         self._last_good: dict[str, str] = store.last_good_rule_files() if store else {}
         self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self._look = RuleFileLook()  # the tick's look at the rule files
         self.generation = 0  # grows each time the rules in force change (helpers ask again)
         self._serials = itertools.count(1)
 
     # --- reading ------------------------------------------------------------------------------
 
     def changed(self) -> bool:
-        return _signature(self.config.tenants_paths()) != self._signature
+        return _signature(self.config.tenants_paths(), self._look) != self._signature
 
     def _resolve(self, files: Mapping[str, str | list[Problem]]) -> Resolution:
         return resolve_rules(files, self.host.options_model, self.host.kind_names)
@@ -146,7 +148,7 @@ class RuleBook:
         The files are resolved together (``extends:`` reaches across them).  A file whose rule
         fails, through its own problems or its base's, keeps the rule that the last good
         versions of the files it is made of give."""
-        self._signature = _signature(self.config.tenants_paths())
+        self._signature = _signature(self.config.tenants_paths(), self._look)
         files = read_rule_texts(rule_files(self.config.tenants_paths()))
         shipped = with_shipped_bases(files)  # bases for extends: only, not rules in force
         now = self._resolve(files)

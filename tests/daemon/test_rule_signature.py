@@ -4,7 +4,11 @@ one of them (edited, added, removed) seen."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from arbiter.config.loader import rule_files
 from arbiter.daemon.rules import _signature
@@ -31,3 +35,37 @@ def test_the_signature_lists_what_the_loader_reads_and_changes_with_it(tmp_path:
     assert len(_signature(paths)) == len(first) + 1
     (tenants / "a.yml").unlink()
     assert len(_signature(paths)) == len(first)
+
+
+def test_a_folder_whose_stat_did_not_move_is_not_listed_again_and_its_files_are_still_looked_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arbiter.config import ruleset
+
+    tenants = tmp_path / "tenants.d"
+    tenants.mkdir()
+    for name in ("a.yaml", "b.yaml"):
+        (tenants / name).write_text("id: x\n")
+    listed: list[str] = []
+    scandir = os.scandir
+
+    def counted(path: str) -> Any:
+        listed.append(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    look = ruleset.RuleFileLook()
+    old = time.time_ns() - 2 * ruleset.RECENT_NS
+    os.utime(tenants, ns=(old, old))  # changed long enough ago for the clock to have moved on
+    first = _signature([tenants], look)
+    assert _signature([tenants], look) == first and listed == [str(tenants)]
+    (tenants / "a.yaml").write_text("id: x\nmatch: {}\n")  # edited in place: the folder's stat stays
+    os.utime(tenants, ns=(old, old))
+    assert _signature([tenants], look) != first and listed == [str(tenants)]
+    (tenants / "c.yaml").write_text("id: z\n")  # a new file moves the folder's mtime: listed again
+    assert [name for name, _, _ in _signature([tenants], look)][-1] == str(tenants / "c.yaml")
+    assert len(listed) == 2
+    # a folder changed a moment ago is listed on every look: another change within the same
+    # tick of the kernel's clock would leave its mtime as it is
+    _signature([tenants], look)
+    assert len(listed) == 3

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 import psutil
@@ -289,6 +289,64 @@ def test_an_idle_process_is_read_from_its_schedstat_and_its_cpu_time_when_it_ran
         assert after >= first + 150_000_000  # it ran: read again, not taken from before
         assert abs(after / 1e9 - (t.user + t.system)) < 0.02
         assert len(stat_reads) == 2
+    finally:
+        proc.kill()
+        proc.wait()
+        times.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_same_processes_asked_again_keep_their_files_without_a_look_through_them(idle: int) -> None:
+    from arbiter_readers._cpustat import BusyTimes, _StatFiles
+
+    other = subprocess.Popen(["sleep", "60"])
+    times = BusyTimes(16)
+    looks: list[str] = []
+
+    def looked(kept: _StatFiles) -> Callable[[Collection[int]], None]:
+        keep_only = kept.keep_only
+
+        def look(pids: Collection[int]) -> None:
+            looks.append(kept.name)
+            keep_only(pids)
+
+        return look
+
+    for kept in (times.files, times.sched):
+        kept.keep_only = looked(kept)  # type: ignore[method-assign,assignment]
+    try:
+        asleep(idle)
+        for _ in range(3):  # a thousand idle processes a tick: nothing kept is gone through again
+            assert set(times(([idle, other.pid], False))[1]) == {idle, other.pid}
+        assert looks == ["stat", "schedstat"]
+        assert set(times(([idle], False))[1]) == {idle}  # one no longer asked about: its files close
+        assert looks == ["stat", "schedstat"] * 2
+        assert other.pid not in times.files.fds and other.pid not in times.sched.fds
+    finally:
+        other.kill()
+        other.wait()
+        times.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_process_that_ran_between_two_told_answers_is_told_though_a_read_between_saw_it(idle: int) -> None:
+    from arbiter_readers._cpustat import BusyTimes
+
+    proc = subprocess.Popen([sys.executable, "-c", WAKES], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    times = BusyTimes(16)
+    try:
+        asleep(idle)
+        asleep(proc.pid)
+        _, whole, number, _, _ = times(([proc.pid, idle], False, -1))
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "done\n"
+        asleep(proc.pid)
+        ran = times(([proc.pid, idle], False))[1][proc.pid]  # a whole read, no answer told
+        assert ran != whole[proc.pid]
+        _, changed, _, base, gone = times(([proc.pid, idle], False, number))  # resting since the read above
+        assert base == number and changed == {proc.pid: ran} and gone == []
     finally:
         proc.kill()
         proc.wait()

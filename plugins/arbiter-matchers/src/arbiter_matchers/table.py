@@ -210,6 +210,7 @@ class TableMemo:
         infos, quiet = self._infos, self._quiet
         assert quiet is not None
         present = set(found)
+        last = next(reversed(infos), -1)  # the highest pid before: a process born above it goes last
         born = False
         for pid in asked:
             if pid not in present:
@@ -217,11 +218,11 @@ class TableMemo:
                 quiet.pop(pid, None)
             elif pid in made:
                 info = made[pid]
-                born = born or pid not in infos
+                born = born or (pid < last and pid not in infos)
                 infos[pid] = info
                 kept = quiet.get(pid)
                 quiet[pid] = kept if kept is not None and kept == info else dataclasses.replace(info, cpu_ns=None)
-        if born:  # in pid order, as a scan gives them
+        if born:  # in pid order, as a scan gives them (a pid handed out again below the highest)
             self._infos = dict(sorted(infos.items()))
             self._quiet = dict(sorted(quiet.items()))
 

@@ -150,6 +150,10 @@ class BusyTimes:
         self.sched = _StatFiles(keep // 2, "schedstat", kept_only=True)
         self.resting: dict[int, tuple[bytes, int]] = {}  # pid → (its schedstat before the stat read, busy ns)
         self._told: tuple[int, dict[int, int] | dict[int, dict[str, int]]] | None = None  # (number, answer)
+        self._asked: set[int] = set()  # the pids the last request asked about
+        #: while an answer is held (``_told``), the pids read since that were not taken from
+        #: ``resting``: the others have not run since, and their times are the ones it holds
+        self._read_again: set[int] = set()
         weakref.finalize(self, self.files.close)
         weakref.finalize(self, self.sched.close)
 
@@ -169,10 +173,11 @@ class BusyTimes:
         held = request[2]
         told, number = self._told, (self._told[0] + 1 if self._told is not None else 0)
         self._told = (number, busy)
+        again, self._read_again = self._read_again, set()
         if told is None or told[0] != held:
             return at_ns, busy, number, -1, []
         before: dict[int, object] = told[1]  # type: ignore[assignment]
-        changed = {pid: b for pid, b in busy.items() if before.get(pid) != b}
+        changed = {pid: b for pid in again if (b := busy.get(pid)) is not None and before.get(pid) != b}
         return at_ns, changed, number, held, [pid for pid in before if pid not in busy]  # type: ignore[return-value]
 
     def _read(self, pids: list[int], threads: bool) -> Answer:
@@ -181,20 +186,43 @@ class BusyTimes:
         ns_per_tick = 1e9 / os.sysconf("SC_CLK_TCK")
         at_ns = time.monotonic_ns()
         if threads:
+            self.resting.clear()  # what rested was read as a process's time, not its threads'
+            self._asked = set()
+            self._read_again.update(pids)
             return at_ns, {pid: engines for pid in pids if (engines := _threads_busy_ns(pid, ns_per_tick))}
         asked = set(pids)
         files, sched, resting = self.files, self.sched, self.resting
-        files.keep_only(asked)
-        sched.keep_only(asked)
-        for pid in [p for p in resting if p not in asked]:
-            del resting[pid]
+        if asked != self._asked:  # most ticks ask about the very same processes
+            files.keep_only(asked)
+            sched.keep_only(asked)
+            for pid in [p for p in resting if p not in asked]:
+                del resting[pid]
+            self._asked = asked
         busy_ns: dict[int, int] = {}
+        # only what an answer held is compared with needs noting (the daemon's own reads hold none)
+        again: set[int] = self._read_again if self._told is not None else set()
+        # a thousand idle processes a tick: each costs one read of its kept schedstat, and
+        # the loop around that read is kept as short as the read itself
+        kept, pread, get_resting = sched.fds, os.pread, resting.get
         for pid in asked:
-            moved = sched.read(pid)  # read before the stat file: what it says holds from here
-            last = resting.get(pid)
-            if last is not None and moved == last[0]:
-                busy_ns[pid] = last[1]
-                continue
+            fd = kept.get(pid)
+            if fd is not None:
+                try:
+                    moved: bytes | None = pread(fd, 256, 0)  # read before the stat file: what it says holds from here
+                except OSError:
+                    moved = b""
+                if moved:
+                    last = get_resting(pid)
+                    if last is not None and moved == last[0]:
+                        busy_ns[pid] = last[1]
+                        continue
+                else:
+                    del kept[pid]
+                    os.close(fd)
+                    moved = None  # gone (a new process under its pid is opened afresh on the next read)
+            else:
+                moved = sched.read(pid)
+            again.add(pid)
             busy, rests = _busy_and_resting(files.read(pid), ns_per_tick)
             if busy is None:
                 resting.pop(pid, None)
@@ -210,4 +238,5 @@ class BusyTimes:
         self.files.close()
         self.sched.close()
         self.resting.clear()
+        self._asked, self._read_again = set(), set()
         self._told = None
