@@ -1092,6 +1092,26 @@ def test_a_file_replaced_again_and_again_is_followed_each_time(tmp_path: Path, m
     rec.wait_for(lambda s: s.readable and s.phase == "on", timeout=5)
 
 
+def test_a_file_whose_folder_is_renamed_and_made_anew_is_followed_in_the_new_folder(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the followed file keeps its name and links when its folder moves: only a watch on the
+    # folder hears that the path may name another file now
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 3600.0)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    path = folder / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    rec = started(source)
+    append(path, line("status", phase="idle"))
+    rec.wait_for(lambda s: s.count == 1, timeout=5)
+    folder.rename(tmp_path / "logs.old")
+    folder.mkdir()
+    append(path, line("status", phase="uploading"))
+    rec.wait_for(phase_is("on"), timeout=5)
+
+
 def test_a_file_renamed_away_with_nothing_in_its_place_goes_unreadable(
     tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -83,6 +83,13 @@ def exec_socket() -> socket.socket:
         # struct sock_fprog: an unsigned short count, then (aligned) a pointer to the program
         fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", count, ctypes.addressof(program))
         sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)  # before any event can queue
+        # the execs of a pause between batches wait here: the default buffer holds about 250,
+        # fewer than a build or a shell loop makes in a quarter second, and each overflow
+        # reads as a start worth a look
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, _procevents.SO_RCVBUFFORCE, _procevents.RCVBUF_BYTES)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _procevents.RCVBUF_BYTES)
         sock.bind((0, _procevents.CN_IDX_PROC))
         op = struct.pack("=I", _procevents.PROC_CN_MCAST_LISTEN)
         body = _procevents._CN_MSG.pack(_procevents.CN_IDX_PROC, _procevents.CN_VAL_PROC, 0, 0, len(op), 0) + op

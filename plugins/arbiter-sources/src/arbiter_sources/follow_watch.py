@@ -21,6 +21,7 @@ class Notifications:
         self.kqueue: Kqueue | None = None
         self.watches: dict[int, str] = {}  # wd → the directory, or the followed file's /proc/self/fd path
         self.file_wd: int | None = None  # the watch on the followed file itself
+        self._masks: dict[int, int] = {}  # wd → the events it asks for
         self.stale = True  # the directories to watch may have changed
         self._moving: dict[int, str] = {}  # rename cookie -> old name of our file
 
@@ -88,37 +89,44 @@ class Notifications:
         that is no symlink then needs no watch on its directory: nothing new can appear at
         the path before this file leaves it, renamed (the file's own watch hears the move),
         deleted or renamed over (its link count falls: the file's watch hears that as a
-        change of attributes), and the directory is watched again from then on.  A file
-        nothing writes then sleeps while other files come and go beside it (a program that
-        replaces its status file four times a second woke every such source as often)."""
+        change of attributes), or its directory moved or deleted (a watch on the directory
+        for those alone hears it), and the directory is watched for its files again from
+        then on.  A file nothing writes then sleeps while other files come and go beside it
+        (a program that replaces its status file four times a second woke every such source
+        as often)."""
         if not self.stale:
             return False
         directory_events = inotify.DIRECTORY_EVENTS
         if not where.is_glob:  # a write to another match may make it the newest: globs hear them all
             directory_events &= ~(inotify.IN_MODIFY | inotify.IN_CLOSE_WRITE)
-        wanted = {where.dir}
+        wanted = {where.dir: directory_events | inotify.IN_ONLYDIR}
         if fd is not None:
             at = os.path.join(where.dir, name)
             real = os.path.realpath(at)
             if settled and not where.is_glob and real == at:
-                wanted = set()
+                # the directory renamed away or deleted (a new one may be made in its place)
+                wanted[where.dir] = inotify.IN_MOVE_SELF | inotify.IN_DELETE_SELF | inotify.IN_ONLYDIR
             else:
-                wanted.add(os.path.dirname(real))  # a symlinked file is renamed or replaced in its target's directory
+                # a symlinked file is renamed or replaced in its target's directory
+                wanted[os.path.dirname(real)] = directory_events | inotify.IN_ONLYDIR
             if not where.is_glob:
-                wanted.add(f"/proc/self/fd/{fd}")  # the descriptor: the path may already name the next file
-        have = set(self.watches.values())
+                # the descriptor: the path may already name the next file
+                wanted[f"/proc/self/fd/{fd}"] = inotify.FILE_EVENTS
+        have = {path: wd for wd, path in self.watches.items()}
         added = False
-        for path in wanted - have:
-            is_file = path.startswith("/proc/self/fd/")
+        for path, mask in wanted.items():
+            if path in have and self._masks.get(have[path]) == mask:
+                continue
             try:
-                if is_file:
-                    wd = ino.add_watch(path, inotify.FILE_EVENTS)
-                else:
-                    wd = ino.add_watch(path, directory_events | inotify.IN_ONLYDIR)
+                wd = ino.add_watch(path, mask)  # a watch that stands is given the new mask
             except OSError:
                 continue  # missing or unreadable directory: checked on the interval instead
+            if have.get(path, wd) != wd:
+                ino.rm_watch(have[path])  # the path names another directory now
+                del self.watches[have[path]]
             self.watches[wd] = path
-            if is_file:
+            self._masks[wd] = mask
+            if path.startswith("/proc/self/fd/"):
                 self.file_wd = wd
             added = True
         for wd, path in list(self.watches.items()):
@@ -127,8 +135,9 @@ class Notifications:
                 del self.watches[wd]
                 if wd == self.file_wd:
                     self.file_wd = None
+        self._masks = {wd: mask for wd, mask in self._masks.items() if wd in self.watches}
         # Retried on every interval until each directory is watched.
-        self.stale = set(self.watches.values()) != wanted
+        self.stale = set(self.watches.values()) != set(wanted)
         return added
 
     def sort(
