@@ -33,25 +33,27 @@ def rule_file_stats(directories: Iterable[Path]) -> list[tuple[str, os.stat_resu
     return RuleFileLook()(directories)
 
 
-#: a folder changed this recently may change again within the same tick of the clock the
-#: kernel dates it by, and keep its mtime: it is listed again until its mtime is older
+#: a folder may change again within the same tick of the clock the kernel dates it by, and
+#: keep its mtime: a listing taken less than this after its mtime may miss such a change, and
+#: the folder is listed again until a listing is taken later than that
 RECENT_NS = 2_000_000_000
 
 
 class RuleFileLook:
     """:func:`rule_file_stats` for a caller that looks on every tick (the daemon): a folder is
-    listed again only when its own stat moved (a file made, removed or renamed in it) or is
-    too recent to say, and each rule file is asked its stat every time (an edit in place moves
+    listed again only when its own stat moved (a file made, removed or renamed in it) or its
+    last listing came too soon after its mtime to say, and each rule file is asked its stat every time (an edit in place moves
     the file's, not its folder's).  A hundred rule files listed, named and sorted on every
     tick cost half as much again as their stats."""
 
     def __init__(self) -> None:
-        self._listed: dict[str, tuple[tuple[int, int, int], list[str]]] = {}  # folder → (its stat, its rule files)
+        #: folder → (its stat, when it was listed (at most), its rule files)
+        self._listed: dict[str, tuple[tuple[int, int, int], int, list[str]]] = {}
 
     def __call__(self, directories: Iterable[Path]) -> list[tuple[str, os.stat_result | None]]:
         files: list[tuple[str, os.stat_result | None]] = []
-        listed: dict[str, tuple[tuple[int, int, int], list[str]]] = {}
-        now = time.time_ns()
+        listed: dict[str, tuple[tuple[int, int, int], int, list[str]]] = {}
+        now = time.time_ns()  # taken before any listing: never later than one
         for directory in directories:
             name = os.fspath(directory)
             try:
@@ -65,9 +67,12 @@ class RuleFileLook:
                 continue
             seen = (st.st_mtime_ns, st.st_ino, st.st_dev)
             last = self._listed.get(name)
-            if last is not None and last[0] == seen and now - st.st_mtime_ns > RECENT_NS:
-                paths = last[1]
+            # the listing held is trusted when it was taken well after the folder's mtime: one
+            # taken within the same tick of its clock may have missed a file added after it
+            if last is not None and last[0] == seen and last[1] - st.st_mtime_ns > RECENT_NS:
+                listed_at, paths = last[1], last[2]
             else:
+                listed_at = now
                 try:
                     with os.scandir(name) as it:
                         paths = [
@@ -77,7 +82,7 @@ class RuleFileLook:
                         ]
                 except OSError:
                     continue
-            listed[name] = (seen, paths)
+            listed[name] = (seen, listed_at, paths)
             for path in paths:
                 try:
                     files.append((path, os.stat(path)))

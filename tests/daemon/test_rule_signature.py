@@ -69,3 +69,25 @@ def test_a_folder_whose_stat_did_not_move_is_not_listed_again_and_its_files_are_
     # tick of the kernel's clock would leave its mtime as it is
     _signature([tenants], look)
     assert len(listed) == 3
+
+
+def test_a_file_added_within_the_mtime_tick_of_the_last_listing_is_seen_on_a_later_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arbiter.config import ruleset
+
+    tenants = tmp_path / "tenants.d"
+    tenants.mkdir()
+    (tenants / "a.yaml").write_text("id: a\n")
+    changed_at = time.time_ns() - ruleset.RECENT_NS // 4
+    os.utime(tenants, ns=(changed_at, changed_at))
+    look = ruleset.RuleFileLook()
+    assert [name for name, _, _ in _signature([tenants], look)] == [str(tenants / "a.yaml")]
+    # a file dropped in right after that listing, within the same tick of the clock the
+    # folder is dated by (a coarse filesystem): the folder's stat is as it was
+    (tenants / "b.yaml").write_text("id: b\n")
+    os.utime(tenants, ns=(changed_at, changed_at))
+    # the next look comes a tick of the daemon later, when the folder's mtime looks old
+    later = changed_at + ruleset.RECENT_NS + 1_000_000_000
+    monkeypatch.setattr(time, "time_ns", lambda: later)
+    assert str(tenants / "b.yaml") in [name for name, _, _ in _signature([tenants], look)]
