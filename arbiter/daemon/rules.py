@@ -97,10 +97,18 @@ class LiveRule:
                     pass
 
 
-def _signature(paths: list[Path], look: RuleFileLook | None = None) -> tuple[tuple[str, int, int], ...]:
-    """Every rule file with its mtime and size (read on every tick, through ``look``)."""
+Signature = tuple[tuple[str, int, int, int, int], ...]
+
+
+def _signature(paths: list[Path], look: RuleFileLook | None = None) -> Signature:
+    """Every rule file with its mtime, size, inode and change time (read on every tick, through
+    ``look``): a file moved over a rule keeping its size and its mtime (``cp -p``, ``rsync -t``,
+    ``tar x``) is another inode, or changed at another time."""
     found = (look or RuleFileLook())(paths)
-    return tuple((name, st.st_mtime_ns, st.st_size) if st else (name, -1, -1) for name, st in found)
+    return tuple(
+        (name, st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns) if st else (name, -1, -1, -1, -1)
+        for name, st in found
+    )
 
 
 class RuleBook:
@@ -129,7 +137,7 @@ class RuleBook:
         self.invalid_files: list[str] = []  # files never valid: they hold GPU work
         self.problems: dict[str, list[Problem]] = {}
         self._last_good: dict[str, str] = store.last_good_rule_files() if store else {}
-        self._signature: tuple[tuple[str, int, int], ...] | None = None
+        self._signature: Signature | None = None
         self._look = RuleFileLook()  # the tick's look at the rule files
         self.generation = 0  # grows each time the rules in force change (helpers ask again)
         self._serials = itertools.count(1)

@@ -23,7 +23,7 @@ def test_the_signature_lists_what_the_loader_reads_and_changes_with_it(tmp_path:
     single.write_text("id: y\n")
     paths = [tenants, single, tmp_path / "missing.d"]
     first = _signature(paths)
-    assert [name for name, _, _ in first] == [str(p) for p in rule_files(paths)]
+    assert [name for name, *_ in first] == [str(p) for p in rule_files(paths)]
     assert _signature(paths) == first
 
     (tenants / "b.yaml").write_text("id: x\nmatch: {}\n")  # edited: another size
@@ -35,6 +35,21 @@ def test_the_signature_lists_what_the_loader_reads_and_changes_with_it(tmp_path:
     assert len(_signature(paths)) == len(first) + 1
     (tenants / "a.yml").unlink()
     assert len(_signature(paths)) == len(first)
+
+
+def test_a_rule_file_replaced_by_one_of_its_size_and_mtime_changes_the_signature(tmp_path: Path) -> None:
+    # what ``cp -p``, ``rsync -t`` or ``tar x`` leave: another file, its mtime kept
+    tenants = tmp_path / "tenants.d"
+    tenants.mkdir()
+    rule = tenants / "game.yaml"
+    rule.write_text("id: game\npriority: 10\n")
+    os.utime(rule, ns=(10**18, 10**18))
+    before = _signature([tenants])
+    staged = tmp_path / "game.yaml"
+    staged.write_text("id: game\npriority: 90\n")  # as long as the rule in force
+    os.utime(staged, ns=(10**18, 10**18))
+    os.replace(staged, rule)
+    assert _signature([tenants]) != before
 
 
 def test_a_folder_whose_stat_did_not_move_is_not_listed_again_and_its_files_are_still_looked_at(
@@ -63,7 +78,7 @@ def test_a_folder_whose_stat_did_not_move_is_not_listed_again_and_its_files_are_
     os.utime(tenants, ns=(old, old))
     assert _signature([tenants], look) != first and listed == [str(tenants)]
     (tenants / "c.yaml").write_text("id: z\n")  # a new file moves the folder's mtime: listed again
-    assert [name for name, _, _ in _signature([tenants], look)][-1] == str(tenants / "c.yaml")
+    assert [name for name, *_ in _signature([tenants], look)][-1] == str(tenants / "c.yaml")
     assert len(listed) == 2
     # a folder changed a moment ago is listed on every look: another change within the same
     # tick of the kernel's clock would leave its mtime as it is
@@ -82,7 +97,7 @@ def test_a_file_added_within_the_mtime_tick_of_the_last_listing_is_seen_on_a_lat
     changed_at = time.time_ns() - ruleset.RECENT_NS // 4
     os.utime(tenants, ns=(changed_at, changed_at))
     look = ruleset.RuleFileLook()
-    assert [name for name, _, _ in _signature([tenants], look)] == [str(tenants / "a.yaml")]
+    assert [name for name, *_ in _signature([tenants], look)] == [str(tenants / "a.yaml")]
     # a file dropped in right after that listing, within the same tick of the clock the
     # folder is dated by (a coarse filesystem): the folder's stat is as it was
     (tenants / "b.yaml").write_text("id: b\n")
@@ -90,4 +105,4 @@ def test_a_file_added_within_the_mtime_tick_of_the_last_listing_is_seen_on_a_lat
     # the next look comes a tick of the daemon later, when the folder's mtime looks old
     later = changed_at + ruleset.RECENT_NS + 1_000_000_000
     monkeypatch.setattr(time, "time_ns", lambda: later)
-    assert str(tenants / "b.yaml") in [name for name, _, _ in _signature([tenants], look)]
+    assert str(tenants / "b.yaml") in [name for name, *_ in _signature([tenants], look)]
