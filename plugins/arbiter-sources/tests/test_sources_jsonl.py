@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from arbiter.plugin import PluginContext, PluginError, SourceState
-from arbiter_sources import JsonlSource, arbiter_register_sources, follow
+from arbiter_sources import JsonlSource, arbiter_register_sources, follow, follow_fs
 from arbiter_sources import inotify as inotify_module
 from arbiter_testing import run_as
 from arbiter_testing.waiting import wait_until
@@ -1046,6 +1046,7 @@ def test_files_coming_and_going_beside_a_followed_file_do_not_wake_the_watcher(
     # a program replacing its status file four times a second beside thirteen quiet phase
     # files woke each of their watchers on every create and rename
     monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(follow_fs, "fd_fs_type", lambda fd: "ext4")  # wherever tmp_path is
     path = tmp_path / "events.jsonl"
     path.touch()
     source = make(path=str(path), event="status", field="phase", on=["uploading"])
@@ -1069,6 +1070,60 @@ def test_files_coming_and_going_beside_a_followed_file_do_not_wake_the_watcher(
         (tmp_path / f"other-{k}.log").touch()
         (tmp_path / f"other-{k}.log").unlink()
     assert not wakes, f"woken {len(wakes)} times by files created, renamed and deleted beside it"
+    append(path, line("status", phase="uploading"))
+    rec.wait_for(phase_is("on"), timeout=5)
+
+
+def _folder_mask(source: JsonlSource, folder: Path) -> int | None:
+    """The events the watch on ``folder`` asks for (the watcher's thread may be changing it)."""
+    notes = source._notes
+    try:
+        wd = next(wd for wd, path in list(notes.watches.items()) if path == str(folder))
+        return notes._masks.get(wd)
+    except (StopIteration, RuntimeError):
+        return None
+
+
+@pytest.mark.parametrize(("fs_type", "quiet"), [("ext4", True), ("xfs", True), ("nfs4", False), ("fuse.sshfs", False)])
+def test_a_followed_files_folder_is_fully_watched_on_a_network_filesystem(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch, fs_type: str, quiet: bool
+) -> None:
+    # a network filesystem's file watch may not hear the file leave its path: its folder's does
+    monkeypatch.setattr(follow_fs, "fd_fs_type", lambda fd: fs_type)
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    rec = started(source)
+    append(path, line("status", phase="idle"))
+    rec.wait_for(lambda s: s.count == 1, timeout=5)
+    wanted = inotify_module.IN_MOVE_SELF | inotify_module.IN_DELETE_SELF | inotify_module.IN_ONLYDIR
+    if not quiet:  # files made, renamed and deleted beside it too (its writes are heard on it)
+        wanted |= inotify_module.IN_CREATE | inotify_module.IN_MOVED_TO | inotify_module.IN_MOVED_FROM
+        wanted |= inotify_module.IN_DELETE | inotify_module.IN_ATTRIB
+    wait_until(lambda: _folder_mask(source, tmp_path) == wanted, 5, f"its folder's watch asking for {wanted:#x}")
+
+
+def test_a_file_deleted_on_nfs_and_made_anew_is_followed_at_once(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NFS renames a file deleted while open to .nfsXXXX: its watch hears no change of its
+    # links, and only its folder's watch hears that the path names another file
+    monkeypatch.setattr(follow, "SAFETY_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(follow_fs, "fd_fs_type", lambda fd: "nfs4")
+    path = tmp_path / "events.jsonl"
+    path.touch()
+    source = make(path=str(path), event="status", field="phase", on=["uploading"])
+    sort_events = source._sort_events
+
+    def as_on_nfs(events: list[inotify_module.Event]) -> tuple[bool, bool]:
+        file_wd = source._notes.file_wd
+        return sort_events([ev for ev in events if not (ev.wd == file_wd and ev.mask & inotify_module.IN_ATTRIB)])
+
+    source._sort_events = as_on_nfs  # type: ignore[method-assign]
+    rec = started(source)
+    append(path, line("status", phase="idle"))
+    rec.wait_for(lambda s: s.count == 1, timeout=5)
+    path.unlink()
     append(path, line("status", phase="uploading"))
     rec.wait_for(phase_is("on"), timeout=5)
 

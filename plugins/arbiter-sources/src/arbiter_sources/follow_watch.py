@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import select
 
-from arbiter_sources import inotify
+from arbiter_sources import follow_fs, inotify
 from arbiter_sources.follow_path import FollowedPath
 from arbiter_sources.kqueue import Kqueue
 
@@ -24,6 +24,7 @@ class Notifications:
         self._masks: dict[int, int] = {}  # wd → the events it asks for
         self.stale = True  # the directories to watch may have changed
         self._moving: dict[int, str] = {}  # rename cookie -> old name of our file
+        self._remote: tuple[int, bool] | None = None  # (descriptor, is its filesystem remote)
 
     def open(self, wake_r: int) -> None:
         """Take kqueue (which hears ``wake_r`` too) or inotify; raises OSError where neither is had."""
@@ -68,7 +69,15 @@ class Notifications:
             self.inotify.rm_watch(self.file_wd)
             self.watches.pop(self.file_wd, None)
             self.file_wd = None
+        self._remote = None
         self.stale = True
+
+    def remote(self, fd: int) -> bool:
+        """Whether the file open at ``fd`` is on a network (or FUSE, or unknown) filesystem:
+        looked up once a file opened."""
+        if self._remote is None or self._remote[0] != fd:
+            self._remote = (fd, follow_fs.is_remote(follow_fs.fd_fs_type(fd)))
+        return self._remote[1]
 
     def watch_kqueue(self, kq: Kqueue, where: FollowedPath, fd: int | None, name: str) -> None:
         """kqueue watches descriptors, not names: the directory (a file came or went) and the
@@ -93,7 +102,9 @@ class Notifications:
         for those alone hears it), and the directory is watched for its files again from
         then on.  A file nothing writes then sleeps while other files come and go beside it
         (a program that replaces its status file four times a second woke every such source
-        as often)."""
+        as often).  A file on a network filesystem keeps its directory fully watched: NFS
+        renames a file deleted while open to ``.nfsXXXX`` and its watch hears nothing, and
+        FUSE sends what its server chooses."""
         if not self.stale:
             return False
         directory_events = inotify.DIRECTORY_EVENTS
@@ -103,7 +114,7 @@ class Notifications:
         if fd is not None:
             at = os.path.join(where.dir, name)
             real = os.path.realpath(at)
-            if settled and not where.is_glob and real == at:
+            if settled and not where.is_glob and real == at and not self.remote(fd):
                 # the directory renamed away or deleted (a new one may be made in its place)
                 wanted[where.dir] = inotify.IN_MOVE_SELF | inotify.IN_DELETE_SELF | inotify.IN_ONLYDIR
             else:
