@@ -7,7 +7,7 @@ The socket carries a classic BPF filter (``SO_ATTACH_FILTER``) that drops every 
 more frequent than execs, and would each wake the watch's thread.  That thread sleeps in
 ``poll`` with no timeout on the socket and a pipe that says it is to stop, so an idle desktop
 (a few programs started a minute) costs a few wake-ups a minute; where programs start by the
-dozen a second, those of a quarter second are taken together.  Each exec is read from
+dozen a second, those of half a second are taken together.  Each exec is read from
 ``/proc`` as the process table reads it (it may be gone already: then nothing is told) and
 handed to the caller's ``starts``, which says whether it is worth a look.
 
@@ -45,7 +45,7 @@ _RECV_BYTES = 4096
 #: a second (a build, a scheduler's commands, a test suite) the thread wakes a few times a
 #: second, not once an exec, and most of the short-lived ones are gone and cost one failed
 #: open; a protected program is seen at most this much later than it started
-BATCH_MS = 250
+BATCH_MS = 500
 
 Starts = Callable[[ProcessInfo], bool]
 
@@ -84,7 +84,7 @@ def exec_socket() -> socket.socket:
         fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", count, ctypes.addressof(program))
         sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)  # before any event can queue
         # the execs of a pause between batches wait here: the default buffer holds about 250,
-        # fewer than a build or a shell loop makes in a quarter second, and each overflow
+        # fewer than a build or a shell loop makes in half a second, and each overflow
         # reads as a start worth a look
         try:
             sock.setsockopt(socket.SOL_SOCKET, _procevents.SO_RCVBUFFORCE, _procevents.RCVBUF_BYTES)
