@@ -1010,6 +1010,22 @@ def test_a_symlinked_file_is_heard_while_its_folder_is_busy_with_other_files(
         noise.join()
 
 
+def idle_wakes(source: JsonlSource) -> list[int]:
+    """The number of events of each wake of ``source``'s thread that concerned nothing it
+    follows (the close of a write it just read may still wake it, rightly)."""
+    wakes: list[int] = []
+    sort_events = source._sort_events
+
+    def counted(events: list[inotify_module.Event]) -> tuple[bool, bool]:
+        relevant, rescan = sort_events(events)
+        if not relevant:
+            wakes.append(len(events))
+        return relevant, rescan
+
+    source._sort_events = counted  # type: ignore[method-assign]
+    return wakes
+
+
 @pytest.mark.parametrize("exists", [True, False], ids=["followed file", "missing file"])
 def test_writes_to_other_files_in_the_folder_do_not_wake_the_watcher(
     tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch, exists: bool
@@ -1021,16 +1037,7 @@ def test_writes_to_other_files_in_the_folder_do_not_wake_the_watcher(
     if exists:
         path.touch()
     source = make(path=str(path), event="status", field="phase", on=["uploading"])
-    wakes: list[int] = []
-    sort_events = source._sort_events
-
-    def counted(events: list[inotify_module.Event]) -> tuple[bool, bool]:
-        relevant, rescan = sort_events(events)
-        if not relevant:  # the close of the write it just read may still wake it, rightly
-            wakes.append(len(events))
-        return relevant, rescan
-
-    source._sort_events = counted  # type: ignore[method-assign]
+    wakes = idle_wakes(source)
     rec = started(source)
     for _ in range(100):
         append(tmp_path / "other.log", "x\n")
@@ -1050,16 +1057,7 @@ def test_files_coming_and_going_beside_a_followed_file_do_not_wake_the_watcher(
     path = tmp_path / "events.jsonl"
     path.touch()
     source = make(path=str(path), event="status", field="phase", on=["uploading"])
-    wakes: list[int] = []
-    sort_events = source._sort_events
-
-    def counted(events: list[inotify_module.Event]) -> tuple[bool, bool]:
-        relevant, rescan = sort_events(events)
-        if not relevant:  # the close of the write it just read may still wake it, rightly
-            wakes.append(len(events))
-        return relevant, rescan
-
-    source._sort_events = counted  # type: ignore[method-assign]
+    wakes = idle_wakes(source)
     rec = started(source)
     append(path, line("status", phase="idle"))  # what its start queued is read with this
     rec.wait_for(lambda s: s.count == 1, timeout=5)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from arbiter.plugin import ProcessInfo, hookimpl
 from arbiter_matchers import _execs, _exits
@@ -61,53 +61,40 @@ def arbiter_watch_processes(
     started: Callable[[], None],
     scratch: dict[str, Any],
 ) -> bool | None:
-    exits = _exit_watch(ended, scratch)
+    exits = _kept(scratch, EXITS_KEY, _exits.ExitWatch, _exits.unusable, lambda: _exits.ExitWatch(ended))
     if exits is not None:
         exits.watch(groups)
-    execs = _exec_watch(started, scratch)
+    execs = _kept(scratch, EXECS_KEY, _execs.ExecWatch, _execs.unusable, lambda: _execs.ExecWatch(started))
     if execs is not None:
         execs.watch(starts)
     return True if exits is not None or execs is not None else None
 
 
-def _exit_watch(ended: Callable[[frozenset[int]], None], scratch: dict[str, Any]) -> _exits.ExitWatch | None:
-    """The watch of ends kept in ``scratch``, started on the first call; None where it cannot
-    be had (``scratch`` keeps why, and it is not tried again: the tick notices each end)."""
-    watch = scratch.get(EXITS_KEY)
-    if isinstance(watch, _exits.ExitWatch):
-        return watch
+Watch = TypeVar("Watch", _exits.ExitWatch, _execs.ExecWatch)
+
+
+def _kept(
+    scratch: dict[str, Any], key: str, kind: type[Watch], unusable: Callable[[], str], make: Callable[[], Watch]
+) -> Watch | None:
+    """The watch kept in ``scratch`` under ``key``, made on the first call; None where it
+    cannot be had, or once it stopped: ``scratch`` keeps why and it is not tried again (the
+    tick finds what it would have told)."""
+    watch = scratch.get(key)
     if isinstance(watch, str):
         return None
-    why = _exits.unusable()
-    if not why:
-        try:
-            made = scratch[EXITS_KEY] = _exits.ExitWatch(ended)
-            return made
-        except (OSError, RuntimeError) as exc:  # no descriptor or thread to be had
-            why = f"the watch could not start: {exc}"
-    scratch[EXITS_KEY] = why
-    return None
-
-
-def _exec_watch(started: Callable[[], None], scratch: dict[str, Any]) -> _execs.ExecWatch | None:
-    """The watch of starts kept in ``scratch``, as :func:`_exit_watch` (the tick finds each
-    start where it cannot be had, or once it broke)."""
-    watch = scratch.get(EXECS_KEY)
-    if isinstance(watch, _execs.ExecWatch):
+    if isinstance(watch, kind):
         if not watch.broken:
             return watch
         watch.close()
-        scratch[EXECS_KEY] = f"it stopped: {watch.broken}"
-        return None
-    if isinstance(watch, str):
-        return None
-    why = _execs.unusable()
-    if not why:
-        try:
-            made = scratch[EXECS_KEY] = _execs.ExecWatch(started)
-            return made
-        except (OSError, RuntimeError) as exc:
-            why = f"the watch could not start: {exc}"
-    log.info("programs are not seen starting between ticks (the tick finds them): %s", why)
-    scratch[EXECS_KEY] = why
+        why = f"it stopped: {watch.broken}"
+    else:
+        why = unusable()
+        if not why:
+            try:
+                made = scratch[key] = make()
+                return made
+            except (OSError, RuntimeError) as exc:  # no descriptor or thread to be had
+                why = f"the watch could not start: {exc}"
+    log.info("%s is not watched between ticks (the tick finds it): %s", kind.WHAT, why)
+    scratch[key] = why
     return None

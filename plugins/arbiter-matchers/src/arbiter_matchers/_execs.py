@@ -121,6 +121,9 @@ class ExecWatch:
     last given selects; nothing while it was given None.  Raises OSError where the connector
     cannot be had, RuntimeError where no thread can be started."""
 
+    #: what it watches, as a log line names it
+    WHAT = "a protected program's start"
+
     def __init__(self, started: Callable[[], None]) -> None:
         self._started = started
         self._lock = threading.Lock()

@@ -46,6 +46,11 @@ class ExitWatch:
     """Calls ``ended`` (on its own thread) with the pids of the groups it was last given
     that have ended, each process of the group; once per group while it stays asked for."""
 
+    #: what it watches, as a log line names it
+    WHAT = "a protected program's end"
+    #: why it stopped watching ("" while it watches): it does not stop but with the daemon
+    broken = ""
+
     def __init__(self, ended: Callable[[frozenset[int]], None]) -> None:
         self._ended = ended
         self._lock = threading.Lock()
