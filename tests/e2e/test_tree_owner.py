@@ -32,9 +32,16 @@ def test_a_proxys_server_goes_with_the_proxy_and_explain_names_the_owner(tmp_pat
         node.start()
         swap = node.spawn([str(proxy)])
         alone = node.spawn([str(bin_dir / "llama-server"), "300"])
-        owned = node.wait_for(lambda: len(pids := node.known_rule("llama-swap")["pids"]) == 2 and pids, timeout=30)
+        # the proxy's start brings a tick forward, which may come before the lone server's
+        owned = node.wait_for(
+            lambda: (
+                node.known_rule("llama-server")["pids"] == [alone.pid]
+                and len(pids := node.known_rule("llama-swap")["pids"]) == 2
+                and pids
+            ),
+            timeout=30,
+        )
         child = next(p for p in owned if p != swap.pid)
-        assert node.known_rule("llama-server")["pids"] == [alone.pid]
         assert node.known_rule("llama-swap")["from_trees"] == {str(child): "llama-server"}
         said = node.call("explain", subject=str(child))["explain"]
         assert [i["id"] for i in said["items"]] == ["llama-swap"]

@@ -125,6 +125,36 @@ def test_a_program_started_is_told_of_only_when_selected(tmp_path: Path) -> None
     assert not any(t.name == "arbiter-execs" and t.is_alive() for t in threading.enumerate())
 
 
+def test_execs_being_read_when_watch_is_called_are_judged_by_what_it_was_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the first call comes right after the watch starts: execs of the machine's other work
+    # woke its thread then, and a protected program's exec read with them went unjudged
+    marker = f"exec-watch-batch-{os.getpid()}"
+    reading, may_go = threading.Event(), threading.Event()
+    real = _execs.exec_pids
+
+    def held(data: bytes) -> list[int]:
+        reading.set()
+        may_go.wait(10)
+        return real(data)
+
+    monkeypatch.setattr(_execs, "exec_pids", held)
+    told, judged = Told(), Judged(marker)
+    watch = _execs.ExecWatch(told)
+    selected = subprocess.Popen(["sh", "-c", "sleep 30; :", marker], start_new_session=True)
+    try:
+        assert reading.wait(10), "the watch's thread did not read the exec"
+        watch.watch(judged)
+        may_go.set()
+        wait_until(lambda: told.now() == 1, 10, "the selected program told of")
+    finally:
+        may_go.set()
+        os.killpg(selected.pid, signal.SIGKILL)
+        selected.wait()
+        watch.close()
+
+
 def test_without_the_connector_it_says_why_and_opens_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_execs, "unusable", lambda: "it needs CAP_NET_ADMIN, which this process does not have")
     before = len(os.listdir("/proc/self/fd"))

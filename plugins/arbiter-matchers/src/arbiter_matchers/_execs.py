@@ -173,7 +173,6 @@ class ExecWatch:
             with self._lock:
                 if self._closed:
                     return
-                starts = self._starts
             if not any(fd == self._sock.fileno() for fd, _ in events):
                 continue
             pids: list[int] = []
@@ -191,6 +190,8 @@ class ExecWatch:
                 self.broken = f"reading its socket failed: {exc}"
                 log.warning("programs are no longer seen starting (the tick finds them): %s", self.broken)
                 return
+            with self._lock:  # taken after the execs were: one told after a call of ``watch`` is judged by it
+                starts = self._starts
             if starts is not None and pids and self._worth_a_look(starts, pids, scan):
                 try:
                     self._started()
