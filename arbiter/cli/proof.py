@@ -76,8 +76,12 @@ def run_proof(keep: bool = False, console: Console | None = None) -> int:
                     "1. The protected program works: without a certificate the job waits (GPU_NOT_CERTIFIED)",
                     rate,
                     30,
+                    # a run measures the program working: it waits until the daemon has seen it
+                    # run (its source may show a rate a tick before that)
                     lambda: (
-                        node.job("batch-coop") is not None and bool(node.status()["rules"][0]["sources"][0]["rate"])
+                        node.job("batch-coop") is not None
+                        and (rule := node.status()["rules"][0])["running"]
+                        and bool(rule["sources"][0]["rate"])
                     ),
                 )
                 run_id = node.call(Op.AB_START, rule=RULE_ID, **DEMO_RUN)["plan"]["run"]
