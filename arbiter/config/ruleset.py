@@ -43,8 +43,8 @@ class RuleFileLook:
     """:func:`rule_file_stats` for a caller that looks on every tick (the daemon): a folder is
     listed again only when its own stat moved (a file made, removed or renamed in it) or its
     last listing came too soon after its mtime to say, and each rule file is asked its stat
-    every time (an edit in place moves the file's, not its folder's).  A hundred rule files
-    listed, named and sorted on every tick cost half as much again as their stats."""
+    every time (an edit in place moves the file's, not its folder's): listing, naming and
+    sorting every file on every tick would cost more than their stats."""
 
     def __init__(self) -> None:
         #: folder → (its stat, when it was listed (at most), its rule files)

@@ -101,8 +101,8 @@ class Notifications:
         change of attributes), or its directory moved or deleted (a watch on the directory
         for those alone hears it), and the directory is watched for its files again from
         then on.  A file nothing writes then sleeps while other files come and go beside it
-        (a program that replaces its status file four times a second woke every such source
-        as often).  A file on a network filesystem keeps its directory fully watched: NFS
+        (a program replacing its status file would otherwise wake every such source each
+        time).  A file on a network filesystem keeps its directory fully watched: NFS
         renames a file deleted while open to ``.nfsXXXX`` and its watch hears nothing, and
         FUSE sends what its server chooses."""
         if not self.stale:

@@ -311,13 +311,12 @@ class JsonlSource(FollowedFile):
         scan, event, key, parts = self._scan, o.event, o.event_key, self._key_parts
         if self._by_shape and len(lines) >= _SHAPES_FROM and "\\" not in text:
             # Progress lines differ mostly in their numbers (a step, a count): lines of one
-            # shape mean the same, so each shape is read once, however many lines have it
-            # (ten thousand lines a second were mostly the parse of each).  The first lines
-            # tell whether that is worth it: lines that each have a shape of their own (a
-            # float with its every digit written, say) are read as before.  A glance at the
-            # first few tells most batches apart (looking at the first 32 lines of each cost
-            # a batch of floats a twelfth of its time): a quarter as many shapes as lines
-            # there, or more than three quarters.
+            # shape mean the same, so each shape is read once, however many lines have it.
+            # The first lines tell whether that is worth it: lines that each have a shape of
+            # their own (a float with its every digit written, say) are read as before.  A
+            # glance at the first few tells most batches apart, so a batch of floats is not
+            # looked at twice: a quarter as many shapes as lines there, or more than three
+            # quarters.
             head = b"\n".join(lines[:_SHAPES_GLANCE]).translate(_ONES).split(b"\n")
             by_shape = 4 * len(set(head)) <= _SHAPES_GLANCE
             if not by_shape and 4 * len(set(head)) <= 3 * _SHAPES_GLANCE:
