@@ -37,23 +37,28 @@ def rule_file_stats(directories: Iterable[Path]) -> list[tuple[str, os.stat_resu
 #: keep its mtime: a listing taken less than this after its mtime may miss such a change, and
 #: the folder is listed again until a listing is taken later than that
 RECENT_NS = 2_000_000_000
+#: a listing is taken afresh at least this often, whatever the folder's stat says: a folder
+#: dated by a clock that runs behind this machine's (a network filesystem's server) looks
+#: older than it is, and a file added within its clock's tick would otherwise go unseen
+FRESH_NS = 60_000_000_000
 
 
 class RuleFileLook:
     """:func:`rule_file_stats` for a caller that looks on every tick (the daemon): a folder is
     listed again only when its own stat moved (a file made, removed or renamed in it) or its
-    last listing came too soon after its mtime to say, and each rule file is asked its stat
+    last listing came too soon after its mtime to say (or a minute ago), and each rule file is asked its stat
     every time (an edit in place moves the file's, not its folder's): listing, naming and
     sorting every file on every tick would cost more than their stats."""
 
     def __init__(self) -> None:
-        #: folder → (its stat, when it was listed (at most), its rule files)
-        self._listed: dict[str, tuple[tuple[int, int, int], int, list[str]]] = {}
+        #: folder → (its stat, when it was listed (at most, by the wall clock and by the
+        #: monotonic one), its rule files)
+        self._listed: dict[str, tuple[tuple[int, int, int], int, int, list[str]]] = {}
 
     def __call__(self, directories: Iterable[Path]) -> list[tuple[str, os.stat_result | None]]:
         files: list[tuple[str, os.stat_result | None]] = []
-        listed: dict[str, tuple[tuple[int, int, int], int, list[str]]] = {}
-        now = time.time_ns()  # taken before any listing: never later than one
+        listed: dict[str, tuple[tuple[int, int, int], int, int, list[str]]] = {}
+        now, now_mono = time.time_ns(), time.monotonic_ns()  # taken before any listing: never later than one
         for directory in directories:
             name = os.fspath(directory)
             try:
@@ -69,10 +74,15 @@ class RuleFileLook:
             last = self._listed.get(name)
             # the listing held is trusted when it was taken well after the folder's mtime: one
             # taken within the same tick of its clock may have missed a file added after it
-            if last is not None and last[0] == seen and last[1] - st.st_mtime_ns > RECENT_NS:
-                listed_at, paths = last[1], last[2]
+            if (
+                last is not None
+                and last[0] == seen
+                and last[1] - st.st_mtime_ns > RECENT_NS
+                and now_mono - last[2] < FRESH_NS
+            ):
+                listed_at, listed_mono, paths = last[1], last[2], last[3]
             else:
-                listed_at = now
+                listed_at, listed_mono = now, now_mono
                 try:
                     with os.scandir(name) as it:
                         paths = [
@@ -82,7 +92,7 @@ class RuleFileLook:
                         ]
                 except OSError:
                     continue
-            listed[name] = (seen, listed_at, paths)
+            listed[name] = (seen, listed_at, listed_mono, paths)
             for path in paths:
                 try:
                     files.append((path, os.stat(path)))

@@ -106,3 +106,25 @@ def test_a_file_added_within_the_mtime_tick_of_the_last_listing_is_seen_on_a_lat
     later = changed_at + ruleset.RECENT_NS + 1_000_000_000
     monkeypatch.setattr(time, "time_ns", lambda: later)
     assert str(tenants / "b.yaml") in [name for name, *_ in _signature([tenants], look)]
+
+
+def test_a_folder_dated_by_a_clock_behind_this_one_is_listed_afresh_each_minute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from arbiter.config import ruleset
+
+    tenants = tmp_path / "tenants.d"
+    tenants.mkdir()
+    (tenants / "a.yaml").write_text("id: a\n")
+    # a network filesystem's server whose clock runs a minute behind: the folder's mtime, just
+    # changed, looks old, and its listing is trusted
+    behind = time.time_ns() - 60_000_000_000
+    os.utime(tenants, ns=(behind, behind))
+    look = ruleset.RuleFileLook()
+    assert [name for name, *_ in _signature([tenants], look)] == [str(tenants / "a.yaml")]
+    (tenants / "b.yaml").write_text("id: b\n")  # within the same tick of that server's clock
+    os.utime(tenants, ns=(behind, behind))
+    assert str(tenants / "b.yaml") not in [name for name, *_ in _signature([tenants], look)]
+    later = time.monotonic_ns() + ruleset.FRESH_NS
+    monkeypatch.setattr(time, "monotonic_ns", lambda: later)
+    assert str(tenants / "b.yaml") in [name for name, *_ in _signature([tenants], look)]

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,50 @@ def test_without_the_connector_it_says_why_and_opens_nothing(monkeypatch: pytest
         if hasattr(each, "close"):
             each.close()
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_read_of_proc_stuck_in_the_kernel_gives_the_watch_up_without_holding_the_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # reading a command line waits on the process's address space, which a process hung on a
+    # network filesystem can hold for as long as it hangs: the tick, whose reads are bounded,
+    # then finds the starts, and is not held up by the stuck thread
+    marker = f"exec-watch-stuck-{os.getpid()}"
+    reading, may_go = threading.Event(), threading.Event()
+
+    def stuck(self: object, pids: list[int]) -> tuple[list[int], list[object]]:
+        reading.set()
+        may_go.wait(30)
+        return [], []
+
+    monkeypatch.setattr(_execs, "READ_LIMIT_S", 0.2)
+    monkeypatch.setattr(_execs.ProcScan, "read", stuck)
+    before = len(os.listdir("/proc/self/fd"))
+    scratch: dict[str, object] = {}
+    told, judged = Told(), Judged(marker)
+    assert arbiter_watch_processes(groups=[], ended=lambda pids: None, starts=judged, started=told, scratch=scratch)
+    watch = scratch[EXECS_KEY]
+    assert isinstance(watch, _execs.ExecWatch)
+    started = subprocess.Popen(["sleep", "30"])
+    try:
+        assert reading.wait(10), "the watch's thread did not read the exec"
+        wait_until(lambda: bool(watch.broken), 10, "the stuck read seen")
+        assert "has not returned" in watch.broken
+        began = time.monotonic()
+        arbiter_watch_processes(groups=[], ended=lambda pids: None, starts=judged, started=told, scratch=scratch)
+        assert time.monotonic() - began < 1.0
+        assert "has not returned" in str(scratch[EXECS_KEY])
+    finally:
+        may_go.set()
+        started.kill()
+        started.wait()
+        for each in scratch.values():
+            if hasattr(each, "close"):
+                each.close()
+    wait_until(
+        lambda: not any(t.name == "arbiter-execs" and t.is_alive() for t in threading.enumerate()),
+        10,
+        "the stuck thread ended once its read returned",
+    )
+    assert told.now() == 0
+    assert len(os.listdir("/proc/self/fd")) <= before  # its thread released its descriptors

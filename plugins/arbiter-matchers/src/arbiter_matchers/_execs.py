@@ -26,6 +26,7 @@ import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 
 from arbiter.plugin import ProcessInfo
@@ -46,6 +47,10 @@ _RECV_BYTES = 4096
 #: second, not once an exec, and most of the short-lived ones are gone and cost one failed
 #: open; a protected program is seen at most this much later than it started
 BATCH_MS = 500
+#: a read of a started program from ``/proc`` that has lasted this long is stuck in the kernel
+#: (its command line waits on the address space of a process hung on a network filesystem or
+#: a device): the watch is given up, and the tick, whose reads are bounded, finds what starts
+READ_LIMIT_S = 5.0
 
 Starts = Callable[[ProcessInfo], bool]
 
@@ -129,7 +134,9 @@ class ExecWatch:
         self._lock = threading.Lock()
         self._starts: Starts | None = None
         self._closed = False
-        self.broken = ""  # why it stopped watching ("" while it watches)
+        self._ended = False  # its thread returned
+        self._broken = ""
+        self._reading_since = 0.0  # monotonic, while it reads started programs from /proc (else 0)
         self._sock = exec_socket()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -137,10 +144,16 @@ class ExecWatch:
         try:
             self._thread.start()
         except BaseException:
-            self._sock.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._release()
             raise
+
+    @property
+    def broken(self) -> str:
+        """Why it stopped watching ("" while it watches)."""
+        since = self._reading_since
+        if not self._broken and since and time.monotonic() - since > READ_LIMIT_S:
+            return f"reading a started program from /proc has not returned for over {READ_LIMIT_S:g} s"
+        return self._broken
 
     def watch(self, starts: Starts | None) -> None:
         """Judge the programs started from now on by ``starts`` (None: none is worth a look)."""
@@ -152,16 +165,29 @@ class ExecWatch:
             if self._closed:
                 return
             self._closed = True
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._wake_w, b".")
-        self._thread.join(timeout=2)
-        with self._lock:
-            if not self._thread.is_alive():  # else it may still poll them: leave them open
-                self._sock.close()
-                os.close(self._wake_r)
-                os.close(self._wake_w)
+            if self._ended:
+                self._release()
+            else:  # its thread releases the descriptors as it ends
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._wake_w, b".")
+        # a thread stuck in a read of /proc is not waited for: the caller is the tick
+        self._thread.join(timeout=0 if self._reading_since else 2)
+
+    def _release(self) -> None:
+        self._sock.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        finally:
+            with self._lock:
+                self._ended = True
+                if self._closed:
+                    self._release()
+
+    def _watch(self) -> None:
         poller = select.poll()
         poller.register(self._wake_r, select.POLLIN)
         poller.register(self._sock.fileno(), select.POLLIN)
@@ -187,17 +213,24 @@ class ExecWatch:
                             raise
                         pids.append(0)  # execs were dropped: one of them may be worth a look
             except OSError as exc:
-                self.broken = f"reading its socket failed: {exc}"
+                self._broken = f"reading its socket failed: {exc}"
                 log.warning("programs are no longer seen starting (the tick finds them): %s", self.broken)
                 return
             with self._lock:  # taken after the execs were: one told after a call of ``watch`` is judged by it
                 starts = self._starts
-            if starts is not None and pids and self._worth_a_look(starts, pids, scan):
+            if starts is not None and pids and self._judged(starts, pids, scan):
                 try:
                     self._started()
                 except Exception:  # the watch goes on; the tick finds what it missed
                     log.exception("telling that a program started failed")
             pause.poll(BATCH_MS)
+
+    def _judged(self, starts: Starts, pids: list[int], scan: ProcScan) -> bool:
+        self._reading_since = time.monotonic()
+        try:
+            return self._worth_a_look(starts, pids, scan)
+        finally:
+            self._reading_since = 0.0
 
     @staticmethod
     def _worth_a_look(starts: Starts, pids: list[int], scan: ProcScan) -> bool:
