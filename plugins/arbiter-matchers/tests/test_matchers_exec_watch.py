@@ -16,6 +16,7 @@ import pytest
 
 from arbiter.plugin import ProcessInfo
 from arbiter_matchers import EXECS_KEY, _execs, _procevents, arbiter_watch_processes
+from arbiter_matchers._procscan import ProcScan, Record
 from arbiter_testing.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
@@ -179,13 +180,14 @@ def test_a_read_of_proc_stuck_in_the_kernel_gives_the_watch_up_without_holding_t
     marker = f"exec-watch-stuck-{os.getpid()}"
     reading, may_go = threading.Event(), threading.Event()
 
-    def stuck(self: object, pids: list[int]) -> tuple[list[int], list[object]]:
+    def stuck(self: object, pids: list[int]) -> tuple[list[int], list[Record]]:
         reading.set()
         may_go.wait(30)
-        return [], []
+        # a program the rule selects: told of, were the watch not given up by then
+        return pids, [(pids[0], 1, "sh", "/bin/sh", ("sh", marker), 0, "root", 0.0, "S", 0)]
 
     monkeypatch.setattr(_execs, "READ_LIMIT_S", 0.2)
-    monkeypatch.setattr(_execs.ProcScan, "read", stuck)
+    monkeypatch.setattr(ProcScan, "read", stuck)
     before = len(os.listdir("/proc/self/fd"))
     scratch: dict[str, object] = {}
     told, judged = Told(), Judged(marker)

@@ -83,10 +83,11 @@ def _kept(
     if isinstance(watch, str):
         return None
     if isinstance(watch, kind):
-        if not watch.broken:
+        broken = watch.broken
+        if not broken:
             return watch
         watch.close()
-        why = f"it stopped: {watch.broken}"
+        why = f"it stopped: {broken}"
     else:
         why = unusable()
         if not why:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from arbiter.plugin import ProcessInfo
 from arbiter_matchers import _procevents
-from arbiter_matchers._procscan import ProcScan
+from arbiter_matchers._procscan import ProcScan, Record
 
 log = logging.getLogger("arbiter.matchers.execs")
 
@@ -60,11 +60,16 @@ def unusable() -> str:
     return _procevents.unusable()
 
 
+_INSN = struct.Struct("=HBBI")
+#: a socket filter that lets nothing through
+DROP_ALL = _INSN.pack(_BPF_RET_K, 0, 0, 0)
+
+
 def exec_filter() -> bytes:
     """The socket filter's instructions (``struct sock_filter``: code, jt, jf, k)."""
     # BPF loads a word in network byte order; the kernel writes ``what`` in the host's
     exec_word = int.from_bytes(struct.pack("=I", _procevents.PROC_EVENT_EXEC), "big")
-    insn = struct.Struct("=HBBI")
+    insn = _INSN
     return b"".join(
         (
             insn.pack(_BPF_LD_W_ABS, 0, 0, _WHAT_AT),
@@ -72,6 +77,16 @@ def exec_filter() -> bytes:
             insn.pack(_BPF_RET_K, 0, 0, 0xFFFFFFFF),
             insn.pack(_BPF_RET_K, 0, 0, 0),
         )
+    )
+
+
+def attach_filter(sock: socket.socket, instructions: bytes) -> None:
+    """Replace ``sock``'s filter by these instructions.  Raises OSError."""
+    program = ctypes.create_string_buffer(instructions)
+    # struct sock_fprog: an unsigned short count, then (aligned) a pointer to the program
+    layout = "HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP"
+    sock.setsockopt(
+        socket.SOL_SOCKET, SO_ATTACH_FILTER, struct.pack(layout, len(instructions) // 8, ctypes.addressof(program))
     )
 
 
@@ -83,11 +98,7 @@ def exec_socket() -> socket.socket:
         raise OSError(errno.EPERM, why)
     sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, _procevents.NETLINK_CONNECTOR)
     try:
-        program = ctypes.create_string_buffer(exec_filter())
-        count = len(program.raw) // 8
-        # struct sock_fprog: an unsigned short count, then (aligned) a pointer to the program
-        fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", count, ctypes.addressof(program))
-        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)  # before any event can queue
+        attach_filter(sock, exec_filter())  # before any event can queue
         # the execs of a pause between batches wait here: the default buffer holds about 250,
         # fewer than a build or a shell loop makes in half a second, and each overflow
         # reads as a start worth a look
@@ -149,10 +160,10 @@ class ExecWatch:
 
     @property
     def broken(self) -> str:
-        """Why it stopped watching ("" while it watches)."""
+        """Why it stopped watching ("" while it watches); once said, it stands."""
         since = self._reading_since
         if not self._broken and since and time.monotonic() - since > READ_LIMIT_S:
-            return f"reading a started program from /proc has not returned for over {READ_LIMIT_S:g} s"
+            self._broken = f"reading a started program from /proc has not returned for over {READ_LIMIT_S:g} s"
         return self._broken
 
     def watch(self, starts: Starts | None) -> None:
@@ -165,13 +176,18 @@ class ExecWatch:
             if self._closed:
                 return
             self._closed = True
+            stuck = False
             if self._ended:
                 self._release()
             else:  # its thread releases the descriptors as it ends
                 with contextlib.suppress(BlockingIOError):
                     os.write(self._wake_w, b".")
+                stuck = bool(self.broken) and self._reading_since != 0.0
+                if stuck:  # the kernel queues no more execs for a thread that may never read them
+                    with contextlib.suppress(OSError):
+                        attach_filter(self._sock, DROP_ALL)
         # a thread stuck in a read of /proc is not waited for: the caller is the tick
-        self._thread.join(timeout=0 if self._reading_since else 2)
+        self._thread.join(timeout=0 if stuck else 2)
 
     def _release(self) -> None:
         self._sock.close()
@@ -181,6 +197,9 @@ class ExecWatch:
     def _run(self) -> None:
         try:
             self._watch()
+        except Exception as exc:  # the tick finds what it would have told
+            self._broken = f"its thread failed: {type(exc).__name__}: {exc}"
+            log.exception("programs are no longer seen starting (the tick finds them)")
         finally:
             with self._lock:
                 self._ended = True
@@ -218,31 +237,33 @@ class ExecWatch:
                 return
             with self._lock:  # taken after the execs were: one told after a call of ``watch`` is judged by it
                 starts = self._starts
-            if starts is not None and pids and self._judged(starts, pids, scan):
+            if starts is not None and pids and self._worth_a_look(starts, pids, scan):
+                with self._lock:
+                    if self._closed:
+                        return
                 try:
                     self._started()
                 except Exception:  # the watch goes on; the tick finds what it missed
                     log.exception("telling that a program started failed")
             pause.poll(BATCH_MS)
 
-    def _judged(self, starts: Starts, pids: list[int], scan: ProcScan) -> bool:
+    def _read(self, scan: ProcScan, pid: int) -> list[Record]:
+        """The process's record, timed (see :attr:`broken`).  Raises OSError."""
         self._reading_since = time.monotonic()
         try:
-            return self._worth_a_look(starts, pids, scan)
+            return scan.read([pid])[1]
         finally:
             self._reading_since = 0.0
+            scan.forget([pid])
 
-    @staticmethod
-    def _worth_a_look(starts: Starts, pids: list[int], scan: ProcScan) -> bool:
+    def _worth_a_look(self, starts: Starts, pids: list[int], scan: ProcScan) -> bool:
         if 0 in pids:
             return True
         for pid in dict.fromkeys(pids):
             try:
-                _, records = scan.read([pid])
+                records = self._read(scan, pid)
             except OSError:
                 return True  # /proc failed: let the tick look
-            finally:
-                scan.forget([pid])
             if not records:
                 continue  # gone already: it ran too briefly to protect
             try:
