@@ -45,10 +45,10 @@ FRESH_NS = 60_000_000_000
 
 class RuleFileLook:
     """:func:`rule_file_stats` for a caller that looks on every tick (the daemon): a folder is
-    listed again only when its own stat moved (a file made, removed or renamed in it) or its
-    last listing came too soon after its mtime to say (or a minute ago), and each rule file is asked its stat
-    every time (an edit in place moves the file's, not its folder's): listing, naming and
-    sorting every file on every tick would cost more than their stats."""
+    listed again only when its own stat moved (a file made, removed or renamed in it), its
+    last listing came too soon after its mtime to say, or a minute ago; each rule file is
+    asked its stat every time (an edit in place moves the file's, not its folder's): listing,
+    naming and sorting every file on every tick would cost more than their stats."""
 
     def __init__(self) -> None:
         #: folder → (its stat, when it was listed (at most, by the wall clock and by the

@@ -40,6 +40,9 @@ SO_ATTACH_FILTER = 26
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
 _BPF_RET_K = 0x06
+_INSN = struct.Struct("=HBBI")  # struct sock_filter: code, jt, jf, k
+#: a socket filter that lets nothing through
+DROP_ALL = _INSN.pack(_BPF_RET_K, 0, 0, 0)
 _WHAT_AT = _procevents._HEADERS  # the event follows the netlink and connector headers
 _RECV_BYTES = 4096
 #: the execs of this long after a batch are taken together: where programs start by the dozen
@@ -60,22 +63,16 @@ def unusable() -> str:
     return _procevents.unusable()
 
 
-_INSN = struct.Struct("=HBBI")
-#: a socket filter that lets nothing through
-DROP_ALL = _INSN.pack(_BPF_RET_K, 0, 0, 0)
-
-
 def exec_filter() -> bytes:
     """The socket filter's instructions (``struct sock_filter``: code, jt, jf, k)."""
     # BPF loads a word in network byte order; the kernel writes ``what`` in the host's
     exec_word = int.from_bytes(struct.pack("=I", _procevents.PROC_EVENT_EXEC), "big")
-    insn = _INSN
     return b"".join(
         (
-            insn.pack(_BPF_LD_W_ABS, 0, 0, _WHAT_AT),
-            insn.pack(_BPF_JEQ_K, 0, 1, exec_word),
-            insn.pack(_BPF_RET_K, 0, 0, 0xFFFFFFFF),
-            insn.pack(_BPF_RET_K, 0, 0, 0),
+            _INSN.pack(_BPF_LD_W_ABS, 0, 0, _WHAT_AT),
+            _INSN.pack(_BPF_JEQ_K, 0, 1, exec_word),
+            _INSN.pack(_BPF_RET_K, 0, 0, 0xFFFFFFFF),
+            _INSN.pack(_BPF_RET_K, 0, 0, 0),
         )
     )
 
