@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from arbiter.config.errors import ConfigError, Problem
 from arbiter.config.locate import shipped_tenants_dir
@@ -43,6 +44,15 @@ RECENT_NS = 2_000_000_000
 FRESH_NS = 60_000_000_000
 
 
+class _Listing(NamedTuple):
+    """A folder's rule files as listed, with what says whether that listing still holds."""
+
+    stat: tuple[int, int, int]  # the folder's mtime, inode and device then
+    wall_ns: int  # when it was listed (at most), by the wall clock its mtime is compared with
+    mono_ns: int  # the same by the monotonic clock, for its age
+    paths: list[str]
+
+
 class RuleFileLook:
     """:func:`rule_file_stats` for a caller that looks on every tick (the daemon): a folder is
     listed again only when its own stat moved (a file made, removed or renamed in it), its
@@ -51,13 +61,11 @@ class RuleFileLook:
     naming and sorting every file on every tick would cost more than their stats."""
 
     def __init__(self) -> None:
-        #: folder → (its stat, when it was listed (at most, by the wall clock and by the
-        #: monotonic one), its rule files)
-        self._listed: dict[str, tuple[tuple[int, int, int], int, int, list[str]]] = {}
+        self._listed: dict[str, _Listing] = {}  # by folder
 
     def __call__(self, directories: Iterable[Path]) -> list[tuple[str, os.stat_result | None]]:
         files: list[tuple[str, os.stat_result | None]] = []
-        listed: dict[str, tuple[tuple[int, int, int], int, int, list[str]]] = {}
+        listed: dict[str, _Listing] = {}
         now, now_mono = time.time_ns(), time.monotonic_ns()  # taken before any listing: never later than one
         for directory in directories:
             name = os.fspath(directory)
@@ -76,13 +84,12 @@ class RuleFileLook:
             # taken within the same tick of its clock may have missed a file added after it
             if (
                 last is not None
-                and last[0] == seen
-                and last[1] - st.st_mtime_ns > RECENT_NS
-                and now_mono - last[2] < FRESH_NS
+                and last.stat == seen
+                and last.wall_ns - st.st_mtime_ns > RECENT_NS
+                and now_mono - last.mono_ns < FRESH_NS
             ):
-                listed_at, listed_mono, paths = last[1], last[2], last[3]
+                listing = last
             else:
-                listed_at, listed_mono = now, now_mono
                 try:
                     with os.scandir(name) as it:
                         paths = [
@@ -92,8 +99,9 @@ class RuleFileLook:
                         ]
                 except OSError:
                     continue
-            listed[name] = (seen, listed_at, listed_mono, paths)
-            for path in paths:
+                listing = _Listing(seen, now, now_mono, paths)
+            listed[name] = listing
+            for path in listing.paths:
                 try:
                     files.append((path, os.stat(path)))
                 except OSError:

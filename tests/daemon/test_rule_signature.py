@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from arbiter.config.loader import rule_files
+from arbiter.config.ruleset import RuleFileLook
 from arbiter.daemon.rules import _signature
 
 
@@ -86,22 +87,30 @@ def test_a_folder_whose_stat_did_not_move_is_not_listed_again_and_its_files_are_
     assert len(listed) == 3
 
 
+def _listed_then_added(tmp_path: Path, dated_ns: int) -> tuple[Path, RuleFileLook, list[str]]:
+    """A folder holding ``a.yaml``, dated ``dated_ns``, looked at once; then ``b.yaml`` added
+    with the folder's date kept: (the folder, its look, the names that look found)."""
+    tenants = tmp_path / "tenants.d"
+    tenants.mkdir()
+    (tenants / "a.yaml").write_text("id: a\n")
+    os.utime(tenants, ns=(dated_ns, dated_ns))
+    look = RuleFileLook()
+    first = [name for name, *_ in _signature([tenants], look)]
+    (tenants / "b.yaml").write_text("id: b\n")
+    os.utime(tenants, ns=(dated_ns, dated_ns))
+    return tenants, look, first
+
+
 def test_a_file_added_within_the_mtime_tick_of_the_last_listing_is_seen_on_a_later_look(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from arbiter.config import ruleset
 
-    tenants = tmp_path / "tenants.d"
-    tenants.mkdir()
-    (tenants / "a.yaml").write_text("id: a\n")
+    # a file dropped in right after a listing, within the same tick of the clock the folder
+    # is dated by (a coarse filesystem): the folder's stat is as it was
     changed_at = time.time_ns() - ruleset.RECENT_NS // 4
-    os.utime(tenants, ns=(changed_at, changed_at))
-    look = ruleset.RuleFileLook()
-    assert [name for name, *_ in _signature([tenants], look)] == [str(tenants / "a.yaml")]
-    # a file dropped in right after that listing, within the same tick of the clock the
-    # folder is dated by (a coarse filesystem): the folder's stat is as it was
-    (tenants / "b.yaml").write_text("id: b\n")
-    os.utime(tenants, ns=(changed_at, changed_at))
+    tenants, look, first = _listed_then_added(tmp_path, changed_at)
+    assert first == [str(tenants / "a.yaml")]
     # the next look comes a tick of the daemon later, when the folder's mtime looks old
     later = changed_at + ruleset.RECENT_NS + 1_000_000_000
     monkeypatch.setattr(time, "time_ns", lambda: later)
@@ -113,17 +122,11 @@ def test_a_folder_dated_by_a_clock_behind_this_one_is_listed_afresh_each_minute(
 ) -> None:
     from arbiter.config import ruleset
 
-    tenants = tmp_path / "tenants.d"
-    tenants.mkdir()
-    (tenants / "a.yaml").write_text("id: a\n")
     # a network filesystem's server whose clock runs a minute behind: the folder's mtime, just
-    # changed, looks old, and its listing is trusted
-    behind = time.time_ns() - 60_000_000_000
-    os.utime(tenants, ns=(behind, behind))
-    look = ruleset.RuleFileLook()
-    assert [name for name, *_ in _signature([tenants], look)] == [str(tenants / "a.yaml")]
-    (tenants / "b.yaml").write_text("id: b\n")  # within the same tick of that server's clock
-    os.utime(tenants, ns=(behind, behind))
+    # changed, looks old, and its listing is trusted; a file added within the same tick of
+    # that server's clock
+    tenants, look, first = _listed_then_added(tmp_path, time.time_ns() - 60_000_000_000)
+    assert first == [str(tenants / "a.yaml")]
     assert str(tenants / "b.yaml") not in [name for name, *_ in _signature([tenants], look)]
     later = time.monotonic_ns() + ruleset.FRESH_NS
     monkeypatch.setattr(time, "monotonic_ns", lambda: later)

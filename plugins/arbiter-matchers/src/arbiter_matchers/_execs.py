@@ -18,7 +18,6 @@ The connector's needs (``CAP_NET_ADMIN``, the machine's pid namespace) are
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import logging
 import os
@@ -35,12 +34,11 @@ from arbiter_matchers._procscan import ProcScan, Record
 
 log = logging.getLogger("arbiter.matchers.execs")
 
-SO_ATTACH_FILTER = 26
 # classic BPF: load the event's ``what`` word, pass an exec whole, drop everything else
 _BPF_LD_W_ABS = 0x20
 _BPF_JEQ_K = 0x15
 _BPF_RET_K = 0x06
-_INSN = struct.Struct("=HBBI")  # struct sock_filter: code, jt, jf, k
+_INSN = _procevents._INSN
 #: a socket filter that lets nothing through
 DROP_ALL = _INSN.pack(_BPF_RET_K, 0, 0, 0)
 _WHAT_AT = _procevents._HEADERS  # the event follows the netlink and connector headers
@@ -72,18 +70,8 @@ def exec_filter() -> bytes:
             _INSN.pack(_BPF_LD_W_ABS, 0, 0, _WHAT_AT),
             _INSN.pack(_BPF_JEQ_K, 0, 1, exec_word),
             _INSN.pack(_BPF_RET_K, 0, 0, 0xFFFFFFFF),
-            _INSN.pack(_BPF_RET_K, 0, 0, 0),
+            DROP_ALL,
         )
-    )
-
-
-def attach_filter(sock: socket.socket, instructions: bytes) -> None:
-    """Replace ``sock``'s filter by these instructions.  Raises OSError."""
-    program = ctypes.create_string_buffer(instructions)
-    # struct sock_fprog: an unsigned short count, then (aligned) a pointer to the program
-    layout = "HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP"
-    sock.setsockopt(
-        socket.SOL_SOCKET, SO_ATTACH_FILTER, struct.pack(layout, len(instructions) // 8, ctypes.addressof(program))
     )
 
 
@@ -93,25 +81,10 @@ def exec_socket() -> socket.socket:
     why = unusable()
     if why:
         raise OSError(errno.EPERM, why)
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, _procevents.NETLINK_CONNECTOR)
-    try:
-        attach_filter(sock, exec_filter())  # before any event can queue
-        # the execs of a pause between batches wait here: the default buffer holds about 250,
-        # fewer than a build or a shell loop makes in half a second, and each overflow
-        # reads as a start worth a look
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, _procevents.SO_RCVBUFFORCE, _procevents.RCVBUF_BYTES)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _procevents.RCVBUF_BYTES)
-        sock.bind((0, _procevents.CN_IDX_PROC))
-        op = struct.pack("=I", _procevents.PROC_CN_MCAST_LISTEN)
-        body = _procevents._CN_MSG.pack(_procevents.CN_IDX_PROC, _procevents.CN_VAL_PROC, 0, 0, len(op), 0) + op
-        header = _procevents._NLMSGHDR.pack(_procevents._NLMSGHDR.size + len(body), _procevents.NLMSG_DONE, 0, 0, 0)
-        sock.send(header + body)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+    # the execs of a pause between batches wait in its buffer: the default one holds about
+    # 250, fewer than a build or a shell loop makes in half a second, and each overflow reads
+    # as a start worth a look
+    return _procevents.subscribed(exec_filter())
 
 
 def exec_pids(data: bytes) -> list[int]:
@@ -182,7 +155,7 @@ class ExecWatch:
                 stuck = bool(self.broken) and self._reading_since != 0.0
                 if stuck:  # the kernel queues no more execs for a thread that may never read them
                     with contextlib.suppress(OSError):
-                        attach_filter(self._sock, DROP_ALL)
+                        _procevents.attach_filter(self._sock, DROP_ALL)
         # a thread stuck in a read of /proc is not waited for: the caller is the tick
         self._thread.join(timeout=0 if stuck else 2)
 

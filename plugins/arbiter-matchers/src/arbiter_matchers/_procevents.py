@@ -16,6 +16,7 @@ born or gone that no event announced.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import socket
@@ -61,6 +62,41 @@ def unusable() -> str:
     return ""
 
 
+SO_ATTACH_FILTER = 26
+_INSN = struct.Struct("=HBBI")  # struct sock_filter (classic BPF): code, jt, jf, k
+
+
+def attach_filter(sock: socket.socket, instructions: bytes) -> None:
+    """Replace ``sock``'s filter by these classic BPF instructions.  Raises OSError."""
+    program = ctypes.create_string_buffer(instructions)
+    # struct sock_fprog: an unsigned short count, then (aligned) a pointer to the program
+    layout = "HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP"
+    fprog = struct.pack(layout, len(instructions) // 8, ctypes.addressof(program))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
+def subscribed(instructions: bytes = b"") -> socket.socket:
+    """A connector socket subscribed to the machine's process events, with a receive buffer
+    of :data:`RCVBUF_BYTES`; ``instructions``: a socket filter, attached before any event can
+    queue.  Raises OSError."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
+    try:
+        if instructions:
+            attach_filter(sock, instructions)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+        sock.bind((0, CN_IDX_PROC))
+        op = struct.pack("=I", PROC_CN_MCAST_LISTEN)
+        body = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(op), 0) + op
+        sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), NLMSG_DONE, 0, 0, 0) + body)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class ProcEvents:
     """A subscription to the process-events connector.  Raises OSError where it cannot be
     opened (see :func:`unusable`).  Not thread-safe: one caller at a time."""
@@ -69,19 +105,7 @@ class ProcEvents:
         why = unusable()
         if why:
             raise OSError(errno.EPERM, why)
-        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC, NETLINK_CONNECTOR)
-        try:
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
-            except OSError:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
-            sock.bind((0, CN_IDX_PROC))
-            op = struct.pack("=I", PROC_CN_MCAST_LISTEN)
-            body = _CN_MSG.pack(CN_IDX_PROC, CN_VAL_PROC, 0, 0, len(op), 0) + op
-            sock.send(_NLMSGHDR.pack(_NLMSGHDR.size + len(body), NLMSG_DONE, 0, 0, 0) + body)
-        except OSError:
-            sock.close()
-            raise
+        sock = subscribed()
         self._sock: socket.socket | None = sock
         self._born: set[int] = set()  # processes forked since the last call, alive then
         self.heard = False  # whether the last call received anything at all
